@@ -1,0 +1,211 @@
+"""A fake OpenFlow fabric: apply the controller's real messages, then ask where a packet goes.
+
+This follows Faucet's way of testing a controller without switches: the same
+os-ken ``OFPFlowMod``/``OFPGroupMod`` objects the app sends are applied to small
+in-memory tables (one per switch, wired as the plan says), and ``trace`` follows a
+packet hop by hop. A select group forks the trace into every live bucket, so one
+trace returns *all* paths ECMP could pick, and a test can assert that every one
+of them is loop-free, minimal and ends at the right host.
+
+Only what the lab's controller uses is modelled: one table, priorities,
+exact/masked matches on ``eth_type, ipv4_dst, arp_tpa, ipv4_src, ip_proto,
+udp_src, udp_dst, tcp_src, tcp_dst, in_port``, output and group actions.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.plan import WiringPlan
+
+_IP_FIELDS = {"ipv4_dst", "ipv4_src", "arp_tpa", "arp_spa"}
+
+
+def _as_int(fieldname: str, value: Any) -> int:
+    if fieldname in _IP_FIELDS:
+        return int(ipaddress.IPv4Address(value))
+    return int(value)
+
+
+def _match_fields(match: Any) -> dict[str, tuple[int, int]]:
+    """``{field: (value, mask)}`` from an os-ken ``OFPMatch`` (mask all-ones when exact)."""
+    out: dict[str, tuple[int, int]] = {}
+    for name, value in match._fields2:  # os-ken keeps (name, value-or-(value, mask)) pairs
+        if isinstance(value, tuple):
+            v, m = _as_int(name, value[0]), _as_int(name, value[1])
+        else:
+            v, m = _as_int(name, value), -1
+        out[name] = (v & m, m)
+    return out
+
+
+@dataclass
+class FlowEntry:
+    priority: int
+    match: dict[str, tuple[int, int]]
+    actions: list[tuple[str, int]]  # ("output", port) | ("group", id)
+    cookie: int = 0
+
+    def matches(self, pkt: dict[str, int]) -> bool:
+        for name, (value, mask) in self.match.items():
+            if name not in pkt or pkt[name] & mask != value:
+                return False
+        return True
+
+
+@dataclass
+class FakeSwitch:
+    """One switch's flow table and group table."""
+
+    name: str
+    flows: list[FlowEntry] = field(default_factory=list)
+    groups: dict[int, list[int]] = field(default_factory=dict)  # select group -> bucket ports
+    down_ports: set[int] = field(default_factory=set)
+
+    def apply(self, msg: Any) -> None:
+        """Apply one os-ken message as OVS would (the subset the controller sends)."""
+        ofp = msg.datapath.ofproto
+        kind = type(msg).__name__
+        if kind == "OFPFlowMod":
+            if msg.command == ofp.OFPFC_ADD:
+                entry = FlowEntry(msg.priority, _match_fields(msg.match),
+                                  _actions(msg.instructions), msg.cookie)
+                self.flows = [f for f in self.flows
+                              if not (f.priority == entry.priority and f.match == entry.match)]
+                self.flows.append(entry)
+            elif msg.command == ofp.OFPFC_DELETE:
+                want = _match_fields(msg.match)
+                self.flows = [f for f in self.flows
+                              if not all(f.match.get(k) == v for k, v in want.items())]
+            else:
+                raise NotImplementedError(f"flow-mod command {msg.command}")
+        elif kind == "OFPGroupMod":
+            if msg.command == ofp.OFPGC_DELETE:
+                if msg.group_id == ofp.OFPG_ALL:
+                    self.groups.clear()
+                else:
+                    self.groups.pop(msg.group_id, None)
+                return
+            if msg.type != ofp.OFPGT_SELECT:
+                raise NotImplementedError("only select groups are modelled")
+            if msg.command == ofp.OFPGC_ADD and msg.group_id in self.groups:
+                raise ValueError(f"{self.name}: group {msg.group_id} already exists")
+            ports = []
+            for bucket in msg.buckets:
+                weight = getattr(bucket, "weight", None)
+                for prop in getattr(bucket, "properties", []) or []:
+                    if hasattr(prop, "weight"):
+                        weight = prop.weight
+                if not weight:
+                    raise ValueError(f"{self.name}: group {msg.group_id} has a weight-0 bucket, "
+                                     "which OVS ignores")
+                outs = [port for kind_, port in _action_list(bucket.actions) if kind_ == "output"]
+                ports.extend(outs)
+            self.groups[msg.group_id] = ports
+        else:
+            pass  # barriers, feature requests and the like change no state
+
+    def lookup(self, pkt: dict[str, int]) -> FlowEntry | None:
+        best: FlowEntry | None = None
+        for f in self.flows:
+            if f.matches(pkt) and (best is None or f.priority > best.priority):
+                best = f
+        return best
+
+    def out_ports(self, pkt: dict[str, int]) -> list[int]:
+        """Every port the packet may leave by (several for a select group: any one of them)."""
+        entry = self.lookup(pkt)
+        if entry is None:
+            return []
+        ports: list[int] = []
+        for kind, arg in entry.actions:
+            if kind == "output":
+                ports.append(arg)
+            elif kind == "group":
+                if arg not in self.groups:
+                    raise ValueError(f"{self.name}: flow points at missing group {arg}")
+                live = [p for p in self.groups[arg] if p not in self.down_ports]
+                ports.extend(live)
+        return ports
+
+
+def _action_list(actions: list[Any]) -> list[tuple[str, int]]:
+    out = []
+    for a in actions:
+        name = type(a).__name__
+        if name == "OFPActionOutput":
+            out.append(("output", a.port))
+        elif name == "OFPActionGroup":
+            out.append(("group", a.group_id))
+        else:
+            raise NotImplementedError(f"action {name}")
+    return out
+
+
+def _actions(instructions: list[Any]) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for inst in instructions:
+        out.extend(_action_list(inst.actions))
+    return out
+
+
+class LoopError(AssertionError):
+    """A traced packet came back to a switch it had already crossed."""
+
+
+class FakeFabric:
+    """All switches of a plan, wired by its links, programmed by real messages."""
+
+    def __init__(self, plan: WiringPlan) -> None:
+        self.plan = plan
+        self.switches = {s.name: FakeSwitch(s.name) for s in plan.switches}
+        self.ports = plan.ports()
+        self.hosts = {h.name for h in plan.hosts}
+
+    def apply(self, switch: str, msgs: list[Any]) -> None:
+        for m in msgs:
+            self.switches[switch].apply(m)
+
+    def packet(self, src: str, dst_ip: str, eth_type: int = 0x0800,
+               **fields: int) -> dict[str, int]:
+        """Header fields of a packet from host ``src`` to ``dst_ip`` (IPv4 or an ARP request)."""
+        src_ip = self.plan.node(src).ip
+        pkt = {"eth_type": eth_type}
+        if eth_type == 0x0806:
+            pkt.update(arp_tpa=_as_int("arp_tpa", dst_ip), arp_spa=_as_int("arp_spa", src_ip))
+        else:
+            pkt.update(ipv4_dst=_as_int("ipv4_dst", dst_ip), ipv4_src=_as_int("ipv4_src", src_ip))
+        pkt.update(fields)
+        return pkt
+
+    def trace(self, src: str, pkt: dict[str, int], max_hops: int = 16) -> list[list[str]]:
+        """All node paths the packet can take from host ``src``; each ends at a host or ``DROP``.
+
+        Raises ``LoopError`` if some path revisits a switch.
+        """
+        port_map = self.ports[src]
+        (first, first_port, _link), = port_map.values()
+        paths: list[list[str]] = []
+
+        def walk(node: str, in_port: int, path: list[str]) -> None:
+            if node in self.hosts:
+                paths.append(path + [node])
+                return
+            if node in path:
+                raise LoopError(f"loop: {' -> '.join(path + [node])}")
+            if len(path) > max_hops:
+                raise LoopError(f"path longer than {max_hops} hops: {' -> '.join(path)}")
+            outs = self.switches[node].out_ports({**pkt, "in_port": in_port})
+            if not outs:
+                paths.append(path + [node, "DROP"])
+                return
+            for port in outs:
+                if port == in_port:
+                    raise LoopError(f"{node} sends the packet back out of its in_port {port}")
+                peer, peer_port, _ = self.ports[node][port]
+                walk(peer, peer_port, path + [node])
+
+        walk(first, first_port, [src])
+        return paths
