@@ -61,7 +61,8 @@ class FakeSwitch:
 
     name: str
     flows: list[FlowEntry] = field(default_factory=list)
-    groups: dict[int, list[int]] = field(default_factory=dict)  # select group -> bucket ports
+    groups: dict[int, list[int]] = field(default_factory=dict)  # group -> bucket ports
+    group_types: dict[int, str] = field(default_factory=dict)  # group -> "select" | "ff"
     down_ports: set[int] = field(default_factory=set)
 
     def apply(self, msg: Any) -> None:
@@ -88,8 +89,8 @@ class FakeSwitch:
                 else:
                     self.groups.pop(msg.group_id, None)
                 return
-            if msg.type != ofp.OFPGT_SELECT:
-                raise NotImplementedError("only select groups are modelled")
+            if msg.type not in (ofp.OFPGT_SELECT, ofp.OFPGT_FF):
+                raise NotImplementedError("only select and fast-failover groups are modelled")
             if msg.command == ofp.OFPGC_ADD and msg.group_id in self.groups:
                 raise ValueError(f"{self.name}: group {msg.group_id} already exists")
             ports = []
@@ -98,12 +99,13 @@ class FakeSwitch:
                 for prop in getattr(bucket, "properties", []) or []:
                     if hasattr(prop, "weight"):
                         weight = prop.weight
-                if not weight:
+                if msg.type == ofp.OFPGT_SELECT and not weight:
                     raise ValueError(f"{self.name}: group {msg.group_id} has a weight-0 bucket, "
                                      "which OVS ignores")
                 outs = [port for kind_, port in _action_list(bucket.actions) if kind_ == "output"]
                 ports.extend(outs)
             self.groups[msg.group_id] = ports
+            self.group_types[msg.group_id] = "ff" if msg.type == ofp.OFPGT_FF else "select"
         else:
             pass  # barriers, feature requests and the like change no state
 
@@ -127,6 +129,8 @@ class FakeSwitch:
                 if arg not in self.groups:
                     raise ValueError(f"{self.name}: flow points at missing group {arg}")
                 live = [p for p in self.groups[arg] if p not in self.down_ports]
+                if self.group_types.get(arg) == "ff":
+                    live = live[:1]  # fast failover: the first live bucket only
                 ports.extend(live)
         return ports
 

@@ -11,13 +11,23 @@ a bucket whose port is down is skipped by the switch itself.
 Why OpenFlow 1.5 where the switch allows it: RoCEv2 carries its ECMP entropy in
 the UDP source port, and OVS's default select method does not hash UDP ports
 (measured: 263 of 264 packets of 64 flows in one of two buckets). OVS accepts a
-Netronome experimenter group property, ``selection_method=hash`` with explicit
-fields, only in an OpenFlow 1.5 group-mod. So bridges are created with
-``protocols=OpenFlow13,OpenFlow15``; on a 1.5 connection every select group
-hashes ``ip_src, ip_dst`` and the TCP/UDP ports; on a 1.3-only switch the
-groups still work but with OVS's default selection (and ``groups_hash_ports``
-reports ``False`` in ``/health``). Flow entries are the same OpenFlow 1.3
-constructs on either version.
+Netronome experimenter group property, ``selection_method``, only in an
+OpenFlow 1.5 group-mod. So bridges are created with
+``protocols=OpenFlow13,OpenFlow15`` and on a 1.5 connection every select group
+names its method; on a 1.3-only switch the groups still work but with OVS's
+default selection (and ``groups_hash_ports`` reports ``False`` in ``/health``).
+Flow entries are the same OpenFlow 1.3 constructs on either version.
+
+Two methods, both hashing the IP 5-tuple including the UDP source port:
+
+``dp_hash`` (default)
+    The datapath computes the hash and OVS caches one datapath flow per bucket,
+    whatever the number of flows. This is what scales: with ``hash`` an
+    all-pairs ping over 256 GPUs makes one cached flow per host pair at every
+    leaf, the userspace datapath's flow table overflows, and replies come late.
+``hash``
+    OVS hashes the listed fields itself (``HASH_FIELDS``). Deterministic and
+    field-exact, but one cached datapath flow per transport flow.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from typing import Any
 
 from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_5
 
-from controllers.routing import PRIO_MISS, Route
+from controllers.routing import PRIO_MISS, Route, ip_int
 
 ETH_IPV4 = 0x0800
 ETH_ARP = 0x0806
@@ -59,18 +69,26 @@ def protocol(version: int) -> ofproto_protocol.ProtocolDesc:
     return ofproto_protocol.ProtocolDesc(version)
 
 
-def selection_method_property(parser: Any, method: str = "hash",
+#: The select method every ECMP group uses on OpenFlow 1.5 (see the module docstring).
+SELECT_METHODS = ("dp_hash", "hash")
+DEFAULT_SELECT_METHOD = "dp_hash"
+
+
+def selection_method_property(parser: Any, method: str = DEFAULT_SELECT_METHOD,
                               fields: Iterable[str] = tuple(HASH_FIELDS)) -> Any:
     """The NTR ``selection_method`` group property as os-ken can serialise it.
 
     Layout after the 12-byte experimenter header: 4 pad bytes, the method name in
-    16 NUL-padded bytes, a 64-bit parameter, the OXM field entries; os-ken adds the
-    zero padding to a multiple of 8 (not counted in the length, as OVS wants).
-    os-ken's experimenter property carries 32-bit words, so we pack the body and
-    split it into words.
+    16 NUL-padded bytes, a 64-bit parameter, then (``hash`` only) the OXM field
+    entries; os-ken adds the zero padding to a multiple of 8 (not counted in the
+    length, as OVS wants). For ``dp_hash`` the parameter's upper 32 bits pick the
+    algorithm: 0 is the IP 5-tuple. os-ken's experimenter property carries 32-bit
+    words, so we pack the body and split it into words.
     """
+    if method not in SELECT_METHODS:
+        raise ValueError(f"select method must be one of {SELECT_METHODS} (got {method!r})")
     body = bytes(4) + method.encode().ljust(16, b"\0") + struct.pack("!Q", 0)
-    for name in fields:
+    for name in fields if method == "hash" else ():
         header, size = HASH_FIELDS[name]
         body += struct.pack("!I", header) + b"\xff" * size
     if len(body) % 4:
@@ -80,10 +98,19 @@ def selection_method_property(parser: Any, method: str = "hash",
                                            exp_type=NTRT_SELECTION_METHOD, data=words)
 
 
-def group_mod(dp: Any, group_id: int, ports: tuple[int, ...], command: str = "add") -> Any:
-    """A select group over ``ports`` (one bucket each, weight 1, watching its port)."""
+def group_mod(dp: Any, group_id: int, ports: tuple[int, ...], command: str = "add",
+              kind: str = "select", method: str = DEFAULT_SELECT_METHOD) -> Any:
+    """A group over ``ports``, one bucket per port, each watching its own port.
+
+    ``kind="select"``: ECMP, weight 1 per bucket, ``method`` on OpenFlow 1.5.
+    ``kind="ff"``: fast failover, the first bucket whose port is up (used for ARP).
+    """
     ofp, parser = dp.ofproto, dp.ofproto_parser
     cmd = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY}[command]
+    if kind == "ff":
+        return _ff_group_mod(dp, cmd, group_id, ports)
+    if kind != "select":
+        raise ValueError(f"unknown group kind {kind!r}")
     if ofp.OFP_VERSION >= ofproto_v1_5.OFP_VERSION:
         buckets = [
             parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(port)], properties=[
@@ -93,10 +120,24 @@ def group_mod(dp: Any, group_id: int, ports: tuple[int, ...], command: str = "ad
             for i, port in enumerate(ports)
         ]
         return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_SELECT, group_id, buckets=buckets,
-                                  properties=[selection_method_property(parser)])
+                                  properties=[selection_method_property(parser, method)])
     buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
                                 actions=[parser.OFPActionOutput(port)]) for port in ports]
     return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_SELECT, group_id, buckets)
+
+
+def _ff_group_mod(dp: Any, cmd: int, group_id: int, ports: tuple[int, ...]) -> Any:
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    if ofp.OFP_VERSION >= ofproto_v1_5.OFP_VERSION:
+        buckets = [
+            parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(port)], properties=[
+                parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT, watch=port)])
+            for i, port in enumerate(ports)
+        ]
+        return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_FF, group_id, buckets=buckets)
+    buckets = [parser.OFPBucket(weight=0, watch_port=port, watch_group=ofp.OFPG_ANY,
+                                actions=[parser.OFPActionOutput(port)]) for port in ports]
+    return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_FF, group_id, buckets)
 
 
 def flow_mod(dp: Any, priority: int, match: Any, actions: list[Any],
@@ -107,19 +148,28 @@ def flow_mod(dp: Any, priority: int, match: Any, actions: list[Any],
                              priority=priority, match=match, instructions=inst)
 
 
-def route_matches(dp: Any, route: Route) -> list[Any]:
-    """The two matches of a route: IPv4 by destination, ARP by target address."""
+def route_matches(dp: Any, route: Route) -> tuple[Any, Any]:
+    """The two matches of a route: (IPv4 by destination, ARP by target address)."""
     parser = dp.ofproto_parser
     dst: Any = route.value if route.mask == "255.255.255.255" else (route.value, route.mask)
-    return [parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=dst),
-            parser.OFPMatch(eth_type=ETH_ARP, arp_tpa=dst)]
+    return (parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=dst),
+            parser.OFPMatch(eth_type=ETH_ARP, arp_tpa=dst))
 
 
-def switch_program(dp: Any, routes: list[Route]) -> list[Any]:
+#: Fast-failover (ARP) groups are numbered from here, select (ECMP) groups from 1.
+FF_GROUP_BASE = 0x10000
+
+
+def switch_program(dp: Any, routes: list[Route],
+                   method: str = DEFAULT_SELECT_METHOD) -> list[Any]:
     """Everything one switch needs, in order: wipe, groups, flows, table-miss drop.
 
-    Returns os-ken messages. Group ids are assigned per distinct port set, in
-    first-use order, so the same routes always yield the same ids.
+    Returns os-ken messages. IPv4 takes a select group (ECMP) wherever a route
+    has several ports. ARP takes a fast-failover group over the same ports,
+    rotated per destination so ARP load still spreads: ARP needs no per-flow
+    hashing, and a failover group lets OVS cache one datapath flow per
+    destination rather than per host pair. Group ids are assigned per distinct
+    port tuple in first-use order, so the same routes always yield the same ids.
     """
     ofp, parser = dp.ofproto, dp.ofproto_parser
     msgs: list[Any] = [
@@ -127,24 +177,35 @@ def switch_program(dp: Any, routes: list[Route]) -> list[Any]:
                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()),
         parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT, ofp.OFPG_ALL),
     ]
-    groups: dict[tuple[int, ...], int] = {}
+    select: dict[tuple[int, ...], int] = {}
+    failover: dict[tuple[int, ...], int] = {}
     flows: list[Any] = []
     for route in routes:
+        ip_match, arp_match = route_matches(dp, route)
         if len(route.ports) == 1:
-            actions = [parser.OFPActionOutput(route.ports[0])]
-        else:
-            if route.ports not in groups:
-                groups[route.ports] = len(groups) + 1
-                msgs.append(group_mod(dp, groups[route.ports], route.ports))
-            actions = [parser.OFPActionGroup(groups[route.ports])]
-        for match in route_matches(dp, route):
-            flows.append(flow_mod(dp, route.priority, match, actions))
+            out = [parser.OFPActionOutput(route.ports[0])]
+            flows.append(flow_mod(dp, route.priority, ip_match, out))
+            flows.append(flow_mod(dp, route.priority, arp_match, out))
+            continue
+        if route.ports not in select:
+            select[route.ports] = len(select) + 1
+            msgs.append(group_mod(dp, select[route.ports], route.ports, method=method))
+        flows.append(flow_mod(dp, route.priority, ip_match,
+                              [parser.OFPActionGroup(select[route.ports])]))
+        shift = ip_int(route.value) % len(route.ports)
+        order = route.ports[shift:] + route.ports[:shift]
+        if order not in failover:
+            failover[order] = FF_GROUP_BASE + len(failover)
+            msgs.append(group_mod(dp, failover[order], order, kind="ff"))
+        flows.append(flow_mod(dp, route.priority, arp_match,
+                              [parser.OFPActionGroup(failover[order])]))
     msgs.extend(flows)
     msgs.append(flow_mod(dp, PRIO_MISS, parser.OFPMatch(), []))
     return msgs
 
 
 __all__ = [
-    "ETH_ARP", "ETH_IPV4", "group_mod", "flow_mod", "protocol", "route_matches",
-    "selection_method_property", "switch_program", "ofproto_v1_3", "ofproto_v1_5",
+    "DEFAULT_SELECT_METHOD", "ETH_ARP", "ETH_IPV4", "FF_GROUP_BASE", "SELECT_METHODS",
+    "flow_mod", "group_mod", "ofproto_v1_3", "ofproto_v1_5", "protocol", "route_matches",
+    "selection_method_property", "switch_program",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -72,6 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rest-port", type=int, default=DEFAULT_REST_PORT,
                    help=f"JSON API port on 127.0.0.1 (default {DEFAULT_REST_PORT})")
     p.add_argument("--rest-host", default="127.0.0.1", help="JSON API address")
+    p.add_argument("--run-id", default="",
+                   help="tag of the Lab that started it (lets `astral-lab clean` find it)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p.parse_args(argv)
 
@@ -118,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         args.rest_port)
 
     def stop(signum: int, _frame: Any) -> None:
-        raise SystemExit(0)
+        # Nothing to flush but the log; exiting from the handler avoids races with the
+        # hub's threads during interpreter shutdown.
+        logging.getLogger("astral.controller").info("signal %d: exiting", signum)
+        logging.shutdown()
+        os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     from os_ken.lib import hub

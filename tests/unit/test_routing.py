@@ -24,6 +24,7 @@ from controllers.ofmsgs import (
     COOKIE_ROUTE,
     ETH_ARP,
     ETH_IPV4,
+    FF_GROUP_BASE,
     HASH_FIELDS,
     NTR_VENDOR_ID,
     NTRT_SELECTION_METHOD,
@@ -377,9 +378,24 @@ def test_switch_program_layout(version: int) -> None:
     flows = [m for m in msgs[2:] if type(m).__name__ == "OFPFlowMod"]
     assert kinds == kinds[:2] + ["OFPGroupMod"] * len(groups) + ["OFPFlowMod"] * len(flows)
     ecmp_sets = {r.ports for r in routes if len(r.ports) > 1}
-    assert len(groups) == len(ecmp_sets) >= 1
-    assert [g.group_id for g in groups] == list(range(1, len(groups) + 1))
+    select = [g for g in groups if g.type == ofp.OFPGT_SELECT]
+    failover = [g for g in groups if g.type == ofp.OFPGT_FF]
+    assert len(select) == len(ecmp_sets) >= 1
+    assert [g.group_id for g in select] == list(range(1, len(select) + 1))
+    # ARP uses fast-failover groups over the same port sets, rotated per destination
+    assert failover and all(g.group_id >= FF_GROUP_BASE for g in failover)
+    ff_sets = {tuple(sorted(b.actions[0].port for b in g.buckets)) for g in failover}
+    assert ff_sets == ecmp_sets
+    assert len(groups) == len(select) + len(failover)
     assert len(flows) == 2 * len(routes) + 1  # an IPv4 and an ARP entry per route
+    by_type = {}
+    for f in flows[:-1]:
+        eth = dict(f.match._fields2)["eth_type"]
+        actions = f.instructions[0].actions
+        if type(actions[0]).__name__ == "OFPActionGroup":
+            by_type.setdefault(eth, set()).add(actions[0].group_id)
+    assert all(gid < FF_GROUP_BASE for gid in by_type[0x0800])  # IPv4 -> ECMP
+    assert all(gid >= FF_GROUP_BASE for gid in by_type[0x0806])  # ARP -> failover
     miss = flows[-1]
     assert miss.priority == PRIO_MISS and not miss.instructions
     assert all(f.cookie == COOKIE_ROUTE for f in flows)
@@ -448,12 +464,13 @@ def parse_group_mod(data: bytes) -> dict[str, Any]:
 
 
 def _group_adds(version: int) -> list[tuple[Any, tuple[int, ...]]]:
-    """The group-mods the controller sends lf0r0, with the ports each should spread over."""
+    """The select group-mods the controller sends lf0r0, with the ports each spreads over."""
     dp = protocol(version)
     routes = compute_routes(plan_of("astral3-default"))["lf0r0"]
     ecmp = list(dict.fromkeys(r.ports for r in routes if len(r.ports) > 1))
     groups = [m for m in switch_program(dp, routes)
-              if type(m).__name__ == "OFPGroupMod" and m.command == dp.ofproto.OFPGC_ADD]
+              if type(m).__name__ == "OFPGroupMod" and m.command == dp.ofproto.OFPGC_ADD
+              and m.type == dp.ofproto.OFPGT_SELECT]
     assert len(groups) == len(ecmp) >= 1
     return list(zip(groups, ecmp, strict=True))
 

@@ -1,0 +1,237 @@
+"""``astral-lab``: the command line. Each verb is a thin wrapper over a plain Python call.
+
+    astral-lab topo astral3 --servers 8          counts table, wiring plan JSON, PNG drawing
+    sudo astral-lab up astral3                   bring the fabric up, open the Mininet CLI
+    sudo astral-lab demo                         bring up, check all pairs, summarise, tear down
+    astral-lab controller --plan plan.json       the controller alone (for plain `mn`)
+    sudo astral-lab clean                        remove leftovers of a crashed run
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import os
+import signal
+import sys
+from typing import Any
+
+from testbed.topologies import BUILDERS, FabricSpec, build, describe
+
+RESULTS = os.environ.get("ASTRAL_LAB_RESULTS", "results")
+
+
+def _add_spec_options(p: argparse.ArgumentParser) -> None:
+    """One ``--flag`` per FabricSpec field, with its default and meaning from the dataclass."""
+    g = p.add_argument_group("fabric parameters (real units; 0 means automatic)")
+    defaults = FabricSpec()
+    for f in dataclasses.fields(FabricSpec):
+        value = getattr(defaults, f.name)
+        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(value),
+                       default=None, metavar="N", help=f"default {value:g}")
+
+
+def _spec_params(args: argparse.Namespace) -> dict[str, Any]:
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(FabricSpec)
+            if getattr(args, f.name, None) is not None}
+
+
+def results_dir(scenario: str) -> tuple[str, str]:
+    """``(partial, final)`` paths for a run's results; rename partial to final when done."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    final = os.path.join(RESULTS, f"{stamp}-{scenario}")
+    n = 1
+    while os.path.exists(final):
+        n += 1
+        final = os.path.join(RESULTS, f"{stamp}-{scenario}-{n}")
+    partial = final + ".partial"
+    os.makedirs(partial)
+    return partial, final
+
+
+def cmd_topo(args: argparse.Namespace) -> int:
+    plan = build(args.topology, **_spec_params(args))
+    print(describe(plan))
+    if args.output:
+        plan_path = args.output
+        png = args.png or os.path.splitext(args.output)[0] + ".png"
+    else:
+        partial, final = results_dir(f"topo-{args.topology}")
+        plan_path, png = os.path.join(partial, "plan.json"), os.path.join(partial, "fabric.png")
+    plan.save(plan_path)
+    if not args.no_png:
+        from testbed.draw import draw_plan
+
+        draw_plan(plan, png)
+    if not args.output:
+        os.replace(partial, final)
+        plan_path = os.path.join(final, "plan.json")
+        png = os.path.join(final, "fabric.png")
+    print(f"\nwiring plan: {plan_path}")
+    if not args.no_png:
+        print(f"drawing:     {png}")
+    return 0
+
+
+def _lab_from_args(args: argparse.Namespace) -> Any:
+    from testbed.lab import Lab
+
+    plan = build(args.topology, **_spec_params(args))
+    return Lab(plan, datapath=args.datapath)
+
+
+def _print_bringup(lab: Any) -> None:
+    plan = lab.plan
+    t = lab.timings
+    print(f"{plan.topology}: {len(plan.hosts)} GPUs, {len(plan.switches)} switches, "
+          f"{len(plan.links)} links, datapath={lab.datapath}, scale={plan.scale:g}")
+    print(f"up in {t.get('total', 0):.1f} s (controller converged; "
+          + ", ".join(f"{k} {v:.2f}s" for k, v in t.items() if k != "total") + ")")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from mininet.cli import CLI
+    from mininet.log import setLogLevel
+
+    with _lab_from_args(args) as lab:
+        _print_bringup(lab)
+        if not args.no_check:
+            print(lab.reachability())
+        print(f"controller JSON: http://127.0.0.1:{lab.rest_port}/health  "
+              f"(OpenFlow on 127.0.0.1:{lab.of_port})")
+        first = lab.plan.switches[0].name
+        print(f"try: s0g0 ping {lab.plan.hosts[-1].ip}   |   "
+              f"sh ovs-ofctl -O OpenFlow15 dump-flows {first}   |   exit to tear down")
+        if args.no_cli:
+            return 0
+        setLogLevel("info")
+        CLI(lab.net)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Default astral3 fabric: all-pairs check and summary (the scenarios issue grows it)."""
+    from testbed.draw import draw_plan
+    from testbed.lab import Lab
+    from testbed.plan import write_json_atomic
+
+    plan = build("astral3", **_spec_params(args))
+    print(describe(plan))
+    print()
+    with Lab(plan, datapath=args.datapath) as lab:
+        _print_bringup(lab)
+        reach = lab.reachability()
+        print(reach)
+        health = lab.health() or {}
+    partial, final = results_dir("demo")
+    plan.save(os.path.join(partial, "plan.json"))
+    draw_plan(plan, os.path.join(partial, "fabric.png"))
+    summary = {
+        "topology": plan.topology, "gpus": len(plan.hosts), "switches": len(plan.switches),
+        "links": len(plan.links), "scale": plan.scale, "datapath": lab.datapath,
+        "bringup_s": round(lab.timings.get("total", 0), 3),
+        "timings_s": {k: round(v, 3) for k, v in lab.timings.items()},
+        "pairs": reach.pairs, "received": reach.received, "loss_pct": reach.loss_pct,
+        "first_try_lost": reach.first_try_lost, "groups_hash_ports":
+        health.get("groups_hash_ports"), "openflow_versions": health.get("openflow_versions"),
+    }
+    write_json_atomic(os.path.join(partial, "summary.json"), summary)
+    os.replace(partial, final)
+    print()
+    print(f"{'fabric':<12}{'GPUs':>6}{'switches':>10}{'links':>7}{'up (s)':>8}"
+          f"{'pairs':>8}{'loss':>7}")
+    print(f"{plan.topology:<12}{len(plan.hosts):>6}{len(plan.switches):>10}{len(plan.links):>7}"
+          f"{summary['bringup_s']:>8.1f}{reach.pairs:>8}{reach.loss_pct:>6.1f}%")
+    print(f"\nresults: {final}/ (plan.json, fabric.png, summary.json)")
+    return 0 if reach.loss_pct == 0 else 1
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    from controllers import run
+
+    argv = ["--plan", args.plan, "--of-port", str(args.of_port), "--rest-port",
+            str(args.rest_port)] + (["-v"] if args.verbose else [])
+    return run.main(argv)
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from testbed import cleanup
+
+    if os.geteuid() != 0:
+        print("astral-lab clean: must run as root (sudo astral-lab clean)", file=sys.stderr)
+        return 2
+    cleanup.clean()
+    # Results of interrupted runs are marked *.partial and kept: they are the user's.
+    if os.path.isdir(RESULTS):
+        partial = [d for d in os.listdir(RESULTS) if d.endswith(".partial")]
+        if partial:
+            print(f"kept {len(partial)} partial result folder(s) in {RESULTS}/ (*.partial)")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="astral-lab", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    t = sub.add_parser("topo", help="counts table, wiring plan JSON and PNG drawing of a fabric")
+    t.add_argument("topology", choices=sorted(BUILDERS))
+    t.add_argument("-o", "--output", help="plan JSON path (default: results/<time>-topo-<name>/)")
+    t.add_argument("--png", help="drawing path (default: next to the plan)")
+    t.add_argument("--no-png", action="store_true", help="skip the drawing")
+    _add_spec_options(t)
+    t.set_defaults(fn=cmd_topo)
+
+    u = sub.add_parser("up", help="bring a fabric up under the controller; open the Mininet CLI")
+    u.add_argument("topology", choices=sorted(BUILDERS))
+    u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
+    u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
+    u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
+    _add_spec_options(u)
+    u.set_defaults(fn=cmd_up)
+
+    d = sub.add_parser("demo", help="the main job behind `make demo`")
+    d.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
+    _add_spec_options(d)
+    d.set_defaults(fn=cmd_demo)
+
+    c = sub.add_parser("controller", help="run the controller alone for a plan (use with `mn`)")
+    c.add_argument("--plan", required=True, help="wiring plan JSON from `astral-lab topo`")
+    c.add_argument("--of-port", type=int, default=6653)
+    c.add_argument("--rest-port", type=int, default=8080)
+    c.add_argument("-v", "--verbose", action="store_true")
+    c.set_defaults(fn=cmd_controller)
+
+    k = sub.add_parser("clean", help="remove leftovers of crashed runs (never touches results)")
+    k.set_defaults(fn=cmd_clean)
+    return p
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    # Turn SIGTERM/SIGHUP into an exception so `with Lab(...)` tears the fabric down.
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    try:
+        return int(args.fn(args) or 0)
+    except ValueError as exc:  # bad parameters: one clear line, no traceback
+        print(f"astral-lab {args.verb}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"astral-lab {args.verb}: interrupted; everything was torn down", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        from testbed.preflight import LabError
+
+        if isinstance(exc, LabError):
+            print(f"astral-lab {args.verb}: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Leave nothing behind: run records and ``astral-lab clean``.
+
+Every ``Lab`` writes a small record (JSON) under ``/run/astral-lab/`` as soon as it
+creates anything: its controller's PID, its host shells' PIDs, its OVS bridges
+and the interfaces it made in the root namespace. A normal exit removes all of
+that and the record. If the process was killed (``kill -9``, a crash, a closed
+terminal), ``astral-lab clean`` reads the leftover records and removes what they
+name, then sweeps for anything tagged as ours that has no record (bridges carry
+``external_ids:astral-lab-run``; controllers run with ``--run-id``).
+
+Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
+not the lab's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+from testbed.plan import write_json_atomic
+
+STATE_DIR = os.environ.get("ASTRAL_LAB_STATE_DIR", "/run/astral-lab")
+BRIDGE_TAG = "astral-lab-run"
+
+
+def record_path(run_id: str) -> str:
+    return os.path.join(STATE_DIR, f"{run_id}.json")
+
+
+def write_record(run_id: str, record: dict[str, Any]) -> None:
+    write_json_atomic(record_path(run_id), record)
+
+
+def drop_record(run_id: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(record_path(run_id))
+
+
+def run(cmd: list[str], stdin: str | None = None, check: bool = False,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a command, capture its output; raise with its stderr when ``check`` and it fails."""
+    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip()[:400]}")
+    return proc
+
+
+def kill_pids(pids: list[int], grace: float = 2.0) -> None:
+    """SIGTERM, wait up to ``grace`` seconds, then SIGKILL whatever is left."""
+    alive = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+            alive.append(pid)
+    deadline = time.time() + grace
+    while alive and time.time() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        if alive:
+            time.sleep(0.05)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child still "exists"; reap it if it is ours
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def delete_bridges(bridges: list[str]) -> None:
+    """All bridges in one ovs-vsctl transaction (one round trip, however many)."""
+    if not bridges:
+        return
+    cmd = ["ovs-vsctl", "--timeout=30"]
+    for br in bridges:
+        cmd += ["--", "--if-exists", "del-br", br]
+    run(cmd)
+
+
+def delete_links(names: list[str]) -> None:
+    """Delete root-namespace interfaces (a veth's peer goes with it) in one ``ip -batch``."""
+    existing = set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()
+    todo = [n for n in names if n in existing]
+    if todo:
+        run(["ip", "-force", "-batch", "-"], stdin="".join(f"link del {n}\n" for n in todo))
+
+
+def tagged_bridges() -> dict[str, str]:
+    """``bridge -> run id`` for every OVS bridge a Lab created."""
+    proc = run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,external_ids",
+                "list", "Bridge"])
+    if proc.returncode != 0:
+        return {}
+    out: dict[str, str] = {}
+    for name, ext in json.loads(proc.stdout).get("data", []):
+        pairs = dict(ext[1]) if isinstance(ext, list) and ext and ext[0] == "map" else {}
+        if BRIDGE_TAG in pairs:
+            out[name] = pairs[BRIDGE_TAG]
+    return out
+
+
+def our_processes() -> list[int]:
+    """PIDs of lab controllers (``controllers.run ... --run-id``), found via /proc."""
+    pids = []
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(path, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"controllers.run" in argv and b"--run-id" in argv:
+            pids.append(int(path.split("/")[2]))
+    return [p for p in pids if p != os.getpid()]
+
+
+def clean(verbose: bool = True) -> dict[str, int]:
+    """Remove every leftover of crashed lab runs. Safe to run any time; returns what it did."""
+    done = {"records": 0, "processes": 0, "bridges": 0, "links": 0}
+    live_runs: set[str] = set()
+    for path in sorted(glob.glob(os.path.join(STATE_DIR, "*.json"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            os.unlink(path)
+            continue
+        owner = rec.get("owner_pid")
+        if owner and owner != os.getpid() and _alive(owner):
+            live_runs.add(rec.get("run_id", ""))
+            if verbose:
+                print(f"run {rec.get('run_id')} is still alive (pid {owner}); leaving it")
+            continue
+        pids = [int(p) for p in rec.get("pids", [])]
+        kill_pids(pids)
+        delete_bridges(rec.get("bridges", []))
+        delete_links(rec.get("links", []))
+        done["processes"] += len(pids)
+        done["bridges"] += len(rec.get("bridges", []))
+        done["links"] += len(rec.get("links", []))
+        done["records"] += 1
+        os.unlink(path)
+    # Sweep: anything tagged as ours whose run is not alive.
+    stray = [br for br, run_id in tagged_bridges().items() if run_id not in live_runs]
+    if stray:
+        delete_bridges(stray)
+        done["bridges"] += len(stray)
+    procs = [p for p in our_processes() if not any(f"--run-id\0{r}" in _cmdline(p)
+                                                   for r in live_runs)]
+    if procs:
+        kill_pids(procs)
+        done["processes"] += len(procs)
+    if verbose:
+        print("astral-lab clean: removed {records} run record(s), {processes} process(es), "
+              "{bridges} bridge(s), {links} interface(s)".format(**done))
+    return done
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def leftovers(plan: Any) -> list[str]:
+    """What of ``plan`` (a WiringPlan) is still on this machine: bridges, interfaces,
+    host shells, controller processes, run records. Empty means clean."""
+    found: list[str] = []
+    names = {s.name for s in plan.switches}
+    listed = run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
+    found += [f"bridge {b}" for b in listed if b in names]
+    found += [f"tagged bridge {b}" for b in tagged_bridges() if b not in names]
+    intfs = {link.a_intf for link in plan.links} | {link.b_intf for link in plan.links}
+    if os.path.isdir("/sys/class/net"):
+        found += [f"interface {i}" for i in os.listdir("/sys/class/net") if i in intfs]
+    shells = {f"mininet:{h.name}" for h in plan.hosts}
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        pid = path.split("/")[2]
+        argv = _cmdline(int(pid)).split("\0")
+        if any(a in shells for a in argv):
+            found.append(f"host shell pid {pid} ({argv[-2] if len(argv) > 1 else ''})")
+        if "controllers.run" in argv and int(pid) != os.getpid():
+            found.append(f"controller process pid {pid}")
+    found += [f"run record {r}" for r in glob.glob(os.path.join(STATE_DIR, "*.json"))]
+    return found

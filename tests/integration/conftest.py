@@ -1,0 +1,25 @@
+"""Fixtures for integration tests: real Mininet fabrics, and a check that nothing is left behind."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from testbed import cleanup
+from testbed.plan import WiringPlan
+
+
+@pytest.fixture
+def assert_clean() -> Callable[[WiringPlan], None]:
+    def check(plan: WiringPlan) -> None:
+        left = cleanup.leftovers(plan)
+        assert not left, f"left behind: {left[:10]}"
+
+    return check
+
+
+@pytest.fixture(autouse=True)
+def _start_clean() -> None:
+    """Each test starts from a machine with no lab leftovers (a failed test may leave some)."""
+    cleanup.clean(verbose=False)
