@@ -144,17 +144,17 @@ def test_killed_lab_is_cleaned_by_astral_lab_clean(tmp_path: str,
 
 def test_cli_up_without_cli_reports_zero_loss(assert_clean: Callable[[WiringPlan], None]) -> None:
     out = subprocess.run([sys.executable, "-m", "astral_lab.cli", "up", "rail3", "--no-cli",
-                          "--servers", "2", "--servers-per-block", "1", "--gpus", "2"],
+                          "--servers", "2", "--gpus", "2"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "0.0% loss" in out.stdout, out.stdout
-    assert_clean(build("rail3", servers=2, servers_per_block=1, gpus=2))
+    assert_clean(build("rail3", servers=2, gpus=2))
 
 
 def test_plain_mn_custom_topology_with_standalone_controller(
         tmp_path: str, assert_clean: Callable[[WiringPlan], None]) -> None:
     """`mn --custom testbed/mntopo.py --topo astral3,...` + `astral-lab controller` ping all."""
-    params = dict(servers=2, servers_per_block=1, gpus=2)
+    params = dict(servers=2, gpus=2)
     plan = build("astral3", **params)
     plan_path = os.path.join(str(tmp_path), "plan.json")
     plan.save(plan_path)

@@ -22,6 +22,7 @@ import pytest
 from controllers.fakeof import FakeFabric, FakeSwitch
 from controllers.ofmsgs import (
     COOKIE_ROUTE,
+    DEFAULT_SELECT_METHOD,
     ETH_ARP,
     ETH_IPV4,
     FF_GROUP_BASE,
@@ -463,12 +464,13 @@ def parse_group_mod(data: bytes) -> dict[str, Any]:
             "props": props}
 
 
-def _group_adds(version: int) -> list[tuple[Any, tuple[int, ...]]]:
+def _group_adds(version: int, method: str = DEFAULT_SELECT_METHOD
+                ) -> list[tuple[Any, tuple[int, ...]]]:
     """The select group-mods the controller sends lf0r0, with the ports each spreads over."""
     dp = protocol(version)
     routes = compute_routes(plan_of("astral3-default"))["lf0r0"]
     ecmp = list(dict.fromkeys(r.ports for r in routes if len(r.ports) > 1))
-    groups = [m for m in switch_program(dp, routes)
+    groups = [m for m in switch_program(dp, routes, method=method)
               if type(m).__name__ == "OFPGroupMod" and m.command == dp.ofproto.OFPGC_ADD
               and m.type == dp.ofproto.OFPGT_SELECT]
     assert len(groups) == len(ecmp) >= 1
@@ -508,8 +510,26 @@ def test_hash_fields_are_the_right_oxm_headers() -> None:
         assert size == length == header & 0xFF, name
 
 
-def test_of15_group_mod_carries_the_ntr_hash_selection_method() -> None:
+def test_default_select_method_is_dp_hash_without_fields() -> None:
+    """dp_hash: OVS hashes the 5-tuple in the datapath and caches one flow per bucket."""
+    assert DEFAULT_SELECT_METHOD == "dp_hash"
     for msg, _ports in _group_adds(OF15):
+        msg.serialize()
+        (prop,) = parse_group_mod(bytes(msg.buf))["props"]
+        p_type, p_len, experimenter, exp_type = struct.unpack_from("!HHII", prop, 0)
+        assert (p_type, experimenter, exp_type) == (0xFFFF, NTR_VENDOR_ID, NTRT_SELECTION_METHOD)
+        assert p_len == len(prop) == 40  # header, pad, name, parameter; no fields
+        assert prop[16:32] == b"dp_hash" + bytes(9)
+        assert struct.unpack_from("!Q", prop, 32) == (0,)  # algorithm 0: the IP 5-tuple
+
+
+def test_unknown_select_method_is_refused() -> None:
+    with pytest.raises(ValueError, match="select method"):
+        _group_adds(OF15, method="round_robin")
+
+
+def test_of15_group_mod_carries_the_ntr_hash_selection_method() -> None:
+    for msg, _ports in _group_adds(OF15, method="hash"):
         msg.serialize()
         (prop,) = parse_group_mod(bytes(msg.buf))["props"]
         p_type, p_len, experimenter, exp_type = struct.unpack_from("!HHII", prop, 0)
