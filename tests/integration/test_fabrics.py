@@ -5,6 +5,7 @@ Run with ``sudo make test`` (or ``sudo .venv/bin/python -m pytest -m integration
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -175,4 +176,21 @@ def test_plain_mn_custom_topology_with_standalone_controller(
     finally:
         ctl.terminate()
         ctl.wait(timeout=10)
+    assert_clean(plan)
+
+
+def test_tcp_runs_at_the_emulated_rate(assert_clean: Callable[[WiringPlan], None]) -> None:
+    """The classic userspace-OVS trap: ping works but TCP stalls unless offloads are off."""
+    plan = build("astral3", servers=4, gpus=2)
+    nic_mbps = next(link.mbps for link in plan.links if link.kind == "nic")
+    with Lab(plan) as lab:
+        server, client = lab.host("s3g1"), lab.host("s0g0")
+        srv = server.popen(["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        out = client.cmd(f"iperf3 -c {server.IP()} -t 3 -J")
+        srv.wait(timeout=10)
+        got = json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
+        # shaped to the NIC's emulated rate: most of it arrives, none beyond it
+        assert 0.6 * nic_mbps < got < 1.05 * nic_mbps, f"{got:.1f} Mb/s vs {nic_mbps} Mb/s"
     assert_clean(plan)

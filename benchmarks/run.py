@@ -1,0 +1,48 @@
+"""``make bench``: run every benchmark; each writes ``results/bench/<name>.json``.
+
+    python -m benchmarks.run            all benchmarks, full size
+    python -m benchmarks.run --quick    smallest sizes, one repeat (a smoke run)
+
+Benchmarks measure the lab itself (bring-up now; sender rate, failover and model
+speed as those parts land). They need root, like the lab. Figures are medians
+over repeats; ratios compare things measured side by side in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from benchmarks import bringup
+
+#: name -> (full argv, quick argv)
+BENCHMARKS = {
+    "bringup": (bringup.main, ["--sizes", "64,256", "--repeats", "3"],
+                ["--sizes", "64", "--repeats", "1"]),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smallest sizes, one repeat")
+    p.add_argument("--only", choices=sorted(BENCHMARKS), action="append")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("benchmarks bring up real fabrics: run as root (sudo make bench)", file=sys.stderr)
+        return 2
+    failed = []
+    for name, (fn, full, quick) in BENCHMARKS.items():
+        if args.only and name not in args.only:
+            continue
+        print(f"== {name}", flush=True)
+        if fn(quick if args.quick else full) != 0:
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
