@@ -239,6 +239,9 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=1, sort_keys=False)
             f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a result file is for everyone
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

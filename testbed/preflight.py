@@ -121,6 +121,9 @@ def check(plan: WiringPlan, datapath: str = "auto", start_daemons: bool = True) 
         pf.warnings.append("no openvswitch kernel module: using the userspace datapath "
                            "(one ovs-vswitchd forwards for the whole fabric, ~1 Gb/s in total)")
     pf.netem = netem_available()
+    if not pf.netem:
+        pf.warnings.append("no sch_netem in this kernel: link delay, jitter and loss emulation "
+                           "are unavailable (bandwidth shaping with HTB works)")
     # Rates Mininet would silently ignore.
     fast = [link for link in plan.links if link.mbps > MAX_MININET_MBPS]
     if fast:

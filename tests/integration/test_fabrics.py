@@ -143,6 +143,23 @@ def test_killed_lab_is_cleaned_by_astral_lab_clean(tmp_path: str,
     assert_clean(plan)
 
 
+def test_ctrl_c_inside_a_running_lab_tears_it_down(assert_clean: Callable[[WiringPlan], None]
+                                                   ) -> None:
+    """Ctrl-C (SIGINT) while a `with Lab(...)` block runs: the fabric goes, nothing stays."""
+    plan = build("astral3", servers=4, gpus=2)
+    script = ("from testbed.lab import Lab\nfrom testbed.topologies import build\nimport time\n"
+              "with Lab(build('astral3', servers=4, gpus=2)) as lab:\n"
+              "    print('UP', flush=True)\n    time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=REPO)
+    line = proc.stdout.readline().decode() if proc.stdout else ""
+    assert "UP" in line
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert b"KeyboardInterrupt" in err
+    assert_clean(plan)
+
+
 def test_cli_up_without_cli_reports_zero_loss(assert_clean: Callable[[WiringPlan], None]) -> None:
     out = subprocess.run([sys.executable, "-m", "astral_lab.cli", "up", "rail3", "--no-cli",
                           "--servers", "2", "--gpus", "2"],
