@@ -33,12 +33,13 @@ Two methods, both hashing the IP 5-tuple including the UDP source port:
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
 from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_5
 
-from controllers.routing import PRIO_MISS, Route, ip_int
+from controllers.routing import PRIO_MISS, Route
 
 ETH_IPV4 = 0x0800
 ETH_ARP = 0x0806
@@ -192,7 +193,7 @@ def switch_program(dp: Any, routes: list[Route],
             msgs.append(group_mod(dp, select[route.ports], route.ports, method=method))
         flows.append(flow_mod(dp, route.priority, ip_match,
                               [parser.OFPActionGroup(select[route.ports])]))
-        shift = ip_int(route.value) % len(route.ports)
+        shift = zlib.crc32(route.dest.encode()) % len(route.ports)
         order = route.ports[shift:] + route.ports[:shift]
         if order not in failover:
             failover[order] = FF_GROUP_BASE + len(failover)

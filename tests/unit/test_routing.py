@@ -588,3 +588,18 @@ def test_fake_table_follows_live_buckets_only(version: int) -> None:
     sw.down_ports.add(4)
     assert sw.out_ports(pkt) == [3, 5]
     assert sw.out_ports({**pkt, "ipv4_dst": ip_int("10.0.0.2")}) == []
+
+
+def test_arp_failover_groups_start_on_different_uplinks() -> None:
+    """ARP takes no ECMP hash, so its failover groups are rotated per destination leaf."""
+    dp = protocol(OF15)
+    routes = compute_routes(plan_of("astral3-default"))["lf0r0"]
+    msgs = switch_program(dp, routes)
+    ff = {m.group_id: m.buckets[0].actions[0].port for m in msgs
+          if type(m).__name__ == "OFPGroupMod" and m.type == dp.ofproto.OFPGT_FF}
+    arp_first_ports = [ff[f.instructions[0].actions[0].group_id] for f in msgs
+                       if type(f).__name__ == "OFPFlowMod" and f.instructions
+                       and dict(f.match._fields2).get("eth_type") == ETH_ARP
+                       and type(f.instructions[0].actions[0]).__name__ == "OFPActionGroup"]
+    assert len(arp_first_ports) >= 8
+    assert len(set(arp_first_ports)) >= 3, arp_first_ports
