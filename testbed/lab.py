@@ -47,7 +47,7 @@ from typing import Any
 
 from testbed import cleanup, preflight
 from testbed.mntopo import OF_PROTOCOLS
-from testbed.plan import WiringPlan, write_json_atomic
+from testbed.plan import WiringPlan
 
 
 @dataclass
@@ -516,9 +516,6 @@ class Lab:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         self.net = None
         self._started = False
-
-    def save_plan(self, path: str) -> None:
-        write_json_atomic(path, self.plan.to_dict())
 
 
 class _RootIntf:

@@ -170,7 +170,8 @@ class WiringPlan:
                 if len(intf_name(node, port)) > MAX_INTF_NAME:
                     raise ValueError(
                         f"interface name {intf_name(node, port)!r} is longer than "
-                        f"{MAX_INTF_NAME} characters; use shorter node names"
+                        f"{MAX_INTF_NAME} characters (Linux's limit): a fabric this large "
+                        "cannot be emulated (lower servers, k or radix)"
                     )
             if link.gbps <= 0 or link.mbps <= 0:
                 raise ValueError(f"link {link.name} has a non-positive rate")
