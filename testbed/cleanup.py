@@ -44,8 +44,15 @@ def drop_record(run_id: str) -> None:
 
 def run(cmd: list[str], stdin: str | None = None, check: bool = False,
         timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run a command, capture its output; raise with its stderr when ``check`` and it fails."""
-    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+    """Run a command, capture its output; raise with its stderr when ``check`` and it fails.
+
+    A missing program counts as a failure (exit 127), so cleanup works on a machine
+    where, say, Open vSwitch was never installed.
+    """
+    try:
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        proc = subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]}: not found")
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip()[:400]}")
     return proc
@@ -162,7 +169,8 @@ def clean(verbose: bool = True) -> dict[str, int]:
             if verbose:
                 print(f"run {rec.get('run_id')} is still alive (pid {owner}); leaving it")
             continue
-        pids = [int(p) for p in rec.get("pids", [])]
+        # Only processes that still look like ours: a PID may have been reused since.
+        pids = [int(p) for p in rec.get("pids", []) if _looks_like_ours(int(p))]
         delete_bridges(rec.get("bridges", []))
         kill_pids(pids, grace=0.5)
         delete_links(rec.get("links", []))
@@ -186,6 +194,11 @@ def clean(verbose: bool = True) -> dict[str, int]:
         print("astral-lab clean: removed {records} run record(s), {processes} process(es), "
               "{bridges} bridge(s), {links} interface(s)".format(**done))
     return done
+
+
+def _looks_like_ours(pid: int) -> bool:
+    argv = _cmdline(pid).split("\0")
+    return "controllers.run" in argv or any(a.startswith("mininet:") for a in argv)
 
 
 def _cmdline(pid: int) -> str:
