@@ -60,6 +60,22 @@ def start_ovs() -> bool:
     return ovs_running()
 
 
+def namespace_problem() -> str:
+    """Why ``mnexec -n`` fails here, or "" when it works.
+
+    Checked up front because when Mininet cannot start a host shell it waits for
+    the shell's prompt forever instead of failing.
+    """
+    try:
+        probe = subprocess.run(["mnexec", "-n", "ip", "link", "show", "lo"],
+                               capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc)
+    if probe.returncode != 0:
+        return (probe.stderr or probe.stdout).strip()[:200] or f"exit {probe.returncode}"
+    return ""
+
+
 _NETEM_CACHE: dict[str, bool] = {}
 
 
@@ -107,6 +123,10 @@ def check(plan: WiringPlan, datapath: str = "auto", start_daemons: bool = True) 
             pf.problems.append(f"{tool} not found: install {pkg} (`sudo make setup` does)")
     if pf.problems:
         return pf
+    why = namespace_problem()
+    if why:
+        pf.problems.append(f"mnexec cannot create a network namespace here ({why}); Mininet "
+                           "hosts need it (a chroot or a restricted container is not enough)")
     if not ovs_running() and not (start_daemons and start_ovs()):
         pf.problems.append("Open vSwitch daemons are not running and could not be started: "
                            f"try `sudo {OVS_CTL} start --system-id=random`")

@@ -99,12 +99,16 @@ def test_preflight_refuses_rates_mininet_would_ignore(monkeypatch: pytest.Monkey
     monkeypatch.setattr(preflight, "ovs_running", lambda: True)
     monkeypatch.setattr(preflight, "netem_available", lambda: False)
     monkeypatch.setattr(preflight, "existing_bridges", lambda: set())
+    monkeypatch.setattr(preflight, "namespace_problem", lambda: "")
     monkeypatch.setattr(preflight.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     pf = preflight.check(build("astral3", gpus=2, scale=0.01), start_daemons=False)
     assert any("lower --scale" in p for p in pf.problems), pf.problems
     assert any("netem" in w for w in pf.warnings)
     ok = preflight.check(build("astral3", gpus=2), start_daemons=False)
     assert not any("scale" in p for p in ok.problems)
+    monkeypatch.setattr(preflight, "namespace_problem", lambda: "remount: Invalid argument")
+    bad = preflight.check(build("astral3", gpus=2), start_daemons=False)
+    assert any("cannot create a network namespace" in p for p in bad.problems)
 
 
 FPING = """10.0.0.2 : xmt/rcv/%loss = 1/1/0%, min/avg/max = 0.41/0.41/0.41
