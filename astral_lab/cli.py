@@ -151,7 +151,8 @@ def cmd_controller(args: argparse.Namespace) -> int:
     from controllers import run
 
     argv = ["--plan", args.plan, "--of-port", str(args.of_port), "--rest-port",
-            str(args.rest_port)] + (["-v"] if args.verbose else [])
+            str(args.rest_port), "--select-method", args.select_method]
+    argv += ["-v"] if args.verbose else []
     return run.main(argv)
 
 
@@ -199,6 +200,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--plan", required=True, help="wiring plan JSON from `astral-lab topo`")
     c.add_argument("--of-port", type=int, default=6653)
     c.add_argument("--rest-port", type=int, default=8080)
+    c.add_argument("--select-method", default="dp_hash", choices=["dp_hash", "hash"],
+                   help="ECMP hashing on OpenFlow 1.5: dp_hash (default) or hash (exact fields)")
     c.add_argument("-v", "--verbose", action="store_true")
     c.set_defaults(fn=cmd_controller)
 

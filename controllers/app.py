@@ -28,21 +28,22 @@ from os_ken.controller.handler import (
 )
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
-from controllers.ofmsgs import switch_program
+from controllers.ofmsgs import DEFAULT_SELECT_METHOD, switch_program
 from controllers.routing import compute_routes
 from testbed.plan import WiringPlan
 
 LOG = logging.getLogger("astral.controller")
 
 #: Set by ``controllers.run`` before os-ken instantiates the app (os-ken builds apps itself).
-SETTINGS: dict[str, Any] = {"plan": None}
+SETTINGS: dict[str, Any] = {"plan": None, "select_method": DEFAULT_SELECT_METHOD}
 
 
 class FabricState:
     """What the controller knows, readable from the REST threads under a lock."""
 
-    def __init__(self, plan: WiringPlan) -> None:
+    def __init__(self, plan: WiringPlan, select_method: str = DEFAULT_SELECT_METHOD) -> None:
         self.plan = plan
+        self.select_method = select_method
         self.lock = threading.Lock()
         self.started = time.time()
         self.expected = {int(s.dpid, 16): s.name for s in plan.switches if s.dpid}
@@ -70,6 +71,7 @@ class FabricState:
                 "openflow_versions": [{4: "1.3", 6: "1.5"}.get(v, str(v)) for v in versions],
                 # select groups carry the hash-fields property only on OpenFlow 1.5
                 "groups_hash_ports": bool(versions) and min(versions) >= ofproto_v1_5.OFP_VERSION,
+                "select_method": self.select_method,
                 "errors": self.errors[-10:],
                 "uptime_s": round(time.time() - self.started, 3),
                 "converged_after_s": (round(self.converged_at - self.started, 3)
@@ -89,7 +91,8 @@ class AstralController(app_manager.OSKenApp):
         if plan is None:
             raise RuntimeError("controllers.app.SETTINGS['plan'] must be set before start")
         self.plan: WiringPlan = plan
-        self.state = FabricState(plan)
+        self.select_method: str = SETTINGS.get("select_method") or DEFAULT_SELECT_METHOD
+        self.state = FabricState(plan, self.select_method)
         self.routes = compute_routes(plan)
         LOG.info("plan %s: %d switches, %d hosts", plan.topology, len(self.state.expected),
                  len(plan.hosts))
@@ -107,7 +110,7 @@ class AstralController(app_manager.OSKenApp):
             self.state.connected[dp.id] = dp.ofproto.OFP_VERSION
             self.state.programmed.pop(dp.id, None)
             self.state.converged_at = None
-        msgs = switch_program(dp, self.routes[name])
+        msgs = switch_program(dp, self.routes[name], method=self.select_method)
         for m in msgs:
             dp.send_msg(m)
         barrier = dp.ofproto_parser.OFPBarrierRequest(dp)

@@ -73,6 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rest-port", type=int, default=DEFAULT_REST_PORT,
                    help=f"JSON API port on 127.0.0.1 (default {DEFAULT_REST_PORT})")
     p.add_argument("--rest-host", default="127.0.0.1", help="JSON API address")
+    p.add_argument("--select-method", default="dp_hash", choices=["dp_hash", "hash"],
+                   help="how ECMP select groups hash on OpenFlow 1.5 (default dp_hash; see "
+                        "controllers/ofmsgs.py)")
     p.add_argument("--run-id", default="",
                    help="tag of the Lab that started it (lets `astral-lab clean` find it)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -99,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg.CONF(args=["--ofp-tcp-listen-port", str(args.of_port),
                    "--ofp-listen-host", args.of_host], project="os_ken")
     app_module.SETTINGS["plan"] = plan
+    app_module.SETTINGS["select_method"] = args.select_method
 
     app_ref: dict[str, Any] = {}
     try:

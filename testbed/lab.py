@@ -141,6 +141,7 @@ class Lab:
     def __init__(self, plan: WiringPlan, *, datapath: str = "auto", controller: bool = True,
                  of_port: int | None = None, rest_port: int | None = None,
                  shape: bool = True, converge_timeout: float = 120.0,
+                 select_method: str = "dp_hash",
                  log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
         self.datapath_request = datapath
@@ -148,6 +149,7 @@ class Lab:
         self.of_port = of_port
         self.rest_port = rest_port
         self.shape = shape
+        self.select_method = select_method
         self.converge_timeout = converge_timeout
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.run_id = uuid.uuid4().hex[:10]
@@ -247,7 +249,7 @@ class Lab:
         self.controller_proc = subprocess.Popen(
             [sys.executable, "-m", "controllers.run", "--plan", plan_path,
              "--of-port", str(self.of_port), "--rest-port", str(self.rest_port),
-             "--run-id", self.run_id],
+             "--select-method", self.select_method, "--run-id", self.run_id],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)  # Ctrl-C in the terminal goes to us, not to it
         logf.close()

@@ -67,7 +67,9 @@ def _tx_packets(bridge: str) -> dict[int, int]:
     return counts
 
 
-def test_udp_source_ports_spread_over_leaf_uplinks(assert_clean: Callable[[WiringPlan], None]
+@pytest.mark.parametrize("method", ["dp_hash", "hash"])
+def test_udp_source_ports_spread_over_leaf_uplinks(method: str,
+                                                   assert_clean: Callable[[WiringPlan], None]
                                                    ) -> None:
     """RoCEv2-like flows (one UDP source port per QP) between ONE pair of NICs use many uplinks."""
     plan = build("astral3", servers=4, gpus=2)
@@ -76,8 +78,9 @@ def test_udp_source_ports_spread_over_leaf_uplinks(assert_clean: Callable[[Wirin
     uplinks = sorted(link.a_port for link in plan.links if link.a == leaf and link.kind == "lane")
     assert len(uplinks) == 4
     burst = [sys.executable, os.path.join(HERE, "udp_burst.py"), plan.node(dst).ip]
-    with Lab(plan) as lab:
-        assert lab.health()["groups_hash_ports"] is True
+    with Lab(plan, select_method=method) as lab:
+        health = lab.health()
+        assert health["groups_hash_ports"] is True and health["select_method"] == method
         host = lab.host(src)
         host.cmd(f"ping -c1 -W2 {plan.node(dst).ip}")  # resolve ARP first
         before = _tx_packets(leaf)
