@@ -91,8 +91,7 @@ class AstralController(app_manager.OSKenApp):
         if plan is None:
             raise RuntimeError("controllers.app.SETTINGS['plan'] must be set before start")
         self.plan: WiringPlan = plan
-        self.select_method: str = SETTINGS.get("select_method") or DEFAULT_SELECT_METHOD
-        self.state = FabricState(plan, self.select_method)
+        self.state = FabricState(plan, SETTINGS.get("select_method") or DEFAULT_SELECT_METHOD)
         self.routes = compute_routes(plan)
         LOG.info("plan %s: %d switches, %d hosts", plan.topology, len(self.state.expected),
                  len(plan.hosts))
@@ -110,7 +109,7 @@ class AstralController(app_manager.OSKenApp):
             self.state.connected[dp.id] = dp.ofproto.OFP_VERSION
             self.state.programmed.pop(dp.id, None)
             self.state.converged_at = None
-        msgs = switch_program(dp, self.routes[name], method=self.select_method)
+        msgs = switch_program(dp, self.routes[name], method=self.state.select_method)
         for m in msgs:
             dp.send_msg(m)
         barrier = dp.ofproto_parser.OFPBarrierRequest(dp)

@@ -105,9 +105,14 @@ def delete_bridges(bridges: list[str]) -> None:
     run(cmd)
 
 
+def existing_interfaces() -> set[str]:
+    """Names of the interfaces in this (the root) network namespace."""
+    return set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()
+
+
 def delete_links(names: list[str]) -> None:
     """Delete root-namespace interfaces (a veth's peer goes with it) in one ``ip -batch``."""
-    existing = set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()
+    existing = existing_interfaces()
     todo = [n for n in names if n in existing]
     if todo:
         run(["ip", "-force", "-batch", "-"], stdin="".join(f"link del {n}\n" for n in todo))
@@ -117,7 +122,7 @@ def wait_gone(names: list[str], timeout: float = 30.0) -> None:
     """Wait until interfaces that die with their namespace are gone; delete stragglers."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        existing = set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()
+        existing = existing_interfaces()
         if not any(n in existing for n in names):
             return
         time.sleep(0.05)
@@ -142,14 +147,11 @@ def our_processes() -> list[int]:
     """PIDs of lab controllers (``controllers.run ... --run-id``), found via /proc."""
     pids = []
     for path in glob.glob("/proc/[0-9]*/cmdline"):
-        try:
-            with open(path, "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"controllers.run" in argv and b"--run-id" in argv:
-            pids.append(int(path.split("/")[2]))
-    return [p for p in pids if p != os.getpid()]
+        pid = int(path.split("/")[2])
+        argv = _cmdline(pid).split("\0")
+        if "controllers.run" in argv and "--run-id" in argv and pid != os.getpid():
+            pids.append(pid)
+    return pids
 
 
 def clean(verbose: bool = True) -> dict[str, int]:
@@ -218,8 +220,7 @@ def leftovers(plan: Any) -> list[str]:
     found += [f"bridge {b}" for b in listed if b in names]
     found += [f"tagged bridge {b}" for b in tagged_bridges() if b not in names]
     intfs = {link.a_intf for link in plan.links} | {link.b_intf for link in plan.links}
-    if os.path.isdir("/sys/class/net"):
-        found += [f"interface {i}" for i in os.listdir("/sys/class/net") if i in intfs]
+    found += [f"interface {i}" for i in sorted(existing_interfaces() & intfs)]
     shells = {f"mininet:{h.name}" for h in plan.hosts}
     for path in glob.glob("/proc/[0-9]*/cmdline"):
         pid = path.split("/")[2]

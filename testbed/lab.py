@@ -161,7 +161,6 @@ class Lab:
         self.controller_proc: subprocess.Popen[bytes] | None = None
         self.timings: dict[str, float] = {}
         self._record: dict[str, Any] = {}
-        self._started = False
 
     # --- context manager -------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -194,7 +193,6 @@ class Lab:
         except BaseException:
             self.stop()
             raise
-        self._started = True
         self.timings["total"] = time.monotonic() - t0
         return self
 
@@ -299,10 +297,10 @@ class Lab:
 
         Creating an interface inside its namespace costs the same as creating it in
         the root namespace, whereas moving it afterwards costs a network-wide RCU
-        wait per interface (6 s for 256 hosts). Root-namespace ends get offloads
-        turned off here by ioctl; host ends are done by the host's own shell.
+        wait per interface (6 s for 256 hosts). Offloads go off by ioctl, for host
+        ends from inside the host's namespace.
         """
-        lines, root_ends = [], []
+        lines = []
         for link in self.plan.links:
             if link.a in self.hosts:
                 mac = self.plan.node(link.a).mac
@@ -310,8 +308,6 @@ class Lab:
                              f"netns {self.hosts[link.a].pid} type veth peer name {link.b_intf}")
             else:
                 lines.append(f"link add name {link.a_intf} type veth peer name {link.b_intf}")
-                root_ends.append(link.a_intf)
-            root_ends.append(link.b_intf)
         # Switch-to-switch veths must be deleted; a host link dies with its namespace.
         self._record["links"] = [link.a_intf for link in self.plan.links
                                  if link.a not in self.hosts]
@@ -321,23 +317,30 @@ class Lab:
         cleanup.run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n", check=True)
         if self.datapath == "user":
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-                for name in root_ends:
+                for name, _mbps in self._root_ends():
                     disable_offloads(name, sock)
             for node in self.plan.hosts:
                 with in_netns(self.hosts[node.name].pid), \
                         socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
                     disable_offloads(f"{node.name}-eth0", sock)
-        self._root_ends = root_ends
+
+    def _root_ends(self) -> list[tuple[str, float]]:
+        """``(interface, emulated Mb/s)`` of every link end in the root namespace."""
+        ends = []
+        for link in self.plan.links:
+            if link.a not in self.hosts:
+                ends.append((link.a_intf, link.mbps))
+            ends.append((link.b_intf, link.mbps))
+        return ends
 
     def _configure_interfaces(self) -> None:
         """Root ends: up and shaped, in two batches. Hosts: address, up, shaped, in parallel."""
+        root_ends = self._root_ends()
         cleanup.run(["ip", "-batch", "-"], check=True,
-                    stdin="".join(f"link set {n} up\n" for n in self._root_ends))
-        rate = {}
-        for link in self.plan.links:
-            rate[link.a_intf] = rate[link.b_intf] = link.mbps
+                    stdin="".join(f"link set {n} up\n" for n, _mbps in root_ends))
+        nic_mbps = {link.a: link.mbps for link in self.plan.links if link.a in self.hosts}
         if self.shape:
-            tc = [c for n in self._root_ends for c in htb_commands(n, rate[n])]
+            tc = [c for n, mbps in root_ends for c in htb_commands(n, mbps)]
             cleanup.run(["tc", "-batch", "-"], stdin="\n".join(tc) + "\n", check=True)
         for node in self.plan.hosts:
             host = self.hosts[node.name]
@@ -348,7 +351,7 @@ class Lab:
                     "ip link set lo up"]
 
             if self.shape:
-                cmds += [f"tc {c}" for c in htb_commands(intf, rate[intf])]
+                cmds += htb_commands(intf, nic_mbps[node.name], prefix="tc ")
             cmds.append("echo astral-ok")
             host.sendCmd(" && ".join(cmds))
         bad = []
@@ -547,14 +550,13 @@ class Lab:
             else:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         self.net = None
-        self._started = False
 
 
 class _RootIntf:
     """Just enough of a Mininet ``Intf`` for a switch port that Mininet did not create."""
 
     def __init__(self, name: str, node: str, port: int) -> None:
-        self.name, self.node_name, self.port = name, node, port
+        self.name, self.port = name, port
         self.node = _NamedNode(node)
 
     def __str__(self) -> str:

@@ -15,6 +15,7 @@ import subprocess
 import uuid
 from dataclasses import dataclass, field
 
+from testbed import cleanup
 from testbed.mntopo import choose_datapath
 from testbed.plan import WiringPlan
 
@@ -97,10 +98,6 @@ def netem_available() -> bool:
     return ok
 
 
-def existing_interfaces() -> set[str]:
-    return set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()
-
-
 def existing_bridges() -> set[str]:
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         proc = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True,
@@ -153,7 +150,7 @@ def check(plan: WiringPlan, datapath: str = "auto", start_daemons: bool = True) 
             f"Mininet ignores (e.g. {worst.kind} {worst.gbps:g} Gb/s -> {worst.mbps:g} Mb/s at "
             f"scale {plan.scale:g}); lower --scale")
     # Names already taken (a crashed run, or someone else's bridge).
-    taken_if = existing_interfaces()
+    taken_if = cleanup.existing_interfaces()
     mine = {link.b_intf for link in plan.links} | {link.a_intf for link in plan.links}
     clash = sorted(mine & taken_if)
     bridges = sorted({s.name for s in plan.switches} & (existing_bridges() | taken_if))
