@@ -78,7 +78,7 @@ def _lab_from_args(args: argparse.Namespace) -> Any:
     from testbed.lab import Lab
 
     plan = build(args.topology, **_spec_params(args))
-    return Lab(plan, datapath=args.datapath)
+    return Lab(plan, datapath=args.datapath, lb=args.lb)
 
 
 def _print_bringup(lab: Any) -> None:
@@ -98,8 +98,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         _print_bringup(lab)
         if not args.no_check:
             print(lab.reachability())
-        print(f"controller JSON: http://127.0.0.1:{lab.rest_port}/health  "
-              f"(OpenFlow on 127.0.0.1:{lab.of_port})")
+        print(f"controller JSON: http://127.0.0.1:{lab.rest_port}/  (lb {lab.lb}; "
+              f"OpenFlow on 127.0.0.1:{lab.of_port})")
         first = lab.plan.switches[0].name
         print(f"try: s0g0 ping {lab.plan.hosts[-1].ip}   |   "
               f"sh ovs-ofctl -O OpenFlow15 dump-flows {first}   |   exit to tear down")
@@ -150,10 +150,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_controller(args: argparse.Namespace) -> int:
     from controllers import run
 
-    argv = ["--plan", args.plan, "--of-port", str(args.of_port), "--rest-port",
-            str(args.rest_port), "--select-method", args.select_method]
-    argv += ["-v"] if args.verbose else []
-    return run.main(argv)
+    return run.serve(args)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
@@ -188,6 +185,8 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
+    u.add_argument("--lb", default="ecmp", choices=["ecmp", "planned", "adaptive"],
+                   help="load-balancing mode (switch later: PUT /lb on the controller's API)")
     _add_spec_options(u)
     u.set_defaults(fn=cmd_up)
 
@@ -197,12 +196,9 @@ def parser() -> argparse.ArgumentParser:
     d.set_defaults(fn=cmd_demo)
 
     c = sub.add_parser("controller", help="run the controller alone for a plan (use with `mn`)")
-    c.add_argument("--plan", required=True, help="wiring plan JSON from `astral-lab topo`")
-    c.add_argument("--of-port", type=int, default=6653)
-    c.add_argument("--rest-port", type=int, default=8080)
-    c.add_argument("--select-method", default="dp_hash", choices=["dp_hash", "hash"],
-                   help="ECMP hashing on OpenFlow 1.5: dp_hash (default) or hash (exact fields)")
-    c.add_argument("-v", "--verbose", action="store_true")
+    from controllers.run import add_options
+
+    add_options(c)
     c.set_defaults(fn=cmd_controller)
 
     k = sub.add_parser("clean", help="remove leftovers of crashed runs (never touches results)")

@@ -18,6 +18,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
+from controllers.flowtable import OFPGC_ADD_OR_MOD
 from testbed.plan import WiringPlan
 
 _IP_FIELDS = {"ipv4_dst", "ipv4_src", "arp_tpa", "arp_spa"}
@@ -47,6 +48,7 @@ class FlowEntry:
     match: dict[str, tuple[int, int]]
     actions: list[tuple[str, int]]  # ("output", port) | ("group", id)
     cookie: int = 0
+    source: Any = None  # the OFPFlowMod it came from: reads back like a flow-stats entry
 
     def matches(self, pkt: dict[str, int]) -> bool:
         for name, (value, mask) in self.match.items():
@@ -72,7 +74,7 @@ class FakeSwitch:
         if kind == "OFPFlowMod":
             if msg.command == ofp.OFPFC_ADD:
                 entry = FlowEntry(msg.priority, _match_fields(msg.match),
-                                  _actions(msg.instructions), msg.cookie)
+                                  _actions(msg.instructions), msg.cookie, msg)
                 self.flows = [f for f in self.flows
                               if not (f.priority == entry.priority and f.match == entry.match)]
                 self.flows.append(entry)
@@ -80,19 +82,33 @@ class FakeSwitch:
                 want = _match_fields(msg.match)
                 self.flows = [f for f in self.flows
                               if not all(f.match.get(k) == v for k, v in want.items())]
+            elif msg.command == ofp.OFPFC_DELETE_STRICT:
+                want = _match_fields(msg.match)
+                before = len(self.flows)
+                self.flows = [f for f in self.flows
+                              if not (f.priority == msg.priority and f.match == want)]
+                if len(self.flows) == before:
+                    raise ValueError(f"{self.name}: strict delete of an entry that is not there")
             else:
                 raise NotImplementedError(f"flow-mod command {msg.command}")
         elif kind == "OFPGroupMod":
             if msg.command == ofp.OFPGC_DELETE:
                 if msg.group_id == ofp.OFPG_ALL:
                     self.groups.clear()
-                else:
-                    self.groups.pop(msg.group_id, None)
+                    return
+                if any(("group", msg.group_id) in f.actions for f in self.flows):
+                    # OVS would delete the entries too; the controller must never rely on it
+                    raise ValueError(f"{self.name}: group {msg.group_id} deleted while in use")
+                self.groups.pop(msg.group_id, None)
                 return
             if msg.type not in (ofp.OFPGT_SELECT, ofp.OFPGT_FF):
                 raise NotImplementedError("only select and fast-failover groups are modelled")
             if msg.command == ofp.OFPGC_ADD and msg.group_id in self.groups:
                 raise ValueError(f"{self.name}: group {msg.group_id} already exists")
+            if msg.command == ofp.OFPGC_MODIFY and msg.group_id not in self.groups:
+                raise ValueError(f"{self.name}: modify of missing group {msg.group_id}")
+            if msg.command not in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY, OFPGC_ADD_OR_MOD):
+                raise NotImplementedError(f"group-mod command {msg.command}")
             ports = []
             for bucket in msg.buckets:
                 weight = getattr(bucket, "weight", None)
@@ -124,7 +140,8 @@ class FakeSwitch:
         ports: list[int] = []
         for kind, arg in entry.actions:
             if kind == "output":
-                ports.append(arg)
+                if arg not in self.down_ports:  # a dead port swallows what is sent to it
+                    ports.append(arg)
             elif kind == "group":
                 if arg not in self.groups:
                     raise ValueError(f"{self.name}: flow points at missing group {arg}")

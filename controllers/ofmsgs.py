@@ -33,16 +33,22 @@ Two methods, both hashing the IP 5-tuple including the UDP source port:
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterable
 from typing import Any
 
 from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_5
 
-from controllers.routing import PRIO_MISS, Route
-
-ETH_IPV4 = 0x0800
-ETH_ARP = 0x0806
+from controllers.flowtable import (
+    COOKIE_ROUTE,
+    ETH_ARP,
+    ETH_IPV4,
+    FF_GROUP_BASE,
+    OFPGC_ADD_OR_MOD,
+    build_table,
+    diff,
+    messages,
+)
+from controllers.routing import Route
 
 #: Netronome's experimenter id and the selection-method property type (OVS ofp-group.c).
 NTR_VENDOR_ID = 0x0000154D
@@ -61,8 +67,6 @@ HASH_FIELDS = {
     "udp_src": (0x80001E02, 2),
     "udp_dst": (0x80002002, 2),
 }
-
-COOKIE_ROUTE = 0xA5700001  # every flow this module installs carries it ("astral" routes)
 
 
 def protocol(version: int) -> ofproto_protocol.ProtocolDesc:
@@ -107,7 +111,8 @@ def group_mod(dp: Any, group_id: int, ports: tuple[int, ...], command: str = "ad
     ``kind="ff"``: fast failover, the first bucket whose port is up (used for ARP).
     """
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    cmd = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY}[command]
+    cmd = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY,
+           "add_or_mod": OFPGC_ADD_OR_MOD}[command]
     if kind == "ff":
         return _ff_group_mod(dp, cmd, group_id, ports)
     if kind != "select":
@@ -141,72 +146,26 @@ def _ff_group_mod(dp: Any, cmd: int, group_id: int, ports: tuple[int, ...]) -> A
     return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_FF, group_id, buckets)
 
 
-def flow_mod(dp: Any, priority: int, match: Any, actions: list[Any],
-             cookie: int = COOKIE_ROUTE) -> Any:
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
-    return parser.OFPFlowMod(dp, cookie=cookie, table_id=0, command=ofp.OFPFC_ADD,
-                             priority=priority, match=match, instructions=inst)
-
-
-def route_matches(dp: Any, route: Route) -> tuple[Any, Any]:
-    """The two matches of a route: (IPv4 by destination, ARP by target address)."""
-    parser = dp.ofproto_parser
-    dst: Any = route.value if route.mask == "255.255.255.255" else (route.value, route.mask)
-    return (parser.OFPMatch(eth_type=ETH_IPV4, ipv4_dst=dst),
-            parser.OFPMatch(eth_type=ETH_ARP, arp_tpa=dst))
-
-
-#: Fast-failover (ARP) groups are numbered from here, select (ECMP) groups from 1.
-FF_GROUP_BASE = 0x10000
-
-
 def switch_program(dp: Any, routes: list[Route],
                    method: str = DEFAULT_SELECT_METHOD) -> list[Any]:
-    """Everything one switch needs, in order: wipe, groups, flows, table-miss drop.
+    """A clean switch's whole program, in order: wipe, groups, flows, table-miss drop.
 
-    Returns os-ken messages. IPv4 takes a select group (ECMP) wherever a route
-    has several ports. ARP takes a fast-failover group over the same ports,
-    rotated per destination so ARP load still spreads: ARP needs no per-flow
-    hashing, and a failover group lets OVS cache one datapath flow per
-    destination rather than per host pair. Group ids are assigned per distinct
-    port tuple in first-use order, so the same routes always yield the same ids.
+    Used for a switch that must be rebuilt from nothing (tests, ``ofp-print``
+    checks). A running controller sends ``flowtable.diff`` changes instead, which
+    never wipe. Group ids are assigned per distinct port tuple in first-use order,
+    so the same routes always yield the same ids.
     """
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    msgs: list[Any] = [
+    wipe = [
         parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()),
         parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT, ofp.OFPG_ALL),
     ]
-    select: dict[tuple[int, ...], int] = {}
-    failover: dict[tuple[int, ...], int] = {}
-    flows: list[Any] = []
-    for route in routes:
-        ip_match, arp_match = route_matches(dp, route)
-        if len(route.ports) == 1:
-            out = [parser.OFPActionOutput(route.ports[0])]
-            flows.append(flow_mod(dp, route.priority, ip_match, out))
-            flows.append(flow_mod(dp, route.priority, arp_match, out))
-            continue
-        if route.ports not in select:
-            select[route.ports] = len(select) + 1
-            msgs.append(group_mod(dp, select[route.ports], route.ports, method=method))
-        flows.append(flow_mod(dp, route.priority, ip_match,
-                              [parser.OFPActionGroup(select[route.ports])]))
-        shift = zlib.crc32(route.dest.encode()) % len(route.ports)
-        order = route.ports[shift:] + route.ports[:shift]
-        if order not in failover:
-            failover[order] = FF_GROUP_BASE + len(failover)
-            msgs.append(group_mod(dp, failover[order], order, kind="ff"))
-        flows.append(flow_mod(dp, route.priority, arp_match,
-                              [parser.OFPActionGroup(failover[order])]))
-    msgs.extend(flows)
-    msgs.append(flow_mod(dp, PRIO_MISS, parser.OFPMatch(), []))
-    return msgs
+    return wipe + messages(dp, diff(None, build_table(routes)), method)
 
 
 __all__ = [
-    "DEFAULT_SELECT_METHOD", "ETH_ARP", "ETH_IPV4", "FF_GROUP_BASE", "SELECT_METHODS",
-    "flow_mod", "group_mod", "ofproto_v1_3", "ofproto_v1_5", "protocol", "route_matches",
+    "COOKIE_ROUTE", "DEFAULT_SELECT_METHOD", "ETH_ARP", "ETH_IPV4", "FF_GROUP_BASE",
+    "SELECT_METHODS", "group_mod", "ofproto_v1_3", "ofproto_v1_5", "protocol",
     "selection_method_property", "switch_program",
 ]

@@ -10,62 +10,24 @@ not share a process well.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from controllers.api import AppAPI
+from controllers.fabric import FabricLogic
+from controllers.rest import make_server
 from testbed.plan import WiringPlan
 
 DEFAULT_OF_PORT = 6653
 DEFAULT_REST_PORT = 8080
 
 
-def make_handler(app_ref: dict[str, Any], plan: WiringPlan) -> type[BaseHTTPRequestHandler]:
-    """HTTP handler bound to the running app; JSON in every answer, errors included."""
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "astral-lab"
-
-        def log_message(self, fmt: str, *args: Any) -> None:  # quiet: the lab polls /health
-            logging.getLogger("astral.rest").debug(fmt, *args)
-
-        def _send(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            path = self.path.split("?", 1)[0].rstrip("/") or "/"
-            try:
-                if path == "/health":
-                    app = app_ref.get("app")
-                    if app is None:
-                        self._send(503, {"status": "starting", "converged": False})
-                    else:
-                        self._send(200, app.state.health())
-                elif path == "/topology":
-                    self._send(200, plan.to_dict())
-                else:
-                    self._send(404, {"error": f"no such endpoint {path}",
-                                     "endpoints": ["/health", "/topology"]})
-            except Exception as exc:  # a bug here must not kill the controller
-                logging.getLogger("astral.rest").exception("GET %s failed", path)
-                self._send(500, {"error": f"{type(exc).__name__}: {exc}"})
-
-    return Handler
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="astral-lab controller",
-                                description="Run the astral-lab OpenFlow controller for a plan.")
+def add_options(p: argparse.ArgumentParser) -> None:
+    """The controller's options; ``astral-lab controller`` shares them."""
     p.add_argument("--plan", required=True, help="wiring plan JSON (from `astral-lab topo`)")
     p.add_argument("--of-port", type=int, default=DEFAULT_OF_PORT,
                    help=f"OpenFlow listen port (default {DEFAULT_OF_PORT})")
@@ -76,14 +38,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--select-method", default="dp_hash", choices=["dp_hash", "hash"],
                    help="how ECMP select groups hash on OpenFlow 1.5 (default dp_hash; see "
                         "controllers/ofmsgs.py)")
+    p.add_argument("--lb", default="ecmp", choices=["ecmp", "planned", "adaptive"],
+                   help="load-balancing mode at start (switch later with PUT /lb)")
+    p.add_argument("--poll-interval", type=float, default=1.0,
+                   help="seconds between counter polls (links, adaptive mode; default 1)")
+    p.add_argument("--adaptive-threshold", type=float, default=0.8,
+                   help="adaptive: a link above this utilisation is hot (default 0.8)")
+    p.add_argument("--adaptive-hysteresis", type=float, default=0.1,
+                   help="adaptive: required improvement, so paths do not flap (default 0.1)")
+    p.add_argument("--adaptive-hold", type=int, default=3,
+                   help="adaptive: polls a moved flow stays put (default 3)")
+    p.add_argument("--state", default=None,
+                   help="JSON file keeping mode, flows and paths across controller restarts")
     p.add_argument("--run-id", default="",
                    help="tag of the Lab that started it (lets `astral-lab clean` find it)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="astral-lab controller",
+                                description="Run the astral-lab OpenFlow controller for a plan.")
+    add_options(p)
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    return serve(parse_args(argv))
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run until SIGTERM or Ctrl-C; 2 with one message for a bad plan or option."""
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -102,24 +86,36 @@ def main(argv: list[str] | None = None) -> int:
     cfg.CONF(args=["--ofp-tcp-listen-port", str(args.of_port),
                    "--ofp-listen-host", args.of_host], project="os_ken")
     app_module.SETTINGS["plan"] = plan
-    app_module.SETTINGS["select_method"] = args.select_method
+    app_module.SETTINGS.update(
+        select_method=args.select_method, lb=args.lb, poll_interval=args.poll_interval,
+        state_path=args.state,
+        adaptive={"threshold": args.adaptive_threshold,
+                  "hysteresis": args.adaptive_hysteresis, "hold": args.adaptive_hold})
+    if args.poll_interval <= 0:
+        print("astral-lab controller: --poll-interval must be > 0", file=sys.stderr)
+        return 2
+    try:  # bad adaptive options: one message now, not a traceback from os-ken later
+        FabricLogic.new_policy(app_module.SETTINGS["adaptive"])
+    except ValueError as exc:
+        print(f"astral-lab controller: {exc}", file=sys.stderr)
+        return 2
 
-    app_ref: dict[str, Any] = {}
+    api_ref: dict[str, Any] = {}
     try:
-        server = ThreadingHTTPServer((args.rest_host, args.rest_port), make_handler(app_ref, plan))
+        server = make_server(api_ref, args.rest_host, args.rest_port)
     except OSError as exc:
         print(f"astral-lab controller: cannot serve on {args.rest_host}:{args.rest_port}: {exc}",
               file=sys.stderr)
         return 2
-    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="rest", daemon=True).start()
 
     mgr = AppManager.get_instance()
     mgr.load_apps(["controllers.app"])
     contexts = mgr.create_contexts()
     services = mgr.instantiate_apps(**contexts)
-    app_ref["app"] = next(a for a in mgr.applications.values()
-                          if isinstance(a, app_module.AstralController))
+    app = next(a for a in mgr.applications.values()
+               if isinstance(a, app_module.AstralController))
+    api_ref["api"] = AppAPI(app)
     logging.getLogger("astral.controller").info(
         "listening: OpenFlow %s:%d, JSON %s:%d", args.of_host, args.of_port, args.rest_host,
         args.rest_port)

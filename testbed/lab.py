@@ -45,9 +45,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from controllers.client import ControllerClient
 from testbed import cleanup, preflight
 from testbed.mntopo import OF_PROTOCOLS
-from testbed.plan import WiringPlan
+from testbed.plan import Link, WiringPlan
 
 
 @dataclass
@@ -141,7 +142,7 @@ class Lab:
     def __init__(self, plan: WiringPlan, *, datapath: str = "auto", controller: bool = True,
                  of_port: int | None = None, rest_port: int | None = None,
                  shape: bool = True, converge_timeout: float = 120.0,
-                 select_method: str = "dp_hash",
+                 select_method: str = "dp_hash", lb: str = "ecmp", poll_interval: float = 1.0,
                  log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
         self.datapath_request = datapath
@@ -150,6 +151,8 @@ class Lab:
         self.rest_port = rest_port
         self.shape = shape
         self.select_method = select_method
+        self.lb = lb
+        self.poll_interval = poll_interval
         self.converge_timeout = converge_timeout
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.run_id = uuid.uuid4().hex[:10]
@@ -242,12 +245,17 @@ class Lab:
         self.of_port = self.of_port or free_port()
         self.rest_port = self.rest_port or free_port()
         plan_path = os.path.join(self.workdir, "plan.json")
-        self.plan.save(plan_path)
-        logf = open(os.path.join(self.workdir, "controller.log"), "wb")  # noqa: SIM115
+        if not os.path.exists(plan_path):
+            self.plan.save(plan_path)
+        # appended to, so a restarted controller's log follows the first one's
+        logf = open(os.path.join(self.workdir, "controller.log"), "ab")  # noqa: SIM115
         self.controller_proc = subprocess.Popen(
             [sys.executable, "-m", "controllers.run", "--plan", plan_path,
              "--of-port", str(self.of_port), "--rest-port", str(self.rest_port),
-             "--select-method", self.select_method, "--run-id", self.run_id],
+             "--select-method", self.select_method, "--lb", self.lb,
+             "--poll-interval", str(self.poll_interval),
+             "--state", os.path.join(self.workdir, "controller-state.json"),
+             "--run-id", self.run_id],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)  # Ctrl-C in the terminal goes to us, not to it
         logf.close()
@@ -382,7 +390,11 @@ class Lab:
                     "other-config:disable-in-band=true",
                     f"external_ids:{cleanup.BRIDGE_TAG}={self.run_id}"]
             if self.use_controller:
-                cmd += ["--", "set-controller", sw.name, f"tcp:127.0.0.1:{self.of_port}"]
+                # Reconnect within a second after a controller restart (OVS backs off to 8 s).
+                cid = f"@c{len(cmd)}"
+                cmd += ["--", f"--id={cid}", "create", "Controller",
+                        f'target="tcp:127.0.0.1:{self.of_port}"', "max_backoff=1000",
+                        "--", "set", "Bridge", sw.name, f"controller={cid}"]
             for port, intf in sorted(ports[sw.name]):
                 cmd += ["--", "add-port", sw.name, intf,
                         "--", "set", "Interface", intf, f"ofport_request={port}"]
@@ -410,6 +422,53 @@ class Lab:
             net.links.append(mlink)
         net.built = True
         self.net = net
+
+    # --- run-time changes ------------------------------------------------------------
+    def links_between(self, a: str, b: str) -> list[Link]:
+        """The plan's cables between two nodes, in either order (several for parallel lanes)."""
+        found = [ln for ln in self.plan.links if {ln.a, ln.b} == {a, b}]
+        if not found:
+            raise ValueError(f"no link between {a!r} and {b!r} in the plan")
+        return found
+
+    def set_link(self, a: str, b: str, up: bool, lane: int = 0) -> Link:
+        """Take one cable down or up at both ends, as Mininet's ``configLinkStatus`` does.
+
+        ``lane`` picks one of several parallel cables (``links_between`` order).
+        Both switches see their port lose its link, as with a real fibre cut.
+        """
+        links = self.links_between(a, b)
+        if not 0 <= lane < len(links):
+            raise ValueError(f"lane must be in [0, {len(links) - 1}] for {a}-{b}")
+        link = links[lane]
+        state = "up" if up else "down"
+        for node, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
+            if node in self.hosts:
+                self.hosts[node].cmd(f"ip link set dev {intf} {state}")
+            else:
+                cleanup.run(["ip", "link", "set", "dev", intf, state], check=True)
+        return link
+
+    def kill_controller(self) -> None:
+        """Kill the controller process (as a crash would); switches keep their flows."""
+        if self.controller_proc is not None:
+            cleanup.kill_pids([self.controller_proc.pid], sig=signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.controller_proc.wait(timeout=5)
+            self.controller_proc = None
+
+    def restart_controller(self, wait: bool = True) -> None:
+        """Start the controller again on the same ports and state file (after ``kill``)."""
+        self.kill_controller()
+        self._start_controller()
+        if wait:
+            self.wait_converged()
+
+    def client(self) -> ControllerClient:
+        """A REST client for this lab's controller (``controllers.client``)."""
+        if not self.rest_port:
+            raise preflight.LabError("this lab runs no controller")
+        return ControllerClient(port=self.rest_port)
 
     # --- controller state ------------------------------------------------------------
     def health(self) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from controllers.fakeof import FakeFabric, FakeSwitch
+from controllers.flowtable import OFPGC_ADD_OR_MOD
 from controllers.ofmsgs import (
     COOKIE_ROUTE,
     DEFAULT_SELECT_METHOD,
@@ -45,37 +46,10 @@ from controllers.routing import (
 )
 from testbed.plan import Link, Node, WiringPlan, dpid_for, mac_for
 from testbed.topologies import build
+from tests.unit.fabrics import FABRICS, plan_of
 
 OF13, OF15 = 4, 6
 VERSIONS = [pytest.param(OF13, id="of13"), pytest.param(OF15, id="of15")]
-
-# Small fabrics, so that every host pair can be traced.
-FABRICS: dict[str, tuple[str, dict[str, Any]]] = {
-    # 2 blocks x 2 rails = 4 leaves, 4 spines, one lane per (leaf, spine)
-    "astral3": ("astral3", dict(servers=4, gpus=2, servers_per_block=2)),
-    # 2 spines: each leaf has two lanes to each spine
-    "astral3-2spines": ("astral3", dict(servers=4, gpus=2, servers_per_block=2, spines=2)),
-    # one block: leaves of different rails still meet at the spines
-    "astral3-1block": ("astral3", dict(servers=2, gpus=2, servers_per_block=2)),
-    # the lab default: 32 GPUs, 16 leaves, 4 spines
-    "astral3-default": ("astral3", {}),
-    # ToR -> 2 aggs per rail -> 2 cores
-    "rail3": ("rail3", dict(servers=4, gpus=2, servers_per_block=2, lanes_per_uplink=2)),
-    # 2 spines per rail; cross-rail traffic relays through the server's NVLink switch
-    "railonly": ("railonly", dict(servers=4, gpus=2, servers_per_block=2, lanes_per_uplink=2)),
-    "railonly-1block": ("railonly", dict(servers=2, gpus=2, servers_per_block=2)),
-    # k = 4: 8 GPUs in two pods
-    "fattree": ("fattree", dict(servers=4, gpus=2)),
-    # 10 GPUs: three pods, the last one half empty
-    "fattree-3pods": ("fattree", dict(servers=5, gpus=2)),
-}
-
-
-@cache
-def plan_of(name: str) -> WiringPlan:
-    topology, params = FABRICS[name]
-    return build(topology, **params)
-
 
 def program(plan: WiringPlan, version: int,
             down: frozenset[tuple[str, int]] = frozenset()) -> FakeFabric:
@@ -471,7 +445,7 @@ def _group_adds(version: int, method: str = DEFAULT_SELECT_METHOD
     routes = compute_routes(plan_of("astral3-default"))["lf0r0"]
     ecmp = list(dict.fromkeys(r.ports for r in routes if len(r.ports) > 1))
     groups = [m for m in switch_program(dp, routes, method=method)
-              if type(m).__name__ == "OFPGroupMod" and m.command == dp.ofproto.OFPGC_ADD
+              if type(m).__name__ == "OFPGroupMod" and m.command == OFPGC_ADD_OR_MOD
               and m.type == dp.ofproto.OFPGT_SELECT]
     assert len(groups) == len(ecmp) >= 1
     return list(zip(groups, ecmp, strict=True))

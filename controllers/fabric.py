@@ -1,0 +1,292 @@
+"""The controller's decisions, without os-ken: what every switch should hold, and why.
+
+``FabricLogic`` owns the state a network engineer reasons about: the wiring
+plan, the links that are down, the load-balancing mode, the job's flows and the
+path each flow is pinned to. From these it derives every switch's ``Table``
+(``controllers.flowtable``) and, when something changes (a port goes down, the
+mode is switched, a job posts its flows, the adaptive policy moves a flow), the
+*difference* to send to each switch. The os-ken app (``controllers.app``) only
+moves messages; the unit tests drive this class directly and apply its
+messages to the fake fabric (``controllers.fakeof``).
+
+Modes (``controllers.lb``):
+
+``ecmp``
+    Destination routes over select groups; each switch hashes the 5-tuple
+    (UDP source port included) onto one of its equal-cost ports. No per-flow state.
+``planned``
+    The job's flows (``POST /traffic``) are assigned explicit paths by
+    ``lb.plan_assign`` and pinned with exact-match entries above the ECMP routes.
+``adaptive``
+    Flows start where ECMP's hash would put them (``lb.ecmp_path``), pinned so
+    they can be measured and moved; every poll ``lb.AdaptivePolicy`` moves the
+    largest flows off links above the utilisation threshold.
+
+Flows the controller was not told about always follow the ECMP routes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controllers import lb
+from controllers.flows import Flow
+from controllers.flowtable import Changes, Entry, GroupSpec, Pin, Table, build_table, diff
+from controllers.flowtable import infer_groups as _infer_groups
+from controllers.paths import Path, PathFinder
+from controllers.routing import attach_points, compute_routes, next_hops
+from testbed.plan import WiringPlan
+
+MODES = lb.MODES
+ADAPTIVE_DEFAULTS: dict[str, float] = {"threshold": 0.8, "hysteresis": 0.1, "hold": 3}
+
+
+@dataclass
+class Event:
+    """Something the fabric did, kept for ``/health`` and the benchmarks."""
+
+    kind: str  # "port", "reroute", "mode", "traffic", "adaptive"
+    at: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class FabricLogic:
+    """Plan + failures + mode + flows -> per-switch tables and minimal changes."""
+
+    def __init__(self, plan: WiringPlan, mode: str = "ecmp",
+                 adaptive: Mapping[str, float] | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {list(MODES)} (got {mode!r})")
+        self.plan = plan
+        self.ip_of = {h.name: h.ip or "" for h in plan.hosts}
+        self.attach = attach_points(plan)
+        self.switch_names = [s.name for s in plan.switches]
+        self.mode = mode
+        self.adaptive_params = dict(ADAPTIVE_DEFAULTS)
+        self.adaptive_params.update(adaptive or {})
+        self.policy = self.new_policy(self.adaptive_params)
+        self.down: set[tuple[str, int]] = set()
+        self.flows: dict[tuple[str, str, str, int, int], Flow] = {}
+        self.assign: dict[Flow, Path] = {}
+        self.tables: dict[str, Table] = {}  # what each switch holds, as far as we know
+        self.events: list[Event] = []
+        self.moves = 0
+        self._refresh_routes()
+
+    # --- derived state ---------------------------------------------------------------
+    @staticmethod
+    def new_policy(params: Mapping[str, float]) -> lb.AdaptivePolicy:
+        return lb.AdaptivePolicy(threshold=float(params["threshold"]),
+                                 hysteresis=float(params["hysteresis"]),
+                                 hold=int(params["hold"]))
+
+    def _refresh_routes(self) -> None:
+        self.hops = next_hops(self.plan, self.down)
+        self.routes = compute_routes(self.plan, self.down)
+        self.finder = PathFinder(self.plan, self.down)
+
+    def _valid(self, flow: Flow, path: Path) -> bool:
+        try:
+            return path in self.finder.paths(flow.src, flow.dst)
+        except ValueError:
+            return False
+
+    def _place(self) -> None:
+        """(Re)assign paths for the current mode, keeping what is still valid where allowed."""
+        flows = sorted(self.flows.values())
+        if self.mode == "ecmp":
+            self.assign = {}
+        elif self.mode == "planned":
+            self.assign = lb.plan_assign(self._routable(flows), self.finder)
+        else:  # adaptive: keep a flow where it is while its path is alive
+            kept = {f: p for f, p in self.assign.items()
+                    if f.key in self.flows and self._valid(f, p)}
+            for f in self._routable(flows):
+                if f not in kept:
+                    kept[f] = lb.ecmp_path(f, self.finder)
+            self.assign = kept
+
+    def _repair(self) -> None:
+        """After a failure: keep every flow whose path survives, re-place only the others.
+
+        Re-planning everything could be a little better balanced but would move
+        flows that were fine; an engineer wants a failure to disturb as little as
+        possible. Broken flows go, largest first, onto the candidate path whose
+        busiest link would be least loaded (counting the flows that stayed).
+        """
+        if self.mode == "ecmp":
+            return
+        kept = {f: p for f, p in self.assign.items() if self._valid(f, p)}
+        broken = [f for f in self._routable(sorted(self.flows.values())) if f not in kept]
+        loads = lb.link_loads(kept)
+        cap = self.finder.capacity("gbps")
+        for f in sorted(broken, key=lambda x: (-x.bytes, x)):
+            best = min(self.finder.paths(f.src, f.dst),
+                       key=lambda p: (max((loads.get(h, 0.0) + f.bytes) / cap[h] for h in p), p))
+            kept[f] = best
+            for h in best:
+                loads[h] = loads.get(h, 0.0) + f.bytes
+        self.assign = kept
+
+    def _routable(self, flows: Iterable[Flow]) -> list[Flow]:
+        """Flows that have a path at all (a partitioned pair stays on the ECMP routes)."""
+        out = []
+        for f in flows:
+            try:
+                self.finder.paths(f.src, f.dst)
+            except ValueError:
+                continue
+            out.append(f)
+        return out
+
+    def pins(self) -> dict[str, list[Pin]]:
+        """Per switch, the exact-match pins of every assigned flow.
+
+        A flow is pinned at every switch of its path but the last (the
+        destination's attach switch delivers by its local route anyway). Each pin's
+        later ports are the switch's other equal-cost ports toward the destination,
+        so a fast-failover group skips a dead chosen port without the controller.
+        """
+        out: dict[str, list[Pin]] = {}
+        for flow, path in self.assign.items():
+            target = self.attach[flow.dst][0]
+            for sw, port in path[:-1]:
+                alt = tuple(p for p in self.hops.get(sw, {}).get(target, ()) if p != port)
+                out.setdefault(sw, []).append(Pin(sw, flow, (port,) + alt))
+        return out
+
+    def table(self, switch: str, pins: Mapping[str, list[Pin]] | None = None,
+              previous: Table | None = None) -> Table:
+        """The table ``switch`` should hold now."""
+        pins = self.pins() if pins is None else pins
+        prev = self.tables.get(switch) if previous is None else previous
+        return build_table(self.routes.get(switch, []), pins.get(switch, []), self.ip_of,
+                           previous=prev)
+
+    # --- changes ---------------------------------------------------------------------
+    def changes(self, switches: Iterable[str]) -> dict[str, tuple[Changes, Table]]:
+        """Per switch (of those given) with something to change: the changes and new table.
+
+        Call ``commit`` after the switch acknowledged them (barrier), or at once if
+        the sender guarantees order (os-ken does, per connection).
+        """
+        pins = self.pins()
+        out = {}
+        for sw in switches:
+            want = self.table(sw, pins)
+            ch = diff(self.tables.get(sw), want)
+            if len(ch):
+                out[sw] = (ch, want)
+        return out
+
+    def commit(self, switch: str, table: Table) -> None:
+        self.tables[switch] = table
+
+    def forget(self, switch: str) -> None:
+        """The switch disconnected: what it holds is unknown until it is read back."""
+        self.tables.pop(switch, None)
+
+    def sync(self, switch: str, read_back: Mapping[tuple[int, Any], Entry],
+             group_ids: Iterable[int]) -> tuple[Changes, Table]:
+        """Changes that bring a (re)connected switch from what it holds to what it should.
+
+        ``read_back`` are its entries (flow stats), ``group_ids`` the groups it has
+        (group stats). Group contents cannot be read back (see
+        ``flowtable.infer_groups``), so every wanted group is re-sent with
+        ``add_or_mod`` (atomic, harmless); identical entries are left alone, so
+        forwarding never stops.
+        """
+        fresh = self.table(switch, previous=Table())
+        guess = _infer_groups(read_back, fresh)
+        for gid in group_ids:  # groups we cannot explain: avoid their ids, then delete them
+            guess.groups.setdefault(gid, GroupSpec("unknown", ()))
+        for entry in read_back.values():
+            for kind, gid in entry.actions:
+                if kind == "group":
+                    guess.groups.setdefault(gid, GroupSpec("unknown", ()))
+        want = self.table(switch, previous=guess)
+        return diff(guess, want, have_groups_known=False), want
+
+    # --- inputs ----------------------------------------------------------------------
+    def set_port(self, switch: str, port: int, up: bool) -> bool:
+        """Record a port's state; True if routing changed (callers then send ``changes``)."""
+        key = (switch, port)
+        if (key not in self.down) == up:
+            return False
+        before = self.down.copy()
+        self.down.discard(key) if up else self.down.add(key)
+        if self._link_state(before) == self._link_state(self.down):
+            return False  # the other end of that link already told us
+        self._refresh_routes()
+        self._repair()
+        self.events.append(Event("port", time.time(), {"switch": switch, "port": port,
+                                                       "up": up}))
+        return True
+
+    def _link_state(self, down: set[tuple[str, int]]) -> frozenset[int]:
+        """Indexes of links with an end in ``down`` (a link is down if either end is)."""
+        return frozenset(i for i, ln in enumerate(self.plan.links)
+                         if (ln.a, ln.a_port) in down or (ln.b, ln.b_port) in down)
+
+    def set_mode(self, mode: str, **adaptive: float) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {list(MODES)} (got {mode!r})")
+        params = dict(self.adaptive_params)
+        for name, value in adaptive.items():
+            if name not in ADAPTIVE_DEFAULTS:
+                raise ValueError(f"unknown adaptive parameter {name!r} "
+                                 f"(known: {sorted(ADAPTIVE_DEFAULTS)})")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} must be a number (got {value!r})")
+            params[name] = value
+        policy = self.new_policy(params)  # validates before anything changes
+        changed_mode = mode != self.mode
+        self.adaptive_params, self.policy, self.mode = params, policy, mode
+        if changed_mode:
+            self.assign = {}
+            self._place()
+        self.events.append(Event("mode", time.time(), {"mode": mode}))
+
+    def set_flows(self, flows: list[Flow], replace: bool = True) -> None:
+        if replace:
+            self.flows = {}
+        for f in flows:
+            self.flows[f.key] = f
+        self._place()
+        self.events.append(Event("traffic", time.time(), {"flows": len(self.flows)}))
+
+    def adaptive_step(self, flow_rates: Mapping[Flow, float], link_rates: Mapping[Any, float],
+                      tick: int) -> dict[Flow, Path]:
+        """One adaptive round on measured rates (Mb/s); returns and applies the moves."""
+        if self.mode != "adaptive" or not self.assign:
+            return {}
+        moves = self.policy.step(self.assign, dict(flow_rates), dict(link_rates),
+                                 self.finder.capacity("mbps"), self.finder, tick)
+        self.assign.update(moves)
+        self.moves += len(moves)
+        if moves:
+            self.events.append(Event("adaptive", time.time(), {"moved": len(moves)}))
+        return moves
+
+    # --- views -----------------------------------------------------------------------
+    def flow_for(self, src: str, dst: str, sport: int | None, dport: int | None,
+                 proto: str) -> Flow | None:
+        for f in self.flows.values():
+            if (f.src, f.dst, f.proto) == (src, dst, proto) and sport in (None, f.sport) \
+                    and dport in (None, f.dport):
+                return f
+        return None
+
+    def path_view(self, path: Path) -> list[dict[str, Any]]:
+        """A path as a reader wants it: switch, out port, and where that port leads."""
+        ports = self.finder_ports
+        return [{"switch": sw, "out_port": port, "to": ports[sw][port][0]} for sw, port in path]
+
+    @property
+    def finder_ports(self) -> dict[str, dict[int, tuple[str, int, Any]]]:
+        if not hasattr(self, "_ports"):
+            self._ports = self.plan.ports()
+        return self._ports

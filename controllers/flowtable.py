@@ -1,0 +1,303 @@
+"""A switch's table as plain data, and the smallest change that turns one table into another.
+
+The controller never "reprograms" a switch by wiping it: that would drop
+traffic. Instead it keeps, per switch, the ``Table`` it wants (groups and flow
+entries, as hashable values), and ``diff`` compares it with the table the switch
+has (what the controller installed before, or what it read back after a
+restart) and yields only the differences, in an order that never leaves a
+packet without a rule (make before break):
+
+1. groups are created or replaced in place (OVS's ``add_or_mod`` group command,
+   so a group that may or may not exist after a controller restart is simply
+   (re)defined; buckets are swapped atomically);
+2. flow entries are added or replaced (``OFPFC_ADD`` with the same match and
+   priority replaces an entry's actions atomically);
+3. entries that are no longer wanted are removed one by one (strict delete);
+4. groups nothing points to any more are deleted.
+
+Group ids are kept stable: a group with the same kind and ports keeps its id
+from one table to the next, and a *new* group never reuses an id the previous
+table used, so no in-flight entry ever points at a group that changed meaning.
+
+Two kinds of rules exist. *Routes* (``controllers.routing``) match a destination
+and spread over equal-cost ports with a select group (ECMP). *Pins* (planned and
+adaptive modes) match one transport flow exactly and send it out of the port its
+assigned path names, through a fast-failover group whose later buckets are the
+other equal-cost ports, so a failed link is still skipped by the switch alone.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controllers.flows import PROTOS, Flow
+from controllers.routing import PRIO_MISS, Route
+
+ETH_IPV4 = 0x0800
+ETH_ARP = 0x0806
+
+#: Every entry carries a cookie saying who made it: routes, or per-flow pins.
+COOKIE_ROUTE = 0xA5700001
+COOKIE_PIN = 0xA5700002
+#: Pins sit above the ECMP routes and below local delivery (see ``routing``).
+PRIO_PIN = 250
+
+#: Select (ECMP) groups are numbered from 1, fast-failover groups from here.
+FF_GROUP_BASE = 0x10000
+_ID_RANGES = {"select": (1, FF_GROUP_BASE), "ff": (FF_GROUP_BASE, 0xFFFFFF00)}
+
+#: OVS extension: "create the group if it does not exist, otherwise modify it".
+OFPGC_ADD_OR_MOD = 0x8000
+
+Match = tuple[tuple[str, Any], ...]  # sorted (field, value or (value, mask)) pairs
+Action = tuple[str, int]  # ("output", port) | ("group", group id)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A group by content: ``select`` spreads over ``ports``; ``ff`` takes the first live one."""
+
+    kind: str
+    ports: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One flow entry as data; ``key`` (priority, match) is what OpenFlow identifies it by."""
+
+    priority: int
+    match: Match
+    actions: tuple[Action, ...]
+    cookie: int = COOKIE_ROUTE
+
+    @property
+    def key(self) -> tuple[int, Match]:
+        return (self.priority, self.match)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """At ``switch``, send ``flow`` out of ``ports[0]``; fail over to the later ports in order."""
+
+    switch: str
+    flow: Flow
+    ports: tuple[int, ...]
+
+
+@dataclass
+class Table:
+    """What one switch should hold (or holds): groups by id and entries by key."""
+
+    groups: dict[int, GroupSpec] = field(default_factory=dict)
+    entries: dict[tuple[int, Match], Entry] = field(default_factory=dict)
+
+    def group_ids(self) -> dict[GroupSpec, int]:
+        return {spec: gid for gid, spec in self.groups.items()}
+
+
+@dataclass
+class Changes:
+    """The messages' content, in the order they must be sent (see the module docstring)."""
+
+    groups_set: list[tuple[int, GroupSpec]] = field(default_factory=list)
+    entries_set: list[Entry] = field(default_factory=list)
+    entries_del: list[Entry] = field(default_factory=list)
+    groups_del: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return (len(self.groups_set) + len(self.entries_set) + len(self.entries_del)
+                + len(self.groups_del))
+
+
+def canon_match(items: Iterable[tuple[str, Any]]) -> Match:
+    """Sorted match fields; a mask of all ones is the same as no mask (OVS reports it so)."""
+    out = []
+    for name, value in items:
+        if isinstance(value, tuple) and value[1] in ("255.255.255.255", 0xFFFF, 0xFFFFFFFF):
+            value = value[0]
+        out.append((name, value))
+    return tuple(sorted(out))
+
+
+def route_matches(route: Route) -> tuple[Match, Match]:
+    """The two matches of a route: IPv4 by destination and ARP by target address."""
+    dst: Any = route.value if route.mask == "255.255.255.255" else (route.value, route.mask)
+    return (canon_match([("eth_type", ETH_IPV4), ("ipv4_dst", dst)]),
+            canon_match([("eth_type", ETH_ARP), ("arp_tpa", dst)]))
+
+
+def pin_match(flow: Flow, ip_of: Mapping[str, str]) -> Match:
+    """Exact 5-tuple match of one flow (OVS requires ``ip_proto`` before transport ports)."""
+    proto = flow.proto
+    return canon_match([("eth_type", ETH_IPV4), ("ip_proto", PROTOS[proto]),
+                        ("ipv4_src", ip_of[flow.src]), ("ipv4_dst", ip_of[flow.dst]),
+                        (f"{proto}_src", flow.sport), (f"{proto}_dst", flow.dport)])
+
+
+def build_table(routes: list[Route], pins: Iterable[Pin] = (),
+                ip_of: Mapping[str, str] | None = None,
+                previous: Table | None = None) -> Table:
+    """The table for one switch: routes, then pins, then the table-miss drop.
+
+    IPv4 routes with several ports take a select group (ECMP). ARP routes take a
+    fast-failover group over the same ports, rotated per destination so ARP
+    spreads too: ARP needs no per-flow hash, and a failover group lets OVS cache
+    one datapath flow per destination rather than per host pair. Group ids are
+    reused from ``previous`` for identical groups (see ``_allocate``).
+    """
+    wanted: list[GroupSpec] = []
+    pending: list[tuple[int, Match, Any, int]] = []  # priority, match, port or spec, cookie
+
+    def via(ports: tuple[int, ...], kind: str) -> Any:
+        if len(ports) == 1:
+            return ports[0]
+        spec = GroupSpec(kind, ports)
+        if spec not in wanted:
+            wanted.append(spec)
+        return spec
+
+    for route in routes:
+        ip_match, arp_match = route_matches(route)
+        pending.append((route.priority, ip_match, via(route.ports, "select"), COOKIE_ROUTE))
+        shift = zlib.crc32(route.dest.encode()) % len(route.ports)
+        order = route.ports[shift:] + route.ports[:shift]
+        pending.append((route.priority, arp_match, via(order, "ff"), COOKIE_ROUTE))
+    pins = list(pins)
+    if pins and ip_of is None:
+        raise ValueError("pins need ip_of (host name -> IP) to build their matches")
+    for pin in pins:
+        pending.append((PRIO_PIN, pin_match(pin.flow, ip_of or {}), via(pin.ports, "ff"),
+                        COOKIE_PIN))
+
+    ids = _allocate(wanted, previous)
+    table = Table(groups={ids[s]: s for s in wanted})
+    for priority, match, out, cookie in pending:
+        action = ("group", ids[out]) if isinstance(out, GroupSpec) else ("output", out)
+        entry = Entry(priority, match, (action,), cookie)
+        table.entries[entry.key] = entry
+    miss = Entry(PRIO_MISS, (), ())
+    table.entries[miss.key] = miss
+    return table
+
+
+def _allocate(wanted: list[GroupSpec], previous: Table | None) -> dict[GroupSpec, int]:
+    """Ids for ``wanted``: the previous id for an identical group, else a never-used one."""
+    before = previous.group_ids() if previous else {}
+    taken = set(previous.groups) if previous else set()
+    ids: dict[GroupSpec, int] = {}
+    for spec in wanted:
+        if spec in before:
+            ids[spec] = before[spec]
+    used = taken | set(ids.values())
+    nxt = {kind: lo for kind, (lo, _hi) in _ID_RANGES.items()}
+    for spec in wanted:
+        if spec in ids:
+            continue
+        lo, hi = _ID_RANGES[spec.kind]
+        gid = nxt[spec.kind]
+        while gid in used and gid < hi:
+            gid += 1
+        if gid >= hi:  # ranges exhausted by history: fall back to ids free in this table
+            gid = next(g for g in range(lo, hi) if g not in set(ids.values()))
+        ids[spec] = gid
+        used.add(gid)
+        nxt[spec.kind] = gid + 1
+    return ids
+
+
+def diff(have: Table | None, want: Table, *, have_groups_known: bool = True) -> Changes:
+    """What to send so a switch holding ``have`` ends up holding ``want`` (make before break).
+
+    ``have=None`` means an empty switch. With ``have_groups_known=False`` (entries
+    read back from a switch whose group contents cannot be read) every wanted
+    group is (re)defined, which is harmless: ``add_or_mod`` replaces buckets
+    atomically.
+    """
+    have = have or Table()
+    ch = Changes()
+    for gid, spec in sorted(want.groups.items()):
+        if not have_groups_known or have.groups.get(gid) != spec:
+            ch.groups_set.append((gid, spec))
+    for key, entry in want.entries.items():
+        if have.entries.get(key) != entry:
+            ch.entries_set.append(entry)
+    ch.entries_del = [e for k, e in have.entries.items() if k not in want.entries]
+    ch.groups_del = sorted(g for g in have.groups if g not in want.groups)
+    return ch
+
+
+def infer_groups(read_back: Mapping[tuple[int, Match], Entry], want: Table) -> Table:
+    """A best guess of the groups a switch holds, from entries read back after a restart.
+
+    OpenFlow 1.5 group descriptions from OVS cannot be parsed by os-ken, so after
+    a controller restart we only see entries. Where a read-back entry has the same
+    key as a wanted one and points at a group, that group most likely has the
+    wanted content; reusing its id means unchanged state yields no changes.
+    """
+    guess: dict[int, GroupSpec] = {}
+    conflict: set[int] = set()
+    want_by_id = want.groups
+    for key, entry in read_back.items():
+        target = want.entries.get(key)
+        if target is None or not entry.actions or not target.actions:
+            continue
+        (kind, gid), (t_kind, t_gid) = entry.actions[0], target.actions[0]
+        if kind != "group" or t_kind != "group":
+            continue
+        spec = want_by_id[t_gid]
+        if guess.get(gid, spec) != spec:
+            conflict.add(gid)
+        guess[gid] = spec
+    return Table(groups={g: s for g, s in guess.items() if g not in conflict},
+                 entries=dict(read_back))
+
+
+def entry_from_stats(stat: Any) -> Entry:
+    """An ``Entry`` from an os-ken flow-stats / flow-desc body item (read back from a switch)."""
+    actions: list[Action] = []
+    for inst in getattr(stat, "instructions", []) or []:
+        for act in getattr(inst, "actions", []) or []:
+            name = type(act).__name__
+            if name == "OFPActionOutput":
+                actions.append(("output", act.port))
+            elif name == "OFPActionGroup":
+                actions.append(("group", act.group_id))
+            else:
+                actions.append((name, 0))  # foreign action: never equal to ours, so replaced
+    return Entry(stat.priority, canon_match(stat.match.items()), tuple(actions), stat.cookie)
+
+
+# --- os-ken messages ----------------------------------------------------------------------
+def messages(dp: Any, changes: Changes, method: str) -> list[Any]:
+    """os-ken messages for ``changes`` in order; ``dp`` is a datapath or ``ofmsgs.protocol``."""
+    from controllers.ofmsgs import group_mod  # local: ofmsgs imports this module
+
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    msgs: list[Any] = []
+    for gid, spec in changes.groups_set:
+        msgs.append(group_mod(dp, gid, spec.ports, command="add_or_mod", kind=spec.kind,
+                              method=method))
+    for entry in changes.entries_set:
+        msgs.append(entry_mod(dp, entry))
+    for entry in changes.entries_del:
+        msgs.append(parser.OFPFlowMod(dp, cookie=entry.cookie, table_id=0,
+                                      command=ofp.OFPFC_DELETE_STRICT, priority=entry.priority,
+                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                                      match=parser.OFPMatch(**dict(entry.match))))
+    for gid in changes.groups_del:
+        msgs.append(parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT, gid))
+    return msgs
+
+
+def entry_mod(dp: Any, entry: Entry) -> Any:
+    """``OFPFC_ADD`` for one entry (adds it, or atomically replaces one with the same key)."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    acts = [parser.OFPActionOutput(arg) if kind == "output" else parser.OFPActionGroup(arg)
+            for kind, arg in entry.actions]
+    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, acts)] if acts else []
+    return parser.OFPFlowMod(dp, cookie=entry.cookie, table_id=0, command=ofp.OFPFC_ADD,
+                             priority=entry.priority, match=parser.OFPMatch(**dict(entry.match)),
+                             instructions=inst)
