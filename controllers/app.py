@@ -100,6 +100,7 @@ class AstralController(app_manager.OSKenApp):
         self.group_samples: dict[str, dict[int, dict[str, Any]]] = {}
         self.flow_samples: dict[tuple[str, str, str, int, int], dict[str, Any]] = {}
         self.tick = 0
+        self.sync_stats: dict[str, dict[str, int]] = {}  # what the last read-back sync sent
         self._load_state()
         threading.Thread(target=self._poll_loop, name="poller", daemon=True).start()
         LOG.info("plan %s: %d switches, %d hosts, mode %s", plan.topology,
@@ -248,6 +249,10 @@ class AstralController(app_manager.OSKenApp):
             self.logic.commit(name, want)
             self.synced.add(name)
             self.errors.pop(name, None)
+            self.sync_stats[name] = {"read_back": len(entries), "entries_set":
+                                     len(ch.entries_set), "entries_del": len(ch.entries_del),
+                                     "groups_set": len(ch.groups_set),
+                                     "groups_del": len(ch.groups_del)}
         LOG.info("%s (OpenFlow 0x%02x): read back %d entries, %d groups; sent %d changes",
                  name, dp.ofproto.OFP_VERSION, len(entries), len(groups), len(msgs))
 
@@ -451,6 +456,11 @@ class AstralController(app_manager.OSKenApp):
                 "adaptive_moves": self.logic.moves,
                 "down_ports": [f"{sw}:{p}" for sw, p in sorted(self.logic.down)],
                 "reroutes": self.reroutes[-5:],
+                # totals of the last read-back sync of every switch: a restart that finds
+                # the switches as it left them replaces no entries (groups are re-sent)
+                "resync": {k: sum(s[k] for s in self.sync_stats.values())
+                           for k in ("read_back", "entries_set", "entries_del", "groups_set",
+                                     "groups_del")},
                 "errors": errors[-10:],
                 "uptime_s": round(time.time() - self.started, 3),
                 "converged_after_s": (round(self.converged_at - self.started, 3)

@@ -164,12 +164,12 @@ def test_ctrl_c_inside_a_running_lab_tears_it_down(assert_clean: Callable[[Wirin
 
 
 def test_cli_up_without_cli_reports_zero_loss(assert_clean: Callable[[WiringPlan], None]) -> None:
-    out = subprocess.run([sys.executable, "-m", "astral_lab.cli", "up", "rail3", "--no-cli",
-                          "--servers", "2", "--gpus", "2"],
+    out = subprocess.run([sys.executable, "-m", "astral_lab.cli", "up", "astral3", "--no-cli",
+                          "--lb", "planned", "--servers", "2", "--gpus", "2"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "0.0% loss" in out.stdout, out.stdout
-    assert_clean(build("rail3", servers=2, gpus=2))
+    assert "0.0% loss" in out.stdout and "lb planned" in out.stdout, out.stdout
+    assert_clean(build("astral3", servers=2, gpus=2))
 
 
 def test_plain_mn_custom_topology_with_standalone_controller(
