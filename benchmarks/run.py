@@ -3,9 +3,10 @@
     python -m benchmarks.run            all benchmarks, full size
     python -m benchmarks.run --quick    smallest sizes, one repeat (a smoke run)
 
-Benchmarks measure the lab itself (bring-up now; sender rate, failover and model
-speed as those parts land). They need root, like the lab. Figures are medians
-over repeats; ratios compare things measured side by side in the same run.
+Benchmarks measure the lab itself: bring-up, and the controller (failover,
+convergence, LB quality); sender rate and model speed as those parts land. They
+need root, like the lab. Figures are medians over repeats; ratios compare things
+measured side by side in the same run.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import argparse
 import os
 import sys
 
-from benchmarks import bringup
+from benchmarks import bringup, controller
 
 #: name -> (full argv, quick argv)
 BENCHMARKS = {
     "bringup": (bringup.main, ["--sizes", "64,256", "--repeats", "3"],
                 ["--sizes", "64", "--repeats", "1"]),
+    "controller": (controller.main, ["--repeats", "5"],
+                   ["--repeats", "1", "--sizes", "64", "--quality-sizes", "64", "--seeds", "3"]),
 }
 
 

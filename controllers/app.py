@@ -100,6 +100,7 @@ class AstralController(app_manager.OSKenApp):
         self.group_samples: dict[str, dict[int, dict[str, Any]]] = {}
         self.flow_samples: dict[tuple[str, str, str, int, int], dict[str, Any]] = {}
         self.tick = 0
+        self._settled_at = 0  # adaptive rounds wait until this tick (fresh counters)
         self.sync_stats: dict[str, dict[str, int]] = {}  # what the last read-back sync sent
         self._load_state()
         threading.Thread(target=self._poll_loop, name="poller", daemon=True).start()
@@ -423,12 +424,18 @@ class AstralController(app_manager.OSKenApp):
                 for port, s in ports.items() if "tx_mbps" in s}
 
     def _adaptive_round(self) -> None:
+        # Counters polled at tick t cover (t-1, t]: after a move at tick t, the rates read at
+        # t+1 still mostly show the old placement. Acting on them would move a second flow
+        # off a link that is no longer hot, so wait until a whole interval after the move.
+        if self.tick < self._settled_at:
+            return
         rates = {f: (self.flow_samples.get(f.key) or {}).get("mbps") for f in self.logic.assign}
         flow_rates = {f: r for f, r in rates.items() if r is not None}
         if not flow_rates:
             return
         moves = self.logic.adaptive_step(flow_rates, self.link_rates(), self.tick)
         if moves:
+            self._settled_at = self.tick + 2
             sent = self.push()
             LOG.info("adaptive: moved %d flows (%d switches changed)", len(moves), len(sent))
             self._save_state()

@@ -169,10 +169,10 @@ class Stream:
     """
 
     def __init__(self, lab: Any, src: str, dst: str, sports: Any, pps: float = 200.0,
-                 duration: float = 5.0, port: int = 4791) -> None:
+                 duration: float = 5.0, port: int = 4791, size: int = 200) -> None:
         self.lab, self.src, self.dst = lab, src, dst
         self.sports = list(sports)
-        self.pps, self.duration, self.port = pps, duration, port
+        self.pps, self.duration, self.port, self.size = pps, duration, port, size
         self.out = os.path.join(lab.workdir, f"probe-{src}-{dst}-{port}.json")
         self.result: dict[str, Any] = {}
         self.sent: dict[str, Any] = {}
@@ -193,7 +193,8 @@ class Stream:
         sports = ",".join(str(p) for p in self.sports)
         self._send = self.lab.hosts[self.src].popen(
             py + ["send", "--dst", ip, "--port", str(self.port), "--sports", sports,
-                  "--pps", str(self.pps), "--duration", str(self.duration)])
+                  "--pps", str(self.pps), "--duration", str(self.duration),
+                  "--size", str(self.size)])
         return self
 
     def wait(self) -> dict[str, Any]:

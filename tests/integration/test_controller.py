@@ -202,3 +202,34 @@ def test_rest_api_answers_every_endpoint_and_errors_are_json(
         assert err.value.status == 400
         assert c.health()["converged"] and c.lb()["mode"] == "ecmp"  # nothing half-applied
     assert_clean(plan)
+
+
+def test_adaptive_moves_a_colliding_elephant_by_measured_counters(
+        assert_clean: Callable[[WiringPlan], None]) -> None:
+    """Two 12 Mb/s flows that ECMP's hash puts on one 20 Mb/s lane: adaptive splits them."""
+    from controllers import lb
+    from controllers.flows import Flow
+    from controllers.paths import PathFinder
+
+    plan = small()
+    src, dst = "s0g0", "s2g1"
+    finder = PathFinder(plan)
+    by_uplink: dict[object, list[int]] = {}
+    for sport in range(50000, 50100):
+        by_uplink.setdefault(lb.ecmp_path(Flow(src, dst, sport), finder)[0], []).append(sport)
+    sports = next(v for v in by_uplink.values() if len(v) >= 2)[:2]
+    with Lab(plan, lb="adaptive", poll_interval=0.5) as lab:
+        c = lab.client()
+        c.post_traffic([{"src": src, "dst": dst, "sport": p, "bytes": 10**7} for p in sports])
+        first = {p: c.paths(src, dst, sport=p)["path"][0]["out_port"] for p in sports}
+        assert len(set(first.values())) == 1  # they start together, as ECMP put them
+        # 1,500 packets/s of 1,000 bytes = 12 Mb/s each; together 24 Mb/s on a 20 Mb/s lane
+        with Stream(lab, src, dst, sports=sports, pps=1500, duration=6, size=1000):
+            time.sleep(4)
+            moved = c.lb()["adaptive_moves"]
+            after = {p: c.paths(src, dst, sport=p)["path"][0]["out_port"] for p in sports}
+            time.sleep(1.5)
+            assert c.lb()["adaptive_moves"] == moved  # and then it stays put: no flapping
+        assert moved == 1, c.health()
+        assert len(set(after.values())) == 2, after
+    assert_clean(plan)
