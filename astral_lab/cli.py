@@ -201,6 +201,10 @@ def parser() -> argparse.ArgumentParser:
     add_options(c)
     c.set_defaults(fn=cmd_controller)
 
+    from testbed.cost import add_cost_parser
+
+    add_cost_parser(sub)
+
     k = sub.add_parser("clean", help="remove leftovers of crashed runs (never touches results)")
     k.set_defaults(fn=cmd_clean)
     return p
