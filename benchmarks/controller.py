@@ -44,6 +44,7 @@ QUALITY_SIZES: dict[int, dict[str, int]] = {
     **BRINGUP_SIZES,
     1024: dict(servers=128, gpus=8, servers_per_block=16, lanes_per_uplink=16),
 }
+ALL_TO_ALL_MAX = 256  # GPUs; larger sizes run the permutation only
 FAILOVER_GOALS_S = {"leaf-uplink": 0.050, "spine-downlink": 0.500}
 
 
@@ -143,6 +144,8 @@ def quality(sizes: list[int], seeds: int) -> dict[str, Any]:
         hosts = [h.name for h in plan.hosts]
         row: dict[str, Any] = {}
         for kind in ("permutation", "all-to-all"):
+            if kind == "all-to-all" and gpus > ALL_TO_ALL_MAX:
+                continue  # 1M flows: the flow model's job (testbed issue 5), not this bench
             flows = _flows(hosts, kind, seed=1)
             ideal = lb.ideal_max_link_time(finder, flows, fabric_only=True)
 

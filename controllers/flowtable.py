@@ -80,11 +80,16 @@ class Entry:
 
 @dataclass(frozen=True)
 class Pin:
-    """At ``switch``, send ``flow`` out of ``ports[0]``; fail over to the later ports in order."""
+    """At ``switch``, send ``flow`` out of ``ports[0]``; fail over to the later ports in order.
+
+    ``match`` is the flow's exact match (``pin_match``); callers that pin many flows
+    compute it once per flow and pass it, since it is the same at every switch.
+    """
 
     switch: str
     flow: Flow
     ports: tuple[int, ...]
+    match: Match = ()
 
 
 @dataclass
@@ -148,15 +153,14 @@ def build_table(routes: list[Route], pins: Iterable[Pin] = (),
     one datapath flow per destination rather than per host pair. Group ids are
     reused from ``previous`` for identical groups (see ``_allocate``).
     """
-    wanted: list[GroupSpec] = []
+    wanted: dict[GroupSpec, None] = {}  # insertion-ordered set
     pending: list[tuple[int, Match, Any, int]] = []  # priority, match, port or spec, cookie
 
     def via(ports: tuple[int, ...], kind: str) -> Any:
         if len(ports) == 1:
             return ports[0]
         spec = GroupSpec(kind, ports)
-        if spec not in wanted:
-            wanted.append(spec)
+        wanted.setdefault(spec)
         return spec
 
     for route in routes:
@@ -165,14 +169,15 @@ def build_table(routes: list[Route], pins: Iterable[Pin] = (),
         shift = zlib.crc32(route.dest.encode()) % len(route.ports)
         order = route.ports[shift:] + route.ports[:shift]
         pending.append((route.priority, arp_match, via(order, "ff"), COOKIE_ROUTE))
-    pins = list(pins)
-    if pins and ip_of is None:
-        raise ValueError("pins need ip_of (host name -> IP) to build their matches")
     for pin in pins:
-        pending.append((PRIO_PIN, pin_match(pin.flow, ip_of or {}), via(pin.ports, "ff"),
-                        COOKIE_PIN))
+        match = pin.match
+        if not match:
+            if ip_of is None:
+                raise ValueError("pins without a match need ip_of (host name -> IP)")
+            match = pin_match(pin.flow, ip_of)
+        pending.append((PRIO_PIN, match, via(pin.ports, "ff"), COOKIE_PIN))
 
-    ids = _allocate(wanted, previous)
+    ids = _allocate(list(wanted), previous)
     table = Table(groups={ids[s]: s for s in wanted})
     for priority, match, out, cookie in pending:
         action = ("group", ids[out]) if isinstance(out, GroupSpec) else ("output", out)
