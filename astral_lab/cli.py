@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import os
 import signal
 import sys
 from typing import Any
 
+from testbed.results import results_dir, results_root
 from testbed.topologies import BUILDERS, FabricSpec, build, describe
 
-RESULTS = os.environ.get("ASTRAL_LAB_RESULTS", "results")
+RESULTS = results_root()
 
 
 def _add_spec_options(p: argparse.ArgumentParser) -> None:
@@ -35,19 +35,6 @@ def _add_spec_options(p: argparse.ArgumentParser) -> None:
 def _spec_params(args: argparse.Namespace) -> dict[str, Any]:
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(FabricSpec)
             if getattr(args, f.name, None) is not None}
-
-
-def results_dir(scenario: str) -> tuple[str, str]:
-    """``(partial, final)`` paths for a run's results; rename partial to final when done."""
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    final = os.path.join(RESULTS, f"{stamp}-{scenario}")
-    n = 1
-    while os.path.exists(final):
-        n += 1
-        final = os.path.join(RESULTS, f"{stamp}-{scenario}-{n}")
-    partial = final + ".partial"
-    os.makedirs(partial)
-    return partial, final
 
 
 def cmd_topo(args: argparse.Namespace) -> int:

@@ -10,8 +10,9 @@ import time
 from typing import Any
 
 from testbed.plan import write_json_atomic
+from testbed.results import results_root
 
-BENCH_DIR = os.path.join(os.environ.get("ASTRAL_LAB_RESULTS", "results"), "bench")
+BENCH_DIR = os.path.join(results_root(), "bench")
 
 
 def machine_info() -> dict[str, Any]:

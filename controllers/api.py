@@ -10,7 +10,7 @@ from typing import Any
 
 from controllers.fabric import ADAPTIVE_DEFAULTS, MODES
 from controllers.flows import PROTOS, parse_flows
-from controllers.flowtable import COOKIE_PIN, COOKIE_ROUTE, entry_from_stats
+from controllers.flowtable import COOKIE_PIN, COOKIE_ROUTE, entry_from_stats, stat_counter
 
 
 class AppAPI:
@@ -113,8 +113,8 @@ class AppAPI:
                              "cookie": hex(e.cookie),
                              "kind": {COOKIE_ROUTE: "route", COOKIE_PIN: "pin"}.get(e.cookie,
                                                                                   "foreign"),
-                             "packets": _counter(stat, "packet_count"),
-                             "bytes": _counter(stat, "byte_count")})
+                             "packets": stat_counter(stat, "packet_count"),
+                             "bytes": stat_counter(stat, "byte_count")})
             rows.sort(key=lambda r: -r["priority"])
             out[name] = rows
         return out
@@ -193,10 +193,3 @@ class AppAPI:
     def clear_traffic(self) -> dict[str, Any]:
         self.app.set_traffic([], replace=True)
         return self.get_traffic()
-
-
-def _counter(stat: Any, name: str) -> int | None:
-    if hasattr(stat, name):
-        return int(getattr(stat, name))
-    stats = getattr(stat, "stats", None)
-    return int(stats.get(name, 0)) if stats is not None else None

@@ -44,7 +44,14 @@ from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
 from controllers.fabric import FabricLogic
 from controllers.flows import Flow, parse_flows
-from controllers.flowtable import COOKIE_PIN, Entry, entry_from_stats, messages, pin_match
+from controllers.flowtable import (
+    COOKIE_PIN,
+    Entry,
+    entry_from_stats,
+    messages,
+    pin_match,
+    stat_counter,
+)
 from controllers.ofmsgs import DEFAULT_SELECT_METHOD
 from testbed.plan import WiringPlan, write_json_atomic
 
@@ -410,7 +417,7 @@ class AstralController(app_manager.OSKenApp):
                     flow = by_match.get(entry_from_stats(stat).match)
                     if flow is None:
                         continue
-                    count = _byte_count(stat)
+                    count = stat_counter(stat, "byte_count") or 0
                     prev = self.flow_samples.get(flow.key)
                     rate = None
                     if prev and now > prev["t"] and count >= prev["bytes"]:
@@ -525,9 +532,3 @@ def _flow_request(dp: Any, cookie: int, mask: int) -> Any:
            else parser.OFPFlowStatsRequest)
     return cls(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, cookie, mask,
                parser.OFPMatch())
-
-
-def _byte_count(stat: Any) -> int:
-    if hasattr(stat, "byte_count"):
-        return int(stat.byte_count)
-    return int(stat.stats.get("byte_count", 0))  # OpenFlow 1.5 keeps counters in OXS fields

@@ -275,6 +275,14 @@ def entry_from_stats(stat: Any) -> Entry:
     return Entry(stat.priority, canon_match(stat.match.items()), tuple(actions), stat.cookie)
 
 
+def stat_counter(stat: Any, name: str) -> int | None:
+    """``packet_count``/``byte_count`` of a flow-stats entry; OpenFlow 1.5 keeps them in OXS."""
+    if hasattr(stat, name):
+        return int(getattr(stat, name))
+    stats = getattr(stat, "stats", None)
+    return int(stats.get(name, 0)) if stats is not None else None
+
+
 # --- os-ken messages ----------------------------------------------------------------------
 def messages(dp: Any, changes: Changes, method: str) -> list[Any]:
     """os-ken messages for ``changes`` in order; ``dp`` is a datapath or ``ofmsgs.protocol``."""

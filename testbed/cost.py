@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import math
 import os
 import tempfile
@@ -73,6 +72,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from testbed.plan import write_json_atomic
+from testbed.results import results_dir
 from testbed.topologies import FabricSpec, fattree_k_for
 
 DESIGNS = ("astral3", "rail3", "railonly", "fattree")
@@ -843,18 +843,6 @@ def _parse_gpus(text: str) -> list[int]:
     return out
 
 
-def _results_dir(root: str) -> tuple[str, str]:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    final = os.path.join(root, f"{stamp}-cost")
-    n = 1
-    while os.path.exists(final) or os.path.exists(final + ".partial"):
-        n += 1
-        final = os.path.join(root, f"{stamp}-cost-{n}")
-    partial = final + ".partial"
-    os.makedirs(partial)
-    return partial, final
-
-
 def run_cost(args: argparse.Namespace) -> int:
     """Print the table, write cost.json (+ cost.png). Bad input raises ValueError."""
     gpus = _parse_gpus(args.gpus)
@@ -871,7 +859,7 @@ def run_cost(args: argparse.Namespace) -> int:
         out_dir = final = args.output
         os.makedirs(out_dir, exist_ok=True)
     else:
-        out_dir, final = _results_dir(os.environ.get("ASTRAL_LAB_RESULTS", "results"))
+        out_dir, final = results_dir("cost")
     write_json_atomic(os.path.join(out_dir, "cost.json"), doc)
     if not args.no_png:
         plot_costs(rows, os.path.join(out_dir, "cost.png"),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import random
 from functools import cache
-from typing import Any
 
 import pytest
 
@@ -25,30 +24,12 @@ from controllers.flows import Flow, sport_for_qp
 from controllers.paths import Path, PathFinder
 from controllers.routing import attach_points, shortest_switch_hops
 from testbed.plan import WiringPlan
-from testbed.topologies import build
+from tests.unit.fabrics import FABRICS, plan_of
 
 GB = 10**9
 
-# Small fabrics of every builder (as in test_routing), so every host pair can be checked.
-FABRICS: dict[str, tuple[str, dict[str, Any]]] = {
-    "astral3": ("astral3", dict(servers=4, gpus=2, servers_per_block=2)),
-    "astral3-2spines": ("astral3", dict(servers=4, gpus=2, servers_per_block=2, spines=2)),
-    "astral3-1block": ("astral3", dict(servers=2, gpus=2, servers_per_block=2)),
-    "astral3-default": ("astral3", {}),
-    "rail3": ("rail3", dict(servers=4, gpus=2, servers_per_block=2, lanes_per_uplink=2)),
-    "railonly": ("railonly", dict(servers=4, gpus=2, servers_per_block=2, lanes_per_uplink=2)),
-    "railonly-1block": ("railonly", dict(servers=2, gpus=2, servers_per_block=2)),
-    "fattree": ("fattree", dict(servers=4, gpus=2)),
-    "fattree-3pods": ("fattree", dict(servers=5, gpus=2)),
-}
 ASTRAL = ["astral3", "astral3-2spines", "astral3-default"]
 OTHERS = [n for n in FABRICS if n not in ASTRAL]
-
-
-@cache
-def plan_of(name: str) -> WiringPlan:
-    topology, params = FABRICS[name]
-    return build(topology, **params)
 
 
 @cache

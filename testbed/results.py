@@ -1,0 +1,31 @@
+"""Where a user's results go: ``results/<timestamp>-<name>/``, written as ``.partial`` first.
+
+Every command that produces results asks ``results_dir`` for a pair of paths,
+writes into the ``.partial`` folder and renames it to the final name when done,
+so a folder without the suffix is always complete, and an interrupted run leaves
+a marked partial folder (which ``astral-lab clean`` keeps: it is the user's).
+``ASTRAL_LAB_RESULTS`` moves the root (tests use it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+
+def results_root() -> str:
+    return os.environ.get("ASTRAL_LAB_RESULTS", "results")
+
+
+def results_dir(name: str, root: str | None = None) -> tuple[str, str]:
+    """``(partial, final)``: a fresh ``.partial`` folder made now, and its final name."""
+    root = root or results_root()
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    final = os.path.join(root, f"{stamp}-{name}")
+    n = 1
+    while os.path.exists(final) or os.path.exists(final + ".partial"):
+        n += 1
+        final = os.path.join(root, f"{stamp}-{name}-{n}")
+    partial = final + ".partial"
+    os.makedirs(partial)
+    return partial, final
