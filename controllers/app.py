@@ -99,6 +99,7 @@ class AstralController(app_manager.OSKenApp):
         self.errors: dict[str, list[dict[str, Any]]] = {}
         self.unknown: set[int] = set()
         self.converged_at: float | None = None
+        self.first_connect: float | None = None
         self.pending: dict[tuple[str, int], Pending] = {}
         self.reroutes: list[dict[str, Any]] = []
         self._reroute: dict[str, Any] | None = None
@@ -192,6 +193,7 @@ class AstralController(app_manager.OSKenApp):
                 self.unknown.add(dp.id)
                 return
             self.dps[name] = dp
+            self.first_connect = self.first_connect or time.time()
             self.versions[name] = dp.ofproto.OFP_VERSION
             self.synced.discard(name)
             self.programmed.pop(name, None)
@@ -479,6 +481,9 @@ class AstralController(app_manager.OSKenApp):
                 "uptime_s": round(time.time() - self.started, 3),
                 "converged_after_s": (round(self.converged_at - self.started, 3)
                                       if self.converged_at else None),
+                # from the first switch connecting to every switch programmed
+                "programming_s": (round(self.converged_at - self.first_connect, 3)
+                                  if self.converged_at and self.first_connect else None),
                 "topology": self.plan.topology,
             }
 
