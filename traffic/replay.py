@@ -54,13 +54,15 @@ class ReplayResult:
     latency_us: dict[str, dict[str, float]] = field(default_factory=dict)  # class -> stats
     lost_packets: int = 0
     mode: str = "ecmp"
+    start_skew_s: float = 0.0  # how late the last sender started after the common instant
 
     def summary(self) -> dict[str, Any]:
         return {"flows": len(self.flows), "messages": len(self.messages),
                 "bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
                 "lost_packets": self.lost_packets,
                 "job_completion_s": round(self.job_completion_s, 6),
-                "latency_us": self.latency_us, "mode": self.mode}
+                "latency_us": self.latency_us, "mode": self.mode,
+                "start_skew_s": round(self.start_skew_s, 4)}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -112,14 +114,19 @@ class _Progress:
 
 
 def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
-           rate_mbps: float | None = None, post: bool | None = None, lead_s: float = 1.0,
+           rate_mbps: float | None = None, post: bool | None = None,
+           lead_s: float | None = None,
            timeout: float | None = None, progress: bool = True,
            label: str = "replay") -> ReplayResult:
     """Replay ``flows`` on ``lab`` and measure them (see the module docstring).
 
     ``rate_mbps`` overrides the senders' pacing (default: each source NIC's
     emulated rate). ``post`` defaults to "when the controller's mode pins flows".
-    ``timeout`` defaults to four times the ideal duration plus 30 s.
+    ``timeout`` defaults to four times the ideal duration plus 30 s. ``lead_s`` is
+    how far ahead the common start is set (default 1 s + 0.25 s per sender: each
+    sender is a Python process that builds its frame templates before the start,
+    and this machine has two cores); ``start_skew_s`` in the result says how late
+    the last sender actually started.
     """
     flows = [f for f in flows if f.bytes > 0]
     if not flows:
@@ -163,6 +170,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
                     raise RuntimeError(f"receiver on {dst} did not start: "
                                        f"{_stderr(p)}")
                 time.sleep(0.02)
+        if lead_s is None:
+            lead_s = 1.0 + 0.25 * len(by_src)
         start_at = time.time() + lead_s
         senders: dict[str, subprocess.Popen[bytes]] = {}
         for src, mine in sorted(by_src.items()):
@@ -210,7 +219,9 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return _result(lab, flows, sent, received, int(start_at * 1e9), mode)
+    result = _result(lab, flows, sent, received, int(start_at * 1e9), mode)
+    result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
+    return result
 
 
 def _stderr(p: subprocess.Popen[bytes]) -> str:
@@ -240,11 +251,12 @@ def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
     ip_of = {h.name: h.ip for h in lab.plan.hosts}
     rx_flows: dict[tuple[str, int], dict[str, Any]] = {}
     rx_msgs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for data in received.values():
-        for rf in data.get("flows", []):
+    for data in received.values():  # the receiver keys flows and messages by "ip:sport"
+        for rf in data.get("flows", {}).values():
             rx_flows[(rf["src_ip"], int(rf["sport"]))] = rf
         for m in data.get("messages", []):
-            rx_msgs[(m["src_ip"], int(m["sport"]))].append(m)
+            ip, _, sport = m["flow"].rpartition(":")
+            rx_msgs[(ip, int(sport))].append(m)
     rows, messages = [], []
     lat: dict[str, list[float]] = defaultdict(list)
     lost = 0
