@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from benchmarks import bringup, controller
+from benchmarks import bringup, controller, sender
 
 #: name -> (full argv, quick argv)
 BENCHMARKS = {
@@ -23,6 +23,8 @@ BENCHMARKS = {
                 ["--sizes", "64", "--repeats", "1"]),
     "controller": (controller.main, ["--repeats", "5"],
                    ["--repeats", "1", "--sizes", "64", "--quality-sizes", "64", "--seeds", "3"]),
+    "sender": (sender.main, ["--repeats", "3", "--seconds", "3", "--scapy-packets", "3000"],
+               ["--repeats", "1", "--seconds", "1", "--scapy-packets", "1000"]),
 }
 
 
