@@ -129,18 +129,40 @@ def wait_gone(names: list[str], timeout: float = 30.0) -> None:
     delete_links(names)
 
 
-def tagged_bridges() -> dict[str, str]:
-    """``bridge -> run id`` for every OVS bridge a Lab created."""
-    proc = run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,external_ids",
-                "list", "Bridge"])
+def _tagged(table: str, key_column: str) -> dict[str, str]:
+    """``key -> run id`` for rows of an OVS table that a Lab tagged in ``external_ids``."""
+    proc = run(["ovs-vsctl", "--timeout=10", "--format=json",
+                f"--columns={key_column},external_ids", "list", table])
     if proc.returncode != 0:
         return {}
     out: dict[str, str] = {}
-    for name, ext in json.loads(proc.stdout).get("data", []):
+    for key, ext in json.loads(proc.stdout).get("data", []):
         pairs = dict(ext[1]) if isinstance(ext, list) and ext and ext[0] == "map" else {}
         if BRIDGE_TAG in pairs:
-            out[name] = pairs[BRIDGE_TAG]
+            out[key[1] if isinstance(key, list) else key] = pairs[BRIDGE_TAG]
     return out
+
+
+def tagged_bridges() -> dict[str, str]:
+    """``bridge -> run id`` for every OVS bridge a Lab created."""
+    return _tagged("Bridge", "name")
+
+
+def tagged_qos() -> dict[str, str]:
+    """``QoS row uuid -> run id``: the ``linux-noop`` rows that keep OVS off our qdiscs.
+
+    QoS is a root table in OVSDB, so its rows outlive the bridges that used them.
+    """
+    return _tagged("QoS", "_uuid")
+
+
+def delete_qos(uuids: list[str]) -> None:
+    if not uuids:
+        return
+    cmd = ["ovs-vsctl", "--timeout=30"]
+    for uuid in uuids:
+        cmd += ["--", "--if-exists", "destroy", "QoS", uuid]
+    run(cmd)
 
 
 def our_processes() -> list[int]:
@@ -187,6 +209,7 @@ def clean(verbose: bool = True) -> dict[str, int]:
     if stray:
         delete_bridges(stray)
         done["bridges"] += len(stray)
+    delete_qos([q for q, run_id in tagged_qos().items() if run_id not in live_runs])
     procs = [p for p in our_processes() if not any(f"--run-id\0{r}" in _cmdline(p)
                                                    for r in live_runs)]
     if procs:
@@ -219,6 +242,7 @@ def leftovers(plan: Any) -> list[str]:
     listed = run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
     found += [f"bridge {b}" for b in listed if b in names]
     found += [f"tagged bridge {b}" for b in tagged_bridges() if b not in names]
+    found += [f"QoS row {q}" for q in tagged_qos()]
     intfs = {link.a_intf for link in plan.links} | {link.b_intf for link in plan.links}
     found += [f"interface {i}" for i in sorted(existing_interfaces() & intfs)]
     shells = {f"mininet:{h.name}" for h in plan.hosts}

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers.client import ControllerClient
-from testbed import cleanup, preflight
+from testbed import cleanup, ovsbuf, preflight
 from testbed.mntopo import OF_PROTOCOLS
 from testbed.plan import Link, WiringPlan
 
@@ -127,13 +127,35 @@ def in_netns(pid: int) -> Iterator[None]:
         os.close(own)
 
 
-def htb_commands(dev: str, mbps: float, prefix: str = "") -> list[str]:
-    """Shape ``dev`` to ``mbps`` with one HTB class, as Mininet's TCLink does."""
-    return [
+#: Seconds of line rate a shaped port may queue before it drops (see ``htb_commands``).
+LOSSLESS_QUEUE_S = 2.0
+
+
+def queue_packets(mbps: float, seconds: float = LOSSLESS_QUEUE_S) -> int:
+    """Queue limit in packets that holds ``seconds`` of ``mbps`` in ~1 KB frames (>= 1000)."""
+    return max(1000, int(mbps * 1e6 * seconds / 8 / 1000))
+
+
+def htb_commands(dev: str, mbps: float, prefix: str = "", lossless: bool = True) -> list[str]:
+    """Shape ``dev`` to ``mbps`` with one HTB class, as Mininet's TCLink does.
+
+    RoCE fabrics are lossless: PFC pauses a sender instead of dropping, and the
+    replay agents, like RDMA NICs, have no TCP-style retransmission to hide a drop.
+    The emulator has no PFC, so with ``lossless`` each port's queue holds two
+    seconds of its line rate (``queue_packets``) instead of Mininet's 1,000
+    packets: a burst waits at the bottleneck rather than vanishing, so completion
+    times match a lossless fabric's (what PFC's head-of-line blocking adds
+    upstream is not modelled). ``lossless=False`` keeps the drop-tail default.
+    """
+    cmds = [
         f"{prefix}qdisc add dev {dev} root handle 5:0 htb default 1",
         f"{prefix}class add dev {dev} parent 5:0 classid 5:1 htb rate {mbps:g}Mbit burst 15k "
         "quantum 1514",
     ]
+    if lossless:
+        cmds.append(f"{prefix}qdisc add dev {dev} parent 5:1 handle 10: pfifo limit "
+                    f"{queue_packets(mbps)}")
+    return cmds
 
 
 OVS_PORT_RCVBUF = 4 << 20  # bytes of receive buffer per switch port (see _create_bridges)
@@ -166,7 +188,7 @@ class Lab:
 
     def __init__(self, plan: WiringPlan, *, datapath: str = "auto", controller: bool = True,
                  of_port: int | None = None, rest_port: int | None = None,
-                 shape: bool = True, converge_timeout: float = 120.0,
+                 shape: bool = True, lossless: bool = True, converge_timeout: float = 120.0,
                  select_method: str = "dp_hash", lb: str = "ecmp", poll_interval: float = 1.0,
                  log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
@@ -175,6 +197,7 @@ class Lab:
         self.of_port = of_port
         self.rest_port = rest_port
         self.shape = shape
+        self.lossless = lossless  # deep port queues instead of drop-tail (see htb_commands)
         self.select_method = select_method
         self.lb = lb
         self.poll_interval = poll_interval
@@ -188,6 +211,7 @@ class Lab:
         self.net: Any = None
         self.controller_proc: subprocess.Popen[bytes] | None = None
         self.timings: dict[str, float] = {}
+        self.tx_buffer: dict[str, int] | str | None = None  # what _deepen_ovs_tx_buffer did
         self._record: dict[str, Any] = {}
 
     # --- context manager -------------------------------------------------------------
@@ -218,6 +242,8 @@ class Lab:
             self._step("mininet", self._assemble_mininet)
             if self.use_controller:
                 self._step("converge", self.wait_converged)
+                if self.datapath == "user" and self.lossless and self.shape:
+                    self._step("tx-buffer", self._deepen_ovs_tx_buffer)
         except BaseException:
             self.stop()
             raise
@@ -228,6 +254,22 @@ class Lab:
         t = time.monotonic()
         fn()
         self.timings[name] = time.monotonic() - t
+
+    def _deepen_ovs_tx_buffer(self) -> None:
+        """Make the userspace switch's queues as deep as tc says (see ``testbed.ovsbuf``).
+
+        ovs-vswitchd opens its transmit socket at its first forwarded packet, so one
+        ping between two hosts of different switches comes first when needed.
+        """
+        pid = ovsbuf.vswitchd_pid()
+        hosts = self.plan.hosts
+        if pid and not ovsbuf.tx_socket_fds(pid) and len(hosts) > 1:
+            self.hosts[hosts[0].name].cmd(f"ping -c1 -W1 {hosts[-1].ip}")
+        result = ovsbuf.raise_tx_buffer()
+        if isinstance(result, str):
+            self.log(f"note: switch port queues stay shallow (~150 packets fabric-wide), so "
+                     f"bursts may be dropped: {result}")
+        self.tx_buffer = result
 
     def _ensure_neighbour_capacity(self) -> None:
         """Make room for every host's ARP entries in the kernel's neighbour table.
@@ -373,7 +415,8 @@ class Lab:
                     stdin="".join(f"link set {n} up\n" for n, _mbps in root_ends))
         nic_mbps = {link.a: link.mbps for link in self.plan.links if link.a in self.hosts}
         if self.shape:
-            tc = [c for n, mbps in root_ends for c in htb_commands(n, mbps)]
+            tc = [c for n, mbps in root_ends
+                  for c in htb_commands(n, mbps, lossless=self.lossless)]
             cleanup.run(["tc", "-batch", "-"], stdin="\n".join(tc) + "\n", check=True)
         for node in self.plan.hosts:
             host = self.hosts[node.name]
@@ -384,7 +427,8 @@ class Lab:
                     "ip link set lo up"]
 
             if self.shape:
-                cmds += htb_commands(intf, nic_mbps[node.name], prefix="tc ")
+                cmds += htb_commands(intf, nic_mbps[node.name], prefix="tc ",
+                                     lossless=self.lossless)
             cmds.append("echo astral-ok")
             host.sendCmd(" && ".join(cmds))
         bad = []
@@ -418,7 +462,13 @@ class Lab:
                 if node in ports:
                     ports[node].append((port, intf))
         dp_type = "netdev" if self.datapath == "user" else "system"
-        cmd = ["ovs-vsctl", "--timeout=120"]
+        # OVS replaces a port's root qdisc with its own default when the port is added (and
+        # at every reconfiguration), which silently removed our HTB shaping from every
+        # switch port: measured, flows crossed "20 Mb/s" lanes at 35 Mb/s. A QoS of type
+        # linux-noop tells OVS to leave the qdisc alone (Mininet instead re-applies tc after
+        # adding ports: TCReapply). One row serves every port of the run.
+        cmd = ["ovs-vsctl", "--timeout=120", "--", "--id=@noop", "create", "QoS",
+               "type=linux-noop", f"external_ids:{cleanup.BRIDGE_TAG}={self.run_id}"]
         self._record["bridges"] = [s.name for s in self.plan.switches]
         self._save_record()
         for sw in self.plan.switches:
@@ -435,7 +485,7 @@ class Lab:
                         f'target="tcp:127.0.0.1:{self.of_port}"', "max_backoff=1000",
                         "--", "set", "Bridge", sw.name, f"controller={cid}"]
             for port, intf in sorted(ports[sw.name]):
-                cmd += ["--", "add-port", sw.name, intf,
+                cmd += ["--", "add-port", sw.name, intf, "qos=@noop",
                         "--", "set", "Interface", intf, f"ofport_request={port}"]
         cleanup.run(cmd, check=True, timeout=300)
 
@@ -640,6 +690,8 @@ class Lab:
             cleanup.delete_links(self._record.get("links", []))
             cleanup.wait_gone(self._record.get("host_links", []))
             cleanup.delete_bridges(self._record.get("bridges", []))
+            cleanup.delete_qos([q for q, run in cleanup.tagged_qos().items()
+                                if run == self.run_id])
             cleanup.drop_record(self.run_id)
             self._record = {}
         if self.workdir and os.path.isdir(self.workdir):

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from testbed import preflight
-from testbed.lab import Reachability, _fping_unreached, htb_commands
+from testbed.lab import Reachability, _fping_unreached, htb_commands, queue_packets
 from testbed.mntopo import OF_PROTOCOLS, PlanTopo, choose_datapath
 from testbed.topologies import build
 
@@ -131,6 +131,10 @@ def test_reachability_reports_loss_and_retries_honestly() -> None:
 
 
 def test_htb_shaping_commands() -> None:
-    qdisc, cls = htb_commands("lf0r0-eth3", 20.0)
+    qdisc, cls, queue = htb_commands("lf0r0-eth3", 20.0)
     assert qdisc == "qdisc add dev lf0r0-eth3 root handle 5:0 htb default 1"
     assert "rate 20Mbit" in cls and "classid 5:1" in cls
+    # lossless: two seconds of 20 Mb/s in 1 KB frames, not the 1,000-packet drop-tail
+    assert queue == "qdisc add dev lf0r0-eth3 parent 5:1 handle 10: pfifo limit 5000"
+    assert len(htb_commands("x", 20.0, lossless=False)) == 2
+    assert queue_packets(0.5) == 1000
