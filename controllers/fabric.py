@@ -83,6 +83,7 @@ class FabricLogic:
         self.tables: dict[str, Table] = {}  # what each switch holds, as far as we know
         self.events: list[Event] = []
         self.moves = 0
+        self._vacated: dict[Any, int] = {}  # hop -> tick a flow was last moved off it
         self._matches: dict[Flow, Any] = {}  # flow -> its exact match (same at every switch)
         self._inputs: dict[str, tuple[Any, Any]] = {}  # switch -> (routes, pins) of its table
         self._pending_inputs: dict[str, tuple[Any, Any]] = {}
@@ -293,13 +294,41 @@ class FabricLogic:
         self._place()
         self.events.append(Event("traffic", time.time(), {"flows": len(self.flows)}))
 
+    def link_estimate(self, flow_rates: Mapping[Flow, float], link_rates: Mapping[Any, float],
+                      tick: int) -> dict[Any, float]:
+        """Each link's load as the adaptive policy should see it (Mb/s).
+
+        A link carries the measured rates of the pinned flows now assigned to it, plus
+        whatever else its counters show (traffic the controller was not told about).
+        Counters alone mislead right after a move: the link a flow left keeps sending
+        at full rate while its queue drains (seconds, with lossless queues), and would
+        look hot enough to push the next flow off too. So for a link vacated within
+        the last ``hold + 2`` polls, only the pinned flows count.
+        """
+        demand: dict[Any, float] = {}
+        for f, path in self.assign.items():
+            rate = flow_rates.get(f)
+            if rate:
+                for hop in path:
+                    demand[hop] = demand.get(hop, 0.0) + rate
+        window = self.policy.hold + 2
+        est = dict(demand)
+        for hop, measured in link_rates.items():
+            if tick - self._vacated.get(hop, -window - 1) > window:
+                est[hop] = demand.get(hop, 0.0) + max(0.0, measured - demand.get(hop, 0.0))
+        return est
+
     def adaptive_step(self, flow_rates: Mapping[Flow, float], link_rates: Mapping[Any, float],
                       tick: int) -> dict[Flow, Path]:
         """One adaptive round on measured rates (Mb/s); returns and applies the moves."""
         if self.mode != "adaptive" or not self.assign:
             return {}
-        moves = self.policy.step(self.assign, dict(flow_rates), dict(link_rates),
+        est = self.link_estimate(flow_rates, link_rates, tick)
+        moves = self.policy.step(self.assign, dict(flow_rates), est,
                                  self.finder.capacity("mbps"), self.finder, tick)
+        for f, new in moves.items():
+            for hop in set(self.assign[f]) - set(new):
+                self._vacated[hop] = tick
         self.assign.update(moves)
         self.moves += len(moves)
         if moves:

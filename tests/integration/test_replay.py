@@ -75,8 +75,10 @@ def test_tshark_decodes_replayed_frames_as_roce_with_qp_and_psn_as_sent(
                       message_bytes=500, messages=2)]
     pcap = os.path.join(str(tmp_path), "roce.pcap")
     with Lab(plan) as lab:
+        # --immediate-mode: without it, TPACKET_V3 hands packets over in blocks that a
+        # SIGTERM can leave unread ("0 packets captured", though the filter saw them)
         cap = lab.hosts[dst].popen(["tcpdump", "-i", f"{dst}-eth0", "-w", pcap, "-U",
-                                    "udp", "port", "4791"])
+                                    "--immediate-mode", "udp", "port", "4791"])
         time.sleep(1.0)
         r = replay(lab, flows, progress=False)
         time.sleep(0.5)
@@ -105,25 +107,27 @@ def test_tshark_decodes_replayed_frames_as_roce_with_qp_and_psn_as_sent(
 
 def test_message_latency_on_an_idle_fabric_is_size_over_rate_plus_hops(
         assert_clean: Callable[[WiringPlan], None]) -> None:
-    """One QP, 20 messages of 16 KiB, paced at the 40 Mb/s NIC rate, crossing leaf-spine-leaf.
+    """One QP, 20 messages of 16 KiB crossing leaf-spine-leaf, paced at the path's 20 Mb/s.
 
-    Bound: a message's bytes on the wire (payload + 78 bytes of Ethernet/IP/UDP/BTH/ICRC
-    headers per 1,024-byte packet, RETH on the first) at 40 Mb/s, plus one frame's
-    store-and-forward on each of the 3 links after the NIC (20, 20 and 40 Mb/s), plus
-    5 ms for the software switch and the Python agents on this 2-core machine.
+    One flow rides one 20 Mb/s lane, so the sender paces at that rate (faster, it would
+    build a queue and measure queueing, not the idle fabric). Bound: a message's bytes on
+    the wire (payload + 78 bytes of Ethernet/IP/UDP/BTH/ICRC headers per 1,024-byte
+    packet, RETH on the first) at 20 Mb/s, plus one frame's store-and-forward on each link
+    after the first (20, 20 and 40 Mb/s), plus 5 ms for the software switch and the
+    Python agents on this 2-core machine.
     """
     plan = small()
     size, packets = 16 * 1024, 16
     wire = size + packets * 78 + 16
     frame = 1024 + 78
-    bound_s = wire * 8 / 40e6 + frame * 8 * (1 / 20e6 + 1 / 20e6 + 1 / 40e6) + 0.005
+    bound_s = wire * 8 / 20e6 + frame * 8 * (1 / 20e6 + 1 / 20e6 + 1 / 40e6) + 0.005
     flows = [FlowSpec("s0g0", "s2g1", bytes=20 * size, qp=1, sport=sport_for_qp(1),
                       message_bytes=size, messages=20)]
     with Lab(plan) as lab:
-        r = replay(lab, flows, progress=False)
+        r = replay(lab, flows, progress=False, rate_mbps=20)
     lat = [m["latency_ns"] / 1e9 for m in r.messages]
     assert len(lat) == 20 and r.lost_packets == 0
-    floor_s = size * 8 / 40e6
+    floor_s = size * 8 / 20e6
     lat.sort()
     # every message takes at least its serialisation; the median is within the bound (the
     # tail is this shared machine's scheduling noise, reported, not asserted)
@@ -136,7 +140,11 @@ def test_message_latency_on_an_idle_fabric_is_size_over_rate_plus_hops(
 
 def test_iperf3_bulk_flows_reach_the_nic_rate_and_agree_with_replay(
         assert_clean: Callable[[WiringPlan], None]) -> None:
-    """The same 1 MB flow three ways: replay (RoCEv2), iperf3 UDP and iperf3 TCP, 40 Mb/s NIC."""
+    """The same 1 MB flow three ways: replay (RoCEv2), iperf3 UDP and iperf3 TCP.
+
+    The flow crosses the fabric, so its bottleneck is one 20 Mb/s lane (one flow, one
+    lane), not the 40 Mb/s NIC; UDP is offered just below it.
+    """
     from traffic.iperf import run_iperf
 
     plan = small()
@@ -144,17 +152,18 @@ def test_iperf3_bulk_flows_reach_the_nic_rate_and_agree_with_replay(
                       message_bytes=50_000, messages=20)]
     with Lab(plan, lb="planned") as lab:
         rep = replay(lab, flows, progress=False)
-        udp = run_iperf(lab, flows, proto="udp", udp_mbps=38)
+        udp = run_iperf(lab, flows, proto="udp", udp_mbps=18)
         tcp = run_iperf(lab, flows, proto="tcp")
         pinned = lab.client().traffic()["flows"]
     replay_mbps = 8 * rep.bytes_received / rep.flows[0]["fct_s"] / 1e6
     (u,), (t,) = udp.flows, tcp.flows
     assert u["error"] is None and t["error"] is None, (u, t)
     assert u["lost_percent"] == 0 and u["bytes_received"] >= 990_000
-    # RoCE payload vs headers: replay's goodput is ~93% of 40 Mb/s; TCP's about the same
+    # RoCE payload vs headers: replay's goodput is ~93% of the 20 Mb/s lane; TCP's about
+    # the same
     for name, mbps in (("replay", replay_mbps), ("iperf3-udp", u["mbps"]),
                        ("iperf3-tcp", t["mbps"])):
-        assert 30 <= mbps <= 41, (name, mbps)
+        assert 14 <= mbps <= 20.5, (name, mbps)
     assert abs(replay_mbps - t["mbps"]) / t["mbps"] < 0.2, (replay_mbps, t["mbps"])
     # planned mode pinned the iperf3 TCP flow by its real 5-tuple
     assert pinned and pinned[0]["proto"] == "tcp" and pinned[0]["path"], pinned

@@ -319,3 +319,27 @@ def test_adaptive_moves_a_colliding_flow_and_the_switches_follow() -> None:
     assert logic.assign[a][0] != logic.assign[b][0]
     for f in (a, b):
         assert trace_flow(fabric, f) == [nodes_of(logic, f)]
+
+
+def test_a_draining_link_does_not_push_a_second_flow_off() -> None:
+    """After a move, the vacated lane's counters still show it busy (its queue drains)."""
+    plan = plan_of("astral3")
+    logic, _fabric = fresh(plan, "adaptive")
+    src_leaf = attach_points(plan)["s0g0"][0]
+    by_uplink: dict[tuple[str, int], list[Flow]] = {}
+    for sport in range(50000, 50100):  # where ECMP's hash puts each (adaptive starts there)
+        f = Flow("s0g0", "s2g1", sport)
+        by_uplink.setdefault(lb.ecmp_path(f, logic.finder)[0], []).append(f)
+    a, b = next(v for v in by_uplink.values() if len(v) >= 2)[:2]
+    logic.set_flows([a, b])
+    hop = logic.assign[a][0]
+    assert hop[0] == src_leaf and logic.assign[b][0] == hop
+    cap = logic.finder.capacity("mbps")[hop]
+    rates = {a: 0.6 * cap, b: 0.6 * cap}
+    assert len(logic.adaptive_step(rates, {hop: cap}, tick=1)) == 1
+    # next polls: the old lane still transmits at full rate while it drains
+    for tick in (2, 3, 4):
+        assert logic.adaptive_step(rates, {hop: cap}, tick=tick) == {}
+    # counters are believed again once the window has passed
+    est = logic.link_estimate(rates, {hop: cap}, tick=20)
+    assert est[hop] == pytest.approx(cap)
