@@ -191,6 +191,8 @@ def parser() -> argparse.ArgumentParser:
     from testbed.cost import add_cost_parser
 
     add_cost_parser(sub)
+    from testbed.flowmodel import add_model_parser
+    add_model_parser(sub)
 
     k = sub.add_parser("clean", help="remove leftovers of crashed runs (never touches results)")
     k.set_defaults(fn=cmd_clean)
