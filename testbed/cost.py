@@ -72,7 +72,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from testbed.plan import write_json_atomic
-from testbed.results import results_dir
+from testbed.results import output_dir
 from testbed.topologies import FabricSpec, fattree_k_for
 
 DESIGNS = ("astral3", "rail3", "railonly", "fattree")
@@ -855,11 +855,7 @@ def run_cost(args: argparse.Namespace) -> int:
            "prices": asdict(prices), "baseline": "rail3",
            "conventions": CONVENTIONS,
            "rows": rows}
-    if args.output:
-        out_dir = final = args.output
-        os.makedirs(out_dir, exist_ok=True)
-    else:
-        out_dir, final = results_dir("cost")
+    out_dir, final = output_dir("cost", args.output)
     write_json_atomic(os.path.join(out_dir, "cost.json"), doc)
     if not args.no_png:
         plot_costs(rows, os.path.join(out_dir, "cost.png"),

@@ -126,7 +126,7 @@ from controllers import lb
 from controllers.flows import ROCE_PORT, Flow, sport_for_qp
 from controllers.paths import UNITS, Hop, Path, PathFinder
 from testbed.plan import WiringPlan, write_json_atomic
-from testbed.results import results_dir
+from testbed.results import output_dir
 from testbed.topologies import (
     BUILDERS,
     FabricSpec,
@@ -309,12 +309,13 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
     the next event is the earliest finish or start. Rows finishing within ``REL_TIE`` of the
     event finish with it.
 
-    ``tolerance`` > 0 trades exactness for events: rows due to finish within that relative
-    distance of the event finish at it, their last bits dropped. A workload of many distinct
-    sizes (a decode step: tens of thousands of distinct finish times) then takes hundreds of
-    events instead of tens of thousands; every such row ends at most ``tolerance`` early, and
-    the bandwidth it frees early moves the others by a similar small amount (not bounded by
-    a theorem: max-min rates are not monotone in flow sizes). 0 (the default) is exact.
+    ``tolerance`` > 0 trades exactness for events: at an event at time t, rows due to finish
+    by ``t * (1 + tolerance)`` finish at it, their last bits dropped. A workload of many
+    distinct sizes (a decode step: tens of thousands of distinct finish times) then takes a
+    few thousand events instead of tens of thousands. Such a row is reported at its own
+    projected finish, but leaves the allocation early, so the others get its bandwidth up to
+    ``tolerance`` (relative) early: slightly optimistic, not bounded by a theorem (max-min
+    rates are not monotone in departures). 0 (the default) is exact.
 
     Warm start after departures. If flows only left, every row that the last allocation froze
     below the lowest rate x_F of the leavers keeps its rate: those rounds froze links that no
@@ -343,7 +344,6 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
         raise ValueError("sizes and start times must be >= 0")
     if not 0 <= tolerance < 0.5:
         raise ValueError(f"tolerance must be in [0, 0.5) (got {tolerance!r})")
-    coalesce = max(REL_TIE, tolerance)
     if row.size and (row.min() < 0 or row.max() >= n or col.min() < 0 or col.max() >= cap.size):
         raise ValueError("incidence refers to a class or link that does not exist")
     if np.any(np.bincount(row, minlength=n) == 0):
@@ -414,11 +414,13 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
         arrival = float(start[order[nxt]]) if nxt < order.size else np.inf
         p = proj[act]
         t_next = min(float(p.min()), arrival)
-        hit = p - t <= (t_next - t) * (1 + coalesce)
+        hit = p - t <= (t_next - t) * (1 + REL_TIE)
+        if tolerance:
+            hit |= p <= t_next * (1 + tolerance)
         fin = act[hit]
         t = t_next
         g = ids[fin]
-        finish[g] = t
+        finish[g] = np.maximum(p[hit], t) if tolerance else t  # coalesced: their own time
         remaining[g] = 0.0
         done[g] = True
         proj[fin] = np.inf
@@ -1812,11 +1814,7 @@ def run_model(args: argparse.Namespace) -> int:
                  model=args.model, mode=args.mode, exact_flows=args.exact_flows, unit=args.unit,
                  fabric=fabric, tolerance=args.tolerance)
     print(format_report(doc))
-    if args.output:
-        out_dir = final = args.output
-        os.makedirs(out_dir, exist_ok=True)
-    else:
-        out_dir, final = results_dir("model")
+    out_dir, final = output_dir("model", args.output)
     write_json_atomic(os.path.join(out_dir, "model.json"), doc)
     if out_dir != final:
         os.replace(out_dir, final)

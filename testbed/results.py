@@ -29,3 +29,12 @@ def results_dir(name: str, root: str | None = None) -> tuple[str, str]:
     partial = final + ".partial"
     os.makedirs(partial)
     return partial, final
+
+
+def output_dir(name: str, output: str | None) -> tuple[str, str]:
+    """``(write here, final)`` for a command with ``-o DIR``: that folder as is, else
+    ``results_dir(name)`` (write into the partial folder, then ``os.replace`` it)."""
+    if output:
+        os.makedirs(output, exist_ok=True)
+        return output, output
+    return results_dir(name)
