@@ -70,7 +70,11 @@ Scale, per policy (the CLI says which one each number came from):
   ecmp ~6 s, ecmp-fluid ~2 s, planned ~4 s, adaptive ~90 s (``lb.simulate_adaptive`` itself
   takes ~70 s of that); see ``benchmarks/model.py``.
 * ``mode="aggregate"`` (astral3 only; default above that):
-  ``ecmp-fluid``: exact max-min over the group quotient (3), every event.
+  ``ecmp-fluid``: exact max-min over the group quotient (3), every event. An all-to-all is
+  one event (0.1 s at 64K GPUs). A prefill or decode step has tens of thousands of distinct
+  finish times even in one group, so it takes long at any GPU count (measured: prefill ~45 s,
+  decode ~5 min); ``tolerance`` / ``--event-tolerance 1e-3`` coalesces finishes and is
+  labelled ``approx`` (decode: ~9 s, job time 0.15% optimistic against the exact run).
   ``planned``: exact *job* completion from a theorem, not by running the planner. Theorem: if
   every flow has the same size s and start, then under ANY routing the max-min completion
   equals the largest link time (bytes / capacity) of that routing: it is a lower bound, and at

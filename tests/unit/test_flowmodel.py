@@ -156,6 +156,29 @@ def test_matches_plain_reference_on_random_instances():
         assert got.tolist() == pytest.approx(reference(cap, rows, bits, start), rel=1e-9)
 
 
+def test_event_tolerance_is_labelled_and_close():
+    # many distinct sizes on a parking lot: coalescing finishes within 1e-3 of an event
+    # takes fewer events and stays within a fraction of a percent; 0 stays exact
+    rng = random.Random(3)
+    rows = [[(0, 1)], [(1, 1)], [(0, 1), (1, 1)]] * 40
+    bits = [float(rng.randint(100, 10_000)) for _ in rows]
+    exact = sim([50, 70], rows, bits)
+    approx = fm.simulate(np.array([50.0, 70.0]), *_coo(rows), np.ones(len(rows)),
+                         np.array(bits), tolerance=1e-3)
+    assert approx.events < exact.events
+    assert approx.finish == pytest.approx(exact.finish, rel=5e-3)
+    with pytest.raises(ValueError, match="tolerance"):
+        fm.simulate(np.array([1.0]), *_coo([[(0, 1)]]), np.ones(1), np.ones(1), tolerance=0.7)
+    _, finder = small()
+    r = fm.model_flows(finder, [Flow("s0g0", "s1g0", 1, bytes=GB)], "ecmp", tolerance=1e-3)
+    assert r.kind == "approx" and "approximate" in r.note
+
+
+def _coo(rows):
+    return ([c for c, r in enumerate(rows) for _ in r], [lk for r in rows for lk, _ in r],
+            [w for r in rows for _, w in r])
+
+
 def test_simulate_rejects_bad_input():
     with pytest.raises(ValueError, match="at least one link"):
         fm.simulate(np.ones(1), [0], [0], [1.0], np.ones(2), np.ones(2))
@@ -402,6 +425,7 @@ def test_cli_writes_model_json(tmp_path, monkeypatch, capsys):
     (["--gpus", "32", "--group-size", "12"], "group size 12 must be a multiple of 8"),
     (["--gpus", "32", "--groups", "3", "--group-size", "16"], "do not fit"),
     (["--gpus", "32", "--mode", "aggregate", "--unit", "mbps"], "--unit gbps"),
+    (["--gpus", "32", "--event-tolerance", "2"], "--event-tolerance must be in [0, 0.5)"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path))
