@@ -346,11 +346,5 @@ class FabricLogic:
 
     def path_view(self, path: Path) -> list[dict[str, Any]]:
         """A path as a reader wants it: switch, out port, and where that port leads."""
-        ports = self.finder_ports
-        return [{"switch": sw, "out_port": port, "to": ports[sw][port][0]} for sw, port in path]
-
-    @property
-    def finder_ports(self) -> dict[str, dict[int, tuple[str, int, Any]]]:
-        if not hasattr(self, "_ports"):
-            self._ports = self.plan.ports()
-        return self._ports
+        return [{"switch": sw, "out_port": port, "to": self.finder.peer((sw, port))[0]}
+                for sw, port in path]

@@ -18,7 +18,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.flowtable import OFPGC_ADD_OR_MOD
+from controllers.flowtable import OFPGC_ADD_OR_MOD, action_of
 from testbed.plan import WiringPlan
 
 _IP_FIELDS = {"ipv4_dst", "ipv4_src", "arp_tpa", "arp_spa"}
@@ -153,23 +153,15 @@ class FakeSwitch:
 
 
 def _action_list(actions: list[Any]) -> list[tuple[str, int]]:
-    out = []
-    for a in actions:
-        name = type(a).__name__
-        if name == "OFPActionOutput":
-            out.append(("output", a.port))
-        elif name == "OFPActionGroup":
-            out.append(("group", a.group_id))
-        else:
-            raise NotImplementedError(f"action {name}")
+    out = [action_of(a) for a in actions]
+    for kind, _arg in out:
+        if kind not in ("output", "group"):
+            raise NotImplementedError(f"action {kind}")
     return out
 
 
 def _actions(instructions: list[Any]) -> list[tuple[str, int]]:
-    out: list[tuple[str, int]] = []
-    for inst in instructions:
-        out.extend(_action_list(inst.actions))
-    return out
+    return _action_list([a for inst in instructions for a in inst.actions])
 
 
 class LoopError(AssertionError):

@@ -260,19 +260,30 @@ def infer_groups(read_back: Mapping[tuple[int, Match], Entry], want: Table) -> T
                  entries=dict(read_back))
 
 
+def action_of(act: Any) -> Action:
+    """An os-ken action as ``("output", port)`` / ``("group", id)``; anything else as
+    ``(class name, 0)``, which never equals one of ours."""
+    name = type(act).__name__
+    if name == "OFPActionOutput":
+        return ("output", act.port)
+    if name == "OFPActionGroup":
+        return ("group", act.group_id)
+    return (name, 0)
+
+
+def instruction_actions(instructions: Any) -> list[Action]:
+    """The actions of a flow's instructions, in order (``action_of`` each)."""
+    return [action_of(act) for inst in instructions or []
+            for act in getattr(inst, "actions", []) or []]
+
+
 def entry_from_stats(stat: Any) -> Entry:
-    """An ``Entry`` from an os-ken flow-stats / flow-desc body item (read back from a switch)."""
-    actions: list[Action] = []
-    for inst in getattr(stat, "instructions", []) or []:
-        for act in getattr(inst, "actions", []) or []:
-            name = type(act).__name__
-            if name == "OFPActionOutput":
-                actions.append(("output", act.port))
-            elif name == "OFPActionGroup":
-                actions.append(("group", act.group_id))
-            else:
-                actions.append((name, 0))  # foreign action: never equal to ours, so replaced
-    return Entry(stat.priority, canon_match(stat.match.items()), tuple(actions), stat.cookie)
+    """An ``Entry`` from an os-ken flow-stats / flow-desc body item (read back from a switch).
+
+    A foreign action is kept as ``(name, 0)``: never equal to ours, so the entry is replaced.
+    """
+    return Entry(stat.priority, canon_match(stat.match.items()),
+                 tuple(instruction_actions(getattr(stat, "instructions", []))), stat.cookie)
 
 
 def stat_counter(stat: Any, name: str) -> int | None:

@@ -413,7 +413,7 @@ class Lab:
         root_ends = self._root_ends()
         cleanup.run(["ip", "-batch", "-"], check=True,
                     stdin="".join(f"link set {n} up\n" for n, _mbps in root_ends))
-        nic_mbps = {link.a: link.mbps for link in self.plan.links if link.a in self.hosts}
+        nic_mbps = self.plan.host_link_mbps()
         if self.shape:
             tc = [c for n, mbps in root_ends
                   for c in htb_commands(n, mbps, lossless=self.lossless)]

@@ -131,6 +131,11 @@ class WiringPlan:
     def switches(self) -> list[Node]:
         return [n for n in self.nodes if n.kind == "switch"]
 
+    def host_link_mbps(self) -> dict[str, float]:
+        """``host -> emulated Mb/s`` of its own link (its NIC; hosts are a link's ``a`` end)."""
+        hosts = {n.name for n in self.hosts}
+        return {link.a: link.mbps for link in self.links if link.a in hosts}
+
     def host_by_ip(self) -> dict[str, Node]:
         return {n.ip: n for n in self.hosts if n.ip}
 

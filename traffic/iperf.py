@@ -73,12 +73,13 @@ def run_iperf(lab: Any, flows: Iterable[FlowSpec], *, proto: str = "tcp",
                 ["iperf3", "-s", "-1", "-p", str(port), "-J"]))
         time.sleep(0.5)  # iperf3 has no "listening" signal; it binds within milliseconds
         t0 = time.monotonic()
+        nic = lab.plan.host_link_mbps()
         for i, f in enumerate(flows):
             ip = lab.plan.node(f.dst).ip
             cmd = ["iperf3", "-c", ip, "-p", str(BASE_PORT + i), "-n", str(f.bytes),
                    "--cport", str(f.sport), "-J"]
             if proto == "udp":
-                rate = udp_mbps or next(ln.mbps for ln in lab.plan.links if f.src in (ln.a, ln.b))
+                rate = udp_mbps or nic[f.src]
                 cmd += ["-u", "-b", f"{rate}M", "-l", "1400"]
             clients.append(lab.hosts[f.src].popen(cmd))
         rows = []

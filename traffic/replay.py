@@ -89,10 +89,6 @@ def _check(flows: list[FlowSpec], lab: Any) -> None:
             raise ValueError(f"flow {f.key} has bytes but no message_bytes")
 
 
-def _nic_mbps(lab: Any, host: str) -> float:
-    return next(ln.mbps for ln in lab.plan.links if host in (ln.a, ln.b))
-
-
 class _Progress:
     """A one-line progress bar on stderr (quiet when stderr is not a terminal)."""
 
@@ -150,8 +146,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
     procs: list[subprocess.Popen[bytes]] = []
     recv: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     sent_files: dict[str, str] = {}
-    slowest = max(f.bytes / ((rate_mbps or _nic_mbps(lab, f.src)) * 1e6 / 8) + f.start
-                  for f in flows)
+    nic = lab.plan.host_link_mbps()
+    slowest = max(f.bytes / ((rate_mbps or nic[f.src]) * 1e6 / 8) + f.start for f in flows)
     timeout = timeout if timeout is not None else 4 * slowest + 30
     bar = _Progress(len(by_src), label, progress)
     try:
@@ -235,7 +231,8 @@ def _spec(lab: Any, src: str, flows: list[FlowSpec], pmtu: int,
           rate_mbps: float | None) -> dict[str, Any]:
     node = lab.plan.node(src)
     out = {"intf": f"{src}-eth0", "src_mac": node.mac, "src_ip": node.ip,
-           "rate_mbps": rate_mbps or _nic_mbps(lab, src), "pmtu": pmtu, "flows": []}
+           "rate_mbps": rate_mbps or lab.plan.host_link_mbps()[src], "pmtu": pmtu,
+           "flows": []}
     for i, f in enumerate(flows):
         dst = lab.plan.node(f.dst)
         out["flows"].append({"flow_id": i, "dst_ip": dst.ip, "dst_mac": dst.mac,
