@@ -2,7 +2,9 @@
 
     astral-lab topo astral3 --servers 8          counts table, wiring plan JSON, PNG drawing
     sudo astral-lab up astral3                   bring the fabric up, open the Mininet CLI
-    sudo astral-lab demo                         bring up, check all pairs, summarise, tear down
+    sudo astral-lab demo                         the tour: scenarios' demo (`run demo`)
+    astral-lab list                              the scenarios, one line each
+    sudo astral-lab run lb-compare --quick       run one scenario; results/<time>-<name>/
     astral-lab controller --plan plan.json       the controller alone (for plain `mn`)
     sudo astral-lab clean                        remove leftovers of a crashed run
 """
@@ -134,6 +136,62 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if reach.loss_pct == 0 else 1
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    from scenarios.base import load_all
+
+    scenarios = load_all()
+    width = max(len(n) for n in scenarios)
+    for name, sc in scenarios.items():
+        print(f"{name:<{width}}  {sc.description}")
+    print("\nrun one: sudo astral-lab run NAME [--quick] [--PARAM VALUE ...]; "
+          "its parameters: astral-lab run NAME --help")
+    return 0
+
+
+def _run_parser(name: str) -> argparse.ArgumentParser:
+    from scenarios.base import get
+
+    sc = get(name)
+    p = argparse.ArgumentParser(prog=f"astral-lab run {name}", description=sc.description,
+                                epilog=sc.doc.strip().split("\n\n")[0] if sc.doc else None)
+    p.add_argument("--quick", action="store_true",
+                   help="small and short (what the tests run); quick values in [brackets]")
+    p.add_argument("--force", action="store_true",
+                   help="run even when the fidelity guard says the run would be CPU-bound")
+    p.add_argument("-o", "--output", help="results folder (default results/<time>-<name>/)")
+    for prm in sc.params:
+        quick = f" [{prm.quick}]" if prm.quick is not None else ""
+        choices = f" (one or more of {', '.join(map(str, prm.choices))})" if prm.choices else ""
+        p.add_argument(f"--{prm.flag}", dest=prm.name, type=prm.parse, default=None,
+                       metavar=type(prm.default).__name__.upper(),
+                       help=f"{prm.help}; default {prm.default}{quick}{choices}")
+    return p
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from scenarios.base import format_table, get
+
+    sc = get(args.scenario)
+    opts = _run_parser(args.scenario).parse_args(args.rest)
+    overrides = {p.name: getattr(opts, p.name) for p in sc.params
+                 if getattr(opts, p.name) is not None}
+    if os.geteuid() != 0:
+        print(f"astral-lab run {args.scenario}: must run as root (it brings up a Mininet "
+              "fabric): sudo astral-lab run ...", file=sys.stderr)
+        return 2
+    try:
+        result = sc(quick=opts.quick, output=opts.output, force=opts.force, **overrides)
+    except KeyboardInterrupt:
+        print(f"astral-lab run {args.scenario}: interrupted; the fabric was torn down and "
+              f"the partial results are kept in {RESULTS}/*-{args.scenario}.partial/",
+              file=sys.stderr)
+        return 130
+    print()
+    print(format_table(result.rows))
+    print(f"\nresults: {result.path}/ (REPORT.md, summary.csv, config.json, *.json, *.png)")
+    return 0
+
+
 def cmd_controller(args: argparse.Namespace) -> int:
     from controllers import run
 
@@ -181,6 +239,15 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
     _add_spec_options(d)
     d.set_defaults(fn=cmd_demo)
+
+    ls = sub.add_parser("list", help="the scenarios `run` can run, one line each")
+    ls.set_defaults(fn=cmd_list)
+
+    r = sub.add_parser("run", help="run a scenario (see `list`); --help after the name "
+                       "lists its parameters", add_help=True)
+    r.add_argument("scenario", help="scenario name (astral-lab list)")
+    r.add_argument("rest", nargs=argparse.REMAINDER, help="--quick, --force, --PARAM VALUE")
+    r.set_defaults(fn=cmd_run)
 
     c = sub.add_parser("controller", help="run the controller alone for a plan (use with `mn`)")
     from controllers.run import add_options

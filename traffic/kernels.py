@@ -107,6 +107,18 @@ class FlowSpec:
             raise ValueError(f"{self.bytes} bytes in messages of {self.message_bytes} are "
                              f"{want} messages, not {self.messages}")
 
+    @classmethod
+    def make(cls, src: str, dst: str, nbytes: int, qp: int = 0, *,
+             message_bytes: int = 1_000_000, start: float = 0.0,
+             traffic_class: str = "bulk", phase: str = "dispatch", kernel: str = "") -> FlowSpec:
+        """A flow with its derived fields filled in (sport from the QP, message count, DSCP):
+        what a scenario or test writes by hand, without repeating the bookkeeping."""
+        mb = min(message_bytes, nbytes) if nbytes else message_bytes
+        return cls(src, dst, nbytes, qp, sport_for_qp(qp), start=start,
+                   traffic_class=traffic_class, dscp=TRAFFIC_CLASSES[traffic_class],
+                   message_bytes=mb, messages=-(-nbytes // mb) if nbytes else 0,
+                   phase=phase, kernel=kernel)
+
     @property
     def key(self) -> tuple[str, str, str, int, int]:
         """The 5-tuple, as ``controllers.flows.Flow.key``."""

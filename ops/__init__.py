@@ -1,0 +1,1 @@
+"""Operations: telemetry collector, detectors and the diagnosis agent."""

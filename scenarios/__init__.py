@@ -1,0 +1,1 @@
+"""Experiments a user runs: each writes results, plots and a report (see scenarios/base.py)."""

@@ -1,0 +1,448 @@
+"""The scenario framework: one function per experiment, one results folder per run.
+
+A scenario is a plain function that takes a ``Run`` and does the experiment::
+
+    @scenario("lb-compare", "ECMP vs planned vs adaptive on astral3",
+              Param("gpus_per_server", 4, "GPUs (NICs) per server", quick=2), ...)
+    def lb_compare(run: Run) -> None:
+        p = run.params                      # every parameter, resolved (quick or full)
+        with run.lab(plan) as lab: ...      # fabric torn down on exit, error or Ctrl-C
+        run.save_json("flows.json", rows)   # raw data, written atomically
+        run.row(mode="ecmp", ...)           # one row of summary.csv
+        run.report.finding(...)             # measured vs ideal vs published, and why
+
+The decorator turns it into a ``Scenario``: ``lb_compare(quick=True, gpus_per_server=2)``
+from a notebook runs it and returns a ``RunResult``; ``astral-lab run lb-compare --quick``
+does the same from the shell (one ``--flag`` per ``Param``); ``astral-lab list`` lists the
+registry.
+
+Every run writes ``results/<timestamp>-<scenario>.partial/`` and renames it to its final
+name only when the report is complete, so a folder without the suffix is always whole. An
+interrupted or failed run keeps its ``.partial`` folder, with ``INTERRUPTED.md`` saying what
+happened and what had finished (the fabric itself is torn down by ``Lab``'s context manager).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from testbed.plan import WiringPlan, write_json_atomic
+from testbed.results import output_dir
+
+#: name -> Scenario, filled by the ``@scenario`` decorator when scenario modules import.
+REGISTRY: dict[str, Scenario] = {}
+
+#: Modules that define scenarios (imported by ``load_all``; order = ``astral-lab list`` order).
+MODULES = ["scenarios.demo", "scenarios.topology_compare", "scenarios.lb_compare",
+           "scenarios.decode_latency", "scenarios.expert_skew", "scenarios.link_failure",
+           "scenarios.ops_eval"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One scenario parameter: default, help text, and the value ``--quick`` uses."""
+
+    name: str
+    default: Any
+    help: str
+    quick: Any = None  # None: same as default
+    choices: tuple[Any, ...] | None = None
+
+    def value(self, quick: bool) -> Any:
+        return self.quick if quick and self.quick is not None else self.default
+
+    def parse(self, text: str) -> Any:
+        """A ``--flag`` value in the default's type (lists are comma-separated)."""
+        kind = type(self.default)
+        try:
+            if kind is bool:
+                if text.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if text.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(text)
+            if kind in (list, tuple):
+                items = [t.strip() for t in text.split(",") if t.strip()]
+                sample = self.default[0] if self.default else ""
+                return [type(sample)(t) for t in items]
+            return kind(text)
+        except ValueError:
+            raise ValueError(f"--{self.flag}: {text!r} is not a valid "
+                             f"{kind.__name__}") from None
+
+    @property
+    def flag(self) -> str:
+        return self.name.replace("_", "-")
+
+
+@dataclass
+class RunResult:
+    """What a finished run left: its folder and the rows of its summary table."""
+
+    name: str
+    path: str
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+    def table(self) -> str:
+        return format_table(self.rows)
+
+
+class Report:
+    """REPORT.md, built section by section while the scenario runs."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.parts: list[str] = []
+        self.findings: list[dict[str, Any]] = []
+
+    def text(self, markdown: str) -> None:
+        self.parts.append(markdown.strip() + "\n")
+
+    def section(self, title: str, markdown: str = "") -> None:
+        self.parts.append(f"## {title}\n\n{markdown.strip()}\n" if markdown else f"## {title}\n")
+
+    def table(self, rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
+        self.parts.append(markdown_table(rows, columns))
+
+    def image(self, filename: str, caption: str) -> None:
+        self.parts.append(f"![{caption}]({filename})\n\n*{caption}*\n")
+
+    def finding(self, title: str, *, measured: str, ideal: str, published: str,
+                why: str) -> None:
+        """One finding: the number measured here beside the model's ideal and the published
+        figure it echoes, and a paragraph on why they differ (the report's reason to exist)."""
+        self.findings.append({"title": title, "measured": measured, "ideal": ideal,
+                              "published": published, "why": why})
+        self.parts.append(
+            f"### {title}\n\n| measured here | model's ideal | published |\n|---|---|---|\n"
+            f"| {measured} | {ideal} | {published} |\n\n{why.strip()}\n")
+
+    def render(self, header: str) -> str:
+        return f"# {self.title}\n\n{header.strip()}\n\n" + "\n".join(self.parts)
+
+
+class Interrupted(Exception):
+    """Raised inside a run when the user stops it (kept distinct from errors in the report)."""
+
+
+class Run:
+    """One execution of a scenario: parameters, output folder, report, progress."""
+
+    def __init__(self, sc: Scenario, params: dict[str, Any], quick: bool,
+                 output: str | None = None, log: Callable[[str], None] | None = None,
+                 force: bool = False) -> None:
+        self.scenario = sc
+        self.params = params
+        self.quick = quick
+        self.force = force  # run even when the fidelity guard says "CPU-bound"
+        self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.dir, self.final = output_dir(sc.name, output)
+        self.rows: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {}
+        self.report = Report(f"{sc.name}: {sc.description}")
+        self.config: dict[str, Any] = {
+            "scenario": sc.name, "quick": quick, "params": params,
+            "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "versions": versions(), "fabrics": {}, "fidelity": [],
+        }
+        self.stages: list[str] = []  # what finished, for INTERRUPTED.md
+        self.t0 = time.monotonic()
+        write_json_atomic(self.path("config.json"), self.config)
+
+    # --- files ------------------------------------------------------------------------
+    def path(self, filename: str) -> str:
+        return os.path.join(self.dir, filename)
+
+    def save_json(self, filename: str, data: Any) -> str:
+        path = self.path(filename)
+        write_json_atomic(path, data)
+        return path
+
+    def figure_path(self, filename: str) -> str:
+        """Where a plot goes; plots are written with ``save_figure`` (atomic)."""
+        return self.path(filename)
+
+    def save_figure(self, fig: Any, filename: str) -> str:
+        path = self.path(filename)
+        tmp = path + ".tmp.png"
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+        return path
+
+    def row(self, **values: Any) -> None:
+        """One row of ``summary.csv`` (and of the table printed at the end)."""
+        self.rows.append(values)
+
+    def stage(self, what: str) -> None:
+        """Mark a part of the run as finished (listed in INTERRUPTED.md if stopped later)."""
+        self.stages.append(what)
+        self.log(f"[{self.elapsed():6.1f} s] {what}")
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    # --- fabric -----------------------------------------------------------------------
+    @contextmanager
+    def lab(self, plan: WiringPlan, label: str | None = None, **kw: Any) -> Iterator[Any]:
+        """Bring ``plan`` up (torn down on exit) and record it in config.json."""
+        from scenarios.fidelity import calibrate
+        from testbed.lab import Lab
+
+        calibrate(self.log)  # cached after the first time; needs the names free, so first
+        label = label or plan.topology
+        self.log(f"bringing up {label}: {len(plan.hosts)} GPUs, {len(plan.switches)} "
+                 f"switches, {len(plan.links)} links (scale {plan.scale:g})")
+        with Lab(plan, log=self.log, **kw) as lab:
+            self.config["fabrics"][label] = {
+                "topology": plan.topology, "gpus": len(plan.hosts),
+                "switches": len(plan.switches), "links": len(plan.links),
+                "scale": plan.scale, "params": plan.params, "datapath": lab.datapath,
+                "lb": lab.lb, "bringup_s": round(lab.timings.get("total", 0.0), 3)}
+            write_json_atomic(self.path("config.json"), self.config)
+            yield lab
+
+    def guard(self, lab: Any, flows: Any, label: str) -> dict[str, Any]:
+        """Fidelity guard before traffic: refuse (or warn) when the run would be CPU-bound."""
+        from scenarios.fidelity import check
+
+        verdict = check(lab, flows, force=self.force, log=self.log)
+        verdict["label"] = label
+        self.config["fidelity"].append(verdict)
+        write_json_atomic(self.path("config.json"), self.config)
+        return verdict
+
+    # --- finishing --------------------------------------------------------------------
+    def _write_summary(self) -> None:
+        if not self.rows:
+            return
+        columns: list[str] = []
+        for r in self.rows:
+            columns += [c for c in r if c not in columns]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+        w.writeheader()
+        for r in self.rows:
+            w.writerow({k: _cell(v) for k, v in r.items()})
+        _write_text(self.path("summary.csv"), buf.getvalue())
+
+    def _header(self) -> str:
+        fid = self.config.get("fidelity") or []
+        worst = min(fid, key=lambda v: v["margin"]) if fid else None
+        verdicts = sorted({v["verdict"] for v in fid})
+        fabrics = "; ".join(f"{k} ({v['gpus']} GPUs, scale {v['scale']:g}, {v['datapath']} "
+                            f"datapath)" for k, v in self.config["fabrics"].items())
+        lines = [f"Run {os.path.basename(self.final)}: {'quick' if self.quick else 'full'} "
+                 f"mode, {self.elapsed():.0f} s, {self.config['started']}.",
+                 f"Parameters: {json.dumps(self.params, sort_keys=True)}.",
+                 f"Fabrics: {fabrics or 'none (model only)'}."]
+        if fid:
+            lines.append(f"Fidelity guard (switching capacity of this machine / offered load; "
+                         f"above 1 the run is network-bound, not CPU-bound): smallest margin "
+                         f"{worst['margin']:.2f}x ({worst['label']}) over {len(fid)} traffic "
+                         f"phase(s), verdicts: {', '.join(verdicts)}; capacity "
+                         f"{worst['capacity_hop_pps']:,} switch-hop packets/s, calibrated "
+                         f"{worst['capacity_measured']} (per phase in config.json).")
+        lines.append("Files: config.json (parameters, versions, scale), summary.csv, raw JSON, "
+                     "PNG plots.")
+        return "\n".join(lines)
+
+    def finish(self) -> RunResult:
+        self.config["finished"] = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        self.config["elapsed_s"] = round(self.elapsed(), 1)
+        write_json_atomic(self.path("config.json"), self.config)
+        self._write_summary()
+        if self.summary:
+            self.save_json("summary.json", self.summary)
+        _write_text(self.path("REPORT.md"), self.report.render(self._header()))
+        if self.dir != self.final:
+            os.replace(self.dir, self.final)
+            self.dir = self.final
+        return RunResult(self.scenario.name, self.final, self.rows, self.summary)
+
+    def abandon(self, exc: BaseException) -> None:
+        """Keep what was written, marked: the folder stays ``.partial`` with INTERRUPTED.md."""
+        how = ("interrupted by the user" if isinstance(exc, (KeyboardInterrupt, Interrupted))
+               else f"stopped by an error: {type(exc).__name__}: {exc}")
+        done = "\n".join(f"- {s}" for s in self.stages) or "- nothing had finished"
+        text = (f"# {self.scenario.name}: partial result\n\nThis run was {how} after "
+                f"{self.elapsed():.0f} s. The fabric was torn down; the files here are what "
+                f"had been written.\n\nFinished before it stopped:\n\n{done}\n")
+        if not isinstance(exc, (KeyboardInterrupt, Interrupted, SystemExit)):
+            text += "\n```\n" + "".join(traceback.format_exception(exc))[-4000:] + "```\n"
+        self._write_summary()
+        _write_text(self.path("INTERRUPTED.md"), text)
+
+
+@dataclass
+class Scenario:
+    """A registered experiment: callable as ``sc(quick=..., output=..., **params)``."""
+
+    name: str
+    description: str
+    params: list[Param]
+    fn: Callable[[Run], None]
+    doc: str = field(default="")
+
+    def resolve(self, quick: bool, overrides: dict[str, Any]) -> dict[str, Any]:
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise ValueError(f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(known)}")
+        out = {p.name: p.value(quick) for p in self.params}
+        out.update(overrides)
+        for name, v in out.items():
+            choices = known[name].choices
+            vals = v if isinstance(v, list) else [v]
+            if choices and any(x not in choices for x in vals):
+                raise ValueError(f"--{known[name].flag}: {v!r} not in {list(choices)}")
+        return out
+
+    def __call__(self, quick: bool = False, output: str | None = None,
+                 log: Callable[[str], None] | None = None, force: bool = False,
+                 **overrides: Any) -> RunResult:
+        params = self.resolve(quick, overrides)  # bad input fails before anything is made
+        run = Run(self, params, quick, output=output, log=log, force=force)
+        try:
+            self.fn(run)
+            return run.finish()
+        except BaseException as exc:
+            run.abandon(exc)
+            raise
+
+
+def scenario(name: str, description: str, *params: Param) -> Callable[[Callable[[Run], None]],
+                                                                       Scenario]:
+    """Register ``fn`` as scenario ``name`` (see the module docstring)."""
+    def wrap(fn: Callable[[Run], None]) -> Scenario:
+        sc = Scenario(name, description, list(params), fn, doc=fn.__doc__ or "")
+        REGISTRY[name] = sc
+        return sc
+    return wrap
+
+
+def load_all() -> dict[str, Scenario]:
+    """Import every scenario module (missing optional ones are skipped) and return the registry."""
+    import importlib
+
+    for mod in MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:
+                raise
+    return REGISTRY
+
+
+def get(name: str) -> Scenario:
+    scenarios = load_all()
+    if name not in scenarios:
+        raise ValueError(f"no scenario {name!r}; try one of: {', '.join(scenarios)}")
+    return scenarios[name]
+
+
+# --- helpers ---------------------------------------------------------------------------
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return v
+
+
+def _write_text(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v != v:  # NaN
+            return "-"
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    if not rows:
+        return "(no rows)\n"
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+    out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    out += ["| " + " | ".join(_fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def format_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
+    """A plain-text table for the terminal."""
+    if not rows:
+        return "(no rows)"
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    width = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = "  ".join(c.ljust(w) for c, w in zip(columns, width, strict=True))
+    body = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in
+                      enumerate(zip(row, width, strict=True))) for row in cells]
+    return "\n".join([line, "  ".join("-" * w for w in width), *body])
+
+
+def _cmd_version(cmd: list[str]) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.splitlines()[0].strip() if out else None
+
+
+def versions() -> dict[str, Any]:
+    """Everything a reader needs to reproduce a number: code, tools, kernel, CPUs."""
+    from importlib import metadata
+
+    from astral_lab import __version__
+
+    out: dict[str, Any] = {"astral_lab": __version__, "python": platform.python_version(),
+                           "kernel": platform.release(), "cpus": os.cpu_count(),
+                           "machine": platform.machine()}
+    for dist in ("os-ken", "scapy", "matplotlib", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    out["ovs"] = _cmd_version(["ovs-vswitchd", "--version"])
+    out["mininet"] = _cmd_version(["mn", "--version"])
+    try:
+        out["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                    text=True, timeout=5,
+                                    cwd=os.path.dirname(os.path.abspath(__file__))
+                                    ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        out["git"] = None
+    return out
+
+
+def as_dict(obj: Any) -> Any:
+    """Dataclasses (e.g. FlowSpec) to plain JSON-able dicts."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    return obj

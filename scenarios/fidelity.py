@@ -1,0 +1,221 @@
+"""The fidelity guard: is this run network-bound (honest) or CPU-bound (meaningless)?
+
+Every emulated switch is software: one ``ovs-vswitchd`` forwards the whole fabric, and the
+senders and receivers are processes on the same cores. If a scenario offers more packets per
+second than this machine can switch, completion times measure the CPU, not the fabric. So
+before traffic starts, a scenario compares what it will offer with what this machine was
+measured to carry, and refuses (or warns) when the margin is thin.
+
+**Capacity** (``calibrate``) is measured once per machine and cached: a small ``astral3``
+fabric at a scale where no link binds (NIC 400 Mb/s), eight senders each blasting one
+cross-rail flow (leaf - spine - leaf, 3 switch hops) at once; the receivers' delivered rate,
+times the hops each packet took, is the machine's capacity in *switch-hop packets per
+second* (and in Mb/s at the same frame size). It includes the senders' and receivers' own
+CPU, because a scenario's traffic pays for those too.
+
+**Offered load** (``offered``) of a flow list is each flow's rate at the start of the run
+under fluid max-min (``testbed.flowmodel``, ECMP spread evenly: the fabric's own limits
+applied, so a flow behind a 20 Mb/s lane counts 20 Mb/s), times the switch hops of its path,
+in packets of the replay's frame size.
+
+**Verdict**: margin = capacity / offered. Below ``REFUSE_BELOW`` the scenario stops with an
+error naming both numbers (``--force`` runs it anyway and the report says so); below
+``WARN_BELOW`` it warns. The report states the margin. Measured separately (issue 4): a
+Python sender holds ~96% of a 20 Mb/s pace and ~90% of 40 Mb/s when 8 senders share two
+cores with the switch, which is why the warning starts at a margin of 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from traffic.kernels import FlowSpec
+
+REFUSE_BELOW = 1.0
+WARN_BELOW = 2.0
+#: frame bytes on the wire for a full RoCE packet of the replay's 1024 B payload
+#: (Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + payload 1024 + FCS-free veth)
+FRAME_BYTES = 1082
+CACHE_VERSION = 2
+#: per-sender rates tried by ``calibrate`` (Mb/s), each for TRIAL_S seconds of traffic
+RAMP_MBPS = (5.0, 10.0, 14.0, 20.0, 28.0, 40.0, 56.0, 80.0, 113.0, 160.0)
+TRIAL_S = 1.5
+#: a rate is "held" when every byte arrives within this factor of the paced time
+HOLD_SLACK = 1.15
+
+
+class CapacityError(RuntimeError):
+    """The run would measure this machine's CPU instead of the emulated network."""
+
+
+def cache_path() -> str:
+    root = os.environ.get("ASTRAL_LAB_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "astral-lab")
+    return os.path.join(root, "capacity.json")
+
+
+def machine_key() -> dict[str, Any]:
+    """What the measured capacity depends on; a change means calibrate again."""
+    datapath = "kernel" if os.path.isdir("/sys/module/openvswitch") else "user"
+    try:
+        ovs = subprocess.run(["ovs-vswitchd", "--version"], capture_output=True, text=True,
+                             timeout=5).stdout.splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        ovs = "unknown"
+    return {"host": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
+            "ovs": ovs, "datapath": datapath, "version": CACHE_VERSION}
+
+
+def load_cached() -> dict[str, Any] | None:
+    try:
+        with open(cache_path()) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if data.get("key") == machine_key() else None
+
+
+def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dict[str, Any]:
+    """Measure (or read the cached) switching capacity of this machine. Needs root.
+
+    Call it before bringing up a scenario's own fabric: the calibration fabric uses the
+    same node names, and two fabrics cannot share them.
+    """
+    cached = None if force else load_cached()
+    if cached:
+        return cached
+    from testbed.lab import Lab
+    from testbed.plan import write_json_atomic
+    from testbed.topologies import build
+    from traffic.replay import replay
+
+    plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
+    with Lab(plan, log=log) as lab:
+        log("calibrating this machine's switching capacity (once; cached in "
+            f"{cache_path()}) ...")
+        hosts = [h.name for h in plan.hosts]
+        half = len(hosts) // 2
+        pairs = []  # s0gI -> s1g(I+1) and back: every flow crosses leaf - spine - leaf
+        for i in range(half):
+            pairs += [(hosts[i], hosts[half + (i + 1) % half]),
+                      (hosts[half + i], hosts[(i + 1) % half])]
+        trials = []
+        best: dict[str, Any] | None = None
+        for rate in RAMP_MBPS:  # per sender; stop at the first rate the machine cannot hold
+            nbytes = int(rate * 1e6 / 8 * TRIAL_S)
+            flows = [FlowSpec.make(a, b, nbytes, qp=i, message_bytes=256_000)
+                     for i, (a, b) in enumerate(pairs)]
+            hops = _hops(plan, flows)
+            res = replay(lab, flows, rate_mbps=rate, progress=False, label="calibrate")
+            t = res.job_completion_s
+            trial = {"rate_mbps_per_sender": rate, "offered_mbps": rate * len(flows),
+                     "delivered_mbps": round(res.bytes_received * 8 / t / 1e6, 1),
+                     "delivered_fraction": round(res.bytes_received / res.bytes_sent, 4),
+                     "completion_s": round(t, 3), "ideal_s": round(TRIAL_S, 3),
+                     "hop_pps": round(res.bytes_received / 1024 * hops / t)}
+            trials.append(trial)
+            log(f"  {rate:g} Mb/s x {len(flows)} senders: {trial['delivered_mbps']} Mb/s "
+                f"delivered, {100 * trial['delivered_fraction']:.1f}% of bytes, "
+                f"{t:.2f} s for {TRIAL_S:g} s of traffic")
+            held = trial["delivered_fraction"] >= 0.999 and t <= TRIAL_S * HOLD_SLACK
+            if not held:
+                break
+            best = trial
+        if best is None:
+            raise CapacityError(f"this machine could not hold even {RAMP_MBPS[0]} Mb/s per "
+                                f"sender: {trials}")
+        capacity = {
+            "key": machine_key(),
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "hop_pps": best["hop_pps"], "delivered_mbps": best["delivered_mbps"],
+            "senders": len(pairs), "hops_per_packet": 3, "trials": trials,
+            "method": f"{len(pairs)} senders, one cross-rail flow each (3 switch hops), NIC "
+                      "400 Mb/s so no link binds; per-sender rate raised along "
+                      f"{RAMP_MBPS} Mb/s; capacity = the highest rate held (all bytes "
+                      f"delivered within {HOLD_SLACK:g}x the paced time), in switch-hop "
+                      "packets per second",
+        }
+    os.makedirs(os.path.dirname(cache_path()), exist_ok=True)
+    write_json_atomic(cache_path(), capacity)
+    log(f"capacity: {capacity['hop_pps']:,} switch-hop packets/s "
+        f"({capacity['delivered_mbps']} Mb/s delivered by {len(pairs)} senders)")
+    return capacity
+
+
+def _hops(plan: Any, flows: Iterable[FlowSpec]) -> float:
+    from controllers.paths import PathFinder
+
+    finder = PathFinder(plan)
+    hops = [len(finder.candidates(f.src, f.dst)[0]) for f in flows]
+    return sum(hops) / len(hops)
+
+
+def offered(plan: Any, flows: list[FlowSpec]) -> dict[str, Any]:
+    """Offered switch-hop packets/s of ``flows`` at their first fluid max-min rates."""
+    from controllers.paths import PathFinder
+    from testbed.flowmodel import model_flows
+
+    flows = [f for f in flows if f.bytes > 0]
+    if not flows:
+        return {"hop_pps": 0, "mbps": 0.0, "flows": 0}
+    start = min(f.start for f in flows)
+    first = [f for f in flows if f.start <= start + 1e-9]
+    finder = PathFinder(plan)
+    res = model_flows(finder, first, "ecmp-fluid", unit="mbps")
+    rates = res.flow_start_rate_bps
+    if rates is None or len(rates) != len(first):  # should not happen; fall back to the NICs
+        nic = plan.host_link_mbps()
+        rates = [nic[f.src] * 1e6 / sum(g.src == f.src for g in first) for f in first]
+    hop_pps = 0.0
+    mbps = 0.0
+    for f, r in zip(first, rates, strict=True):
+        hops = len(finder.candidates(f.src, f.dst)[0])
+        hop_pps += float(r) / 8 / FRAME_BYTES * hops
+        mbps += float(r) / 1e6
+    return {"hop_pps": round(hop_pps), "mbps": round(mbps, 1), "flows": len(first)}
+
+
+def verdict(capacity: dict[str, Any], load: dict[str, Any], force: bool = False
+            ) -> dict[str, Any]:
+    """Pure decision: the margin and what to do about it."""
+    margin = capacity["hop_pps"] / load["hop_pps"] if load["hop_pps"] else float("inf")
+    if margin < REFUSE_BELOW:
+        what = "forced" if force else "refused"
+    elif margin < WARN_BELOW:
+        what = "warn"
+    else:
+        what = "ok"
+    return {"margin": round(margin, 2) if margin != float("inf") else 999.0,
+            "verdict": what, "offered_hop_pps": load["hop_pps"],
+            "offered_mbps": load["mbps"], "capacity_hop_pps": capacity["hop_pps"],
+            "capacity_measured": capacity.get("measured")}
+
+
+def check(lab: Any, flows: list[FlowSpec], *, force: bool = False,
+          log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The guard itself (see the module docstring); raises CapacityError when refused."""
+    capacity = load_cached()
+    if capacity is None:
+        raise CapacityError("no calibration for this machine: call scenarios.fidelity."
+                            "calibrate() before bringing the fabric up (Run.lab does)")
+    load = offered(lab.plan, flows)
+    v = verdict(capacity, load, force)
+    msg = (f"fidelity guard: offered {load['hop_pps']:,} switch-hop pkt/s "
+           f"({load['mbps']:g} Mb/s) vs capacity {capacity['hop_pps']:,}: margin "
+           f"{v['margin']:.2f}x")
+    if v["verdict"] == "refused":
+        raise CapacityError(msg + f" (< {REFUSE_BELOW}): this run would measure the CPU, not the "
+                            "network. Lower --scale or the GPU count, or pass --force.")
+    if v["verdict"] in ("warn", "forced"):
+        log(f"WARNING: {msg}: close to what this machine can switch; completion times may "
+            "include CPU queueing" + (" (--force)" if v["verdict"] == "forced" else ""))
+    else:
+        log(msg)
+    return v
