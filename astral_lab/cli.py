@@ -100,40 +100,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Default astral3 fabric: all-pairs check and summary (the scenarios issue grows it)."""
-    from testbed.draw import draw_plan
-    from testbed.lab import Lab
-    from testbed.plan import write_json_atomic
-
-    plan = build("astral3", **_spec_params(args))
-    print(describe(plan))
-    print()
-    with Lab(plan, datapath=args.datapath) as lab:
-        _print_bringup(lab)
-        reach = lab.reachability()
-        print(reach)
-        health = lab.health() or {}
-    partial, final = results_dir("demo")
-    plan.save(os.path.join(partial, "plan.json"))
-    draw_plan(plan, os.path.join(partial, "fabric.png"))
-    summary = {
-        "topology": plan.topology, "gpus": len(plan.hosts), "switches": len(plan.switches),
-        "links": len(plan.links), "scale": plan.scale, "datapath": lab.datapath,
-        "bringup_s": round(lab.timings.get("total", 0), 3),
-        "timings_s": {k: round(v, 3) for k, v in lab.timings.items()},
-        "pairs": reach.pairs, "received": reach.received, "loss_pct": reach.loss_pct,
-        "first_try_lost": reach.first_try_lost, "groups_hash_ports":
-        health.get("groups_hash_ports"), "openflow_versions": health.get("openflow_versions"),
-    }
-    write_json_atomic(os.path.join(partial, "summary.json"), summary)
-    os.replace(partial, final)
-    print()
-    print(f"{'fabric':<12}{'GPUs':>6}{'switches':>10}{'links':>7}{'up (s)':>8}"
-          f"{'pairs':>8}{'loss':>7}")
-    print(f"{plan.topology:<12}{len(plan.hosts):>6}{len(plan.switches):>10}{len(plan.links):>7}"
-          f"{summary['bringup_s']:>8.1f}{reach.pairs:>8}{reach.loss_pct:>6.1f}%")
-    print(f"\nresults: {final}/ (plan.json, fabric.png, summary.json)")
-    return 0 if reach.loss_pct == 0 else 1
+    """The tour (`make demo`): the `demo` scenario, then where its results are."""
+    args.scenario = "demo"
+    return cmd_run(args)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -188,7 +157,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     print()
     print(format_table(result.rows))
-    print(f"\nresults: {result.path}/ (REPORT.md, summary.csv, config.json, *.json, *.png)")
+    if args.scenario == "demo":
+        from scenarios.demo import print_where
+
+        print_where(result)
+    else:
+        print(f"\nresults: {result.path}/ (REPORT.md, summary.csv, config.json, *.json, *.png)")
     return 0
 
 
@@ -235,9 +209,10 @@ def parser() -> argparse.ArgumentParser:
     _add_spec_options(u)
     u.set_defaults(fn=cmd_up)
 
-    d = sub.add_parser("demo", help="the main job behind `make demo`")
-    d.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
-    _add_spec_options(d)
+    d = sub.add_parser("demo", help="the tour behind `make demo` (= run demo; --quick)",
+                       description="The tour behind `make demo`. Takes the options of "
+                       "`astral-lab run demo --help` (e.g. --quick).")
+    d.set_defaults(rest=[])
     d.set_defaults(fn=cmd_demo)
 
     ls = sub.add_parser("list", help="the scenarios `run` can run, one line each")
@@ -272,7 +247,12 @@ def _terminate(signum: int, _frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    if extra and args.verb != "demo":  # demo passes its options on to the scenario
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.verb == "demo":
+        args.rest = extra
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
     try:

@@ -171,7 +171,7 @@ def offered(plan: Any, flows: list[FlowSpec]) -> dict[str, Any]:
     res = model_flows(finder, first, "ecmp-fluid", unit="mbps")
     rates = res.flow_start_rate_bps
     if rates is None or len(rates) != len(first):  # should not happen; fall back to the NICs
-        nic = plan.host_link_mbps()
+        nic = plan.rdma_nic()
         rates = [nic[f.src] * 1e6 / sum(g.src == f.src for g in first) for f in first]
     hop_pps = 0.0
     mbps = 0.0

@@ -127,8 +127,50 @@ def in_netns(pid: int) -> Iterator[None]:
         os.close(own)
 
 
+#: One fabric at a time per machine: node names (lf0r0, s0g0, ...) are machine-wide.
+LOCK_PATH = "/run/astral-lab.lock"
+
+
+def fabric_lock(log: Callable[[str], None]) -> Any:
+    """Take the machine's fabric lock (an flock, released when the process dies).
+
+    Another live fabric owns the switch and interface names, so a second bring-up would
+    fail on them. By default that is an immediate error naming the owner;
+    ``ASTRAL_LAB_WAIT=<seconds>`` waits for it instead (the integration tests set it, so
+    test runs started side by side queue rather than fail).
+    """
+    import fcntl
+
+    wait = float(os.environ.get("ASTRAL_LAB_WAIT", "0") or 0)
+    f = open(LOCK_PATH, "a+")  # noqa: SIM115 - held for the fabric's life
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            f.seek(0)
+            owner = f.read().strip() or "?"
+            if time.monotonic() >= deadline or owner == str(os.getpid()):
+                f.close()
+                raise preflight.LabError(
+                    f"another fabric is up on this machine (pid {owner}); one fabric at a "
+                    "time (names are machine-wide). Stop it, or set ASTRAL_LAB_WAIT=SECONDS "
+                    "to wait; after a crash: sudo astral-lab clean") from None
+            if not said:
+                log(f"waiting for another fabric (pid {owner}) to finish ...")
+                said = True
+            time.sleep(0.5)
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
 #: Seconds of line rate a shaped port may queue before it drops (see ``htb_commands``).
-LOSSLESS_QUEUE_S = 2.0
+LOSSLESS_QUEUE_S = 8.0
 
 
 def queue_packets(mbps: float, seconds: float = LOSSLESS_QUEUE_S) -> int:
@@ -141,7 +183,7 @@ def htb_commands(dev: str, mbps: float, prefix: str = "", lossless: bool = True)
 
     RoCE fabrics are lossless: PFC pauses a sender instead of dropping, and the
     replay agents, like RDMA NICs, have no TCP-style retransmission to hide a drop.
-    The emulator has no PFC, so with ``lossless`` each port's queue holds two
+    The emulator has no PFC, so with ``lossless`` each port's queue holds eight
     seconds of its line rate (``queue_packets``) instead of Mininet's 1,000
     packets: a burst waits at the bottleneck rather than vanishing, so completion
     times match a lossless fabric's (what PFC's head-of-line blocking adds
@@ -195,6 +237,7 @@ class Lab:
         self.datapath_request = datapath
         self.use_controller = controller
         self.of_port = of_port
+        self.of_host = "127.0.0.1"  # OpenFlow listen address (testbed.cluster widens it)
         self.rest_port = rest_port
         self.shape = shape
         self.lossless = lossless  # deep port queues instead of drop-tail (see htb_commands)
@@ -213,6 +256,7 @@ class Lab:
         self.timings: dict[str, float] = {}
         self.tx_buffer: dict[str, int] | str | None = None  # what _deepen_ovs_tx_buffer did
         self._record: dict[str, Any] = {}
+        self._lock: Any = None  # the machine's fabric lock while this Lab is up
 
     # --- context manager -------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -225,8 +269,13 @@ class Lab:
     def start(self) -> Lab:
         """Preflight, build, converge. On any failure (or Ctrl-C) undo everything, then raise."""
         t0 = time.monotonic()
-        pf = preflight.check(self.plan, self.datapath_request)
-        pf.raise_if_problems()
+        self._lock = fabric_lock(self.log)
+        try:
+            pf = preflight.check(self.plan, self.datapath_request)
+            pf.raise_if_problems()
+        except BaseException:
+            self._release_lock()
+            raise
         self.preflight = pf
         self.datapath = pf.datapath
         for w in pf.warnings:
@@ -249,6 +298,11 @@ class Lab:
             raise
         self.timings["total"] = time.monotonic() - t0
         return self
+
+    def _release_lock(self) -> None:
+        lock, self._lock = getattr(self, "_lock", None), None
+        if lock is not None:
+            lock.close()  # closing the file drops the flock
 
     def _step(self, name: str, fn: Callable[[], object]) -> None:
         t = time.monotonic()
@@ -318,6 +372,7 @@ class Lab:
         logf = open(os.path.join(self.workdir, "controller.log"), "ab")  # noqa: SIM115
         self.controller_proc = subprocess.Popen(
             [sys.executable, "-m", "controllers.run", "--plan", plan_path,
+             "--of-host", self.of_host,
              "--of-port", str(self.of_port), "--rest-port", str(self.rest_port),
              "--select-method", self.select_method, "--lb", self.lb,
              "--poll-interval", str(self.poll_interval),
@@ -532,11 +587,15 @@ class Lab:
         link = links[lane]
         state = "up" if up else "down"
         for node, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
-            if node in self.hosts:
-                self.hosts[node].cmd(f"ip link set dev {intf} {state}")
-            else:
-                cleanup.run(["ip", "link", "set", "dev", intf, state], check=True)
+            self._set_intf_state(node, intf, state)
         return link
+
+    def _set_intf_state(self, node: str, intf: str, state: str) -> None:
+        """``ip link set dev INTF up|down`` where the interface lives (a cluster overrides)."""
+        if node in self.hosts:
+            self.hosts[node].cmd(f"ip link set dev {intf} {state}")
+        else:
+            cleanup.run(["ip", "link", "set", "dev", intf, state], check=True)
 
     def kill_controller(self) -> None:
         """Kill the controller process (as a crash would); switches keep their flows."""
@@ -700,6 +759,7 @@ class Lab:
             else:
                 shutil.rmtree(self.workdir, ignore_errors=True)
         self.net = None
+        self._release_lock()
 
 
 class _RootIntf:

@@ -25,7 +25,7 @@ _SYS_PIDFD_OPEN = 434  # same number on x86_64 and aarch64
 _SYS_PIDFD_GETFD = 438
 
 #: Send buffer to ask for: queues of a few seconds at the emulated rates fit easily.
-TX_SOCKET_BYTES = 64 << 20
+TX_SOCKET_BYTES = 128 << 20
 
 
 def vswitchd_pid() -> int | None:

@@ -60,6 +60,9 @@ class Node:
 
     ``loc`` holds the location numbers (block, rail, server, gpu, pod, ...) that
     the name, IP and DPID encode, so code never has to parse names.
+    ``server`` is set only for a fabric spread over several machines (Mininet
+    Cluster Edition, ``testbed.cluster``): the machine that runs this node.
+    It is optional, so plans written before it existed still load unchanged.
     """
 
     name: str
@@ -70,6 +73,7 @@ class Node:
     dpid: str | None = None
     ip: str | None = None
     mac: str | None = None
+    server: str | None = None
 
 
 @dataclass
@@ -136,6 +140,28 @@ class WiringPlan:
         hosts = {n.name for n in self.hosts}
         return {link.a: link.mbps for link in self.links if link.a in hosts}
 
+
+    def rdma_nic(self, unit: str = "mbps") -> dict[str, float]:
+        """``host -> rate`` of the NIC its RDMA traffic leaves by (``mbps`` or ``gbps``).
+
+        Usually the host's own link. On ``railonly`` a GPU's own link is NVLink to its
+        server's NVLink switch, and its RDMA leaves by that switch's NIC link toward the
+        GPU's rail leaf: replay senders pace at that rate, as the NIC would. (Open-loop
+        senders at NVLink rate would overrun the relay NICs' queues, where a real relay
+        is flow-controlled; the flow model keeps the NVLink rate and lets the NIC links
+        bind, so it can relay more than one NIC's worth per GPU.)
+        """
+        own = {ln.a: ln for ln in self.links if ln.a in {n.name for n in self.hosts}}
+        nodes = {n.name: n for n in self.nodes}
+        out = {}
+        for host, link in own.items():
+            if link.kind == "nvlink":
+                rail = nodes[host].loc.get("gpu")
+                nics = [ln for ln in self.links if ln.a == link.b and ln.kind == "nic"
+                        and nodes[ln.b].loc.get("rail") == rail]
+                link = nics[0] if nics else link
+            out[host] = link.mbps if unit == "mbps" else link.gbps
+        return out
     def host_by_ip(self) -> dict[str, Node]:
         return {n.ip: n for n in self.hosts if n.ip}
 

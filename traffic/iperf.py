@@ -73,7 +73,7 @@ def run_iperf(lab: Any, flows: Iterable[FlowSpec], *, proto: str = "tcp",
                 ["iperf3", "-s", "-1", "-p", str(port), "-J"]))
         time.sleep(0.5)  # iperf3 has no "listening" signal; it binds within milliseconds
         t0 = time.monotonic()
-        nic = lab.plan.host_link_mbps()
+        nic = lab.plan.rdma_nic()
         for i, f in enumerate(flows):
             ip = lab.plan.node(f.dst).ip
             cmd = ["iperf3", "-c", ip, "-p", str(BASE_PORT + i), "-n", str(f.bytes),

@@ -146,7 +146,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
     procs: list[subprocess.Popen[bytes]] = []
     recv: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     sent_files: dict[str, str] = {}
-    nic = lab.plan.host_link_mbps()
+    nic = lab.plan.rdma_nic()
     slowest = max(f.bytes / ((rate_mbps or nic[f.src]) * 1e6 / 8) + f.start for f in flows)
     timeout = timeout if timeout is not None else 4 * slowest + 30
     bar = _Progress(len(by_src), label, progress)
@@ -231,7 +231,7 @@ def _spec(lab: Any, src: str, flows: list[FlowSpec], pmtu: int,
           rate_mbps: float | None) -> dict[str, Any]:
     node = lab.plan.node(src)
     out = {"intf": f"{src}-eth0", "src_mac": node.mac, "src_ip": node.ip,
-           "rate_mbps": rate_mbps or lab.plan.host_link_mbps()[src], "pmtu": pmtu,
+           "rate_mbps": rate_mbps or lab.plan.rdma_nic()[src], "pmtu": pmtu,
            "flows": []}
     for i, f in enumerate(flows):
         dst = lab.plan.node(f.dst)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
+
+# Fabrics are one per machine (testbed.lab.fabric_lock): a test started while another run's
+# fabric is up waits for it instead of failing on taken names.
+os.environ.setdefault("ASTRAL_LAB_WAIT", "1200")
 
 from testbed import cleanup
 from testbed.plan import WiringPlan

@@ -1,0 +1,222 @@
+"""The scenario framework without a fabric: parameters, results folders, reports, the guard."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any
+
+import pytest
+
+from scenarios import base, common, fidelity
+from scenarios.base import Param, Run, scenario
+from testbed.topologies import build
+
+
+def _read(*parts: Any) -> str:
+    with open(os.path.join(*map(str, parts))) as f:
+        return f.read()
+
+
+@pytest.fixture
+def results(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path / "results"))
+    return tmp_path / "results"
+
+
+@pytest.fixture
+def toy() -> Any:
+    """A scenario that writes rows, a JSON file and a finding, or fails where told."""
+    @scenario("toy-test", "a toy", Param("n", 3, "rows", quick=1),
+              Param("fail", "", "'error' or 'interrupt' after the first row"),
+              Param("modes", ["a", "b"], "modes", choices=("a", "b", "c")))
+    def toy_fn(run: Run) -> None:
+        for i in range(run.params["n"]):
+            run.row(i=i, square=i * i, mode=run.params["modes"][0])
+            run.stage(f"row {i}")
+            if run.params["fail"] == "error":
+                raise RuntimeError("boom")
+            if run.params["fail"] == "interrupt":
+                raise KeyboardInterrupt
+        run.save_json("raw.json", {"n": run.params["n"]})
+        run.report.section("Results")
+        run.report.table(run.rows)
+        run.report.finding("squares", measured="4", ideal="4", published="4 (Euclid)",
+                           why="arithmetic")
+        run.summary = {"rows": len(run.rows)}
+
+    yield toy_fn
+    base.REGISTRY.pop("toy-test", None)
+
+
+def test_param_parse_follows_the_default_type() -> None:
+    assert Param("a", 1, "").parse("7") == 7
+    assert Param("a", 1.0, "").parse("1e-5") == 1e-5
+    assert Param("a", True, "").parse("no") is False
+    assert Param("a", ["x"], "").parse("ecmp, planned") == ["ecmp", "planned"]
+    assert Param("a", [1], "").parse("4,8") == [4, 8]
+    with pytest.raises(ValueError, match="--a: 'x' is not a valid int"):
+        Param("a", 1, "").parse("x")
+
+
+def test_resolve_quick_overrides_and_bad_input(toy: Any) -> None:
+    assert toy.resolve(False, {})["n"] == 3
+    assert toy.resolve(True, {})["n"] == 1
+    assert toy.resolve(True, {"n": 5})["n"] == 5
+    with pytest.raises(ValueError, match="unknown parameter"):
+        toy.resolve(False, {"nope": 1})
+    with pytest.raises(ValueError, match="not in"):
+        toy.resolve(False, {"modes": ["a", "z"]})
+
+
+def test_a_finished_run_has_every_file(results: Any, toy: Any) -> None:
+    res = toy(quick=False, log=lambda _m: None)
+    assert os.path.basename(res.path).endswith("-toy-test")
+    assert not res.path.endswith(".partial") and os.path.isdir(res.path)
+    files = set(os.listdir(res.path))
+    assert {"config.json", "summary.csv", "summary.json", "raw.json", "REPORT.md"} <= files
+    config = json.loads(_read(res.path, "config.json"))
+    assert config["params"]["n"] == 3 and config["quick"] is False
+    assert config["versions"]["python"] and "elapsed_s" in config
+    rows = list(csv.DictReader(_read(res.path, "summary.csv").splitlines()))
+    assert [r["square"] for r in rows] == ["0", "1", "4"]
+    report = _read(res.path, "REPORT.md")
+    assert report.startswith("# toy-test: a toy")
+    assert "| measured here | model's ideal | published |" in report
+    assert "| 4 | 4 | 4 (Euclid) |" in report
+    assert not [p for p in os.listdir(results) if p.endswith(".partial")]
+
+
+@pytest.mark.parametrize("fail,exc,words", [("error", RuntimeError, "stopped by an error"),
+                                            ("interrupt", KeyboardInterrupt,
+                                             "interrupted by the user")])
+def test_a_stopped_run_keeps_a_marked_partial_folder(results: Any, toy: Any, fail: str,
+                                                     exc: type, words: str) -> None:
+    with pytest.raises(exc):
+        toy(fail=fail, log=lambda _m: None)
+    (partial,) = [p for p in os.listdir(results)]
+    assert partial.endswith("-toy-test.partial")
+    marker = _read(results, partial, "INTERRUPTED.md")
+    assert words in marker and "- row 0" in marker
+    assert "REPORT.md" not in os.listdir(os.path.join(results, partial))
+    # what was measured before the stop is kept
+    assert "0" in _read(results, partial, "summary.csv")
+
+
+def test_bad_parameters_create_nothing(results: Any, toy: Any) -> None:
+    with pytest.raises(ValueError):
+        toy(bogus=1)
+    assert not os.path.exists(results)
+
+
+def test_tables() -> None:
+    rows = [{"a": 1, "b": 0.123456}, {"a": 22, "c": None}]
+    md = base.markdown_table(rows)
+    assert md.splitlines()[0] == "| a | b | c |"
+    assert "| 22 | - | - |" in md
+    txt = base.format_table(rows)
+    assert txt.splitlines()[2].split() == ["1", "0.123", "-"]
+
+
+def test_registry_lists_the_issue_scenarios() -> None:
+    names = set(base.load_all())
+    assert {"demo", "lb-compare", "topology-compare"} <= names
+    for sc in base.REGISTRY.values():
+        assert sc.description and sc.params
+        for prm in sc.params:  # every --flag parses its own default's text
+            text = ",".join(map(str, prm.default)) if isinstance(prm.default, list) \
+                else str(prm.default)
+            assert prm.parse(text) == prm.default, (sc.name, prm.name)
+
+
+# --- fidelity guard -------------------------------------------------------------------------
+def test_verdict_thresholds() -> None:
+    cap = {"hop_pps": 1000}
+    assert fidelity.verdict(cap, {"hop_pps": 400, "mbps": 1})["verdict"] == "ok"
+    assert fidelity.verdict(cap, {"hop_pps": 700, "mbps": 1})["verdict"] == "warn"
+    assert fidelity.verdict(cap, {"hop_pps": 1500, "mbps": 1})["verdict"] == "refused"
+    assert fidelity.verdict(cap, {"hop_pps": 1500, "mbps": 1}, force=True)["verdict"] == "forced"
+    assert fidelity.verdict(cap, {"hop_pps": 0, "mbps": 0})["verdict"] == "ok"
+
+
+def test_offered_load_counts_rates_and_hops() -> None:
+    plan = build("astral3", servers=2, gpus=4, scale=1e-5)
+    perm = common.permutation_flows(plan, 1_000_000, qps=1, seed=0)
+    load = fidelity.offered(plan, perm)
+    # 8 cross-leaf flows at their fluid max-min rates: fluid ECMP spreads a flow over the
+    # lanes, so each runs at its 4 Mb/s NIC (an upper bound: a real QP keeps to one
+    # 2 Mb/s lane), 3 switch hops each
+    assert load["flows"] == 8
+    assert load["mbps"] == pytest.approx(32.0, rel=0.01)
+    assert load["hop_pps"] == pytest.approx(32e6 / 8 / fidelity.FRAME_BYTES * 3, rel=0.01)
+    # an incast is limited by the one receiver's NIC, whatever the senders offer
+    hosts = [h.name for h in plan.hosts]
+    from traffic.kernels import FlowSpec
+
+    incast = [FlowSpec.make(h, hosts[0], 1_000_000) for h in hosts[1:]]
+    assert fidelity.offered(plan, incast)["mbps"] == pytest.approx(4.0, rel=0.01)
+    # flows that start later are not offered at the start
+    late = [FlowSpec.make(a, b, 1_000_000, start=5.0) for a, b in
+            common.cross_leaf_permutation(plan)[:4]]
+    assert fidelity.offered(plan, perm[:4] + late)["flows"] == 4
+
+
+def test_guard_refuses_without_force(monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = build("astral3", servers=2, gpus=4, scale=1e-4)
+    flows = common.permutation_flows(plan, 1_000_000, qps=2)
+    monkeypatch.setattr(fidelity, "load_cached", lambda: {"hop_pps": 1000, "measured": "x"})
+
+    class FakeLab:
+        pass
+
+    lab = FakeLab()
+    lab.plan = plan  # type: ignore[attr-defined]
+    with pytest.raises(fidelity.CapacityError, match="would measure the CPU"):
+        fidelity.check(lab, flows, log=lambda _m: None)
+    said: list[str] = []
+    v = fidelity.check(lab, flows, force=True, log=said.append)
+    assert v["verdict"] == "forced" and "WARNING" in said[0]
+
+
+def test_capacity_cache_is_keyed_to_the_machine(tmp_path: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASTRAL_LAB_CACHE", str(tmp_path))
+    assert fidelity.load_cached() is None
+    key = fidelity.machine_key()
+    with open(fidelity.cache_path(), "w") as f:
+        json.dump({"key": key, "hop_pps": 5}, f)
+    assert fidelity.load_cached()["hop_pps"] == 5
+    with open(fidelity.cache_path(), "w") as f:
+        json.dump({"key": dict(key, cpus=999), "hop_pps": 5}, f)
+    assert fidelity.load_cached() is None
+
+
+# --- shared pieces --------------------------------------------------------------------------
+@pytest.mark.parametrize("topology", ["astral3", "rail3", "fattree"])
+def test_cross_leaf_permutation(topology: str) -> None:
+    from controllers.paths import PathFinder
+
+    plan = build(topology, servers=4, gpus=4)
+    finder = PathFinder(plan)
+    pairs = common.cross_leaf_permutation(plan, seed=3)
+    assert sorted(a for a, _ in pairs) == sorted(b for _, b in pairs)
+    assert all(finder.attach(a) != finder.attach(b) for a, b in pairs)
+    assert pairs == common.cross_leaf_permutation(plan, seed=3)
+
+
+def test_link_loads_from_counters() -> None:
+    plan = build("astral3", servers=2, gpus=4, scale=1e-5)
+    links = common.fabric_links(plan)
+    before = {(ln.name, d): 0 for ln in links for d in ("up", "down")}
+    after = dict(before)
+    after[(links[0].name, "up")] = 500_000  # 4 Mb in 2 s on a 2 Mb/s lane: full
+    rows = common.link_loads(plan, before, after, 2.0)
+    busiest = max(rows, key=lambda r: r["utilisation"])
+    assert busiest["link"] == links[0].name and busiest["utilisation"] == pytest.approx(1.0)
+    assert busiest["from"] == links[0].a and busiest["tier"] == "leaf-spine"
+    stats = common.load_stats(rows)
+    assert stats["max"] == pytest.approx(1.0)
+    assert stats["max_over_mean"] == pytest.approx(len(rows))
+    spines = common.bytes_per_node(rows, "spine")
+    assert sum(spines.values()) == 0  # the bytes went up, not down from a spine
