@@ -12,13 +12,20 @@ import pytest
 os.environ.setdefault("ASTRAL_LAB_WAIT", "1200")
 
 from testbed import cleanup
+from testbed.lab import fabric_lock
 from testbed.plan import WiringPlan
 
 
 @pytest.fixture
 def assert_clean() -> Callable[[WiringPlan], None]:
     def check(plan: WiringPlan) -> None:
-        left = cleanup.leftovers(plan)
+        # Hold the machine's fabric lock while looking, so a fabric another run brings up
+        # right after ours is not mistaken for our leftovers.
+        lock = fabric_lock(lambda _msg: None)
+        try:
+            left = cleanup.leftovers(plan)
+        finally:
+            lock.close()
         assert not left, f"left behind: {left[:10]}"
 
     return check

@@ -1,0 +1,136 @@
+"""The lead scenarios in --quick mode on real fabrics, and a run stopped by Ctrl-C.
+
+Each test runs the scenario as a plain Python function (what a notebook does) into a temporary
+results root, then reads what a user would read: REPORT.md's sections and numbers, summary.csv,
+config.json, and the PNGs (decoded, not just present).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from testbed import cleanup
+from testbed.topologies import build
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _read(*parts: Any) -> str:
+    with open(os.path.join(*map(str, parts))) as f:
+        return f.read()
+
+
+def check_run(path: str, pngs: list[str], sections: list[str]) -> list[dict[str, str]]:
+    """Assert the folder is a complete run; return summary.csv's rows."""
+    import matplotlib.image as mpimg
+
+    assert not path.endswith(".partial") and os.path.isdir(path)
+    report = _read(path, "REPORT.md")
+    for s in ["## Results", "## Findings", *sections]:
+        assert s in report, f"{s!r} missing from REPORT.md"
+    assert "| measured here | model's ideal | published |" in report
+    assert "Fidelity guard" in report
+    config = json.loads(_read(path, "config.json"))
+    assert config["fabrics"] and config["fidelity"]
+    assert all(v["verdict"] in ("ok", "warn") for v in config["fidelity"])
+    for png in pngs:
+        with open(os.path.join(path, png), "rb") as f:
+            assert f.read(8) == PNG_MAGIC, png
+        img = mpimg.imread(os.path.join(path, png))
+        assert img.shape[0] > 100 and img.shape[1] > 100, png
+        assert f"]({png})" in report, f"{png} not shown in the report"
+    rows = list(csv.DictReader(_read(path, "summary.csv").splitlines()))
+    assert rows
+    return rows
+
+
+@pytest.fixture
+def results_root(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path / "results"))
+    return tmp_path / "results"
+
+
+def test_lb_compare_quick(results_root: Any, assert_clean: Any) -> None:
+    from scenarios.lb_compare import lb_compare
+
+    res = lb_compare(quick=True)
+    rows = check_run(res.path, ["completion.png", "spine_load.png", "lane_heatmap.png"],
+                     ["## Setup"])
+    by = {(r["workload"], r["mode"]): r for r in rows}
+    assert set(by) == {(w, m) for w in ("permutation", "alltoall") for m in ("ecmp", "planned")}
+    for r in rows:
+        assert float(r["completion_s"]) >= float(r["ideal_s"]) * 0.97 > 0
+        assert int(r["lost_packets"]) == 0
+    # planned places every QP on its own lane: near the bound, and never behind ECMP by much
+    perm_planned = float(by[("permutation", "planned")]["vs_ideal"])
+    assert perm_planned < 1.3
+    assert perm_planned <= float(by[("permutation", "ecmp")]["vs_ideal"]) * 1.1
+    assert_clean(build("astral3", servers=2, gpus=4))
+
+
+def test_topology_compare_quick(results_root: Any, assert_clean: Any) -> None:
+    from scenarios.topology_compare import topology_compare
+
+    res = topology_compare(quick=True)
+    rows = check_run(res.path, ["completion.png", "tier_load_heatmap.png"],
+                     ["## Cost model", "## Setup"])
+    by = {r["design"]: r for r in rows}
+    assert set(by) == {"astral3", "rail3", "railonly", "fattree"}
+    # switch hops per byte follow from the designs: rail3 and fat-tree cross more tiers
+    assert float(by["astral3"]["hops"]) < float(by["rail3"]["hops"])
+    assert float(by["astral3"]["hops"]) < float(by["fattree"]["hops"])
+    for r in rows:
+        assert float(r["completion_s"]) > 0 and int(r["lost"]) == 0, r
+    assert "astral3" in _read(res.path, "REPORT.md").split("## Cost model")[1]
+
+
+def test_demo_quick(results_root: Any) -> None:
+    from scenarios.demo import demo
+
+    res = demo(quick=True)
+    rows = check_run(res.path, ["fabric.png", "permutation.png", "decode_cdf.png"],
+                     ["## The tour", "## Where next"])
+    stops = {r["stop"] for r in rows}
+    assert stops == {"1 fabric", "2 load balancing", "3 decode burst", "4 baseline"}
+    reach = json.loads(_read(res.path, "summary.json"))["reachability"]
+    assert reach["pairs"] == reach["received"] > 0
+
+
+def test_ctrl_c_during_traffic_leaves_a_marked_partial_and_a_clean_machine(
+        results_root: Any, assert_clean: Any) -> None:
+    env = dict(os.environ, ASTRAL_LAB_RESULTS=str(results_root))
+    proc = subprocess.Popen([sys.executable, "-m", "astral_lab.cli", "run", "lb-compare",
+                             "--quick", "--seconds", "20"], env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    seen = []
+    deadline = time.monotonic() + 300
+    assert proc.stderr is not None
+    for line in proc.stderr:  # the guard speaks right before the first traffic starts
+        seen.append(line)
+        if "fidelity guard" in line or time.monotonic() > deadline:
+            break
+    time.sleep(4)  # senders are now running
+    agents = subprocess.run(["pgrep", "-f", "traffic.agent"], capture_output=True, text=True)
+    assert agents.stdout.strip(), "no traffic agents were running when Ctrl-C came"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(seen) + err
+    assert "interrupted" in err
+    partial = [p for p in os.listdir(results_root) if p.endswith("-lb-compare.partial")]
+    assert len(partial) == 1
+    marker = _read(results_root, partial[0], "INTERRUPTED.md")
+    assert "interrupted by the user" in marker
+    assert json.loads(_read(results_root, partial[0], "config.json"))["params"]["seconds"] == 20
+    assert not subprocess.run(["pgrep", "-f", "traffic.agent"], capture_output=True,
+                              text=True).stdout.strip()
+    assert_clean(build("astral3", servers=2, gpus=4))
+    assert not cleanup.leftovers(build("astral3", servers=2, gpus=4))
