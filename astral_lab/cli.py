@@ -5,6 +5,7 @@
     sudo astral-lab demo                         the tour: scenarios' demo (`run demo`)
     astral-lab list                              the scenarios, one line each
     sudo astral-lab run lb-compare --quick       run one scenario; results/<time>-<name>/
+    sudo astral-lab ops diagnose --ask "..."     ask the diagnosis agent about a live fabric
     astral-lab controller --plan plan.json       the controller alone (for plain `mn`)
     sudo astral-lab clean                        remove leftovers of a crashed run
 """
@@ -235,6 +236,9 @@ def parser() -> argparse.ArgumentParser:
     add_cost_parser(sub)
     from testbed.flowmodel import add_model_parser
     add_model_parser(sub)
+    from ops.cli import add_ops_parser
+
+    add_ops_parser(sub)
 
     k = sub.add_parser("clean", help="remove leftovers of crashed runs (never touches results)")
     k.set_defaults(fn=cmd_clean)

@@ -219,11 +219,14 @@ class Run:
             write_json_atomic(self.path("config.json"), self.config)
             yield lab
 
-    def guard(self, lab: Any, flows: Any, label: str) -> dict[str, Any]:
-        """Fidelity guard before traffic: refuse (or warn) when the run would be CPU-bound."""
+    def guard(self, lab: Any, flows: Any, label: str,
+              rate_mbps: float | None = None) -> dict[str, Any]:
+        """Fidelity guard before traffic: refuse (or warn) when the run would be CPU-bound.
+
+        ``rate_mbps`` caps each flow's rate (senders paced below their NIC)."""
         from scenarios.fidelity import check
 
-        verdict = check(lab, flows, force=self.force, log=self.log)
+        verdict = check(lab, flows, force=self.force, log=self.log, rate_mbps=rate_mbps)
         verdict["label"] = label
         self.config["fidelity"].append(verdict)
         write_json_atomic(self.path("config.json"), self.config)

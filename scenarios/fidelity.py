@@ -157,8 +157,12 @@ def _hops(plan: Any, flows: Iterable[FlowSpec]) -> float:
     return sum(hops) / len(hops)
 
 
-def offered(plan: Any, flows: list[FlowSpec]) -> dict[str, Any]:
-    """Offered switch-hop packets/s of ``flows`` at their first fluid max-min rates."""
+def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None
+            ) -> dict[str, Any]:
+    """Offered switch-hop packets/s of ``flows`` at their first fluid max-min rates.
+
+    ``rate_mbps`` caps every flow (for senders paced below their NIC, e.g. probe streams).
+    """
     from controllers.paths import PathFinder
     from testbed.flowmodel import model_flows
 
@@ -176,6 +180,7 @@ def offered(plan: Any, flows: list[FlowSpec]) -> dict[str, Any]:
     hop_pps = 0.0
     mbps = 0.0
     for f, r in zip(first, rates, strict=True):
+        r = min(float(r), rate_mbps * 1e6) if rate_mbps else r
         hops = len(finder.candidates(f.src, f.dst)[0])
         hop_pps += float(r) / 8 / FRAME_BYTES * hops
         mbps += float(r) / 1e6
@@ -199,13 +204,14 @@ def verdict(capacity: dict[str, Any], load: dict[str, Any], force: bool = False
 
 
 def check(lab: Any, flows: list[FlowSpec], *, force: bool = False,
-          log: Callable[[str], None] = print) -> dict[str, Any]:
+          log: Callable[[str], None] = print, rate_mbps: float | None = None
+          ) -> dict[str, Any]:
     """The guard itself (see the module docstring); raises CapacityError when refused."""
     capacity = load_cached()
     if capacity is None:
         raise CapacityError("no calibration for this machine: call scenarios.fidelity."
                             "calibrate() before bringing the fabric up (Run.lab does)")
-    load = offered(lab.plan, flows)
+    load = offered(lab.plan, flows, rate_mbps)
     v = verdict(capacity, load, force)
     msg = (f"fidelity guard: offered {load['hop_pps']:,} switch-hop pkt/s "
            f"({load['mbps']:g} Mb/s) vs capacity {capacity['hop_pps']:,}: margin "

@@ -215,6 +215,9 @@ def clean(verbose: bool = True) -> dict[str, int]:
     if procs:
         kill_pids(procs)
         done["processes"] += len(procs)
+    from testbed import faults  # late import: faults imports this module
+
+    done["processes"] += faults.cleanup_faults(keep_runs=live_runs)["processes"]
     if verbose:
         print("astral-lab clean: removed {records} run record(s), {processes} process(es), "
               "{bridges} bridge(s), {links} interface(s)".format(**done))
@@ -254,4 +257,7 @@ def leftovers(plan: Any) -> list[str]:
         if "controllers.run" in argv and int(pid) != os.getpid():
             found.append(f"controller process pid {pid}")
     found += [f"run record {r}" for r in glob.glob(os.path.join(STATE_DIR, "*.json"))]
+    from testbed import faults
+
+    found += [f"fault process pid {p}" for p in faults.fault_processes()]
     return found

@@ -622,8 +622,9 @@ class Lab:
 
     def _set_intf_state(self, node: str, intf: str, state: str) -> None:
         """``ip link set dev INTF up|down`` where the interface lives (a cluster overrides)."""
-        if node in self.hosts:
-            self.hosts[node].cmd(f"ip link set dev {intf} {state}")
+        if node in self.hosts:  # not host.cmd: not thread-safe (timed faults run in threads)
+            cleanup.run(["mnexec", "-a", str(self.hosts[node].pid), "ip", "link", "set",
+                         "dev", intf, state], check=True)
         else:
             cleanup.run(["ip", "link", "set", "dev", intf, state], check=True)
 

@@ -134,7 +134,7 @@ def test_htb_shaping_commands() -> None:
     qdisc, cls, queue = htb_commands("lf0r0-eth3", 20.0)
     assert qdisc == "qdisc add dev lf0r0-eth3 root handle 5:0 htb default 1"
     assert "rate 20Mbit" in cls and "classid 5:1" in cls
-    # lossless: two seconds of 20 Mb/s in 1 KB frames, not the 1,000-packet drop-tail
-    assert queue == "qdisc add dev lf0r0-eth3 parent 5:1 handle 10: pfifo limit 5000"
+    # lossless: eight seconds of 20 Mb/s in 1 KB frames, not the 1,000-packet drop-tail
+    assert queue == "qdisc add dev lf0r0-eth3 parent 5:1 handle 10: pfifo limit 20000"
     assert len(htb_commands("x", 20.0, lossless=False)) == 2
     assert queue_packets(0.5) == 1000

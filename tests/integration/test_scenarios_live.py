@@ -35,7 +35,7 @@ def check_run(path: str, pngs: list[str], sections: list[str]) -> list[dict[str,
 
     assert not path.endswith(".partial") and os.path.isdir(path)
     report = _read(path, "REPORT.md")
-    for s in ["## Results", "## Findings", *sections]:
+    for s in ["## Findings", *sections]:
         assert s in report, f"{s!r} missing from REPORT.md"
     assert "| measured here | model's ideal | published |" in report
     assert "Fidelity guard" in report
@@ -64,7 +64,7 @@ def test_lb_compare_quick(results_root: Any, assert_clean: Any) -> None:
 
     res = lb_compare(quick=True)
     rows = check_run(res.path, ["completion.png", "spine_load.png", "lane_heatmap.png"],
-                     ["## Setup"])
+                     ["## Setup", "## Results"])
     by = {(r["workload"], r["mode"]): r for r in rows}
     assert set(by) == {(w, m) for w in ("permutation", "alltoall") for m in ("ecmp", "planned")}
     for r in rows:
@@ -82,7 +82,7 @@ def test_topology_compare_quick(results_root: Any, assert_clean: Any) -> None:
 
     res = topology_compare(quick=True)
     rows = check_run(res.path, ["completion.png", "tier_load_heatmap.png"],
-                     ["## Cost model", "## Setup"])
+                     ["## Cost model", "## Setup", "## Results"])
     by = {r["design"]: r for r in rows}
     assert set(by) == {"astral3", "rail3", "railonly", "fattree"}
     # switch hops per byte follow from the designs: rail3 and fat-tree cross more tiers
@@ -134,3 +134,20 @@ def test_ctrl_c_during_traffic_leaves_a_marked_partial_and_a_clean_machine(
                               text=True).stdout.strip()
     assert_clean(build("astral3", servers=2, gpus=4))
     assert not cleanup.leftovers(build("astral3", servers=2, gpus=4))
+
+
+def test_ops_eval_quick(results_root: Any, assert_clean: Any) -> None:
+    """Issue 7's scored evaluation end to end: one fault of every kind, then the scores."""
+    from scenarios.ops_eval import KINDS, ops_eval
+
+    res = ops_eval(quick=True)
+    rows = check_run(res.path, ["detect_time.png"], ["## Scores against the goals",
+                                                      "## Every fault"])
+    assert sorted(r["kind"] for r in rows) == sorted(KINDS)
+    summary = json.loads(_read(res.path, "summary.json"))
+    # not the goals (those are scores, reported): a broken pipeline scores near zero
+    assert summary["detection_rate"] >= 0.75, summary
+    assert summary["top1"] >= 0.5, summary
+    with open(os.path.join(res.path, "telemetry.sqlite"), "rb") as f:
+        assert f.read(16) == b"SQLite format 3\x00"
+    assert_clean(build("astral3", servers=2, gpus=2))

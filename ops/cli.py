@@ -1,0 +1,232 @@
+"""``astral-lab ops``: live alerts (``watch``) and the diagnosis agent (``diagnose``).
+
+    sudo astral-lab ops watch                       alerts as they open and clear (Ctrl-C ends)
+    sudo astral-lab ops watch --db run.sqlite       ... and keep the telemetry in that file
+    sudo astral-lab ops diagnose --ask "why is s0g0 -> s3g1 slow?"
+    sudo astral-lab ops diagnose                    interactive: ask, read, ask again
+    astral-lab ops diagnose --db run.sqlite --ask "what is wrong?"   offline, from a file
+
+Both find the running lab by its run record (``/run/astral-lab/``): its wiring plan,
+its controller's REST port and its host shells (whose namespaces the collector and the
+probe read). ``--run`` picks one when several labs run. Without ``--db``, ``diagnose``
+first collects ``--collect`` seconds of telemetry itself, so it needs no watcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+from controllers.client import ControllerClient
+from ops.agent import Diagnosis, Tools, diagnose
+from ops.detectors import Alert, Engine
+from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Collector, Store
+from testbed.plan import WiringPlan
+
+
+def discover(run_id: str | None = None) -> dict[str, Any]:
+    """The running lab: ``{"run_id", "plan", "rest_port", "host_pids"}`` from its run record."""
+    from testbed import cleanup
+
+    records = []
+    for path in sorted(glob.glob(os.path.join(cleanup.STATE_DIR, "*.json"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                records.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    if run_id:
+        records = [r for r in records if r.get("run_id") == run_id]
+    records = [r for r in records if os.path.exists(os.path.join(r.get("workdir", ""),
+                                                                 "plan.json"))]
+    if not records:
+        raise ValueError("no running lab found" + (f" with --run {run_id}" if run_id else "")
+                         + " (start one with `sudo astral-lab up ...`)")
+    if len(records) > 1:
+        raise ValueError("several labs are running; pick one with --run "
+                         + ", ".join(r["run_id"] for r in records))
+    rec = records[0]
+    plan = WiringPlan.load(os.path.join(rec["workdir"], "plan.json"))
+    rest_port = None
+    hosts = {}
+    for pid in rec.get("pids", []):
+        try:
+            with open(f"/proc/{pid}/cmdline", encoding="utf-8", errors="replace") as f:
+                argv = f.read().split("\0")
+        except OSError:
+            continue
+        if "--rest-port" in argv:
+            rest_port = int(argv[argv.index("--rest-port") + 1])
+        for a in argv:
+            if a.startswith("mininet:"):
+                hosts[a.split(":", 1)[1]] = int(pid)
+    return {"run_id": rec["run_id"], "plan": plan, "rest_port": rest_port, "host_pids": hosts}
+
+
+def _format_alert(alert: Alert, event: str) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(alert.cleared if event == "clear"
+                                                     else alert.first_seen))
+    if event == "clear":
+        return f"{stamp} CLEAR  {alert.detector:<15} {alert.component}"
+    return (f"{stamp} {alert.severity.upper():<8} {alert.detector:<15} {alert.component}: "
+            f"{alert.summary}")
+
+
+class Live:
+    """A collector + detector engine + store for a discovered lab (shared by both verbs)."""
+
+    def __init__(self, lab: dict[str, Any], db: str, interval: float, max_rows: int,
+                 on_alert: Any = None) -> None:
+        self.lab = lab
+        self.store = Store(db, max_rows=max_rows)
+        self.client = ControllerClient(port=lab["rest_port"], timeout=max(0.5, interval)) \
+            if lab["rest_port"] else None
+
+        def alert_cb(alert: Alert, event: str) -> None:
+            self.store.save_alert(alert)
+            if on_alert:
+                on_alert(alert, event)
+
+        self.engine = Engine(lab["plan"], on_alert=alert_cb)
+        self.collector = Collector(lab["plan"], self.store, client=self.client,
+                                   host_pids=lab["host_pids"], interval=interval,
+                                   on_poll=lambda t, v: self._step())
+
+    def _step(self) -> None:
+        for a in self.engine.step(self.collector.history):
+            self.store.save_alert(a)
+        for a in self.engine.active.values():
+            self.store.save_alert(a)
+
+    def tools(self, baseline: Store | None = None) -> Tools:
+        return Tools(self.lab["plan"], store=self.store, history=self.collector.history,
+                     engine=self.engine, client=self.client, host_pids=self.lab["host_pids"],
+                     baseline=baseline)
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    lab = discover(args.run)
+    db = args.db or os.path.join(tempfile.gettempdir(), f"astral-lab-ops-{lab['run_id']}.sqlite")
+    live = Live(lab, db, args.interval, args.max_rows,
+                on_alert=lambda a, e: print(_format_alert(a, e), flush=True))
+    plan = lab["plan"]
+    print(f"watching {plan.topology} ({len(plan.hosts)} GPUs, {len(plan.links)} links) every "
+          f"{args.interval:g} s; telemetry in {db}; Ctrl-C to stop", flush=True)
+    end = time.monotonic() + args.duration if args.duration else None
+    live.collector.start()
+    try:
+        while end is None or time.monotonic() < end:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        live.collector.stop()
+        live.store.close()
+    return 0
+
+
+def _answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
+    if args.llm:
+        from ops import llm
+
+        cfg = llm.config_from_env()
+        if cfg is None:
+            raise ValueError(f"--llm needs {llm.ENV_URL} set to an OpenAI-compatible endpoint")
+        client = llm.ChatClient(cfg["url"], cfg["model"], cfg["key"])
+        return llm.llm_diagnose(tools, question, client)
+    return diagnose(tools, question, probe=not args.no_probe)
+
+
+def run_diagnose(args: argparse.Namespace) -> int:
+    baseline = Store(args.baseline) if args.baseline else None
+    if args.db and not args.live:  # offline: a recorded run
+        store = Store(args.db)
+        meta = store.meta()
+        if "plan" not in meta:
+            raise ValueError(f"--db {args.db}: not an ops telemetry file (no plan in meta)")
+        plan = WiringPlan.from_dict(meta["plan"])
+        series_end = max((t for (_c, _m), (t, _v) in store.latest().items()), default=None)
+        tools_fn = lambda: Tools(plan, store=store, baseline=baseline,  # noqa: E731
+                                 now=series_end)
+    else:
+        lab = discover(args.run)
+        db = args.db or os.path.join(tempfile.gettempdir(),
+                                     f"astral-lab-diagnose-{os.getpid()}.sqlite")
+        live = Live(lab, db, args.interval, DEFAULT_MAX_ROWS)
+        print(f"collecting {args.collect:g} s of telemetry ...", file=sys.stderr, flush=True)
+        polls = max(2, int(args.collect / args.interval) + 1)
+        for _ in range(polls):
+            live.collector.poll_once()
+            time.sleep(args.interval)
+        tools_fn = lambda: live.tools(baseline)  # noqa: E731
+    if args.ask:
+        d = _answer(tools_fn(), args.ask, args)
+        print(json.dumps(d.to_dict(), indent=1, default=str) if args.json else d.text())
+        return 0
+    print("ask about the fabric (e.g. 'why is s0g0 -> s1g1 slow?'); empty line or Ctrl-D ends")
+    while True:
+        try:
+            q = input("ops> ").strip()
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return 0
+        if not q or q in ("quit", "exit"):
+            return 0
+        if not args.db or args.live:
+            live.collector.poll_once()  # fresh counters for every question
+        d = _answer(tools_fn(), q, args)
+        print(d.text())
+
+
+def add_ops_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``ops`` verb with ``watch`` and ``diagnose`` (see the module docstring)."""
+    p = subparsers.add_parser("ops", help="operations: live alerts and the diagnosis agent",
+                              description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="ops_verb", required=True, metavar="SUBVERB")
+    w = sub.add_parser("watch", help="collect telemetry, print alerts as they open/clear")
+    d = sub.add_parser("diagnose", help="ask the agent (one-shot --ask or interactive)")
+    for q in (w, d):
+        q.add_argument("--run", help="run id of the lab (when several run)")
+        q.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, metavar="S",
+                       help=f"polling interval (default {DEFAULT_INTERVAL_S:g} s; the "
+                            "controller's own counters refresh at its --poll-interval)")
+    w.add_argument("--db", help="SQLite file for the telemetry (default in /tmp)")
+    w.add_argument("--duration", type=float, default=0, metavar="S", help="stop after S s")
+    w.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS,
+                   help=f"bound of the samples table (default {DEFAULT_MAX_ROWS:,})")
+    w.set_defaults(fn=run_watch)
+    d.add_argument("--ask", metavar="QUESTION", help="one question, one answer, exit")
+    d.add_argument("--db", help="read a recorded run's telemetry file (offline; no lab needed)")
+    d.add_argument("--live", action="store_true",
+                   help="with --db: collect live into that file instead of reading it")
+    d.add_argument("--collect", type=float, default=5.0, metavar="S",
+                   help="seconds of telemetry to collect before answering (default 5)")
+    d.add_argument("--baseline", metavar="FILE", help="a fault-free run's telemetry file")
+    d.add_argument("--llm", action="store_true",
+                   help="let an OpenAI-compatible model drive the tools (ASTRAL_LAB_LLM_URL)")
+    d.add_argument("--no-probe", action="store_true", help="no active probes (pings)")
+    d.add_argument("--json", action="store_true", help="print the answer as JSON")
+    d.set_defaults(fn=run_diagnose)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ops.cli ...`` (same as ``astral-lab ops ...``)."""
+    parser = argparse.ArgumentParser(prog="astral-lab")
+    add_ops_parser(parser.add_subparsers(dest="verb", required=True))
+    args = parser.parse_args(["ops", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.fn(args) or 0)
+    except ValueError as exc:
+        print(f"astral-lab ops: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

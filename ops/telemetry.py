@@ -1,0 +1,655 @@
+"""Telemetry: poll a running fabric at a fixed interval and keep the time series in SQLite.
+
+What one poll reads (all of it cheap enough for 1 s at the default 32-GPU fabric):
+
+* **root namespace, kernel counters** (no controller needed, so telemetry keeps working
+  while the controller is dead): one ``tc -s -j qdisc show`` for every switch-side port's
+  bytes sent, queue backlog and queue drops; one read of ``/proc/net/dev`` for bytes
+  received; ``/sys/class/net/<port>/{operstate,carrier_changes}`` for link state and
+  flaps (``carrier_changes`` counts every carrier transition, so a flap that comes and
+  goes between two polls is still seen);
+* **host namespaces**: ``/proc/<shell pid>/net/dev`` and ``/proc/<shell pid>/net/snmp``
+  of each host's Mininet shell: NIC bytes each way, and the gap between the NIC's packet
+  counters and the IP layer's, which is where a NIC losing packets shows (frames received
+  but not delivered, packets sent by IP that never left the NIC; two file reads per
+  host, no process started);
+* **the controller's REST API** (``controllers.client.ControllerClient``): ``/health``
+  (is it answering, converged, ports it thinks are down), ``/links`` (its view of each
+  link's state), ``/ports/stats`` (OpenFlow drop and error counters) and
+  ``/groups/stats`` (select-group bucket counters: how ECMP spreads a leaf's traffic).
+  The controller polls the switches itself every ``--poll-interval`` (``Lab``'s default
+  1 s), so its counters are never fresher than that: a telemetry interval below the
+  controller's adds no information from this source (the kernel counters above are
+  read live).
+
+Every value is stored as a row ``(t, component, metric, value)`` in one SQLite file per
+run (``Store``), so any SQLite client can read it::
+
+    sqlite3 telemetry.sqlite "SELECT t, value FROM samples
+        WHERE component='lf0r1~spine2#0' AND metric='mbps_ab' ORDER BY t"
+
+Components use the wiring plan's names, as fault injection does: a link is
+``a~b#lane`` (``a`` the lower-tier end, ``lane`` its index among parallel cables between
+the two nodes), a switch by name, a NIC by its host name, the controller is
+``controller``. Link metrics come in two directions: ``_ab`` is a->b (up the tree).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sqlite3
+import subprocess
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from controllers.client import ControllerClient, ControllerError
+from testbed.plan import Link, WiringPlan
+
+#: Default polling interval (seconds); the controller's own default poll is the same.
+DEFAULT_INTERVAL_S = 1.0
+#: Default bound of the samples table: the oldest rows go first (about 60 bytes a row on
+#: disk with its index, so ~60 MB; at the default 32-GPU fabric ~900 rows a poll, that is
+#: the last ~18 minutes at 1 s).
+DEFAULT_MAX_ROWS = 1_000_000
+#: How many polls the in-memory history keeps for the detectors (5 minutes at 1 s).
+HISTORY_POLLS = 300
+CONTROLLER = "controller"
+
+
+# --- names ---------------------------------------------------------------------------------
+def link_components(plan: WiringPlan) -> dict[str, Link]:
+    """``{"lf0r1~spine2#0": Link, ...}`` for every link of the plan.
+
+    ``lane`` counts parallel cables between the same two nodes in plan order, which is
+    the order ``Lab.links_between`` (and so fault injection) uses.
+    """
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    out = {}
+    for link in plan.links:
+        lane = seen[(link.a, link.b)]
+        seen[(link.a, link.b)] += 1
+        out[f"{link.a}~{link.b}#{lane}"] = link
+    return out
+
+
+def canonical(component: str, plan: WiringPlan | None = None) -> str:
+    """One spelling per component, so answers and ground truth compare.
+
+    ``b~a`` becomes ``a~b`` when the plan says ``a`` is the lower end, a missing lane is
+    ``#0``, and a host's NIC link (``s1g3~lf0r3#0``) is the NIC itself (``s1g3``): a
+    diagnosis that names the NIC names the same thing as one that names its cable.
+    """
+    c = component.strip()
+    if "~" not in c:
+        return c
+    ends, _, lane = c.partition("#")
+    a, _, b = ends.partition("~")
+    lane = lane or "0"
+    if plan is not None:
+        hosts = {h.name for h in plan.hosts}
+        if a in hosts:
+            return a
+        if b in hosts:
+            return b
+        comps = link_components(plan)
+        if f"{a}~{b}#{lane}" not in comps and f"{b}~{a}#{lane}" in comps:
+            a, b = b, a
+    return f"{a}~{b}#{lane}"
+
+
+# --- the store -----------------------------------------------------------------------------
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS samples (
+    t REAL NOT NULL, component TEXT NOT NULL, metric TEXT NOT NULL, value REAL);
+CREATE INDEX IF NOT EXISTS samples_by_series ON samples (component, metric, t);
+CREATE TABLE IF NOT EXISTS alerts (
+    id INTEGER PRIMARY KEY, detector TEXT NOT NULL, severity TEXT NOT NULL,
+    component TEXT NOT NULL, summary TEXT NOT NULL, evidence TEXT NOT NULL,
+    first_seen REAL NOT NULL, last_seen REAL NOT NULL, cleared REAL, opened REAL);
+CREATE TABLE IF NOT EXISTS events (
+    t REAL NOT NULL, source TEXT NOT NULL, kind TEXT NOT NULL, component TEXT, detail TEXT);
+"""
+
+
+class Store:
+    """One SQLite file per run: ``meta``, ``samples``, ``alerts``, ``events`` (see SCHEMA).
+
+    Bounded: ``samples`` keeps at most ``max_rows`` rows (oldest deleted first, checked at
+    every write); alerts and events are small (one row per alert / fault action).
+    Thread-safe: one connection guarded by a lock (the collector thread writes while the
+    agent reads).
+    """
+
+    def __init__(self, path: str, max_rows: int = DEFAULT_MAX_ROWS) -> None:
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1 (got {max_rows})")
+        self.path = path
+        self.max_rows = max_rows
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False)
+        self._db.executescript(SCHEMA)
+        self._db.commit()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing ---------------------------------------------------------------------
+    def set_meta(self, **values: Any) -> None:
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                 [(k, json.dumps(v)) for k, v in values.items()])
+            self._db.commit()
+
+    def meta(self) -> dict[str, Any]:
+        with self._lock:
+            return {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM meta")}
+
+    def add_samples(self, t: float, values: dict[tuple[str, str], float]) -> None:
+        """Write one poll's values and trim the table to ``max_rows``."""
+        rows = [(t, c, m, v) for (c, m), v in values.items()
+                if v is not None and not math.isnan(v)]
+        with self._lock:
+            self._db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?)", rows)
+            last = self._db.execute("SELECT max(rowid) FROM samples").fetchone()[0] or 0
+            if last > self.max_rows:
+                self._db.execute("DELETE FROM samples WHERE rowid <= ?", (last - self.max_rows,))
+            self._db.commit()
+
+    def add_event(self, t: float, source: str, kind: str, component: str | None = None,
+                  detail: Any = None) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+                             (t, source, kind, component, json.dumps(detail)))
+            self._db.commit()
+
+    def save_alert(self, alert: Any) -> None:
+        """Insert or update an ``ops.detectors.Alert`` (its ``id`` is set on first save)."""
+        row = (alert.detector, alert.severity, alert.component, alert.summary,
+               json.dumps(alert.evidence), alert.first_seen, alert.last_seen, alert.cleared,
+               alert.opened)
+        with self._lock:
+            if alert.id is None:
+                cur = self._db.execute(
+                    "INSERT INTO alerts (detector, severity, component, summary, evidence, "
+                    "first_seen, last_seen, cleared, opened) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    row)
+                alert.id = cur.lastrowid
+            else:
+                self._db.execute(
+                    "UPDATE alerts SET detector=?, severity=?, component=?, summary=?, "
+                    "evidence=?, first_seen=?, last_seen=?, cleared=?, opened=? WHERE id=?",
+                    (*row, alert.id))
+            self._db.commit()
+
+    # --- reading ---------------------------------------------------------------------
+    def series(self, component: str, metric: str, since: float | None = None,
+               until: float | None = None) -> list[tuple[float, float]]:
+        q = "SELECT t, value FROM samples WHERE component=? AND metric=?"
+        args: list[Any] = [component, metric]
+        if since is not None:
+            q += " AND t >= ?"
+            args.append(since)
+        if until is not None:
+            q += " AND t <= ?"
+            args.append(until)
+        with self._lock:
+            return [(t, v) for t, v in self._db.execute(q + " ORDER BY t", args)]
+
+    def latest(self, component: str | None = None) -> dict[tuple[str, str], tuple[float, float]]:
+        """The newest ``(t, value)`` of every series (of one component, or all)."""
+        q = ("SELECT component, metric, t, value FROM samples s WHERE t = (SELECT max(t) FROM "
+             "samples WHERE component=s.component AND metric=s.metric)")
+        args: list[Any] = []
+        if component is not None:
+            q += " AND component=?"
+            args.append(component)
+        with self._lock:
+            return {(c, m): (t, v) for c, m, t, v in self._db.execute(q, args)}
+
+    def history(self, since: float | None = None) -> History:
+        """Everything since ``since`` as a ``History`` (what the detectors read)."""
+        q = "SELECT t, component, metric, value FROM samples"
+        args: list[Any] = []
+        if since is not None:
+            q += " WHERE t >= ?"
+            args.append(since)
+        hist = History(maxlen=None)
+        with self._lock:
+            rows = self._db.execute(q + " ORDER BY t", args).fetchall()
+        by_t: dict[float, dict[tuple[str, str], float]] = defaultdict(dict)
+        for t, c, m, v in rows:
+            by_t[t][(c, m)] = v
+        for t in sorted(by_t):
+            hist.add(t, by_t[t])
+        return hist
+
+    def alerts(self, active_only: bool = False) -> list[dict[str, Any]]:
+        q = ("SELECT id, detector, severity, component, summary, evidence, first_seen, "
+             "last_seen, cleared, opened FROM alerts")
+        if active_only:
+            q += " WHERE cleared IS NULL"
+        with self._lock:
+            rows = self._db.execute(q + " ORDER BY first_seen").fetchall()
+        keys = ("id", "detector", "severity", "component", "summary", "evidence",
+                "first_seen", "last_seen", "cleared", "opened")
+        out = []
+        for r in rows:
+            d = dict(zip(keys, r, strict=True))
+            d["evidence"] = json.loads(d["evidence"])
+            out.append(d)
+        return out
+
+    def events(self) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT t, source, kind, component, detail FROM events "
+                                    "ORDER BY t").fetchall()
+        return [{"t": t, "source": s, "kind": k, "component": c, "detail": json.loads(d)}
+                for t, s, k, c, d in rows]
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM samples").fetchone()[0])
+
+
+# --- in-memory history ---------------------------------------------------------------------
+class History:
+    """The last ``maxlen`` polls: ``times`` and, per ``(component, metric)``, aligned values.
+
+    Pure data for the detectors: ``values(c, m)`` is a list as long as ``times`` (None where
+    a poll had no value for the series, e.g. while the controller was down).
+    """
+
+    def __init__(self, maxlen: int | None = HISTORY_POLLS) -> None:
+        self.maxlen = maxlen
+        self.times: deque[float] = deque(maxlen=maxlen)
+        self._data: dict[tuple[str, str], deque[float | None]] = {}
+
+    def add(self, t: float, values: dict[tuple[str, str], float]) -> None:
+        n = len(self.times)
+        self.times.append(t)
+        for key in set(self._data) | set(values):
+            col = self._data.get(key)
+            if col is None:
+                col = self._data[key] = deque([None] * n, maxlen=self.maxlen)
+            col.append(values.get(key))
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    @property
+    def now(self) -> float:
+        return self.times[-1] if self.times else 0.0
+
+    def values(self, component: str, metric: str) -> list[float | None]:
+        col = self._data.get((component, metric))
+        return list(col) if col is not None else [None] * len(self.times)
+
+    def last(self, component: str, metric: str, n: int = 1) -> list[float | None]:
+        return self.values(component, metric)[-n:] if n else []
+
+    def latest(self, component: str, metric: str) -> float | None:
+        col = self._data.get((component, metric))
+        return col[-1] if col else None
+
+    def keys(self) -> Iterator[tuple[str, str]]:
+        return iter(self._data)
+
+    def components(self) -> set[str]:
+        return {c for c, _ in self._data}
+
+
+# --- raw readers (thin shell) ----------------------------------------------------------------
+def parse_proc_net_dev(text: str) -> dict[str, dict[str, int]]:
+    """``/proc/net/dev`` -> ``{iface: {rx_bytes, rx_packets, rx_drop, tx_bytes, ...}}``."""
+    out = {}
+    for line in text.splitlines()[2:]:
+        if ":" not in line:
+            continue
+        name, rest = line.split(":", 1)
+        f = [int(x) for x in rest.split()]
+        out[name.strip()] = {"rx_bytes": f[0], "rx_packets": f[1], "rx_drop": f[3],
+                             "tx_bytes": f[8], "tx_packets": f[9], "tx_drop": f[11]}
+    return out
+
+
+def parse_snmp(text: str) -> dict[str, int]:
+    """``/proc/net/snmp`` -> ``{"Ip.InReceives": n, "Udp.OutDatagrams": n, ...}``."""
+    out: dict[str, int] = {}
+    lines = text.splitlines()
+    for head, vals in zip(lines[::2], lines[1::2], strict=False):
+        proto, _, names = head.partition(":")
+        _, _, numbers = vals.partition(":")
+        for k, v in zip(names.split(), numbers.split(), strict=False):
+            with contextlib.suppress(ValueError):
+                out[f"{proto}.{k}"] = int(v)
+    return out
+
+
+def parse_tc_qdisc(data: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """``tc -s -j qdisc show`` -> per device: bytes sent, backlog (bytes), drops.
+
+    The shaped ports have an HTB root with a pfifo child that holds the queue; the root's
+    ``bytes`` is what left the port, the backlog is the larger of the root's and the sum
+    of the children's (kernels differ in whether HTB's root reports it).
+    """
+    out: dict[str, dict[str, int]] = {}
+    for q in data:
+        dev = q.get("dev")
+        if not dev:
+            continue
+        d = out.setdefault(dev, {"bytes": 0, "backlog": 0, "child_backlog": 0, "drops": 0})
+        if q.get("root"):
+            d["bytes"] = int(q.get("bytes", 0))
+            d["backlog"] = max(d["backlog"], int(q.get("backlog", 0)))
+        else:
+            d["child_backlog"] += int(q.get("backlog", 0))
+        d["drops"] += int(q.get("drops", 0))
+    for d in out.values():
+        d["backlog"] = max(d.pop("backlog"), d.pop("child_backlog"))
+    return out
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def read_tc() -> dict[str, dict[str, int]]:
+    proc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True,
+                          timeout=10, check=False)
+    try:
+        return parse_tc_qdisc(json.loads(proc.stdout or "[]"))
+    except ValueError:
+        return {}
+
+
+def host_pids_from_processes() -> dict[str, int]:
+    """Host name -> PID of its Mininet shell (``bash ... mininet:<name>``), from ``/proc``.
+
+    Lets a process that did not build the lab (``astral-lab ops watch``) read the hosts'
+    namespaces; the shell is the process Mininet itself runs commands in.
+    """
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        raw = _read(f"/proc/{pid}/cmdline")
+        if not raw or "mininet:" not in raw:
+            continue
+        for arg in raw.split("\0"):
+            if arg.startswith("mininet:"):
+                out[arg.split(":", 1)[1]] = int(pid)
+    return out
+
+
+# --- the collector -----------------------------------------------------------------------------
+@dataclass
+class Rates:
+    """Turns cumulative counters into per-second rates between two polls."""
+
+    prev: dict[Any, tuple[float, float]] = field(default_factory=dict)
+
+    def rate(self, key: Any, t: float, value: float | None) -> float | None:
+        if value is None:
+            return None
+        old = self.prev.get(key)
+        self.prev[key] = (t, value)
+        if old is None or t <= old[0] or value < old[1]:  # first sample or counter reset
+            return None
+        return (value - old[1]) / (t - old[0])
+
+    def delta(self, key: Any, t: float, value: float | None) -> float | None:
+        old = self.prev.get(key)
+        r = self.rate(key, t, value)
+        return None if r is None or old is None else value - old[1]  # type: ignore[operator]
+
+
+class Collector:
+    """Polls one running fabric every ``interval`` s into a ``Store`` and a ``History``.
+
+    ``client`` is the controller's REST client (None: kernel counters only);
+    ``host_pids`` maps host name -> a PID inside that host's namespace (``Lab.hosts[h].pid``).
+    ``on_poll(t, values)`` is called after each poll (the detectors hook in there).
+    """
+
+    def __init__(self, plan: WiringPlan, store: Store | None, *,
+                 client: ControllerClient | None = None, host_pids: dict[str, int] | None = None,
+                 interval: float = DEFAULT_INTERVAL_S,
+                 on_poll: Callable[[float, dict[tuple[str, str], float]], None] | None = None,
+                 group_stats: bool = True) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0 s (got {interval})")
+        self.plan = plan
+        self.store = store
+        self.client = client
+        self.host_pids = dict(host_pids or {})
+        self.interval = interval
+        self.on_poll = on_poll
+        self.group_stats = group_stats
+        self.history = History()
+        self.links = link_components(plan)
+        self.root_ends = self._root_ends()
+        self._rates = Rates()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.polls = 0
+        self.poll_seconds: list[float] = []  # how long each poll took (cost of telemetry)
+        if store is not None:
+            store.set_meta(plan=plan.to_dict(), interval_s=interval, started=time.time(),
+                           max_rows=store.max_rows)
+
+    @classmethod
+    def for_lab(cls, lab: Any, store: Store | None, **kw: Any) -> Collector:
+        """A collector for a running ``testbed.lab.Lab``."""
+        client = lab.client() if lab.rest_port else None
+        if client is not None:
+            client.timeout = min(client.timeout, max(0.5, kw.get("interval", 1.0)))
+        pids = {name: h.pid for name, h in lab.hosts.items()}
+        return cls(lab.plan, store, client=client, host_pids=pids, **kw)
+
+    def _root_ends(self) -> dict[str, tuple[str, str]]:
+        """Root-namespace interface -> (link component, direction it transmits)."""
+        hosts = {h.name for h in self.plan.hosts}
+        out = {}
+        for comp, link in self.links.items():
+            if link.a not in hosts:
+                out[link.a_intf] = (comp, "ab")
+            out[link.b_intf] = (comp, "ba")
+        return out
+
+    # --- one poll ----------------------------------------------------------------------
+    def poll_once(self, now: float | None = None) -> dict[tuple[str, str], float]:
+        """Read every source once, store the values, feed the history; return the values."""
+        t0 = time.monotonic()
+        t = time.time() if now is None else now
+        values: dict[tuple[str, str], float] = {}
+        self._poll_kernel(t, values)
+        self._poll_hosts(t, values)
+        self._poll_controller(t, values)
+        if self.store is not None:
+            self.store.add_samples(t, values)
+        self.history.add(t, values)
+        self.polls += 1
+        self.poll_seconds.append(time.monotonic() - t0)
+        if self.on_poll is not None:
+            self.on_poll(t, values)
+        return values
+
+    def _poll_kernel(self, t: float, values: dict[tuple[str, str], float]) -> None:
+        tc = read_tc()
+        dev = parse_proc_net_dev(_read("/proc/net/dev") or "")
+        state: dict[str, list[float]] = defaultdict(list)
+        flaps: dict[str, list[float]] = defaultdict(list)
+        for intf, (comp, d) in self.root_ends.items():
+            oper = (_read(f"/sys/class/net/{intf}/operstate") or "").strip()
+            if not oper:  # interface gone (lab torn down): no sample
+                continue
+            state[comp].append(1.0 if oper == "up" else 0.0)
+            changes = _read(f"/sys/class/net/{intf}/carrier_changes")
+            if changes and changes.strip().isdigit():
+                dlt = self._rates.delta(("carrier", intf), t, float(changes))
+                if dlt is not None:
+                    flaps[comp].append(dlt)
+            q = tc.get(intf)
+            if q is not None:
+                r = self._rates.rate(("txb", intf), t, q["bytes"])
+                if r is not None:
+                    values[(comp, f"mbps_{d}")] = r * 8e-6
+                values[(comp, f"backlog_{d}")] = float(q["backlog"])
+                dd = self._rates.delta(("qdrop", intf), t, q["drops"])
+                if dd is not None:
+                    values[(comp, f"qdrops_{d}")] = dd
+            # what this port receives is what its peer sent: fills in the host -> switch
+            # direction, whose sending end is inside the host's namespace
+            other = "ab" if d == "ba" else "ba"
+            counters = dev.get(intf)
+            if counters is not None and (comp, f"mbps_{other}") not in values:
+                link = self.links[comp]
+                peer_in_root = (link.a_intf if d == "ba" else link.b_intf) in self.root_ends
+                if not peer_in_root:
+                    r = self._rates.rate(("rxb", intf), t, counters["rx_bytes"])
+                    if r is not None:
+                        values[(comp, f"mbps_{other}")] = r * 8e-6
+        for comp, s in state.items():
+            values[(comp, "up")] = min(s)
+        for comp, f in flaps.items():
+            values[(comp, "carrier_changes")] = max(f)
+
+    def _poll_hosts(self, t: float, values: dict[tuple[str, str], float]) -> None:
+        """NIC rates and drops inside each host, from two files of its namespace.
+
+        A drop inside a host can happen at the NIC (a netdev ingress/egress hook, a full
+        qdisc) or in the IP layer (netfilter). Both show as a gap between the NIC's packet
+        counters and IP's: in, frames the NIC received that IP never delivered
+        (``rx_packets - Ip.InDelivers``); out, packets IP sent that never left the NIC
+        (``Ip.OutRequests - tx_packets``). ARP frames count on the NIC but not in IP, a
+        packet or two a second at most: the loss detector's floor is above that.
+        """
+        for host, pid in self.host_pids.items():
+            dev = parse_proc_net_dev(_read(f"/proc/{pid}/net/dev") or "")
+            nic = dev.get(f"{host}-eth0")
+            if nic is None:
+                continue
+            for key in ("rx_bytes", "tx_bytes"):
+                r = self._rates.rate((host, key), t, nic[key])
+                if r is not None:
+                    values[(host, key.replace("_bytes", "_mbps"))] = r * 8e-6
+            snmp = parse_snmp(_read(f"/proc/{pid}/net/snmp") or "")
+            counters = {"rx": nic["rx_packets"], "tx": nic["tx_packets"],
+                        "deliver": snmp.get("Ip.InDelivers"), "req": snmp.get("Ip.OutRequests")}
+            rates = {k: self._rates.rate((host, k), t, v) for k, v in counters.items()}
+            if None in rates.values():
+                continue
+            r = {k: float(v) for k, v in rates.items()}  # type: ignore[arg-type]
+            values[(host, "in_pps")] = r["rx"]
+            values[(host, "out_pps")] = r["req"]
+            values[(host, "in_drop_pps")] = max(0.0, r["rx"] - r["deliver"])
+            values[(host, "out_drop_pps")] = max(0.0, r["req"] - r["tx"])
+
+    def _poll_controller(self, t: float, values: dict[tuple[str, str], float]) -> None:
+        if self.client is None:
+            return
+        try:
+            health = self.client.health()
+        except ControllerError as exc:
+            # 503 = answering but starting up; anything else is "not there"
+            values[(CONTROLLER, "up")] = 1.0 if exc.status == 503 else 0.0
+            values[(CONTROLLER, "converged")] = 0.0
+            return
+        values[(CONTROLLER, "up")] = 1.0
+        values[(CONTROLLER, "converged")] = 1.0 if health.get("converged") else 0.0
+        values[(CONTROLLER, "down_ports")] = float(len(health.get("down_ports") or []))
+        with contextlib.suppress(ControllerError):
+            by_name = {(ln.a, ln.a_port, ln.b, ln.b_port): c for c, ln in self.links.items()}
+            for row in self.client.links().get("links", []):
+                comp = by_name.get((row["a"], row["a_port"], row["b"], row["b_port"]))
+                if comp is not None:
+                    values[(comp, "ctl_up")] = 1.0 if row.get("state") == "up" else 0.0
+        with contextlib.suppress(ControllerError):
+            for sw, ports in self.client.port_stats().items():
+                total = sum(p.get(k, 0) for p in ports.values()
+                            for k in ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors"))
+                d = self._rates.delta((sw, "port_drops"), t, float(total))
+                if d is not None:
+                    values[(sw, "port_drops")] = d
+        if self.group_stats:
+            with contextlib.suppress(ControllerError):
+                self._groups(t, values)
+
+    def _groups(self, t: float, values: dict[tuple[str, str], float]) -> None:
+        """Per switch, bytes each select-group bucket's port carried (summed over groups)."""
+        for sw, groups in self.client.group_stats().items():  # type: ignore[union-attr]
+            per_port: dict[int, float] = defaultdict(float)
+            for g in groups.values():
+                if g.get("type") != "select":
+                    continue
+                for b in g.get("buckets", []):
+                    if "port" in b:
+                        per_port[int(b["port"])] += b.get("byte_count", 0)
+            for port, total in per_port.items():
+                r = self._rates.rate((sw, "bucket", port), t, total)
+                if r is not None:
+                    values[(sw, f"bucket{port}_mbps")] = r * 8e-6
+
+    # --- background loop -----------------------------------------------------------------
+    def start(self) -> Collector:
+        """Poll in a background thread until ``stop()``; the first poll happens at once."""
+        if self._thread is not None:
+            raise RuntimeError("collector already running")
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="ops-collector", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        nxt = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception as exc:  # a bad poll must not end telemetry; record it
+                if self.store is not None:
+                    self.store.add_event(time.time(), "collector", "poll-error",
+                                         detail=repr(exc)[:300])
+            nxt += self.interval
+            delay = nxt - time.monotonic()
+            if delay < 0:  # fell behind (busy machine): skip, do not burst
+                nxt = time.monotonic()
+                delay = 0
+            self._stop.wait(delay)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def __enter__(self) -> Collector:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def samples_of(values: Iterable[tuple[str, str, float]]) -> dict[tuple[str, str], float]:
+    """``[(component, metric, value), ...]`` -> the dict a poll produces (tests, replays)."""
+    return {(c, m): v for c, m, v in values}

@@ -1,0 +1,372 @@
+"""Every fault kind injected into a real fabric, its effect measured, then undone exactly.
+
+One small astral3 fabric (4 servers x 2 GPUs, 2 blocks: 4 leaves, 4 spines, one 20 Mb/s
+lane per leaf-spine pair, 40 Mb/s NICs) serves the whole module, in ``planned`` mode so a
+measured flow's lane is known. Effects are measured in the data plane (probe streams,
+pings, rates) or read from the kernel (operstate, ``tc``, ``nft``) and the controller's
+API, never taken from the injector's word. Every test leaves the fabric as it found it,
+which the ``injector`` fixture checks (links up, rates as planned, no fault leftovers).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from testbed import cleanup
+from testbed import faults as F
+from testbed.faults import Fault, FaultInjector
+from testbed.lab import Lab
+from testbed.probe import Stream
+from testbed.topologies import build
+
+PLAN = build("astral3", servers=4, gpus=2, servers_per_block=2)
+_ports = itertools.count(6000)  # a fresh receiver port per stream (its ready file is per port)
+
+
+@pytest.fixture(autouse=True)
+def _start_clean() -> None:
+    """Overrides the conftest's per-test ``clean()``: that would tear down the module's lab
+    (its record is owned by this very process). The module fixture cleans once instead."""
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    cleanup.clean(verbose=False)
+    with Lab(PLAN, lb="planned", poll_interval=0.5) as lab:
+        yield lab
+    assert not cleanup.leftovers(PLAN), cleanup.leftovers(PLAN)
+    assert not [p for p, run in F.fault_processes().items() if run == lab.run_id]
+
+
+def host_sh(lab: Lab, host: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["mnexec", "-a", str(lab.hosts[host].pid), *argv],
+                          capture_output=True, text=True, timeout=30)
+
+
+def link_state(lab: Lab, node: str, intf: str) -> tuple[bool, str]:
+    """(administratively up, operstate) of an interface, in its own namespace."""
+    argv = ["ip", "-j", "link", "show", "dev", intf]
+    out = (host_sh(lab, node, *argv) if node in lab.hosts else
+           subprocess.run(argv, capture_output=True, text=True)).stdout
+    info = json.loads(out)[0]
+    return "UP" in info["flags"], info["operstate"]
+
+
+def htb_line(lab: Lab, node: str, intf: str) -> str:
+    argv = ["tc", "class", "show", "dev", intf, "classid", "5:1"]
+    return (host_sh(lab, node, *argv) if node in lab.hosts else
+            subprocess.run(argv, capture_output=True, text=True)).stdout.strip()
+
+
+def fabric_state(lab: Lab) -> dict[str, Any]:
+    """Admin state and HTB class of every link end, and fault leftovers in every host."""
+    ends = {f"{n}/{i}": (link_state(lab, n, i)[0], htb_line(lab, n, i))
+            for ln in PLAN.links for n, i in ((ln.a, ln.a_intf), (ln.b, ln.b_intf))}
+    inj = FaultInjector(lab)
+    left = {h: F.nic_loss_leftovers(inj._sh, h) for h in lab.hosts}
+    return {"ends": ends, "leftovers": {h: v for h, v in left.items() if v}}
+
+
+@pytest.fixture(scope="module")
+def baseline(lab: Lab) -> dict[str, Any]:
+    state = fabric_state(lab)
+    assert all(up for up, _ in state["ends"].values()) and not state["leftovers"]
+    return state
+
+
+@pytest.fixture
+def injector(lab: Lab, baseline: dict[str, Any]) -> Iterator[FaultInjector]:
+    with FaultInjector(lab) as inj:
+        yield inj
+    assert not inj.active
+    assert fabric_state(lab) == baseline  # exactly as before: links, rates, no leftovers
+    lab.wait_converged(timeout=30)
+
+
+def stream(lab: Lab, src: str, dst: str, sports: range, pps: float, duration: float,
+           size: int = 200) -> Stream:
+    return Stream(lab, src, dst, sports=sports, pps=pps, duration=duration,
+                  port=next(_ports), size=size)
+
+
+def received(st: Stream) -> int:
+    return sum(f["received"] for f in st.result["flows"].values())
+
+
+def test_link_down_cuts_both_ends_and_traffic_is_rerouted(lab: Lab,
+                                                          injector: FaultInjector) -> None:
+    link = F.parse_target(PLAN, "lf0r0~spine1").link
+    with stream(lab, "s0g0", "s2g1", range(50000, 50016), pps=100, duration=3.0) as st:
+        time.sleep(1.0)
+        t_cut = time.time()
+        h = injector.inject(Fault("link-down", "spine1~lf0r0"))
+        time.sleep(0.5)
+        assert link_state(lab, link.a, link.a_intf) == (False, "DOWN")
+        assert link_state(lab, link.b, link.b_intf) == (False, "DOWN")
+        health = lab.health()
+        assert {f"{link.a}:{link.a_port}", f"{link.b}:{link.b_port}"} <= set(
+            health["down_ports"])
+        assert any(r["at"] >= t_cut and not r["up"] for r in health["reroutes"]), health
+        rows = {r["name"]: r["state"] for r in lab.client().links()["links"]}
+        assert rows[link.name] == "down"
+    for sport, f in st.result["flows"].items():  # every flow kept arriving after the cut
+        assert f["last"] > t_cut + 1.0 and f["max_gap_s"] < 1.0, (sport, f)
+    injector.undo(h)
+    assert link_state(lab, link.a, link.a_intf) == (True, "UP")
+    assert link_state(lab, link.b, link.b_intf) == (True, "UP")
+    time.sleep(0.3)
+    assert {r["name"]: r["state"] for r in lab.client().links()["links"]}[link.name] == "up"
+    assert [e["action"] for e in injector.events] == ["inject", "undo"]
+    assert injector.events[0]["component"] == "lf0r0~spine1#0"
+
+
+def test_link_flap_goes_down_and_up_count_times(lab: Lab, injector: FaultInjector) -> None:
+    link = F.parse_target(PLAN, "lf1r1~spine3").link
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def sample() -> None:  # the switch-side end's operstate every 5 ms
+        path = f"/sys/class/net/{link.b_intf}/operstate"
+        while not stop.is_set():
+            with open(path) as fh:  # "lowerlayerdown" (peer went first) counts as down
+                state = "up" if fh.read().strip() == "up" else "down"
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=sample)
+    watcher.start()
+    try:
+        h = injector.inject(Fault("link-flap", "lf1r1~spine3", period=0.6, count=3))
+        assert h.wait(10)
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen == ["up", "down"] * 3 + ["up"], seen
+    acts = [e["action"] for e in injector.events]
+    assert acts == ["inject"] + ["flap-down", "flap-up"] * 3 + ["undo"]
+    downs = [e["time"] for e in injector.events if e["action"] == "flap-down"]
+    assert all(0.5 < b - a < 1.2 for a, b in zip(downs, downs[1:], strict=False)), downs
+
+
+def test_link_degrade_cuts_a_lanes_measured_rate_to_the_fraction(lab: Lab,
+                                                                  injector: FaultInjector
+                                                                  ) -> None:
+    """A 10 Mb/s stream pinned on one 20 Mb/s lane; the lane degraded to 25% (5 Mb/s).
+
+    The lane's queue is deep (2 s of its rate), so nothing is dropped: packets leave at
+    the degraded rate, and the receiver's arrival rate is that rate. HTB counts whole
+    frames (1,042 bytes for a 1,000-byte payload), so the payload arrives at
+    5 x 1000/1042 Mb/s. Tolerance 10%: measured 4.79-4.81 Mb/s over repeated runs (HTB's
+    burst and the userspace switch's batching add jitter at the start, not to the rate).
+    """
+    c = lab.client()
+    sport = 50100
+    c.post_traffic([{"src": "s0g0", "dst": "s2g1", "sport": sport, "bytes": 10**7}])
+    c.wait_converged()
+    try:
+        hop = c.paths("s0g0", "s2g1", sport=sport)["path"][0]
+        assert hop["switch"] == "lf0r0"
+        lane = PLAN.ports()["lf0r0"][hop["out_port"]][2]
+        target = F.link_name(PLAN, lane)
+        before = [htb_line(lab, lane.a, lane.a_intf), htb_line(lab, lane.b, lane.b_intf)]
+        h = injector.inject(Fault("link-degrade", target, fraction=0.25))
+        for node, intf in ((lane.a, lane.a_intf), (lane.b, lane.b_intf)):
+            assert F.parse_htb_rate(htb_line(lab, node, intf)) == pytest.approx(5.0)
+        pps = 10e6 / 8 / 1042  # 10 Mb/s of frames, twice what the lane now carries
+        with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=pps, duration=2.5,
+                    size=1000) as st:
+            pass
+        f = st.result["flows"][str(sport)]
+        mbps = (f["received"] - 1) * 1000 * 8 / (f["last"] - f["first"]) / 1e6
+        print(f"degraded lane {target}: {mbps:.2f} Mb/s of payload (expect {5e3 / 1042:.2f})")
+        assert mbps == pytest.approx(5.0 * 1000 / 1042, rel=0.10)
+        assert c.paths("s0g0", "s2g1", sport=sport)["path"][0] == hop  # it stayed on the lane
+        injector.undo(h)
+        assert [htb_line(lab, lane.a, lane.a_intf), htb_line(lab, lane.b, lane.b_intf)] == before
+        assert injector.events[0]["detail"]["mbps"] == [5.0, 5.0]
+    finally:
+        c.clear_traffic()
+        time.sleep(2.0)  # the lane's backlog drains at full rate before the next test
+
+
+def loss_of(st: Stream) -> float:
+    sent = st.sent["sent_per_sport"] * len(st.sports)
+    return 1 - received(st) / sent
+
+
+def within(p: float, n: int, loss: float, sigmas: float = 5.0) -> bool:
+    return abs(loss - p) <= sigmas * (p * (1 - p) / n) ** 0.5
+
+
+def test_nic_loss_drops_both_directions_at_the_probability(lab: Lab,
+                                                           injector: FaultInjector) -> None:
+    """p = 0.2 on s0g0's NIC: 2,400 packets each way, loss within 5 sigma (+-0.041)."""
+    h = injector.inject(Fault("nic-loss", "s0g0", probability=0.2))
+    assert h.info["backend"] == "nft"
+    inbound = stream(lab, "s2g1", "s0g0", range(50200, 50204), pps=200, duration=3.0).start()
+    outbound = stream(lab, "s0g0", "s2g1", range(50300, 50304), pps=200, duration=3.0).start()
+    try:
+        inbound.wait()
+        outbound.wait()
+    finally:
+        inbound.stop()
+        outbound.stop()
+    for st in (inbound, outbound):
+        n = st.sent["sent_per_sport"] * 4
+        print(f"nic-loss p=0.2 {st.src}->{st.dst}: {loss_of(st):.3f} of {n} lost")
+        assert n >= 2000 and within(0.2, n, loss_of(st)), (n, loss_of(st))
+        assert st.sent["errors"] == 0  # egress loss is silent: the sender is not told
+    # ARP is not dropped: with every IPv4 frame lost, the neighbour still resolves
+    injector.undo(h)
+    h = injector.inject(Fault("nic-loss", "s0g0", probability=1.0))
+    peer = str(PLAN.node("s2g1").ip)
+    host_sh(lab, "s0g0", "ip", "neigh", "flush", "dev", "s0g0-eth0")
+    ping = host_sh(lab, "s0g0", "ping", "-c", "2", "-i", "0.2", "-W", "1", peer)
+    assert ping.returncode != 0 and " 0 received" in ping.stdout, ping.stdout
+    neigh = host_sh(lab, "s0g0", "ip", "neigh", "show", peer).stdout
+    assert "lladdr" in neigh and "FAILED" not in neigh, neigh
+    injector.undo(h)
+    dropped = injector.events[-1]["detail"]["dropped"]
+    assert dropped["egress"] >= 2 and set(dropped) == {"ingress", "egress"}
+    assert host_sh(lab, "s0g0", "fping", "-q", "-c", "20", "-p", "20", peer
+                   ).returncode == 0  # no loss once undone
+
+
+def test_nic_loss_with_the_iptables_fallback(lab: Lab, baseline: dict[str, Any]) -> None:
+    with FaultInjector(lab, nic_loss_backend="iptables") as inj:
+        h = inj.inject(Fault("nic-loss", "s3g1", probability=0.3, direction="ingress"))
+        assert F.nic_loss_leftovers(inj._sh, "s3g1") == ["iptables chain ASTRAL_LAB_FAULTS_IN"]
+        with stream(lab, "s1g0", "s3g1", range(50400, 50404), pps=200, duration=2.0) as st:
+            pass
+        n = st.sent["sent_per_sport"] * 4
+        print(f"nic-loss (iptables) p=0.3 ingress: {loss_of(st):.3f} of {n} lost")
+        assert within(0.3, n, loss_of(st)), (n, loss_of(st))
+        inj.undo(h)
+        assert inj.events[-1]["detail"]["dropped"]["ingress"] == n - received(st)
+    assert fabric_state(lab) == baseline
+
+
+def test_switch_down_isolates_its_hosts_only_and_restores_exactly(lab: Lab,
+                                                                  injector: FaultInjector
+                                                                  ) -> None:
+    """lf1r0 carries s2g0 and s3g0. A lane of it is already down (another fault): the
+    switch's undo must leave that lane down, and the lane's own undo brings it back."""
+    sw = "lf1r0"
+    mine = [ln for ln in PLAN.links if sw in (ln.a, ln.b)]
+    lane = injector.inject(Fault("link-down", "lf1r0~spine0"))
+    h = injector.inject(Fault("switch-down", sw))
+    assert injector.events[-1]["detail"] == {"links_down": len(mine) - 1, "links": len(mine)}
+    for ln in mine:
+        for node, intf in ((ln.a, ln.a_intf), (ln.b, ln.b_intf)):
+            assert link_state(lab, node, intf)[1] == "DOWN", intf
+    r = lab.reachability(retries=1)
+    cut = {"s2g0", "s3g0"}
+    assert sorted(r.failed) == sorted((a, b) for a, b in itertools.permutations(
+        [n.name for n in PLAN.hosts], 2) if {a, b} & cut)
+    assert r.received == 56 - 26  # every pair that does not need lf1r0 still reaches
+    injector.undo(h)
+    spine0 = F.parse_target(PLAN, "lf1r0~spine0").link
+    assert link_state(lab, spine0.a, spine0.a_intf) == (False, "DOWN")
+    for ln in mine:
+        if ln is not spine0:
+            assert link_state(lab, ln.a, ln.a_intf) == (True, "UP")
+    injector.undo(lane)
+    lab.wait_converged(timeout=30)
+    assert lab.reachability().received == 56
+
+
+def alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}") and "zombie" not in open(f"/proc/{pid}/status").read()
+
+
+def test_controller_kill_and_restart(lab: Lab, injector: FaultInjector) -> None:
+    old = lab.controller_proc.pid
+    h = injector.inject(Fault("controller-kill"))
+    assert not alive(old) and lab.health() is None
+    # the switches keep forwarding on their own
+    with stream(lab, "s0g0", "s3g1", range(50500, 50504), pps=100, duration=1.0) as st:
+        pass
+    assert received(st) == st.sent["sent_per_sport"] * 4
+    injector.undo(h)
+    new = lab.controller_proc.pid
+    assert new != old and alive(new) and lab.health()["converged"]
+    h = injector.inject(Fault("controller-restart", duration=1.0))
+    assert not alive(new)
+    assert h.wait(60)
+    assert alive(lab.controller_proc.pid) and lab.controller_proc.pid != new
+    assert lab.health()["converged"]
+    inj_t, undo_t = (e["time"] for e in injector.events if e["kind"] == "controller-restart")
+    assert undo_t - inj_t >= 1.0
+    assert [e["component"] for e in injector.events] == ["controller"] * 4
+
+
+def test_a_random_schedule_plays_on_the_fabric_and_stop_undoes(lab: Lab,
+                                                               injector: FaultInjector) -> None:
+    sched = F.random_schedule(PLAN, kinds=["link-down", "link-degrade", "nic-loss"], n=3,
+                              duration_s=4.5, seed=5, min_gap_s=0.3)
+    t0 = time.time()
+    run = injector.run_schedule(sched)
+    assert run.wait(30) and not run.errors
+    evs = run.events
+    assert [(e["action"], e["component"]) for e in evs] == [
+        (a, f.component) for f in sched for a in ("inject", "undo")]
+    for f, (ev_in, ev_out) in zip(sched, zip(evs[::2], evs[1::2], strict=True), strict=True):
+        assert f.at - 0.05 <= ev_in["t"] <= f.at + 1.0, (f, ev_in)
+        assert ev_out["time"] - ev_in["time"] >= f.duration
+    assert evs[-1]["time"] - t0 < 10
+    # an open-ended fault is still active when the schedule has played out; stop undoes it
+    run = injector.run_schedule([Fault("nic-loss", "s1g1", probability=0.5, at=0.2)])
+    assert run.wait(5)
+    assert run.handles[0].active and F.nic_loss_leftovers(injector._sh, "s1g1")
+    assert run.stop() == []
+    assert not run.handles[0].active
+
+
+def test_cleanup_faults_removes_what_a_crashed_injector_left(lab: Lab,
+                                                             baseline: dict[str, Any]) -> None:
+    inj = FaultInjector(lab)
+    inj.inject(Fault("nic-loss", "s2g0", probability=0.1))
+    hot = inj.inject(Fault("hot-receiver", "s1g1", senders=2, overload=0.5))
+    procs = [p.pid for p in hot.info["procs"]]
+    assert len(procs) == 3 and all(alive(p) for p in procs)
+    # the injector "crashes": nothing is undone; the cleanup hook finds it all
+    done = F.cleanup_faults(host_pids=[h.pid for h in lab.hosts.values()],
+                            runs=[lab.run_id])
+    assert done == {"namespaces": 1, "processes": 3}
+    assert not any(alive(p) for p in procs)
+    assert fabric_state(lab) == baseline
+    assert inj.undo_all() == []  # undoing what is already gone is harmless
+
+
+def test_hot_receiver_incast_saturates_the_targets_nic(lab: Lab,
+                                                       injector: FaultInjector) -> None:
+    """s0g0's experts are hot: 6 GPUs on the other servers send it 1.5x its 40 Mb/s NIC.
+
+    The leaf port toward it runs at line rate (the detectors' signal) and it receives
+    from every source; its queue is deep, so the excess waits (and drains after undo).
+    """
+    h = injector.inject(Fault("hot-receiver", "s0g0", overload=1.5, duration=3.0))
+    srcs = h.info["detail"]["sources"]
+    assert len(srcs) == 6 and not {"s0g0", "s0g1"} & set(srcs)
+    time.sleep(2.0)
+    port = PLAN.ports()["s0g0"][0][1]  # the leaf's port toward the target
+    tx = lab.client().port_stats("lf0r0")["lf0r0"][str(port)]["tx_mbps"]
+    print(f"hot-receiver: leaf port toward s0g0 at {tx:.1f} Mb/s of 40")
+    assert tx >= 0.85 * 40, tx
+    assert h.wait(30)
+    got = injector.events[-1]["detail"]["received_packets"]
+    assert set(got) == set(srcs) and min(got.values()) > 100, got
+    procs = h.info["procs"]
+    assert all(p.poll() is not None for p in procs)
+    assert not [p for p, run in F.fault_processes().items() if run == lab.run_id]
+    time.sleep(1.5)  # the leaf port's backlog toward s0g0 drains
