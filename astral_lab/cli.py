@@ -134,7 +134,8 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
         choices = f" (one or more of {', '.join(map(str, prm.choices))})" if prm.choices else ""
         p.add_argument(f"--{prm.flag}", dest=prm.name, type=prm.parse, default=None,
                        metavar=type(prm.default).__name__.upper(),
-                       help=f"{prm.help}; default {prm.default}{quick}{choices}")
+                       help=f"{prm.help}; default {prm.default}{quick}{choices}"
+                       .replace("%", "%%"))  # argparse formats help with %
     return p
 
 

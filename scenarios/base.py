@@ -31,6 +31,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -327,6 +328,14 @@ class Scenario:
         try:
             self.fn(run)
             return run.finish()
+        except ValueError:
+            if not run.stages and not run.config["fabrics"] and run.dir != run.final:
+                # a parameter the builders reject (e.g. --servers 3): nothing ran, so keep
+                # nothing; the error names the parameter
+                shutil.rmtree(run.dir, ignore_errors=True)
+                raise
+            run.abandon(sys.exc_info()[1])  # type: ignore[arg-type]
+            raise
         except BaseException as exc:
             run.abandon(exc)
             raise

@@ -113,7 +113,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
            rate_mbps: float | None = None, post: bool | None = None,
            lead_s: float | None = None,
            timeout: float | None = None, progress: bool = True,
-           label: str = "replay") -> ReplayResult:
+           label: str = "replay", recv_idle_s: float = 5.0,
+           recv_grace_s: float = 10.0) -> ReplayResult:
     """Replay ``flows`` on ``lab`` and measure them (see the module docstring).
 
     ``rate_mbps`` overrides the senders' pacing (default: each source NIC's
@@ -122,7 +123,10 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
     how far ahead the common start is set (default 1 s + 0.25 s per sender: each
     sender is a Python process that builds its frame templates before the start,
     and this machine has two cores); ``start_skew_s`` in the result says how late
-    the last sender actually started.
+    the last sender actually started. A receiver stops once it has every expected byte, or
+    ``recv_idle_s`` after its last packet (packets were lost), and is stopped
+    ``recv_grace_s`` after the last sender finished (an incast receiver behind a deep queue
+    may need longer: raise it).
     """
     flows = [f for f in flows if f.bytes > 0]
     if not flows:
@@ -156,7 +160,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
             ready = out + ".ready"
             p = lab.hosts[dst].popen(AGENT + ["recv", "--out", out, "--ready", ready,
                                               "--expect-bytes", str(expect[dst]),
-                                              "--idle-timeout", "5"])
+                                              "--idle-timeout", f"{recv_idle_s:g}"])
             procs.append(p)
             recv[dst] = (p, out)
         deadline = time.monotonic() + 20
@@ -193,8 +197,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
         failed = {s: _stderr(p) for s, p in senders.items() if p.returncode != 0}
         if failed:
             raise RuntimeError(f"sender agents failed: {failed}")
-        # receivers stop once they have every expected byte, or 5 s after the last packet
-        end_by = time.monotonic() + 10
+        # receivers stop once they have every expected byte, or idle after the last packet
+        end_by = time.monotonic() + recv_grace_s
         for p, _out in recv.values():
             while p.poll() is None and time.monotonic() < end_by:
                 time.sleep(0.05)

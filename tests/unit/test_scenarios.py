@@ -37,6 +37,8 @@ def toy() -> Any:
             run.stage(f"row {i}")
             if run.params["fail"] == "error":
                 raise RuntimeError("boom")
+            if run.params["fail"] == "value":
+                raise ValueError("servers=3 must be a multiple of 2")
             if run.params["fail"] == "interrupt":
                 raise KeyboardInterrupt
         run.save_json("raw.json", {"n": run.params["n"]})
@@ -108,6 +110,25 @@ def test_bad_parameters_create_nothing(results: Any, toy: Any) -> None:
     with pytest.raises(ValueError):
         toy(bogus=1)
     assert not os.path.exists(results)
+
+
+def test_a_value_error_before_anything_ran_leaves_no_folder(results: Any, toy: Any) -> None:
+    @scenario("toy-early", "rejects its parameters in the body", Param("n", 1, "n"))
+    def early(run: Run) -> None:
+        raise ValueError("servers=3 must be a multiple of 2")
+
+    try:
+        with pytest.raises(ValueError, match="servers=3"):
+            early(log=lambda _m: None)
+        assert os.listdir(results) == []
+        # after a stage has finished, the same error keeps a marked partial folder
+        with pytest.raises(ValueError):
+            toy(fail="value", log=lambda _m: None)
+        (partial,) = os.listdir(results)
+        assert partial.endswith(".partial")
+        assert "stopped by an error" in _read(results, partial, "INTERRUPTED.md")
+    finally:
+        base.REGISTRY.pop("toy-early", None)
 
 
 def test_tables() -> None:

@@ -1,0 +1,146 @@
+"""The link-failure scenario's pure parts: traffic sizing, lane choice, the fluid ideal after a
+failure, the throughput series, the recovery rule, the probe gap, and the sampler's timing."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from controllers.paths import PathFinder
+from scenarios import link_failure as lf
+from testbed.flowmodel import model_flows
+from testbed.topologies import build
+from traffic.kernels import FlowSpec
+
+
+@pytest.fixture(scope="module")
+def plan():  # type: ignore[no-untyped-def]
+    return build("astral3", servers=2, gpus=4, servers_per_block=2, scale=2e-5)
+
+
+def test_all_to_all_is_equal_split_and_lasts_about_the_duration(plan) -> None:  # type: ignore
+    flows = lf.all_to_all(plan, 6.0, qps_per_peer=2)
+    hosts = [h.name for h in plan.hosts]
+    assert len(flows) == len(hosts) * (len(hosts) - 1) * 2  # every ordered pair, 2 QPs
+    sizes = {f.bytes for f in flows}
+    assert max(sizes) - min(sizes) <= 1
+    fluid = model_flows(plan, flows, "ecmp-fluid", unit="mbps")
+    # NIC-bound: one NIC's worth of duration, plus at most one token's rounding
+    assert 6.0 <= fluid.completion_s < 6.2
+    with pytest.raises(ValueError, match="--duration-s"):
+        lf.all_to_all(plan, 0.0)
+
+
+def test_pick_lane_takes_a_lane_the_probe_pair_can_cross(plan) -> None:  # type: ignore
+    leaf, spine, src, dst = lf.pick_lane(plan)
+    finder = PathFinder(plan)
+    assert finder.attach(src) == leaf != finder.attach(dst)
+    assert plan.node(spine).tier == "spine"
+    assert any(finder.peer(p[0])[0] == spine for p in finder.candidates(src, dst))
+    links = lf.spine_links(plan, spine)
+    assert len(links) == sum(1 for s in plan.switches if s.tier == "leaf")
+    assert len(lf.down_hops(links)) == 2 * len(links)
+    with pytest.raises(ValueError):
+        lf.spine_links(plan, "spine99")
+
+
+def test_remaining_after_constant_rates_and_finished_flows() -> None:
+    flows = [FlowSpec.make("a", "b", 1000, 0, message_bytes=100),
+             FlowSpec.make("a", "c", 1000, 1, message_bytes=100)]
+    left = lf.remaining_after(flows, [2.0, 0.4], [4000.0, 8000.0], 0.5)  # 500 B/s, 1000 B/s
+    assert [(f.dst, f.bytes, f.qp) for f in left] == [("b", 750, 0)]
+    assert left[0].messages == 8  # 750 B in 100 B messages
+    assert lf.remaining_after(flows, [1.0, 1.0], [8000.0, 8000.0], 0.0)[0].bytes == 1000
+    with pytest.raises(ValueError):
+        lf.remaining_after(flows, [1.0, 1.0], [1.0, 1.0], -1.0)
+
+
+def test_fluid_ideal_after_a_failure_is_slower_and_spine_is_worse(plan) -> None:  # type: ignore
+    flows = lf.all_to_all(plan, 6.0)
+    fluid = model_flows(plan, flows, "ecmp-fluid", unit="mbps")
+    leaf, spine, _, _ = lf.pick_lane(plan)
+    t = fluid.completion_s / 3
+    left = lf.remaining_after(flows, fluid.flow_finish_s, fluid.flow_start_rate_bps, t)
+    assert sum(f.bytes for f in left) == pytest.approx(sum(f.bytes for f in flows) * 2 / 3,
+                                                       rel=0.01)
+    totals = {}
+    for case, links in (("lane", [ln for ln in plan.links if {ln.a, ln.b} == {leaf, spine}]),
+                        ("spine", lf.spine_links(plan, spine))):
+        finder = PathFinder(plan, down=lf.down_hops(links))
+        totals[case] = t + model_flows(finder, left, "ecmp-fluid", unit="mbps").completion_s
+    # a leaf's uplinks carry 6/7 of its NICs' rate; with 3 of 4 lanes they bind
+    assert fluid.completion_s * 1.02 < totals["lane"] <= totals["spine"]
+
+
+def test_rates_smooth_level_and_fraction() -> None:
+    start = 10**18
+    samples = [(start + k * 100_000_000, k * 125_000) for k in range(11)]  # 10 Mb/s
+    t, mbps = lf.rates(samples, start)
+    assert np.allclose(mbps, 10.0) and t[0] == pytest.approx(0.05)
+    assert lf.rates(samples[:1], start)[0].size == 0
+    assert np.allclose(lf.smooth(np.array([3.0, 6.0, 9.0, 0.0]), 2), [3.0, 4.5, 7.5, 4.5])
+    assert lf.level(t, mbps, 0.0, 0.5) == pytest.approx(10.0)
+    assert np.isnan(lf.level(t, mbps, 5.0, 6.0))
+    assert lf.time_of_fraction(t, mbps, 0.5) == pytest.approx(0.45, abs=0.051)
+    with pytest.raises(ValueError):
+        lf.smooth(mbps, 0)
+
+
+def test_recovery_time_rule() -> None:
+    t = np.arange(0.05, 6.0, 0.1)
+    mbps = np.where((t > 2.0) & (t < 3.0), 2.0, 10.0)  # a dip of 1 s after a cut at 2 s
+    rec = lf.recovery_time(t, mbps, 2.0, 9.0, until_s=5.5)
+    # the 3-sample average is back above 9 once all 3 samples are after the dip
+    assert rec == pytest.approx(1.2, abs=0.11)
+    assert lf.recovery_time(t, np.full_like(t, 10.0), 2.0, 9.0, until_s=5.5) == pytest.approx(0.0)
+    assert lf.recovery_time(t, mbps, 2.0, 11.0, until_s=5.5) is None
+    assert lf.recovery_time(t, mbps, 2.0, 9.0, until_s=2.8) is None  # the tail came first
+
+
+def test_probe_gap_only_counts_silences_at_the_cut() -> None:
+    res = {"flows": {"50100": {"max_gap_s": 0.04, "gap_at": 100.01},
+                     "50101": {"max_gap_s": 0.09, "gap_at": 100.3},
+                     "50102": {"max_gap_s": 0.5, "gap_at": 90.0},
+                     "50103": {"max_gap_s": 0.02, "gap_at": None}}}
+    assert lf.probe_gap(res, 100.0) == (pytest.approx(0.09), 2)
+    assert lf.probe_gap({"flows": {}}, 100.0) == (None, 0)
+
+
+def test_sampler_detects_the_start_and_fires_once_after_the_delay(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    t0 = time.monotonic()
+
+    def fake(_intf: str) -> int:  # idle for 0.2 s, then 8 Mb/s
+        return int(max(0.0, time.monotonic() - t0 - 0.2) * 1e6)
+
+    monkeypatch.setattr(lf.Sampler, "read", staticmethod(fake))
+    fired: list[float] = []
+    s = lf.Sampler(delivered=["x"], watch=["y"], interval_s=0.02, start_mbps=4.0, delay_s=0.3,
+                   action=lambda: fired.append(time.monotonic() - t0)).start()
+    time.sleep(0.9)
+    s.stop()
+    assert len(fired) == 1 and s.action_ns is not None and s.error is None
+    assert 0.45 <= fired[0] <= 0.7  # start at 0.2 s (+ one interval to see it) + 0.3 s
+    assert s.started_ns is not None and len(s.samples) > 20 and len(s.watched) == len(s.samples)
+
+
+def test_sampler_reports_an_action_that_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lf.Sampler, "read", staticmethod(lambda _i: time.monotonic_ns()))
+
+    def boom() -> None:
+        raise OSError("no such device")
+
+    s = lf.Sampler(delivered=["x"], watch=[], interval_s=0.01, start_mbps=1.0, delay_s=0.0,
+                   action=boom).start()
+    time.sleep(0.2)
+    s.stop()
+    assert isinstance(s.error, OSError) and s.action_ns is not None
+
+
+def test_bad_parameters_fail_before_any_fabric(tmp_path: str) -> None:
+    with pytest.raises(ValueError, match="--cut-fraction"):
+        lf.link_failure(cut_fraction=1.5, output=str(tmp_path))
+    with pytest.raises(ValueError, match="--modes"):
+        lf.link_failure.resolve(True, {"modes": ["ecmp", "spray"]})
