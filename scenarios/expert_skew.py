@@ -136,7 +136,7 @@ def analyse(plan: WiringPlan, step: StepTraffic) -> dict[str, Any]:
     Param("hot_fraction", 0.05, "share of experts that are hot (--skew hotset)"),
     Param("hot_share", 0.5, "share of the tokens the hot experts take (--skew hotset)"),
     Param("seed", 1, "random seed (the same for all three cases)"),
-    Param("scale", 1e-5, "emulated Mb/s per real Gb/s / 1000 (1e-5: a 400G NIC is 4 Mb/s)",
+    Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
           quick=2e-5),
     Param("lb", "ecmp", "load-balancing mode of the controller",
           choices=("ecmp", "planned", "adaptive")),

@@ -203,9 +203,10 @@ astral3 with {len(plan.hosts)} GPUs ({p['servers']} servers x {p['gpus']}), {len
 switches, at scale {plan.scale:g}: a 400G NIC is {plan.host_link_mbps()[plan.hosts[0].name]:g}
 Mb/s, a 200G lane {min(ln.mbps for ln in plan.links if ln.kind == 'lane'):g} Mb/s. Each
 workload is sized to take {p['seconds']:g} s (emulated) at the NIC bound; at real rates that
-is {p['seconds'] * rtf * 1e3:g} ms. Modes: {', '.join(p['modes'])} (one fabric, switched
-with `PUT /lb`); ECMP sampled {p['ecmp_samples']} time(s) with different UDP source ports.
-RoCEv2 packets from the lab's paced sender agents; lossless (deep) queues.""")
+is {p['seconds'] * rtf * 1e6:g} us (emulated time x scale). Modes:
+{', '.join(p['modes'])} (one fabric, switched with `PUT /lb`); ECMP sampled
+{p['ecmp_samples']} time(s) with different UDP source ports. RoCEv2 packets from the lab's
+paced sender agents; lossless (deep) queues.""")
     rep.section("Results")
     rep.table(run.rows, ["workload", "mode", "sample", "flows", "completion_s", "model_s",
                          "ideal_s", "vs_ideal", "lane_max_over_mean", "lane_max_util",

@@ -23,7 +23,7 @@ fabric delivered to the receivers) every ``sample_ms``. The same thread notices 
 traffic starts and fires the failure ``cut_fraction`` x T later; the exact instant of the cut
 is recorded and set against the replay's common start.
 
-**Definitions** (all in emulated seconds; real time = emulated x 1000 x scale):
+**Definitions** (all in emulated seconds; real time = emulated x scale):
 
 * *pre-failure level*: mean delivered rate over the second half of the time before the cut
   (after the start-up ramp);
@@ -320,7 +320,7 @@ class Sampler:
     "recovery time, completion penalty, per mode",
     Param("servers", 4, "servers (astral3, 2 per block)", quick=2),
     Param("gpus_per_server", 4, "GPUs (NICs) per server"),
-    Param("scale", 1e-5, "emulated Mb/s per real Gb/s / 1000 (1e-5: a 400G NIC is 4 Mb/s)",
+    Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
           quick=2e-5),
     Param("duration_s", 15.0, "emulated length of the failure-free All-to-All", quick=6.0),
     Param("modes", list(MODES), "load-balancing modes to compare", quick=["ecmp", "planned"],

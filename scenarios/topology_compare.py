@@ -193,8 +193,8 @@ def _report(run: Run, ref: Any, cost: list[dict[str, Any]], tokens: int) -> None
 Every design built from the same spec: {n} GPUs ({p['servers']} servers x {p['gpus']}),
 400G NICs and 200G lanes at scale {p['scale']:g} (a NIC is
 {ref.host_link_mbps()[ref.hosts[0].name]:g} Mb/s emulated; real-rate times are emulated
-times x {real_time_factor(ref):g}). One DeepSeek-V3 step, {tokens} tokens per GPU, uniform
-gating (seed {p['seed']}), replayed as RoCEv2 with the controller in `{p['lb']}` mode;
+times x {real_time_factor(ref):g}, the scale). One DeepSeek-V3 step, {tokens} tokens per
+GPU, uniform gating (seed {p['seed']}), replayed as RoCEv2 with the controller in `{p['lb']}` mode;
 dispatch then combine. NVLink legs of the kernels are accounted (nvlink_MB) but not sent as
 packets; on `railonly` the cross-rail RDMA flows cross the server's NVLink switch (`nvsN`).""")
     rep.section("Results")

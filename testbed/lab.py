@@ -225,6 +225,19 @@ def _socket_buffers(size: int) -> Iterator[None]:
             f.write(str(old))
 
 
+def root_ends(plan: WiringPlan) -> list[tuple[str, float]]:
+    """``(interface, emulated Mb/s)`` of every link end in the root namespace: the switch
+    side of every link (a host's end lives in its namespace). The Lab shapes exactly
+    these and each host's ``<host>-eth0``; ``testbed.qos`` re-shapes the same set."""
+    hosts = {h.name for h in plan.hosts}
+    ends = []
+    for link in plan.links:
+        if link.a not in hosts:
+            ends.append((link.a_intf, link.mbps))
+        ends.append((link.b_intf, link.mbps))
+    return ends
+
+
 class Lab:
     """A running fabric: Mininet hosts, OVS bridges, the controller process. A context manager."""
 
@@ -467,13 +480,7 @@ class Lab:
                     disable_offloads(f"{node.name}-eth0", sock)
 
     def _root_ends(self) -> list[tuple[str, float]]:
-        """``(interface, emulated Mb/s)`` of every link end in the root namespace."""
-        ends = []
-        for link in self.plan.links:
-            if link.a not in self.hosts:
-                ends.append((link.a_intf, link.mbps))
-            ends.append((link.b_intf, link.mbps))
-        return ends
+        return root_ends(self.plan)
 
     def _configure_interfaces(self) -> None:
         """Root ends: up and shaped, in two batches. Hosts: address, up, shaped, in parallel."""

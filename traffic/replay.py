@@ -242,6 +242,7 @@ def _spec(lab: Any, src: str, flows: list[FlowSpec], pmtu: int,
         out["flows"].append({"flow_id": i, "dst_ip": dst.ip, "dst_mac": dst.mac,
                              "sport": f.sport, "qp": f.qp, "dscp": f.dscp,
                              "messages": f.messages, "message_bytes": f.message_bytes,
+                             "bytes": f.bytes,  # the last message may be shorter
                              "start": f.start, "traffic_class": f.traffic_class})
     return out
 
