@@ -27,7 +27,7 @@ demo: setup
 # Integration tests drive real processes; a bound keeps a wedged one from eating CI's hour.
 test: setup
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
-	timeout --foreground --kill-after=30 1500 $(PY) -m pytest -m integration $(PYTEST_ARGS)
+	timeout --foreground --kill-after=30 2400 $(PY) -m pytest -m integration $(PYTEST_ARGS)
 
 # No setup dependency: setup needs root, unit tests do not. Bootstrap only if root and no venv.
 unit:

@@ -19,6 +19,8 @@ import signal
 import sys
 from typing import Any
 
+from astral_lab import __version__
+from testbed.cluster import add_cluster_option
 from testbed.results import results_dir, results_root
 from testbed.topologies import BUILDERS, FabricSpec, build, describe
 
@@ -65,10 +67,10 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
 
 def _lab_from_args(args: argparse.Namespace) -> Any:
-    from testbed.lab import Lab
+    from testbed.cluster import make_lab
 
     plan = build(args.topology, **_spec_params(args))
-    return Lab(plan, datapath=args.datapath, lb=args.lb)
+    return make_lab(plan, args.cluster, tunnel=args.tunnel, datapath=args.datapath, lb=args.lb)
 
 
 def _print_bringup(lab: Any) -> None:
@@ -88,8 +90,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         _print_bringup(lab)
         if not args.no_check:
             print(lab.reachability())
+        if args.cluster:
+            print(lab.summary)
         print(f"controller JSON: http://127.0.0.1:{lab.rest_port}/  (lb {lab.lb}; "
-              f"OpenFlow on 127.0.0.1:{lab.of_port})")
+              f"OpenFlow on {lab.of_host}:{lab.of_port})")
         first = lab.plan.switches[0].name
         print(f"try: s0g0 ping {lab.plan.hosts[-1].ip}   |   "
               f"sh ovs-ofctl -O OpenFlow15 dump-flows {first}   |   exit to tear down")
@@ -129,6 +133,7 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="run even when the fidelity guard says the run would be CPU-bound")
     p.add_argument("-o", "--output", help="results folder (default results/<time>-<name>/)")
+    add_cluster_option(p)
     for prm in sc.params:
         quick = f" [{prm.quick}]" if prm.quick is not None else ""
         choices = f" (one or more of {', '.join(map(str, prm.choices))})" if prm.choices else ""
@@ -151,7 +156,8 @@ def cmd_run(args: argparse.Namespace) -> int:
               "fabric): sudo astral-lab run ...", file=sys.stderr)
         return 2
     try:
-        result = sc(quick=opts.quick, output=opts.output, force=opts.force, **overrides)
+        result = sc(quick=opts.quick, output=opts.output, force=opts.force,
+                    cluster=opts.cluster, tunnel=opts.tunnel, **overrides)
     except KeyboardInterrupt:
         print(f"astral-lab run {args.scenario}: interrupted; the fabric was torn down and "
               f"the partial results are kept in {RESULTS}/*-{args.scenario}.partial/",
@@ -191,6 +197,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="astral-lab", description=__doc__.split("\n\n")[0])
+    p.add_argument("--version", action="version", version=f"astral-lab {__version__}")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     t = sub.add_parser("topo", help="counts table, wiring plan JSON and PNG drawing of a fabric")
@@ -208,6 +215,7 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
     u.add_argument("--lb", default="ecmp", choices=["ecmp", "planned", "adaptive"],
                    help="load-balancing mode (switch later: PUT /lb on the controller's API)")
+    add_cluster_option(u)
     _add_spec_options(u)
     u.set_defaults(fn=cmd_up)
 

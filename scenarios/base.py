@@ -146,8 +146,11 @@ class Run:
 
     def __init__(self, sc: Scenario, params: dict[str, Any], quick: bool,
                  output: str | None = None, log: Callable[[str], None] | None = None,
-                 force: bool = False) -> None:
+                 force: bool = False, cluster: list[str] | None = None,
+                 tunnel: str = "gre") -> None:
         self.scenario = sc
+        self.cluster = cluster  # servers for Mininet Cluster Edition (testbed.cluster)
+        self.tunnel = tunnel
         self.params = params
         self.quick = quick
         self.force = force  # run even when the fidelity guard says "CPU-bound"
@@ -160,6 +163,7 @@ class Run:
             "scenario": sc.name, "quick": quick, "params": params,
             "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "versions": versions(), "fabrics": {}, "fidelity": [],
+            "cluster": cluster, "tunnel": tunnel if cluster else None,
         }
         self.stages: list[str] = []  # what finished, for INTERRUPTED.md
         self.t0 = time.monotonic()
@@ -205,18 +209,19 @@ class Run:
     def lab(self, plan: WiringPlan, label: str | None = None, **kw: Any) -> Iterator[Any]:
         """Bring ``plan`` up (torn down on exit) and record it in config.json."""
         from scenarios.fidelity import calibrate
-        from testbed.lab import Lab
+        from testbed.cluster import make_lab
 
         calibrate(self.log)  # cached after the first time; needs the names free, so first
         label = label or plan.topology
         self.log(f"bringing up {label}: {len(plan.hosts)} GPUs, {len(plan.switches)} "
                  f"switches, {len(plan.links)} links (scale {plan.scale:g})")
-        with Lab(plan, log=self.log, **kw) as lab:
+        with make_lab(plan, self.cluster, tunnel=self.tunnel, log=self.log, **kw) as lab:
             self.config["fabrics"][label] = {
                 "topology": plan.topology, "gpus": len(plan.hosts),
                 "switches": len(plan.switches), "links": len(plan.links),
                 "scale": plan.scale, "params": plan.params, "datapath": lab.datapath,
-                "lb": lab.lb, "bringup_s": round(lab.timings.get("total", 0.0), 3)}
+                "lb": lab.lb, "bringup_s": round(lab.timings.get("total", 0.0), 3),
+                "servers": sorted({n.server for n in lab.plan.nodes if n.server}) or None}
             write_json_atomic(self.path("config.json"), self.config)
             yield lab
 
@@ -322,9 +327,11 @@ class Scenario:
 
     def __call__(self, quick: bool = False, output: str | None = None,
                  log: Callable[[str], None] | None = None, force: bool = False,
+                 cluster: list[str] | None = None, tunnel: str = "gre",
                  **overrides: Any) -> RunResult:
         params = self.resolve(quick, overrides)  # bad input fails before anything is made
-        run = Run(self, params, quick, output=output, log=log, force=force)
+        run = Run(self, params, quick, output=output, log=log, force=force, cluster=cluster,
+                  tunnel=tunnel)
         try:
             self.fn(run)
             return run.finish()

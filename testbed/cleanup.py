@@ -185,7 +185,8 @@ def clean(verbose: bool = True) -> dict[str, int]:
             with open(path, encoding="utf-8") as f:
                 rec = json.load(f)
         except (OSError, ValueError):
-            os.unlink(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
             continue
         owner = rec.get("owner_pid")
         if owner and owner != os.getpid() and _alive(owner):
@@ -203,7 +204,8 @@ def clean(verbose: bool = True) -> dict[str, int]:
         done["bridges"] += len(rec.get("bridges", []))
         done["links"] += len(rec.get("links", []))
         done["records"] += 1
-        os.unlink(path)
+        with contextlib.suppress(FileNotFoundError):  # another clean() got there first
+            os.unlink(path)
     # Sweep: anything tagged as ours whose run is not alive.
     stray = [br for br, run_id in tagged_bridges().items() if run_id not in live_runs]
     if stray:

@@ -1,0 +1,995 @@
+"""One fabric over several machines, with Mininet's own distributed engine (Cluster Edition).
+
+    from testbed.topologies import build
+    from testbed.cluster import ClusterLab
+
+    with ClusterLab(build("astral3", servers=8), ["lab", "worker1"]) as lab:
+        print(lab.reachability())          # same API as testbed.lab.Lab
+
+A classroom or a research group outgrows one VM: one ``ovs-vswitchd`` forwards for
+the whole fabric. Mininet ships a distributed engine, ``mininet.examples.cluster``
+(``MininetCluster``, ``RemoteHost``, ``RemoteOVSSwitch``, ``RemoteGRELink``), so
+the lab uses it rather than a second one of its own. This module adds only what
+the lab needs around it:
+
+* **Placement** (pure, unit-tested): ``place(plan, servers)``. A rail block (its
+  leaves and the GPUs of its servers; a pod for a fat-tree) is never split, so
+  only leaf-spine lanes cross machines; spines go where they cut fewest lanes,
+  spread evenly when that ties (see ``place``). ``crossing_links`` lists the lanes
+  that cross. The plan records each node's machine (``Node.server``).
+* **Prechecks** (pure over an injectable runner): passwordless SSH and sudo, the
+  same lab version at the same path, Open vSwitch running, the tools, the datapath,
+  and the clocks (one-way latencies need clocks in sync; otherwise latency is
+  reported as round-trip only). All problems are listed before anything is built.
+* **Bring-up**: ``ClusterLab``, a ``Lab`` with the same public API (hosts, net,
+  client, set_link, links_between, kill/restart_controller, health,
+  wait_converged, reachability, stop, context manager). The controller
+  (``controllers/run.py``, started as the Lab starts it) runs on the first server,
+  which must be this machine, listening on the address the others reach it by;
+  every switch connects to it. Links between machines are GRE (``gretap``)
+  tunnels by default (VXLAN or SSH on request), which costs header bytes: every
+  emulated interface gets ``CLUSTER_MTU`` (see below). Shaping is the Lab's HTB
+  with its deep queues.
+
+Why the first server must be this machine: Mininet Cluster Edition drives every
+node from the one Python process that built the network (remote nodes are shells
+over SSH), and the lab's controller and REST API are processes of that machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import getpass
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import astral_lab
+from testbed import cleanup, preflight
+from testbed.lab import OVS_PORT_RCVBUF, Lab, _socket_buffers, htb_commands
+from testbed.mntopo import OF_PROTOCOLS
+from testbed.plan import Link, WiringPlan
+from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD
+
+# --- MTU -----------------------------------------------------------------------------------
+#: MTU of the network between the servers (Ethernet; what Vagrant's private network has).
+UNDERLAY_MTU = 1500
+#: Bytes a ``gretap`` tunnel adds to each frame it carries: outer IPv4 header (20), GRE
+#: header with the key Mininet sets per tunnel (4 + 4), and the carried Ethernet header
+#: (14), which plain L3 GRE (1500 - 24) would not carry.
+GRETAP_OVERHEAD = 20 + 8 + 14
+#: Bytes a VXLAN tunnel adds (``--tunnel vxlan``, for kernels without GRE): outer IPv4
+#: (20), UDP (8), VXLAN (8) and the carried Ethernet header (14).
+VXLAN_OVERHEAD = 20 + 8 + 8 + 14
+#: MTU of every emulated interface in cluster mode: Mininet's ``RemoteGRELink`` value,
+#: 8 bytes under the 1,458 GRE allows and exactly what VXLAN allows. One MTU for every
+#: interface, tunnel or not, so a path never has a smaller MTU than its ends think.
+CLUSTER_MTU = 1450
+#: ``--tunnel`` choices: how a link between two servers is carried.
+TUNNELS = ("gre", "vxlan", "ssh")
+
+
+def largest_roce_pmtu(mtu: int) -> int:
+    """The largest InfiniBand PMTU whose RoCEv2 packets fit an Ethernet MTU of ``mtu``.
+
+    A RoCE packet is PMTU payload plus ``traffic.roce.MAX_OVERHEAD`` (74) bytes of
+    IPv4, UDP, BTH, RETH and ICRC. At ``CLUSTER_MTU`` the lab's default PMTU
+    (1,024: 1,098-byte IP packets) still fits; 2,048 and 4,096 never fit a
+    1,500-byte underlay anyway. Returns 0 when not even 256 fits.
+    """
+    fitting = [p for p in (256, 512, 1024, 2048, 4096) if p + MAX_OVERHEAD <= mtu]
+    return max(fitting, default=0)
+
+
+assert max(GRETAP_OVERHEAD, VXLAN_OVERHEAD) + CLUSTER_MTU <= UNDERLAY_MTU
+assert largest_roce_pmtu(CLUSTER_MTU) >= DEFAULT_PMTU
+
+# --- placement (pure) ----------------------------------------------------------------------
+#: The loc keys that name a group of nodes that must stay on one machine.
+_UNIT_KEYS = ("block", "pod")
+
+
+def parse_servers(value: str | Sequence[str]) -> list[str]:
+    """``"h1,h2"`` (or a list) -> ``["h1", "h2"]``; empty, duplicate or odd names are errors."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    servers = [s.strip() for s in items]
+    if not servers or any(not s for s in servers):
+        raise ValueError(f"--cluster must list servers separated by commas, none empty "
+                         f"(got {value!r})")
+    for s in servers:
+        if any(c.isspace() for c in s) or s.startswith("-"):
+            raise ValueError(f"--cluster: {s!r} is not a host name or address")
+    dup = [s for s, n in Counter(servers).items() if n > 1]
+    if dup:
+        raise ValueError(f"--cluster lists {dup[0]!r} twice; each server once")
+    return servers
+
+
+def placement_units(plan: WiringPlan) -> dict[str, tuple[str, int | str]]:
+    """``node -> unit`` for the nodes that must share a machine; shared-tier nodes are absent.
+
+    A unit is a rail block (``loc["block"]``: its leaves or ToRs and the GPUs of its
+    servers) or a fat-tree pod (``loc["pod"]``: edges, aggregations, GPUs). A switch
+    with neither that has GPUs attached (``railonly``'s per-server NVLink switch)
+    joins its GPUs' unit. Everything else (spines, rail aggregations, cores) is the
+    shared tier, placed afterwards.
+    """
+    units: dict[str, tuple[str, int | str]] = {}
+    for n in plan.nodes:
+        for key in _UNIT_KEYS:
+            if key in n.loc:
+                units[n.name] = (key, n.loc[key])
+                break
+    hosts = {h.name for h in plan.hosts}
+    for h in plan.hosts:  # no builder makes such a host; keep a GPU server together anyway
+        units.setdefault(h.name, ("server", h.loc.get("server", h.name)))
+    for link in plan.links:
+        for sw, other in ((link.a, link.b), (link.b, link.a)):
+            if sw not in units and other in hosts:
+                units[sw] = units[other]
+    return units
+
+
+def place(plan: WiringPlan, servers: Sequence[str]) -> dict[str, str]:
+    """Which server runs each node: every node exactly once, only shared-tier links cross.
+
+    The rule, in two steps:
+
+    1. **Units** (``placement_units``: rail blocks, pods) are never split, so a GPU's
+       NIC link and its leaf's downlinks stay inside one machine. Units go to
+       servers largest first, each to the server with the fewest nodes so far (ties:
+       the earlier server), so equal blocks go round-robin: block b -> server b mod N.
+    2. **Shared tier** (spines, aggregations, cores), lowest tier first: each goes to
+       the server where the fewest of its links to already-placed nodes would cross
+       machines; ties go to the server with the fewest shared switches, then the
+       fewest nodes, then the earlier one. In ``astral3`` every leaf has the same
+       number of lanes to every spine, so each spine's crossing count is the same
+       on every server that holds equally many blocks, and the spines spread evenly.
+       Spines are not linked to each other, so choosing each one's best server is
+       optimal for the given blocks: crossing lanes = lanes x (1 - 1/N) when the
+       blocks divide evenly over N servers (the unit tests check it by brute force).
+
+    With more servers than units, the extra servers get only what the second rule
+    sends there (usually nothing): a block cannot be split without putting NIC
+    links on tunnels. The controller is not a node; it runs on ``servers[0]``.
+    """
+    servers = parse_servers(servers)
+    units = placement_units(plan)
+    weight = Counter(units.values())
+    load = dict.fromkeys(servers, 0)
+    order = {s: i for i, s in enumerate(servers)}
+    unit_server: dict[tuple[str, int | str], str] = {}
+    for unit in sorted(weight, key=lambda u: (-weight[u], str(u[0]), str(u[1]))):
+        target = min(servers, key=lambda s: (load[s], order[s]))
+        unit_server[unit] = target
+        load[target] += weight[unit]
+    placement = {name: unit_server[unit] for name, unit in units.items()}
+
+    neighbours: dict[str, Counter[str]] = defaultdict(Counter)
+    for link in plan.links:
+        neighbours[link.a][link.b] += 1
+        neighbours[link.b][link.a] += 1
+    shared_load = dict.fromkeys(servers, 0)
+    index = {n.name: i for i, n in enumerate(plan.nodes)}
+    shared = sorted((n for n in plan.nodes if n.name not in placement),
+                    key=lambda n: (n.level, index[n.name]))
+    for node in shared:
+        placed = [(peer, count) for peer, count in neighbours[node.name].items()
+                  if peer in placement]
+
+        def cost(server: str, placed: list[tuple[str, int]] = placed) -> tuple[int, ...]:
+            crossing = sum(c for peer, c in placed if placement[peer] != server)
+            return (crossing, shared_load[server], load[server], order[server])
+
+        target = min(servers, key=cost)
+        placement[node.name] = target
+        shared_load[target] += 1
+        load[target] += 1
+    return placement
+
+
+def crossing_links(plan: WiringPlan, placement: dict[str, str]) -> list[Link]:
+    """The links whose two ends run on different servers (each one becomes a tunnel)."""
+    missing = [n.name for n in plan.nodes if n.name not in placement]
+    if missing:
+        raise ValueError(f"placement has no server for {missing[:3]}")
+    return [ln for ln in plan.links if placement[ln.a] != placement[ln.b]]
+
+
+def placement_summary(plan: WiringPlan, placement: dict[str, str]) -> dict[str, Any]:
+    """Per server: GPUs, switches, interfaces; crossing links by kind. For logs and docs."""
+    per: dict[str, dict[str, int]] = {}
+    for n in plan.nodes:
+        row = per.setdefault(placement[n.name], {"gpus": 0, "switches": 0, "interfaces": 0})
+        row["gpus" if n.kind == "host" else "switches"] += 1
+    for ln in plan.links:
+        per[placement[ln.a]]["interfaces"] += 1
+        per[placement[ln.b]]["interfaces"] += 1
+    crossing = crossing_links(plan, placement)
+    return {"servers": per, "crossing": len(crossing),
+            "crossing_by_kind": dict(Counter(ln.kind for ln in crossing)),
+            "links": len(plan.links)}
+
+
+def with_servers(plan: WiringPlan, placement: dict[str, str]) -> WiringPlan:
+    """A copy of ``plan`` whose nodes record their server (``Node.server``)."""
+    crossing_links(plan, placement)  # every node placed
+    out = copy.deepcopy(plan)
+    for n in out.nodes:
+        n.server = placement[n.name]
+    return out
+
+
+# --- commands on servers -------------------------------------------------------------------
+@dataclass
+class CommandResult:
+    """What a command on a server returned (``subprocess.CompletedProcess``, minus argv)."""
+
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+#: ``runner(server, argv, stdin) -> CommandResult``: run one command on one server.
+Runner = Callable[[str, Sequence[str], "str | None"], CommandResult]
+#: ``probe(server) -> [(local send time, server's clock, local receive time), ...]``.
+ClockProbe = Callable[[str], list[tuple[float, float, float]]]
+
+SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
+
+
+def default_user() -> str:
+    """The account SSH logs in as: the user behind ``sudo``, as Mininet's ``findUser``."""
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def ssh_prefix(server: str, user: str, ssh: Sequence[str] | None = None) -> list[str]:
+    """``ssh`` as ``user`` to ``server``, run as that local user (where their keys are)."""
+    cmd = [*(ssh or ["ssh", *SSH_OPTIONS]), f"{user}@{server}"]
+    if os.geteuid() == 0 and user != "root":
+        cmd = ["sudo", "-E", "-u", user, *cmd]
+    return cmd
+
+
+class SSHRunner:
+    """Run commands locally for this machine's server name, over SSH for the others."""
+
+    def __init__(self, user: str, local: Iterable[str] = ("localhost",),
+                 ssh: Sequence[str] | None = None) -> None:
+        self.user = user
+        self.local = set(local)
+        self.ssh = ssh
+
+    def __call__(self, server: str, argv: Sequence[str], stdin: str | None = None,
+                 timeout: float = 120.0) -> CommandResult:
+        cmd = list(argv) if server in self.local else (
+            [*ssh_prefix(server, self.user, self.ssh), shlex.join(argv)])
+        try:
+            proc = cleanup.run(cmd, stdin=stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return CommandResult(124, "", f"timed out after {timeout:g} s")
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def ssh_clock_probe(user: str, count: int = 8, ssh: Sequence[str] | None = None) -> ClockProbe:
+    """Clock samples over one SSH session (its round trip bounds the error, as NTP's does).
+
+    One connection answers ``count`` requests, so each sample costs a network round
+    trip (well under a millisecond on a LAN), not an SSH handshake.
+    """
+
+    def probe(server: str) -> list[tuple[float, float, float]]:
+        try:
+            proc = subprocess.Popen(
+                [*ssh_prefix(server, user, ssh), "while read -r _; do date +%s.%N; done"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                text=True, bufsize=1)
+        except OSError:
+            return []
+        samples = []
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            for _ in range(count):
+                t0 = time.time()
+                proc.stdin.write("\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+                t1 = time.time()
+                if not line:
+                    break
+                samples.append((t0, float(line), t1))
+        except (OSError, ValueError):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return samples
+
+    return probe
+
+
+# --- prechecks (pure over a runner) -------------------------------------------------------
+#: Largest clock error (s) for which one-way latencies are reported. At the default scale a
+#: 7,408-byte decode message takes 1.5 ms to serialise on a 40 Mb/s NIC, so an error of a
+#: millisecond is already a visible fraction of what is measured.
+CLOCK_TOLERANCE_S = 1e-3
+#: Programs a server needs beyond Python and OVS (host shells, ping, offloads, shaping).
+REQUIRED_TOOLS = ("mnexec", "fping", "ethtool", "tc", "ip")
+
+
+def estimate_offset(samples: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
+    """``(offset, uncertainty)`` in seconds of a server's clock against ours.
+
+    From the sample with the shortest round trip, as NTP does: the server read its
+    clock somewhere between our send and receive times, so the offset is its reading
+    minus the midpoint, give or take half the round trip.
+    """
+    if not samples:
+        raise ValueError("no clock samples")
+    t0, remote, t1 = min(samples, key=lambda s: s[2] - s[0])
+    return remote - (t0 + t1) / 2, (t1 - t0) / 2
+
+
+@dataclass
+class ClusterPrecheck:
+    """What the prechecks found; ``problems`` stop the bring-up before anything is built."""
+
+    servers: list[str]
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    datapaths: dict[str, str] = field(default_factory=dict)
+    clock: dict[str, tuple[float, float]] = field(default_factory=dict)
+    one_way_latency: bool = True
+
+    def raise_if_problems(self) -> None:
+        if self.problems:
+            raise preflight.LabError("cannot bring up the cluster:\n  - "
+                                     + "\n  - ".join(self.problems))
+
+
+def tunnel_probe(tunnel: str) -> list[str] | None:
+    """A command that creates and deletes one tunnel device of this kind (None: nothing to
+    check). Some kernels lack GRE; Mininet would only fail half-way through the build."""
+    kind = {"gre": "type gretap local 127.0.0.1 remote 127.0.0.2",
+            "vxlan": "type vxlan id 1 local 127.0.0.1 dstport 4789"}.get(tunnel)
+    if kind is None:
+        return None
+    return ["sh", "-c", f"ip link add name astral-tchk {kind} && ip link del astral-tchk"]
+
+
+def precheck_servers(servers: Sequence[str], runner: Runner, *, user: str,
+                     local: Iterable[str] = ("localhost",), version: str | None = None,
+                     python: str | None = None, datapath: str = "auto", tunnel: str = "gre",
+                     clock_probe: ClockProbe | None = None,
+                     tolerance: float = CLOCK_TOLERANCE_S) -> ClusterPrecheck:
+    """Check every server other than this machine; say per server what is missing.
+
+    For each remote server, in order (a failed login stops that server's checks):
+    passwordless SSH as ``user`` (``ssh -o BatchMode=yes SERVER true``), passwordless
+    sudo, the same astral-lab version importable by the same Python path as here
+    (hosts there run the lab's agents with that interpreter), the tools, Open
+    vSwitch answering, the datapath it can use, and its clock against ours. A
+    clock out of tolerance, or one that cannot be measured closely enough, is a
+    warning and turns ``one_way_latency`` off: latency is then reported round-trip.
+    """
+    version = astral_lab.__version__ if version is None else version
+    python = python or sys.executable
+    local = set(local)
+    result = ClusterPrecheck(servers=list(servers))
+    sudo = [] if user == "root" else ["sudo", "-n"]
+    probe = tunnel_probe(tunnel) if len(servers) > 1 else None
+    for server in servers:
+        if server in local:
+            if probe and runner(server, probe, None).returncode != 0:
+                result.problems.append(f"{server}: this kernel cannot make {tunnel} tunnels "
+                                       f"(try --tunnel {'vxlan' if tunnel == 'gre' else 'gre'})")
+            continue
+        say = result.problems.append
+        known = len(result.problems)
+
+        def run(argv: list[str], server: str = server) -> CommandResult:
+            return runner(server, argv, None)
+
+        login = run(["true"])
+        if login.returncode != 0:
+            say(f"{server}: passwordless SSH as {user} failed ({_first_line(login)}); set up "
+                f"a key: ssh-copy-id {user}@{server} (and accept its host key once)")
+            continue
+        if sudo and run([*sudo, "true"]).returncode != 0:
+            say(f"{server}: sudo asks {user} for a password; allow it: "
+                f"'{user} ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/")
+            continue
+        got = run([python, "-c", "import astral_lab; print(astral_lab.__version__)"])
+        if got.returncode != 0:
+            say(f"{server}: no astral-lab at {python} (install the same checkout at the "
+                f"same path there: scripts/setup.sh)")
+        elif got.stdout.strip() != version:
+            say(f"{server}: astral-lab {got.stdout.strip()} installed, this machine runs "
+                f"{version}; install the same version on every server")
+        tools = run(["sh", "-c", " ; ".join(f"command -v {t} >/dev/null || echo {t}"
+                                            for t in REQUIRED_TOOLS)])
+        missing = tools.stdout.split()
+        if tools.returncode != 0 or missing:
+            say(f"{server}: missing {', '.join(missing) or 'tools'} (run scripts/setup.sh)")
+        if probe and run([*sudo, *probe]).returncode != 0:
+            say(f"{server}: its kernel cannot make {tunnel} tunnels (modprobe "
+                f"{'ip_gre' if tunnel == 'gre' else 'vxlan'}, or another --tunnel)")
+        if run([*sudo, "ovs-vsctl", "--timeout=5", "show"]).returncode != 0:
+            say(f"{server}: Open vSwitch is not running (sudo {preflight.OVS_CTL} start "
+                "--system-id=random)")
+        if datapath == "auto":
+            kernel = run(["test", "-d", "/sys/module/openvswitch"]).returncode == 0
+            result.datapaths[server] = "kernel" if kernel else "user"
+        else:
+            result.datapaths[server] = datapath
+        if clock_probe is not None and len(result.problems) == known:
+            _check_clock(result, server, clock_probe, tolerance)
+    return result
+
+
+def _check_clock(result: ClusterPrecheck, server: str, probe: ClockProbe,
+                 tolerance: float) -> None:
+    try:
+        offset, unc = estimate_offset(probe(server))
+    except ValueError:
+        result.one_way_latency = False
+        result.warnings.append(f"{server}: could not read its clock; latency metrics are "
+                               "round-trip only")
+        return
+    result.clock[server] = (offset, unc)
+    if abs(offset) + unc > tolerance:
+        result.one_way_latency = False
+        why = (f"its clock is {offset * 1e3:+.2f} ms off ours (+-{unc * 1e3:.2f} ms)"
+               if abs(offset) > unc else
+               f"its clock offset cannot be measured to better than +-{unc * 1e3:.2f} ms")
+        result.warnings.append(
+            f"{server}: {why}, tolerance {tolerance * 1e3:g} ms: latency metrics are "
+            "round-trip only (sync the clocks, e.g. chrony on every server)")
+
+
+def _first_line(res: CommandResult) -> str:
+    text = (res.stderr or res.stdout).strip().splitlines()
+    return text[0][:160] if text else f"exit {res.returncode}"
+
+
+# --- which server is this machine ------------------------------------------------------------
+def resolve_ipv4(server: str) -> str:
+    """The server's IPv4 address (``localhost`` is 127.0.0.1); ValueError if it has none."""
+    if server == "localhost":
+        return "127.0.0.1"
+    try:
+        infos = socket.getaddrinfo(server, None, socket.AF_INET)
+    except OSError as exc:
+        raise ValueError(f"--cluster: cannot resolve {server!r}: {exc}") from None
+    return str(infos[0][4][0])
+
+
+def is_this_machine(server: str) -> bool:
+    """True when ``server`` names this machine (loopback or one of its own addresses)."""
+    try:
+        ip = resolve_ipv4(server)
+    except ValueError:
+        return False
+    if ip.startswith("127."):
+        return True
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.bind((ip, 0))
+        except OSError:
+            return False
+    return True
+
+
+def source_address(remote_ip: str) -> str:
+    """This machine's address on the route to ``remote_ip`` (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((remote_ip, 9))
+        return str(s.getsockname()[0])
+
+
+# --- the CLI hook --------------------------------------------------------------------------
+def add_cluster_option(parser: argparse.ArgumentParser) -> None:
+    """``--cluster host1,host2,...`` and ``--tunnel`` for ``astral-lab up`` and ``run``."""
+    parser.add_argument(
+        "--cluster", type=parse_servers, default=None, metavar="HOST1,HOST2,...",
+        help="spread the fabric over these servers with Mininet Cluster Edition; the first "
+             "must be this machine (controller there). `localhost` alone exercises the path on "
+             "one machine. See docs/cluster.md")
+    parser.add_argument(
+        "--tunnel", default="gre", choices=list(TUNNELS),
+        help="links between servers: GRE (default; MTU 1450 on every interface), VXLAN "
+             "(kernels without GRE) or SSH tunnels (need PermitTunnel on the servers)")
+
+
+def make_lab(plan: WiringPlan, cluster: Sequence[str] | None = None, tunnel: str = "gre",
+             **kwargs: Any) -> Lab:
+    """A ``Lab`` on this machine, or a ``ClusterLab`` over ``cluster``; same API either way."""
+    if cluster:
+        return ClusterLab(plan, cluster, tunnel=tunnel, **kwargs)
+    return Lab(plan, **kwargs)
+
+
+# --- bring-up ------------------------------------------------------------------------------
+_SWITCH_CLASS: Any = None
+
+
+def lab_switch_class() -> Any:
+    """Mininet's ``RemoteOVSSwitch``, with its per-server batch sent through a pipe.
+
+    ``RemoteOVSSwitch.batchStartup`` types each server's one ``ovs-vsctl`` command
+    into a switch's shell, i.e. into a pseudo-terminal, whose line discipline keeps
+    at most 4,095 bytes of a line: from 8 switches on, the end of the command (the
+    last bridges) was silently lost. This subclass hands the same command to
+    ``sh -s`` on the same server through a pipe (``rpopen``: locally a plain
+    process, remotely SSH without a terminal). Everything else is Mininet's.
+    """
+    global _SWITCH_CLASS
+    if _SWITCH_CLASS is None:
+        from itertools import groupby
+        from operator import attrgetter
+
+        from mininet.examples.cluster import RemoteOVSSwitch
+        from mininet.node import OVSSwitch
+
+        class PipedOVSSwitch(RemoteOVSSwitch):  # type: ignore[misc]
+            @classmethod
+            def batchStartup(cls, switches: Any, **_kwargs: Any) -> Any:  # noqa: N802
+                key = attrgetter("server")
+                for _server, group in groupby(sorted(switches, key=key), key):
+                    group = tuple(group)
+                    OVSSwitch.batchStartup(group, run=_piped(group[0]))
+                return switches
+
+        _SWITCH_CLASS = PipedOVSSwitch
+    return _SWITCH_CLASS
+
+
+_VXLAN_CLASS: Any = None
+
+
+def vxlan_link_class() -> Any:
+    """Mininet's ``RemoteGRELink`` with VXLAN instead of GRE between servers.
+
+    Some kernels have no GRE (this lab's CI kernel: ``ip link add ... type gretap``
+    says "Unknown device type") but do have VXLAN. Same steps as Mininet's
+    ``makeTunnel`` (delete, create on both servers with the tunnel's key, MAC, up,
+    MTU, move to the node); only the device type differs. Each tunnel has its own
+    VNI, like Mininet's per-tunnel GRE key; the MTU stays ``CLUSTER_MTU``.
+    """
+    global _VXLAN_CLASS
+    if _VXLAN_CLASS is None:
+        from mininet.examples.cluster import RemoteGRELink
+        from mininet.util import quietRun
+
+        class RemoteVXLANLink(RemoteGRELink):  # type: ignore[misc]
+            def makeTunnel(self, node1: Any, node2: Any, intfname1: str,  # noqa: N802
+                           intfname2: str, addr1: str | None = None,
+                           addr2: str | None = None) -> None:
+                if node2.server == "localhost":  # Mininet's convention: node1 is local
+                    return self.makeTunnel(node2, node1, intfname2, intfname1, addr2, addr1)
+                ip1, ip2 = node1.serverIP, node2.serverIP
+                if node1.server == "localhost":
+                    ip1 = quietRun(f"ip route get {ip2}").split(" src ")[1].split()[0]
+                RemoteGRELink.GRE_KEY += 1
+                vni = RemoteGRELink.GRE_KEY
+                for node, intf, addr, local, remote in ((node1, intfname1, addr1, ip1, ip2),
+                                                        (node2, intfname2, addr2, ip2, ip1)):
+                    node.rcmd(f"ip link delete {intf}")
+                    out = node.rcmd(f"ip link add name {intf} type vxlan id {vni} local {local}"
+                                    f" remote {remote} dstport 4789")
+                    if out:
+                        raise preflight.LabError(f"creating VXLAN {intf} on {node.server}: "
+                                                 f"{out.strip()}")
+                    if addr:
+                        node.rcmd(f"ip link set {intf} address {addr}")
+                    node.rcmd(f"ip link set dev {intf} up")
+                    node.rcmd(f"ip link set dev {intf} mtu {CLUSTER_MTU}")
+                    self.moveIntf(intf, node)
+                return None
+
+        _VXLAN_CLASS = RemoteVXLANLink
+    return _VXLAN_CLASS
+
+
+def _listening(_node: Any, _ip: str, _port: int) -> bool:
+    """``RemoteController.isListening`` replaced: the Lab started the controller and checks
+    it through its JSON API (``health``, ``wait_converged``); Mininet's check needs telnet."""
+    return True
+
+
+def _piped(node: Any) -> Callable[..., str]:
+    """A ``run(cmd)`` that feeds ``cmd`` to ``sh -s`` on ``node``'s server; raises on error."""
+
+    def run(cmd: str, **_kwargs: Any) -> str:
+        proc = node.rpopen(["sh", "-s"], tt=False, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out, _ = proc.communicate((cmd + "\n").encode(), timeout=300)
+        text = out.decode(errors="replace")
+        if proc.returncode != 0:
+            raise preflight.LabError(f"ovs-vsctl on {node.server} failed: {text.strip()[:400]}")
+        return text
+
+    return run
+
+
+class ClusterLab(Lab):
+    """A ``Lab`` whose nodes run on several servers, built by Mininet Cluster Edition.
+
+    ``servers[0]`` must be this machine; it runs the controller, and every node
+    placed there runs locally (Mininet's ``localhost``). The other servers are
+    reached over SSH (``user``). ``runner`` and ``clock_probe`` are injectable
+    (tests; a stand-in for SSH); by default they use ``ssh``.
+    """
+
+    def __init__(self, plan: WiringPlan, servers: Sequence[str] | str, *, tunnel: str = "gre",
+                 user: str | None = None, runner: Runner | None = None,
+                 clock_probe: ClockProbe | None = None, link_cls: Any = None,
+                 ssh: Sequence[str] | None = None, **kwargs: Any) -> None:
+        self.servers = parse_servers(servers)
+        if tunnel not in TUNNELS:
+            raise ValueError(f"tunnel must be one of {', '.join(TUNNELS)} (got {tunnel!r})")
+        placement = place(plan, self.servers)
+        super().__init__(with_servers(plan, placement), **kwargs)
+        self.placement = placement
+        self.tunnel = tunnel
+        self.user = user or default_user()
+        self.head = self.servers[0]
+        self.ssh = list(ssh) if ssh else None  # the ssh program and options; None: ssh
+        self.runner: Runner = runner or SSHRunner(self.user, local=[self.head], ssh=self.ssh)
+        self.clock_probe = clock_probe if clock_probe is not None else (
+            ssh_clock_probe(self.user, ssh=self.ssh) if len(self.servers) > 1 else None)
+        self.link_cls = link_cls  # default: Mininet's RemoteGRELink / RemoteSSHLink
+        self.mtu = CLUSTER_MTU
+        self.check: ClusterPrecheck | None = None
+        self.one_way_latency = True
+        self.server_ip: dict[str, str] = {}
+        self.datapaths: dict[str, str] = {}
+        self.summary = placement_summary(self.plan, placement)
+
+    # Mininet's name for a server: the head is "localhost" (no SSH), the rest by name.
+    def _mn_server(self, server: str) -> str:
+        return "localhost" if server == self.head else server
+
+    def _local(self, server: str) -> bool:
+        return server == self.head
+
+    # --- bring-up ----------------------------------------------------------------------
+    def start(self) -> ClusterLab:
+        """Prechecks on every server, then the Lab's bring-up with Cluster Edition steps.
+
+        ``Lab.start`` takes the machine's fabric lock, runs the local preflight and
+        calls the step methods below, which this class overrides; on any failure it
+        calls ``stop`` (ours), so nothing is left on any server.
+        """
+        self._precheck()
+        counts = ", ".join(f"{s}: {r['gpus']} GPUs {r['switches']} switches"
+                           for s, r in self.summary["servers"].items())
+        self.log(f"cluster placement: {counts}; {self.summary['crossing']} of "
+                 f"{self.summary['links']} links cross servers ({self.tunnel} tunnels, "
+                 f"MTU {self.mtu} on every interface)")
+        super().start()
+        return self
+
+    # Lab.start's steps, the Cluster Edition way: Mininet builds nodes and links together,
+    # and interfaces are configured once the switches hold their ports.
+    def _start_hosts(self) -> None:
+        self._step("build", self._build)
+
+    def _create_links(self) -> None:
+        """Nothing: ``_build`` made the links with the nodes (Mininet's order)."""
+
+    def _configure_interfaces(self) -> None:
+        """Nothing yet: OVS resets a port's qdisc when it adds it, so shaping comes after."""
+
+    def _create_bridges(self) -> None:
+        self._step("start-switches", self._start_switches)
+        self._step("configure-interfaces", self._configure)
+
+    def _assemble_mininet(self) -> None:
+        """Nothing: ``self.net`` is the ``MininetCluster`` that built the fabric."""
+
+    def _precheck(self) -> None:
+        """Who is who, then the per-server checks; raise with every problem, build nothing."""
+        if not is_this_machine(self.head):
+            raise preflight.LabError(
+                f"the first --cluster server ({self.head}) must be this machine: it runs the "
+                "controller and drives the others (run astral-lab there)")
+        problems = []
+        for s in self.servers[1:]:
+            try:
+                self.server_ip[s] = resolve_ipv4(s)
+            except ValueError as exc:
+                problems.append(f"{s}: {exc}")
+                continue
+            if is_this_machine(s):
+                problems.append(f"{s}: is this machine again; only the first server may be")
+        if problems:
+            raise preflight.LabError("cannot bring up the cluster:\n  - "
+                                     + "\n  - ".join(problems))
+        self.check = precheck_servers(
+            self.servers, self.runner, user=self.user, local=[self.head],
+            datapath=self.datapath_request, tunnel=self.tunnel, clock_probe=self.clock_probe)
+        self.check.raise_if_problems()
+        for w in self.check.warnings:
+            self.log(f"note: {w}")
+        self.one_way_latency = self.check.one_way_latency
+        if not self.one_way_latency:
+            self.plan.notes.append("clocks of the cluster's servers are not in sync: latency "
+                                   "metrics are round-trip only")
+        self.datapaths.update(self.check.datapaths)
+        if len(self.servers) > 1:
+            self.of_host = source_address(self.server_ip[self.servers[1]])
+            self.server_ip[self.head] = self.of_host
+        else:
+            self.server_ip[self.head] = "127.0.0.1"
+        empty = [s for s in self.servers if s not in self.summary["servers"]]
+        if empty:
+            self.log(f"note: nothing placed on {', '.join(empty)}: a rail block is never split, "
+                     f"and this fabric has fewer blocks than servers")
+
+    def _build(self) -> None:
+        """Hosts, switches and links, each on its server, by Mininet Cluster Edition.
+
+        This is Mininet's own per-node, per-link path (a shell per node; on other
+        servers over SSH), not the one-machine Lab's batches: remote nodes only
+        exist as shells Mininet drives, which is the point of using its engine.
+        """
+        from mininet.examples.cluster import (
+            MininetCluster,
+            RemoteGRELink,
+            RemoteHost,
+            RemoteSSHLink,
+        )
+        from mininet.node import RemoteController
+
+        self.datapaths[self.head] = self.datapath  # Lab.start's preflight chose it
+        link_cls = self.link_cls or {"gre": RemoteGRELink, "vxlan": vxlan_link_class(),
+                                     "ssh": RemoteSSHLink}[self.tunnel]
+        host_cls, switch_cls = RemoteHost, lab_switch_class()
+        if self.ssh:  # Mininet's ssh command is a class attribute (it drops "-tt" for popen)
+            host_cls = type("RemoteHost", (RemoteHost,), {"sshbase": [*self.ssh, "-tt"]})
+            switch_cls = type("RemoteOVSSwitch", (switch_cls,), {"sshbase": [*self.ssh, "-tt"]})
+        mn_ips = {self._mn_server(s): ip for s, ip in self.server_ip.items()}
+        self.net = MininetCluster(
+            topo=None, build=False, servers=list(mn_ips), serverIP=mn_ips, user=self.user,
+            precheck=False, link=link_cls, host=host_cls, switch=switch_cls,
+            controller=None, autoSetMacs=False, listenPort=None, waitConnected=False)
+        net = self.net
+        if self.use_controller:
+            # Mininet checks a remote controller with telnet (not installed: a false "Unable to
+            # contact" warning); ours already answers /health, so skip that check.
+            quiet = type("RemoteController", (RemoteController,), {"isListening": _listening})
+            net.addController("c0", controller=quiet, ip=self.of_host, port=self.of_port)
+        for node in self.plan.nodes:
+            srv = self._mn_server(node.server or self.head)
+            where = {"server": srv, "serverIP": mn_ips[srv], "user": self.user}
+            if node.kind == "host":
+                self.hosts[node.name] = net.addHost(node.name, cls=host_cls, ip=f"{node.ip}/8",
+                                                    mac=node.mac, **where)
+            else:
+                net.addSwitch(node.name, cls=switch_cls, dpid=node.dpid,
+                              datapath=self.datapaths[node.server or self.head],
+                              protocols=OF_PROTOCOLS, failMode="secure", reconnectms=1000,
+                              inband=False, **where)
+        self._record_local()
+        for link in self.plan.links:
+            macs = {"addr1": self.plan.node(link.a).mac} if link.a in self.hosts else {}
+            net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, **macs)
+        net.build()  # Mininet's configHosts: IP, MAC, lo up in every host
+
+    def _record_local(self) -> None:
+        """What lives on this machine goes in the run record (``astral-lab clean``)."""
+        local_nodes = [n for n in self.net.hosts + self.net.switches + self.net.controllers
+                       if not getattr(n, "isRemote", False)]
+        self._record["pids"] += [n.shell.pid for n in local_nodes if n.shell]
+        self._record["bridges"] = [s.name for s in self.plan.switches
+                                   if self.placement[s.name] == self.head]
+        kind = {n.name: n.kind for n in self.plan.nodes}
+        links, host_links = [], []  # root-namespace ends here: deleted / die with a host
+        for ln in self.plan.links:
+            for node, intf in ((ln.a, ln.a_intf), (ln.b, ln.b_intf)):
+                if kind[node] != "host" and self.placement[node] == self.head:
+                    (host_links if kind[ln.a] == "host" else links).append(intf)
+        self._record["links"], self._record["host_links"] = links, host_links
+        self._save_record()
+
+    def _root_ends_by_server(self) -> dict[str, list[tuple[str, float]]]:
+        """``server -> [(interface, emulated Mb/s)]`` of link ends in servers' root namespaces."""
+        out: dict[str, list[tuple[str, float]]] = defaultdict(list)
+        kind = {n.name: n.kind for n in self.plan.nodes}
+        for ln in self.plan.links:
+            for node, intf in ((ln.a, ln.a_intf), (ln.b, ln.b_intf)):
+                if kind[node] != "host":
+                    out[self.placement[node]].append((intf, ln.mbps))
+        return out
+
+    def _start_switches(self) -> None:
+        """``net.start()``: one ``ovs-vsctl`` per server (RemoteOVSSwitch.batchStartup).
+
+        Ports get deep socket buffers as in the Lab (``_create_bridges``): the
+        default receive buffer is raised on every server while ports are added.
+        """
+        others = [s for s in self.servers[1:] if s in self.summary["servers"]]
+        old = {}
+        for s in others:
+            got = self.run_on(s, ["sysctl", "-n", "net.core.rmem_default"])
+            old[s] = got.stdout.strip()
+            if old[s].isdigit() and int(old[s]) < OVS_PORT_RCVBUF:
+                self.run_on(s, ["sysctl", "-qw", f"net.core.rmem_default={OVS_PORT_RCVBUF}"])
+        try:
+            with _socket_buffers(OVS_PORT_RCVBUF):
+                self.net.start()
+        finally:
+            for s, value in old.items():
+                if value.isdigit() and int(value) < OVS_PORT_RCVBUF:
+                    self.run_on(s, ["sysctl", "-qw", f"net.core.rmem_default={value}"])
+
+    def _configure(self) -> None:
+        """MTU, offloads, shaping, the noop QoS and run tags: one script per server, hosts
+        in parallel. The same HTB (and deep queues) as the one-machine Lab."""
+        n_hosts = len(self.plan.hosts)
+        per_server_hosts = Counter(self.placement[h.name] for h in self.plan.hosts)
+        for server, ends in self._root_ends_by_server().items():
+            script = self._server_script(server, ends, per_server_hosts[server], n_hosts)
+            res = self.run_on(server, ["sh", "-s"], stdin=script)
+            if res.returncode != 0 or "astral-ok" not in res.stdout:
+                raise preflight.LabError(f"configuring {server} failed: "
+                                         f"{(res.stderr or res.stdout).strip()[:400]}")
+        nic_mbps = self.plan.host_link_mbps()
+        for node in self.plan.hosts:
+            intf = f"{node.name}-eth0"
+            cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
+                    "net.ipv6.conf.default.disable_ipv6=1",
+                    f"ip link set dev {intf} mtu {self.mtu}"]
+            if self.datapaths[node.server or self.head] == "user":
+                cmds.append(f"ethtool -K {intf} rx off tx off >/dev/null")
+            if self.shape:
+                cmds += htb_commands(intf, nic_mbps[node.name], prefix="tc ",
+                                     lossless=self.lossless)
+            cmds.append("echo astral-ok")
+            self.hosts[node.name].sendCmd(" && ".join(cmds))
+        bad = []
+        for node in self.plan.hosts:
+            out = self.hosts[node.name].waitOutput()
+            if "astral-ok" not in out:
+                bad.append(f"{node.name} ({node.server}): {out.strip()[:200]}")
+        if bad:
+            raise preflight.LabError("host configuration failed:\n  " + "\n  ".join(bad[:5]))
+
+    def _server_script(self, server: str, ends: list[tuple[str, float]], hosts_here: int,
+                       n_hosts: int) -> str:
+        """The shell script that configures one server's root-namespace link ends.
+
+        Order matters: OVS replaced each port's qdisc when it added the port, so first
+        every port gets the run's ``linux-noop`` QoS row (OVS then leaves qdiscs
+        alone, as in the Lab), then HTB goes on.
+        """
+        lines = ["set -e"]
+        if not self._local(server):  # this machine's limits are the Lab's business
+            need = hosts_here * max(n_hosts - 1, 0) + 1024
+            gc = "/proc/sys/net/ipv4/neigh/default/gc_thresh"
+            lines.append(f"if [ -w {gc}3 ] && [ $(cat {gc}3) -lt {need} ]; then "
+                         f"echo {need} > {gc}2; echo {2 * need} > {gc}3; fi")
+        lines.append("ip -batch - <<'EOF'")
+        lines += [f"link set dev {i} mtu {self.mtu}" for i, _ in ends]
+        lines.append("EOF")
+        if self.datapaths[server] == "user":
+            # "|| true": a gretap's offloads may be fixed; veths (what stalls TCP) accept it
+            lines += [f"ethtool -K {i} rx off tx off >/dev/null 2>&1 || true" for i, _ in ends]
+        tag = f"external_ids:{cleanup.BRIDGE_TAG}={self.run_id}"
+        vsctl = ["ovs-vsctl", "--timeout=120", "--", "--id=@noop", "create", "QoS",
+                 "type=linux-noop", tag]
+        for sw in self.plan.switches:
+            if self.placement[sw.name] == server:
+                vsctl += ["--", "set", "Bridge", sw.name, tag]
+        for i, _ in ends:
+            vsctl += ["--", "set", "Port", i, "qos=@noop"]
+        lines.append(shlex.join(vsctl) + " >/dev/null")
+        if self.shape:
+            lines.append("tc -batch - <<'EOF'")
+            lines += [c for i, mbps in ends for c in htb_commands(i, mbps, lossless=self.lossless)]
+            lines.append("EOF")
+        if self.static_arp:
+            lines += self._neighbour_lines(server)
+        lines.append("echo astral-ok")
+        return "\n".join(lines) + "\n"
+
+    def _neighbour_lines(self, server: str) -> list[str]:
+        """Permanent neighbour entries in every host of ``server`` (the Lab's ``static_arp``:
+        see ``Lab._neighbour_file``), entered into each host's namespace with ``mnexec -a``
+        because the Lab's per-host file exists on this machine only."""
+        lines = []
+        for node in self.plan.hosts:
+            host = self.hosts.get(node.name)
+            if host is None or self.placement[node.name] != server:
+                continue
+            lines.append(f"mnexec -a {host.pid} ip -batch - <<'EOF'")
+            lines += [f"neigh replace {o.ip} lladdr {o.mac} dev {node.name}-eth0 nud permanent"
+                      for o in self.plan.hosts if o.name != node.name and o.ip and o.mac]
+            lines.append("EOF")
+        return lines
+
+    def server_of(self, node: str) -> str:
+        """The server a node (host or switch) runs on, as named in ``--cluster``."""
+        return self.placement[node]
+
+    def run_on(self, server: str, argv: list[str], stdin: str | None = None) -> CommandResult:
+        """A command as root in a server's root namespace (``sudo -n`` when SSH logs in as
+        someone else). For code that reads switch ports (``/sys/class/net``, ``tc``,
+        ``ovs-ofctl``): on this machine it only sees this server's part of the fabric."""
+        if not self._local(server) and self.user != "root":
+            argv = ["sudo", "-n", *argv]
+        return self.runner(server, argv, stdin)
+
+    # --- run-time changes --------------------------------------------------------------
+    def _set_intf_state(self, node: str, intf: str, state: str) -> None:
+        """On the node's own server: a host's namespace, or a switch's root namespace."""
+        target = self.hosts.get(node) or (self.net.nameToNode.get(node) if self.net else None)
+        if target is None:
+            raise preflight.LabError(f"{node} is not running")
+        out = target.cmd(f"ip link set dev {intf} {state}")
+        if out.strip():
+            raise preflight.LabError(f"ip link set {intf} {state} on {node}: {out.strip()}")
+
+    # --- teardown ----------------------------------------------------------------------
+    def stop(self) -> None:
+        """Remove everything on every server. Idempotent; never raises for a half-built lab.
+
+        Mininet's ``net.stop()`` removes links, tunnels, bridges and shells on every
+        server; then each server gets one sweep (bridges, this run's QoS rows, root
+        namespace link ends) for whatever a failure half-way left behind.
+        """
+        self.kill_controller()  # its state file goes with the workdir below
+        if self.net is not None:
+            with contextlib.suppress(Exception):
+                self.net.stop()
+            # Mininet's RemoteController.stop leaves the controller node's shell running
+            for node in self.net.controllers + self.net.switches + self.net.hosts:
+                with contextlib.suppress(Exception):
+                    node.terminate()
+        self.net = None
+        self.hosts.clear()
+        if self._record:
+            ends = self._root_ends_by_server()
+            for server in self.servers:
+                bridges = [s.name for s in self.plan.switches if self.placement[s.name] == server]
+                if not bridges and server not in ends:
+                    continue
+                with contextlib.suppress(Exception):
+                    self.run_on(server, ["sh", "-s"],
+                                   stdin=self._sweep_script(bridges, [i for i, _ in ends[server]]))
+            cleanup.wait_gone(self._record.get("host_links", []), timeout=10)
+            cleanup.drop_record(self.run_id)
+            self._record = {}
+        if self.workdir and os.path.isdir(self.workdir):
+            if os.environ.get("ASTRAL_LAB_KEEP_LOGS"):
+                self.log(f"logs kept in {self.workdir}")
+            else:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        self._release_lock()
+
+    def _sweep_script(self, bridges: list[str], intfs: list[str]) -> str:
+        delbr = " ".join(f"-- --if-exists del-br {b}" for b in bridges)
+        find = (f"ovs-vsctl --timeout=30 --bare --columns=_uuid find QoS "
+                f"external_ids:{cleanup.BRIDGE_TAG}={self.run_id}")
+        lines = [f"ovs-vsctl --timeout=60 {delbr}" if bridges else "true",
+                 f"for q in $({find}); do ovs-vsctl --timeout=30 --if-exists destroy QoS $q; "
+                 "done"]
+        lines += [f"[ -e /sys/class/net/{i} ] && ip link del {i} 2>/dev/null" for i in intfs]
+        lines.append("true")
+        return "\n".join(lines) + "\n"

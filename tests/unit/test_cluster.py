@@ -1,0 +1,362 @@
+"""Cluster mode without root: placement, the plan's server field, MTU, prechecks, CLI hook.
+
+Placement is checked against its contract (every node once, blocks whole, only
+shared-tier links cross) and, on small fabrics, against a brute-force search over
+every balanced placement, so "minimised" is proven rather than asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from collections import Counter
+from collections.abc import Sequence
+
+import pytest
+
+from testbed import cluster
+from testbed.cluster import (
+    CLUSTER_MTU,
+    GRETAP_OVERHEAD,
+    ClusterLab,
+    CommandResult,
+    crossing_links,
+    estimate_offset,
+    parse_servers,
+    place,
+    placement_units,
+    precheck_servers,
+    with_servers,
+)
+from testbed.lab import Lab
+from testbed.plan import WiringPlan
+from testbed.preflight import LabError
+from testbed.topologies import BUILDERS, build
+from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD
+
+SERVERS = ["lab", "w1", "w2", "w3"]
+
+
+def _plans() -> list[tuple[str, WiringPlan]]:
+    return [(f"{t}-{n}", build(t, servers=n, gpus=g))
+            for t in BUILDERS for n, g in ((4, 2), (8, 4), (16, 2))]
+
+
+PLANS = _plans()
+
+
+# --- placement ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name,plan", PLANS, ids=[p[0] for p in PLANS])
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_every_node_placed_once_and_blocks_whole(name: str, plan: WiringPlan, k: int) -> None:
+    servers = SERVERS[:k]
+    placement = place(plan, servers)
+    assert sorted(placement) == sorted(n.name for n in plan.nodes)
+    assert set(placement.values()) <= set(servers)
+    units = placement_units(plan)
+    by_unit: dict[object, set[str]] = {}
+    for node, unit in units.items():
+        by_unit.setdefault(unit, set()).add(placement[node])
+    assert all(len(s) == 1 for s in by_unit.values()), "a block or pod was split"
+    hosts = {h.name for h in plan.hosts}
+    for link in crossing_links(plan, placement):
+        assert link.a not in hosts and link.b not in hosts, f"{link.name} crosses with a GPU"
+        assert link.kind in ("lane", "uplink"), link.name
+        assert not (link.a in units and link.b in units), f"{link.name} joins two blocks"
+    if k == 1:
+        assert crossing_links(plan, placement) == []
+
+
+def test_astral3_only_lanes_cross_and_count_is_the_bound() -> None:
+    plan = build("astral3", servers=8, gpus=4)  # 4 blocks
+    lanes = [ln for ln in plan.links if ln.kind == "lane"]
+    for k in (1, 2, 4):
+        placement = place(plan, SERVERS[:k])
+        crossing = crossing_links(plan, placement)
+        assert {ln.kind for ln in crossing} <= {"lane"}
+        # every leaf reaches every spine equally: the best any spine can do is keep the
+        # lanes of the blocks on its own server, 1/k of them
+        assert len(crossing) == len(lanes) * (k - 1) // k
+        blocks = Counter(placement[n.name] for n in plan.switches if n.tier == "leaf")
+        assert len(set(blocks.values())) == 1  # blocks spread evenly
+        spines = Counter(placement[n.name] for n in plan.switches if n.tier == "spine")
+        assert max(spines.values()) - min(spines.values()) <= 1
+        assert len(spines) == k
+
+
+def _brute_force_min(plan: WiringPlan, servers: list[str]) -> int:
+    """Fewest crossing links over every placement that keeps units whole and balanced."""
+    units = placement_units(plan)
+    names = sorted(set(units.values()))
+    size = Counter(units.values())
+    shared = [n.name for n in plan.nodes if n.name not in units]
+    best = None
+    for assign in itertools.product(servers, repeat=len(names)):
+        load = Counter()
+        for u, s in zip(names, assign, strict=True):
+            load[s] += size[u]
+        if max(load.values()) - min(load[s] for s in servers) > max(size.values()):
+            continue  # not balanced
+        for sh in itertools.product(servers, repeat=len(shared)):
+            placement = {n: assign[names.index(u)] for n, u in units.items()}
+            placement.update(zip(shared, sh, strict=True))
+            c = len(crossing_links(plan, placement))
+            best = c if best is None else min(best, c)
+    assert best is not None
+    return best
+
+
+@pytest.mark.parametrize("topology", ["astral3", "railonly"])
+def test_crossing_is_minimal_by_brute_force(topology: str) -> None:
+    plan = build(topology, servers=4, gpus=2)
+    for servers in (SERVERS[:2], SERVERS[:3]):
+        ours = len(crossing_links(plan, place(plan, servers)))
+        assert ours == _brute_force_min(plan, servers)
+
+
+def test_placement_follows_server_order_and_is_deterministic() -> None:
+    plan = build("astral3", servers=8, gpus=2)
+    a = place(plan, ["x", "y"])
+    assert a == place(plan, ["x", "y"])
+    assert a["lf0r0"] == "x" and a["s0g0"] == "x" and a["lf1r0"] == "y"
+    b = place(plan, ["y", "x"])
+    assert b["lf0r0"] == "y"
+
+
+def test_more_servers_than_blocks_leaves_extra_servers_empty() -> None:
+    plan = build("astral3", servers=4, gpus=2)  # 2 blocks
+    placement = place(plan, SERVERS)
+    assert set(placement.values()) == {"lab", "w1"}
+
+
+@pytest.mark.parametrize("bad", ["", "a,,b", "a,a", "a b", " ,x", "-oProxyCommand=x"])
+def test_bad_server_lists(bad: str) -> None:
+    with pytest.raises(ValueError, match="--cluster"):
+        parse_servers(bad)
+    with pytest.raises(ValueError, match="--cluster"):
+        place(build("astral3", servers=4, gpus=2), bad.split(","))
+
+
+def test_crossing_links_needs_every_node() -> None:
+    plan = build("astral3", servers=4, gpus=2)
+    placement = place(plan, ["a", "b"])
+    del placement["spine0"]
+    with pytest.raises(ValueError, match="spine0"):
+        crossing_links(plan, placement)
+
+
+# --- the plan records the server ----------------------------------------------------------
+def test_plan_records_servers_and_old_plans_still_load() -> None:
+    plan = build("astral3", servers=4, gpus=2)
+    old_json = json.dumps(plan.to_dict())
+    assert all("server" not in n for n in plan.to_dict()["nodes"])  # no new key when unset
+    placed = with_servers(plan, place(plan, ["a", "b"]))
+    assert plan.nodes[0].server is None  # the input is not changed
+    again = WiringPlan.from_dict(json.loads(json.dumps(placed.to_dict())))
+    assert {n.name: n.server for n in again.nodes} == place(plan, ["a", "b"])
+    old = WiringPlan.from_dict(json.loads(old_json))
+    assert all(n.server is None for n in old.nodes)
+
+
+# --- MTU ----------------------------------------------------------------------------------
+def test_mtu_leaves_room_for_gre_and_roce() -> None:
+    assert CLUSTER_MTU + GRETAP_OVERHEAD <= 1500
+    assert DEFAULT_PMTU + MAX_OVERHEAD <= CLUSTER_MTU  # a RoCE FIRST frame still fits
+    assert cluster.largest_roce_pmtu(CLUSTER_MTU) == 1024
+    assert cluster.largest_roce_pmtu(1024 + MAX_OVERHEAD - 1) == 512
+    assert cluster.largest_roce_pmtu(9000) == 4096
+    assert cluster.largest_roce_pmtu(100) == 0
+
+
+# --- prechecks ----------------------------------------------------------------------------
+class FakeServers:
+    """A runner that answers like servers would; records every command."""
+
+    def __init__(self, **broken: str) -> None:
+        self.broken = broken  # server -> what is wrong with it
+        self.calls: list[tuple[str, list[str]]] = []
+
+    def __call__(self, server: str, argv: Sequence[str], stdin: str | None) -> CommandResult:
+        argv = list(argv)
+        self.calls.append((server, argv))
+        fault = self.broken.get(server, "")
+        text = " ".join(argv)
+        if argv == ["true"]:
+            return CommandResult(255 if fault == "ssh" else 0, "",
+                                 "Permission denied (publickey)." if fault == "ssh" else "")
+        if argv[:2] == ["sudo", "-n"] and argv[2:] == ["true"]:
+            return CommandResult(1 if fault == "sudo" else 0)
+        if "astral_lab.__version__" in text:
+            if fault == "noversion":
+                return CommandResult(1, "", "No module named astral_lab")
+            return CommandResult(0, "0.0.9\n" if fault == "version" else "1.2.3\n")
+        if "astral-tchk" in text:
+            return CommandResult(2 if fault == "nogre" else 0, "", "Unknown device type")
+        if "command -v" in text:
+            return CommandResult(0, "fping\n" if fault == "tools" else "")
+        if "ovs-vsctl" in argv:
+            return CommandResult(1 if fault == "ovs" else 0)
+        if argv[:2] == ["test", "-d"]:
+            return CommandResult(0 if fault == "kernel" else 1)
+        raise AssertionError(f"unexpected command {argv}")
+
+
+def _check(runner: FakeServers, servers: list[str], **kw: object) -> cluster.ClusterPrecheck:
+    return precheck_servers(servers, runner, user="vagrant", local=["lab"], version="1.2.3",
+                            python="/opt/lab/.venv/bin/python", **kw)  # type: ignore[arg-type]
+
+
+def test_precheck_all_good_and_local_server_skipped() -> None:
+    runner = FakeServers(w2="kernel")
+    res = _check(runner, ["lab", "w1", "w2"])
+    assert res.problems == [] and res.warnings == []
+    assert res.datapaths == {"w1": "user", "w2": "kernel"}
+    here = [a for s, a in runner.calls if s == "lab"]  # no SSH here: only the tunnel probe
+    assert len(here) == 1 and "astral-tchk" in " ".join(here[0])
+    assert ["sudo", "-n", "ovs-vsctl", "--timeout=5", "show"] in [a for _, a in runner.calls]
+    res.raise_if_problems()
+
+
+@pytest.mark.parametrize("fault,words", [
+    ("ssh", ["w1", "passwordless SSH", "vagrant", "ssh-copy-id", "Permission denied"]),
+    ("sudo", ["w1", "sudo", "password", "NOPASSWD"]),
+    ("version", ["w1", "0.0.9", "1.2.3"]),
+    ("noversion", ["w1", "no astral-lab", "/opt/lab/.venv/bin/python"]),
+    ("tools", ["w1", "missing fping"]),
+    ("ovs", ["w1", "Open vSwitch is not running", "ovs-ctl start"]),
+    ("nogre", ["w1", "cannot make gre tunnels", "modprobe ip_gre"]),
+])
+def test_precheck_names_server_and_what_is_missing(fault: str, words: list[str]) -> None:
+    res = _check(FakeServers(w1=fault), ["lab", "w1", "w2"])
+    assert len(res.problems) == 1, res.problems
+    for w in words:
+        assert w in res.problems[0]
+    with pytest.raises(LabError, match="w1"):
+        res.raise_if_problems()
+
+
+def test_precheck_skips_clock_of_a_broken_server() -> None:
+    asked: list[str] = []
+    res = _check(FakeServers(w1="ovs"), ["lab", "w1", "w2"],
+                 clock_probe=lambda server: asked.append(server) or [(1.0, 1.0, 1.0)])
+    assert asked == ["w2"] and len(res.problems) == 1 and res.one_way_latency
+
+
+def test_precheck_checks_tunnels_here_too() -> None:
+    res = _check(FakeServers(lab="nogre"), ["lab", "w1"], tunnel="gre")
+    assert res.problems == ["lab: this kernel cannot make gre tunnels (try --tunnel vxlan)"]
+    runner = FakeServers(lab="nogre")
+    assert _check(runner, ["lab"]).problems == []  # one server: no tunnels, no check
+    assert runner.calls == []
+    runner = FakeServers()
+    _check(runner, ["lab", "w1"], tunnel="ssh")
+    assert not any("astral-tchk" in " ".join(a) for _, a in runner.calls)
+
+
+def test_precheck_stops_at_failed_login() -> None:
+    runner = FakeServers(w1="ssh")
+    _check(runner, ["lab", "w1"])
+    assert [c for c in runner.calls if c[0] == "w1"] == [("w1", ["true"])]
+
+
+def test_precheck_root_needs_no_sudo() -> None:
+    runner = FakeServers()
+    precheck_servers(["lab", "w1"], runner, user="root", local=["lab"], version="1.2.3")
+    assert all(a[0] != "sudo" for _, a in runner.calls)
+
+
+def test_estimate_offset_uses_shortest_round_trip() -> None:
+    samples = [(10.0, 10.5, 10.2), (20.0, 20.0105, 20.001), (30.0, 29.0, 30.5)]
+    offset, unc = estimate_offset(samples)
+    assert offset == pytest.approx(0.01)
+    assert unc == pytest.approx(0.0005)
+    with pytest.raises(ValueError):
+        estimate_offset([])
+
+
+@pytest.mark.parametrize("samples,one_way,warn", [
+    ([(1.0, 1.0002, 1.0002)], True, None),         # 0.1 ms off, +-0.1 ms: in sync
+    ([(1.0, 1.0101, 1.0002)], False, "+10.00 ms off"),
+    ([(1.0, 1.01, 1.02)], False, "cannot be measured"),  # 20 ms round trip
+    ([], False, "could not read its clock"),
+])
+def test_clock_check_marks_round_trip_only(samples: list[tuple[float, float, float]],
+                                           one_way: bool, warn: str | None) -> None:
+    res = _check(FakeServers(), ["lab", "w1"], clock_probe=lambda server: samples)
+    assert res.one_way_latency is one_way
+    assert res.problems == []
+    if warn:
+        assert len(res.warnings) == 1 and warn in res.warnings[0] and "w1" in res.warnings[0]
+        assert "round-trip only" in res.warnings[0]
+    else:
+        assert res.warnings == []
+
+
+def test_cluster_lab_refuses_before_building_anything() -> None:
+    plan = build("astral3", servers=4, gpus=2)
+    remote_head = ClusterLab(plan, ["192.0.2.1", "localhost"])  # TEST-NET: never local
+    with pytest.raises(LabError, match="first --cluster server .*192.0.2.1.* must be this"):
+        remote_head.start()
+    assert remote_head.workdir == "" and remote_head.net is None
+    broken = ClusterLab(plan, ["localhost", "192.0.2.7"], runner=FakeServers(**{
+        "192.0.2.7": "ovs"}), user="vagrant", clock_probe=lambda server: [])
+    with pytest.raises(LabError, match="192.0.2.7: Open vSwitch is not running"):
+        broken.start()
+    assert broken.workdir == "" and broken.controller_proc is None
+
+
+# --- what bring-up will run on each server ------------------------------------------------
+def test_server_script_puts_noop_qos_before_shaping_on_every_port() -> None:
+    plan = build("astral3", servers=4, gpus=2)
+    lab = ClusterLab(plan, ["localhost", "w1"], user="root")
+    lab.datapaths = {"localhost": "user", "w1": "user"}
+    ends = lab._root_ends_by_server()
+    assert sorted(ends) == ["localhost", "w1"]
+    assert sum(len(v) for v in ends.values()) == 2 * len(plan.links) - len(plan.hosts)
+    script = lab._server_script("w1", ends["w1"], hosts_here=4, n_hosts=8)
+    lines = script.splitlines()
+    qos = next(i for i, ln in enumerate(lines) if "linux-noop" in ln)
+    tc = lines.index("tc -batch - <<'EOF'")
+    assert qos < tc
+    for intf, _mbps in ends["w1"]:
+        assert f"link set dev {intf} mtu {CLUSTER_MTU}" in lines
+        assert f"Port {intf} qos=@noop" in lines[qos]
+        assert f"qdisc add dev {intf} root handle 5:0 htb default 1" in lines
+        assert f"ethtool -K {intf} rx off tx off >/dev/null 2>&1 || true" in lines
+    on_w1 = {n for n, s in lab.placement.items() if s == "w1"}
+    for sw in plan.switches:
+        assert (f"Bridge {sw.name} external_ids" in lines[qos]) == (sw.name in on_w1)
+    assert "gc_thresh3" in script  # a worker's neighbour table is raised there
+    assert lines[-1] == "echo astral-ok"
+
+
+# --- CLI hook -----------------------------------------------------------------------------
+def test_cli_option_and_factory() -> None:
+    p = argparse.ArgumentParser()
+    cluster.add_cluster_option(p)
+    args = p.parse_args(["--cluster", "lab,worker1", "--tunnel", "ssh"])
+    assert args.cluster == ["lab", "worker1"] and args.tunnel == "ssh"
+    assert p.parse_args([]).cluster is None
+    with pytest.raises(SystemExit):
+        p.parse_args(["--cluster", "a,a"])
+    plan = build("astral3", servers=4, gpus=2)
+    assert type(cluster.make_lab(plan, None)) is Lab
+    made = cluster.make_lab(plan, ["localhost"], lb="planned")
+    assert isinstance(made, ClusterLab) and made.lb == "planned"
+    assert all(n.server == "localhost" for n in made.plan.nodes)
+    with pytest.raises(ValueError, match="tunnel"):
+        ClusterLab(plan, ["localhost"], tunnel="l2tp")
+
+
+def test_run_on_adds_sudo_only_on_other_servers() -> None:
+    plan = build("astral3", servers=4, gpus=2)
+    runner = FakeServers()
+    lab = ClusterLab(plan, ["localhost", "w1"], user="vagrant", runner=runner)
+    assert lab.server_of("lf0r0") == "localhost" and lab.server_of("s3g1") == "w1"
+    lab.run_on("w1", ["true"])
+    lab.run_on("localhost", ["true"])
+    assert runner.calls == [("w1", ["sudo", "-n", "true"]), ("localhost", ["true"])]
+    root = ClusterLab(plan, ["localhost", "w1"], user="root", runner=runner)
+    root.run_on("w1", ["true"])
+    assert runner.calls[-1] == ("w1", ["true"])
