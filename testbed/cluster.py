@@ -863,13 +863,7 @@ class ClusterLab(Lab):
                                      lossless=self.lossless)
             cmds.append("echo astral-ok")
             self.hosts[node.name].sendCmd(" && ".join(cmds))
-        bad = []
-        for node in self.plan.hosts:
-            out = self.hosts[node.name].waitOutput()
-            if "astral-ok" not in out:
-                bad.append(f"{node.name} ({node.server}): {out.strip()[:200]}")
-        if bad:
-            raise preflight.LabError("host configuration failed:\n  " + "\n  ".join(bad[:5]))
+        self._await_hosts(lambda node: f"{node.name} ({node.server})")
 
     def _server_script(self, server: str, ends: list[tuple[str, float]], hosts_here: int,
                        n_hosts: int) -> str:

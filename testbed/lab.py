@@ -507,11 +507,16 @@ class Lab:
                 cmds.append(f"ip -batch {self._neighbour_file(node.name, intf)}")
             cmds.append("echo astral-ok")
             host.sendCmd(" && ".join(cmds))
+        self._await_hosts()
+
+    def _await_hosts(self, label: Callable[[Any], str] = lambda node: node.name) -> None:
+        """Collect every host's reply to the ``... && echo astral-ok`` sent to it (hosts are
+        configured in parallel); raise naming the ones whose commands failed."""
         bad = []
         for node in self.plan.hosts:
             out = self.hosts[node.name].waitOutput()
             if "astral-ok" not in out:
-                bad.append(f"{node.name}: {out.strip()[:200]}")
+                bad.append(f"{label(node)}: {out.strip()[:200]}")
         if bad:
             raise preflight.LabError("host configuration failed:\n  " + "\n  ".join(bad[:5]))
 
