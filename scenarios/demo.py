@@ -51,7 +51,7 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, seconds: float,
     stats = load_stats(loads)
     return {"completion_s": res.job_completion_s, "bound_s": bound, "hops": hops,
             "max_over_mean": stats["max_over_mean"], "lost": res.lost_packets,
-            "flows": res.flows, "links": loads}
+            "flows": res.flows, "messages": res.messages, "links": loads}
 
 
 @scenario(
@@ -109,8 +109,9 @@ def demo(run: Run) -> None:
                     note=f"= {st.get('p50', 0) * rtf:.2f}/{st.get('p99', 0) * rtf:.2f} us at "
                          f"real rates, {len(lat[phase])} messages")
             results[f"decode/{phase}"] = {"latency_us": res.latency_us,
-                                          "messages": len(res.messages),
+                                          "message_count": len(res.messages),
                                           "lost": res.lost_packets}
+            run.save_json(f"decode_{phase}_messages.json", res.messages)
         run.stage("decode burst replayed")
     if p["baseline"]:
         r3 = build("rail3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
@@ -216,7 +217,8 @@ def _report(run: Run, plan: Any, results: dict[str, Any]) -> None:
 * `astral-lab run lb-compare` adds adaptive mode and an all-to-all; `topology-compare`
   adds rail-only and fat-tree; `decode-latency` sweeps EP size with background traffic.
 * The fabric is a plain Mininet network: `sudo astral-lab up astral3` opens the CLI.""")
-    run.summary.update({k: {kk: vv for kk, vv in v.items() if kk not in ("flows", "links")}
+    run.summary.update({k: {kk: vv for kk, vv in v.items()
+                            if kk not in ("flows", "messages", "links")}
                         for k, v in results.items()})
 
 

@@ -108,6 +108,7 @@ def lb_compare(run: Run) -> None:
                             lost_packets=res.lost_packets,
                             start_skew_s=round(res.start_skew_s, 3))
                     raw.append({"key": key, "summary": res.summary(), "flows": res.flows,
+                                "messages": res.messages,
                                 "links": loads, "model": models[key], "bounds": bound})
                     run.stage(f"{key}: {t:.2f} s (ideal {ideal:.2f} s)")
     run.save_json("runs.json", raw)

@@ -112,6 +112,7 @@ def topology_compare(run: Run) -> None:
                     bound_t += bounds(plan, flows, unit="mbps")["unsplit"]
                     raw.append({"design": design, "kernel": kernel, "phase": phase,
                                 "summary": res.summary(), "flows": res.flows,
+                                "messages": res.messages,
                                 "model": m.to_dict(per_flow_limit=0)})
                 loads = link_loads(plan, before, after, total_t)
                 by_tier: dict[str, list[float]] = defaultdict(list)

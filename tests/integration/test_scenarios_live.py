@@ -71,6 +71,9 @@ def test_lb_compare_quick(results_root: Any, assert_clean: Any) -> None:
         assert float(r["completion_s"]) >= float(r["ideal_s"]) * 0.97 > 0
         assert int(r["lost_packets"]) == 0
     # planned places every QP on its own lane: near the bound, and never behind ECMP by much
+    runs = json.loads(_read(res.path, "runs.json"))
+    assert all(r["flows"] and r["messages"] for r in runs)  # raw per-flow and per-message
+    assert sum(len(r["messages"]) for r in runs) >= sum(len(r["flows"]) for r in runs)
     perm_planned = float(by[("permutation", "planned")]["vs_ideal"])
     assert perm_planned < 1.3
     assert perm_planned <= float(by[("permutation", "ecmp")]["vs_ideal"]) * 1.1
@@ -101,6 +104,8 @@ def test_demo_quick(results_root: Any) -> None:
                      ["## The tour", "## Where next"])
     stops = {r["stop"] for r in rows}
     assert stops == {"1 fabric", "2 load balancing", "3 decode burst", "4 baseline"}
+    msgs = json.loads(_read(res.path, "decode_dispatch_messages.json"))
+    assert msgs and all(m["latency_ns"] > 0 for m in msgs if m.get("complete"))
     reach = json.loads(_read(res.path, "summary.json"))["reachability"]
     assert reach["pairs"] == reach["received"] > 0
 
