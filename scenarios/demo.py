@@ -58,8 +58,8 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, seconds: float,
     "demo", "the 2-4 minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
     Param("servers", 4, "servers", quick=2),
     Param("gpus", 4, "GPUs (NICs, rails) per server"),
-    Param("scale", 7.5e-6, "emulated rate = real rate x scale (7.5e-6: a 400G NIC is 3 Mb/s; "
-          "keeps rail3's 5-hop paths within this machine's switching)", quick=1e-5),
+    Param("scale", 5e-6, "emulated rate = real rate x scale (5e-6: a 400G NIC is 2 Mb/s; "
+          "keeps rail3's 5-hop paths well within this machine's switching)", quick=1e-5),
     Param("seconds", 4.0, "ideal length of each permutation (emulated s)", quick=2.0),
     Param("decode_tokens", 8, "decode tokens per GPU in the burst", quick=4),
     Param("baseline", True, "also run the permutation on rail3"),

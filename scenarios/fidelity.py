@@ -43,12 +43,14 @@ WARN_BELOW = 2.0
 #: frame bytes on the wire for a full RoCE packet of the replay's 1024 B payload
 #: (Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + payload 1024 + FCS-free veth)
 FRAME_BYTES = 1082
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 #: per-sender rates tried by ``calibrate`` (Mb/s), each for TRIAL_S seconds of traffic
 RAMP_MBPS = (5.0, 10.0, 14.0, 20.0, 28.0, 40.0, 56.0, 80.0, 113.0, 160.0)
 TRIAL_S = 1.5
 #: a rate is "held" when every byte arrives within this factor of the paced time
 HOLD_SLACK = 1.15
+#: tries per rate before the ramp stops (a shared machine has noisy moments)
+ATTEMPTS = 2
 
 
 class CapacityError(RuntimeError):
@@ -94,7 +96,6 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dic
     from testbed.lab import Lab
     from testbed.plan import write_json_atomic
     from testbed.topologies import build
-    from traffic.replay import replay
 
     plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
     with Lab(plan, log=log) as lab:
@@ -106,28 +107,7 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dic
         for i in range(half):
             pairs += [(hosts[i], hosts[half + (i + 1) % half]),
                       (hosts[half + i], hosts[(i + 1) % half])]
-        trials = []
-        best: dict[str, Any] | None = None
-        for rate in RAMP_MBPS:  # per sender; stop at the first rate the machine cannot hold
-            nbytes = int(rate * 1e6 / 8 * TRIAL_S)
-            flows = [FlowSpec.make(a, b, nbytes, qp=i, message_bytes=256_000)
-                     for i, (a, b) in enumerate(pairs)]
-            hops = _hops(plan, flows)
-            res = replay(lab, flows, rate_mbps=rate, progress=False, label="calibrate")
-            t = res.job_completion_s
-            trial = {"rate_mbps_per_sender": rate, "offered_mbps": rate * len(flows),
-                     "delivered_mbps": round(res.bytes_received * 8 / t / 1e6, 1),
-                     "delivered_fraction": round(res.bytes_received / res.bytes_sent, 4),
-                     "completion_s": round(t, 3), "ideal_s": round(TRIAL_S, 3),
-                     "hop_pps": round(res.bytes_received / 1024 * hops / t)}
-            trials.append(trial)
-            log(f"  {rate:g} Mb/s x {len(flows)} senders: {trial['delivered_mbps']} Mb/s "
-                f"delivered, {100 * trial['delivered_fraction']:.1f}% of bytes, "
-                f"{t:.2f} s for {TRIAL_S:g} s of traffic")
-            held = trial["delivered_fraction"] >= 0.999 and t <= TRIAL_S * HOLD_SLACK
-            if not held:
-                break
-            best = trial
+        best, trials = ramp(lambda rate: _trial(lab, plan, pairs, rate, log))
         if best is None:
             raise CapacityError(f"this machine could not hold even {RAMP_MBPS[0]} Mb/s per "
                                 f"sender: {trials}")
@@ -138,15 +118,65 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dic
             "senders": len(pairs), "hops_per_packet": 3, "trials": trials,
             "method": f"{len(pairs)} senders, one cross-rail flow each (3 switch hops), NIC "
                       "400 Mb/s so no link binds; per-sender rate raised along "
-                      f"{RAMP_MBPS} Mb/s; capacity = the highest rate held (all bytes "
-                      f"delivered within {HOLD_SLACK:g}x the paced time), in switch-hop "
-                      "packets per second",
+                      f"{RAMP_MBPS} Mb/s, {ATTEMPTS} tries per rate; capacity = the load "
+                      f"offered at the highest rate held (all bytes delivered within "
+                      f"{HOLD_SLACK:g}x the paced time after the last sender started), in "
+                      "switch-hop packets per second",
         }
     os.makedirs(os.path.dirname(cache_path()), exist_ok=True)
     write_json_atomic(cache_path(), capacity)
     log(f"capacity: {capacity['hop_pps']:,} switch-hop packets/s "
         f"({capacity['delivered_mbps']} Mb/s delivered by {len(pairs)} senders)")
     return capacity
+
+
+def ramp(try_rate: Callable[[float], dict[str, Any]]
+         ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """Raise the per-sender rate along RAMP_MBPS until one is not held ATTEMPTS times in a
+    row; return the last held trial (None if even the first rate failed) and every trial."""
+    trials: list[dict[str, Any]] = []
+    best = None
+    for rate in RAMP_MBPS:
+        held = False
+        for attempt in range(ATTEMPTS):  # one noisy trial must not end the ramp
+            trial = dict(try_rate(rate), attempt=attempt + 1)
+            trials.append(trial)
+            held = bool(trial["held"])
+            if held:
+                break
+        if not held:
+            break
+        best = trial
+    return best, trials
+
+
+def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
+           log: Callable[[str], None]) -> dict[str, Any]:
+    """Every sender paced at ``rate`` for TRIAL_S seconds: was it held?
+
+    Held = every byte arrived, within HOLD_SLACK x the paced time counted from the moment
+    the last sender actually started (start skew is process start-up, not switching).
+    The capacity it stands for is the load offered, in the guard's own units.
+    """
+    from traffic.replay import replay
+
+    nbytes = int(rate * 1e6 / 8 * TRIAL_S)
+    flows = [FlowSpec.make(a, b, nbytes, qp=i, message_bytes=256_000)
+             for i, (a, b) in enumerate(pairs)]
+    hops = _hops(plan, flows)
+    res = replay(lab, flows, rate_mbps=rate, progress=False, label="calibrate")
+    t = res.job_completion_s
+    busy = max(t - res.start_skew_s, 1e-9)
+    fraction = res.bytes_received / res.bytes_sent
+    held = fraction >= 0.999 and busy <= TRIAL_S * HOLD_SLACK
+    log(f"  {rate:g} Mb/s x {len(flows)} senders: {100 * fraction:.1f}% of bytes in "
+        f"{busy:.2f} s for {TRIAL_S:g} s of traffic (start skew {res.start_skew_s:.2f} s): "
+        f"{'held' if held else 'not held'}")
+    return {"rate_mbps_per_sender": rate, "offered_mbps": rate * len(flows),
+            "delivered_mbps": round(res.bytes_received * 8 / busy / 1e6, 1),
+            "delivered_fraction": round(fraction, 4), "completion_s": round(t, 3),
+            "start_skew_s": round(res.start_skew_s, 3), "ideal_s": TRIAL_S, "held": held,
+            "hop_pps": round(rate * 1e6 / 8 / FRAME_BYTES * len(flows) * hops)}
 
 
 def _hops(plan: Any, flows: Iterable[FlowSpec]) -> float:

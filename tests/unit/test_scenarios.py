@@ -200,6 +200,23 @@ def test_guard_refuses_without_force(monkeypatch: pytest.MonkeyPatch) -> None:
     assert v["verdict"] == "forced" and "WARNING" in said[0]
 
 
+def test_calibration_ramp_retries_a_noisy_rate_once() -> None:
+    tries: dict[float, int] = {}
+
+    def fake(rate: float, noisy: float = 10.0, limit: float = 20.0) -> dict[str, Any]:
+        tries[rate] = tries.get(rate, 0) + 1
+        held = rate < limit and not (rate == noisy and tries[rate] == 1)
+        return {"rate_mbps_per_sender": rate, "held": held, "hop_pps": int(rate * 100)}
+
+    best, trials = fidelity.ramp(fake)
+    assert best is not None and best["rate_mbps_per_sender"] == 14.0  # 20 fails twice
+    assert tries[10.0] == 2 and tries[20.0] == fidelity.ATTEMPTS
+    assert 28.0 not in tries  # the ramp stopped
+    assert [t["attempt"] for t in trials if t["rate_mbps_per_sender"] == 10.0] == [1, 2]
+    none, _ = fidelity.ramp(lambda r: {"held": False})
+    assert none is None
+
+
 def test_capacity_cache_is_keyed_to_the_machine(tmp_path: Any,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASTRAL_LAB_CACHE", str(tmp_path))
