@@ -44,7 +44,6 @@ import copy
 import getpass
 import os
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -970,11 +969,7 @@ class ClusterLab(Lab):
             cleanup.wait_gone(self._record.get("host_links", []), timeout=10)
             cleanup.drop_record(self.run_id)
             self._record = {}
-        if self.workdir and os.path.isdir(self.workdir):
-            if os.environ.get("ASTRAL_LAB_KEEP_LOGS"):
-                self.log(f"logs kept in {self.workdir}")
-            else:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+        self._drop_workdir()
         self._release_lock()
 
     def _sweep_script(self, bridges: list[str], intfs: list[str]) -> str:

@@ -816,13 +816,17 @@ class Lab:
                                 if run == self.run_id])
             cleanup.drop_record(self.run_id)
             self._record = {}
+        self._drop_workdir()
+        self.net = None
+        self._release_lock()
+
+    def _drop_workdir(self) -> None:
+        """Remove the run's scratch folder (logs, specs), unless ASTRAL_LAB_KEEP_LOGS is set."""
         if self.workdir and os.path.isdir(self.workdir):
             if os.environ.get("ASTRAL_LAB_KEEP_LOGS"):
                 self.log(f"logs kept in {self.workdir}")
             else:
                 shutil.rmtree(self.workdir, ignore_errors=True)
-        self.net = None
-        self._release_lock()
 
 
 class _RootIntf:
