@@ -137,10 +137,6 @@ class Report:
         return f"# {self.title}\n\n{header.strip()}\n\n" + "\n".join(self.parts)
 
 
-class Interrupted(Exception):
-    """Raised inside a run when the user stops it (kept distinct from errors in the report)."""
-
-
 class Run:
     """One execution of a scenario: parameters, output folder, report, progress."""
 
@@ -177,10 +173,6 @@ class Run:
         path = self.path(filename)
         write_json_atomic(path, data)
         return path
-
-    def figure_path(self, filename: str) -> str:
-        """Where a plot goes; plots are written with ``save_figure`` (atomic)."""
-        return self.path(filename)
 
     def save_figure(self, fig: Any, filename: str) -> str:
         path = self.path(filename)
@@ -288,13 +280,13 @@ class Run:
 
     def abandon(self, exc: BaseException) -> None:
         """Keep what was written, marked: the folder stays ``.partial`` with INTERRUPTED.md."""
-        how = ("interrupted by the user" if isinstance(exc, (KeyboardInterrupt, Interrupted))
+        how = ("interrupted by the user" if isinstance(exc, KeyboardInterrupt)
                else f"stopped by an error: {type(exc).__name__}: {exc}")
         done = "\n".join(f"- {s}" for s in self.stages) or "- nothing had finished"
         text = (f"# {self.scenario.name}: partial result\n\nThis run was {how} after "
                 f"{self.elapsed():.0f} s. The fabric was torn down; the files here are what "
                 f"had been written.\n\nFinished before it stopped:\n\n{done}\n")
-        if not isinstance(exc, (KeyboardInterrupt, Interrupted, SystemExit)):
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
             text += "\n```\n" + "".join(traceback.format_exception(exc))[-4000:] + "```\n"
         self._write_summary()
         _write_text(self.path("INTERRUPTED.md"), text)

@@ -58,6 +58,17 @@ def all_to_all_flows(plan: WiringPlan, nbytes_per_pair: int, qp_base: int = 0
             for a in hosts for b in hosts if a != b]
 
 
+def mean_hops(plan: WiringPlan, flows: list[FlowSpec], by_bytes: bool = False) -> float:
+    """Mean switches crossed per flow (or per byte): every minimal path of a pair has the
+    same length, so the first candidate's length is the pair's hop count."""
+    from controllers.paths import PathFinder
+
+    finder = PathFinder(plan)
+    weights = [f.bytes if by_bytes else 1 for f in flows]
+    hops = [len(finder.candidates(f.src, f.dst)[0]) for f in flows]
+    return sum(h * w for h, w in zip(hops, weights, strict=True)) / sum(weights)
+
+
 # --- link counters -----------------------------------------------------------------------
 def fabric_links(plan: WiringPlan) -> list[Link]:
     """Switch-to-switch links (both ends in the root namespace)."""

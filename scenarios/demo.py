@@ -24,6 +24,7 @@ from scenarios.common import (
     link_counters,
     link_loads,
     load_stats,
+    mean_hops,
     permutation_flows,
     real_time_factor,
 )
@@ -32,7 +33,6 @@ from testbed.topologies import build
 
 def _permutation(run: Run, lab: Any, plan: Any, mode: str, seconds: float,
                  label: str) -> dict[str, Any]:
-    from controllers.paths import PathFinder
     from testbed.flowmodel import bounds
     from traffic.replay import replay
 
@@ -45,8 +45,7 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, seconds: float,
     before = link_counters(plan)
     res = replay(lab, flows, label=label)
     loads = link_loads(plan, before, link_counters(plan), res.job_completion_s)
-    finder = PathFinder(plan)
-    hops = sum(len(finder.candidates(f.src, f.dst)[0]) for f in flows) / len(flows)
+    hops = mean_hops(plan, flows)
     bound = bounds(plan, flows, unit="mbps")["unsplit"]
     stats = load_stats(loads)
     return {"completion_s": res.job_completion_s, "bound_s": bound, "hops": hops,

@@ -33,9 +33,10 @@ import platform
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
+from scenarios.common import mean_hops
 from traffic.kernels import FlowSpec
 
 REFUSE_BELOW = 1.0
@@ -163,7 +164,7 @@ def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
     nbytes = int(rate * 1e6 / 8 * TRIAL_S)
     flows = [FlowSpec.make(a, b, nbytes, qp=i, message_bytes=256_000)
              for i, (a, b) in enumerate(pairs)]
-    hops = _hops(plan, flows)
+    hops = mean_hops(plan, flows)
     res = replay(lab, flows, rate_mbps=rate, progress=False, label="calibrate")
     t = res.job_completion_s
     busy = max(t - res.start_skew_s, 1e-9)
@@ -177,14 +178,6 @@ def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
             "delivered_fraction": round(fraction, 4), "completion_s": round(t, 3),
             "start_skew_s": round(res.start_skew_s, 3), "ideal_s": TRIAL_S, "held": held,
             "hop_pps": round(rate * 1e6 / 8 / FRAME_BYTES * len(flows) * hops)}
-
-
-def _hops(plan: Any, flows: Iterable[FlowSpec]) -> float:
-    from controllers.paths import PathFinder
-
-    finder = PathFinder(plan)
-    hops = [len(finder.candidates(f.src, f.dst)[0]) for f in flows]
-    return sum(hops) / len(hops)
 
 
 def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None

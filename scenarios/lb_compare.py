@@ -66,6 +66,7 @@ def _flows(plan: Any, workload: str, seconds: float, qps: int, seed: int, qp_bas
 def lb_compare(run: Run) -> None:
     """See the module docstring."""
     from testbed.flowmodel import bounds, model_flows
+    from traffic.replay import replay
 
     p = run.params
     plan = build("astral3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
@@ -90,7 +91,7 @@ def lb_compare(run: Run) -> None:
                     models[key] = mres.to_dict(per_flow_limit=0)
                     run.guard(lab, flows, key)
                     before = link_counters(plan)
-                    res = lab_replay(lab, flows, key)
+                    res = replay(lab, flows, label=key)
                     after = link_counters(plan)
                     t = res.job_completion_s
                     loads = link_loads(plan, before, after, t)
@@ -114,12 +115,6 @@ def lb_compare(run: Run) -> None:
     run.save_json("runs.json", raw)
     _plots(run, rows_by_run, plan)
     _report(run, plan)
-
-
-def lab_replay(lab: Any, flows: list[Any], label: str) -> Any:
-    from traffic.replay import replay
-
-    return replay(lab, flows, label=label)
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:

@@ -26,7 +26,7 @@ from collections import defaultdict
 from typing import Any
 
 from scenarios.base import Param, Run, scenario
-from scenarios.common import link_counters, link_loads, real_time_factor
+from scenarios.common import link_counters, link_loads, mean_hops, real_time_factor
 from testbed.topologies import build
 
 DESIGNS = ("astral3", "rail3", "railonly", "fattree")
@@ -53,15 +53,6 @@ def _tokens_for(p: dict[str, Any], plan: Any) -> int:
         flows = [f for f in _traffic(kernel, step, plan).flows if f.phase == "dispatch"]
         worst = max(worst, bounds(plan, flows, unit="mbps")["host_start"])
     return max(1, round(probe * p["seconds"] / worst)) if worst else probe
-
-
-def _hops(plan: Any, flows: list[Any]) -> float:
-    """Mean switches crossed per byte (bytes-weighted over flows)."""
-    from controllers.paths import PathFinder
-
-    finder = PathFinder(plan)
-    total = sum(f.bytes for f in flows)
-    return sum(len(finder.candidates(f.src, f.dst)[0]) * f.bytes for f in flows) / total
 
 
 @scenario(
@@ -121,7 +112,7 @@ def topology_compare(run: Run) -> None:
                 for tier, vals in by_tier.items():
                     tier_load[f"{design}/{kernel}"][tier] = sum(vals) / len(vals)
                 raw.append({"design": design, "kernel": kernel, "links": loads})
-                hops = _hops(plan, traffic.flows)
+                hops = mean_hops(plan, traffic.flows, by_bytes=True)
                 busiest = max(loads, key=lambda r: r["utilisation"]) if loads else None
                 run.row(design=design, kernel=kernel, flows=len(traffic.flows),
                         rdma_MB=round(traffic.wire_bytes() / 1e6, 2),
