@@ -33,5 +33,13 @@ def assert_clean() -> Callable[[WiringPlan], None]:
 
 @pytest.fixture(autouse=True)
 def _start_clean() -> None:
-    """Each test starts from a machine with no lab leftovers (a failed test may leave some)."""
-    cleanup.clean(verbose=False)
+    """Each test starts from a machine with no lab leftovers (a failed test may leave some).
+
+    Cleaning under the fabric lock: without it, this would tear down a fabric that another
+    run (a second test session, a scenario) has up right now.
+    """
+    lock = fabric_lock(lambda _msg: None)
+    try:
+        cleanup.clean(verbose=False)
+    finally:
+        lock.close()
