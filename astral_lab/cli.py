@@ -8,6 +8,16 @@
     sudo astral-lab ops diagnose --ask "..."     ask the diagnosis agent about a live fabric
     astral-lab controller --plan plan.json       the controller alone (for plain `mn`)
     sudo astral-lab clean                        remove leftovers of a crashed run
+
+Expected failures end in one ``astral-lab VERB: error: ...`` message on stderr (plus where a
+run's partial results are), never a traceback; the exit status says which kind:
+
+    0  done                     2  bad input (arguments, parameters)
+    1  the lab cannot run here  3  refused by the fidelity guard (or its calibration failed)
+       (preflight: root, OVS,   130 interrupted (Ctrl-C); everything was torn down
+       another fabric, ...)
+
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +35,9 @@ from testbed.results import results_dir, results_root
 from testbed.topologies import BUILDERS, FabricSpec, build, describe
 
 RESULTS = results_root()
+
+#: Exit statuses of expected failures (module docstring; README, "Exit status").
+EXIT_LAB, EXIT_USAGE, EXIT_GUARD, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 def _add_spec_options(p: argparse.ArgumentParser) -> None:
@@ -152,17 +165,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = {p.name: getattr(opts, p.name) for p in sc.params
                  if getattr(opts, p.name) is not None}
     if os.geteuid() != 0:
-        print(f"astral-lab run {args.scenario}: must run as root (it brings up a Mininet "
-              "fabric): sudo astral-lab run ...", file=sys.stderr)
-        return 2
+        print("astral-lab run: error: must run as root (it brings up a Mininet fabric): "
+              f"sudo astral-lab run {args.scenario} ...", file=sys.stderr)
+        return EXIT_USAGE
     try:
         result = sc(quick=opts.quick, output=opts.output, force=opts.force,
                     cluster=opts.cluster, tunnel=opts.tunnel, **overrides)
-    except KeyboardInterrupt:
-        print(f"astral-lab run {args.scenario}: interrupted; the fabric was torn down and "
-              f"the partial results are kept in {RESULTS}/*-{args.scenario}.partial/",
+    except KeyboardInterrupt as exc:
+        where = "; ".join(getattr(exc, "__notes__", [])) or \
+            f"partial results kept in {RESULTS}/*-{args.scenario}.partial/"
+        print(f"astral-lab run: interrupted; the fabric was torn down; {where}",
               file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     print()
     print(format_table(result.rows))
     if args.scenario == "demo":
@@ -184,8 +198,9 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from testbed import cleanup
 
     if os.geteuid() != 0:
-        print("astral-lab clean: must run as root (sudo astral-lab clean)", file=sys.stderr)
-        return 2
+        print("astral-lab clean: error: must run as root (sudo astral-lab clean)",
+              file=sys.stderr)
+        return EXIT_USAGE
     cleanup.clean()
     # Results of interrupted runs are marked *.partial and kept: they are the user's.
     if os.path.isdir(RESULTS):
@@ -270,19 +285,40 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _terminate)
     try:
         return int(args.fn(args) or 0)
-    except ValueError as exc:  # bad parameters: one clear line, no traceback
-        print(f"astral-lab {args.verb}: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"astral-lab {args.verb}: interrupted; everything was torn down", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
-        from testbed.preflight import LabError
+        status = expected_status(exc)
+        if status is None:  # a bug: keep the traceback
+            raise
+        report_error(args.verb, exc)
+        return status
 
-        if isinstance(exc, LabError):
-            print(f"astral-lab {args.verb}: {exc}", file=sys.stderr)
-            return 1
-        raise
+
+def expected_status(exc: BaseException) -> int | None:
+    """The exit status of an error the user can act on, or None for a bug.
+
+    ValueError is how every layer refuses bad input, LabError how bring-up says this
+    machine cannot run the lab now, CapacityError how the fidelity guard refuses.
+    """
+    from testbed.preflight import LabError
+
+    fidelity = sys.modules.get("scenarios.fidelity")  # only a scenario can have raised it
+    if fidelity is not None and isinstance(exc, fidelity.CapacityError):
+        return EXIT_GUARD
+    if isinstance(exc, LabError):
+        return EXIT_LAB
+    if isinstance(exc, ValueError):
+        return EXIT_USAGE
+    return None
+
+
+def report_error(verb: str, exc: BaseException) -> None:
+    """``astral-lab VERB: error: message`` (argparse's form), then the exception's notes
+    (where a scenario kept its partial results)."""
+    lines = [f"astral-lab {verb}: error: {exc}", *getattr(exc, "__notes__", [])]
+    print("\n".join(lines), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -91,10 +91,12 @@ class FabricLogic:
 
     # --- derived state ---------------------------------------------------------------
     @staticmethod
-    def new_policy(params: Mapping[str, float]) -> lb.AdaptivePolicy:
+    def new_policy(params: Mapping[str, Any]) -> lb.AdaptivePolicy:
+        # hold is passed as given: AdaptivePolicy refuses a non-integer instead of int()
+        # silently truncating it
         return lb.AdaptivePolicy(threshold=float(params["threshold"]),
                                  hysteresis=float(params["hysteresis"]),
-                                 hold=int(params["hold"]))
+                                 hold=params["hold"])
 
     def _refresh_routes(self) -> None:
         self.hops = next_hops(self.plan, self.down)
@@ -275,7 +277,12 @@ class FabricLogic:
             if name not in ADAPTIVE_DEFAULTS:
                 raise ValueError(f"unknown adaptive parameter {name!r} "
                                  f"(known: {sorted(ADAPTIVE_DEFAULTS)})")
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            # JSON gives bools and floats where a client meant neither: hold counts polls,
+            # so 1.5 or true must be refused, not truncated to 1
+            if isinstance(ADAPTIVE_DEFAULTS[name], int):
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"{name} must be an integer (got {value!r})")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{name} must be a number (got {value!r})")
             params[name] = value
         policy = self.new_policy(params)  # validates before anything changes

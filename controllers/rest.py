@@ -38,6 +38,10 @@ MAX_BODY_BYTES = 64 * 1024 * 1024  # a 256-GPU all-to-all with 2 QPs per pair is
 REQUEST_TIMEOUT = 30.0
 #: Range accepted for the integer port parameters of ``/paths``.
 PORT_RANGE = (1, 65535)
+#: Deepest nesting accepted in a JSON body. The API's bodies are three levels deep at most
+#: (``{"flows": [{...}]}``); a body nested far deeper is a mistake or an attack, and left to
+#: the parser it ends in a RecursionError (a 500) or in code that walks it recursively.
+MAX_JSON_DEPTH = 32
 
 
 class ControllerAPI(Protocol):
@@ -141,18 +145,44 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """True when ``value`` nests lists/objects more than ``limit`` levels deep.
+
+    Level by level rather than recursively, so any depth the parser returned can be
+    checked; only containers are carried to the next level, which keeps a 100K-flow
+    ``POST /traffic`` body cheap (three levels).
+    """
+    level, depth = [value], 1
+    while level:
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for item in level:
+            below += [c for c in (item.values() if isinstance(item, dict) else item)
+                      if isinstance(c, (dict, list))]
+        level, depth = below, depth + 1
+    return False
+
+
 def parse_json(data: bytes) -> Any:
-    """Decode a UTF-8 JSON body; ``ValueError`` with the parser's message when it is not."""
+    """Decode a UTF-8 JSON body; ``ValueError`` with the parser's message when it is not, or
+    when it nests deeper than ``MAX_JSON_DEPTH``."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"body is not UTF-8: {exc}") from None
     if not text.strip():
         raise ValueError("body is empty; expected JSON")
+    too_deep = f"invalid JSON: nested more than {MAX_JSON_DEPTH} levels deep"
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:  # the C parser's own depth limit (~ the interpreter's)
+        raise ValueError(too_deep) from None
     except ValueError as exc:  # json.JSONDecodeError, or NaN/Infinity from parse_constant
         raise ValueError(f"invalid JSON: {exc}") from None
+    if isinstance(value, (dict, list)) and json_depth_exceeds(value, MAX_JSON_DEPTH):
+        raise ValueError(too_deep)
+    return value
 
 
 # ---------------------------------------------------------------------------------------------

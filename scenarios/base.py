@@ -29,6 +29,7 @@ import dataclasses
 import datetime as dt
 import io
 import json
+import math
 import os
 import platform
 import shutil
@@ -50,7 +51,7 @@ REGISTRY: dict[str, Scenario] = {}
 #: Modules that define scenarios (imported by ``load_all``; order = ``astral-lab list`` order).
 MODULES = ["scenarios.demo", "scenarios.topology_compare", "scenarios.lb_compare",
            "scenarios.decode_latency", "scenarios.expert_skew", "scenarios.link_failure",
-           "scenarios.ops_eval"]
+           "scenarios.ops_eval", "scenarios.paper_shapes"]
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,7 @@ class Run:
         self.params = params
         self.quick = quick
         self.force = force  # run even when the fidelity guard says "CPU-bound"
+        self.unguarded: str | None = None  # why the guard is off (--force, calibration failed)
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.dir, self.final = output_dir(sc.name, output)
         self.rows: list[dict[str, Any]] = []
@@ -163,9 +165,13 @@ class Run:
         }
         self.stages: list[str] = []  # what finished, for INTERRUPTED.md
         self.t0 = time.monotonic()
-        write_json_atomic(self.path("config.json"), self.config)
+        self._save_config()
 
     # --- files ------------------------------------------------------------------------
+    def _save_config(self) -> None:
+        """config.json as strict JSON: a NaN (an unguarded phase's margin) is written null."""
+        write_json_atomic(self.path("config.json"), _finite(self.config))
+
     def path(self, filename: str) -> str:
         return os.path.join(self.dir, filename)
 
@@ -199,11 +205,23 @@ class Run:
     # --- fabric -----------------------------------------------------------------------
     @contextmanager
     def lab(self, plan: WiringPlan, label: str | None = None, **kw: Any) -> Iterator[Any]:
-        """Bring ``plan`` up (torn down on exit) and record it in config.json."""
-        from scenarios.fidelity import calibrate
+        """Bring ``plan`` up (torn down on exit) and record it in config.json.
+
+        The machine's capacity is calibrated first (cached; it needs the node names
+        free). If calibration fails, the run stops with its one-line error, unless
+        ``--force``: then it goes ahead with the guard off, and config.json and the
+        report say so.
+        """
+        from scenarios.fidelity import CalibrationError, calibrate
         from testbed.cluster import make_lab
 
-        calibrate(self.log)  # cached after the first time; needs the names free, so first
+        if self.unguarded is None:
+            try:
+                calibrate(self.log)
+            except CalibrationError as exc:
+                if not self.force:
+                    raise
+                self._unguard(exc.measured)
         label = label or plan.topology
         self.log(f"bringing up {label}: {len(plan.hosts)} GPUs, {len(plan.switches)} "
                  f"switches, {len(plan.links)} links (scale {plan.scale:g})")
@@ -214,20 +232,40 @@ class Run:
                 "scale": plan.scale, "params": plan.params, "datapath": lab.datapath,
                 "lb": lab.lb, "bringup_s": round(lab.timings.get("total", 0.0), 3),
                 "servers": sorted({n.server for n in lab.plan.nodes if n.server}) or None}
-            write_json_atomic(self.path("config.json"), self.config)
+            self._save_config()
             yield lab
+
+    def _unguard(self, reason: str) -> None:
+        """Turn the fidelity guard off for this run (``--force`` after a failed calibration)."""
+        self.unguarded = reason
+        self.config["fidelity_guard"] = {"on": False, "reason": reason}
+        self._save_config()
+        self.log(f"WARNING: fidelity guard off (--force): {reason}; running anyway, and "
+                 "completion times may include CPU queueing")
 
     def guard(self, lab: Any, flows: Any, label: str,
               rate_mbps: float | None = None) -> dict[str, Any]:
         """Fidelity guard before traffic: refuse (or warn) when the run would be CPU-bound.
 
-        ``rate_mbps`` caps each flow's rate (senders paced below their NIC)."""
-        from scenarios.fidelity import check
+        ``rate_mbps`` caps each flow's rate (senders paced below their NIC). With the
+        guard off (``unguarded``) the offered load is still recorded, with margin NaN
+        (null in config.json)."""
+        from scenarios.fidelity import check, offered
 
-        verdict = check(lab, flows, force=self.force, log=self.log, rate_mbps=rate_mbps)
+        if self.unguarded is not None:
+            load = offered(lab.plan, flows, rate_mbps)
+            # NaN, not None: callers format and compare margins; every comparison is False
+            verdict = {"margin": math.nan, "verdict": "unguarded",
+                       "offered_hop_pps": load["hop_pps"],
+                       "offered_mbps": load["mbps"], "capacity_hop_pps": None,
+                       "capacity_measured": None}
+            self.log(f"fidelity guard off: offered {load['hop_pps']:,} switch-hop pkt/s "
+                     f"({load['mbps']:g} Mb/s), no measured capacity to compare with")
+        else:
+            verdict = check(lab, flows, force=self.force, log=self.log, rate_mbps=rate_mbps)
         verdict["label"] = label
         self.config["fidelity"].append(verdict)
-        write_json_atomic(self.path("config.json"), self.config)
+        self._save_config()
         return verdict
 
     # --- finishing --------------------------------------------------------------------
@@ -245,7 +283,8 @@ class Run:
         _write_text(self.path("summary.csv"), buf.getvalue())
 
     def _header(self) -> str:
-        fid = self.config.get("fidelity") or []
+        all_fid = self.config.get("fidelity") or []
+        fid = [v for v in all_fid if v.get("verdict") != "unguarded"]
         worst = min(fid, key=lambda v: v["margin"]) if fid else None
         verdicts = sorted({v["verdict"] for v in fid})
         fabrics = "; ".join(f"{k} ({v['gpus']} GPUs, scale {v['scale']:g}, {v['datapath']} "
@@ -261,14 +300,21 @@ class Run:
                          f"phase(s), verdicts: {', '.join(verdicts)}; capacity "
                          f"{worst['capacity_hop_pps']:,} switch-hop packets/s, calibrated "
                          f"{worst['capacity_measured']} (per phase in config.json).")
+        if self.unguarded is not None:
+            lines.append(f"**Fidelity guard OFF** (--force): {self.unguarded}. "
+                         f"None of the {len(all_fid)} traffic phase(s) was checked against "
+                         "this machine's switching capacity, so completion times may measure "
+                         "the CPU rather than the network; offered loads are in config.json.")
         lines.append("Files: config.json (parameters, versions, scale), summary.csv, raw JSON, "
                      "PNG plots.")
         return "\n".join(lines)
 
     def finish(self) -> RunResult:
+        if self.unguarded is not None:
+            self.log("WARNING: this run had the fidelity guard off (--force); REPORT.md says so")
         self.config["finished"] = dt.datetime.now().astimezone().isoformat(timespec="seconds")
         self.config["elapsed_s"] = round(self.elapsed(), 1)
-        write_json_atomic(self.path("config.json"), self.config)
+        self._save_config()
         self._write_summary()
         if self.summary:
             self.save_json("summary.json", self.summary)
@@ -277,6 +323,12 @@ class Run:
             os.replace(self.dir, self.final)
             self.dir = self.final
         return RunResult(self.scenario.name, self.final, self.rows, self.summary)
+
+    def note_partial(self, exc: BaseException) -> None:
+        """Tell whoever reports ``exc`` (the CLI, a traceback) where the partial folder is."""
+        if hasattr(exc, "add_note"):  # Python >= 3.11
+            exc.add_note(f"partial results kept in {self.dir}/ (INTERRUPTED.md: what had "
+                         "finished)")
 
     def abandon(self, exc: BaseException) -> None:
         """Keep what was written, marked: the folder stays ``.partial`` with INTERRUPTED.md."""
@@ -327,17 +379,26 @@ class Scenario:
         try:
             self.fn(run)
             return run.finish()
-        except ValueError:
-            if not run.stages and not run.config["fabrics"] and run.dir != run.final:
-                # a parameter the builders reject (e.g. --servers 3): nothing ran, so keep
-                # nothing; the error names the parameter
+        except BaseException as exc:
+            if _refused_before_start(run, exc):
                 shutil.rmtree(run.dir, ignore_errors=True)
                 raise
-            run.abandon(sys.exc_info()[1])  # type: ignore[arg-type]
-            raise
-        except BaseException as exc:
             run.abandon(exc)
+            run.note_partial(exc)
             raise
+
+
+def _refused_before_start(run: Run, exc: BaseException) -> bool:
+    """True when nothing ran and the error says why, so there is nothing to keep.
+
+    A parameter the builders reject (ValueError, e.g. --servers 3) or a machine too slow
+    for the capacity calibration, before any stage finished or any fabric of the run came
+    up. A folder the user named (``-o``) is never removed.
+    """
+    from scenarios.fidelity import CalibrationError
+
+    return (isinstance(exc, (ValueError, CalibrationError)) and not run.stages
+            and not run.config["fabrics"] and run.dir != run.final)
 
 
 def scenario(name: str, description: str, *params: Param) -> Callable[[Callable[[Run], None]],
@@ -371,6 +432,17 @@ def get(name: str) -> Scenario:
 
 
 # --- helpers ---------------------------------------------------------------------------
+def _finite(v: Any) -> Any:
+    """``v`` with NaN and infinities replaced by None (JSON has neither)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
+
+
 def _cell(v: Any) -> Any:
     if isinstance(v, float):
         return f"{v:.6g}"

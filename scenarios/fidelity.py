@@ -20,7 +20,10 @@ in packets of the replay's frame size.
 
 **Verdict**: margin = capacity / offered. Below ``REFUSE_BELOW`` the scenario stops with an
 error naming both numbers (``--force`` runs it anyway and the report says so); below
-``WARN_BELOW`` it warns. The report states the margin. Measured separately (issue 4): a
+``WARN_BELOW`` it warns. The report states the margin. A machine that cannot hold even the
+lowest calibration rate has no capacity to compare with: ``calibrate`` raises
+``CalibrationError`` saying what it measured, and a ``--force`` run goes ahead unguarded
+(``Run.lab``), its report saying so. Measured separately (issue 4): a
 Python sender holds ~96% of a 20 Mb/s pace and ~90% of 40 Mb/s when 8 senders share two
 cores with the switch, which is why the warning starts at a margin of 2.
 """
@@ -56,6 +59,36 @@ ATTEMPTS = 2
 
 class CapacityError(RuntimeError):
     """The run would measure this machine's CPU instead of the emulated network."""
+
+
+class CalibrationError(CapacityError):
+    """Even the lowest calibration rate was not held: there is no capacity to guard with.
+
+    ``measured`` says what was seen in one clause; ``trials`` keeps every trial (the same
+    dicts the capacity cache stores).
+    """
+
+    def __init__(self, message: str, measured: str, trials: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.measured = measured
+        self.trials = trials
+
+
+def calibration_failed(trials: list[dict[str, Any]], senders: int) -> CalibrationError:
+    """The one-line error for a ramp that held nothing: what was measured, what to do."""
+    best = max(trials, key=lambda t: (t.get("delivered_fraction", 0.0),
+                                      -t.get("completion_s", 0.0)), default={})
+    seen = ""
+    if best:
+        seen = (f"; best of {len(trials)} tries: {100 * best.get('delivered_fraction', 0):.1f}% "
+                f"of the bytes, in {best.get('completion_s', 0):.2f} s for "
+                f"{best.get('ideal_s', TRIAL_S):g} s of traffic")
+    measured = (f"this machine could not hold even {RAMP_MBPS[0]:g} Mb/s per sender in the "
+                f"capacity calibration ({senders} cross-rail senders{seen})")
+    return CalibrationError(
+        f"{measured}, so the fidelity guard cannot vouch for any run here. Stop other "
+        "CPU-heavy jobs and try again, or pass --force to run without the guard (the report "
+        "will say so).", measured, trials)
 
 
 def cache_path() -> str:
@@ -110,8 +143,7 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dic
                       (hosts[half + i], hosts[(i + 1) % half])]
         best, trials = ramp(lambda rate: _trial(lab, plan, pairs, rate, log))
         if best is None:
-            raise CapacityError(f"this machine could not hold even {RAMP_MBPS[0]} Mb/s per "
-                                f"sender: {trials}")
+            raise calibration_failed(trials, len(pairs))
         capacity = {
             "key": machine_key(),
             "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

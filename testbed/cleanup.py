@@ -6,7 +6,8 @@ and the interfaces it made in the root namespace. A normal exit removes all of
 that and the record. If the process was killed (``kill -9``, a crash, a closed
 terminal), ``astral-lab clean`` reads the leftover records and removes what they
 name, then sweeps for anything tagged as ours that has no record (bridges carry
-``external_ids:astral-lab-run``; controllers run with ``--run-id``).
+``external_ids:astral-lab-run``; controllers run with ``--run-id``; scratch
+folders are named ``astral-lab-<run id>-p<owner pid>-*``, see ``make_scratch``).
 
 Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
 not the lab's.
@@ -18,15 +19,24 @@ import contextlib
 import glob
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Callable, Collection
 from typing import Any
 
 from testbed.plan import write_json_atomic
 
 STATE_DIR = os.environ.get("ASTRAL_LAB_STATE_DIR", "/run/astral-lab")
 BRIDGE_TAG = "astral-lab-run"
+#: A run's scratch folder: ``astral-lab-<run id>-p<owner pid>-<mkdtemp suffix>``. Folders
+#: made before the pid was part of the name lack the ``p<pid>-`` part.
+SCRATCH_RE = re.compile(r"astral-lab-([0-9a-f]{10})-(?:p([0-9]+)-)?[a-z0-9_]{8}")
+#: Marker file in a scratch folder whose run was started with ASTRAL_LAB_KEEP_LOGS set.
+KEEP_MARK = "KEEP_LOGS"
 
 
 def record_path(run_id: str) -> str:
@@ -40,6 +50,85 @@ def write_record(run_id: str, record: dict[str, Any]) -> None:
 def drop_record(run_id: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(record_path(run_id))
+
+
+def keep_logs() -> bool:
+    """True when ASTRAL_LAB_KEEP_LOGS asks for run folders (logs, plan) to be kept."""
+    return bool(os.environ.get("ASTRAL_LAB_KEEP_LOGS"))
+
+
+def scratch_root() -> str:
+    """Where runs make their scratch folders (the system temporary directory)."""
+    return tempfile.gettempdir()
+
+
+def make_scratch(run_id: str) -> str:
+    """Create a run's scratch folder, named for the run id and this (owner) process.
+
+    The name alone tells ``clean`` whose folder it is and whether its owner still
+    lives, with no window in which a live run's folder looks orphaned (the run
+    record is written just after). With ASTRAL_LAB_KEEP_LOGS set the folder is
+    marked, so neither the run's own exit nor a later ``clean`` removes it.
+    """
+    path = tempfile.mkdtemp(prefix=f"astral-lab-{run_id}-p{os.getpid()}-", dir=scratch_root())
+    if keep_logs():
+        with open(os.path.join(path, KEEP_MARK), "w", encoding="utf-8") as f:
+            f.write("kept because ASTRAL_LAB_KEEP_LOGS was set when the run started\n")
+    return path
+
+
+def scratch_owner(path: str) -> tuple[str, int | None] | None:
+    """``(run id, owner pid or None)`` of a scratch folder's name; None if not one of ours."""
+    m = SCRATCH_RE.fullmatch(os.path.basename(os.path.normpath(path)))
+    if m is None:
+        return None
+    return m.group(1), (int(m.group(2)) if m.group(2) else None)
+
+
+def scratch_kept(path: str) -> bool:
+    """True when the folder's run, or this process, asked for logs to be kept."""
+    return keep_logs() or os.path.exists(os.path.join(path, KEEP_MARK))
+
+
+def drop_scratch(path: str, log: Callable[[str], None] | None = None) -> bool:
+    """Remove one run's scratch folder unless its logs are to be kept; True if removed.
+
+    Only a folder whose name is a scratch folder's is removed, so a damaged run
+    record can never point ``rmtree`` elsewhere.
+    """
+    if not path or scratch_owner(path) is None or not os.path.isdir(path):
+        return False
+    if scratch_kept(path):
+        if log:
+            log(f"logs kept in {path}")
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.exists(path)
+
+
+def stale_scratch(live_runs: Collection[str]) -> list[str]:
+    """Scratch folders in ``scratch_root()`` whose run is not alive.
+
+    Alive means: the run id belongs to a live run record, or the owner pid in the
+    folder's name is a running process (a concurrent run, possibly still before
+    its record is written). Folders from before the pid was in the name are
+    judged by their run record alone.
+    """
+    root = scratch_root()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    stale = []
+    for entry in entries:
+        owner = scratch_owner(entry.name)
+        if owner is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        run_id, pid = owner
+        if run_id in live_runs or (pid is not None and _alive(pid)):
+            continue
+        stale.append(os.path.join(root, entry.name))
+    return sorted(stale)
 
 
 def run(cmd: list[str], stdin: str | None = None, check: bool = False,
@@ -178,8 +267,17 @@ def our_processes() -> list[int]:
 
 def clean(verbose: bool = True) -> dict[str, int]:
     """Remove every leftover of crashed lab runs. Safe to run any time; returns what it did."""
-    done = {"records": 0, "processes": 0, "bridges": 0, "links": 0}
+    done = {"records": 0, "processes": 0, "bridges": 0, "links": 0, "scratch": 0,
+            "kept": 0}
     live_runs: set[str] = set()
+    kept: list[str] = []
+
+    def scratch(path: str) -> None:
+        if drop_scratch(path):
+            done["scratch"] += 1
+        elif os.path.isdir(path) and scratch_owner(path) and path not in kept:
+            kept.append(path)
+
     for path in sorted(glob.glob(os.path.join(STATE_DIR, "*.json"))):
         try:
             with open(path, encoding="utf-8") as f:
@@ -204,6 +302,7 @@ def clean(verbose: bool = True) -> dict[str, int]:
         done["bridges"] += len(rec.get("bridges", []))
         done["links"] += len(rec.get("links", []))
         done["records"] += 1
+        scratch(rec.get("workdir") or "")
         with contextlib.suppress(FileNotFoundError):  # another clean() got there first
             os.unlink(path)
     # Sweep: anything tagged as ours whose run is not alive.
@@ -220,10 +319,26 @@ def clean(verbose: bool = True) -> dict[str, int]:
     from testbed import faults  # late import: faults imports this module
 
     done["processes"] += faults.cleanup_faults(keep_runs=live_runs)["processes"]
+    for path in stale_scratch(live_runs):  # folders of dead runs whose record is gone
+        scratch(path)
+    done["kept"] = len(kept)
     if verbose:
         print("astral-lab clean: removed {records} run record(s), {processes} process(es), "
-              "{bridges} bridge(s), {links} interface(s)".format(**done))
+              "{bridges} bridge(s), {links} interface(s), {scratch} scratch folder(s)"
+              .format(**done))
+        if kept:
+            print(f"kept {len(kept)} scratch folder(s) of finished runs (ASTRAL_LAB_KEEP_LOGS): "
+                  + " ".join(kept))
     return done
+
+
+def _records() -> list[dict[str, Any]]:
+    """Every readable run record."""
+    out = []
+    for path in glob.glob(os.path.join(STATE_DIR, "*.json")):
+        with contextlib.suppress(OSError, ValueError), open(path, encoding="utf-8") as f:
+            out.append(json.load(f))
+    return out
 
 
 def _looks_like_ours(pid: int) -> bool:
@@ -259,6 +374,9 @@ def leftovers(plan: Any) -> list[str]:
         if "controllers.run" in argv and int(pid) != os.getpid():
             found.append(f"controller process pid {pid}")
     found += [f"run record {r}" for r in glob.glob(os.path.join(STATE_DIR, "*.json"))]
+    live = {rec.get("run_id", "") for rec in _records()
+            if rec.get("owner_pid") and _alive(int(rec["owner_pid"]))}
+    found += [f"scratch folder {d}" for d in stale_scratch(live) if not scratch_kept(d)]
     from testbed import faults
 
     found += [f"fault process pid {p}" for p in faults.fault_processes()]

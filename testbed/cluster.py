@@ -940,8 +940,9 @@ class ClusterLab(Lab):
             raise preflight.LabError(f"ip link set {intf} {state} on {node}: {out.strip()}")
 
     # --- teardown ----------------------------------------------------------------------
-    def stop(self) -> None:
-        """Remove everything on every server. Idempotent; never raises for a half-built lab.
+    def _teardown(self) -> None:
+        """Remove everything on every server (``Lab.stop`` then drops the scratch folder
+        and the lock). Never raises for a half-built lab.
 
         Mininet's ``net.stop()`` removes links, tunnels, bridges and shells on every
         server; then each server gets one sweep (bridges, this run's QoS rows, root
@@ -969,8 +970,6 @@ class ClusterLab(Lab):
             cleanup.wait_gone(self._record.get("host_links", []), timeout=10)
             cleanup.drop_record(self.run_id)
             self._record = {}
-        self._drop_workdir()
-        self._release_lock()
 
     def _sweep_script(self, bridges: list[str], intfs: list[str]) -> str:
         delbr = " ".join(f"-- --if-exists del-br {b}" for b in bridges)

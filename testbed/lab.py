@@ -30,13 +30,11 @@ import ctypes
 import fcntl
 import json
 import os
-import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -47,7 +45,7 @@ from typing import Any
 
 from controllers.client import ControllerClient
 from testbed import cleanup, ovsbuf, preflight
-from testbed.mntopo import OF_PROTOCOLS
+from testbed.mntopo import HTB_QUANTUM, OF_PROTOCOLS
 from testbed.plan import Link, WiringPlan
 
 
@@ -131,6 +129,27 @@ def in_netns(pid: int) -> Iterator[None]:
 LOCK_PATH = "/run/astral-lab.lock"
 
 
+def lock_holder(f: Any) -> str | None:
+    """PID holding the flock on ``f``'s file, from ``/proc/locks`` (None if not found).
+
+    The file itself names the last lab process that wrote its pid into it, which may be
+    stale: a holder that writes none (``flock /run/astral-lab.lock mn -c``) leaves the
+    previous pid there, possibly this very process's, which must not be mistaken for
+    "this process already holds the lock".
+    """
+    try:
+        st = os.fstat(f.fileno())
+        want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        with open("/proc/locks") as fh:
+            for line in fh:  # "1: FLOCK  ADVISORY  WRITE <pid> <maj:min:inode> 0 EOF"
+                parts = line.split()  # waiters read "1: -> FLOCK ..." and are skipped
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == want:
+                    return parts[4]
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def fabric_lock(log: Callable[[str], None]) -> Any:
     """Take the machine's fabric lock (an flock, released when the process dies).
 
@@ -151,7 +170,7 @@ def fabric_lock(log: Callable[[str], None]) -> Any:
             break
         except BlockingIOError:
             f.seek(0)
-            owner = f.read().strip() or "?"
+            owner = lock_holder(f) or f.read().strip() or "?"
             if time.monotonic() >= deadline or owner == str(os.getpid()):
                 f.close()
                 raise preflight.LabError(
@@ -192,7 +211,7 @@ def htb_commands(dev: str, mbps: float, prefix: str = "", lossless: bool = True)
     cmds = [
         f"{prefix}qdisc add dev {dev} root handle 5:0 htb default 1",
         f"{prefix}class add dev {dev} parent 5:0 classid 5:1 htb rate {mbps:g}Mbit burst 15k "
-        "quantum 1514",
+        f"quantum {HTB_QUANTUM}",
     ]
     if lossless:
         cmds.append(f"{prefix}qdisc add dev {dev} parent 5:1 handle 10: pfifo limit "
@@ -301,6 +320,9 @@ class Lab:
             except BaseException:
                 self._release_lock()
                 raise
+        # bring-up time starts once the machine is ours: waiting for another fabric is not it
+        self.timings["lock_wait"] = time.monotonic() - t0
+        t0 = time.monotonic()
         self.preflight = pf
         self.datapath = pf.datapath
         for w in pf.warnings:
@@ -376,7 +398,7 @@ class Lab:
                  f"so {n} hosts can all resolve each other (machine-wide, not reverted)")
 
     def _begin_record(self) -> None:
-        self.workdir = tempfile.mkdtemp(prefix=f"astral-lab-{self.run_id}-")
+        self.workdir = cleanup.make_scratch(self.run_id)
         self._record = {"run_id": self.run_id, "owner_pid": os.getpid(), "pids": [],
                         "bridges": [], "links": [], "workdir": self.workdir,
                         "topology": self.plan.topology, "started": time.time()}
@@ -785,11 +807,23 @@ class Lab:
     def stop(self) -> None:
         """Remove everything this Lab made. Idempotent; never raises for a half-built lab.
 
-        Order matters for speed: bridges first (OVS lets go of the ports), then the
-        host shells are killed (the kernel tears their namespaces down, taking the
-        host links with them, in one batch), then the switch-to-switch veths are
-        deleted, and finally we wait until the host links are really gone so a
-        caller can rebuild at once.
+        The fabric first (``_teardown``), then the scratch folder and the fabric lock,
+        whatever happened before (a failing step, a second Ctrl-C during teardown).
+        """
+        try:
+            self._teardown()
+        finally:
+            self._drop_workdir()
+            self.net = None
+            self._release_lock()
+
+    def _teardown(self) -> None:
+        """Controller, host shells, veths, bridges, QoS rows, run record.
+
+        Order matters for speed: the host shells are killed (the kernel tears their
+        namespaces down, taking the host links with them, in one batch), then the
+        switch-to-switch veths are deleted, we wait until the host links are really
+        gone so a caller can rebuild at once, and the bridges go in one transaction.
         """
         if self.controller_proc is not None:
             cleanup.kill_pids([self.controller_proc.pid])
@@ -816,17 +850,15 @@ class Lab:
                                 if run == self.run_id])
             cleanup.drop_record(self.run_id)
             self._record = {}
-        self._drop_workdir()
-        self.net = None
-        self._release_lock()
 
     def _drop_workdir(self) -> None:
-        """Remove the run's scratch folder (logs, specs), unless ASTRAL_LAB_KEEP_LOGS is set."""
-        if self.workdir and os.path.isdir(self.workdir):
-            if os.environ.get("ASTRAL_LAB_KEEP_LOGS"):
-                self.log(f"logs kept in {self.workdir}")
-            else:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+        """Remove the run's scratch folder (logs, specs), unless ASTRAL_LAB_KEEP_LOGS is set.
+
+        The run record goes first (``_teardown``), so a kill between the two leaves a
+        folder that ``astral-lab clean`` still recognises by its name.
+        """
+        if self.workdir:
+            cleanup.drop_scratch(self.workdir, self.log)
 
 
 class _RootIntf:

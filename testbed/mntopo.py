@@ -10,7 +10,8 @@ datapath (kernel OVS where the module is loaded, userspace otherwise), the
 OpenFlow versions the controller needs (1.3 and 1.5), explicit DPIDs and port
 numbers from the wiring plan, and links that shape to the plan's emulated rate
 with checksum offload off when the datapath is userspace (otherwise ping works
-and every TCP flow stalls). So ``mn`` needs no ``--switch``/``--link`` flags.
+and every TCP flow stalls), with an explicit HTB quantum (see ``HTB_QUANTUM``).
+So ``mn`` needs no ``--switch``/``--link`` flags.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if __name__ != "testbed.mntopo":
     _here = inspect.currentframe().f_code.co_filename  # type: ignore[union-attr]
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(_here))))
 
-from mininet.link import TCLink, TCULink  # noqa: E402
+from mininet.link import TCIntf, TCLink, TCULink  # noqa: E402
 from mininet.node import OVSSwitch  # noqa: E402
 from mininet.topo import Topo  # noqa: E402
 
@@ -34,6 +35,20 @@ from testbed.plan import WiringPlan  # noqa: E402
 from testbed.topologies import BUILDERS, build  # noqa: E402
 
 OF_PROTOCOLS = "OpenFlow13,OpenFlow15"
+
+#: Bytes an HTB class may send per round: one full frame. Without it HTB uses rate / r2q
+#: (r2q = 10), which at the lab's tens of Mb/s is far above the kernel's sane range, so
+#: every shaped interface makes tc print "quantum of class ... is big" (Mininet shows it
+#: as ``*** Error``). One class per interface, so the quantum only sets the round size.
+HTB_QUANTUM = 1514
+
+
+class QuantumTCIntf(TCIntf):
+    """Mininet's ``TCIntf`` whose HTB class carries ``quantum HTB_QUANTUM`` (as the Lab's)."""
+
+    def bwCmds(self, *args: Any, **kwargs: Any) -> tuple[list[str], str]:  # noqa: N802
+        cmds, parent = super().bwCmds(*args, **kwargs)
+        return [f"{c} quantum {HTB_QUANTUM}" if " htb rate " in c else c for c in cmds], parent
 
 
 def kernel_ovs_available() -> bool:
@@ -67,7 +82,7 @@ class PlanTopo(Topo):
         for link in plan.links:
             opts: dict[str, Any] = {"port1": link.a_port, "port2": link.b_port}
             if shape:
-                opts.update(cls=link_cls, bw=link.mbps)
+                opts.update(cls=link_cls, bw=link.mbps, cls1=QuantumTCIntf, cls2=QuantumTCIntf)
             elif dp == "user":
                 opts.update(cls=TCULink)
             self.addLink(link.a, link.b, **opts)

@@ -75,6 +75,7 @@ from typing import Any
 
 from testbed import cleanup
 from testbed.lab import queue_packets, root_ends
+from testbed.mntopo import HTB_QUANTUM
 from testbed.plan import WiringPlan
 from testbed.preflight import LabError
 from traffic.kernels import TRAFFIC_CLASSES
@@ -160,7 +161,7 @@ def isolation_commands(dev: str, mbps: float, lossless: bool = True, *, prefix: 
     """
     _check(dev, mbps, bulk_floor)
     dsfield = f"0x{decode_dscp << 2:02x}"
-    burst = "burst 15k quantum 1514"
+    burst = f"burst 15k quantum {HTB_QUANTUM}"
     return [
         f"{prefix}class add dev {dev} parent {LINK_CLASS} classid {DECODE_CLASS} htb "
         f"rate {_rate(mbps * (1 - bulk_floor))} ceil {_rate(mbps)} prio 0 {burst}",

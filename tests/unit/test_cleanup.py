@@ -7,20 +7,30 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
-from testbed import cleanup
+from testbed import cleanup, faults
 
 
 @pytest.fixture
-def state_dir(tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Records in a private folder, and no machine-wide sweep: a unit test must never touch
-    a real lab that happens to run on this machine (the sweep has integration tests)."""
-    d = str(tmp_path)
+def state_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Records and scratch folders in private folders, and no machine-wide sweep: a unit
+    test must never touch a real lab that happens to run on this machine (QoS rows, fault
+    leftovers in its hosts, its /tmp folders; the sweep has integration tests)."""
+    d = str(tmp_path / "state")
+    os.makedirs(d)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     monkeypatch.setattr(cleanup, "STATE_DIR", d)
+    monkeypatch.setattr(cleanup, "scratch_root", lambda: str(scratch))
     monkeypatch.setattr(cleanup, "tagged_bridges", lambda: {})
+    monkeypatch.setattr(cleanup, "tagged_qos", lambda: {})
     monkeypatch.setattr(cleanup, "our_processes", lambda: [])
+    monkeypatch.setattr(faults, "cleanup_faults",
+                        lambda **_kw: {"namespaces": 0, "processes": 0})
+    monkeypatch.delenv("ASTRAL_LAB_KEEP_LOGS", raising=False)
     return d
 
 
@@ -29,11 +39,29 @@ def _spawn(*argv: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
 
 
-def _record(state_dir: str, run_id: str, pids: list[int], owner: int = 999999999) -> str:
+def _record(state_dir: str, run_id: str, pids: list[int], owner: int = 999999999,
+            workdir: str = "") -> str:
     path = os.path.join(state_dir, f"{run_id}.json")
     with open(path, "w") as f:
         json.dump({"run_id": run_id, "owner_pid": owner, "pids": pids, "bridges": [],
-                   "links": [], "host_links": []}, f)
+                   "links": [], "host_links": [], "workdir": workdir}, f)
+    return path
+
+
+def _dead_pid() -> int:
+    """The PID of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _scratch(name: str, kept: bool = False) -> str:
+    path = os.path.join(cleanup.scratch_root(), name)
+    os.makedirs(path)
+    with open(os.path.join(path, "controller.log"), "w") as f:
+        f.write("log\n")
+    if kept:
+        open(os.path.join(path, cleanup.KEEP_MARK), "w").close()
     return path
 
 
@@ -85,3 +113,92 @@ def test_run_reports_a_missing_program_as_exit_127() -> None:
     assert proc.returncode == 127
     with pytest.raises(RuntimeError, match="not found"):
         cleanup.run(["astral-lab-no-such-program"], check=True)
+
+
+def test_scratch_folder_names_carry_run_id_and_owner_pid(state_dir: str) -> None:
+    path = cleanup.make_scratch("0123456789")
+    assert os.path.dirname(path) == cleanup.scratch_root()
+    assert cleanup.scratch_owner(path) == ("0123456789", os.getpid())
+    assert not os.path.exists(os.path.join(path, cleanup.KEEP_MARK))
+    assert cleanup.scratch_owner("/tmp/astral-lab-0123456789-abcd_123") == ("0123456789", None)
+    for other in ("astral-lab-ops-0123456789.sqlite", "astral-lab-xyz", "astral-sender-1234"):
+        assert cleanup.scratch_owner(other) is None
+
+
+def test_clean_removes_scratch_folders_of_dead_runs_only(state_dir: str) -> None:
+    """kill -9 leaves a run's folder in /tmp: clean removes it (recorded or not), and keeps
+    the folder of a live run, even one whose record is not written yet."""
+    dead = _dead_pid()
+    recorded = _scratch(f"astral-lab-aaaaaaaaaa-p{dead}-x1y2z3w4")
+    _record(state_dir, "aaaaaaaaaa", [], owner=dead, workdir=recorded)
+    orphan = _scratch(f"astral-lab-bbbbbbbbbb-p{dead}-q1w2e3r4")  # record already gone
+    legacy = _scratch("astral-lab-cccccccccc-abcdefgh")  # name without the owner pid
+    live_rec = _scratch(f"astral-lab-dddddddddd-p{os.getppid()}-a1b2c3d4")
+    _record(state_dir, "dddddddddd", [], owner=os.getppid(), workdir=live_rec)
+    starting = _scratch(f"astral-lab-eeeeeeeeee-p{os.getppid()}-e5f6g7h8")  # no record yet
+    legacy_live = _scratch("astral-lab-ffffffffff-zzzzzzzz")
+    _record(state_dir, "ffffffffff", [], owner=os.getppid(), workdir=legacy_live)
+    stranger = _scratch("astral-lab-notours")
+    done = cleanup.clean(verbose=False)
+    assert done["scratch"] == 3
+    for path in (recorded, orphan, legacy):
+        assert not os.path.exists(path), path
+    for path in (live_rec, starting, legacy_live, stranger):
+        assert os.path.isdir(path), path
+
+
+def test_clean_keeps_scratch_folders_when_logs_are_kept(state_dir: str,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    dead = _dead_pid()
+    marked = _scratch(f"astral-lab-aaaaaaaaaa-p{dead}-x1y2z3w4", kept=True)
+    plain = _scratch(f"astral-lab-bbbbbbbbbb-p{dead}-q1w2e3r4")
+    monkeypatch.setenv("ASTRAL_LAB_KEEP_LOGS", "1")
+    done = cleanup.clean(verbose=True)
+    assert os.path.isdir(marked) and os.path.isdir(plain)
+    assert done["scratch"] == 0 and done["kept"] == 2
+    assert "kept 2 scratch folder(s)" in capsys.readouterr().out
+    monkeypatch.delenv("ASTRAL_LAB_KEEP_LOGS")
+    done = cleanup.clean(verbose=False)  # a run started with KEEP_LOGS stays marked
+    assert os.path.isdir(marked) and not os.path.exists(plain)
+    assert done["scratch"] == 1 and done["kept"] == 1
+
+
+def test_a_damaged_record_cannot_point_clean_elsewhere(state_dir: str, tmp_path: Any) -> None:
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    _record(state_dir, "aaaaaaaaaa", [], workdir=str(precious))
+    cleanup.clean(verbose=False)
+    assert precious.is_dir()
+
+
+def test_keep_logs_at_start_marks_the_folder(state_dir: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASTRAL_LAB_KEEP_LOGS", "1")
+    path = cleanup.make_scratch("0123456789")
+    monkeypatch.delenv("ASTRAL_LAB_KEEP_LOGS")
+    assert cleanup.scratch_kept(path)
+    assert not cleanup.drop_scratch(path) and os.path.isdir(path)
+
+
+def test_lab_scratch_folder_goes_even_when_teardown_fails(state_dir: str,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A teardown step that raises (or a second Ctrl-C in it) still removes the folder."""
+    from testbed.lab import Lab
+    from testbed.topologies import build
+
+    lab = Lab(build("astral3", servers=2, gpus=2), log=lambda _m: None)
+    lab._begin_record()
+    assert cleanup.scratch_owner(lab.workdir) == (lab.run_id, os.getpid())
+    assert os.path.dirname(lab.workdir) == cleanup.scratch_root()
+
+    def interrupted(_names: list[str]) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cleanup, "delete_links", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        lab.stop()
+    assert not os.path.exists(lab.workdir)
+    assert os.path.exists(cleanup.record_path(lab.run_id))  # left for `astral-lab clean`

@@ -119,13 +119,14 @@ def test_hosts_grouped_by_server() -> None:
     assert lay.host_row.names[:9] == [f"s0g{g}" for g in range(8)] + ["s1g0"]
 
 
-def test_256_gpu_astral3_is_fast(tmp_path: Path) -> None:
+def test_256_gpu_astral3_draws(tmp_path: Path) -> None:
+    """The largest fabric the lab brings up still draws (its time is printed, not asserted:
+    a shared machine's load would decide such an assertion)."""
     plan = build("astral3", servers=32, servers_per_block=8)
     out = tmp_path / "astral3-256.png"
     start = time.monotonic()
     draw_plan(plan, str(out))
-    elapsed = time.monotonic() - start
-    assert elapsed < 10.0, f"took {elapsed:.1f} s"
+    print(f"256-GPU astral3 drawn in {time.monotonic() - start:.1f} s")
     assert_good_png(out)
 
 

@@ -19,9 +19,18 @@ from typing import Any
 import pytest
 
 from controllers import client as client_module
+from controllers.api import AppAPI
 from controllers.client import ControllerClient, ControllerError
+from controllers.fabric import FabricLogic
 from controllers.flows import Flow
-from controllers.rest import ENDPOINTS, MAX_BODY_BYTES, ControllerAPI, make_server
+from controllers.rest import (
+    ENDPOINTS,
+    MAX_BODY_BYTES,
+    MAX_JSON_DEPTH,
+    ControllerAPI,
+    make_server,
+)
+from testbed.topologies import build
 
 
 class FakeAPI:
@@ -288,6 +297,28 @@ def test_bad_body_400(server: Any, api: FakeAPI, data: bytes, needle: str) -> No
     assert api.calls == []
 
 
+@pytest.mark.parametrize("data", [
+    b"[" * 100_000,                                      # unterminated: the parser's limit
+    b"[" * 5_000 + b"]" * 5_000,                         # well-formed, still far too deep
+    b'{"flows": ' + b"[" * 40 + b"]" * 40 + b"}",        # just past MAX_JSON_DEPTH
+])
+@pytest.mark.parametrize("method_path", [("POST", "/traffic"), ("PUT", "/lb")])
+def test_deeply_nested_body_400_not_500(server: Any, api: FakeAPI, client: ControllerClient,
+                                        data: bytes, method_path: tuple[str, str]) -> None:
+    """A RecursionError in the parser used to surface as a 500 "internal error"."""
+    status, _, body = raw(server, *method_path, body=data)
+    assert status == 400
+    assert body["error"] == f"invalid JSON: nested more than {MAX_JSON_DEPTH} levels deep"
+    assert api.calls == []
+    assert client.health()["status"] == "ok"  # and the server keeps serving
+
+
+def test_nesting_up_to_the_limit_is_accepted(server: Any, api: FakeAPI) -> None:
+    data = b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH
+    status, _, body = raw(server, "POST", "/traffic", body=data)
+    assert status == 200 and api.calls[0][0] == "post_traffic"
+
+
 @pytest.mark.parametrize(("query", "param"), [
     ("src=a&dst=b&sport=x", "sport"),
     ("src=a&dst=b&dport=70000", "dport"),
@@ -526,3 +557,90 @@ def test_wait_converged_raises_other_errors_at_once(client: ControllerClient,
         client.wait_converged(timeout=30, interval=0.01)
     assert info.value.status == 500
     assert api.count("health") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The real API's validation (controllers.api over controllers.fabric), through HTTP
+
+
+class LogicApp:
+    """What ``AppAPI`` uses of the os-ken app for ``/lb`` and ``/traffic``, over the real
+    ``FabricLogic`` (the decisions; no switches): so a body's field types are checked by
+    the code the controller runs."""
+
+    def __init__(self) -> None:
+        self.plan = build("astral3", servers=4, gpus=2)
+        self.logic = FabricLogic(self.plan)
+        self.lock = threading.RLock()
+        self.poll_interval = 1.0
+        self.flow_samples: dict[Any, Any] = {}
+
+    def set_lb(self, mode: str, **params: Any) -> None:
+        with self.lock:
+            self.logic.set_mode(mode, **params)
+
+    def set_traffic(self, flows: list[Flow], replace: bool = True) -> None:
+        with self.lock:
+            self.logic.set_flows(flows, replace=replace)
+
+
+@pytest.fixture
+def real_server() -> Iterator[Any]:
+    yield from _serve({"api": AppAPI(LogicApp())})
+
+
+@pytest.mark.parametrize(("options", "needle"), [
+    ({"hold": 1.5}, "hold must be an integer (got 1.5)"),
+    ({"hold": "3"}, "hold must be an integer (got '3')"),
+    ({"hold": True}, "hold must be an integer (got True)"),
+    ({"hold": 3.0}, "hold must be an integer (got 3.0)"),
+    ({"hold": None}, "hold must be an integer (got None)"),
+    ({"hold": -1}, "hold must be an integer >= 0"),
+    ({"threshold": True}, "threshold must be a number (got True)"),
+    ({"threshold": "0.7"}, "threshold must be a number"),
+    ({"hysteresis": [0.1]}, "hysteresis must be a number"),
+    ({"threshold": 2}, "threshold must be in (0, 1]"),
+])
+def test_put_lb_refuses_mistyped_options_and_changes_nothing(real_server: Any,
+                                                             options: dict[str, Any],
+                                                             needle: str) -> None:
+    body = json.dumps({"mode": "adaptive", **options}).encode()
+    status, _, answer = raw(real_server, "PUT", "/lb", body=body)
+    assert status == 400 and needle in answer["error"], answer
+    status, _, lb = raw(real_server, "GET", "/lb")
+    assert lb["mode"] == "ecmp" and lb["adaptive"] == {"threshold": 0.8, "hysteresis": 0.1,
+                                                       "hold": 3}
+
+
+def test_put_lb_takes_well_typed_options(real_server: Any) -> None:
+    body = b'{"mode": "adaptive", "hold": 5, "threshold": 1, "hysteresis": 0.25}'
+    status, _, lb = raw(real_server, "PUT", "/lb", body=body)
+    assert status == 200, lb
+    assert lb["mode"] == "adaptive"
+    assert lb["adaptive"] == {"threshold": 1, "hysteresis": 0.25, "hold": 5}
+
+
+@pytest.mark.parametrize("field", ["sport", "dport", "qp", "bytes"])
+@pytest.mark.parametrize("value", [1.5, "49153", True, None, [1], 2.0])
+def test_post_traffic_refuses_non_integer_fields(real_server: Any, field: str,
+                                                 value: Any) -> None:
+    flow = {"src": "s0g0", "dst": "s3g1", "sport": 49153, "dport": 4791, "bytes": 1024,
+            field: value}
+    body = json.dumps({"flows": [flow]}).encode()
+    status, _, answer = raw(real_server, "POST", "/traffic", body=body)
+    assert status == 400, answer
+    assert f"flows[0].{field} must be an integer" in answer["error"]
+    assert raw(real_server, "GET", "/traffic")[2]["flows"] == []
+
+
+@pytest.mark.parametrize("value", [1, "true", None])
+def test_post_traffic_replace_must_be_a_bool(real_server: Any, value: Any) -> None:
+    body = json.dumps({"flows": [], "replace": value}).encode()
+    status, _, answer = raw(real_server, "POST", "/traffic", body=body)
+    assert status == 400 and "replace must be true or false" in answer["error"]
+
+
+def test_post_traffic_well_typed_flow_is_taken(real_server: Any) -> None:
+    body = b'{"flows": [{"src": "s0g0", "dst": "s3g1", "qp": 7, "bytes": 1024}]}'
+    status, _, answer = raw(real_server, "POST", "/traffic", body=body)
+    assert status == 200 and answer["flows"][0]["sport"] == 49152 + 7

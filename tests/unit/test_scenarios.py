@@ -258,3 +258,128 @@ def test_link_loads_from_counters() -> None:
     assert stats["max_over_mean"] == pytest.approx(len(rows))
     spines = common.bytes_per_node(rows, "spine")
     assert sum(spines.values()) == 0  # the bytes went up, not down from a spine
+
+
+# --- a machine too slow to calibrate, --force without a guard --------------------------------
+class _FakeLab:
+    """Just what ``Run.lab`` and ``Run.guard`` read of a running Lab."""
+
+    def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
+        self.plan, self.lb, self.datapath = plan, kw.get("lb", "ecmp"), "fake"
+        self.timings = {"total": 0.0}
+
+    def __enter__(self) -> _FakeLab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+SLOW = [{"rate_mbps_per_sender": 5.0, "held": False, "delivered_fraction": 0.62,
+         "completion_s": 2.9, "ideal_s": 1.5, "attempt": 1},
+        {"rate_mbps_per_sender": 5.0, "held": False, "delivered_fraction": 0.71,
+         "completion_s": 3.4, "ideal_s": 1.5, "attempt": 2}]
+
+
+@pytest.fixture
+def slow_machine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Calibration fails as on a machine that cannot hold the lowest rate; no fabric."""
+    import testbed.cluster
+
+    calls: list[str] = []
+
+    def calibrate(log: Any = print, **_kw: Any) -> dict[str, Any]:
+        calls.append("calibrate")
+        raise fidelity.calibration_failed(SLOW, senders=8)
+
+    monkeypatch.setattr(fidelity, "calibrate", calibrate)
+    monkeypatch.setattr(fidelity, "load_cached", lambda: None)
+    monkeypatch.setattr(testbed.cluster, "make_lab", _FakeLab)
+    return calls
+
+
+@pytest.fixture
+def guarded() -> Any:
+    """A scenario with two fabrics and one guarded traffic phase on each (as the demo)."""
+    @scenario("toy-guarded", "two fabrics, one guarded phase each", Param("n", 1, "n"))
+    def toy_fn(run: Run) -> None:
+        for topo in ("astral3", "rail3"):
+            plan = build(topo, servers=2, gpus=4, scale=1e-5)
+            with run.lab(plan) as lab:
+                v = run.guard(lab, common.permutation_flows(plan, 1_000_000, qps=2), topo)
+                # scenarios put the margin in rows and report text
+                run.row(fabric=topo, measured=1.0, margin=f"{v['margin']:.2f}x",
+                        thin=v["margin"] < 2)
+                run.stage(f"{topo} done")
+
+    yield toy_fn
+    base.REGISTRY.pop("toy-guarded", None)
+
+
+def test_calibration_failure_is_one_line_with_what_was_measured() -> None:
+    exc = fidelity.calibration_failed(SLOW, senders=8)
+    text = str(exc)
+    assert "\n" not in text
+    assert text.startswith("this machine could not hold even 5 Mb/s per sender")
+    assert "8 cross-rail senders; best of 2 tries: 71.0% of the bytes, in 3.40 s for " \
+           "1.5 s of traffic" in text
+    assert "pass --force to run without the guard" in text
+    assert isinstance(exc, fidelity.CapacityError) and exc.trials == SLOW
+    assert exc.measured in text and "--force" not in exc.measured
+
+
+def test_calibrate_raises_the_one_line_error_and_caches_nothing(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import testbed.lab
+
+    monkeypatch.setenv("ASTRAL_LAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(testbed.lab, "Lab", _FakeLab)
+    slow = iter(SLOW * fidelity.ATTEMPTS)
+    monkeypatch.setattr(fidelity, "_trial", lambda *_a: dict(next(slow)))
+    with pytest.raises(fidelity.CalibrationError, match="could not hold even 5 Mb/s") as info:
+        fidelity.calibrate(log=lambda _m: None)
+    assert len(info.value.trials) == fidelity.ATTEMPTS
+    assert not os.path.exists(fidelity.cache_path())  # a busy moment must not stick
+
+
+def test_failed_calibration_stops_the_run_and_keeps_nothing(results: Any, guarded: Any,
+                                                            slow_machine: list[str]) -> None:
+    with pytest.raises(fidelity.CalibrationError, match="--force"):
+        guarded(log=lambda _m: None)
+    assert not os.path.exists(results) or os.listdir(results) == []
+
+
+def test_forced_run_without_calibration_goes_ahead_unguarded(results: Any, guarded: Any,
+                                                             slow_machine: list[str]) -> None:
+    said: list[str] = []
+    res = guarded(force=True, log=said.append)
+    assert not res.path.endswith(".partial") and [r["fabric"] for r in res.rows] == \
+        ["astral3", "rail3"]
+    assert slow_machine == ["calibrate"]  # not tried again for the second fabric
+    config = json.loads(_read(res.path, "config.json"))
+    assert config["fidelity_guard"]["on"] is False
+    assert "could not hold even 5 Mb/s" in config["fidelity_guard"]["reason"]
+    assert [v["verdict"] for v in config["fidelity"]] == ["unguarded", "unguarded"]
+    assert all(v["margin"] is None and v["offered_hop_pps"] > 0 for v in config["fidelity"])
+    assert [(r["margin"], r["thin"]) for r in res.rows] == [("nanx", False)] * 2
+    report = _read(res.path, "REPORT.md")
+    assert "**Fidelity guard OFF** (--force): this machine could not hold even 5 Mb/s" in report
+    assert "None of the 2 traffic phase(s) was checked" in report
+    assert sum("fidelity guard off" in m for m in said) >= 1
+    assert any(m.startswith("WARNING: this run had the fidelity guard off") for m in said)
+
+
+def test_refused_guard_keeps_the_partial_folder(results: Any, guarded: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import testbed.cluster
+
+    monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 10})
+    monkeypatch.setattr(fidelity, "load_cached", lambda: {"hop_pps": 10, "measured": "x"})
+    monkeypatch.setattr(testbed.cluster, "make_lab", _FakeLab)
+    with pytest.raises(fidelity.CapacityError, match="would measure the CPU") as info:
+        guarded(log=lambda _m: None)
+    (partial,) = os.listdir(results)
+    assert partial.endswith("-toy-guarded.partial")
+    assert "stopped by an error: CapacityError" in _read(results, partial, "INTERRUPTED.md")
+    assert info.value.__notes__ == [f"partial results kept in {results / partial}/ "
+                                    "(INTERRUPTED.md: what had finished)"]

@@ -12,7 +12,7 @@ import pytest
 
 from testbed import preflight
 from testbed.lab import Reachability, _fping_unreached, htb_commands, queue_packets
-from testbed.mntopo import OF_PROTOCOLS, PlanTopo, choose_datapath
+from testbed.mntopo import HTB_QUANTUM, OF_PROTOCOLS, PlanTopo, choose_datapath
 from testbed.topologies import build
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -39,6 +39,25 @@ def test_plan_topo_is_exactly_the_plan() -> None:
         assert ports == {link.a: link.a_port, link.b: link.b_port}
         assert info["bw"] == link.mbps
         assert info["cls"].__name__ == "TCULink"  # offloads off for the userspace datapath
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1e-4, 2.5e-3])
+def test_plan_topo_htb_classes_carry_a_quantum_the_kernel_accepts(scale: float) -> None:
+    """Mininet's own HTB class (``TCIntf.bwCmds``) leaves the quantum at rate / r2q, which
+    the kernel flags as "big" above 200,000 bytes (and "small" under 1,000): every shaped
+    link then printed a ``*** Error: Warning: sch_htb: quantum ...`` line under `mn`."""
+    plan = build("astral3", servers=4, gpus=2, scale=scale)
+    topo = PlanTopo(plan, datapath="user")
+    assert 1000 <= HTB_QUANTUM <= 200_000
+    for _a, _b, info in topo.links(withInfo=True):
+        for side in ("cls1", "cls2"):
+            intf = object.__new__(info[side])  # bwCmds needs no live interface
+            cmds, parent = intf.bwCmds(bw=info["bw"])
+            classes = [c for c in cmds if " class add " in c]
+            assert len(classes) == 1 and parent == " parent 5:1 "
+            assert classes[0].split()[-2:] == ["quantum", str(HTB_QUANTUM)], classes[0]
+    assert all(c.split()[-2:] == ["quantum", str(HTB_QUANTUM)]
+               for c in htb_commands("x-eth1", 40.0) if " class " in f" {c} ")
 
 
 def test_datapath_choice() -> None:
