@@ -35,8 +35,25 @@ def state_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _spawn(*argv: str) -> subprocess.Popen[bytes]:
-    """A sleeping Python process whose command line ends with ``argv`` (how ps sees it)."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    """A sleeping Python process whose command line ends with ``argv`` (how ps sees it).
+
+    Returns once the kernel shows that command line: until the child has exec'd, its
+    /proc entry still reads like the parent's, and a busy machine can take a while.
+    """
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    want = "\0".join(argv).encode()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+                if f.read().rstrip(b"\0").endswith(want):
+                    return p
+        except OSError:
+            pass
+        time.sleep(0.01)
+    p.kill()
+    p.wait()
+    raise AssertionError(f"spawned process never showed command line {argv}")
 
 
 def _record(state_dir: str, run_id: str, pids: list[int], owner: int = 999999999,
@@ -66,7 +83,9 @@ def _scratch(name: str, kept: bool = False) -> str:
 
 
 def _gone(proc: subprocess.Popen[bytes]) -> bool:
-    for _ in range(100):
+    """Polls with a generous deadline: returns as soon as the process is gone."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
         if proc.poll() is not None:
             return True
         time.sleep(0.02)
