@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from testbed.plan import Link, WiringPlan
@@ -135,3 +136,220 @@ def real_time_factor(plan: WiringPlan) -> float:
     bytes takes 1/scale as long: real time = emulated time x scale.
     """
     return plan.scale
+
+
+# --- distributions and ideals ------------------------------------------------------------
+def distribution(values: list[float]) -> dict[str, Any]:
+    """``draws``, ``median``, ``p25``, ``p75`` (and min/max) of figures from random draws.
+
+    A figure that depends on a hash or gating seed is one sample of a distribution; a
+    report quotes the distribution so one lucky or unlucky draw cannot pass for the fabric.
+    Quartiles interpolate linearly between order statistics (numpy's default).
+    """
+    import numpy as np
+
+    vals = np.asarray([float(v) for v in values if v is not None], dtype=float)
+    if vals.size == 0:
+        return {"draws": 0, "median": None, "p25": None, "p75": None, "min": None,
+                "max": None, "values": []}
+    p25, med, p75 = (float(x) for x in np.percentile(vals, [25, 50, 75]))
+    return {"draws": int(vals.size), "median": med, "p25": p25, "p75": p75,
+            "min": float(vals.min()), "max": float(vals.max()),
+            "values": [float(v) for v in vals]}
+
+
+def fmt_distribution(d: dict[str, Any], unit: str = "", digits: int = 2) -> str:
+    """``median [p25-p75], N=draws`` for tables and findings."""
+    if not d.get("draws"):
+        return "n/a"
+    f = f"{{:.{digits}f}}"
+    return (f"{f.format(d['median'])}{unit} [{f.format(d['p25'])}-{f.format(d['p75'])}], "
+            f"N={d['draws']}")
+
+
+def compare(measured: float | None, ideal: float | None, **extra: Any) -> dict[str, Any]:
+    """A ``summary.json`` entry: ``measured``, the model's ``ideal`` of the same quantity,
+    and ``ratio`` = measured / ideal (None when either is missing or the ideal is 0)."""
+    ratio = (measured / ideal) if measured is not None and ideal else None
+    return {"measured": measured, "ideal": ideal, "ratio": ratio, **extra}
+
+
+# --- hash draws, the model's distribution, and plots of both ------------------------------
+#: policies whose paths depend on a hash draw (adaptive starts from the ECMP hash)
+RANDOM_POLICIES = ("ecmp", "adaptive")
+#: a measured/ideal ratio outside this band gets a finding that says why
+RATIO_BAND = (0.7, 1.3)
+
+
+def shift_qps(flows: list[FlowSpec], offset: int) -> list[FlowSpec]:
+    """The same flows on other QPs, i.e. other UDP source ports: another ECMP hash draw.
+
+    Bytes, messages, starts and classes are kept; only the 5-tuple's entropy changes.
+    """
+    import dataclasses
+
+    from controllers.flows import sport_for_qp
+
+    if not offset:
+        return list(flows)
+    return [dataclasses.replace(f, qp=f.qp + offset, sport=sport_for_qp(f.qp + offset))
+            for f in flows]
+
+
+def model_draws(plan_or_finder: Any, flows: list[FlowSpec], policy: str, draws: int, *,
+                unit: str = "mbps", wire: bool = True) -> list[Any]:
+    """``testbed.flowmodel.model_flows`` over ``draws`` seeds of its hash (``ecmp``,
+    ``adaptive``), or once for a policy without a draw (``planned``, ``ecmp-fluid``).
+
+    ``wire``: model the frame bytes the shapers count (``wire_flows``), so the answer is
+    the emulated time of the same flows, not their payload time."""
+    from testbed.flowmodel import bounds, model_flows
+
+    fl = wire_flows(flows) if wire else list(flows)
+    n = max(1, int(draws)) if policy in RANDOM_POLICIES else 1
+    bnd = bounds(plan_or_finder, fl, unit=unit)  # the same for every seed: once
+    return [model_flows(plan_or_finder, fl, policy, seed=s, unit=unit, bound=bnd)
+            for s in range(n)]
+
+
+def in_band(ratio: float | None, band: tuple[float, float] = RATIO_BAND) -> bool:
+    """Is measured/ideal within the band where no explanation is owed?"""
+    return ratio is not None and ratio == ratio and band[0] <= ratio <= band[1]
+
+
+def rank_in(value: float, values: list[float]) -> float:
+    """The share of ``values`` at or below ``value`` (0..1): where a measured median falls
+    in the model's distribution (0.5 = its median; near 0 or 1 = in a tail)."""
+    if not values:
+        return float("nan")
+    below = sum(1 for v in values if v < value)
+    equal = sum(1 for v in values if v == value)
+    return (below + 0.5 * equal) / len(values)
+
+
+def plot_draws(ax: Any, labels: list[str], measured: list[list[float]],
+               model: list[list[float]], *, bound: list[float | None] | None = None,
+               colours: list[str] | None = None, bound_label: str = "lower bound") -> None:
+    """Per label: the model's draws as a grey box (one value: a grey tick), the emulated
+    draws as dots with their median as a bar, and the bound as a dashed tick."""
+    for i, (got, mod) in enumerate(zip(measured, model, strict=True)):
+        colour = (colours or ["tab:red"] * len(labels))[i]
+        if len(mod) > 1:
+            ax.boxplot([mod], positions=[i - 0.18], widths=0.3, patch_artist=True,
+                       boxprops={"facecolor": "0.9", "edgecolor": "0.5"},
+                       medianprops={"color": "0.3"}, whiskerprops={"color": "0.5"},
+                       capprops={"color": "0.5"}, showfliers=False)
+            # every model draw as a faint dot: completion times often take few values,
+            # which a box alone hides
+            ax.scatter([i - 0.18 + 0.26 * (((j * 0.618) % 1) - 0.5) for j in range(len(mod))],
+                       mod, color="0.35", s=4, alpha=0.25, zorder=2, linewidths=0)
+        elif mod:
+            ax.hlines(mod[0], i - 0.33, i - 0.03, color="0.45", lw=3)
+        ax.scatter([i + 0.18 + 0.04 * ((j % 5) - 2) for j in range(len(got))], got,
+                   color=colour, s=16, zorder=3)
+        if got:
+            med = distribution(got)["median"]
+            ax.hlines(med, i + 0.05, i + 0.31, color=colour, lw=2)
+        if bound and bound[i] is not None:
+            ax.hlines(bound[i], i - 0.4, i + 0.4, color="k", ls="--", lw=1,
+                      label=bound_label if i == 0 else None)
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+
+
+def message_sizes(flow: FlowSpec) -> list[int]:
+    """A flow's messages in payload bytes, in order (the last one may be short)."""
+    if not flow.message_bytes or flow.messages <= 1:
+        return [flow.bytes]
+    full = [flow.message_bytes] * (flow.messages - 1)
+    return full + [flow.bytes - sum(full)]
+
+
+def wire_flows(flows: list[FlowSpec]) -> list[FlowSpec]:
+    """The same flows with ``bytes`` = the frame bytes on the wire (headers, ICRC).
+
+    What the shapers count, so the flow model fed with these predicts the emulated times
+    instead of payload times some 7% shorter.
+    """
+    from dataclasses import replace
+
+    from traffic.roce import message_wire_bytes
+
+    return [replace(f, bytes=sum(message_wire_bytes(s) for s in message_sizes(f)),
+                    message_bytes=0, messages=0) for f in flows]
+
+
+@dataclass(frozen=True)
+class _Message:
+    src: str
+    dst: str
+    sport: int
+    bytes: int
+    start: float
+    dport: int = 4791
+    proto: str = "udp"
+
+
+def message_latencies(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
+                      unit: str = "mbps", max_iter: int = 50) -> list[float]:
+    """The flow model's latency of every message (seconds; flows in order, then messages).
+
+    A QP sends its messages one after another while the host's QPs share the NIC, which is
+    what the replay's senders do. So each message is a flow of its own (wire bytes, its
+    QP's 5-tuple, hence its path) that starts when the previous message of its QP ends.
+    Those starts depend on the rates they change, so they are found by iteration: causal
+    (a start depends only on what happened before it), it settles in at most as many
+    rounds as the longest QP has messages; the answer is the fixed point, not an estimate.
+    """
+    from testbed.flowmodel import model_flows
+    from traffic.roce import message_wire_bytes
+
+    index = [(i, message_wire_bytes(s)) for i, f in enumerate(flows)
+             for s in message_sizes(f)]
+    starts = [flows[i].start for i, _ in index]
+    finish: list[float] = starts
+    for _ in range(max(1, max_iter)):
+        msgs = [_Message(flows[i].src, flows[i].dst, flows[i].sport, b, s)
+                for (i, b), s in zip(index, starts, strict=True)]
+        res = model_flows(plan, msgs, policy, unit=unit)
+        finish = [float(x) for x in res.flow_finish_s]
+        nxt = [flows[i].start if k == 0 or index[k - 1][0] != i else finish[k - 1]
+               for k, (i, _b) in enumerate(index)]
+        if all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(nxt, starts,
+                                                                       strict=True)):
+            break
+        starts = nxt
+    return [f - s for f, s in zip(finish, starts, strict=True)]
+
+
+def replay_lead(flows: list[FlowSpec]) -> float:
+    """How far ahead a scenario's replay sets its common start: 0.5 s + 0.1 s per sender.
+
+    ``traffic.replay``'s default (1 s + 0.25 s per sender) is a few times what the senders
+    need to build their templates here (README, "Scenarios": draws and start skew); the time
+    saved pays for more hash draws. Every result's ``start_skew_s`` says how late the last
+    sender really was; the scenarios keep the worst per figure in summary.json."""
+    return 0.5 + 0.1 * len({f.src for f in flows})
+
+
+def median_chance(values: list[float], observed: float, n: int) -> float:
+    """How often the median of ``n`` draws from ``values`` (the model's draws) lands at least
+    as far from their median as ``observed``, on the same side.
+
+    A measured median over few hash draws is itself random: when this chance is not small
+    (say >= 5%), a gap between it and the model's median may be the draws' luck; when it is
+    small, the gap is systematic. Ties count as "as far" (completion times take few values).
+    """
+    import math
+
+    if not values or n < 1:
+        return float("nan")
+    med = distribution(values)["median"]
+    tol = 1e-3 * abs(med)
+    if observed <= med:
+        p = sum(1 for v in values if v <= observed + tol) / len(values)
+    else:
+        p = sum(1 for v in values if v >= observed - tol) / len(values)
+    need = n // 2 + 1 if n % 2 else n // 2  # draws on that side for the median to be there
+    return float(sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j)
+                     for j in range(need, n + 1)))

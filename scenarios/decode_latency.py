@@ -23,10 +23,23 @@ each replayed phase by phase (dispatch, then combine, as ``replay_step`` does):
   port, so decode packets pass the bulk queue.
 
 Only decode-class messages are measured (the receiver's per-message latency: first packet
-sent to last packet received). Beside them: the flow model's completion time of the phase
-(``testbed.flowmodel``, fluid max-min with ECMP spread evenly) and one message's
-serialisation at the NIC; and DeepEP's published low-latency figures, compared by *shape*
-(growth normalised to the smallest EP), since the lab's tokens and rates are scaled.
+sent to last packet received), as p50 and p99 per replay.
+
+**Draws.** Which GPU gets which token copy depends on the gating seed, and which lane a
+decode or bulk QP takes on its UDP source port (the ECMP hash). Every case is replayed
+``draws`` times: draw k uses gating and permutation seed ``seed + k`` and shifts every QP by
+k x 1000 (new source ports), and p50/p99 are quoted as median [p25-p75] over the draws. The
+background cases are the expensive ones (the bulk flows fill queues for ``fill_s``), so they
+run on the EP sizes in ``background_eps`` (quick: the smallest). **Ideal**: the flow model's
+latency of every message of the same flows (``scenarios.common.message_latencies``: each
+message a flow of its own, started when its QP's previous message ends, on the frame bytes
+the shapers count), under the ECMP hash the controller runs, over ``model_draws`` draws
+(gating seed ``seed + j``, source ports shifted by j x 1000); its p50/p99 per draw, median
+over draws. The model shares every link max-min fairly and has no queues and no priorities,
+so with background it predicts fair sharing: FIFO queueing shows up as a ratio far above 1,
+strict priority as one at or below 1. **Bound**: one message's serialisation at the NIC.
+DeepEP's published low-latency figures are compared by *shape* (growth normalised to the
+smallest EP), since the lab's tokens and rates are scaled.
 """
 
 from __future__ import annotations
@@ -36,7 +49,17 @@ import math
 from typing import Any
 
 from scenarios.base import Param, Run, scenario
-from scenarios.common import permutation_flows
+from scenarios.common import (
+    compare,
+    distribution,
+    fmt_distribution,
+    in_band,
+    message_latencies,
+    permutation_flows,
+    plot_draws,
+    replay_lead,
+    shift_qps,
+)
 from scenarios.fidelity import FRAME_BYTES
 from testbed.topologies import build
 
@@ -57,6 +80,8 @@ PHASES = ("dispatch", "combine")
 BULK_QP = 8000
 BULK_MESSAGE = 256_000  # bytes per bulk message (``permutation_flows``' size)
 FRAME_OVERHEAD = FRAME_BYTES - 1024  # bytes of a full RoCE frame besides its 1024 B payload
+#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
+DRAW_QP_STRIDE = 1000
 
 
 @scenario(
@@ -65,6 +90,8 @@ FRAME_OVERHEAD = FRAME_BYTES - 1024  # bytes of a full RoCE frame besides its 10
     "with and without traffic-class isolation",
     Param("ep_sizes", [4, 8, 16], "EP sizes in GPUs, one fabric each; each a multiple of "
           "2 x gpus-per-server (astral3 pairs servers in blocks)", quick=[4, 8]),
+    Param("background_eps", [4, 8, 16], "EP sizes that also run the background and isolated "
+          "cases (the others run the decode step alone)", quick=[4]),
     Param("gpus_per_server", 2, "GPUs (NICs, rails) per server"),
     Param("tokens", 4, "decode tokens per GPU (DeepEP's benchmark uses 128; scaled down to "
           "fit this machine)", quick=2),
@@ -73,14 +100,17 @@ FRAME_OVERHEAD = FRAME_BYTES - 1024  # bytes of a full RoCE frame besides its 10
     Param("intra_server", "nvlink", "same-server copies: nvlink (DeepEP default, off the "
           "fabric) or fabric (through the NICs, V1 pure RDMA)", choices=("nvlink", "fabric")),
     Param("model", "deepseek-v3", "model preset (traffic.workload.preset)"),
-    Param("seed", 0, "routing and permutation seed"),
+    Param("draws", 5, "emulated draws per case (gating seed, permutation, source ports)",
+          quick=3),
+    Param("model_draws", 60, "flow-model draws per case beside them", quick=30),
+    Param("seed", 0, "first routing and permutation seed (draw k uses seed + k)"),
 )
 def decode_latency(run: Run) -> None:
     """See the module docstring."""
     p = run.params
     _check_params(p)
     results: list[dict[str, Any]] = []
-    latencies: dict[str, list[float]] = {}  # "ep/case/phase" -> decode message latencies (us)
+    latencies: dict[str, list[list[float]]] = {}  # "ep/case/phase" -> per draw, latencies (us)
     classes: dict[int, dict[str, Any]] = {}
     for ep in p["ep_sizes"]:
         r, lat, cls = _one_ep(run, ep)
@@ -88,10 +118,10 @@ def decode_latency(run: Run) -> None:
         latencies.update(lat)
         classes[ep] = cls
     run.save_json("latency.json", {"unit": "us (emulated)", "scale": p["scale"],
-                                   "messages": latencies})
+                                   "per_draw": True, "messages": latencies})
     run.save_json("runs.json", {"cases": results, "qos_classes": classes})
-    _plots(run, latencies)
-    _report(run, classes)
+    _plots(run, latencies, results)
+    _report(run, classes, results)
 
 
 def _check_params(p: dict[str, Any]) -> None:
@@ -108,16 +138,31 @@ def _check_params(p: dict[str, Any]) -> None:
         raise ValueError(f"--fill-s must be > 0 (got {p['fill_s']})")
     if not 0 < p["scale"] <= 1e-2:
         raise ValueError(f"--scale must be in (0, 0.01] (got {p['scale']})")
+    if p["draws"] < 1 or p["model_draws"] < 1:
+        raise ValueError("--draws and --model-draws must be >= 1")
 
 
-def _decode_flows(plan: Any, p: dict[str, Any]) -> dict[str, list[Any]]:
+def _decode_flows(plan: Any, p: dict[str, Any], draw: int = 0) -> dict[str, list[Any]]:
+    """Draw ``draw``'s decode step (gating seed ``seed + draw``), QPs shifted per draw."""
     from traffic.kernels import low_latency
     from traffic.workload import simulate_step
 
     servers = len(plan.hosts) // p["gpus_per_server"]
-    step = simulate_step(p["model"], servers, p["gpus_per_server"], p["tokens"], seed=p["seed"])
+    step = simulate_step(p["model"], servers, p["gpus_per_server"], p["tokens"],
+                         seed=p["seed"] + draw)
     traffic = low_latency(step, plan, intra_server=p["intra_server"])
-    return {ph: [f for f in traffic.flows if f.phase == ph] for ph in PHASES}
+    return {ph: shift_qps([f for f in traffic.flows if f.phase == ph], DRAW_QP_STRIDE * draw)
+            for ph in PHASES}
+
+
+def _bulk_flows(plan: Any, p: dict[str, Any], draw: int, seconds: float) -> list[Any]:
+    """One long bulk flow per GPU to a GPU under another leaf, ``seconds`` at the NIC rate,
+    in whole messages (the replay's receivers stop once they have the flows' total bytes,
+    so a short last message would end them early)."""
+    nic = min(plan.rdma_nic().values())
+    messages = math.ceil(nic * 1e6 / 8 * seconds / BULK_MESSAGE)
+    return permutation_flows(plan, messages * BULK_MESSAGE, qps=1, seed=p["seed"] + draw,
+                             qp_base=BULK_QP + DRAW_QP_STRIDE * draw)
 
 
 def _serial_s(flows: list[Any], nic_mbps: float) -> float:
@@ -150,63 +195,141 @@ def _decode_stats(res: Any, flows: list[Any]) -> tuple[list[float], dict[str, An
     }
 
 
-def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[float]],
+def model_case(plan: Any, p: dict[str, Any], case: str, phase: str, draws: int,
+               bulk_s: float) -> dict[str, Any]:
+    """The flow model's decode message latencies for one case and phase, over ``draws``
+    draws (gating seed ``seed + j``, QPs shifted by j x 1000 under the ECMP hash): per draw
+    the p50/p99 (us) of the decode messages and the phase's completion (s)."""
+    from traffic.replay import percentile
+
+    p50, p99, done = [], [], []
+    for j in range(max(1, draws)):
+        decode = _decode_flows(plan, p, j)[phase]
+        if case == "alone":
+            flows = decode
+        else:
+            flows = _bulk_flows(plan, p, j, bulk_s) + [dataclasses.replace(f, start=p["fill_s"])
+                                                       for f in decode]
+        lat = message_latencies(plan, flows, "ecmp")
+        dec, k = [], 0
+        ends = []
+        for f in flows:
+            n = max(1, f.messages)
+            if f.traffic_class == "decode":
+                dec += [x * 1e6 for x in lat[k:k + n]]
+                ends.append(sum(lat[k:k + n]))  # a QP's messages run back to back
+            k += n
+        p50.append(percentile(sorted(dec), 50))
+        p99.append(percentile(sorted(dec), 99))
+        done.append(max(ends) if ends else math.nan)
+    return {"p50_us": distribution(p50), "p99_us": distribution(p99),
+            "completion_s": distribution(done)}
+
+
+def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[list[float]]],
                                         dict[str, Any]]:
-    """Bring up the EP's fabric, replay the three cases, return rows, latencies, qos counters."""
+    """Bring up the EP's fabric, replay its cases over the draws; rows, latencies, qos."""
     from testbed import qos
     from testbed.flowmodel import model_flows
     from traffic.replay import replay
 
     p = run.params
     gps = p["gpus_per_server"]
+    n = int(p["draws"])
     plan = build("astral3", servers=ep // gps, gpus=gps, scale=p["scale"])
     nic = min(plan.rdma_nic().values())
-    decode = _decode_flows(plan, p)
-    model = {ph: model_flows(plan, decode[ph], "ecmp-fluid", unit="mbps").completion_s
-             for ph in PHASES}
-    serial = {ph: _serial_s(decode[ph], nic) for ph in PHASES}
+    decode = [_decode_flows(plan, p, k) for k in range(n)]
+    phase_s = {ph: model_flows(plan, decode[0][ph], "ecmp-fluid", unit="mbps").completion_s
+               for ph in PHASES}
+    serial = {ph: _serial_s(decode[0][ph], nic) for ph in PHASES}
     # the bulk flows must still be sending when the slower decode phase ends; what they
     # queued by then drains at the lane rate before the replay returns
-    bulk_s = p["fill_s"] + max(model.values()) + 0.1
-    # whole messages: the replay sends whole messages, and its receivers stop once they
-    # have the flows' total bytes, so a short last message would end them early
-    messages = math.ceil(nic * 1e6 / 8 * bulk_s / BULK_MESSAGE)
-    bulk = permutation_flows(plan, messages * BULK_MESSAGE, qps=1, seed=p["seed"],
-                             qp_base=BULK_QP)
-    late = {ph: [dataclasses.replace(f, start=p["fill_s"]) for f in decode[ph]]
-            for ph in PHASES}
-    rows: list[dict[str, Any]] = []
-    lat: dict[str, list[float]] = {}
+    bulk_s = p["fill_s"] + max(phase_s.values()) + 0.1
+    cases = CASES if ep in p["background_eps"] else ("alone",)
+    model = {(c, ph): model_case(plan, p, c, ph, max(n, int(p["model_draws"])), bulk_s)
+             for c in cases for ph in PHASES}
+    run.stage(f"EP{ep}: modelled {max(n, int(p['model_draws']))} draws per case and phase")
+    per: dict[tuple[str, str], list[dict[str, Any]]] = {(c, ph): [] for c in cases
+                                                         for ph in PHASES}
+    lat: dict[str, list[list[float]]] = {f"{ep}/{c}/{ph}": [] for c in cases for ph in PHASES}
     with run.lab(plan, label=f"astral3-ep{ep}", lb="ecmp") as lab:
         # the heaviest moment: bulk and a decode phase sending at once (NICs shared)
-        run.guard(lab, bulk + decode["dispatch"], f"EP{ep}")
+        heavy = (_bulk_flows(plan, p, 0, bulk_s) if len(cases) > 1 else []) + \
+            decode[0]["dispatch"]
+        margin = run.guard(lab, heavy, f"EP{ep}")["margin"]
         cls: dict[str, Any] = {}
-        for case in CASES:
+        for case in cases:
             if case == "isolated":
                 cls["enable"] = qos.enable(lab)
-            for ph in PHASES:
-                flows = decode[ph] if case == "alone" else bulk + late[ph]
-                res = replay(lab, flows, label=f"EP{ep} {case} {ph}", progress=False)
-                msgs, st = _decode_stats(res, flows)
-                lat[f"{ep}/{case}/{ph}"] = msgs
-                row = {"ep": ep, "case": case, "phase": ph, "count": st["count"],
-                       "p50_ms": _ms(st["p50_us"]), "p99_ms": _ms(st["p99_us"]),
-                       "max_ms": _ms(st["max_us"]),
-                       "completion_ms": _ms(st["completion_s"] * 1e6),
-                       "ideal_ms": _ms(model[ph] * 1e6), "serial_ms": _ms(serial[ph] * 1e6),
-                       "p99_real_us": round(st["p99_us"] * p["scale"], 4),
-                       "incomplete": st["incomplete"], "lost": st["decode_lost_packets"]}
-                run.row(**row)
-                rows.append({**row, **st, "flows": len(flows), "gpus": ep,
-                             "scale": p["scale"]})
-                run.stage(f"EP{ep} {CASE_LABEL[case]} {ph}: decode p50/p99 "
-                          f"{row['p50_ms']}/{row['p99_ms']} ms, {st['count']} messages")
-        cls["status"] = qos.status(lab)
+            for k in range(n):
+                bulk = _bulk_flows(plan, p, k, bulk_s)
+                for ph in PHASES:
+                    flows = decode[k][ph] if case == "alone" else bulk + [
+                        dataclasses.replace(f, start=p["fill_s"]) for f in decode[k][ph]]
+                    res = replay(lab, flows, label=f"EP{ep} {case} {ph} {k + 1}/{n}",
+                                 progress=False, lead_s=replay_lead(flows))
+                    msgs, st = _decode_stats(res, flows)
+                    lat[f"{ep}/{case}/{ph}"].append(msgs)
+                    per[(case, ph)].append({**st, "draw": k, "seed": p["seed"] + k,
+                                            "flows": len(flows)})
+                    run.stage(f"EP{ep} {CASE_LABEL[case]} {ph} draw {k + 1}/{n}: decode "
+                              f"p50/p99 {_ms(st['p50_us'])}/{_ms(st['p99_us'])} ms, "
+                              f"{st['count']} messages")
+        cls["status"] = qos.status(lab) if "isolated" in cases else {}
+    rows = []
+    for (case, ph), draws in per.items():
+        r = _row(run, ep, case, ph, draws, model[(case, ph)], serial[ph], margin)
+        rows.append({**r, "per_draw": draws, "gpus": ep, "scale": p["scale"]})
     return rows, lat, cls
 
 
-def _ms(us: float) -> float:
-    return round(us / 1e3, 2) if us == us else math.nan
+def _row(run: Run, ep: int, case: str, ph: str, draws: list[dict[str, Any]],
+         model: dict[str, Any], serial_s: float, margin: float) -> dict[str, Any]:
+    """One summary row (and summary.json entries) for one EP, case and phase."""
+    p = run.params
+    d = {k: distribution([x[k] for x in draws if x[k] == x[k]])
+         for k in ("p50_us", "p99_us", "max_us", "completion_s", "count")}
+    i50, i99, idone = model["p50_us"], model["p99_us"], model["completion_s"]
+    row = {"ep": ep, "case": case, "phase": ph, "draws": len(draws),
+           "count": _r(d["count"]["median"], 0),
+           "p50_ms": _ms(d["p50_us"]["median"]), "p50_p25_ms": _ms(d["p50_us"]["p25"]),
+           "p50_p75_ms": _ms(d["p50_us"]["p75"]),
+           "p99_ms": _ms(d["p99_us"]["median"]), "p99_p25_ms": _ms(d["p99_us"]["p25"]),
+           "p99_p75_ms": _ms(d["p99_us"]["p75"]), "max_ms": _ms(d["max_us"]["median"]),
+           "ideal_p50_ms": _ms(i50["median"]), "ideal_p99_ms": _ms(i99["median"]),
+           "ratio_p50": _r(_div(d["p50_us"]["median"], i50["median"])),
+           "ratio_p99": _r(_div(d["p99_us"]["median"], i99["median"])),
+           "completion_ms": _ms(d["completion_s"]["median"] * 1e6),
+           "ideal_completion_ms": _ms(idone["median"] * 1e6),
+           "serial_ms": _ms(serial_s * 1e6),
+           "p99_real_us": round(d["p99_us"]["median"] * p["scale"], 4),
+           "incomplete": sum(x["incomplete"] for x in draws),
+           "lost": sum(x["decode_lost_packets"] for x in draws)}
+    run.row(**row)
+    for q, m, i in (("p50", d["p50_us"], i50), ("p99", d["p99_us"], i99)):
+        run.summary[f"EP{ep}/{case}/{ph}/{q}"] = compare(
+            _ms(m["median"]), _ms(i["median"]),
+            quantity=f"decode {ph} message latency {q} (emulated ms)", policy="ecmp",
+            draws=m["draws"], median=_ms(m["median"]), p25=_ms(m["p25"]),
+            p75=_ms(m["p75"]), values=[_ms(v) for v in m["values"]],
+            model={k: (_ms(v) if k in ("median", "p25", "p75", "min", "max") else v)
+                   for k, v in i.items() if k != "values"},
+            bound=_ms(serial_s * 1e6), bound_name="one message's serialisation at the NIC",
+            incomplete=row["incomplete"], lost_packets=row["lost"],
+            start_skew_s=max(x["start_skew_s"] for x in draws), fidelity_margin=margin)
+    return {**row, "measured": d, "model": model}
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b and a == a and b == b else None
+
+
+def _r(v: float | None, nd: int = 3) -> float | None:
+    return None if v is None or v != v else round(v, nd)
+
+
+def _ms(us: float | None) -> float:
+    return round(us / 1e3, 2) if us is not None and us == us else math.nan
 
 
 # --- numbers the report and plots share ------------------------------------------------------
@@ -218,7 +341,7 @@ def _get(rows: list[dict[str, Any]], ep: int, case: str, phase: str, col: str) -
 
 
 def _growth(run: Run, phase: str, col: str) -> list[float]:
-    """``col`` of the ``alone`` case per EP, over its value at the smallest EP."""
+    """``col`` of the ``alone`` case per EP, over its value at the smallest EP (medians)."""
     eps = run.params["ep_sizes"]
     base = _get(run.rows, eps[0], "alone", phase, col)
     return [_get(run.rows, ep, "alone", phase, col) / base for ep in eps]
@@ -231,14 +354,16 @@ def _deepep_growth(phase: str) -> tuple[list[int], list[float]]:
 
 
 # --- plots ---------------------------------------------------------------------------------
-def _plots(run: Run, latencies: dict[str, list[float]]) -> None:
+def _plots(run: Run, latencies: dict[str, list[list[float]]], cases: list[dict[str, Any]]
+           ) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-    eps = run.params["ep_sizes"]
+    p = run.params
+    eps = p["ep_sizes"]
     colors = {"alone": "tab:green", "background": "tab:red", "isolated": "tab:blue"}
     fig, axes = plt.subplots(len(PHASES), len(eps), figsize=(4 * len(eps), 6.4),
                              squeeze=False, sharey=True)
@@ -246,11 +371,14 @@ def _plots(run: Run, latencies: dict[str, list[float]]) -> None:
         for j, ep in enumerate(eps):
             ax = axes[i][j]
             for case in CASES:
-                v = sorted(latencies.get(f"{ep}/{case}/{ph}", []))
-                if not v:
-                    continue
-                ax.step([x / 1e3 for x in v], [(k + 1) / len(v) for k in range(len(v))],
-                        where="post", color=colors[case], label=CASE_LABEL[case])
+                draws = latencies.get(f"{ep}/{case}/{ph}", [])
+                for k, v in enumerate(draws):  # one CDF per draw: the spread is visible
+                    v = sorted(v)
+                    if v:
+                        ax.step([x / 1e3 for x in v], [(q + 1) / len(v) for q in range(len(v))],
+                                where="post", color=colors[case], lw=1, alpha=0.75,
+                                label=f"{CASE_LABEL[case]} ({len(draws)} draws)" if k == 0
+                                else None)
             ax.set_xscale("log")
             ax.xaxis.set_major_formatter(ScalarFormatter())
             ax.xaxis.set_minor_formatter(NullFormatter())
@@ -267,33 +395,45 @@ def _plots(run: Run, latencies: dict[str, list[float]]) -> None:
     for ax, ph in zip(axes[0], PHASES, strict=True):
         d_eps, d_growth = _deepep_growth(ph)
         ax.plot(d_eps, d_growth, "k--o", label="DeepEP (H800, /EP8)")
-        ax.plot(eps, _growth(run, ph, "completion_ms"), "-o", color="tab:green",
-                label=f"lab: phase completion (/EP{eps[0]})")
-        ax.plot(eps, _growth(run, ph, "p99_ms"), "-s", color="tab:olive",
-                label=f"lab: message p99 (/EP{eps[0]})")
-        ax.plot(eps, _growth(run, ph, "ideal_ms"), ":", color="tab:gray",
-                label=f"flow model (/EP{eps[0]})")
+        for col, lo, hi, style, colour, what in (
+                ("completion_ms", None, None, "-o", "tab:green", "phase completion"),
+                ("p99_ms", "p99_p25_ms", "p99_p75_ms", "-s", "tab:olive", "message p99"),
+                ("ideal_p99_ms", None, None, ":", "tab:gray", "flow model p99")):
+            g = _growth(run, ph, col)
+            who = "" if col == "ideal_p99_ms" else "lab: "
+            ax.plot(eps, g, style, color=colour, label=f"{who}{what} (/EP{eps[0]}, median "
+                    f"of {p['draws'] if col != 'ideal_p99_ms' else p['model_draws']})")
+            if lo:  # the draws' quartiles, on the same normalisation
+                base = _get(run.rows, eps[0], "alone", ph, col)
+                ax.vlines(eps, [_get(run.rows, e, "alone", ph, lo) / base for e in eps],
+                          [_get(run.rows, e, "alone", ph, hi) / base for e in eps],
+                          color=colour, lw=3, alpha=0.5)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(set(eps) | set(d_eps)),
                       [str(e) for e in sorted(set(eps) | set(d_eps))])
         ax.set_xlabel("EP size (GPUs)")
         ax.set_ylabel("latency / latency at the smallest EP")
-        ax.set_title(f"{ph}: growth with EP size (no background)", fontsize=9)
+        ax.set_title(f"{ph}: growth with EP size (no background; bars: p25-p75 of draws)",
+                     fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
     run.save_figure(fig, "latency_vs_ep.png")
 
-    fig, axes = plt.subplots(1, len(PHASES), figsize=(10, 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(PHASES), figsize=(11, 3.8), squeeze=False)
+    keys = [(ep, c) for ep in eps for c in CASES if f"{ep}/{c}/dispatch" in latencies]
     for ax, ph in zip(axes[0], PHASES, strict=True):
-        width = 0.8 / len(CASES)
-        for k, case in enumerate(CASES):
-            ax.bar([i + k * width for i in range(len(eps))],
-                   [_get(run.rows, ep, case, ph, "p99_ms") for ep in eps], width,
-                   color=colors[case], label=CASE_LABEL[case])
-        ax.set_xticks([i + width for i in range(len(eps))], [f"EP{e}" for e in eps])
-        ax.set_ylabel("decode p99 (emulated ms)")
-        ax.set_title(f"{ph}: p99 per case", fontsize=9)
+        rows = {(r["ep"], r["case"]): r for r in cases if r["phase"] == ph}
+        plot_draws(ax, [f"EP{ep}\n{c}" for ep, c in keys],
+                   [[x["p99_us"] / 1e3 for x in rows[k]["per_draw"]] for k in keys],
+                   [[v / 1e3 for v in rows[k]["model"]["p99_us"]["values"]] for k in keys],
+                   bound=[rows[k]["serial_ms"] for k in keys],
+                   colours=[colors[c] for _ep, c in keys],
+                   bound_label="one message's serialisation")
+        ax.set_yscale("log")
+        ax.set_ylabel("decode p99 (emulated ms, log)")
+        ax.set_title(f"{ph}: p99 per case (dots: draws; box: flow model)", fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
         ax.legend(fontsize=7)
     fig.tight_layout()
     run.save_figure(fig, "p99_by_case.png")
@@ -304,12 +444,21 @@ def _ratio(a: float, b: float) -> float:
     return a / b if b and b == b and a == a else math.nan
 
 
-def _report(run: Run, classes: dict[int, dict[str, Any]]) -> None:
+def _dt(r: dict[str, Any], q: str) -> str:
+    """A row's measured ``q`` (p50/p99) as median [p25-p75] ms, N=draws."""
+    d = r["measured"][f"{q}_us"]
+    return fmt_distribution({**d, **{k: d[k] / 1e3 for k in ("median", "p25", "p75")}},
+                            " ms", 0)
+
+
+def _report(run: Run, classes: dict[int, dict[str, Any]], cases: list[dict[str, Any]]
+            ) -> None:
     p = run.params
     rep = run.report
     eps = p["ep_sizes"]
     scale = p["scale"]
     nic = 400 * 1000 * scale
+    bg = [e for e in eps if e in p["background_eps"]]
     rep.section("Setup", f"""
 One `astral3` fabric per EP size ({', '.join(f'EP{e}' for e in eps)}: EP/{p['gpus_per_server']}
 servers of {p['gpus_per_server']} GPUs, two servers per block), at scale {scale:g}: a 400G NIC is
@@ -319,49 +468,103 @@ packet budget, so the lab's step moves {p['tokens']}/128 of DeepEP's bytes per G
 low-latency kernel model, same-server copies over {p['intra_server']}
 ({'NVLink: not on the fabric, as DeepEP does by default' if p['intra_server'] == 'nvlink'
   else 'through the NICs, as the V1 pure-RDMA kernels'}). Dispatch and combine are replayed
-one after the other. Times are emulated; at real (unscaled) rates a time is
-**emulated time x {scale:g}** (e.g. 100 emulated ms = {100e-3 * scale * 1e6:g} us).
+one after the other. **{p['draws']} draws per case**: draw k uses gating and permutation
+seed {p['seed']} + k and shifts every QP by k x {DRAW_QP_STRIDE} (new ECMP source ports); the
+flow model runs beside them over {p['model_draws']} draws. Times are emulated; at real
+(unscaled) rates a time is **emulated time x {scale:g}** (e.g. 100 emulated ms =
+{100e-3 * scale * 1e6:g} us).
 
-Background: each GPU also streams one long bulk flow (DSCP 26, one QP) at its NIC rate to a
-GPU under another leaf, starting {p['fill_s']:g} s before the decode burst; a 400G flow on a
-200G lane fills that lane's queue at {nic / 2:g} Mb/s, so after {p['fill_s']:g} s a decode
-packet hashed onto that lane waits about {p['fill_s']:g} s behind it in a FIFO. Isolation
-(`testbed.qos.enable`): on every shaped port (host NICs and both ends of every switch link)
-the link's HTB class gets two children, decode (DSCP 46, matched by a u32 filter on the IP
-DS field) at `prio 0` with 99% of the rate and bulk (everything else) at `prio 1` with a 1%
-floor, both allowed to borrow the full link: strict priority for decode, each with its own
-queue. Only decode-class messages are measured.""")
+Background (on {', '.join(f'EP{e}' for e in bg) or 'no EP size'}): each GPU also streams one
+long bulk flow (DSCP 26, one QP) at its NIC rate to a GPU under another leaf, starting
+{p['fill_s']:g} s before the decode burst; a 400G flow on a 200G lane fills that lane's queue
+at {nic / 2:g} Mb/s, so after {p['fill_s']:g} s a decode packet hashed onto that lane waits
+about {p['fill_s']:g} s behind it in a FIFO. Isolation (`testbed.qos.enable`): on every shaped
+port (host NICs and both ends of every switch link) the link's HTB class gets two children,
+decode (DSCP 46, matched by a u32 filter on the IP DS field) at `prio 0` with 99% of the
+rate and bulk (everything else) at `prio 1` with a 1% floor, both allowed to borrow the full
+link: strict priority for decode, each with its own queue. Only decode-class messages are
+measured.""")
     rep.section("Results")
-    rep.table(run.rows, ["ep", "case", "phase", "count", "p50_ms", "p99_ms", "max_ms",
-                         "completion_ms", "ideal_ms", "serial_ms", "p99_real_us",
-                         "incomplete", "lost"])
-    rep.text("`ideal_ms`: the flow model's completion of the phase alone (fluid max-min, ECMP "
-             "spread evenly); `serial_ms`: one message alone at the NIC; `completion_ms`: last "
-             "decode byte of the phase, from its start (what DeepEP's kernel time measures); "
-             "`p99_real_us`: p99 at real rates.")
-    rep.image("latency_cdf.png", "CDF of decode message latency per EP size and phase: no "
-              "background, background with one FIFO per port, background with isolation")
+    rep.table([{"EP": r["ep"], "case": r["case"], "phase": r["phase"],
+                "messages": r["count"], "p50 measured": _dt(r, "p50"),
+                "p50 ideal": r["ideal_p50_ms"], "ratio p50": r["ratio_p50"],
+                "p99 measured": _dt(r, "p99"), "p99 ideal": r["ideal_p99_ms"],
+                "ratio p99": r["ratio_p99"], "bound (ms)": r["serial_ms"],
+                "completion (ms)": r["completion_ms"],
+                "p99 real (us)": r["p99_real_us"], "lost": r["lost"]} for r in cases])
+    rep.text("*measured*: decode message latency percentiles per replay, median [p25-p75] "
+             "over N draws (emulated ms); *ideal*: the flow model's latency of the same "
+             "messages (ECMP hash, max-min sharing, frame bytes), the median over its draws of "
+             "each draw's percentile; *ratio* = measured median / ideal median; *bound*: one "
+             "message's serialisation at the NIC; *completion*: last decode byte of the "
+             "phase from its start (median over draws; what DeepEP's kernel time measures); "
+             "*p99 real*: at real rates. Per-draw numbers: runs.json; every message: "
+             "latency.json.")
+    rep.image("latency_cdf.png", "CDF of decode message latency per EP size and phase, one "
+              "curve per draw: no background, background with one FIFO per port, background "
+              "with isolation")
     rep.image("latency_vs_ep.png", "Latency growth with EP size, each curve over its smallest "
-              "EP: the lab (no background) beside DeepEP's published low-latency figures")
-    rep.image("p99_by_case.png", "Decode p99 per case and EP size")
+              "EP (medians over draws, bars: p25-p75): the lab (no background) and the flow "
+              "model beside DeepEP's published low-latency figures")
+    rep.image("p99_by_case.png", "Decode p99 per case and EP size: emulated draws beside the "
+              "flow model's draws")
     rep.section("Findings")
     _finding_growth(run)
-    _finding_isolation(run, classes)
+    if bg:
+        _finding_isolation(run, classes, cases)
+    _finding_gaps(run, cases)
     rep.section("How to read this", """
 A message's latency is from its first packet leaving the sender to its last packet arriving
 (all hosts share one clock). Every rank starts the phase at the same instant and its NIC
 serves all its QPs round-robin, so most messages of a phase finish near its end: the p99 is
-close to the phase completion. The raw per-message latencies are in latency.json, per-case
-numbers (bytes, losses, start skew) in runs.json, and the qos class counters (packets the
-decode and bulk classes carried on all ports) there too.""")
-    run.summary = {
-        "growth": {ph: {"lab_completion": _growth(run, ph, "completion_ms"),
-                        "lab_p99": _growth(run, ph, "p99_ms"),
-                        "deepep": dict(zip(*_deepep_growth(ph), strict=True))}
-                   for ph in PHASES},
-        "p99_ms": {f"EP{ep}": {ph: {c: _get(run.rows, ep, c, ph, "p99_ms") for c in CASES}
-                               for ph in PHASES} for ep in eps},
-    }
+close to the phase completion. The raw per-message latencies are in latency.json (per draw),
+per-case numbers (bytes, losses, start skew) in runs.json, and the qos class counters
+(packets the decode and bulk classes carried on all ports) there too.""")
+    run.summary["growth"] = {ph: {"lab_completion": _growth(run, ph, "completion_ms"),
+                                  "lab_p99": _growth(run, ph, "p99_ms"),
+                                  "model_p99": _growth(run, ph, "ideal_p99_ms"),
+                                  "deepep": dict(zip(*_deepep_growth(ph), strict=True))}
+                             for ph in PHASES}
+
+
+def _finding_gaps(run: Run, cases: list[dict[str, Any]]) -> None:
+    """Rows whose p50 or p99 ratio is outside 0.7-1.3, and why, from their own evidence."""
+    fill = run.params["fill_s"]
+    lines = []
+    for r in cases:
+        bad = [q for q in ("p50", "p99") if not in_band(r[f"ratio_{q}"])]
+        if not bad:
+            continue
+        q = bad[-1]
+        ratio = r[f"ratio_{q}"]
+        m = r["measured"][f"{q}_us"]["median"] / 1e3
+        i = r[f"ideal_{q}_ms"]
+        if r["case"] == "background" and ratio and ratio > 1.3:
+            why = (f"FIFO queueing the fair-sharing model does not have: {m - i:.0f} ms more "
+                   "than the model, against the standing bulk queue on the messages' paths: "
+                   f"~{1e3 * fill:.0f} ms behind one bulk flow on a lane, ~{3e3 * fill:.0f} ms "
+                   "behind two (fill_s)")
+        elif r["case"] == "isolated" and ratio and ratio < 0.7:
+            why = ("strict priority beats fair sharing: decode is served before bulk on "
+                   "every port, while the model splits each link max-min between them")
+        elif ratio and ratio > 1.3:
+            why = (f"{m - i:.0f} ms above the model: the per-packet costs and queues of the "
+                   "software switch and the Python senders' round-robin over QPs, which a "
+                   "fluid model leaves out (start skew up to "
+                   f"{1e3 * max(x['start_skew_s'] for x in r['per_draw']):.1f} ms, "
+                   f"{r['lost']} packets lost, {r['incomplete']} messages incomplete)")
+        else:
+            why = ("below the model: the model's ECMP hash put more messages on shared "
+                   "lanes than OVS's hash did in these draws")
+        lines.append(f"EP{r['ep']} {r['case']} {r['phase']} {q}: ratio {ratio:.2f}, {why}.")
+    if lines:
+        run.report.finding(
+            "3. Where measurement and model differ (ratio outside 0.7-1.3)",
+            measured="; ".join(f"EP{r['ep']} {r['case']} {r['phase']} p50/p99 ratios "
+                               f"{r['ratio_p50']:.2f}/{r['ratio_p99']:.2f}" for r in cases
+                               if not (in_band(r["ratio_p50"]) and in_band(r["ratio_p99"]))),
+            ideal="1.0 (the flow model's message latencies for the same flows and hash)",
+            published="-", why=" ".join(lines))
 
 
 def _finding_growth(run: Run) -> None:
@@ -373,11 +576,12 @@ def _finding_growth(run: Run) -> None:
     for ph in PHASES:
         g = _growth(run, ph, "completion_ms")[-1]
         g99 = _growth(run, ph, "p99_ms")[-1]
-        gm = _growth(run, ph, "ideal_ms")[-1]
+        gm = _growth(run, ph, "ideal_p99_ms")[-1]
         d = DEEPEP_US[ph]
         same = d[min(8 * 2 ** round(doublings), 256)] / d[8]
-        meas.append(f"{ph}: completion x{g:.2f}, p99 x{g99:.2f} from EP{lo} to EP{hi}")
-        ideal.append(f"{ph}: x{gm:.2f}")
+        meas.append(f"{ph}: completion x{g:.2f}, p99 x{g99:.2f} from EP{lo} to EP{hi} "
+                    f"(medians of {p['draws']} draws)")
+        ideal.append(f"{ph}: p99 x{gm:.2f}")
         pub.append(f"{ph}: x{same:.2f} over the same {doublings:g} doubling(s) from EP8 "
                    f"(EP8 {d[8]} us -> EP{min(8 * 2 ** round(doublings), 256)}); "
                    f"x{d[256] / d[8]:.2f} to EP256")
@@ -411,7 +615,8 @@ def _finding_growth(run: Run) -> None:
         "time includes FP8 casting, kernel launch and the receiver's copy-out). Last, "
         + phases + ".")
     run.report.finding("1. Decode latency growth with EP size", measured="; ".join(meas),
-                       ideal="flow model completion " + "; ".join(ideal),
+                       ideal="flow model (same flows, ECMP, medians of its draws) "
+                             + "; ".join(ideal),
                        published="DeepEP: " + "; ".join(pub) + f" ({DEEPEP_SOURCE})", why=why)
 
 
@@ -421,17 +626,25 @@ def _remote_share(ep: int, p: dict[str, Any]) -> float:
     return 1 - p["gpus_per_server"] / ep
 
 
-def _finding_isolation(run: Run, classes: dict[int, dict[str, Any]]) -> None:
+def _finding_isolation(run: Run, classes: dict[int, dict[str, Any]],
+                       cases: list[dict[str, Any]]) -> None:
     p = run.params
-    eps = p["ep_sizes"]
-    parts, restored = [], []
+    eps = [e for e in p["ep_sizes"] if e in p["background_eps"]]
+    parts, restored, model = [], [], []
     for ep in eps:
         for ph in PHASES:
             a = _get(run.rows, ep, "alone", ph, "p99_ms")
             b = _get(run.rows, ep, "background", ph, "p99_ms")
             i = _get(run.rows, ep, "isolated", ph, "p99_ms")
-            parts.append(f"EP{ep} {ph}: p99 {a:.0f} -> {b:.0f} ms (x{_ratio(b, a):.1f}) with "
-                         f"background, {i:.0f} ms (x{_ratio(i, a):.2f} of alone) with isolation")
+            rows = {r["case"]: r for r in cases if (r["ep"], r["phase"]) == (ep, ph)}
+            parts.append(f"EP{ep} {ph}: p99 {_dt(rows['alone'], 'p99')} alone -> "
+                         f"{_dt(rows['background'], 'p99')} (x{_ratio(b, a):.1f}) with "
+                         f"background, {_dt(rows['isolated'], 'p99')} (x{_ratio(i, a):.2f} of "
+                         "alone) with isolation")
+            model.append(f"EP{ep} {ph}: p99 {rows['alone']['ideal_p99_ms']:.0f} ms alone, "
+                         f"{rows['background']['ideal_p99_ms']:.0f} ms with the bulk flows "
+                         f"(ratios {rows['background']['ratio_p99']:.2f} FIFO, "
+                         f"{rows['isolated']['ratio_p99']:.2f} isolated)")
             restored.append(_ratio(i, a))
     counters = []
     for ep, cls in classes.items():
@@ -466,11 +679,12 @@ def _finding_isolation(run: Run, classes: dict[int, dict[str, Any]]) -> None:
     run.report.finding(
         "2. Background traffic and traffic-class isolation",
         measured="; ".join(parts),
-        ideal=(f"FIFO: + fill x (offered - lane) / lane for every bulk-overloaded hop on a "
-               f"message's path: +{fill:g} s behind one 400G bulk flow on a 200G lane, "
-               f"+{3 * fill:g} s where ECMP put two on one lane (also on spine-to-leaf lanes "
-               "where two bulk flows converge); strict priority: the alone value plus at most "
-               f"one bulk frame per hop (worst measured here: x{worst:.2f} of alone)"),
+        ideal=("flow model, same flows, max-min fair sharing (no queues, no priorities): "
+               + "; ".join(model) + f". Queueing on top of it: FIFO adds fill x (offered - "
+               f"lane) / lane per bulk-overloaded hop on a message's path: +{fill:g} s behind "
+               f"one 400G bulk flow on a 200G lane, +{3 * fill:g} s where ECMP put two on one "
+               "lane; strict priority: the alone value plus at most one bulk frame per hop "
+               f"(worst measured here: x{worst:.2f} of alone)"),
         published=("DeepEP recommends separate InfiniBand virtual lanes for normal-kernel, "
                    "low-latency-kernel and other traffic (traffic isolation, docs/legacy.md); "
                    "no figure is published for the penalty without it"),

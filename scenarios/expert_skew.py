@@ -16,11 +16,21 @@ Why not the high-bandwidth (hierarchical) kernel: it sends each token once per d
 not per-GPU, skew; on small fabrics it hides the incast entirely. The report shows that
 contrast from the kernel models (no replay needed) so the choice is visible.
 
+**Draws.** Which GPUs are hot depends on the gating seed (tokens are sampled, and hot experts
+are scattered over ids by the seed), and where a token copy's QP lands depends on the ECMP
+hash of its UDP source port. So the three cases are replayed ``draws`` times: draw k uses
+gating seed ``seed + k`` and QP numbers shifted by k x 1000 (new source ports), and every
+figure is quoted as median [p25-p75] over the draws. The flow model
+(``testbed.flowmodel.model_flows``) runs beside them over ``model_draws`` draws (gating seed
+``seed + j`` and hash seed j; the first ``draws`` are the emulated steps) with the policy the
+controller ran: its completion distribution is the **ideal**, and measured median / ideal
+median is the **ratio**. The NIC bound of the hottest receiver (its bytes / its NIC rate:
+nothing can finish sooner) is the **bound**.
+
 Per case the report gives the rank imbalance (``StepTraffic.realized_imbalance``, and the
-balancer's expected ``imbalance_before/after``), the bytes every GPU's NIC receives (the
-hottest receiver against the mean), and the dispatch completion measured in Mininet beside
-the fluid max-min model (``testbed.flowmodel.model_flows``, ECMP split evenly) and the NIC
-bound of the hottest receiver (its bytes / its NIC rate: nothing can finish sooner).
+balancer's expected ``imbalance_after``), the bytes every GPU's NIC receives (the hottest
+receiver against the mean), and the dispatch completion measured in Mininet beside the
+model and the bound.
 """
 
 from __future__ import annotations
@@ -32,7 +42,18 @@ from typing import Any
 import numpy as np
 
 from scenarios.base import Param, Run, scenario
-from scenarios.common import real_time_factor
+from scenarios.common import (
+    compare,
+    distribution,
+    fmt_distribution,
+    in_band,
+    plot_draws,
+    rank_in,
+    real_time_factor,
+    replay_lead,
+    shift_qps,
+    wire_flows,
+)
 from testbed.flowmodel import bounds, model_flows
 from testbed.plan import WiringPlan
 from testbed.topologies import build
@@ -97,21 +118,27 @@ def make_steps(model: str, servers: int, gpus_per_server: int, tokens: int, skew
     }
 
 
-def analyse(plan: WiringPlan, step: StepTraffic) -> dict[str, Any]:
-    """Everything the report needs about one step that does not need a fabric."""
+def analyse(plan: WiringPlan, step: StepTraffic, qp_offset: int = 0) -> dict[str, Any]:
+    """Everything the report needs about one step that does not need a fabric.
+
+    ``qp_offset`` shifts the dispatch flows' QPs (another ECMP hash draw, same bytes);
+    ``model_s`` is the fluid model (ECMP split evenly: the hash's expectation)."""
     hosts = [h.name for h in plan.hosts]
     ll = low_latency(step, plan, phases=("dispatch",))
+    ll_flows = shift_qps(ll.flows, qp_offset)
     hb = high_bandwidth(step, plan, phases=("dispatch",))
     rx = receive_bytes(ll.flows, hosts)
     rx_hb = receive_bytes(hb.flows, hosts)
     hot, ratio = incast(rx)
     _, ratio_hb = incast(rx_hb)
     nic = plan.host_link_mbps()
-    fluid = model_flows(plan, ll.flows, "ecmp-fluid", unit="mbps")
-    bnd = bounds(plan, ll.flows, unit="mbps")
+    wire = wire_flows(ll.flows)  # the frame bytes the shapers count: emulated times
+    fluid = model_flows(plan, wire, "ecmp-fluid", unit="mbps")
+    bnd = bounds(plan, wire, unit="mbps")
+    rx_wire = receive_bytes(wire, hosts)
     load = {h: float(v) for h, v in zip(hosts, step.gpu_load, strict=True)}
     return {
-        "flows": ll.flows, "rx_bytes": rx, "rx_bytes_hb": rx_hb,
+        "flows": ll_flows, "rx_bytes": rx, "rx_bytes_hb": rx_hb,
         "hottest": hot, "incast": ratio, "incast_hb": ratio_hb,
         "copies_per_gpu": load, "copies_max_over_mean": incast(load)[1],
         "imbalance_before": step.imbalance_before, "imbalance_after": step.imbalance_after,
@@ -119,23 +146,54 @@ def analyse(plan: WiringPlan, step: StepTraffic) -> dict[str, Any]:
         "wire_bytes": ll.wire_bytes(), "accounting": ll.accounting["dispatch"],
         "model_s": fluid.completion_s, "model_bound_s": fluid.bound_s,
         "host_rx_bound_s": bnd["host_rx"], "host_tx_bound_s": bnd["host_tx"],
-        "hot_nic_bound_s": nic_bound_s({hot: rx[hot]}, nic),
+        "hot_nic_bound_s": nic_bound_s({hot: rx_wire[hot]}, nic),
     }
 
 
+def model_case_draws(plan: WiringPlan, p: dict[str, Any], skew: Gating, policy: str, n: int
+                ) -> dict[str, list[dict[str, Any]]]:
+    """Per case, ``n`` model draws: gating seed ``seed + j`` and hash seed ``j``.
+
+    Each draw: the step's realised imbalance and incast, the hottest receiver's NIC bound,
+    and the flow model's dispatch completion under ``policy`` (the controller's mode)."""
+    hosts = [h.name for h in plan.hosts]
+    nic = plan.host_link_mbps()
+    out: dict[str, list[dict[str, Any]]] = {c: [] for c in CASES}
+    for j in range(n):
+        steps = make_steps(p["model"], int(p["servers"]), int(p["gpus_per_server"]),
+                           int(p["tokens_per_gpu"]), skew, int(p["seed"]) + j)
+        for case, step in steps.items():
+            flows = wire_flows(low_latency(step, plan, phases=("dispatch",)).flows)
+            rx = receive_bytes(flows, hosts)
+            hot, ratio = incast(rx)
+            m = model_flows(plan, flows, policy, seed=j, unit="mbps")
+            out[case].append({"seed": int(p["seed"]) + j, "model_s": m.completion_s,
+                              "imbalance": step.realized_imbalance,
+                              "imbalance_after": step.imbalance_after, "incast": ratio,
+                              "hot_nic_bound_s": nic_bound_s({hot: rx[hot]}, nic)})
+    return out
+
+
 # --- the scenario ------------------------------------------------------------------------
+#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
+DRAW_QP_STRIDE = 1000
+
+
 @scenario(
     "expert-skew",
     "uniform vs skewed gating vs skewed + EPLB: rank imbalance, hot-receiver incast, completion",
     Param("model", "deepseek-v3", "MoE model preset", choices=tuple(PRESETS)),
     Param("servers", 4, "servers (astral3, 2 per block)", quick=2),
     Param("gpus_per_server", 4, "GPUs (NICs) per server"),
-    Param("tokens_per_gpu", 64, "tokens per GPU in the step (DeepEP's decode batch is 128)"),
+    Param("tokens_per_gpu", 64, "tokens per GPU in the step (DeepEP's decode batch is 128)",
+          quick=24),
     Param("skew", "zipf", "the skewed gate", choices=("zipf", "hotset")),
     Param("zipf_exponent", 1.0, "Zipf exponent of the skewed gate (--skew zipf)"),
     Param("hot_fraction", 0.05, "share of experts that are hot (--skew hotset)"),
     Param("hot_share", 0.5, "share of the tokens the hot experts take (--skew hotset)"),
-    Param("seed", 1, "random seed (the same for all three cases)"),
+    Param("seed", 1, "first random seed (draw k uses seed + k for all three cases)"),
+    Param("draws", 5, "emulated draws (gating seed and ECMP source ports) per case", quick=3),
+    Param("model_draws", 60, "flow-model draws per case beside them", quick=20),
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
           quick=2e-5),
     Param("lb", "ecmp", "load-balancing mode of the controller",
@@ -144,7 +202,7 @@ def analyse(plan: WiringPlan, step: StepTraffic) -> dict[str, Any]:
 def expert_skew(run: Run) -> None:
     """Replay one MoE dispatch under uniform, skewed and skewed+EPLB gating (module docstring)."""
     p = run.params
-    for name in ("servers", "gpus_per_server", "tokens_per_gpu"):
+    for name in ("servers", "gpus_per_server", "tokens_per_gpu", "draws", "model_draws"):
         if int(p[name]) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1 (got {p[name]})")
     if int(p["servers"]) % 2:
@@ -153,22 +211,30 @@ def expert_skew(run: Run) -> None:
                          float(p["hot_share"]))
     plan = build("astral3", servers=int(p["servers"]), gpus=int(p["gpus_per_server"]),
                  servers_per_block=2, scale=float(p["scale"]))
-    steps = make_steps(p["model"], int(p["servers"]), int(p["gpus_per_server"]),
-                       int(p["tokens_per_gpu"]), skew, int(p["seed"]))
-    info = {case: analyse(plan, step) for case, step in steps.items()}
-    run.stage("routed the three steps and modelled them")
+    n = int(p["draws"])
+    steps = [make_steps(p["model"], int(p["servers"]), int(p["gpus_per_server"]),
+                        int(p["tokens_per_gpu"]), skew, int(p["seed"]) + k) for k in range(n)]
+    info = [{case: analyse(plan, step, DRAW_QP_STRIDE * k) for case, step in st.items()}
+            for k, st in enumerate(steps)]
+    model = model_case_draws(plan, p, skew, p["lb"], max(n, int(p["model_draws"])))
+    run.stage(f"routed {n} x 3 steps; modelled {max(n, int(p['model_draws']))} draws per case")
 
-    measured: dict[str, Any] = {}
+    measured: list[dict[str, Any]] = [{} for _ in range(n)]
     with run.lab(plan, label="astral3", lb=p["lb"]) as lab:
         for case in CASES:
-            flows = info[case]["flows"]
-            run.guard(lab, flows, label=case)
-            res = replay(lab, flows, label=f"{case} dispatch")
-            measured[case] = res
-            run.save_json(f"replay-{case}.json", {"summary": res.summary(), "flows": res.flows,
-                                                  "messages": res.messages})
-            run.stage(f"replayed {case}: {res.job_completion_s:.2f} s")
-    _report(run, plan, steps, info, measured)
+            run.guard(lab, info[0][case]["flows"], label=case)
+        for k in range(n):
+            for case in CASES:
+                flows = info[k][case]["flows"]
+                res = replay(lab, flows, label=f"{case} dispatch {k + 1}/{n}",
+                             lead_s=replay_lead(flows))
+                measured[k][case] = res
+                run.save_json(f"replay-{case}-{k}.json", {"summary": res.summary(),
+                                                          "flows": res.flows,
+                                                          "messages": res.messages})
+                run.stage(f"draw {k + 1}/{n} (seed {int(p['seed']) + k}) {case}: "
+                          f"{res.job_completion_s:.2f} s")
+    _report(run, plan, steps, info, measured, model)
 
 
 def _received(res: Any, hosts: list[str]) -> tuple[dict[str, int], dict[str, float]]:
@@ -182,96 +248,176 @@ def _received(res: Any, hosts: list[str]) -> tuple[dict[str, int], dict[str, flo
     return got, dict(done)
 
 
-def _report(run: Run, plan: WiringPlan, steps: dict[str, StepTraffic],
-            info: dict[str, dict[str, Any]], measured: dict[str, Any]) -> None:
+def _case(case: str, steps: list[dict[str, StepTraffic]], info: list[dict[str, Any]],
+          measured: list[dict[str, Any]], model: list[dict[str, Any]], hosts: list[str]
+          ) -> dict[str, Any]:
+    """One case over the draws: the distributions the table, findings and plots quote."""
+    per = []
+    for k, (i, res) in enumerate(zip((x[case] for x in info), (m[case] for m in measured),
+                                     strict=True)):
+        got, done = _received(res, hosts)
+        per.append({
+            "draw": k, "seed": steps[k][case].seed, "measured_s": res.job_completion_s,
+            "model_s": model[k]["model_s"], "fluid_s": i["model_s"],
+            "hot_nic_bound_s": i["hot_nic_bound_s"], "hottest": i["hottest"],
+            "hottest_done_s": done.get(i["hottest"], float("nan")),
+            "median_rx_done_s": float(np.median(list(done.values()))) if done
+            else float("nan"),
+            "imbalance": i["realized_imbalance"], "imbalance_after": i["imbalance_after"],
+            "incast": i["incast"], "incast_hb": i["incast_hb"], "lost": res.lost_packets,
+            "delivered": res.bytes_received / max(res.bytes_sent, 1),
+            "start_skew_s": res.start_skew_s, "rx_bytes_measured": got,
+            "rx_bytes_model": i["rx_bytes"]})
+    dist = {key: distribution([d[key] for d in per]) for key in
+            ("measured_s", "hot_nic_bound_s", "hottest_done_s", "median_rx_done_s",
+             "imbalance", "incast", "incast_hb", "fluid_s")}
+    return {
+        "case": case, "gating": steps[0][case].gating.kind,
+        "placement": info[0][case]["placement"], "per_draw": per, **dist,
+        "model_s": distribution([m["model_s"] for m in model]),
+        "model_bound_s": distribution([m["hot_nic_bound_s"] for m in model]),
+        "model_imbalance": distribution([m["imbalance"] for m in model]),
+        "model_incast": distribution([m["incast"] for m in model]),
+        "imbalance_expected": distribution([d["imbalance_after"] for d in per]),
+        "lost": sum(d["lost"] for d in per), "delivered": min(d["delivered"] for d in per),
+        "start_skew_s": max(d["start_skew_s"] for d in per),
+        "per_draw_ratio": distribution([d["measured_s"] / d["model_s"] for d in per
+                                        if d["model_s"]]),
+    }
+
+
+def _ratio(c: dict[str, Any]) -> float | None:
+    m, i = c["measured_s"]["median"], c["model_s"]["median"]
+    return m / i if m is not None and i else None
+
+
+def _r(v: float | None, nd: int = 3) -> float | None:
+    return None if v is None or v != v else round(v, nd)
+
+
+def _report(run: Run, plan: WiringPlan, steps: list[dict[str, StepTraffic]],
+            info: list[dict[str, Any]], measured: list[dict[str, Any]],
+            model: dict[str, list[dict[str, Any]]]) -> None:
     p = run.params
     hosts = [h.name for h in plan.hosts]
     nic = plan.host_link_mbps()[hosts[0]]
     real = real_time_factor(plan)  # real seconds per emulated second
-    raw: dict[str, Any] = {}
-    for case in CASES:
-        i, res = info[case], measured[case]
-        got, done = _received(res, hosts)
-        med_done = float(np.median(list(done.values()))) if done else float("nan")
-        run.row(case=case, gating=steps[case].gating.kind, placement=i["placement"],
-                imbalance=round(i["realized_imbalance"], 3),
-                imbalance_expected=round(i["imbalance_after"], 3),
-                hottest_rx=i["hottest"], rx_max_over_mean=round(i["incast"], 3),
-                wire_mb=round(i["wire_bytes"] / 1e6, 3),
-                measured_s=round(res.job_completion_s, 3), model_s=round(i["model_s"], 3),
-                hot_nic_bound_s=round(i["hot_nic_bound_s"], 3),
-                measured_over_model=round(res.job_completion_s / i["model_s"], 3),
-                hottest_done_s=round(done.get(i["hottest"], float("nan")), 3),
-                median_rx_done_s=round(med_done, 3),
-                lost_packets=res.lost_packets,
-                delivered=round(res.bytes_received / max(res.bytes_sent, 1), 4))
-        raw[case] = {"step": steps[case].summary(), "rx_bytes_model": i["rx_bytes"],
-                     "rx_bytes_measured": got, "rx_done_s": done,
-                     "rx_bytes_high_bandwidth": i["rx_bytes_hb"],
-                     "copies_per_gpu": i["copies_per_gpu"], "accounting": i["accounting"],
-                     "model_s": i["model_s"], "host_rx_bound_s": i["host_rx_bound_s"],
-                     "host_tx_bound_s": i["host_tx_bound_s"],
-                     "replay": res.summary()}
-    run.save_json("cases.json", raw)
-    run.summary.update({c: {k: v for k, v in r.items() if k != "case"}
-                        for c, r in zip(CASES, run.rows, strict=True)})
+    margin = {v["label"]: v["margin"] for v in run.config.get("fidelity", [])}
+    cases = {c: _case(c, steps, info, measured, model[c], hosts) for c in CASES}
+    for c, r in cases.items():
+        m, i = r["measured_s"], r["model_s"]
+        run.row(case=c, gating=r["gating"], placement=r["placement"], draws=m["draws"],
+                imbalance=_r(r["imbalance"]["median"]),
+                imbalance_p25=_r(r["imbalance"]["p25"]),
+                imbalance_p75=_r(r["imbalance"]["p75"]),
+                imbalance_expected=_r(r["imbalance_expected"]["median"]),
+                rx_max_over_mean=_r(r["incast"]["median"]),
+                measured_s=_r(m["median"]), p25_s=_r(m["p25"]), p75_s=_r(m["p75"]),
+                ideal_s=_r(i["median"]), ideal_p25_s=_r(i["p25"]), ideal_p75_s=_r(i["p75"]),
+                model_draws=i["draws"], ratio=_r(_ratio(r)),
+                hot_nic_bound_s=_r(r["hot_nic_bound_s"]["median"]),
+                vs_bound=_r(m["median"] / r["hot_nic_bound_s"]["median"]
+                            if r["hot_nic_bound_s"]["median"] else None),
+                fluid_s=_r(r["fluid_s"]["median"]),
+                hottest_done_s=_r(r["hottest_done_s"]["median"]),
+                median_rx_done_s=_r(r["median_rx_done_s"]["median"]),
+                lost_packets=r["lost"], delivered=round(r["delivered"], 4))
+        run.summary[c] = compare(
+            m["median"], i["median"], quantity="dispatch completion (emulated s)",
+            policy=p["lb"], draws=m["draws"], median=m["median"], p25=m["p25"], p75=m["p75"],
+            values=m["values"], model=i, bound=r["hot_nic_bound_s"]["median"],
+            bound_name="NIC of the hottest receiver", fluid_s=r["fluid_s"]["median"],
+            imbalance=r["imbalance"], model_imbalance=r["model_imbalance"],
+            rx_max_over_mean=r["incast"], model_rx_max_over_mean=r["model_incast"],
+            per_draw_ratio=r["per_draw_ratio"], lost_packets=r["lost"],
+            delivered=r["delivered"], start_skew_s=r["start_skew_s"],
+            fidelity_margin=margin.get(c))
     run.summary["scale"] = float(p["scale"])
+    run.save_json("cases.json", {c: {**{k: v for k, v in r.items() if k != "per_draw"},
+                                     "per_draw": r["per_draw"],
+                                     "steps": [st[c].summary() for st in steps],
+                                     "accounting": info[0][c]["accounting"]}
+                                 for c, r in cases.items()})
+    run.save_json("model_draws.json", model)
 
-    _plot_rx(run, hosts, info, raw)
-    _plot_completion(run, info, measured)
+    _plot_rx(run, hosts, cases)
+    _plot_completion(run, cases)
 
     rep = run.report
-    u, s, e = (run.rows[k] for k in range(3))
+    u, s, e = (cases[c] for c in CASES)
+    n = p["draws"]
     rep.section("Setup", (
         f"{p['model']} MoE layer, {p['servers']} servers x {p['gpus_per_server']} GPUs "
         f"({len(hosts)} GPUs) on astral3 (2 servers per block, {len(plan.switches)} "
-        f"switches), {p['tokens_per_gpu']} tokens per GPU, seed {p['seed']}; skewed gate: "
-        f"{_gate_text(p)}. The dispatch phase is replayed with the low-latency kernel model "
-        f"(one {steps['uniform'].model.ll_dispatch_message_bytes:,}-byte message per token copy "
-        f"straight to the expert's GPU; same-server copies go over NVLink and are not on the "
-        f"wire), controller mode `{p['lb']}`. Scale {p['scale']:g}: a 400G NIC is "
-        f"{nic:g} Mb/s, so time at real rates = emulated time x {real:g}."))
-    rep.table(run.rows, ["case", "placement", "imbalance", "imbalance_expected", "hottest_rx",
-                         "rx_max_over_mean", "measured_s", "model_s", "hot_nic_bound_s",
-                         "measured_over_model", "lost_packets"])
-    short = [r["case"] for r in run.rows if r["delivered"] < 0.999]
+        f"switches), {p['tokens_per_gpu']} tokens per GPU; skewed gate: {_gate_text(p)}. "
+        f"The dispatch phase is replayed with the low-latency kernel model "
+        f"(one {steps[0]['uniform'].model.ll_dispatch_message_bytes:,}-byte message per "
+        "token copy straight to the expert's GPU; same-server copies go over NVLink and are "
+        f"not on the wire), controller mode `{p['lb']}`. **{n} draws**: draw k routes the "
+        f"tokens with gating seed {p['seed']} + k (the same for the three cases) and shifts "
+        "every QP by k x 1000 (new UDP source ports: another ECMP hash draw). The flow model "
+        f"({p['lb']}) runs beside them over {u['model_s']['draws']} draws (gating seed "
+        f"{p['seed']} + j, hash seed j); model and bound count the frame bytes (headers, ICRC) "
+        f"the shapers count. Scale {p['scale']:g}: a 400G NIC is {nic:g} Mb/s, "
+        f"so time at real rates = emulated time x {real:g}."))
+
+    def dt(d: dict[str, Any], unit: str = "", digits: int = 2) -> str:
+        return fmt_distribution(d, unit, digits)
+
+    rep.table([{"case": c, "placement": r["placement"],
+                "imbalance": dt(r["imbalance"]), "rx max/mean": dt(r["incast"]),
+                "measured (s)": dt(r["measured_s"]), "ideal: model (s)": dt(r["model_s"]),
+                "ratio": _ratio(r), "bound: hottest NIC (s)": r["hot_nic_bound_s"]["median"],
+                "lost": r["lost"]} for c, r in cases.items()])
+    rep.text("*measured*: dispatch completion in the emulation, median [p25-p75] over N "
+             "draws; *ideal*: the flow model's completion of the same flows under the "
+             f"controller's policy ({p['lb']}), over its own draws; *ratio* = measured median "
+             "/ ideal median; *bound*: the hottest receiver's bytes over its NIC rate (median "
+             "over the draws). Imbalance and rx max/mean are over the emulated draws. Per-draw "
+             "numbers: cases.json; the model's draws: model_draws.json.")
+    short = [c for c, r in cases.items() if r["delivered"] < 0.999]
     if short:
         rep.text(
             f"**Not every byte arrived** in {', '.join(short)} (column `delivered` in "
-            "summary.csv). With `lost_packets` 0 this means the receivers were stopped "
-            "before the hottest one had drained its queue (the replay gives receivers a "
-            "fixed grace period after the last sender ends), so that case's measured "
-            "completion is cut short; with losses, packets were dropped in the emulated "
-            "switch. Lower --tokens-per-gpu or the skew to keep the hottest receiver within "
-            "the grace period.")
-    rep.image("rx_bytes.png", "Bytes each GPU's NIC receives in the dispatch (model; the "
-              "measured bytes are in cases.json)")
-    rep.image("completion.png", "Dispatch completion: measured, fluid model, NIC bound of the "
-              "hottest receiver")
+            "summary.csv: the worst draw). With `lost_packets` 0 this means the receivers "
+            "were stopped before the hottest one had drained its queue (the replay gives "
+            "receivers a fixed grace period after the last sender ends), so that case's "
+            "measured completion is cut short; with losses, packets were dropped in the "
+            "emulated switch. Lower --tokens-per-gpu or the skew to keep the hottest receiver "
+            "within the grace period.")
+    rep.image("rx_bytes.png", "Bytes each GPU's NIC receives in the dispatch, receivers "
+              "ranked by bytes in each draw: the kernel model's median over the emulated draws "
+              "(bars) and each draw's measured bytes (dots)")
+    rep.image("completion.png", "Dispatch completion: emulated draws (dots), the flow model's "
+              "draws (box), the hottest receiver's NIC bound (dashed)")
     rep.section("Findings")
     rep.finding(
         "Skew unbalances ranks; EPLB rebalances them",
         measured=(f"realised imbalance (max-mean)/mean of token copies per GPU: uniform "
-                  f"{u['imbalance']:.2f}, skewed {s['imbalance']:.2f}, skewed+EPLB "
-                  f"{e['imbalance']:.2f}"),
-        ideal="0 (every GPU's experts receive the same number of copies)",
+                  f"{dt(u['imbalance'])}, skewed {dt(s['imbalance'])}, skewed+EPLB "
+                  f"{dt(e['imbalance'])}"),
+        ideal=(f"0 (every GPU's experts receive the same number of copies); over the "
+               f"model's {u['model_imbalance']['draws']} gating seeds: uniform "
+               f"{dt(u['model_imbalance'])}, skewed {dt(s['model_imbalance'])}, skewed+EPLB "
+               f"{dt(e['model_imbalance'])}"),
         published=EPLB_README,
         why=("Uniform gating is not exactly 0 because tokens are sampled; the skewed gate "
-             "concentrates copies on the GPUs that hold the popular experts. EPLB replicates "
-             "the heaviest experts into one redundant slot per GPU and packs replicas by load "
-             f"({e['placement']}); what remains is the hierarchical policy keeping each "
-             "group's replicas on one server and the random choice among replicas "
-             f"(expected after balancing: {e['imbalance_expected']:.2f})."))
+             "concentrates copies on the GPUs that hold the popular experts, and which GPUs "
+             "those are changes with the seed (hot experts are scattered over ids), hence "
+             "the spread over draws. EPLB replicates the heaviest experts into one redundant "
+             f"slot per GPU and packs replicas by load ({e['placement']}); what remains is "
+             "the hierarchical policy keeping each group's replicas on one server and the "
+             "random choice among replicas (expected after balancing: "
+             f"{dt(e['imbalance_expected'])})."))
     rep.finding(
         "A hot expert is a hot receiver NIC (incast)",
-        measured=(f"hottest receiver's bytes / mean: uniform {u['rx_max_over_mean']:.2f}, "
-                  f"skewed {s['rx_max_over_mean']:.2f} ({s['hottest_rx']}), skewed+EPLB "
-                  f"{e['rx_max_over_mean']:.2f}; the hottest receiver finished at "
-                  f"{s['hottest_done_s']:.2f} s vs a median receiver at "
-                  f"{s['median_rx_done_s']:.2f} s (skewed)"),
+        measured=(f"hottest receiver's bytes / mean: uniform {dt(u['incast'])}, skewed "
+                  f"{dt(s['incast'])}, skewed+EPLB {dt(e['incast'])}; skewed: the hottest "
+                  f"receiver finished at {dt(s['hottest_done_s'], ' s')} vs a median "
+                  f"receiver at {dt(s['median_rx_done_s'], ' s')}"),
         ideal=("1.0 per GPU; with the high-bandwidth (hierarchical) kernel the NIC-level "
-               f"ratio is {info['skewed']['incast_hb']:.2f} for the same skewed step "
-               "(model), because it sends per destination server and forwards over NVLink"),
+               f"ratio is {dt(s['incast_hb'])} for the same skewed steps (model), because it "
+               "sends per destination server and forwards over NVLink"),
         published=("DeepEP's low-latency kernels send each token copy directly to the "
                    "expert's rank (traffic/kernels.py cites internode_ll.cu); no published "
                    "incast figure was found in the stored sources"),
@@ -280,24 +426,54 @@ def _report(run: Run, plan: WiringPlan, steps: dict[str, StepTraffic],
              f"{nic:g} Mb/s) downlink while other receivers idle early. The hierarchical "
              "kernel moves that hot spot onto NVLink inside the destination server, which is "
              "why the lab replays the low-latency model here."))
+    why = ("The model and the bound agree when the hottest receiver's downlink is the "
+           "bottleneck: the job cannot end before that NIC has taken all its bytes. "
+           "Rebalancing brings the completion back near the uniform case because it removes "
+           "the one overloaded NIC, not because it adds capacity. ")
+    ratios = [r for r in (_ratio(c) for c in cases.values()) if r is not None]
+    if ratios:
+        off = max(abs(1 - r) for r in ratios)
+        why += (f"Measured and model medians agree within {100 * off:.0f}% here. What "
+                "separates them is the replay's own overheads (Python senders start a few ms "
+                "apart: start skew in cases.json; they pace slightly under the NIC rate; the "
+                "fluid model has no queueing or per-packet costs) and the hash: OVS's draws "
+                "and the model's agree in distribution, not draw by draw, and with few "
+                "emulated draws a median moves by a draw's luck.")
+    for c, r in cases.items():
+        ratio = _ratio(r)
+        if in_band(ratio):
+            continue
+        at = rank_in(r["measured_s"]["median"], r["model_s"]["values"])
+        why += (f" **{c}: the ratio ({ratio:.2f}) is outside 0.7-1.3.** The measured median "
+                f"falls at the {100 * at:.0f}th percentile of the model's draws; the hottest "
+                f"receiver's last byte came at {dt(r['hottest_done_s'], ' s')} against its "
+                f"NIC bound of {dt(r['hot_nic_bound_s'], ' s')}, ")
+        late = (r["hottest_done_s"]["median"] or 0) / (r["hot_nic_bound_s"]["median"] or 1)
+        if ratio is not None and ratio > 1 and late > 1.3:
+            why += (f"{late:.2f}x later: the hot NIC's downlink was not kept busy, i.e. its "
+                    "senders did not deliver at the model's max-min rates (a FIFO queue "
+                    "upstream, shared by flows to other receivers, holds them back; the "
+                    "model's fair sharing does not); ")
+        else:
+            why += "so the hot NIC was not what set the measured time; "
+        why += (f"fidelity margin {margin.get(c, float('nan')):.2f}x, start skew up to "
+                f"{r['start_skew_s']:.3f} s, {r['lost']} packets lost, delivered "
+                f"{100 * r['delivered']:.1f}% (worst draw).")
+    um, sm, em = (x["measured_s"]["median"] for x in (u, s, e))
     rep.finding(
         "Completion follows the hottest receiver",
-        measured=(f"dispatch: uniform {u['measured_s']:.2f} s, skewed {s['measured_s']:.2f} s "
-                  f"({s['measured_s'] / u['measured_s']:.2f}x), skewed+EPLB "
-                  f"{e['measured_s']:.2f} s ({e['measured_s'] / u['measured_s']:.2f}x); "
-                  f"{s['measured_s'] * real * 1e3:.2f} ms at real rates for skewed"),
-        ideal=(f"fluid model: {u['model_s']:.2f} / {s['model_s']:.2f} / {e['model_s']:.2f} s; "
-               f"NIC bound of the hottest receiver: {u['hot_nic_bound_s']:.2f} / "
-               f"{s['hot_nic_bound_s']:.2f} / {e['hot_nic_bound_s']:.2f} s"),
+        measured=(f"dispatch: uniform {dt(u['measured_s'], ' s')}, skewed "
+                  f"{dt(s['measured_s'], ' s')} ({sm / um:.2f}x the uniform median), "
+                  f"skewed+EPLB {dt(e['measured_s'], ' s')} ({em / um:.2f}x); "
+                  f"{s['measured_s']['median'] * real * 1e3:.2f} ms at real rates for skewed"),
+        ideal=(f"flow model ({p['lb']}): uniform {dt(u['model_s'], ' s')}, skewed "
+               f"{dt(s['model_s'], ' s')}, skewed+EPLB {dt(e['model_s'], ' s')}; ratios "
+               f"{', '.join(f'{_ratio(r):.2f}' for r in cases.values())}; bound (hottest NIC): "
+               f"{u['hot_nic_bound_s']['median']:.2f} / {s['hot_nic_bound_s']['median']:.2f} "
+               f"/ {e['hot_nic_bound_s']['median']:.2f} s"),
         published=("DeepSeek-V3 motivates EPLB by load balance across GPUs (EPLB README); "
                    "no published completion-time penalty for a given skew was found"),
-        why=("The model and the bound agree when the hottest receiver's downlink is the "
-             "bottleneck: the job cannot end before that NIC has taken all its bytes. The "
-             "measurement sits above the model by the replay's own overheads: Python senders "
-             "start a few ms apart (start skew in cases.json), pace slightly under the NIC "
-             "rate, and the fluid model has no queueing, ECMP hash collisions or per-packet "
-             "costs. Rebalancing brings the completion back near the uniform case because it "
-             "removes the one overloaded NIC, not because it adds capacity."))
+        why=why)
 
 
 def _gate_text(p: dict[str, Any]) -> str:
@@ -307,8 +483,9 @@ def _gate_text(p: dict[str, Any]) -> str:
             "the popularity, scattered over ids")
 
 
-def _plot_rx(run: Run, hosts: list[str], info: dict[str, dict[str, Any]],
-             raw: dict[str, Any]) -> None:
+def _plot_rx(run: Run, hosts: list[str], cases: dict[str, dict[str, Any]]) -> None:
+    """Receivers ranked by their bytes in each draw (which GPU is hot changes with the seed),
+    so the median over draws at each rank keeps the incast's shape."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(max(6.0, 0.45 * len(hosts) + 2), 3.6))
@@ -316,30 +493,37 @@ def _plot_rx(run: Run, hosts: list[str], info: dict[str, dict[str, Any]],
     x = np.arange(len(hosts))
     width = 0.8 / len(CASES)
     for k, case in enumerate(CASES):
-        mb = [info[case]["rx_bytes"][h] / 1e6 for h in hosts]
+        per = cases[case]["per_draw"]
+        order = [sorted(hosts, key=lambda h, d=d: -d["rx_bytes_model"][h]) for d in per]
+        mb = [float(np.median([d["rx_bytes_model"][o[r]] for d, o in zip(per, order,
+                                                                      strict=True)])) / 1e6
+              for r in range(len(hosts))]
         ax.bar(x + (k - 1) * width, mb, width, label=f"{case} (max/mean "
-               f"{info[case]['incast']:.2f})")
-        got = [raw[case]["rx_bytes_measured"][h] / 1e6 for h in hosts]
-        ax.plot(x + (k - 1) * width, got, "k.", markersize=3)
-    ax.set_xticks(x, hosts, rotation=90, fontsize=7)
+               f"{cases[case]['incast']['median']:.2f}, median of {len(per)})")
+        for d, o in zip(per, order, strict=True):
+            got = [d["rx_bytes_measured"][h] / 1e6 for h in o]
+            ax.plot(x + (k - 1) * width, got, "k.", markersize=3)
+    ax.set_xticks(x, [str(r + 1) for r in range(len(hosts))], fontsize=7)
+    ax.set_xlabel("receiver, ranked by its bytes in each draw (1 = hottest)")
     ax.set_ylabel("MB received by the NIC (dispatch)")
-    ax.set_title("Per-GPU receive bytes (bars: model; dots: measured)")
+    ax.set_title("Per-GPU receive bytes (bars: model, median over draws at each rank; dots: "
+                 "measured, each draw)", fontsize=8)
     ax.legend(fontsize=8)
     run.save_figure(fig, "rx_bytes.png")
 
 
-def _plot_completion(run: Run, info: dict[str, dict[str, Any]], measured: dict[str, Any]
-                     ) -> None:
+def _plot_completion(run: Run, cases: dict[str, dict[str, Any]]) -> None:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.0, 3.6))
+    fig = Figure(figsize=(6.0, 3.8))
     ax = fig.add_subplot()
-    x = np.arange(len(CASES))
-    ax.bar(x - 0.27, [measured[c].job_completion_s for c in CASES], 0.27, label="measured")
-    ax.bar(x, [info[c]["model_s"] for c in CASES], 0.27, label="fluid model")
-    ax.bar(x + 0.27, [info[c]["hot_nic_bound_s"] for c in CASES], 0.27,
-           label="hottest receiver's NIC bound")
-    ax.set_xticks(x, list(CASES))
+    plot_draws(ax, list(CASES), [cases[c]["measured_s"]["values"] for c in CASES],
+               [cases[c]["model_s"]["values"] for c in CASES],
+               bound=[cases[c]["hot_nic_bound_s"]["median"] for c in CASES],
+               colours=["tab:green", "tab:red", "tab:blue"], bound_label="hottest NIC's bound")
     ax.set_ylabel("dispatch completion (emulated s)")
+    ax.set_title(f"dots: emulated draws (N={len(cases['uniform']['per_draw'])}); box: flow "
+                 f"model ({cases['uniform']['model_s']['draws']} draws); dashed: hottest "
+                 "NIC's bound", fontsize=8)
     ax.legend(fontsize=8)
     run.save_figure(fig, "completion.png")

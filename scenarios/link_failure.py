@@ -52,6 +52,7 @@ are recorded for each failure.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -65,7 +66,20 @@ import numpy as np
 
 from controllers.paths import Hop, PathFinder
 from scenarios.base import Param, Run, as_dict, scenario
-from scenarios.common import _tx_bytes, real_time_factor
+from scenarios.common import (
+    RANDOM_POLICIES,
+    _tx_bytes,
+    compare,
+    distribution,
+    fmt_distribution,
+    in_band,
+    median_chance,
+    plot_draws,
+    real_time_factor,
+    replay_lead,
+    shift_qps,
+    wire_flows,
+)
 from testbed.flowmodel import model_flows
 from testbed.lab import LOSSLESS_QUEUE_S
 from testbed.plan import Link, WiringPlan
@@ -84,6 +98,8 @@ PROBE_PORT = 4792  # the replay's receivers own 4791
 PROBE_SPORTS = range(50100, 50108)
 PROBE_PPS = 40.0  # per source port: 8 x 40 x ~110 B frames = 0.28 Mb/s in all
 PROBE_BYTES = 64
+#: receivers' idle timeout in a failure run: seconds without a packet before they stop
+RECV_IDLE_S = 2.0
 PUBLISHED_FAILOVER = ("no published recovery figure for Astral 3.0 was found in the stored "
                       "sources; TENT (arXiv 2604.00368) reports sub-50 ms self-healing around "
                       "link failures in production GPU clusters")
@@ -147,10 +163,11 @@ def remaining_after(flows: Sequence[FlowSpec], finish_s: Sequence[float],
                     start_rate_bps: Sequence[float], t: float) -> list[FlowSpec]:
     """The bytes each flow still has at ``t`` s, given the model's first rates and finishes.
 
-    A flow finished by ``t`` has none left; otherwise it has sent at least its first rate
-    times ``t`` (max-min rates only rise as other flows leave, so this is exact when no flow
-    finishes before ``t``, as in an equal All-to-All, and otherwise a slight overestimate of
-    what is left). Flows with nothing left are dropped.
+    A flow finished by ``t`` has none left; otherwise it has sent its first rate times ``t``.
+    Rates are constant until the first flow finishes, so this is exact when none finishes
+    before ``t`` (as in an equal All-to-All under fluid ECMP); after a departure max-min
+    rates can move either way, so it is then an approximation. Flows with nothing left are
+    dropped. Wire-bytes flows (``message_bytes`` 0) stay so.
     """
     if t < 0:
         raise ValueError("t must be >= 0")
@@ -159,7 +176,9 @@ def remaining_after(flows: Sequence[FlowSpec], finish_s: Sequence[float],
         if fin <= t:
             continue
         left = f.bytes - int(rate * t / 8)
-        if left > 0:
+        if left > 0 and not f.message_bytes:  # a wire-bytes flow (scenarios.common.wire_flows)
+            out.append(dataclasses.replace(f, bytes=left, start=max(0.0, f.start - t)))
+        elif left > 0:
             out.append(FlowSpec.make(f.src, f.dst, left, f.qp, message_bytes=f.message_bytes,
                                      start=max(0.0, f.start - t),
                                      traffic_class=f.traffic_class, phase=f.phase,
@@ -238,6 +257,28 @@ def probe_gap(result: dict[str, Any], cut_wall_s: float, window_s: float = 1.0
         if at is not None and cut_wall_s - 0.2 <= at <= cut_wall_s + window_s:
             gaps.append(float(f["max_gap_s"]))
     return (max(gaps) if gaps else None), len(gaps)
+
+
+def model_penalties(plan: WiringPlan, flows: Sequence[FlowSpec], policy: str,
+                    links: Sequence[Link], fraction: float, draws: int
+                    ) -> list[dict[str, float]]:
+    """The flow model's completion penalty of a failure at ``fraction`` of the baseline,
+    under ``policy`` (the controller's mode), over ``draws`` seeds of its hash (one for a
+    policy without a draw): per seed the baseline completion, the completion with the links
+    cut at that instant (what was left at the cut, re-routed by the same policy on the
+    failed fabric), and their ratio. Frame bytes, as the shapers count."""
+    wire = wire_flows(list(flows))
+    failed = PathFinder(plan, down=down_hops(links))
+    out = []
+    for s in range(max(1, draws) if policy in RANDOM_POLICIES else 1):
+        base = model_flows(plan, wire, policy, seed=s, unit="mbps")
+        t = fraction * base.completion_s
+        left = remaining_after(wire, base.flow_finish_s, base.flow_start_rate_bps, t)
+        after = model_flows(failed, left, policy, seed=s, unit="mbps") if left else None
+        total = t + (after.completion_s if after else 0.0)
+        out.append({"seed": s, "baseline_s": base.completion_s, "failed_s": total,
+                    "penalty": total / base.completion_s})
+    return out
 
 
 # --- the sampler -------------------------------------------------------------------------
@@ -322,7 +363,7 @@ class Sampler:
     Param("gpus_per_server", 4, "GPUs (NICs) per server"),
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
           quick=2e-5),
-    Param("duration_s", 15.0, "emulated length of the failure-free All-to-All", quick=6.0),
+    Param("duration_s", 15.0, "emulated length of the failure-free All-to-All", quick=4.0),
     Param("modes", list(MODES), "load-balancing modes to compare", quick=["ecmp", "planned"],
           choices=MODES),
     Param("cut_fraction", 0.33, "when the failure lands, as a fraction of the baseline"),
@@ -330,6 +371,9 @@ class Sampler:
           "recovered = rate back within this many percent of the post-failure target"),
     Param("sample_ms", 100.0, "throughput sampling interval (ms)"),
     Param("qps_per_peer", 2, "QPs (UDP source ports) per GPU pair"),
+    Param("draws", 3, "emulated hash draws of ecmp and adaptive (baseline, lane and spine "
+          "each; planned is deterministic: one)"),
+    Param("model_draws", 100, "flow-model hash draws beside them", quick=50),
     Param("seed", 1, "random seed (the step's token routing)"),
 )
 def link_failure(run: Run) -> None:
@@ -343,7 +387,7 @@ def link_failure(run: Run) -> None:
     leaf, spine, probe_src, probe_dst = pick_lane(plan)
     lane = [ln for ln in plan.links if {ln.a, ln.b} == {leaf, spine}][:1]
     failures = {"lane": lane, "spine": spine_links(plan, spine)}
-    fluid = model_flows(plan, flows, "ecmp-fluid", unit="mbps")
+    fluid = model_flows(plan, wire_flows(flows), "ecmp-fluid", unit="mbps")
     run.save_json("flows.json", [as_dict(f) for f in flows])
     run.stage(f"{len(flows)} flows; failing {leaf}-{spine} and then {spine}")
 
@@ -358,13 +402,26 @@ def link_failure(run: Run) -> None:
                 client.clear_traffic()
             client.wait_converged(timeout=60)
             run.guard(lab, flows, label=mode)
-            base = _one_run(run, lab, flows, mode, "baseline", [], None, (probe_src, probe_dst))
-            results[f"{mode}/baseline"] = base
-            delay = float(p["cut_fraction"]) * base["completion_s"]
-            for case in ("lane", "spine"):
-                results[f"{mode}/{case}"] = _one_run(
-                    run, lab, flows, mode, case, failures[case], delay, (probe_src, probe_dst))
+            for k in range(draws_for(mode, int(p["draws"]))):
+                fk = shift_qps(flows, DRAW_QP_STRIDE * k)
+                base = _one_run(run, lab, fk, mode, "baseline", [], None,
+                                (probe_src, probe_dst), k)
+                results[f"{mode}/{k}/baseline"] = base
+                delay = float(p["cut_fraction"]) * base["completion_s"]
+                for case in ("lane", "spine"):
+                    results[f"{mode}/{k}/{case}"] = _one_run(
+                        run, lab, fk, mode, case, failures[case], delay,
+                        (probe_src, probe_dst), k)
     _analyse(run, plan, flows, fluid, failures, results, (leaf, spine))
+
+
+#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
+DRAW_QP_STRIDE = 1000
+
+
+def draws_for(mode: str, draws: int) -> int:
+    """Emulated draws of a mode: one per hash draw where its paths depend on the hash."""
+    return max(1, draws) if mode in RANDOM_POLICIES else 1
 
 
 def _check(p: dict[str, Any]) -> None:
@@ -381,6 +438,8 @@ def _check(p: dict[str, Any]) -> None:
         raise ValueError(f"--sample-ms must be in [10, 1000] (got {p['sample_ms']})")
     if not p["modes"]:
         raise ValueError("--modes needs at least one mode")
+    if int(p["draws"]) < 1 or int(p["model_draws"]) < 1:
+        raise ValueError("--draws and --model-draws must be >= 1")
 
 
 def _set_links(lab: Any, links: Sequence[Link], up: bool) -> None:
@@ -398,16 +457,15 @@ def _restore(lab: Any, links: Sequence[Link]) -> None:
 
 
 def _one_run(run: Run, lab: Any, flows: list[FlowSpec], mode: str, case: str,
-             links: Sequence[Link], delay_s: float | None, probe: tuple[str, str]
-             ) -> dict[str, Any]:
+             links: Sequence[Link], delay_s: float | None, probe: tuple[str, str],
+             draw: int = 0) -> dict[str, Any]:
     """One replay with the sampler (and, for a failure, the cut and a probe stream)."""
     p = run.params
     plan = lab.plan
     nic = plan.host_link_mbps()
     delivered = [ln.b_intf for ln in plan.links if ln.kind == "nic"]
     watch = sorted({ln.a_intf for ln in links} | {ln.b_intf for ln in links})
-    senders = len({f.src for f in flows})
-    lead = 1.0 + 0.25 * senders  # replay's own default, made explicit for the probe's length
+    lead = replay_lead(flows)  # made explicit for the probe's length
     sampler = Sampler(delivered=delivered, watch=watch, interval_s=float(p["sample_ms"]) / 1e3,
                       start_mbps=0.3 * sum(nic[f] for f in {f.src for f in flows}),
                       delay_s=delay_s,
@@ -415,7 +473,7 @@ def _one_run(run: Run, lab: Any, flows: list[FlowSpec], mode: str, case: str,
     stream = None
     if links:
         stream = Stream(lab, probe[0], probe[1], sports=PROBE_SPORTS, pps=PROBE_PPS,
-                        duration=lead + 3.0 + (delay_s or 0.0) + 2.5, port=PROBE_PORT,
+                        duration=lead + 1.5 + (delay_s or 0.0) + 2.0, port=PROBE_PORT,
                         size=PROBE_BYTES)
         for stale in (stream.out, stream.out + ".ready"):
             with contextlib.suppress(FileNotFoundError):
@@ -426,7 +484,10 @@ def _one_run(run: Run, lab: Any, flows: list[FlowSpec], mode: str, case: str,
         if stream is not None:
             stream.start()
         sampler.start()
-        res = replay(lab, flows, lead_s=lead, label=f"{mode} {case}")
+        # packets lost at the cut never arrive, so a receiver waits out its idle timeout:
+        # keep it short (the lossless queues behind the survivors keep packets flowing)
+        res = replay(lab, flows, lead_s=lead, label=f"{mode} {case} (draw {draw + 1})",
+                     recv_idle_s=RECV_IDLE_S if links else 5.0)
         if stream is not None:
             probe_result = stream.wait()
     finally:
@@ -440,13 +501,14 @@ def _one_run(run: Run, lab: Any, flows: list[FlowSpec], mode: str, case: str,
         raise RuntimeError(f"{mode}/{case}: failing the links raised {sampler.error!r}")
     if links and sampler.action_ns is None:
         raise RuntimeError(f"{mode}/{case}: the traffic never started, so nothing was cut")
-    out = {"mode": mode, "case": case, "completion_s": res.job_completion_s,
+    out = {"mode": mode, "case": case, "draw": draw, "completion_s": res.job_completion_s,
            "summary": res.summary(), "start_ns": res.start_ns, "samples": sampler.samples,
            "watched": sampler.watched, "action_ns": sampler.action_ns,
            "links": [f"{ln.a}:{ln.a_port}-{ln.b}:{ln.b_port}" for ln in links],
            "health": health, "probe": probe_result}
-    run.save_json(f"run-{mode}-{case}.json", out)
-    run.stage(f"{mode} {case}: {res.job_completion_s:.2f} s, {res.lost_packets} packets lost")
+    run.save_json(f"run-{mode}-{case}-{draw}.json", out)
+    run.stage(f"{mode} draw {draw + 1} {case}: {res.job_completion_s:.2f} s, "
+              f"{res.lost_packets} packets lost")
     return out
 
 
@@ -458,7 +520,8 @@ def _failure_metrics(r: dict[str, Any], base: dict[str, Any], plan: WiringPlan,
     cut_s = (r["action_ns"][0] - r["start_ns"]) / 1e9
     frac = cut_s / base["completion_s"]
     t_model = frac * fluid.completion_s
-    left = remaining_after(flows, fluid.flow_finish_s, fluid.flow_start_rate_bps, t_model)
+    wire = wire_flows(list(flows))  # the fluid model runs on frame bytes, as the counters
+    left = remaining_after(wire, fluid.flow_finish_s, fluid.flow_start_rate_bps, t_model)
     failed = PathFinder(plan, down=down_hops(links))
     after = model_flows(failed, left, "ecmp-fluid", unit="mbps") if left else None
     ideal_total = t_model + (after.completion_s if after else 0.0)
@@ -493,36 +556,122 @@ def _failure_metrics(r: dict[str, Any], base: dict[str, Any], plan: WiringPlan,
 def _analyse(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
              failures: dict[str, list[Link]], results: dict[str, dict[str, Any]],
              lane: tuple[str, str]) -> None:
+    """Per mode and case: the draws' metrics, their distributions, the model's beside them."""
     p = run.params
     modes = list(p["modes"])
-    metrics: dict[str, dict[str, Any]] = {}
+    nd = int(p["model_draws"])
+    metrics: dict[str, dict[str, Any]] = {}  # "mode/draw/case" -> one run's metrics
+    agg: dict[str, dict[str, Any]] = {}  # "mode/case" -> distributions and ideals
+    margin = {v["label"]: v["margin"] for v in run.config.get("fidelity", [])}
     for mode in modes:
-        base = results[f"{mode}/baseline"]
-        model_mode = model_flows(plan, flows, mode, unit="mbps")  # same policy
-        pace = fluid.completion_s / base["completion_s"]
-        run.row(mode=mode, case="baseline", completion_s=round(base["completion_s"], 3),
-                model_s=round(model_mode.completion_s, 3), penalty=1.0, ideal_penalty=1.0,
-                pace=round(pace, 3), lost_packets=base["summary"]["lost_packets"])
-        metrics[f"{mode}/baseline"] = {"model_s": model_mode.completion_s, "pace": pace}
+        n = draws_for(mode, int(p["draws"]))
+        for k in range(n):
+            base = results[f"{mode}/{k}/baseline"]
+            metrics[f"{mode}/{k}/baseline"] = {
+                "completion_s": base["completion_s"], "penalty": 1.0,
+                "pace": fluid.completion_s / base["completion_s"],
+                "lost_packets": base["summary"]["lost_packets"],
+                "start_skew_s": base["summary"]["start_skew_s"]}
+            for case in ("lane", "spine"):
+                m = _failure_metrics(results[f"{mode}/{k}/{case}"], base, plan, flows, fluid,
+                                     failures[case], float(p["recover_pct"]))
+                metrics[f"{mode}/{k}/{case}"] = {
+                    **m, "completion_s": results[f"{mode}/{k}/{case}"]["completion_s"],
+                    "start_skew_s": results[f"{mode}/{k}/{case}"]["summary"]["start_skew_s"]}
+        base_model = [m.completion_s for m in _model_baselines(plan, flows, mode, nd)]
+        runs = [metrics[f"{mode}/{k}/baseline"] for k in range(n)]
+        agg[f"{mode}/baseline"] = {
+            "mode": mode, "case": "baseline", "draws": n,
+            "completion_s": distribution([r["completion_s"] for r in runs]),
+            "model_s": distribution(base_model),
+            "pace": distribution([r["pace"] for r in runs]),
+            "lost": sum(r["lost_packets"] for r in runs),
+            "start_skew_s": max(r["start_skew_s"] for r in runs), "margin": margin.get(mode)}
         for case in ("lane", "spine"):
-            m = _failure_metrics(results[f"{mode}/{case}"], base, plan, flows, fluid,
-                                 failures[case], float(p["recover_pct"]))
-            metrics[f"{mode}/{case}"] = m
-            run.row(mode=mode, case=case,
-                    completion_s=round(results[f"{mode}/{case}"]["completion_s"], 3),
-                    model_s=round(fluid.completion_s * m["ideal_penalty"], 3),
-                    penalty=round(m["penalty"], 3), ideal_penalty=round(m["ideal_penalty"], 3),
-                    cut_s=round(m["cut_s"], 2), cut_ms=round(m["cut_action_ms"], 1),
-                    recovery_s=_r(m["recovery_s"]),
-                    pre_mbps=_r(m["pre_mbps"], 1), post_ideal_mbps=_r(m["post_ideal_mbps"], 1),
-                    dip_mbps=_r(m["dip_mbps"], 1), reroute_ms=_r(m["reroute_ms"], 1),
-                    probe_gap_ms=_r(m["probe_gap_ms"], 1), lost_packets=m["lost_packets"])
-    run.save_json("metrics.json", metrics)
-    run.summary.update({"metrics": metrics, "fluid_baseline_s": fluid.completion_s,
-                        "scale": float(p["scale"]), "lane": list(lane)})
+            runs = [metrics[f"{mode}/{k}/{case}"] for k in range(n)]
+            frac = distribution([r["cut_s"] / metrics[f"{mode}/{k}/baseline"]["completion_s"]
+                                 for k, r in enumerate(runs)])["median"]
+            model = model_penalties(plan, flows, mode, failures[case], frac, nd)
+            agg[f"{mode}/{case}"] = {
+                "mode": mode, "case": case, "draws": n, "cut_fraction": frac,
+                **{key: distribution([r[key] for r in runs]) for key in (
+                    "completion_s", "penalty", "ideal_penalty", "recovery_s", "cut_s",
+                    "pre_mbps", "post_ideal_mbps", "dip_mbps", "reroute_ms", "probe_gap_ms",
+                    "cut_action_ms")},
+                "model_penalty": distribution([x["penalty"] for x in model]),
+                "model_s": distribution([x["failed_s"] for x in model]),
+                "recovered": sum(1 for r in runs if r["recovery_s"] is not None),
+                "lost": sum(r["lost_packets"] for r in runs),
+                "start_skew_s": max(r["start_skew_s"] for r in runs),
+                "margin": margin.get(mode)}
+    for key, a in agg.items():
+        _row(run, a)
+        _summary_entry(run, key, a)
+    run.save_json("metrics.json", {"runs": metrics, "cases": agg})
+    run.summary.update({"fluid_baseline_s": fluid.completion_s, "scale": float(p["scale"]),
+                        "lane": list(lane)})
     _plot_timeline(run, results, metrics, modes)
-    _plot_completion(run, results, metrics, modes)
-    _write_report(run, plan, flows, fluid, failures, metrics, lane, results)
+    _plot_completion(run, agg, modes)
+    _write_report(run, plan, flows, fluid, failures, agg, lane)
+
+
+def _model_baselines(plan: WiringPlan, flows: Sequence[FlowSpec], mode: str, draws: int
+                     ) -> list[Any]:
+    wire = wire_flows(list(flows))
+    return [model_flows(plan, wire, mode, seed=s, unit="mbps")
+            for s in range(max(1, draws) if mode in RANDOM_POLICIES else 1)]
+
+
+def _ratio(a: dict[str, Any], measured: str, ideal: str) -> float | None:
+    m, i = a[measured]["median"], a[ideal]["median"]
+    return m / i if m is not None and i else None
+
+
+def _row(run: Run, a: dict[str, Any]) -> None:
+    """One summary.csv row per mode and case: medians and quartiles over the draws."""
+    c = a["completion_s"]
+    row: dict[str, Any] = {"mode": a["mode"], "case": a["case"], "draws": a["draws"],
+                           "completion_s": _r(c["median"]), "p25_s": _r(c["p25"]),
+                           "p75_s": _r(c["p75"]), "model_s": _r(a["model_s"]["median"])}
+    if a["case"] == "baseline":
+        row.update(ratio=_r(_ratio(a, "completion_s", "model_s")), penalty=1.0,
+                   ideal_penalty=1.0, pace=_r(a["pace"]["median"]), lost_packets=a["lost"])
+    else:
+        pen = a["penalty"]
+        row.update(ratio=_r(_ratio(a, "penalty", "model_penalty")),
+                   penalty=_r(pen["median"]), penalty_p25=_r(pen["p25"]),
+                   penalty_p75=_r(pen["p75"]), ideal_penalty=_r(a["model_penalty"]["median"]),
+                   ideal_penalty_p25=_r(a["model_penalty"]["p25"]),
+                   ideal_penalty_p75=_r(a["model_penalty"]["p75"]),
+                   fluid_penalty=_r(a["ideal_penalty"]["median"]),
+                   cut_s=_r(a["cut_s"]["median"], 2), cut_ms=_r(a["cut_action_ms"]["median"], 1),
+                   recovery_s=_r(a["recovery_s"]["median"]), recovered=a["recovered"],
+                   pre_mbps=_r(a["pre_mbps"]["median"], 1),
+                   post_ideal_mbps=_r(a["post_ideal_mbps"]["median"], 1),
+                   dip_mbps=_r(a["dip_mbps"]["median"], 1),
+                   reroute_ms=_r(a["reroute_ms"]["median"], 1),
+                   probe_gap_ms=_r(a["probe_gap_ms"]["median"], 1), lost_packets=a["lost"])
+    run.row(**row)
+
+
+def _summary_entry(run: Run, key: str, a: dict[str, Any]) -> None:
+    """summary.json: the penalty (failures) or completion (baseline) as measured / ideal."""
+    what, ideal = (("completion_s", "model_s") if a["case"] == "baseline"
+                   else ("penalty", "model_penalty"))
+    m, i = a[what], a[ideal]
+    extra = {k: v for k, v in a.items() if k not in (what, ideal, "draws")}
+    run.summary[key] = compare(
+        m["median"], i["median"],
+        quantity="completion (emulated s)" if a["case"] == "baseline" else
+        "completion with the failure / baseline completion, same mode",
+        policy=a["mode"], draws=a["draws"], median=m["median"], p25=m["p25"], p75=m["p75"],
+        values=m["values"], model=i, **extra)
+    if a["case"] != "baseline":  # recovery: the fluid model's is 0 s (no ratio)
+        r = a["recovery_s"]
+        run.summary[f"{key}/recovery_s"] = compare(
+            r["median"], 0.0, quantity="recovery time (emulated s)", draws=r["draws"],
+            median=r["median"], p25=r["p25"], p75=r["p75"], values=r["values"],
+            recovered=a["recovered"], of=a["draws"])
 
 
 def _r(v: float | None, nd: int = 3) -> float | None:
@@ -537,18 +686,21 @@ def _plot_timeline(run: Run, results: dict[str, dict[str, Any]],
     axes = fig.subplots(len(modes), 1, squeeze=False)[:, 0]
     colours = {"baseline": "tab:gray", "lane": "tab:blue", "spine": "tab:red"}
     for ax, mode in zip(axes, modes, strict=True):
-        for case in CASES:
-            r = results[f"{mode}/{case}"]
-            t, mbps = rates(r["samples"], r["start_ns"])
-            sel = (t > -0.5) & (t < r["completion_s"] + 0.5)  # not the receivers' idle wait
-            ax.plot(t[sel], mbps[sel], color=colours[case], lw=1.2, label=case)
-            if case != "baseline":
-                m = metrics[f"{mode}/{case}"]
-                ax.axvline(m["cut_s"], color=colours[case], ls="--", lw=1)
-                ax.hlines(m["post_ideal_mbps"], m["cut_s"], r["completion_s"],
-                          color=colours[case], ls=":", lw=1.2)
-        ax.set_title(f"{mode}: delivered to the GPUs (dashed: failure; dotted: fluid ideal "
-                     "mean rate after it)", fontsize=9)
+        n = draws_for(mode, int(run.params["draws"]))
+        for k in range(n):  # every draw; the first solid, the others faint
+            for case in CASES:
+                r = results[f"{mode}/{k}/{case}"]
+                t, mbps = rates(r["samples"], r["start_ns"])
+                sel = (t > -0.5) & (t < r["completion_s"] + 0.5)  # not the receivers' wait
+                ax.plot(t[sel], mbps[sel], color=colours[case], lw=1.2 if k == 0 else 0.7,
+                        alpha=1.0 if k == 0 else 0.4, label=case if k == 0 else None)
+                if case != "baseline" and k == 0:
+                    m = metrics[f"{mode}/{k}/{case}"]
+                    ax.axvline(m["cut_s"], color=colours[case], ls="--", lw=1)
+                    ax.hlines(m["post_ideal_mbps"], m["cut_s"], r["completion_s"],
+                              color=colours[case], ls=":", lw=1.2)
+        ax.set_title(f"{mode}: delivered to the GPUs, {n} draw(s) (solid: the first; dashed: "
+                     "failure; dotted: fluid ideal mean rate after it)", fontsize=8)
         ax.set_ylabel("Mb/s (emulated)")
         ax.legend(fontsize=8, loc="lower left")
     axes[-1].set_xlabel("seconds after the common start (emulated)")
@@ -556,25 +708,22 @@ def _plot_timeline(run: Run, results: dict[str, dict[str, Any]],
     run.save_figure(fig, "timeline.png")
 
 
-def _plot_completion(run: Run, results: dict[str, dict[str, Any]],
-                     metrics: dict[str, dict[str, Any]], modes: list[str]) -> None:
+def _plot_completion(run: Run, agg: dict[str, dict[str, Any]], modes: list[str]) -> None:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.5, 3.6))
+    fig = Figure(figsize=(7.0, 3.8))
     ax = fig.add_subplot()
-    x = np.arange(len(modes))
-    w = 0.27
-    for k, case in enumerate(CASES):
-        vals = [results[f"{m}/{case}"]["completion_s"] for m in modes]
-        ax.bar(x + (k - 1) * w, vals, w, label=case)
-        base = [results[f"{m}/baseline"]["completion_s"] for m in modes]
-        ideal = [b * (metrics[f"{m}/{case}"].get("ideal_penalty", 1.0)) for m, b in
-                 zip(modes, base, strict=True)]
-        ax.plot(x + (k - 1) * w, ideal, "k_", markersize=14,
-                label="fluid ideal (x baseline)" if k == 0 else None)
-    ax.set_xticks(x, modes)
-    ax.set_ylabel("All-to-All completion (emulated s)")
-    ax.legend(fontsize=8)
+    keys = [f"{m}/{c}" for m in modes for c in ("lane", "spine")]
+    colours = {"lane": "tab:blue", "spine": "tab:red"}
+    plot_draws(ax, [k.replace("/", "\n") for k in keys],
+               [agg[k]["penalty"]["values"] for k in keys],
+               [agg[k]["model_penalty"]["values"] for k in keys],
+               colours=[colours[k.split("/")[1]] for k in keys])
+    ax.axhline(1.0, color="k", lw=0.8, ls=":")
+    ax.set_ylabel("completion / baseline (same mode)")
+    ax.set_title(f"completion penalty: emulated draws (dots), flow model with the mode's "
+                 f"policy over {run.params['model_draws']} hash draws (box; tick: one answer)",
+                 fontsize=8)
     run.save_figure(fig, "completion.png")
 
 
@@ -593,13 +742,9 @@ def _bench_failover() -> str:
         return "the lab's failover benchmark (make bench) measured ~20 ms median outages"
 
 
-def _fmt(v: float | None, unit: str = "", nd: int = 2) -> str:
-    return "-" if v is None or v != v else f"{v:.{nd}f}{unit}"
-
-
 def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
-                  failures: dict[str, list[Link]], metrics: dict[str, dict[str, Any]],
-                  lane: tuple[str, str], results: dict[str, dict[str, Any]]) -> None:
+                  failures: dict[str, list[Link]], agg: dict[str, dict[str, Any]],
+                  lane: tuple[str, str]) -> None:
     p = run.params
     modes = list(p["modes"])
     real = real_time_factor(plan)
@@ -608,63 +753,130 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
     uplinks = len(finder.uplinks(lane[0]))
     spines = sum(1 for s in plan.switches if s.tier == "spine")
     rep = run.report
+    draws = ", ".join(f"{m} {draws_for(m, int(p['draws']))}" for m in modes)
     rep.section("Setup", (
         f"astral3, {p['servers']} servers x {p['gpus_per_server']} GPUs ({len(plan.hosts)} GPUs, "
         f"{len(plan.switches)} switches, {spines} spines; each leaf has {uplinks} uplink lanes). "
         f"Scale {p['scale']:g}: a 400G NIC is {nic:g} Mb/s, a 200G lane "
         f"{nic / 2:g} Mb/s; time at real rates = emulated time x {real:g}. Traffic: "
         f"{len(flows)} flows, an equal-split All-to-All through the NICs "
-        f"({sum(f.bytes for f in flows) / 1e6:.1f} MB; fluid model {fluid.completion_s:.2f} s). "
+        f"({sum(f.bytes for f in flows) / 1e6:.1f} MB; fluid model {fluid.completion_s:.2f} s "
+        "on the frame bytes the shapers count). "
         f"Failures at {p['cut_fraction']:g} x the mode's baseline completion: the lane "
         f"{lane[0]}-{lane[1]} (1 of {uplinks} uplink lanes of {lane[0]}), then the whole "
         f"{lane[1]} (1 of {spines} spines: {len(failures['spine'])} lanes), both restored only "
         "after the run (all ends of a failure in one `ip -batch`; cut_ms in the table). "
+        f"**Draws** (baseline, lane and spine runs each): {draws}; draw k shifts every QP by "
+        f"k x {DRAW_QP_STRIDE} (new UDP source ports: another ECMP hash draw, and another "
+        "starting placement for adaptive); planned placement is deterministic. The flow model "
+        f"runs with each mode's policy over {p['model_draws']} hash draws (one for planned). "
         f"Recovery = back to {100 - float(p['recover_pct']):g}% of min(post-"
         "failure fluid ideal, pre-failure level) for 3 samples (module docstring). Replayed "
         "packets lost at the cut are not retransmitted (the replay agents, like RDMA without "
         "go-back-N, do not), so completion is the last byte that arrived."))
-    rep.table(run.rows)
-    rep.image("timeline.png", "Aggregate delivered throughput per mode (dashed: the failure; "
-              "dotted: the fluid ideal mean rate for the rest of the job)")
-    rep.image("completion.png", "Completion per mode: baseline, lane cut, spine down (bars), "
-              "fluid ideal penalty x the baseline (marks)")
+
+    def dt(d: dict[str, Any], unit: str = "", nd: int = 2) -> str:
+        if not d.get("draws"):
+            return "-"
+        if d["draws"] == 1:
+            return f"{d['median']:.{nd}f}{unit}"
+        return fmt_distribution(d, unit, nd)
+
+    table = []
+    for a in agg.values():
+        base = a["case"] == "baseline"
+        table.append({
+            "mode": a["mode"], "case": a["case"], "draws": a["draws"],
+            "completion (s)": dt(a["completion_s"]), "model (s)": dt(a["model_s"]),
+            "penalty": "1" if base else dt(a["penalty"]),
+            "ideal penalty (model)": "1" if base else dt(a["model_penalty"]),
+            "ratio": _ratio(a, "completion_s", "model_s") if base
+            else _ratio(a, "penalty", "model_penalty"),
+            "fluid penalty": "-" if base else dt(a["ideal_penalty"]),
+            "recovery (s)": "-" if base else f"{dt(a['recovery_s'])} ({a['recovered']}/"
+                                             f"{a['draws']} recovered)",
+            "reroute (ms)": "-" if base else dt(a["reroute_ms"], "", 1),
+            "probe gap (ms)": "-" if base else dt(a["probe_gap_ms"], "", 0),
+            "lost": a["lost"]})
+    rep.table(table)
+    rep.text("*penalty*: completion with the failure / the same mode's baseline completion "
+             "(per draw), median [p25-p75] over the draws; *ideal penalty*: the flow model's "
+             "penalty for the same flows, failure instant and links under the mode's own "
+             "policy (ecmp: its hash over many draws; planned: re-planned on the failed "
+             "fabric; adaptive: its final paths), median [p25-p75]; *ratio* = measured median "
+             "/ ideal median (baseline rows: completion / model completion); *fluid "
+             "penalty*: the same with ECMP split evenly (the perfect-rebalancing reference). "
+             "Per-run numbers: metrics.json; summary.csv has the medians and quartiles.")
+    rep.image("timeline.png", "Aggregate delivered throughput per mode, every draw (dashed: "
+              "the failure; dotted: the fluid ideal mean rate for the rest of the job)")
+    rep.image("completion.png", "Completion penalty per mode and failure: emulated draws "
+              "beside the flow model's draws under the same policy")
     rep.section("Findings")
 
     def per(case: str, key: str, unit: str = "", nd: int = 2) -> str:
-        return ", ".join(f"{m} {_fmt(metrics[f'{m}/{case}'][key], unit, nd)}" for m in modes)
+        return ", ".join(f"{m} {dt(agg[f'{m}/{case}'][key], unit, nd)}" for m in modes)
 
-    paces = ", ".join(f"{m} {100 * metrics[f'{m}/baseline']['pace']:.0f}%" for m in modes)
+    paces = ", ".join(f"{m} {_ratio(agg[f'{m}/baseline'], 'completion_s', 'model_s'):.2f}x"
+                      for m in modes)
+    gaps = []
+    for key, a in agg.items():
+        ratio = _ratio(a, "completion_s", "model_s") if a["case"] == "baseline" else \
+            _ratio(a, "penalty", "model_penalty")
+        if in_band(ratio):
+            continue
+        what = "completion" if a["case"] == "baseline" else "penalty"
+        m = a["completion_s" if a["case"] == "baseline" else "penalty"]
+        i = a["model_s" if a["case"] == "baseline" else "model_penalty"]
+        luck = ""
+        if i["draws"] > 1 and m["draws"] > 1:
+            chance = median_chance(i["values"], m["median"], m["draws"])
+            luck = (f" The model's own draws give a median of {m['draws']} this far from "
+                    f"theirs in {100 * chance:.0f}% of samples"
+                    + (", so the draws' luck is a candidate." if chance >= 0.05 else
+                       ": not luck."))
+        gaps.append(f"**{key}: {what} ratio {ratio:.2f}, outside 0.7-1.3.** Fidelity margin "
+                    f"{a['margin'] or float('nan'):.2f}x, start skew up to "
+                    f"{a['start_skew_s']:.3f} s, {a['lost']} packets lost." + luck)
     rep.finding(
         "Completion-time penalty",
         measured=f"lane cut: {per('lane', 'penalty')}; spine down: {per('spine', 'penalty')}",
-        ideal=(f"fluid model: lane {per('lane', 'ideal_penalty')}; spine "
-               f"{per('spine', 'ideal_penalty')} (capacity lost: 1/{uplinks} of one leaf's "
-               f"uplinks, or 1/{spines} of every leaf's)"),
+        ideal=(f"flow model, each mode's policy: lane {per('lane', 'model_penalty')}; spine "
+               f"{per('spine', 'model_penalty')}; fluid (perfect rebalancing): lane "
+               f"{per('lane', 'ideal_penalty')}, spine {per('spine', 'ideal_penalty')} "
+               f"(capacity lost: 1/{uplinks} of one leaf's uplinks, or 1/{spines} of every "
+               "leaf's)"),
         published=("no published completion penalty for a lane or spine loss in Astral 3.0 "
                    "was found in the stored sources"),
-        why=("The ideal penalty is what losing the capacity costs if traffic rebalanced "
+        why=("The fluid penalty is what losing the capacity costs if traffic rebalanced "
              "perfectly and at once: a leaf's surviving lanes carry its cross-leaf bytes. The "
              "flat All-to-All loads a leaf's uplinks at (G-2)/(G-1) of its NICs' rate (one "
              "peer per GPU shares the leaf), so with one lane of "
              f"{uplinks} gone the leaf's uplinks bind and its flows finish late: the cost "
              "lands in the job's tail, on the GPUs under the failed lane (see the timeline). "
-             "Two things move the measurement away from the ideal. (1) The Python senders "
-             f"ran at {paces} of the NIC rate in the baselines (fluid time / measured time), "
-             "so the fabric had that much slack before the failure and a lost lane binds "
-             "less than in the model, which assumes full-rate NICs: a penalty below the "
-             "ideal is that slack, not a faster fabric. (2) Hash ECMP re-spreads the dead "
-             "lane's flows over the survivors unevenly (OVS dp_hash), so some lanes are "
-             "oversubscribed and their flows form a long tail; planned mode re-places the "
-             "flows that crossed the dead link onto the least loaded lanes, and adaptive mode "
-             "moves flows one poll (1 s) at a time. Packets queued on the failed ports are "
+             "The model under the mode's own policy adds what that policy does with the "
+             "survivors: hash ECMP re-spreads the dead lane's flows unevenly, so its penalty "
+             "is a spread over hash draws (and its baseline is already above the fluid one; a "
+             "hash over fewer ports re-spreads every flow, so a draw can even collide less "
+             "after the cut than before it, a penalty below 1); "
+             "planned mode re-places every flow on the failed fabric. Two things move the "
+             "measurement away from the model. (1) The baselines took "
+             f"{paces} the model's time under the same policy (medians); a mode slower "
+             "than its model (the Python senders pacing under the NIC rate, start skew) had "
+             "that much slack before the failure, so a lost lane binds less there than in "
+             "the model: a penalty below the ideal is that slack, not a faster fabric. (2) "
+             "The controller's planned mode re-places only the flows that crossed the dead "
+             "link (onto the least loaded lanes), not all of them, and adaptive mode moves "
+             "flows one poll (1 s) at a time. Packets queued on the failed ports are "
              "lost and not retransmitted (lost_packets), which shortens, not lengthens, the "
-             "measured time. Each number is one run: expect run-to-run spread of a few "
-             "percent on a shared 2-core machine."))
+             "measured time. On a shared 2-core machine expect run-to-run spread of a few "
+             "percent on top of the hash's." + (" " + " ".join(gaps) if gaps else "")))
     rep.finding(
         "Recovery time",
         measured=(f"lane: {per('lane', 'recovery_s', ' s')}; spine: "
-                  f"{per('spine', 'recovery_s', ' s')} (emulated; '-' = not back before the "
-                  "tail)"),
+                  f"{per('spine', 'recovery_s', ' s')} (emulated; over the draws that got back "
+                  "before the tail: "
+                  + ", ".join(f"{m} {agg[f'{m}/{c}']['recovered']}/{agg[f'{m}/{c}']['draws']} "
+                              f"{c}" for m in modes for c in ("lane", "spine")) + ")"),
         ideal="0 s: the fluid model moves traffic at the instant of the failure",
         published=PUBLISHED_FAILOVER,
         why=("Recovery is a throughput measure at the sampling resolution. The data plane "

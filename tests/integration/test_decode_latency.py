@@ -79,6 +79,8 @@ def test_isolation_lets_decode_pass_a_bulk_queue_and_restores_exactly() -> None:
     with Lab(plan) as lab:
         before = _detail(lab)
         assert qos.status(lab)["mode"] == "single"
+        # the baseline the timing checks compare with, measured here and now
+        alone = replay(lab, [decode], progress=False, label="alone")
         fifo = replay(lab, [bulk, decode], progress=False, label="fifo")
 
         on = qos.enable(lab)
@@ -93,25 +95,24 @@ def test_isolation_lets_decode_pass_a_bulk_queue_and_restores_exactly() -> None:
         after = _detail(lab)
     assert not _left_by([lab])
 
-    # every byte of both classes arrived in both runs (lossless queues, nothing dropped)
-    for res in (fifo, iso):
+    # every byte of both classes arrived in every run (lossless queues, nothing dropped)
+    for res in (alone, fifo, iso):
         assert res.bytes_received == res.bytes_sent and res.lost_packets == 0
-    f_lat, i_lat = _decode_latencies(fifo), _decode_latencies(iso)
-    assert len(f_lat) == len(i_lat) == DECODE_MESSAGES
-    f99, i99 = percentile(f_lat, 99), percentile(i_lat, 99)
-    # FIFO: the bulk flow queued ~FILL_S x (40 - 20) Mb/s on the lane before the decode
-    # stream started, i.e. ~FILL_S of lane time; every decode message waits behind it.
-    # Measured here (3 runs): min 496-504, p99 540-547 ms. Require half of FILL_S for every
-    # message, so a pass needs a real standing queue, not a slow machine.
-    assert min(f_lat) > 0.5 * FILL_S * 1e3, f_lat
-    # Isolated: the stream's own serialisation on the 20 Mb/s lane (10 x ~7.9 KB of frames
-    # = ~31 ms for all of them; the last message waits behind the others, sent at 40 Mb/s)
-    # plus at most one bulk frame per hop. Measured (3 runs): p50 ~10 ms, p99 18-22 ms, i.e.
-    # 25-30x below FIFO. The bounds (a quarter of FIFO's p99, 4x the serialisation) leave
-    # 6x of room for machine load and still fail if decode waited behind the bulk queue.
-    serial_ms = DECODE_MESSAGES * (MESSAGE + 8 * 58) * 8 / 20e6 * 1e3
+    a_lat, f_lat, i_lat = (_decode_latencies(r) for r in (alone, fifo, iso))
+    assert len(a_lat) == len(f_lat) == len(i_lat) == DECODE_MESSAGES
+    a99, f99, i99 = (percentile(v, 99) for v in (a_lat, f_lat, i_lat))
+    # Every timing check is a ratio to the decode stream alone, measured in this test: a
+    # busy machine slows all three alike. FIFO: the bulk flow queued ~FILL_S x (40 - 20)
+    # Mb/s on the lane before the decode stream started, i.e. ~FILL_S of lane time (measured
+    # here, 3 runs: min 496-504 ms, p99 540-547 ms, against ~20-30 ms alone); every decode
+    # message waits behind it, so even the fastest is several times the alone p99.
+    assert min(f_lat) > 3 * a99, (f_lat, a_lat)
+    # Isolated: decode passes the bulk queue, so it is back near alone (at most one bulk
+    # frame per hop more, ~0.4 ms each on 20 Mb/s) and far below FIFO.
+    frame_ms = (1024 + 58) * 8 / 20e6 * 1e3
+    assert i99 < 2 * a99 + 4 * frame_ms, (i_lat, a_lat)
     assert i99 < 0.25 * f99, (i_lat, f_lat)
-    assert i99 < 4 * serial_ms, (i_lat, serial_ms)
+    print(f"decode p99: alone {a99:.1f} ms, FIFO {f99:.1f} ms, isolated {i99:.1f} ms")
     # the decode packets really went through the decode class: 8 frames per message on each
     # of the 4 egress ports of their path (s1g0 NIC, leaf->spine, spine->leaf, leaf->s0g1)
     assert st["mode"] == "isolated"
@@ -160,25 +161,40 @@ def test_decode_latency_quick_writes_a_complete_report(tmp_path: str,
     for png in ("latency_cdf.png", "latency_vs_ep.png", "p99_by_case.png"):
         assert f"]({png})" in report
         _png_ok(os.path.join(out, png))
+    p = decode_latency.resolve(True, {})
+    n = p["draws"]
+    want = {(e, c, ph) for e in eps for ph in PHASES
+            for c in (CASES if e in p["background_eps"] else ("alone",))}
     with open(os.path.join(out, "summary.csv")) as f:
         rows = list(csv.DictReader(f))
-    assert {(int(r["ep"]), r["case"], r["phase"]) for r in rows} == {
-        (e, c, ph) for e in eps for c in CASES for ph in PHASES}
+    assert {(int(r["ep"]), r["case"], r["phase"]) for r in rows} == want
     for r in rows:
-        assert int(r["count"]) > 0, r
+        assert int(r["count"]) > 0 and int(r["draws"]) == n, r
         p50, p99, mx, ideal = (float(r[k]) for k in ("p50_ms", "p99_ms", "max_ms",
-                                                     "ideal_ms"))
+                                                     "ideal_p99_ms"))
         assert 0 < p50 <= p99 <= mx and ideal > 0, r
+        assert float(r["p99_p25_ms"]) <= p99 <= float(r["p99_p75_ms"]), r
         assert int(r["incomplete"]) == 0, r
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    for e, c, ph in want:
+        for q in ("p50", "p99"):
+            entry = summary[f"EP{e}/{c}/{ph}/{q}"]
+            assert entry["draws"] == n and entry["p25"] <= entry["median"] <= entry["p75"]
+            # a sanity band, not a timing goal; FIFO queueing behind the bulk flows is
+            # what the fair-sharing model leaves out, so the background case is exempt
+            if c != "background":
+                assert entry["ratio"] is not None and 0.3 <= entry["ratio"] <= 3, entry
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
     assert [v["verdict"] for v in config["fidelity"]] == ["ok", "ok"], config["fidelity"]
     with open(os.path.join(out, "latency.json")) as f:
         lat = json.load(f)["messages"]
-    assert all(lat[f"{e}/{c}/{ph}"] for e in eps for c in CASES for ph in PHASES)
+    assert all(len(lat[f"{e}/{c}/{ph}"]) == n and all(lat[f"{e}/{c}/{ph}"])
+               for e, c, ph in want)
     with open(os.path.join(out, "runs.json")) as f:
         runs = json.load(f)
-    for ep in eps:
+    for ep in p["background_eps"]:
         status = runs["qos_classes"][str(ep)]["status"]
         assert status["mode"] == "isolated" and status["classes"]["decode"]["packets"] > 0
     # one fabric per EP size (a first-time calibration would add one at scale 1e-3), and

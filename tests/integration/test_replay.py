@@ -107,34 +107,46 @@ def test_tshark_decodes_replayed_frames_as_roce_with_qp_and_psn_as_sent(
 
 def test_message_latency_on_an_idle_fabric_is_size_over_rate_plus_hops(
         assert_clean: Callable[[WiringPlan], None]) -> None:
-    """One QP, 20 messages of 16 KiB crossing leaf-spine-leaf, paced at the path's 20 Mb/s.
+    """Two QPs side by side, 20 messages of 16 KiB each, both paced at 10 Mb/s: one crosses
+    leaf-spine-leaf (one 20 Mb/s lane), the baseline stays under one leaf.
 
-    One flow rides one 20 Mb/s lane, so the sender paces at that rate (faster, it would
-    build a queue and measure queueing, not the idle fabric). Bound: a message's bytes on
-    the wire (payload + 78 bytes of Ethernet/IP/UDP/BTH/ICRC headers per 1,024-byte
-    packet, RETH on the first) at 20 Mb/s, plus one frame's store-and-forward on each link
-    after the first (20, 20 and 40 Mb/s), plus 5 ms for the software switch and the
-    Python agents on this 2-core machine.
+    Half the lane's rate keeps the fabric idle in the sense that matters: a moment's stall
+    of the software switch drains at once instead of building a queue that a sender at
+    the lane's own rate would never let shrink.
+
+    Each message takes at least its serialisation (a physical floor no machine noise can
+    break). What the fabric adds is judged against the baseline measured in the same run,
+    on links the cross-fabric QP does not touch: the two extra store-and-forward hops are
+    ~1 ms, so the cross-fabric median must stay close to the baseline's. The senders and
+    the switch share this machine's cores with whatever else runs, which moves both medians
+    together; the absolute bound (size / rate + hops + 5 ms) is reported, not asserted.
     """
     plan = small()
     size, packets = 16 * 1024, 16
     wire = size + packets * 78 + 16
     frame = 1024 + 78
-    bound_s = wire * 8 / 20e6 + frame * 8 * (1 / 20e6 + 1 / 20e6 + 1 / 40e6) + 0.005
-    flows = [FlowSpec("s0g0", "s2g1", bytes=20 * size, qp=1, sport=sport_for_qp(1),
-                      message_bytes=size, messages=20)]
+    pace = 10e6
+    bound_s = wire * 8 / pace + frame * 8 * (1 / 20e6 + 1 / 20e6 + 1 / 40e6) + 0.005
+    extra_hops_s = frame * 8 * (1 / 20e6 + 1 / 20e6)
+    cross, base = ("s0g0", "s2g1"), ("s1g1", "s0g1")  # leaves lf0r0-lf1r1 vs lf0r1 only
+    flows = [FlowSpec(a, b, bytes=20 * size, qp=1, sport=sport_for_qp(1),
+                      message_bytes=size, messages=20) for a, b in (cross, base)]
     with Lab(plan) as lab:
-        r = replay(lab, flows, progress=False, rate_mbps=20)
-    lat = [m["latency_ns"] / 1e9 for m in r.messages]
-    assert len(lat) == 20 and r.lost_packets == 0
-    floor_s = size * 8 / 20e6
-    lat.sort()
-    # every message takes at least its serialisation; the median is within the bound (the
-    # tail is this shared machine's scheduling noise, reported, not asserted)
-    assert lat[0] >= floor_s * 0.9, (floor_s, lat[:3])
-    assert lat[10] <= bound_s, (bound_s, lat)
-    print(f"16 KiB message latency: median {lat[10] * 1e3:.2f} ms (max {lat[-1] * 1e3:.2f}), "
-          f"bound {bound_s * 1e3:.2f} ms, serialisation alone {floor_s * 1e3:.2f} ms")
+        r = replay(lab, flows, progress=False, rate_mbps=pace / 1e6)
+    assert r.lost_packets == 0
+    lat = {pair: sorted(m["latency_ns"] / 1e9 for m in r.messages
+                        if (m["src"], m["dst"]) == pair) for pair in (cross, base)}
+    assert all(len(v) == 20 for v in lat.values()), {k: len(v) for k, v in lat.items()}
+    floor_s = size * 8 / pace
+    med = {pair: v[10] for pair, v in lat.items()}
+    for v in lat.values():
+        assert v[0] >= floor_s * 0.9, (floor_s, v[:3])
+    print(f"16 KiB message latency: leaf-spine-leaf median {med[cross] * 1e3:.2f} ms (max "
+          f"{lat[cross][-1] * 1e3:.2f}), same-leaf baseline {med[base] * 1e3:.2f} ms; "
+          f"idle-machine bound {bound_s * 1e3:.2f} ms, serialisation {floor_s * 1e3:.2f} ms")
+    # the fabric's own addition: two more hops, no queue (a queue of even one message
+    # would add a whole serialisation time, ~14 ms, on top of the baseline)
+    assert med[cross] <= 1.25 * med[base] + extra_hops_s, (med, lat)
     assert_clean(plan)
 
 

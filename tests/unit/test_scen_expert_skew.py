@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from scenarios.expert_skew import (
@@ -69,3 +71,43 @@ def test_bad_parameters_fail_before_any_fabric(tmp_path: str) -> None:
         expert_skew.resolve(False, {"skew": "pareto"})
     with pytest.raises(ValueError, match="unknown parameter"):
         expert_skew.resolve(True, {"gpus": 4})
+
+
+def test_draws_shift_source_ports_and_keep_bytes() -> None:
+    plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=2e-5)
+    step = make_steps("deepseek-v3", 2, 4, 16, skewed_gating("zipf", 1.0, 0.05, 0.5), 1)
+    a = analyse(plan, step["skewed"])
+    b = analyse(plan, step["skewed"], qp_offset=1000)
+    assert [(f.src, f.dst, f.bytes) for f in a["flows"]] == \
+        [(f.src, f.dst, f.bytes) for f in b["flows"]]
+    assert not {f.sport for f in a["flows"]} & {f.sport for f in b["flows"]}
+    assert a["rx_bytes"] == b["rx_bytes"]
+
+
+def test_a_run_reports_distributions_beside_the_model(tmp_path: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from scen_fakes import check_entry, install, read_json, read_text
+
+    from scenarios import expert_skew as es
+
+    labs = install(monkeypatch, es)
+    out = os.path.join(str(tmp_path), "run")
+    res = expert_skew(quick=True, output=out, log=lambda _m: None, model_draws=8,
+                      tokens_per_gpu=16)
+    n = expert_skew.resolve(True, {})["draws"]
+    assert n >= 3 and len(labs[0].replays) == 3 * n
+    # every draw is its own gating seed: the hottest GPU's bytes are not all alike
+    summary = read_json(out, "summary.json")
+    for case in es.CASES:
+        check_entry(summary[case], draws=n)
+        assert summary[case]["model"]["draws"] == 8
+        assert summary[case]["bound"] > 0 and summary[case]["imbalance"]["draws"] == n
+    assert [r["case"] for r in res.rows] == list(es.CASES)
+    report = read_text(out, "REPORT.md")
+    assert f"N={n}" in report and "N=8" in report
+    for png in ("rx_bytes.png", "completion.png"):
+        assert os.path.getsize(os.path.join(out, png)) > 1000 and f"]({png})" in report
+    cases = read_json(out, "cases.json")
+    assert [d["seed"] for d in cases["skewed"]["per_draw"]] == list(range(1, n + 1))
