@@ -13,7 +13,9 @@ For each fabric size, each repeat runs two fresh processes side by side:
     each, retries counted). ``all_pairs_s`` is the figure the goal is about.
 
 The order of the two alternates between repeats so drift on a shared machine
-falls on both. Reported: medians, all samples, and ratios of medians.
+falls on both. Reported: medians, all samples, and ratios of medians. Both
+children take the machine's fabric lock (the wait is not timed) and die with
+this process (``benchmarks.common.die_with_parent``), stopping their fabric.
 
     python -m benchmarks.bringup [--sizes 64,256] [--repeats 3]
 """
@@ -22,12 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import signal
 import sys
 import time
 from typing import Any
 
-from benchmarks.common import summarize, write
+from benchmarks.common import child_argv, die_with_parent, run_child, summarize, write
 from testbed.topologies import build
 
 #: GPU count -> astral3 parameters (8 GPUs per server, rail-aligned leaves, shuffled lanes).
@@ -39,19 +41,52 @@ GOAL_RATIO = 0.5
 
 
 def run_plain(gpus: int) -> dict[str, float]:
+    """Plain Mininet's build+start and stop, under the fabric lock like any fabric.
+
+    Stopped on every way out (``finally``), so an interrupted baseline leaves
+    nothing; what a killed one leaves, ``astral-lab clean`` finds by its names.
+    """
     from mininet.net import Mininet
 
+    from testbed.lab import fabric_lock
     from testbed.mntopo import PlanTopo
 
     plan = build("astral3", **SIZES[gpus])
-    t0 = time.monotonic()
-    net = Mininet(topo=PlanTopo(plan), controller=None, build=False, autoSetMacs=False)
-    net.build()
-    net.start()
-    t1 = time.monotonic()
-    net.stop()
-    t2 = time.monotonic()
-    return {"start_s": t1 - t0, "stop_s": t2 - t1}
+    lock = fabric_lock(lambda _msg: None)
+    try:
+        t0 = time.monotonic()
+        net = Mininet(topo=PlanTopo(plan), controller=None, build=False, autoSetMacs=False)
+        try:
+            net.build()
+            net.start()
+            t1 = time.monotonic()
+        finally:
+            t_stop = time.monotonic()
+            try:
+                net.stop()
+                t2 = time.monotonic()
+            finally:
+                _drop_plain_leftovers(net, plan)
+    finally:
+        lock.close()
+    return {"start_s": t1 - t0, "stop_s": t2 - t_stop}
+
+
+def _drop_plain_leftovers(net: Any, plan: Any) -> None:
+    """Remove what ``net.stop()`` left of ``plan``: nothing, unless it was interrupted.
+
+    A signal in the middle of a node's command leaves that node's shell waiting for
+    output, and Mininet's stop then fails on the node (its ``cmd`` asserts) with
+    most veths still there. We hold the fabric lock, so the plan's names are ours.
+    """
+    from testbed import cleanup
+
+    shells = [n.shell.pid for n in net.hosts + net.switches
+              if getattr(n, "shell", None) is not None and n.shell.poll() is None]
+    cleanup.kill_pids(shells, grace=0.5, sig=signal.SIGKILL)
+    names = {s.name for s in plan.switches}
+    cleanup.delete_bridges([b for b in cleanup.all_bridges() if b in names])
+    cleanup.delete_links([i for ln in plan.links for i in (ln.a_intf, ln.b_intf)])
 
 
 def run_lab(gpus: int) -> dict[str, Any]:
@@ -60,12 +95,14 @@ def run_lab(gpus: int) -> dict[str, Any]:
     plan = build("astral3", **SIZES[gpus])
     t0 = time.monotonic()
     lab = Lab(plan, log=lambda _msg: None)
-    lab.start()
-    converged = time.monotonic() - t0
-    reach = lab.reachability()
-    all_pairs = time.monotonic() - t0
-    t1 = time.monotonic()
-    lab.stop()
+    try:
+        lab.start()
+        converged = time.monotonic() - t0
+        reach = lab.reachability()
+        all_pairs = time.monotonic() - t0
+    finally:
+        t1 = time.monotonic()
+        lab.stop()
     return {"converged_s": converged, "all_pairs_s": all_pairs, "stop_s": time.monotonic() - t1,
             "reach_s": reach.seconds, "pairs": reach.pairs, "loss_pct": reach.loss_pct,
             "first_try_lost": reach.first_try_lost,
@@ -74,8 +111,8 @@ def run_lab(gpus: int) -> dict[str, Any]:
 
 def _child(kind: str, gpus: int) -> dict[str, Any]:
     """Run one measurement in a fresh interpreter (no state shared between samples)."""
-    out = subprocess.run([sys.executable, "-m", "benchmarks.bringup", "--child", kind,
-                          "--sizes", str(gpus)], capture_output=True, text=True, timeout=1800)
+    out = run_child(child_argv("benchmarks.bringup", "--child", kind, "--sizes", str(gpus)),
+                    timeout=1800)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{kind} {gpus} failed:\n{out.stderr[-2000:]}")
@@ -127,12 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="64,256", help="GPU counts, from " + str(sorted(SIZES)))
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--child", choices=["plain", "lab"], help=argparse.SUPPRESS)
+    p.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
     bad = [s for s in sizes if s not in SIZES]
     if bad:
         p.error(f"unknown size(s) {bad}; choose from {sorted(SIZES)}")
     if args.child:
+        die_with_parent(args.parent_pid)
         fn = run_plain if args.child == "plain" else run_lab
         print(json.dumps(fn(sizes[0])), flush=True)
         return 0

@@ -1,12 +1,16 @@
-"""Shared helpers for benchmarks: machine facts, medians, atomic JSON output."""
+"""Shared helpers for benchmarks: machine facts, medians, atomic JSON output, child processes."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import signal
 import statistics
 import subprocess
+import sys
 import time
+from types import FrameType
 from typing import Any
 
 from testbed.plan import write_json_atomic
@@ -51,3 +55,65 @@ def write(name: str, result: dict[str, Any]) -> str:
     path = os.path.join(BENCH_DIR, f"{name}.json")
     write_json_atomic(path, result)
     return path
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+#: Seconds a child gets to stop its fabric after SIGTERM before the parent kills it.
+CHILD_GRACE_S = 300.0
+_stopping = False
+
+
+def _exit_once(signum: int, _frame: FrameType | None) -> None:
+    """First SIGTERM/SIGINT: leave through ``finally`` blocks; later ones: let them finish."""
+    global _stopping
+    if _stopping:
+        return
+    _stopping = True
+    raise SystemExit(128 + signum)
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """Make this benchmark child stop, and take its fabric down, when its parent dies.
+
+    A child builds a real fabric; orphaned, it runs on, holding the fabric's names,
+    and once killed outright it leaves its veths behind. So the kernel is asked to
+    send SIGTERM when the parent dies (``PR_SET_PDEATHSIG``), and SIGTERM (and
+    SIGINT) become one ``SystemExit`` that runs the child's ``finally: stop()``;
+    repeats are ignored so teardown is not cut short. ``parent_pid`` closes the
+    race in which the parent died before the request: the child then exits at once.
+    """
+    signal.signal(signal.SIGTERM, _exit_once)
+    signal.signal(signal.SIGINT, _exit_once)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if parent_pid is not None and os.getppid() != parent_pid:
+        raise SystemExit(f"parent {parent_pid} is gone; not starting")
+
+
+def child_argv(module: str, *args: str) -> list[str]:
+    """``python -m module args... --parent-pid <us>``: what ``run_child`` starts."""
+    return [sys.executable, "-m", module, *args, "--parent-pid", str(os.getpid())]
+
+
+def run_child(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run a benchmark child to completion; never leave it running behind us.
+
+    On a timeout, Ctrl-C or any other exit of ours the child gets SIGTERM and
+    ``CHILD_GRACE_S`` to stop its fabric, then SIGKILL; if we are killed outright,
+    its death signal (``die_with_parent``) does the same job.
+    """
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=CHILD_GRACE_S)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

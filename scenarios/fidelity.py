@@ -77,9 +77,11 @@ class CalibrationError(CapacityError):
 def calibration_failed(trials: list[dict[str, Any]], senders: int) -> CalibrationError:
     """The one-line error for a ramp that held nothing: what was measured, what to do."""
     best = max(trials, key=lambda t: (t.get("delivered_fraction", 0.0),
-                                      -t.get("completion_s", 0.0)), default={})
+                                      -(t.get("completion_s") or 0.0)), default={})
     seen = ""
-    if best:
+    if best.get("timed_out"):
+        seen = f"; every one of {len(trials)} tries timed out: {best['timed_out']}"
+    elif best:
         seen = (f"; best of {len(trials)} tries: {100 * best.get('delivered_fraction', 0):.1f}% "
                 f"of the bytes, in {best.get('completion_s', 0):.2f} s for "
                 f"{best.get('ideal_s', TRIAL_S):g} s of traffic")
@@ -197,7 +199,16 @@ def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
     flows = [FlowSpec.make(a, b, nbytes, qp=i, message_bytes=256_000)
              for i, (a, b) in enumerate(pairs)]
     hops = mean_hops(plan, flows)
-    res = replay(lab, flows, rate_mbps=rate, progress=False, label="calibrate")
+    try:
+        res = replay(lab, flows, rate_mbps=rate, progress=False, label="calibrate")
+    except TimeoutError as exc:
+        # senders still running long after their paced time: as clear a "not held" as any
+        log(f"  {rate:g} Mb/s x {len(flows)} senders: not held ({exc})")
+        return {"rate_mbps_per_sender": rate, "offered_mbps": rate * len(flows),
+                "delivered_mbps": 0.0, "delivered_fraction": 0.0, "completion_s": None,
+                "start_skew_s": None, "ideal_s": TRIAL_S, "held": False,
+                "hop_pps": round(rate * 1e6 / 8 / FRAME_BYTES * len(flows) * hops),
+                "timed_out": str(exc)}
     t = res.job_completion_s
     busy = max(t - res.start_skew_s, 1e-9)
     fraction = res.bytes_received / res.bytes_sent

@@ -8,6 +8,10 @@ terminal), ``astral-lab clean`` reads the leftover records and removes what they
 name, then sweeps for anything tagged as ours that has no record (bridges carry
 ``external_ids:astral-lab-run``; controllers run with ``--run-id``; scratch
 folders are named ``astral-lab-<run id>-p<owner pid>-*``, see ``make_scratch``).
+Plain Mininet built from the lab's plans (the bring-up benchmark's baseline,
+``mn --custom testbed/mntopo.py``) keeps no record and tags nothing: what it
+leaves is recognised by the lab's node names (``NODE_RE``), and only while no
+fabric that could own those names is alive (``plain_mininet_leftovers``).
 
 Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
 not the lab's.
@@ -37,6 +41,13 @@ BRIDGE_TAG = "astral-lab-run"
 SCRATCH_RE = re.compile(r"astral-lab-([0-9a-f]{10})-(?:p([0-9]+)-)?[a-z0-9_]{8}")
 #: Marker file in a scratch folder whose run was started with ASTRAL_LAB_KEEP_LOGS set.
 KEEP_MARK = "KEEP_LOGS"
+#: Node names the lab's topologies give (``testbed.topologies``): GPU NICs ``s<server>g<gpu>``,
+#: leaves ``lf<block>r<rail>``, ToRs, spines, rail spines, aggs, cores, edges, NVLink switches.
+#: Mininet's own defaults (h1, s1) do not match, so a stranger's ``mn`` is never swept.
+NODE_RE = re.compile(r"s\d+g\d+|lf\d+r\d+|tor\d+r\d+|spine\d+|rsp\d+x\d+|agg\d+x\d+|core\d+"
+                     r"|edge\d+x\d+|nvs\d+")
+#: Mininet's interface names for those nodes (``testbed.plan.intf_name``).
+INTF_RE = re.compile(rf"(?:{NODE_RE.pattern})-eth\d+")
 
 
 def record_path(run_id: str) -> str:
@@ -199,12 +210,20 @@ def existing_interfaces() -> set[str]:
     return set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()
 
 
-def delete_links(names: list[str]) -> None:
-    """Delete root-namespace interfaces (a veth's peer goes with it) in one ``ip -batch``."""
+def delete_links(names: list[str]) -> int:
+    """Delete root-namespace interfaces (a veth's peer goes with it) in one ``ip -batch``.
+
+    Returns how many of ``names`` existed before and are gone after (both ends of a
+    veth may be named: deleting the first takes the second, whose own line then
+    fails harmlessly under ``-force``).
+    """
     existing = existing_interfaces()
     todo = [n for n in names if n in existing]
-    if todo:
-        run(["ip", "-force", "-batch", "-"], stdin="".join(f"link del {n}\n" for n in todo))
+    if not todo:
+        return 0
+    run(["ip", "-force", "-batch", "-"], stdin="".join(f"link del {n}\n" for n in todo))
+    after = existing_interfaces()
+    return sum(1 for n in todo if n not in after)
 
 
 def wait_gone(names: list[str], timeout: float = 30.0) -> None:
@@ -235,6 +254,54 @@ def _tagged(table: str, key_column: str) -> dict[str, str]:
 def tagged_bridges() -> dict[str, str]:
     """``bridge -> run id`` for every OVS bridge a Lab created."""
     return _tagged("Bridge", "name")
+
+
+def all_bridges() -> list[str]:
+    """Every OVS bridge on this machine (none when OVS is not running)."""
+    return run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
+
+
+def mininet_shells() -> dict[int, str]:
+    """``pid -> node name`` of every Mininet node shell (``bash ... mininet:<node>``).
+
+    Mininet starts one for every host *and* switch before it creates any link, and
+    they end after the links are gone; a Lab starts one per host.
+    """
+    out = {}
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        pid = int(path.split("/")[2])
+        for arg in _cmdline(pid).split("\0"):
+            if arg.startswith("mininet:"):
+                out[pid] = arg[len("mininet:"):]
+                break
+    return out
+
+
+def plain_mininet_leftovers(interfaces: Collection[str], untagged_bridges: Collection[str],
+                            shells: dict[int, str], live_runs: Collection[str],
+                            ) -> tuple[list[str], list[str], str]:
+    """``(interfaces, bridges, why not)``: what a dead plain-Mininet fabric of ours left.
+
+    Plain Mininet keeps no run record, so its leftovers are known only by name:
+    root-namespace interfaces and untagged bridges named after the lab's nodes.
+    A live fabric holds the same names (a Lab's records do not list every veth
+    end), so nothing is returned while any run record is alive or any Mininet
+    shell of a lab-named node runs; the third value then says which, for the
+    user. Pure, so the rule is tested on faked names.
+    """
+    links = sorted(i for i in interfaces if INTF_RE.fullmatch(i))
+    bridges = sorted(b for b in untagged_bridges if NODE_RE.fullmatch(b))
+    if not links and not bridges:
+        return [], [], ""
+    if live_runs:
+        return [], [], f"run {', '.join(sorted(live_runs))} is alive"
+    lab_shells = sorted(p for p, node in shells.items() if NODE_RE.fullmatch(node))
+    if lab_shells:
+        more = f" (+{len(lab_shells) - 5})" if len(lab_shells) > 5 else ""
+        return [], [], ("Mininet shells of lab-named nodes are running (pid "
+                        + ", ".join(map(str, lab_shells[:5])) + more + "): a plain Mininet "
+                        "fabric is up")
+    return links, bridges, ""
 
 
 def tagged_qos() -> dict[str, str]:
@@ -268,7 +335,7 @@ def our_processes() -> list[int]:
 def clean(verbose: bool = True) -> dict[str, int]:
     """Remove every leftover of crashed lab runs. Safe to run any time; returns what it did."""
     done = {"records": 0, "processes": 0, "bridges": 0, "links": 0, "scratch": 0,
-            "kept": 0}
+            "kept": 0, "unrecorded": 0}
     live_runs: set[str] = set()
     kept: list[str] = []
 
@@ -321,11 +388,28 @@ def clean(verbose: bool = True) -> dict[str, int]:
     done["processes"] += faults.cleanup_faults(keep_runs=live_runs)["processes"]
     for path in stale_scratch(live_runs):  # folders of dead runs whose record is gone
         scratch(path)
+    # Plain Mininet on the lab's plans: no record, no tags, only names (after the runs above
+    # are gone, so their names no longer count as someone's).
+    tagged = tagged_bridges()
+    links, bridges, why_not = plain_mininet_leftovers(
+        existing_interfaces(), [b for b in all_bridges() if b not in tagged],
+        mininet_shells(), live_runs)
+    if bridges:
+        delete_bridges(bridges)
+        done["bridges"] += len(bridges)
+    gone = delete_links(links)
+    done["links"] += gone
+    done["unrecorded"] = len(bridges) + gone
     done["kept"] = len(kept)
     if verbose:
         print("astral-lab clean: removed {records} run record(s), {processes} process(es), "
               "{bridges} bridge(s), {links} interface(s), {scratch} scratch folder(s)"
               .format(**done))
+        if done["unrecorded"]:
+            print(f"  of which {len(bridges)} bridge(s) and {gone} interface(s) named like the "
+                  "lab's nodes had no run record (plain Mininet on a lab plan)")
+        if why_not:
+            print(f"left interfaces/bridges named like the lab's nodes alone: {why_not}")
         if kept:
             print(f"kept {len(kept)} scratch folder(s) of finished runs (ASTRAL_LAB_KEEP_LOGS): "
                   + " ".join(kept))

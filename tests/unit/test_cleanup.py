@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from testbed import cleanup, faults
+from testbed.topologies import BUILDERS, build
 
 
 @pytest.fixture
@@ -28,6 +29,9 @@ def state_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setattr(cleanup, "tagged_bridges", lambda: {})
     monkeypatch.setattr(cleanup, "tagged_qos", lambda: {})
     monkeypatch.setattr(cleanup, "our_processes", lambda: [])
+    monkeypatch.setattr(cleanup, "existing_interfaces", lambda: set())
+    monkeypatch.setattr(cleanup, "all_bridges", lambda: [])
+    monkeypatch.setattr(cleanup, "mininet_shells", lambda: {})
     monkeypatch.setattr(faults, "cleanup_faults",
                         lambda **_kw: {"namespaces": 0, "processes": 0})
     monkeypatch.delenv("ASTRAL_LAB_KEEP_LOGS", raising=False)
@@ -221,3 +225,103 @@ def test_lab_scratch_folder_goes_even_when_teardown_fails(state_dir: str,
         lab.stop()
     assert not os.path.exists(lab.workdir)
     assert os.path.exists(cleanup.record_path(lab.run_id))  # left for `astral-lab clean`
+
+
+# --- plain Mininet on a lab plan: no record, no tags, only the lab's names ------------------
+#: The bring-up benchmark's 64-GPU plain-Mininet graph (benchmarks.bringup.SIZES[64]).
+PLAIN = build("astral3", servers=8, gpus=8, servers_per_block=4)
+#: What a killed plain Mininet leaves in the root namespace: both ends of every
+#: switch-to-switch veth (host ends died with their namespaces), and its bridges.
+PLAIN_LEFT = {i for ln in PLAIN.links if ln.kind != "nic" for i in (ln.a_intf, ln.b_intf)}
+#: Not the lab's: Mininet's own defaults, the machine's, another tool's.
+STRANGERS = {"lo", "eth0", "ovs-netdev", "ovs-system", "s1-eth1", "h1-eth0", "veth0a1b2c",
+             "astsv0", "lf0r0", "spine0-eth", "xs0g0-eth0", "lf0r0-eth1x", "br-int"}
+
+
+def test_every_topology_names_its_nodes_and_interfaces_the_way_clean_recognises() -> None:
+    for topology in BUILDERS:
+        plan = build(topology, servers=4, gpus=2)
+        assert all(cleanup.NODE_RE.fullmatch(n.name) for n in plan.nodes), topology
+        assert all(cleanup.INTF_RE.fullmatch(i) for ln in plan.links
+                   for i in (ln.a_intf, ln.b_intf)), topology
+
+
+def test_plain_mininet_leftovers_are_found_by_name_only() -> None:
+    assert len(PLAIN_LEFT) == 256
+    bridges = [s.name for s in PLAIN.switches] + ["br0", "s1", "br-int"]
+    links, brs, why_not = cleanup.plain_mininet_leftovers(
+        PLAIN_LEFT | STRANGERS, bridges, {4242: "h1", 4343: "s1"}, live_runs=())
+    assert set(links) == PLAIN_LEFT and why_not == ""
+    assert set(brs) == {s.name for s in PLAIN.switches}
+    assert cleanup.plain_mininet_leftovers(STRANGERS, ["br0"], {}, ()) == ([], [], "")
+
+
+def test_plain_mininet_sweep_spares_names_while_a_fabric_may_own_them() -> None:
+    # a Lab is up: its record does not name every veth end, so no name is swept
+    links, brs, why_not = cleanup.plain_mininet_leftovers(
+        PLAIN_LEFT, ["lf0r0"], {}, live_runs={"0123456789"})
+    assert (links, brs) == ([], []) and "0123456789" in why_not
+    # a plain Mininet fabric is up: its node shells run (one per host and switch)
+    links, brs, why_not = cleanup.plain_mininet_leftovers(
+        PLAIN_LEFT, ["lf0r0"], {4242: "h1", 777: "spine3"}, live_runs=())
+    assert (links, brs) == ([], []) and "777" in why_not and "4242" not in why_not
+
+
+def _fake_machine(monkeypatch: pytest.MonkeyPatch, ifaces: set[str],
+                  bridges: list[str]) -> list[list[str]]:
+    """A root namespace and an OVS that ``clean`` changes through ``ip``/``ovs-vsctl``."""
+    peer = {}
+    for ln in PLAIN.links:
+        peer[ln.a_intf], peer[ln.b_intf] = ln.b_intf, ln.a_intf
+    calls: list[list[str]] = []
+
+    def fake_run(cmd: list[str], stdin: str | None = None, check: bool = False,
+                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        calls.append(cmd)
+        if cmd[0] == "ip":
+            for line in (stdin or "").splitlines():
+                name = line.split()[-1]
+                ifaces.discard(name)
+                ifaces.discard(peer.get(name, ""))
+        if cmd[0] == "ovs-vsctl":
+            for i, arg in enumerate(cmd):
+                if arg == "del-br":
+                    bridges.remove(cmd[i + 1])
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(cleanup, "run", fake_run)
+    monkeypatch.setattr(cleanup, "existing_interfaces", lambda: set(ifaces))
+    monkeypatch.setattr(cleanup, "all_bridges", lambda: list(bridges))
+    return calls
+
+
+def test_clean_removes_what_a_killed_plain_mininet_left(state_dir: str,
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    ifaces = PLAIN_LEFT | STRANGERS
+    bridges = [s.name for s in PLAIN.switches] + ["br0"]
+    _fake_machine(monkeypatch, ifaces, bridges)
+    done = cleanup.clean(verbose=True)
+    assert ifaces == STRANGERS and bridges == ["br0"]
+    assert done["links"] == 256 and done["bridges"] == len(PLAIN.switches)
+    assert done["unrecorded"] == 256 + len(PLAIN.switches)
+    assert "256 interface(s)" in capsys.readouterr().out
+
+
+def test_clean_leaves_lab_names_alone_while_a_run_lives(state_dir: str,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    live = _spawn("controllers.run", "--run-id", "abcdef0123")
+    try:
+        _record(state_dir, "abcdef0123", [], owner=live.pid)
+        ifaces = PLAIN_LEFT | STRANGERS
+        bridges = [s.name for s in PLAIN.switches]
+        calls = _fake_machine(monkeypatch, ifaces, bridges)
+        done = cleanup.clean(verbose=True)
+    finally:
+        live.kill()
+        live.wait()
+    assert ifaces == PLAIN_LEFT | STRANGERS and len(bridges) == len(PLAIN.switches)
+    assert done["links"] == 0 and done["unrecorded"] == 0
+    assert not [c for c in calls if c[0] == "ip" or "del-br" in c]
+    assert "abcdef0123 is alive" in capsys.readouterr().out

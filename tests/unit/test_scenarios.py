@@ -383,3 +383,24 @@ def test_refused_guard_keeps_the_partial_folder(results: Any, guarded: Any,
     assert "stopped by an error: CapacityError" in _read(results, partial, "INTERRUPTED.md")
     assert info.value.__notes__ == [f"partial results kept in {results / partial}/ "
                                     "(INTERRUPTED.md: what had finished)"]
+
+
+def test_a_calibration_trial_that_times_out_is_not_held(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """A machine so slow that the senders overrun the replay's timeout gets the one-line
+    calibration error, not the replay's TimeoutError."""
+    import traffic.replay
+    from testbed.topologies import build
+
+    plan = build("astral3", servers=2, gpus=4, scale=1e-5)
+    pairs = [("s0g0", "s1g1"), ("s0g1", "s1g0")]
+
+    def overrun(*_a: Any, **_k: Any) -> Any:
+        raise TimeoutError("senders still running after 36 s")
+
+    monkeypatch.setattr(traffic.replay, "replay", overrun)
+    trial = fidelity._trial(None, plan, pairs, 5.0, lambda _m: None)
+    assert trial["held"] is False and trial["delivered_fraction"] == 0.0
+    assert "36 s" in trial["timed_out"]
+    text = str(fidelity.calibration_failed([trial, dict(trial)], senders=2))
+    assert "\n" not in text and "timed out: senders still running after 36 s" in text
