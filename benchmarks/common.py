@@ -97,7 +97,7 @@ def child_argv(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args, "--parent-pid", str(os.getpid())]
 
 
-def run_child(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+def run_child(argv: list[str], timeout: float | None) -> subprocess.CompletedProcess[str]:
     """Run a benchmark child to completion; never leave it running behind us.
 
     On a timeout, Ctrl-C or any other exit of ours the child gets SIGTERM and

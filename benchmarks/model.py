@@ -1,23 +1,26 @@
-"""Flow-model benchmark: runtime and peak memory of ``astral-lab model`` at 1K, 8K and 64K GPUs.
+"""Flow-model benchmark: runtime and peak memory of ``astral-lab model``.
 
-Every measurement runs in a fresh child process (``--child``), so its peak resident set
-(``resource.getrusage(RUSAGE_SELF).ru_maxrss``: the whole process, interpreter and NumPy
-included, ~60 MiB of it before any work) belongs to that one model run and nothing else.
-The workload is the issue's: an All-to-All inside expert-parallel groups of 256 GPUs (1 MiB
-per GPU pair, one flow per pair), groups ``packed`` and ``spread``.
+Every measurement runs in a fresh child process (``--child``), so its CPU time and peak
+resident set (``resource.getrusage(RUSAGE_SELF)``: the whole process, interpreter and NumPy
+included, ~60 MiB of it before any work) belong to that one model run and nothing else.
+Wall time is the model run alone; on a shared machine it also counts what other processes
+took, so CPU time is the figure to compare between runs.
 
-Fabrics (astral3, 400G NICs, 200G lanes, 8 GPUs per server, leaves filled to 256 lanes):
+Two sweeps, both on astral3 (400G NICs, 200G lanes, 8 GPUs per server, leaves filled):
 
-* 1,024 and 8,192 GPUs: radix 256 (today's 51.2T switches), 16 and 128 leaves, 128 spines.
-* 65,536 GPUs: the what-if of ``testbed/flowmodel.py``: radix 1024, 64 servers per block,
-  1,024 leaves, 128 spines of 1,024 lanes each.
+* ``defaults``: ``astral-lab model astral3 --gpus N --workload W`` with every other option
+  at its default (all four policies, auto mode: per-flow at these sizes, exact), for each
+  workload the CLI offers (alltoall, prefill, decode) at ``--default-sizes`` (256, 1,024).
+  Goal: each within 30 s.
+* ``aggregate``: the what-if (every policy it computes, ecmp hashing all flows) on the
+  All-to-All inside expert-parallel groups of 256 GPUs (1 MiB per GPU pair, one flow per
+  pair), groups ``packed`` and ``spread``, at ``--sizes``: 1,024 and 8,192 GPUs at radix 256
+  (today's 51.2T switches), and 65,536 GPUs on the what-if fabric of
+  ``testbed/flowmodel.py`` (radix 1024, 64 servers per block). Goal: 64K within 60 s and
+  8 GiB.
 
-``aggregate`` mode (the what-if: every policy it computes, ecmp hashing all flows) runs at
-every size, because that is what ``auto`` picks above 300,000 flows (1K GPUs = 261,120
-flows is just under; it is measured both ways). ``per-flow`` mode (every flow routed by
-``controllers.lb``) runs at ``--per-flow-sizes``. Goal: 64K within 60 s and 8 GiB.
-
-    python -m benchmarks.model [--sizes 1024,8192,65536] [--placements packed,spread]
+    python -m benchmarks.model [--workloads alltoall,prefill,decode] [--default-sizes 256,1024]
+                               [--sizes 1024,8192,65536] [--placements packed,spread]
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import sys
 import time
 from typing import Any
 
-from benchmarks.common import write
+from benchmarks.common import child_argv, die_with_parent, run_child, write
 
 FABRICS: dict[int, dict[str, int]] = {
     256: {},
@@ -39,90 +42,140 @@ FABRICS: dict[int, dict[str, int]] = {
     65536: {"radix": 1024, "servers_per_block": 64},
 }
 GOAL = {"gpus": 65536, "seconds": 60.0, "gib": 8.0}
+DEFAULTS_GOAL_S = 30.0
+WORKLOADS = ("alltoall", "prefill", "decode")
 
 
-def child(gpus: int, placement: str, mode: str, policies: list[str]) -> dict[str, Any]:
-    """One model run in this process; the parent reads the JSON line it prints."""
+def _usage() -> tuple[float, float]:
+    """(CPU seconds, peak RSS MiB) of this process so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024  # ru_maxrss is KiB on Linux
+
+
+def child(gpus: int, placement: str, mode: str, policies: list[str] | None,
+          workload: str) -> dict[str, Any]:
+    """One model run in this process; the parent reads the JSON line it prints.
+
+    ``policies`` None and mode ``auto`` is the CLI with default options."""
     from testbed import flowmodel as fm
 
+    kw: dict[str, Any] = {"workload": workload}
+    if policies is not None:
+        kw.update(group_size=min(gpus, 256), placement=placement, mode=mode,
+                  policies=policies, fabric=FABRICS[gpus])
+    cpu0 = _usage()[0]
     t = time.perf_counter()
-    doc, results = fm.run("astral3", gpus, group_size=min(gpus, 256), placement=placement,
-                          mode=mode, policies=policies, fabric=FABRICS[gpus])
+    doc, results = fm.run("astral3", gpus, **kw)
     wall = time.perf_counter() - t
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    cpu, rss = _usage()
     return {
-        "gpus": gpus, "placement": placement, "mode": doc["mode"],
-        "fabric": doc["fabric"]["summary"], "flows": doc["workload"]["flows"],
-        "run_s": round(wall, 3), "peak_rss_mib": round(rss, 1),
-        "bound_s": doc["bounds_s"]["unsplit"],
+        "gpus": gpus, "workload": workload, "placement": doc["workload"]["placement"],
+        "mode": doc["mode"], "fabric": doc["fabric"]["summary"],
+        "flows": doc["workload"]["flows"], "run_s": round(wall, 3),
+        "run_cpu_s": round(cpu - cpu0, 3), "process_cpu_s": round(cpu, 3),
+        "peak_rss_mib": round(rss, 1), "bound_s": doc["bounds_s"]["unsplit"],
         "policies": {r.policy: {"kind": r.kind, "method": r.method,
                                 "compute_s": round(r.compute_s, 3),
                                 "completion_s": r.completion_s,
                                 "ratio_to_bound": None if r.ratio is None else round(r.ratio, 4),
-                                "classes": r.classes, "events": r.events}
+                                "classes": r.classes, "events": r.events, "note": r.note}
                      for r in results},
     }
 
 
-def _spawn(gpus: int, placement: str, mode: str, policies: list[str]) -> dict[str, Any]:
+def _spawn(gpus: int, workload: str, placement: str = "packed", mode: str = "auto",
+           policies: list[str] | None = None, timeout: float | None = None) -> dict[str, Any]:
+    args = ["--child", str(gpus), "--workloads", workload, "--placements", placement,
+            "--mode", mode]
+    if policies is not None:
+        args += ["--policies", ",".join(policies)]
     t = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "benchmarks.model", "--child", str(gpus),
-                          "--placements", placement, "--mode", mode,
-                          "--policies", ",".join(policies)],
-                         capture_output=True, text=True)
+    try:  # the child dies with us (a benchmark killed midway must not leave it computing)
+        out = run_child(child_argv("benchmarks.model", *args), timeout)
+    except subprocess.TimeoutExpired:
+        return {"gpus": gpus, "workload": workload, "placement": placement, "mode": mode,
+                "timed_out": True, "timeout_s": timeout}
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if out.returncode != 0 or not lines:
-        raise RuntimeError(f"model {gpus} {placement} {mode} failed:\n{out.stderr[-2000:]}")
+        raise RuntimeError(f"model {gpus} {workload} {placement} {mode} failed:\n"
+                           f"{out.stderr[-2000:]}")
     sample = json.loads(lines[-1])
     sample["process_s"] = round(time.perf_counter() - t, 3)  # + interpreter start, imports
     return sample
 
 
 def _line(s: dict[str, Any]) -> str:
+    head = f"  {s['gpus']:>6} GPUs {s['workload']:<8} {s['placement']:<6} {s['mode']:<9}"
+    if s.get("timed_out"):
+        return f"{head} timed out after {s['timeout_s']:g} s"
     pols = ", ".join(f"{p} {v['compute_s']:.1f}s"
                      + (f" ({1e3 * v['completion_s']:.3f} ms)" if v["completion_s"] else " (n/a)")
                      for p, v in s["policies"].items())
-    return (f"  {s['gpus']:>6} GPUs {s['placement']:<6} {s['mode']:<9} {s['flows']:>11,} flows: "
-            f"{s['run_s']:.1f} s, peak {s['peak_rss_mib']:.0f} MiB | {pols}")
+    return (f"{head} {s['flows']:>11,} flows: {s['run_s']:.1f} s wall, {s['run_cpu_s']:.1f} s "
+            f"CPU, peak {s['peak_rss_mib']:.0f} MiB | {pols}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.model", description=__doc__)
-    p.add_argument("--sizes", default="1024,8192,65536", help="GPU counts for aggregate mode")
+    p = argparse.ArgumentParser(prog="python -m benchmarks.model", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help="workloads of the default-options sweep")
+    p.add_argument("--default-sizes", default="256,1024",
+                   help="GPU counts of the default-options sweep ('' for none)")
+    p.add_argument("--sizes", default="1024,8192,65536",
+                   help="GPU counts for the aggregate what-if ('' for none)")
     p.add_argument("--placements", default="packed,spread")
-    p.add_argument("--per-flow-sizes", default="256,1024",
-                   help="GPU counts also run per-flow ('' for none)")
-    p.add_argument("--per-flow-policies", default="ecmp,ecmp-fluid,planned,adaptive")
+    p.add_argument("--timeout", type=float, default=3600.0,
+                   help="seconds before a child run is recorded as timed out")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
     p.add_argument("--mode", default="aggregate", help=argparse.SUPPRESS)
-    p.add_argument("--policies", default="ecmp,ecmp-fluid,planned,adaptive",
-                   help=argparse.SUPPRESS)
+    p.add_argument("--policies", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     placements = [x for x in args.placements.split(",") if x]
+    workloads = [x for x in args.workloads.split(",") if x]
     if args.child:
-        print(json.dumps(child(args.child, placements[0], args.mode, args.policies.split(","))),
+        die_with_parent(args.parent_pid)
+        pols = args.policies.split(",") if args.policies else None
+        print(json.dumps(child(args.child, placements[0], args.mode, pols, workloads[0])),
               flush=True)
         return 0
     sizes = [int(x) for x in args.sizes.split(",") if x]
-    per_flow = [int(x) for x in args.per_flow_sizes.split(",") if x]
-    bad = [s for s in sizes + per_flow if s not in FABRICS]
+    defaults = [int(x) for x in args.default_sizes.split(",") if x]
+    bad = [s for s in sizes + defaults if s not in FABRICS]
     if bad:
         p.error(f"unknown size(s) {bad}; choose from {sorted(FABRICS)}")
+    bad_w = [w for w in workloads if w not in WORKLOADS]
+    if bad_w:
+        p.error(f"unknown workload(s) {bad_w}; choose from {', '.join(WORKLOADS)}")
+    default_runs = []
+    for gpus in defaults:
+        for w in workloads:
+            default_runs.append(_spawn(gpus, w, timeout=args.timeout))
+            print(_line(default_runs[-1]), flush=True)
     samples = []
+    all_policies = ["ecmp", "ecmp-fluid", "planned", "adaptive"]
     for gpus in sizes:
         for placement in placements:
-            samples.append(_spawn(gpus, placement, "aggregate", args.policies.split(",")))
+            samples.append(_spawn(gpus, "alltoall", placement, "aggregate", all_policies,
+                                  args.timeout))
             print(_line(samples[-1]), flush=True)
-    for gpus in per_flow:
-        for placement in placements if gpus > 256 else placements[:1]:  # 1 group: same job
-            samples.append(_spawn(gpus, placement, "per-flow", args.per_flow_policies.split(",")))
-            print(_line(samples[-1]), flush=True)
-    goal = [s for s in samples if s["gpus"] == GOAL["gpus"] and s["mode"] == "aggregate"]
+    goal = [s for s in samples if s["gpus"] == GOAL["gpus"]]
     result = {
-        "workload": "All-to-All in EP groups of 256 GPUs, 1 MiB per GPU pair, one flow per pair",
+        "defaults": {
+            "what": "astral-lab model astral3 --gpus N --workload W, every other option at its "
+                    "default (all policies, auto mode, exact)",
+            "goal": f"each within {DEFAULTS_GOAL_S:g} s",
+            "goal_met": bool(default_runs) and all(
+                not s.get("timed_out") and s["run_s"] <= DEFAULTS_GOAL_S for s in default_runs),
+            "samples": default_runs,
+        },
+        "workload": "aggregate: All-to-All in EP groups of 256 GPUs, 1 MiB per GPU pair, one "
+                    "flow per pair",
         "goal": f"{GOAL['gpus']} GPUs within {GOAL['seconds']:g} s and {GOAL['gib']:g} GiB",
-        "goal_met": bool(goal) and all(s["run_s"] <= GOAL["seconds"]
-                                       and s["peak_rss_mib"] <= GOAL["gib"] * 1024 for s in goal),
+        "goal_met": bool(goal) and all(not s.get("timed_out") and s["run_s"] <= GOAL["seconds"]
+                                       and s["peak_rss_mib"] <= GOAL["gib"] * 1024
+                                       for s in goal),
         "samples": samples,
     }
     print(f"wrote {write('model', result)}")

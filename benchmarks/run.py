@@ -25,8 +25,9 @@ BENCHMARKS = {
                    ["--repeats", "1", "--sizes", "64", "--quality-sizes", "64", "--seeds", "3"]),
     "sender": (sender.main, ["--repeats", "3", "--seconds", "3", "--scapy-packets", "3000"],
                ["--repeats", "1", "--seconds", "1", "--scapy-packets", "1000"]),
-    "model": (model.main, ["--sizes", "1024,8192,65536", "--per-flow-sizes", "256,1024"],
-              ["--sizes", "1024", "--placements", "packed", "--per-flow-sizes", "256"]),
+    "model": (model.main, ["--sizes", "1024,8192,65536", "--default-sizes", "256,1024"],
+              ["--sizes", "1024", "--placements", "packed", "--default-sizes", "256",
+               "--workloads", "alltoall"]),
 }
 
 

@@ -61,6 +61,7 @@ class PathFinder:
         self._trunks: dict[tuple[str, str], tuple[Path, ...]] = {}
         self._cands: dict[tuple[str, str], tuple[Path, ...]] = {}
         self._choices: dict[tuple[str, str], tuple[frozenset[Hop], tuple[Path, ...]]] = {}
+        self._pair_choices: dict[tuple[str, str], tuple[frozenset[Hop], tuple[Path, ...]]] = {}
 
     # --- lookups ------------------------------------------------------------------------
     @property
@@ -162,12 +163,22 @@ class PathFinder:
         ``railonly``, a forced NVLink relay) load the same link whatever a policy does, so
         policies compare candidates on ``varying`` and leave fixed hot spots alone.
         """
-        cands = self.candidates(src, dst)
         key = (self.attach(src), dst)
         cached = self._choices.get(key)
+        if cached is not None and not self.down and src != dst:
+            return cached  # what candidates() would check holds for every src of a cached key
+        self.candidates(src, dst)  # the checks, and the ValueError naming both hosts
         if cached is None:
-            fixed = frozenset(cands[0]).intersection(*cands[1:])
-            cached = (fixed, tuple(tuple(h for h in p if h not in fixed) for p in cands))
+            # per (attach, attach) pair: every destination under b has the same trunks and
+            # its own last hop, which every candidate shares
+            b = self.attach(dst)
+            trunks = self.trunks(key[0], b)
+            pair = self._pair_choices.get((key[0], b))
+            if pair is None:
+                common = frozenset(trunks[0]).intersection(*trunks[1:])
+                pair = (common, tuple(tuple(h for h in t if h not in common) for t in trunks))
+                self._pair_choices[(key[0], b)] = pair
+            cached = (pair[0] | {self._attach[dst]}, pair[1])
             self._choices[key] = cached
         return cached
 

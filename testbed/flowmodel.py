@@ -15,9 +15,13 @@ The model
     CSC form), so a round is a few NumPy operations. The job is **event-driven**: rates are
     recomputed whenever a flow finishes or starts (``start`` offsets), so flows that finish
     early hand their share to the rest. After departures only the flows at or above the
-    leavers' lowest rate are refilled; the rest provably keep their rates (``simulate``).
-    No packets, no queues, no slow start: a fluid model is the *ideal* a transport can reach
-    on that routing, which is what an emulation measurement is held against.
+    leavers' lowest rate are refilled; the rest provably keep their rates. Before any event,
+    links that can never bind are dropped, the job splits into components that share no
+    link (each has its own events), and identical components (the EP groups of a packed
+    job; the same intra-leaf flows under several policies) are simulated once; all three are
+    exact (``simulate``). No packets, no queues, no slow start: a fluid model is the *ideal*
+    a transport can reach on that routing, which is what an emulation measurement is held
+    against.
 
 Routing: the SAME policies the controller runs (``controllers.lb``), on the same paths
 (``controllers.paths.PathFinder``), so model and emulation route identically:
@@ -64,17 +68,21 @@ Aggregation, and why each kind is exact (the answer is identical to per-flow, no
 
 Scale, per policy (the CLI says which one each number came from):
 
+Running times are measured by ``benchmarks/model.py`` and quoted in the README.
+
 * ``mode="per-flow"`` (any topology; default while the job has <= ``exact_flows`` flows,
   300,000): every policy routes every flow with the controller's own code, then exact
-  event-driven max-min over the classes of (1) and (2). Measured at 1K GPUs (261,120 flows):
-  ecmp ~6 s, ecmp-fluid ~2 s, planned ~4 s, adaptive ~90 s (``lb.simulate_adaptive`` itself
-  takes ~70 s of that); see ``benchmarks/model.py``.
+  event-driven max-min over the classes of (1) and (2). The cost is per event times the
+  rate levels above the leavers, so an all-to-all (equal sizes: few events) and a prefill
+  step (intra-rail: many small components) are quick, while a decode step (every GPU
+  pair one flow of its own size: a finish time per flow, all coupled through the NICs)
+  takes tens of thousands of events, each refilling thousands of flows.
 * ``mode="aggregate"`` (astral3 only; default above that):
   ``ecmp-fluid``: exact max-min over the group quotient (3), every event. An all-to-all is
-  one event (0.1 s at 64K GPUs). A prefill or decode step has tens of thousands of distinct
-  finish times even in one group, so it takes long at any GPU count (measured: prefill ~45 s,
-  decode ~5 min); ``tolerance`` / ``--event-tolerance 1e-3`` coalesces finishes and is
-  labelled ``approx`` (decode: ~9 s, job time 0.15% optimistic against the exact run).
+  one event. A prefill or decode step has as many distinct finish times in one group as
+  per-flow mode has, so it costs what one group costs there; ``tolerance`` /
+  ``--event-tolerance 1e-3`` coalesces finishes and is labelled ``approx`` (a decode step's
+  job time came out 0.15% optimistic against the exact run).
   ``planned``: exact *job* completion from a theorem, not by running the planner. Theorem: if
   every flow has the same size s and start, then under ANY routing the max-min completion
   equals the largest link time (bytes / capacity) of that routing: it is a lower bound, and at
@@ -119,7 +127,7 @@ import hashlib
 import math
 import os
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -297,8 +305,106 @@ class Timeline:
     finish: np.ndarray  # completion time of each class
     start_rate: np.ndarray  # rate each class got at the first allocation it took part in
     saturated: np.ndarray  # bool per link: full in the first allocation
-    events: int  # allocations computed (each start or finish that changed the active set)
-    rounds: int  # progressive-filling rounds over all events
+    events: int  # distinct times at which an allocation was computed (a start or finish)
+    rounds: int  # progressive-filling rounds over all events (identical components once)
+
+
+def _never_binding(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef: np.ndarray,
+                   rptr: np.ndarray) -> np.ndarray:
+    """Bool per link: its constraint is implied by kept links' constraints, so dropping it
+    leaves every max-min allocation unchanged (``simulate``, reduction 1).
+
+    Anchors are each class's first and last link (a NIC, in the model's rows); they are
+    always kept. For a class on link l and anchor k, its load on l is at most
+    ``coef_l / coef_k`` times its load on k, so the classes of l that share anchor k load l
+    by at most ``max(coef_l / coef_k) * cap_k``; summed over anchors, that caps l's load.
+    Rows are CSR (sorted by class); a class listing one link twice disables the test.
+    """
+    n_links = cap.size
+    drop = np.zeros(n_links, bool)
+    if not row.size:
+        return drop
+    pair = np.sort(row * n_links + col)
+    if np.any(pair[1:] == pair[:-1]):
+        return drop
+    lens = np.diff(rptr)
+    anchor = np.zeros(n_links, bool)
+    anchor[col[rptr[:-1]]] = True
+    anchor[col[rptr[1:] - 1]] = True
+    bound = np.full(n_links, np.inf)
+    for end in (rptr[:-1], rptr[1:] - 1):  # first link, then last link of every class
+        k = np.repeat(col[end], lens)
+        ratio = coef / np.repeat(coef[end], lens)
+        m = ~anchor[col]
+        if not m.any():
+            return drop
+        key = col[m] * n_links + k[m]
+        o = np.argsort(key, kind="stable")
+        key, ratio = key[o], ratio[m][o]
+        cut = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        rmax = np.maximum.reduceat(ratio, cut)
+        link, via = np.divmod(key[cut], n_links)
+        bound = np.minimum(bound, np.bincount(link, cap[via] * rmax, minlength=n_links)
+                           + np.where(np.bincount(link, minlength=n_links) > 0, 0.0, np.inf))
+    used = np.bincount(col, minlength=n_links) > 0
+    return used & ~anchor & (bound <= cap * (1 + 1e-12))
+
+
+def _components(n_links: int, row: np.ndarray, col: np.ndarray,
+                rptr: np.ndarray) -> np.ndarray:
+    """Component label per class: classes joined by shared links (``simulate``, reduction
+    2). Union-find over links, vectorised: hook every link onto its class's first link,
+    then pointer-jump, until every entry agrees with its class."""
+    lab = np.arange(n_links)
+    a, b = col, col[rptr[:-1]][row]
+    while True:
+        la, lb = lab[a], lab[b]
+        diff = la != lb
+        if not diff.any():
+            return lab[col[rptr[:-1]]]
+        lo = np.minimum(la[diff], lb[diff])
+        np.minimum.at(lab, la[diff], lo)
+        np.minimum.at(lab, lb[diff], lo)
+        while True:
+            nxt = lab[lab]
+            if np.array_equal(nxt, lab):
+                break
+            lab = nxt
+
+
+#: Results of recently simulated components, by a digest of their canonical arrays
+#: (``simulate``, reduction 3). Bounded by the classes it holds.
+_COMPONENT_CACHE: OrderedDict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = \
+    OrderedDict()
+_CACHE_CLASSES = 2_000_000
+
+
+def _digest(*arrays: np.ndarray | float) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str((a.dtype.str, a.shape)).encode())
+        h.update(a.tobytes())
+    return h.digest()
+
+
+def _cached_component(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef: np.ndarray,
+                      bits: np.ndarray, start: np.ndarray, tolerance: float
+                      ) -> tuple[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """``_simulate_component`` through the cache; returns the component's key and result."""
+    key = _digest(cap, row, col, coef, bits, start, np.float64(tolerance))
+    hit = _COMPONENT_CACHE.get(key)
+    if hit is not None:
+        _COMPONENT_CACHE.move_to_end(key)
+        return key, hit
+    out = _simulate_component(cap, row, col, coef, bits, start, tolerance)
+    if bits.size <= _CACHE_CLASSES:
+        _COMPONENT_CACHE[key] = out
+        held = sum(v[0].size for v in _COMPONENT_CACHE.values())
+        while held > _CACHE_CLASSES:
+            _, old = _COMPONENT_CACHE.popitem(last=False)
+            held -= old[0].size
+    return key, out
 
 
 def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.ndarray,
@@ -321,14 +427,25 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
     ``tolerance`` (relative) early: slightly optimistic, not bounded by a theorem (max-min
     rates are not monotone in departures). 0 (the default) is exact.
 
-    Warm start after departures. If flows only left, every row that the last allocation froze
-    below the lowest rate x_F of the leavers keeps its rate: those rounds froze links that no
-    leaver crosses (a leaver on one would have frozen there, below x_F), and removing the
-    leavers only raises other links' fill levels, so the same rounds come first again.
-    Filling resumes from there: only the rows at or above x_F are released. Equal-size flows
-    leave fastest-first, so a collision-heavy ECMP job recomputes a sliver per event instead
-    of everything (the tests compare with a from-scratch implementation). A start can lower
-    levels anywhere: then the allocation is computed from scratch.
+    The event loop costs a few NumPy calls per rate level per event, so three exact
+    reductions come first:
+
+    1. *Links that can never bind are dropped* (``_never_binding``): when the flows' own
+       NIC links cap a link's load at its capacity (the merged uplinks of a non-blocking
+       leaf under fluid ECMP), its constraint is implied by the others and the feasible
+       rates, hence every max-min allocation, are the same without it.
+    2. *Independent components are simulated apart* (``_components``): classes that share
+       no kept link never influence each other's rates, so a departure in one never refills
+       the other (a prefill step splits by rail and group).
+    3. *Identical components are simulated once* (``_COMPONENT_CACHE``): each component is
+       relabelled canonically (classes in order, links by first use) and keyed by a digest of
+       its arrays; equal inputs give equal outputs, so the EP groups of a packed job, or the
+       same intra-leaf flows routed by several policies, cost one run.
+
+    Within a component, warm start after departures (``_simulate_component``). ``events``
+    counts the distinct times at which some component's allocation was computed;
+    ``rounds`` the filling rounds actually run. The tests compare all of this with a
+    from-scratch implementation.
     """
     cap = np.asarray(capacity, dtype=np.float64)
     row = np.asarray(row, dtype=np.int64)
@@ -352,7 +469,81 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
         raise ValueError("incidence refers to a class or link that does not exist")
     if np.any(np.bincount(row, minlength=n) == 0):
         raise ValueError("every class of flows must cross at least one link")
-    full = _Incidence(cap.size, n, row, col, mult[row] * w)
+    n_links = cap.size
+    order = np.argsort(row, kind="stable")  # CSR, each class's entries in the given order
+    coef_all = (mult[row] * w)[order]
+    row_all, col_all = row[order], col[order]
+    rptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_all, minlength=n), out=rptr[1:])
+    keep = ~_never_binding(cap, row_all, col_all, coef_all, rptr)[col_all]
+    row_k, col_k, coef_k = row_all[keep], col_all[keep], coef_all[keep]
+    kptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_k, minlength=n), out=kptr[1:])
+    comp = _components(n_links, row_k, col_k, kptr)
+    finish = np.empty(n)
+    start_rate = np.empty(n)
+    times: list[np.ndarray] = []
+    rounds = 0
+    seen: set[bytes] = set()
+    by_comp = np.argsort(comp, kind="stable")
+    cut = np.flatnonzero(np.r_[True, comp[by_comp][1:] != comp[by_comp][:-1], True])
+    for s, e in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
+        ids = by_comp[s:e]  # ascending class ids: a canonical order
+        ent = _ranges(kptr[ids], kptr[ids + 1])
+        lens = kptr[ids + 1] - kptr[ids]
+        links, first, inv = np.unique(col_k[ent], return_index=True, return_inverse=True)
+        rank = np.empty(links.size, dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(links.size)
+        lcol = rank[inv.ravel()]
+        lcap = np.empty(links.size)
+        lcap[lcol] = cap[col_k[ent]]
+        key, (f, sr, t, r) = _cached_component(
+            lcap, np.repeat(np.arange(ids.size), lens), lcol, coef_k[ent], bits[ids],
+            start[ids], tolerance)
+        finish[ids], start_rate[ids] = f, sr
+        if key not in seen:  # identical components count once, cached or not
+            seen.add(key)
+            times.append(t)
+            rounds += r
+    events = _distinct(np.concatenate(times)) if times else 0
+    # links full in the first allocation, from the rates of the classes that took part in it
+    live = bits > 0
+    saturated = np.zeros(n_links, bool)
+    if live.any():
+        t0 = float(start[live].min())
+        first_alloc = live & (start <= t0 + REL_TIE * max(t0, 1e-12))
+        on = first_alloc[row_all]
+        load = np.bincount(col_all[on], coef_all[on] * start_rate[row_all[on]],
+                           minlength=n_links)
+        saturated = cap - load <= REL_TIE * cap
+    return Timeline(finish, start_rate, saturated, events, rounds)
+
+
+def _distinct(times: np.ndarray) -> int:
+    """How many distinct times (within ``REL_TIE``) ``times`` holds."""
+    if not times.size:
+        return 0
+    t = np.sort(times)
+    return 1 + int(np.count_nonzero(np.diff(t) > REL_TIE * np.maximum(t[1:], 1e-12)))
+
+
+def _simulate_component(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef: np.ndarray,
+                        bits: np.ndarray, start: np.ndarray, tolerance: float
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The event loop of ``simulate`` on one component (CSR rows, ``coef`` = mult x weight).
+
+    Returns finish and first rate per class, the times at which an allocation was
+    computed, and the filling rounds. Warm start after departures: if flows only left,
+    every row that the last allocation froze below the lowest rate x_F of the leavers keeps
+    its rate: those rounds froze links that no leaver crosses (a leaver on one would have
+    frozen there, below x_F), and removing the leavers only raises other links' fill
+    levels, so the same rounds come first again. Filling resumes from there: only the rows
+    at or above x_F are released. Equal-size flows leave fastest-first, so a
+    collision-heavy ECMP job recomputes a sliver per event instead of everything. A start
+    can lower levels anywhere: then the allocation is computed from scratch.
+    """
+    n = bits.size
+    full = _Incidence(cap.size, n, row, col, coef)
     inc, ids = full, np.arange(n)
     finish = np.full(n, np.nan)
     start_rate = np.full(n, np.nan)
@@ -361,21 +552,22 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
     finish[done] = start[done]
     order = np.argsort(start, kind="stable")
     order = order[~done[order]]  # classes still to start, by start time
+    t_start = start[order]
     nxt = 0  # order[nxt:] have not started
-    saturated: np.ndarray | None = None
-    t, events, rounds = 0.0, 0, 0
+    t, rounds = 0.0, 0
+    times: list[float] = []
     # Per local row of ``inc``: rate, when ``remaining`` was last settled, projected finish.
     rate = since = proj = np.zeros(0)
     act = np.zeros(0, dtype=np.int64)  # local rows that are sending
     fin = act
+    rem = cap.copy()
     while nxt < order.size or act.size:
         arrival = float(start[order[nxt]]) if nxt < order.size else np.inf
         if not fin.size or not act.size or arrival <= t * (1 + REL_TIE) + 1e-300:
             # cold: settle everyone, admit arrivals, allocate from scratch
             g = ids[act]
             remaining[g] -= rate[act] * (t - since[act])
-            while nxt < order.size and start[order[nxt]] <= t + REL_TIE * max(t, 1e-12):
-                nxt += 1
+            nxt = int(np.searchsorted(t_start, t + REL_TIE * max(t, 1e-12), "right"))
             started = np.zeros(n, bool)
             started[order[:nxt]] = True
             started &= ~done
@@ -394,8 +586,6 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
             proj[act] = t + remaining[ids[act]] / rate[act]
             fresh = act[np.isnan(start_rate[ids[act]])]
             start_rate[ids[fresh]] = rate[fresh]
-            if saturated is None:
-                saturated = rem <= REL_TIE * cap
         else:
             # warm (see the docstring): release the leavers and every row at or above x_F
             x_f = float(rate[fin].min())
@@ -415,6 +605,7 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
             demand = np.bincount(c[on], k[on], minlength=cap.size)
             rounds += _fill(inc, rate, unfrozen, demand, rem)
             proj[moved] = t + remaining[g] / rate[moved]
+        times.append(t)
         arrival = float(start[order[nxt]]) if nxt < order.size else np.inf
         p = proj[act]
         t_next = min(float(p.min()), arrival)
@@ -429,11 +620,8 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
         done[g] = True
         proj[fin] = np.inf
         act = act[~hit]
-        events += 1
-    if saturated is None:
-        saturated = np.zeros(cap.size, bool)
     start_rate[np.isnan(start_rate)] = 0.0
-    return Timeline(finish, start_rate, saturated, events, rounds)
+    return finish, start_rate, np.array(times), rounds
 
 
 # =========================================================================================
@@ -590,6 +778,9 @@ class _FlowIn:
 def _normalise(flows: Iterable[Any]) -> list[_FlowIn]:
     out = []
     for i, f in enumerate(flows):
+        if type(f) is _FlowIn and f.bytes >= 0 and f.start >= 0 and f.src != f.dst:
+            out.append(f)  # already normalised (``Job.flow_list``, ``_Prepared.fl``)
+            continue
         try:
             src, dst, sport, size = f.src, f.dst, int(f.sport), int(f.bytes)
         except (AttributeError, TypeError, ValueError):
@@ -723,17 +914,6 @@ def _fluid_links(finder: PathFinder, pl: _PlanLinks, pairs: list[tuple[str, str]
     return links, rows, host_ids, last_ids
 
 
-def _route(unique: list[Flow], finder: PathFinder, policy: str, seed: int,
-           adaptive: dict[str, Any] | None) -> dict[Flow, Path]:
-    if policy == "ecmp":
-        return lb.ecmp_assign(unique, finder, seed)
-    if policy == "planned":
-        return lb.plan_assign(unique, finder)
-    if policy == "adaptive":
-        return lb.simulate_adaptive(unique, finder, seed=seed, **(adaptive or {}))
-    raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
-
-
 def _tolerance_note(tolerance: float, note: str) -> tuple[str, str]:
     if not tolerance:
         return "exact", note
@@ -743,6 +923,60 @@ def _tolerance_note(tolerance: float, note: str) -> tuple[str, str]:
 
 def _check_policy(policy: str) -> None:
     if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+
+
+class _Prepared:
+    """A flow list made ready for routing, shared by the policies of one ``run``.
+
+    Normalising a few hundred thousand flows, checking that each has a path, merging
+    5-tuples and hashing them for ECMP are per-flow Python; ``run`` models four policies
+    on one flow list, so it does that once (the adaptive policy starts from the same ECMP
+    assignment that the ecmp policy uses).
+    """
+
+    def __init__(self, finder: PathFinder, flows: Iterable[Any], unit: str) -> None:
+        self.finder, self.unit = finder, unit
+        self.fl = _normalise(flows)
+        if not self.fl:
+            raise ValueError("no flows to model")
+        self.pl = _PlanLinks(finder, unit)
+        for f in self.fl:
+            finder.candidates(f.src, f.dst)  # ValueError naming both hosts if there is no path
+        self.size = np.array([f.bytes for f in self.fl], dtype=np.float64)
+        self.start = np.array([f.start for f in self.fl], dtype=np.float64)
+        self._unique: tuple[list[Flow], np.ndarray] | None = None
+        self._ecmp: dict[int, dict[Flow, Path]] = {}
+
+    def unique(self) -> tuple[list[Flow], np.ndarray]:
+        """One ``Flow`` per 5-tuple (bytes summed), and each input flow's index in it."""
+        if self._unique is None:
+            merged: dict[tuple[str, str, str, int, int], int] = {}
+            total: list[int] = []
+            idx = np.empty(len(self.fl), dtype=np.int64)
+            for i, f in enumerate(self.fl):
+                k = merged.setdefault(f.key, len(total))
+                if k == len(total):
+                    total.append(0)
+                total[k] += f.bytes
+                idx[i] = k
+            flows = [Flow(k[0], k[1], k[3], k[4], k[2], b)
+                     for k, b in zip(merged, total, strict=True)]
+            self._unique = (flows, idx)
+        return self._unique
+
+    def route(self, policy: str, seed: int, adaptive: dict[str, Any] | None
+              ) -> tuple[list[Flow], np.ndarray, dict[Flow, Path]]:
+        unique, idx = self.unique()
+        if policy in ("ecmp", "adaptive") and seed not in self._ecmp:
+            self._ecmp[seed] = lb.ecmp_assign(unique, self.finder, seed)
+        if policy == "ecmp":
+            return unique, idx, self._ecmp[seed]
+        if policy == "planned":
+            return unique, idx, lb.plan_assign(unique, self.finder)
+        if policy == "adaptive":
+            return unique, idx, lb.simulate_adaptive(unique, self.finder, seed=seed,
+                                                     start=self._ecmp[seed], **(adaptive or {}))
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
 
 
@@ -764,15 +998,24 @@ def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
     t0 = time.perf_counter()
     finder = plan_or_finder if isinstance(plan_or_finder, PathFinder) else \
         PathFinder(plan_or_finder)
-    fl = _normalise(flows)
-    pl = _PlanLinks(finder, unit)
+    prep = _Prepared(finder, flows, unit)
+    return _model_prepared(prep, policy, seed=seed, adaptive=adaptive, merge=merge,
+                           bound=bound, tolerance=tolerance, t0=t0)
+
+
+def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[str, Any] | None,
+                    merge: bool, bound: dict[str, float] | None, tolerance: float,
+                    t0: float | None = None) -> ModelResult:
+    """``model_flows`` on a prepared flow list."""
+    _check_policy(policy)
+    t0 = time.perf_counter() if t0 is None else t0
+    finder, fl, pl, unit = prep.finder, prep.fl, prep.pl, prep.unit
     n = len(fl)
-    if n == 0:
-        raise ValueError("no flows to model")
-    for f in fl:
-        finder.candidates(f.src, f.dst)  # ValueError naming both hosts if there is no path
     rowkey = np.empty(n, dtype=np.int64)
-    rows: list[list[tuple[int, float]]] = []
+    # rows (links and weights of a flow's rate on each), flat: row k is flat[ptr[k]:ptr[k+1]]
+    flat_c: list[int] = []
+    flat_w: list[float] = []
+    ptr = [0]
     seen: dict[Any, int] = {}
     if policy == "ecmp-fluid":
         pairs = sorted({(finder.attach(f.src), finder.attach(f.dst)) for f in fl})
@@ -782,35 +1025,44 @@ def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
             k = seen.get(key)
             if k is None:
                 pair = (finder.attach(f.src), finder.attach(f.dst))
-                k = seen[key] = len(rows)
-                rows.append([(tx_ids[f.src], 1.0), *pair_rows[pair], (last_ids[f.dst], 1.0)])
+                k = seen[key] = len(ptr) - 1
+                flat_c.append(tx_ids[f.src])
+                flat_w.append(1.0)
+                for c, w in pair_rows[pair]:
+                    flat_c.append(c)
+                    flat_w.append(w)
+                flat_c.append(last_ids[f.dst])
+                flat_w.append(1.0)
+                ptr.append(len(flat_c))
             rowkey[i] = k
     else:
-        merged: dict[tuple[str, str, str, int, int], int] = defaultdict(int)
-        for f in fl:
-            merged[f.key] += f.bytes
-        unique = [Flow(k[0], k[1], k[3], k[4], k[2], b) for k, b in merged.items()]
-        assign = _route(unique, finder, policy, seed, adaptive)
-        path_of = {f.key: assign[f] for f in unique}
+        unique, idx, assign = prep.route(policy, seed, adaptive)
         links = pl.links()
-        for i, f in enumerate(fl):
-            path = path_of[f.key]
+        key_of = np.empty(len(unique), dtype=np.int64)
+        hop_id = pl.hop_id
+        for u, f in enumerate(unique):
+            path = assign[f]
             key = (f.src, path)
             k = seen.get(key)
             if k is None:
-                k = seen[key] = len(rows)
-                rows.append([(pl.tx_id[f.src], 1.0)] + [(pl.hop_id[h], 1.0) for h in path])
-            rowkey[i] = k
-    size = np.array([f.bytes for f in fl], dtype=np.float64)
-    start = np.array([f.start for f in fl], dtype=np.float64)
+                k = seen[key] = len(ptr) - 1
+                flat_c.append(pl.tx_id[f.src])
+                flat_c.extend([hop_id[h] for h in path])
+                ptr.append(len(flat_c))
+            key_of[u] = k
+        flat_w = [1.0] * len(flat_c)
+        rowkey = key_of[idx]
+    size, start = prep.size, prep.start
     keys = np.column_stack([rowkey.astype(np.float64), size, start])
     uniq, cls, mult = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
     cls = cls.ravel()
     r_ids = uniq[:, 0].astype(np.int64)
-    lens = np.array([len(rows[k]) for k in r_ids], dtype=np.int64)
+    rp = np.array(ptr, dtype=np.int64)
+    lens = rp[r_ids + 1] - rp[r_ids]
+    ent = _ranges(rp[r_ids], rp[r_ids + 1])
     row = np.repeat(np.arange(uniq.shape[0]), lens)
-    col = np.array([c for k in r_ids for c, _ in rows[k]], dtype=np.int64)
-    wt = np.array([w for k in r_ids for _, w in rows[k]], dtype=np.float64)
+    col = np.array(flat_c, dtype=np.int64)[ent]
+    wt = np.array(flat_w, dtype=np.float64)[ent]
     tl = simulate(links.capacity, row, col, wt, mult.astype(np.float64), uniq[:, 1] * 8,
                   uniq[:, 2], tolerance)
     finish = tl.finish[cls]
@@ -1674,10 +1926,10 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
         finder = PathFinder(plan)
         names = {int(h.loc["server"]) * gpus_per_server + int(h.loc["gpu"]): h.name
                  for h in plan.hosts}
-        flows = job.flow_list(names)
-        bnd = bounds(finder, flows, unit)
-        results = [model_flows(finder, flows, p, seed=seed, unit=unit, bound=bnd,
-                               tolerance=tolerance) for p in policies]
+        prep = _Prepared(finder, job.flow_list(names), unit)
+        bnd = bounds(finder, prep.fl, unit)
+        results = [_model_prepared(prep, p, seed=seed, adaptive=None, merge=True, bound=bnd,
+                                   tolerance=tolerance) for p in policies]
         summary = f"{plan.topology}: " + ", ".join(
             f"{k.replace('_', ' ')} {v}" for k, v in plan.counts.items()
             if not isinstance(v, dict))

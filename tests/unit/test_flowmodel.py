@@ -156,6 +156,135 @@ def test_matches_plain_reference_on_random_instances():
         assert got.tolist() == pytest.approx(reference(cap, rows, bits, start), rel=1e-9)
 
 
+def reference_timeline(cap, rows, bits, start):
+    """``reference`` that also returns each flow's first rate and the links full in the first
+    allocation: what ``simulate`` reports besides finish times."""
+    finish = reference(cap, rows, bits, start)
+    live = [c for c in range(len(bits)) if bits[c] > 0]
+    t0 = min(start[c] for c in live)
+    first = [c for c in live if start[c] <= t0 + 1e-12]
+    rate, frozen, rem = {}, set(), list(cap)
+    while len(frozen) < len(first):  # the plain filling of ``reference``, once more
+        best = None
+        for link in range(len(cap)):
+            d = sum(w for c in first if c not in frozen for lk, w in rows[c] if lk == link)
+            if d > 0 and (best is None or rem[link] / d < best[0]):
+                best = (rem[link] / d, link)
+        level, link = best
+        for c in first:
+            if c not in frozen and any(lk == link for lk, _ in rows[c]):
+                frozen.add(c)
+                rate[c] = level
+                for lk, w in rows[c]:
+                    rem[lk] -= w * level
+    saturated = [r <= 1e-9 * c for r, c in zip(rem, cap, strict=True)]
+    return finish, rate, saturated
+
+
+def coupled_groups(rng, groups, copies):
+    """A random job made like the fabric's: groups of flows on their own NIC-like links
+    (tx per sender, rx per receiver), a shared "uplink" per group that is sometimes
+    big enough never to bind and sometimes not, and a few flows between groups over a
+    thin shared link; ``copies`` of each group are identical (same sizes and starts)."""
+    cap, rows, bits, start = [], [], [], []
+    thin = len(cap)
+    cap.append(float(rng.choice([1, 2, 3])))
+    for _ in range(groups):
+        hosts = rng.randint(2, 4)
+        nic = [float(rng.choice([2, 4])) for _ in range(hosts)]
+        flows = [(rng.randrange(hosts), rng.randrange(hosts), float(rng.choice([1, 2, 3, 5, 8])),
+                  float(rng.choice([0, 0, 0, 0.5, 1.5])), rng.random() < 0.5)
+                 for _ in range(rng.randint(2, 6))]
+        up_cap = rng.choice([sum(nic), sum(nic) * 2, 1.0])  # never binds, or might
+        for _ in range(copies):
+            tx = list(range(len(cap), len(cap) + hosts))
+            cap.extend(nic)
+            rx = list(range(len(cap), len(cap) + hosts))
+            cap.extend(nic)
+            up = len(cap)
+            cap.append(up_cap)
+            for s, d, b, t, via in flows:
+                if s == d:
+                    d = (s + 1) % hosts
+                rows.append([(tx[s], 1.0), (up, 1.0), (rx[d], 1.0)] if via else
+                            [(tx[s], 1.0), (rx[d], 1.0)])
+                bits.append(b)
+                start.append(t)
+    for _ in range(rng.randint(0, 2)):  # couple two groups through the thin link
+        a, b = rng.sample(range(len(rows)), 2)
+        rows.append([rows[a][0], (thin, 1.0), rows[b][-1]])
+        bits.append(float(rng.choice([1, 4])))
+        start.append(0.0)
+    return cap, rows, bits, start
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_components_pruning_and_copies_match_the_reference(seed):
+    # the reductions simulate() makes before its events (links that cannot bind dropped,
+    # independent components apart, identical components once) change nothing: finish
+    # times, first rates and the links full at the start equal a from-scratch filling at
+    # every event, with unequal sizes, staggered starts and split weights
+    rng = random.Random(100 + seed)
+    for _ in range(12):
+        cap, rows, bits, start = coupled_groups(rng, rng.randint(1, 3), rng.randint(1, 3))
+        if rng.random() < 0.3:  # split a flow's rate over two links
+            c = rng.randrange(len(rows))
+            cap.append(float(rng.choice([1, 2])))
+            rows[c] = rows[c] + [(len(cap) - 1, 0.5)]
+        fm._COMPONENT_CACHE.clear()
+        got = sim(cap, rows, bits, start)
+        finish, rate, saturated = reference_timeline(cap, rows, bits, start)
+        assert got.finish.tolist() == pytest.approx(finish, rel=1e-9)
+        first = sorted(rate)
+        assert got.start_rate[first].tolist() == pytest.approx([rate[c] for c in first],
+                                                               rel=1e-9)
+        assert got.saturated.tolist() == saturated
+        again = sim(cap, rows, bits, start)  # from the cache: same answer, same counts
+        assert again.finish.tolist() == got.finish.tolist()
+        assert (again.events, again.rounds) == (got.events, got.rounds)
+
+
+def test_identical_groups_are_simulated_once_and_split_groups_apart():
+    # four copies of a group behind one uplink that cannot bind (4 x 2 b/s of NICs into
+    # 8 b/s): the uplink is dropped, the copies fall apart and are simulated once
+    tx, rx = [0, 1, 2, 3], [4, 5, 6, 7]
+    cap = [2.0] * 8 + [8.0]
+    rows = [[(tx[g], 1), (8, 1), (rx[g], 1)] for g in range(4)] + \
+           [[(tx[g], 1), (rx[g], 1)] for g in range(4)]
+    bits = [2, 2, 2, 2, 6, 6, 6, 6]
+    fm._COMPONENT_CACHE.clear()
+    tl = sim(cap, rows, bits)
+    assert fm._never_binding(*_csr(cap, rows)).tolist() == [False] * 8 + [True]
+    assert len(fm._COMPONENT_CACHE) == 1
+    # each copy: both flows at 1 b/s; the 2-bit one ends at 2 s, the other then runs at
+    # 2 b/s and has 4 bits left: 4 s
+    assert tl.finish.tolist() == pytest.approx([2] * 4 + [4] * 4)
+    assert tl.events == 2
+    assert tl.saturated.tolist() == [True] * 8 + [False]
+    # a thin uplink binds: it stays, joins the copies, and the answer is still exact
+    cap[8] = 1.0
+    got = sim(cap, rows, bits)
+    assert got.finish.tolist() == pytest.approx(reference(cap, rows, bits, [0] * 8), rel=1e-9)
+    assert not fm._never_binding(*_csr(cap, rows))[8]
+
+
+def test_two_links_that_only_each_other_could_imply_are_both_kept():
+    # one flow on two equal links: each link's load is capped by the other's capacity,
+    # but dropping both would leave the flow unbounded; anchors (first and last link of a
+    # row) are never dropped
+    tl = sim([3.0, 3.0], [[(0, 1), (1, 1)]], [6])
+    assert tl.finish.tolist() == [2.0]
+    assert tl.start_rate.tolist() == [3.0]
+
+
+def _csr(cap, rows):
+    row = np.array([c for c, r in enumerate(rows) for _ in r])
+    col = np.array([lk for r in rows for lk, _ in r])
+    coef = np.array([float(w) for r in rows for _, w in r])
+    rptr = np.concatenate(([0], np.cumsum([len(r) for r in rows])))
+    return np.array(cap, float), row, col, coef, rptr
+
+
 def test_event_tolerance_is_labelled_and_close():
     # many distinct sizes on a parking lot: coalescing finishes within 1e-3 of an event
     # takes fewer events and stays within a fraction of a percent; 0 stays exact

@@ -15,6 +15,7 @@ that passes once passes always, and no test measures time.
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 from functools import cache
 
 import pytest
@@ -466,6 +467,115 @@ def test_adaptive_hysteresis_refuses_marginal_moves() -> None:
     eager = lb.AdaptivePolicy(hysteresis=0.0)
     moves = eager.step(assign, rates, link_rates, cap, finder, 0)
     assert list(moves) == [flow]
+
+
+@pytest.mark.parametrize("name", FABRICS)
+def test_choices_per_attach_pair_equal_the_intersection_of_candidates(name: str) -> None:
+    # choices() works the fixed hops out once per attach pair; the definition is the
+    # intersection of every candidate of the host pair, and the rest of each candidate
+    finder = PathFinder(plan_of(name))
+    for s, d in pairs(finder):
+        cands = finder.candidates(s, d)
+        fixed = frozenset(cands[0]).intersection(*cands[1:])
+        assert finder.choices(s, d) == (
+            fixed, tuple(tuple(h for h in p if h not in fixed) for p in cands))
+
+
+@pytest.mark.parametrize("name", FABRICS)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_planned_greedy_is_the_same_with_array_scoring(name: str, seed: int,
+                                                       monkeypatch) -> None:
+    # unequal sizes send every fabric to the greedy planner; score every pair's
+    # candidates in NumPy (MIN 1) and in Python (MIN huge): the same plan
+    finder = finder_of(name)
+    flows = random_flows(finder.hosts, seed, 400, (1, 2, 3, 5, 8, 13))
+    monkeypatch.setattr(lb._ManyCandidates, "MIN", 10**9)
+    python = lb.plan_assign(flows, finder)
+    monkeypatch.setattr(lb._ManyCandidates, "MIN", 1)
+    assert lb.plan_assign(flows, finder) == python
+
+
+def scalar_step(policy: lb.AdaptivePolicy, assign, flow_rates, link_rates, capacity,
+                finder: PathFinder, tick: int) -> dict[Flow, Path]:
+    """``AdaptivePolicy.step`` one flow and one candidate at a time, as first written: the
+    reference for the block-vectorised scoring."""
+    thr, hyst = policy.threshold, policy.hysteresis
+    work = defaultdict(float, link_rates)
+
+    def util(hop):
+        return work[hop] / capacity[hop]
+
+    hot = {h for h in work if h in capacity and util(h) > thr}
+    if not hot:
+        return {}
+    todo = []
+    for f, path in assign.items():
+        rate = flow_rates.get(f, 0.0)
+        if rate <= 0 or policy.held(f, tick):
+            continue
+        fixed = finder.choices(f.src, f.dst)[0]
+        if any(h in hot and h not in fixed for h in path):
+            todo.append((-rate, f))
+    todo.sort()
+    moves = {}
+    for neg, f in todo:
+        rate, path = -neg, assign[f]
+        fixed = finder.choices(f.src, f.dst)[0]
+        worst_now = max(util(h) for h in path if h not in fixed)
+        if worst_now <= thr:
+            continue
+        here = set(path)
+        best = None
+        cands = finder.candidates(f.src, f.dst)
+        for i, q in enumerate(cands):
+            if q == path:
+                continue
+            us = [(work[h] + (0.0 if h in here else rate)) / capacity[h]
+                  for h in q if h not in fixed]
+            key = (max(us), sum(us), i)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            continue
+        score, eps = best[0], 1e-12
+        if score < worst_now and (score <= thr - hyst + eps or worst_now - score >= hyst - eps):
+            new = cands[best[2]]
+            for h in here.difference(new):
+                work[h] -= rate
+            for h in set(new).difference(here):
+                work[h] += rate
+            moves[f] = new
+            policy.last_move[f.key] = tick
+    return moves
+
+
+@pytest.mark.parametrize("name", FABRICS)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_block_scoring_moves_exactly_like_one_flow_at_a_time(name: str, seed: int,
+                                                              monkeypatch) -> None:
+    # random sizes and rates, a low threshold and no hysteresis: many hot links and many
+    # moves, several ticks with holds; blocks of 7 flows so block boundaries are crossed
+    if seed == 1:
+        monkeypatch.setattr(lb._Scorer, "BLOCK", 7)
+    finder = finder_of(name)
+    rnd = random.Random(seed)
+    flows = random_flows(finder.hosts, seed, 300, (1, 2, 3, 5, 8))
+    assign = lb.ecmp_assign(flows, finder, seed)
+    cap = finder.capacity("mbps")
+    kw = [dict(threshold=0.3, hysteresis=0.0, hold=1), dict(threshold=0.5, hysteresis=0.05,
+                                                           hold=2), {}][seed]
+    fast, slow = lb.AdaptivePolicy(**kw), lb.AdaptivePolicy(**kw)
+    a_fast, a_slow = dict(assign), dict(assign)
+    total = 0
+    for tick in range(4):
+        rates = {f: rnd.uniform(0.5, 6.0) for f in flows}
+        got = fast.step(a_fast, rates, lb.link_loads(a_fast, rates), cap, finder, tick)
+        want = scalar_step(slow, a_slow, rates, lb.link_loads(a_slow, rates), cap, finder, tick)
+        assert got == want and list(got) == list(want)
+        a_fast.update(got)
+        a_slow.update(want)
+        total += len(got)
+    assert total > 0
 
 
 @pytest.mark.parametrize("kw, name", [
