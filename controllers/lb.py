@@ -317,6 +317,24 @@ def _least_loaded(varying: tuple[Path, ...], load: Mapping[Hop, float],
     return best
 
 
+
+def _pair_hop_ids(finder: PathFinder, hop_id: dict[Hop, int],
+                  cache: dict[tuple[str, str], np.ndarray], f: Flow) -> np.ndarray:
+    """Hop ids of ``f``'s candidate paths where they differ (candidates x varying hops).
+
+    Every destination under one attach switch has the same trunks and the same fixed last
+    hop, so the array is computed once per (attach, attach) pair and cached in ``cache``.
+    """
+    key = (finder.attach(f.src), finder.attach(f.dst))
+    v = cache.get(key)
+    if v is None:
+        varying = finder.choices(f.src, f.dst)[1]
+        v = np.array([[hop_id[h] for h in hops] for hops in varying],
+                     dtype=np.int64).reshape(len(varying), len(varying[0]))
+        cache[key] = v
+    return v
+
+
 class _ManyCandidates:
     """``_least_loaded`` for flows with many candidates (an astral3 leaf pair has one per
     lane), with the loads mirrored in an array: the same products and left-to-right sums
@@ -337,13 +355,7 @@ class _ManyCandidates:
             self.load[i] = load
 
     def least_loaded(self, f: Flow, size: float) -> int:
-        key = (self.finder.attach(f.src), self.finder.attach(f.dst))
-        v = self.pairs.get(key)
-        if v is None:
-            varying = self.finder.choices(f.src, f.dst)[1]
-            v = np.array([[self.hop_id[h] for h in hops] for hops in varying],
-                         dtype=np.int64).reshape(len(varying), len(varying[0]))
-            self.pairs[key] = v
+        v = _pair_hop_ids(self.finder, self.hop_id, self.pairs, f)
         if v.shape[1] == 0:
             return 0
         u = (self.load[v] + size) * self.inv[v]
@@ -666,16 +678,8 @@ class _Scorer:
         self.pairs: dict[tuple[str, str], np.ndarray] = {}  # (attach a, attach b) -> ids
 
     def _candidates(self, f: Flow) -> np.ndarray:
-        """``(candidates, varying hops)`` hop ids. Every destination under one attach switch
-        has the same trunks and the same fixed last hop, so this is per attach pair."""
-        key = (self.finder.attach(f.src), self.finder.attach(f.dst))
-        v = self.pairs.get(key)
-        if v is None:
-            varying = self.finder.choices(f.src, f.dst)[1]
-            v = np.array([[self.hop_id[h] for h in hops] for hops in varying],
-                         dtype=np.int64).reshape(len(varying), len(varying[0]))
-            self.pairs[key] = v
-        return v
+        """``(candidates, varying hops)`` hop ids (``_pair_hop_ids``)."""
+        return _pair_hop_ids(self.finder, self.hop_id, self.pairs, f)
 
     def block(self, flows: list[Flow], rates: list[float], paths: list[Path]) -> _Block:
         return _Block(self, flows, rates, paths)
