@@ -103,25 +103,31 @@ def test_multiplicity_is_copies():
     assert a.start_rate.tolist() == pytest.approx(b.start_rate[[0, 3]].tolist())
 
 
+def plain_filling(cap, rows, active):
+    """Plain progressive filling, one link per round: each active row's rate, and what is
+    left of every link's capacity."""
+    rate, frozen, rem = {}, set(), list(cap)
+    while len(frozen) < len(active):
+        best = None
+        for link in range(len(cap)):
+            d = sum(w for c in active if c not in frozen for lk, w in rows[c] if lk == link)
+            if d > 0 and (best is None or rem[link] / d < best[0]):
+                best = (rem[link] / d, link)
+        level, link = best
+        for c in active:
+            if c not in frozen and any(lk == link for lk, _ in rows[c]):
+                frozen.add(c)
+                rate[c] = level
+                for lk, w in rows[c]:
+                    rem[lk] -= w * level
+    return rate, rem
+
+
 def reference(cap, rows, bits, start):
     """Plain progressive filling, one link per round, recomputed from scratch at each event."""
 
     def rates(active):
-        rate, frozen, rem = {}, set(), list(cap)
-        while len(frozen) < len(active):
-            best = None
-            for link in range(len(cap)):
-                d = sum(w for c in active if c not in frozen for lk, w in rows[c] if lk == link)
-                if d > 0 and (best is None or rem[link] / d < best[0]):
-                    best = (rem[link] / d, link)
-            level, link = best
-            for c in active:
-                if c not in frozen and any(lk == link for lk, _ in rows[c]):
-                    frozen.add(c)
-                    rate[c] = level
-                    for lk, w in rows[c]:
-                        rem[lk] -= w * level
-        return rate
+        return plain_filling(cap, rows, active)[0]
 
     left, finish, t = list(bits), [None] * len(bits), 0.0
     while any(f is None for f in finish):
@@ -163,20 +169,7 @@ def reference_timeline(cap, rows, bits, start):
     live = [c for c in range(len(bits)) if bits[c] > 0]
     t0 = min(start[c] for c in live)
     first = [c for c in live if start[c] <= t0 + 1e-12]
-    rate, frozen, rem = {}, set(), list(cap)
-    while len(frozen) < len(first):  # the plain filling of ``reference``, once more
-        best = None
-        for link in range(len(cap)):
-            d = sum(w for c in first if c not in frozen for lk, w in rows[c] if lk == link)
-            if d > 0 and (best is None or rem[link] / d < best[0]):
-                best = (rem[link] / d, link)
-        level, link = best
-        for c in first:
-            if c not in frozen and any(lk == link for lk, _ in rows[c]):
-                frozen.add(c)
-                rate[c] = level
-                for lk, w in rows[c]:
-                    rem[lk] -= w * level
+    rate, rem = plain_filling(cap, rows, first)
     saturated = [r <= 1e-9 * c for r, c in zip(rem, cap, strict=True)]
     return finish, rate, saturated
 
