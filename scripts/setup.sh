@@ -104,7 +104,7 @@ stamp_ok() {
     [ -f "$STAMP" ] && [ -f pyproject.toml ] && [ "$STAMP" -nt pyproject.toml ]
 }
 
-VERIFY_IMPORTS='import mininet.net, os_ken, scapy'
+VERIFY_IMPORTS='import mininet.net, os_ken, scapy, numba'
 verify_python() {
     PYTHONDONTWRITEBYTECODE=1 "$VENV/bin/python" -c "$VERIFY_IMPORTS"
 }
@@ -227,6 +227,9 @@ else
 fi
 
 verify_python || die "'$VENV/bin/python -c \"$VERIFY_IMPORTS\"' failed"
+# The flow model's event loop is compiled by Numba on first use and cached next to its
+# module; compile it here (once, seconds) so no model run or test waits for it.
+"$VENV/bin/python" -m testbed.maxmin || die "compiling the flow model's kernel (python -m testbed.maxmin) failed"
 command -v mnexec >/dev/null 2>&1 || die "mnexec not found on PATH (apt package mininet)"
 
 # ---------------------------------------------------------------------------------------------

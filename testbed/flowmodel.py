@@ -12,7 +12,8 @@ The model
     every unfrozen flow's rate together; when a link fills, freeze every flow on it; repeat.
     Each filling round freezes *all* links at the current lowest level at once (ties within
     1e-9 relative); flows and links are index arrays (a classes x links incidence in CSR and
-    CSC form), so a round is a few NumPy operations. The job is **event-driven**: rates are
+    CSC form), and the event loop is compiled (``testbed.maxmin``). The job is
+    **event-driven**: rates are
     recomputed whenever a flow finishes or starts (``start`` offsets), so flows that finish
     early hand their share to the rest. After departures only the flows at or above the
     leavers' lowest rate are refilled; the rest provably keep their rates. Before any event,
@@ -76,7 +77,8 @@ Running times are measured by ``benchmarks/model.py`` and quoted in the README.
   rate levels above the leavers, so an all-to-all (equal sizes: few events) and a prefill
   step (intra-rail: many small components) are quick, while a decode step (every GPU
   pair one flow of its own size: a finish time per flow, all coupled through the NICs)
-  takes tens of thousands of events, each refilling thousands of flows.
+  takes tens of thousands of events, each refilling thousands of flows: the slowest
+  workload, by far.
 * ``mode="aggregate"`` (astral3 only; default above that):
   ``ecmp-fluid``: exact max-min over the group quotient (3), every event. An all-to-all is
   one event. A prefill or decode step has as many distinct finish times in one group as
@@ -137,6 +139,7 @@ import numpy as np
 from controllers import lb
 from controllers.flows import ROCE_PORT, Flow, sport_for_qp
 from controllers.paths import UNITS, Hop, Path, PathFinder
+from testbed import maxmin
 from testbed.plan import WiringPlan, write_json_atomic
 from testbed.results import output_dir
 from testbed.topologies import (
@@ -175,127 +178,6 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     shift = starts - np.concatenate(([0], np.cumsum(lens)[:-1]))
     return np.repeat(shift, lens) + np.arange(total)
-
-
-class _Incidence:
-    """Classes x links in both CSR (by class) and CSC (by link) form.
-
-    ``coef`` is multiplicity x weight: a link's demand when every class on it runs at rate 1.
-    Rows must be sorted by class (the constructor sorts them).
-    """
-
-    def __init__(self, n_links: int, n_rows: int, row: np.ndarray, col: np.ndarray,
-                 coef: np.ndarray) -> None:
-        if row.size and np.any(np.diff(row) < 0):
-            order = np.argsort(row, kind="stable")
-            row, col, coef = row[order], col[order], coef[order]
-        self.n_links, self.n_rows = n_links, n_rows
-        self.row, self.col, self.coef = row, col, coef
-        self.rptr = np.zeros(n_rows + 1, dtype=np.int64)
-        np.cumsum(np.bincount(row, minlength=n_rows), out=self.rptr[1:])
-        order = np.argsort(col, kind="stable")
-        self.crow = row[order]
-        self.cptr = np.zeros(n_links + 1, dtype=np.int64)
-        np.cumsum(np.bincount(col, minlength=n_links), out=self.cptr[1:])
-        self.tiny = 1e-9 * float(coef.min()) if coef.size else 0.0
-        # Rows as a dense (rows x max degree) table when degrees are small: gathering a few
-        # rows' entries is then two fancy indexes instead of a ranges computation, which
-        # matters in a loop of millions of rounds. Padding points at link 0 with coef 0.
-        deg = np.diff(self.rptr)
-        self.pad_col = self.pad_coef = None
-        if n_rows and 0 < deg.max() <= 16:
-            slot = np.arange(row.size) - self.rptr[row]
-            self.pad_col = np.zeros((n_rows, int(deg.max())), dtype=np.int64)
-            self.pad_coef = np.zeros((n_rows, int(deg.max())))
-            self.pad_col[row, slot] = col
-            self.pad_coef[row, slot] = coef
-
-    def subset(self, keep: np.ndarray) -> tuple[_Incidence, np.ndarray]:
-        """The rows in ``keep`` (bool per row), renumbered; returns it and the kept row ids."""
-        ids = np.flatnonzero(keep)
-        pos = np.full(self.n_rows, -1, dtype=np.int64)
-        pos[ids] = np.arange(ids.size)
-        m = keep[self.row]
-        return _Incidence(self.n_links, ids.size, pos[self.row[m]], self.col[m],
-                          self.coef[m]), ids
-
-
-def _fill(inc: _Incidence, rate: np.ndarray, unfrozen: np.ndarray, demand: np.ndarray,
-          rem: np.ndarray) -> int:
-    """Progressive filling from a given state, in place; returns the rounds it took.
-
-    Unfrozen rows all run at the current level x, so a link's load is frozen load + demand * x
-    and it fills at ``x = rem / demand`` (``rem``: capacity minus frozen load). The lowest
-    such x over links is the next level; every link within ``REL_TIE`` of it is a bottleneck
-    and every unfrozen row on one is frozen at x, in one round.
-
-    A fabric with hash collisions has hundreds of distinct levels per allocation, so a round
-    must be cheap: each link's fill level is kept in an array and only the links that the
-    frozen rows cross are updated (their level can only rise).
-    """
-    n_links = rem.size
-    fill = np.full(n_links, np.inf)
-    live = demand > inc.tiny
-    fill[live] = rem[live] / demand[live]
-    rptr, cptr, crow, col, coef = inc.rptr, inc.cptr, inc.crow, inc.col, inc.coef
-    pad_col, pad_coef = inc.pad_col, inc.pad_coef
-    stamp = np.empty(inc.n_rows, dtype=np.int64)  # scratch for de-duplicating rows
-    left = int(unfrozen.sum())
-    rounds = 0
-    while left:
-        x = float(fill.min())
-        if x == np.inf:  # cannot happen: every active row has a link
-            raise RuntimeError("progressive filling ran out of links with unfrozen flows")
-        bott = np.flatnonzero(fill <= x * (1 + REL_TIE))
-        x = max(x, 0.0)
-        if bott.size == 1:
-            rows = crow[cptr[bott[0]]:cptr[bott[0] + 1]]
-            rows = rows[unfrozen[rows]]
-        else:  # a row on two bottleneck links appears twice: keep its last occurrence
-            rows = crow[_ranges(cptr[bott], cptr[bott + 1])] if bott.size > 8 else \
-                np.concatenate([crow[cptr[b]:cptr[b + 1]] for b in bott.tolist()])
-            rows = rows[unfrozen[rows]]
-            seq = np.arange(rows.size)
-            stamp[rows] = seq
-            rows = rows[stamp[rows] == seq]
-        fill[bott] = np.inf
-        if not rows.size:  # float residue on a link whose rows were all frozen already
-            continue
-        rate[rows] = x
-        unfrozen[rows] = False
-        left -= rows.size
-        if pad_col is not None:
-            c, k = pad_col[rows].ravel(), pad_coef[rows].ravel()
-        else:
-            ent = _ranges(rptr[rows], rptr[rows + 1])
-            c, k = col[ent], coef[ent]
-        np.subtract.at(demand, c, k)
-        np.subtract.at(rem, c, k * x)
-        d = demand[c]  # repeated links just get the same value written twice
-        ok = d > inc.tiny
-        fill[c] = np.where(ok, rem[c] / np.where(ok, d, 1.0), np.inf)
-        fill[bott] = np.inf
-        rounds += 1
-    return rounds
-
-
-def _waterfill(inc: _Incidence, cap: np.ndarray, active: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Max-min fair rate per row (0 for inactive rows), from scratch.
-
-    Returns (rates, residual capacity per link, rounds).
-    """
-    rate = np.zeros(inc.n_rows)
-    unfrozen = active.copy()
-    on = unfrozen[inc.row]
-    demand = np.bincount(inc.col[on], inc.coef[on], minlength=cap.size)
-    rem = cap.astype(np.float64).copy()
-    rounds = _fill(inc, rate, unfrozen, demand, rem)
-    return rate, rem, rounds
-
-
-def _rows_entries(inc: _Incidence, rows: np.ndarray) -> np.ndarray:
-    return _ranges(inc.rptr[rows], inc.rptr[rows + 1])
 
 
 @dataclass
@@ -427,7 +309,7 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
     ``tolerance`` (relative) early: slightly optimistic, not bounded by a theorem (max-min
     rates are not monotone in departures). 0 (the default) is exact.
 
-    The event loop costs a few NumPy calls per rate level per event, so three exact
+    The event loop costs work per rate level per event, so three exact
     reductions come first:
 
     1. *Links that can never bind are dropped* (``_never_binding``): when the flows' own
@@ -530,98 +412,13 @@ def _distinct(times: np.ndarray) -> int:
 def _simulate_component(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef: np.ndarray,
                         bits: np.ndarray, start: np.ndarray, tolerance: float
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """The event loop of ``simulate`` on one component (CSR rows, ``coef`` = mult x weight).
-
-    Returns finish and first rate per class, the times at which an allocation was
-    computed, and the filling rounds. Warm start after departures: if flows only left,
-    every row that the last allocation froze below the lowest rate x_F of the leavers keeps
-    its rate: those rounds froze links that no leaver crosses (a leaver on one would have
-    frozen there, below x_F), and removing the leavers only raises other links' fill
-    levels, so the same rounds come first again. Filling resumes from there: only the rows
-    at or above x_F are released. Equal-size flows leave fastest-first, so a
-    collision-heavy ECMP job recomputes a sliver per event instead of everything. A start
-    can lower levels anywhere: then the allocation is computed from scratch.
-    """
-    n = bits.size
-    full = _Incidence(cap.size, n, row, col, coef)
-    inc, ids = full, np.arange(n)
-    finish = np.full(n, np.nan)
-    start_rate = np.full(n, np.nan)
-    remaining = bits.copy()  # bits left at time ``since`` (per local row, below)
-    done = bits <= 0
-    finish[done] = start[done]
-    order = np.argsort(start, kind="stable")
-    order = order[~done[order]]  # classes still to start, by start time
-    t_start = start[order]
-    nxt = 0  # order[nxt:] have not started
-    t, rounds = 0.0, 0
-    times: list[float] = []
-    # Per local row of ``inc``: rate, when ``remaining`` was last settled, projected finish.
-    rate = since = proj = np.zeros(0)
-    act = np.zeros(0, dtype=np.int64)  # local rows that are sending
-    fin = act
-    rem = cap.copy()
-    while nxt < order.size or act.size:
-        arrival = float(start[order[nxt]]) if nxt < order.size else np.inf
-        if not fin.size or not act.size or arrival <= t * (1 + REL_TIE) + 1e-300:
-            # cold: settle everyone, admit arrivals, allocate from scratch
-            g = ids[act]
-            remaining[g] -= rate[act] * (t - since[act])
-            nxt = int(np.searchsorted(t_start, t + REL_TIE * max(t, 1e-12), "right"))
-            started = np.zeros(n, bool)
-            started[order[:nxt]] = True
-            started &= ~done
-            if not started.any():
-                t = float(start[order[nxt]])
-                fin = np.zeros(0, dtype=np.int64)
-                continue
-            if ids.size > 64 and (~done[ids]).sum() * 2 < ids.size:  # drop finished rows
-                inc, ids = full.subset(~done)
-            active = started[ids]
-            act = np.flatnonzero(active)
-            rate, rem, r = _waterfill(inc, cap, active)
-            rounds += r
-            since = np.full(ids.size, t)
-            proj = np.full(ids.size, np.inf)
-            proj[act] = t + remaining[ids[act]] / rate[act]
-            fresh = act[np.isnan(start_rate[ids[act]])]
-            start_rate[ids[fresh]] = rate[fresh]
-        else:
-            # warm (see the docstring): release the leavers and every row at or above x_F
-            x_f = float(rate[fin].min())
-            keep = rate[act] >= x_f * (1 - REL_TIE)
-            moved = act[keep]
-            g = ids[moved]
-            remaining[g] -= rate[moved] * (t - since[moved])
-            since[moved] = t
-            ent = _rows_entries(inc, np.concatenate([moved, fin]))
-            c, k = inc.col[ent], inc.coef[ent]
-            rem += np.bincount(c, k * rate[inc.row[ent]], minlength=cap.size)
-            rate[fin] = 0.0
-            rate[moved] = 0.0
-            unfrozen = np.zeros(ids.size, bool)
-            unfrozen[moved] = True
-            on = unfrozen[inc.row[ent]]
-            demand = np.bincount(c[on], k[on], minlength=cap.size)
-            rounds += _fill(inc, rate, unfrozen, demand, rem)
-            proj[moved] = t + remaining[g] / rate[moved]
-        times.append(t)
-        arrival = float(start[order[nxt]]) if nxt < order.size else np.inf
-        p = proj[act]
-        t_next = min(float(p.min()), arrival)
-        hit = p - t <= (t_next - t) * (1 + REL_TIE)
-        if tolerance:
-            hit |= p <= t_next * (1 + tolerance)
-        fin = act[hit]
-        t = t_next
-        g = ids[fin]
-        finish[g] = np.maximum(p[hit], t) if tolerance else t  # coalesced: their own time
-        remaining[g] = 0.0
-        done[g] = True
-        proj[fin] = np.inf
-        act = act[~hit]
-    start_rate[np.isnan(start_rate)] = 0.0
-    return finish, start_rate, np.array(times), rounds
+    """The event loop of ``simulate`` on one component (CSR rows, ``coef`` = mult x weight):
+    finish and first rate per class, the times at which an allocation was computed, and the
+    filling rounds. The loop (warm start after departures, next finish from a segment tree)
+    is compiled: ``testbed.maxmin``."""
+    rptr = np.zeros(bits.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=bits.size), out=rptr[1:])
+    return maxmin.run(cap, rptr, col, coef, bits, start, tolerance, REL_TIE)
 
 
 # =========================================================================================

@@ -162,6 +162,34 @@ def test_matches_plain_reference_on_random_instances():
         assert got.tolist() == pytest.approx(reference(cap, rows, bits, start), rel=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_many_links_ties_and_regrouping_match_the_reference(seed):
+    # more links than the kernel keeps as level candidates, equal capacities (ties across
+    # many links at once), staggered starts and sizes (flows move between bottlenecks as
+    # others leave, and finished flows are dropped from the per-link lists): every finish
+    # time equals a from-scratch filling at every event
+    rng = random.Random(300 + seed)
+    n_links, n = 3 * fm.maxmin.CANDIDATES // 2, 45
+    cap = [float(rng.choice([4, 4, 4, 6])) for _ in range(n_links)]
+    rows = [[(lk, 1.0) for lk in rng.sample(range(n_links), rng.randint(1, 3))]
+            for _ in range(n)]
+    bits = [float(rng.choice([1, 2, 2, 3, 5])) for _ in range(n)]
+    start = [float(rng.choice([0, 0, 0, 0, 0.3])) for _ in range(n)]
+    got = sim(cap, rows, bits, start)
+    assert got.events > 5
+    assert got.finish.tolist() == pytest.approx(reference(cap, rows, bits, start), rel=1e-9)
+
+
+def test_levels_within_the_tie_fill_in_one_round_past_the_candidates():
+    # more links than the kernel's level candidates, all at levels within REL_TIE of one
+    # another but not equal: one round freezes every flow, as the definition of a round says
+    n = 2 * fm.maxmin.CANDIDATES
+    cap = [4.0 * (1 + i * 1e-12) for i in range(n)] + [1000.0]  # + one shared, roomy link
+    got = sim(cap, [[(i, 1.0), (n, 1.0)] for i in range(n)], [1.0] * n)
+    assert (got.events, got.rounds) == (1, 1)
+    assert got.finish.tolist() == pytest.approx([0.25] * n, rel=1e-9)
+
+
 def reference_timeline(cap, rows, bits, start):
     """``reference`` that also returns each flow's first rate and the links full in the first
     allocation: what ``simulate`` reports besides finish times."""
