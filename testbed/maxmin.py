@@ -411,70 +411,15 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
     return finish, start_rate, times[:nt], rounds
 
 
-@njit(cache=True, error_model="numpy")
-def _first_order(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
-                 bits: np.ndarray, start: np.ndarray, tie: float) -> np.ndarray:
-    """The rows of the first allocation in the order they freeze, then every other row."""
-    n, n_links = bits.size, cap.size
-    done = bits <= 0
-    cptr, crow = _by_link(n_links, rptr, col, done)
-    t0 = _INF
-    for r in range(n):
-        if not done[r]:
-            t0 = min(t0, start[r])
-    ubuf = np.empty(n, dtype=np.int64)
-    unfrozen = np.zeros(n, dtype=np.bool_)
-    nu = 0
-    for r in range(n):
-        if not done[r] and start[r] <= t0 + tie * max(t0, 1e-12):
-            ubuf[nu] = r
-            unfrozen[r] = True
-            nu += 1
-    seq = np.empty(n, dtype=np.int64)
-    if nu:
-        scratch = (np.zeros(n_links), np.full(n_links, _INF),
-                   np.empty(n_links, dtype=np.int64), np.zeros(n_links, dtype=np.int64),
-                   np.empty(n_links, dtype=np.int64), np.empty(n_links, dtype=np.int64),
-                   np.empty(n_links), np.empty(n, dtype=np.int64),
-                   np.zeros(n_links, dtype=np.int64))
-        groups = (np.full(n_links, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64),
-                  np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64))
-        _fill(ubuf, nu, rptr, col, coef, cptr, crow, np.zeros(n), unfrozen, cap.copy(), seq,
-              0, 0.0, 1, 1e-9 * coef.min(), tie, scratch, groups)
-    taken = unfrozen.copy()  # all False again; mark the first allocation's rows
-    for i in range(nu):
-        taken[seq[i]] = True
-    k = nu
-    for r in range(n):
-        if not taken[r]:
-            seq[k] = r
-            k += 1
-    return seq
-
-
 def run(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
         bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float
         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """``events``, on rows renumbered in the order the first allocation freezes them.
-
-    Rows that freeze together (one bottleneck's) then sit side by side in memory, and the
-    rows a departure refills (a suffix of that order, mostly) are read in sequence instead
-    of at random: same answer, far fewer cache misses on a big component. Arguments are
-    coerced to the one layout ``events`` is compiled (and cached) for."""
+    """``events`` with its arguments in the one layout it is compiled (and cached) for:
+    another dtype or a strided view would cost a second compilation."""
     f8, i8 = np.float64, np.int64
-    cap, rptr, col, coef, bits, start = (
-        np.ascontiguousarray(a, dtype=d) for a, d in
-        ((cap, f8), (rptr, i8), (col, i8), (coef, f8), (bits, f8), (start, f8)))
-    perm = _first_order(cap, rptr, col, coef, bits, start, float(tie))
-    lens = rptr[1:][perm] - rptr[:-1][perm]
-    new_ptr = np.zeros(perm.size + 1, dtype=i8)
-    np.cumsum(lens, out=new_ptr[1:])
-    ent = np.repeat(rptr[:-1][perm] - new_ptr[:-1], lens) + np.arange(int(new_ptr[-1]))
-    f, sr, times, rounds = events(cap, new_ptr, col[ent], coef[ent], bits[perm], start[perm],
-                                  float(tolerance), float(tie))
-    finish, start_rate = np.empty_like(f), np.empty_like(sr)
-    finish[perm], start_rate[perm] = f, sr
-    return finish, start_rate, times, rounds
+    return events(*(np.ascontiguousarray(a, dtype=d) for a, d in
+                    ((cap, f8), (rptr, i8), (col, i8), (coef, f8), (bits, f8), (start, f8))),
+                  float(tolerance), float(tie))
 
 
 def warm() -> None:
