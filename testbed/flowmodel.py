@@ -127,10 +127,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+import multiprocessing as mp
 import os
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -886,6 +888,66 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
         flow_completion=_quantiles(tl.finish, mult.astype(np.float64)),
         compute_s=time.perf_counter() - t0, flow_finish_s=finish,
         flow_start_rate_bps=tl.start_rate[cls])
+
+
+#: The prepared flow list that forked policy workers model (set only around the fork).
+_WORKER_PREP: _Prepared | None = None
+#: Resident memory a policy worker may add: its own copy of the per-flow Python objects
+#: (reference counting writes to the pages it shares with the parent) and its arrays.
+_WORKER_BYTES_PER_FLOW = 6_000
+_WORKER_BYTES = 300 << 20
+
+
+def auto_jobs(flows: int, policies: int) -> int:
+    """How many policies to model at once: one per CPU this process may run on, as many as
+    the available memory holds workers of this size, never more than the policies."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    avail = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    by_memory = cpus if avail is None else \
+        avail // (_WORKER_BYTES + _WORKER_BYTES_PER_FLOW * flows)
+    return max(1, min(cpus, policies, int(by_memory)))
+
+
+def _policy_worker(args: tuple[str, int, dict[str, float], float]) -> ModelResult:
+    policy, seed, bound, tolerance = args
+    assert _WORKER_PREP is not None
+    return _model_prepared(_WORKER_PREP, policy, seed=seed, adaptive=None, merge=True,
+                           bound=bound, tolerance=tolerance)
+
+
+def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed: int,
+                    bound: dict[str, float], tolerance: float) -> list[ModelResult]:
+    """``_model_prepared`` for every policy, in ``jobs`` forked processes when more than one.
+
+    The policies share nothing but the prepared flow list, and each is one long compiled
+    event loop: on a machine with more than one CPU they run side by side, each on its own
+    core. Workers are forked so they inherit the flow list instead of unpickling it; where
+    fork is unavailable, or one job is asked for, they run here in turn.
+    """
+    global _WORKER_PREP
+    tasks = [(p, seed, bound, tolerance) for p in policies]
+    if jobs == 0:
+        jobs = auto_jobs(len(prep.fl), len(tasks))
+    jobs = min(jobs, len(tasks))
+    if jobs <= 1 or "fork" not in mp.get_all_start_methods():
+        return [_model_prepared(prep, p, seed=seed, adaptive=None, merge=True, bound=bound,
+                                tolerance=tolerance) for p in policies]
+    _WORKER_PREP = prep
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+            return list(pool.map(_policy_worker, tasks))
+    finally:
+        _WORKER_PREP = None
 
 
 # =========================================================================================
@@ -1663,16 +1725,19 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
         placement: str = "packed", seed: int = 0, pair_bytes: int = DEFAULT_PAIR_BYTES,
         qps: int = 1, phase: str = "dispatch", tokens: int = 0, model: str = "deepseek-v3",
         mode: str = "auto", exact_flows: int = DEFAULT_EXACT_FLOWS, unit: str = "gbps",
-        fabric: dict[str, Any] | None = None, tolerance: float = 0.0
+        fabric: dict[str, Any] | None = None, tolerance: float = 0.0, jobs: int = 1
         ) -> tuple[dict[str, Any], list[ModelResult]]:
     """Build the fabric and the job, model every policy, return (model.json document, results).
 
     ``mode``: ``per-flow`` routes every flow with the controller's code on a real wiring plan
     (any topology); ``aggregate`` is the group-symmetric what-if (astral3 only); ``auto``
     picks per-flow while the job has at most ``exact_flows`` flows. ``tolerance``: event
-    coalescing (``simulate``); 0 = exact.
+    coalescing (``simulate``); 0 = exact. ``jobs``: per-flow policies modelled in that many
+    processes at once (0 = as many as the CPUs and memory allow; ``auto_jobs``).
     """
     t0 = time.perf_counter()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(f"--jobs must be 0 (auto) or a positive integer (got {jobs!r})")
     if topology not in BUILDERS:
         raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(BUILDERS)}")
     if mode not in MODES:
@@ -1725,8 +1790,8 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
                  for h in plan.hosts}
         prep = _Prepared(finder, job.flow_list(names), unit)
         bnd = bounds(finder, prep.fl, unit)
-        results = [_model_prepared(prep, p, seed=seed, adaptive=None, merge=True, bound=bnd,
-                                   tolerance=tolerance) for p in policies]
+        results = _model_policies(prep, policies, jobs, seed=seed, bound=bnd,
+                                  tolerance=tolerance)
         summary = f"{plan.topology}: " + ", ".join(
             f"{k.replace('_', ' ')} {v}" for k, v in plan.counts.items()
             if not isinstance(v, dict))
@@ -1783,6 +1848,9 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--event-tolerance", type=float, default=0.0, metavar="EPS", dest="tolerance",
                    help="coalesce finishes within EPS (relative) of an event: approximate, much "
                         "faster for decode/prefill steps (e.g. 1e-3); default 0 = exact")
+    p.add_argument("--jobs", type=int, default=0, metavar="N",
+                   help="policies modelled at once, each in its own process (default 0: one "
+                        "per CPU, as memory allows)")
     p.add_argument("--unit", default="gbps", choices=sorted(UNITS),
                    help="gbps: real link rates; mbps: the emulated fabric's (per-flow mode)")
     p.add_argument("-o", "--output", metavar="DIR",
@@ -1865,7 +1933,7 @@ def run_model(args: argparse.Namespace) -> int:
                  group_size=args.group_size, placement=args.placement, seed=args.seed,
                  pair_bytes=args.pair_bytes, qps=args.qps, phase=args.phase, tokens=args.tokens,
                  model=args.model, mode=args.mode, exact_flows=args.exact_flows, unit=args.unit,
-                 fabric=fabric, tolerance=args.tolerance)
+                 fabric=fabric, tolerance=args.tolerance, jobs=args.jobs)
     print(format_report(doc))
     out_dir, final = output_dir("model", args.output)
     write_json_atomic(os.path.join(out_dir, "model.json"), doc)
@@ -1878,6 +1946,6 @@ def run_model(args: argparse.Namespace) -> int:
 __all__ = [
     "POLICIES", "WORKLOADS", "PLACEMENTS", "MODES", "DEFAULT_EXACT_FLOWS", "Timeline",
     "ModelResult", "TwoTier", "Job", "simulate", "model_flows", "bounds", "make_job", "whatif",
-    "ecmp_lanes", "auto_servers_per_block", "run", "format_report", "add_model_parser",
+    "ecmp_lanes", "auto_servers_per_block", "auto_jobs", "run", "format_report", "add_model_parser",
     "run_model",
 ]

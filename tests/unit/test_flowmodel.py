@@ -569,7 +569,30 @@ def test_cli_writes_model_json(tmp_path, monkeypatch, capsys):
     assert doc["workload"]["flows"] == 2 * 16 * 15
 
 
+def test_policies_in_worker_processes_match_one_process():
+    """Forked policy workers return exactly what modelling the policies in turn returns."""
+    kw = dict(workload="decode", group_size=16, placement="spread", policies=fm.POLICIES)
+    _, alone = fm.run("astral3", 32, jobs=1, **kw)
+    _, forked = fm.run("astral3", 32, jobs=2, **kw)
+    assert [r.policy for r in forked] == list(fm.POLICIES)
+    for a, b in zip(alone, forked, strict=True):
+        assert a.events > 1 and a.events == b.events and a.classes == b.classes
+        assert np.array_equal(a.flow_finish_s, b.flow_finish_s)
+        assert a.flow_completion == b.flow_completion and a.completion_s == b.completion_s
+
+
+def test_auto_jobs_is_bounded_by_cpus_policies_and_memory(monkeypatch):
+    monkeypatch.setattr(fm.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
+    assert fm.auto_jobs(1000, 4) == 4
+    assert fm.auto_jobs(1000, 1) == 1
+    monkeypatch.setattr(fm.os, "sched_getaffinity", lambda pid: {0})
+    assert fm.auto_jobs(1000, 4) == 1
+    monkeypatch.setattr(fm.os, "sched_getaffinity", lambda pid: set(range(64)))
+    assert fm.auto_jobs(10**12, 4) == 1  # no machine holds four workers of that size
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--gpus", "32", "--jobs", "-1"], "--jobs must be 0 (auto) or a positive integer"),
     (["--gpus", "30"], "30 GPUs is not a whole number of 8-GPU servers"),
     (["--gpus", "32", "--lb", "ecmp,fastest"], "unknown policy 'fastest'"),
     (["--gpus", "32", "--group-size", "12"], "group size 12 must be a multiple of 8"),
