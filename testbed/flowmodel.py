@@ -129,10 +129,10 @@ import hashlib
 import math
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -918,6 +918,13 @@ def auto_jobs(flows: int, policies: int) -> int:
     return max(1, min(cpus, policies, int(by_memory)))
 
 
+def _worker_init() -> None:
+    """A policy worker leaves Ctrl-C to its parent, which ends it (SIGTERM) at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _policy_worker(args: tuple[str, int, dict[str, float], float]) -> ModelResult:
     policy, seed, bound, tolerance = args
     assert _WORKER_PREP is not None
@@ -932,7 +939,8 @@ def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed
     The policies share nothing but the prepared flow list, and each is one long compiled
     event loop: on a machine with more than one CPU they run side by side, each on its own
     core. Workers are forked so they inherit the flow list instead of unpickling it; where
-    fork is unavailable, or one job is asked for, they run here in turn.
+    fork is unavailable, or one job is asked for, they run here in turn. However the parent
+    stops (an error in a worker, Ctrl-C, SIGTERM), leaving the pool terminates every worker.
     """
     global _WORKER_PREP
     tasks = [(p, seed, bound, tolerance) for p in policies]
@@ -944,8 +952,8 @@ def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed
                                 tolerance=tolerance) for p in policies]
     _WORKER_PREP = prep
     try:
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
-            return list(pool.map(_policy_worker, tasks))
+        with mp.get_context("fork").Pool(jobs, initializer=_worker_init) as pool:
+            return pool.map(_policy_worker, tasks, chunksize=1)
     finally:
         _WORKER_PREP = None
 
