@@ -70,14 +70,66 @@ def _compact(live: np.ndarray, nl: int, fill: np.ndarray) -> int:
 
 
 @njit(cache=True, error_model="numpy")
-def _take(r: int, rows: np.ndarray, nr: int, unfrozen: np.ndarray, rptr: np.ndarray,
-          col: np.ndarray, ucount: np.ndarray) -> int:
-    """Freeze row r in this round: off the unfrozen counts of its links, onto ``rows``."""
-    unfrozen[r] = False
-    rows[nr] = r
+def _kth_level(fill: np.ndarray, live: np.ndarray, nl: int, buf: np.ndarray) -> float:
+    """The level CANDIDATES places above the lowest among the ``nl`` (> CANDIDATES) live
+    links: the CANDIDATES + 1 lowest are kept sorted in ``buf`` during one scan, which
+    costs a comparison per link once the buffer holds low levels (no copy, no sort)."""
+    k = CANDIDATES + 1
+    for i in range(nl):
+        f = fill[live[i]]
+        if i < k:
+            j = i
+        elif f < buf[k - 1]:
+            j = k - 1
+        else:
+            continue
+        while j > 0 and buf[j - 1] > f:
+            buf[j] = buf[j - 1]
+            j -= 1
+        buf[j] = f
+    return buf[k - 1]
+
+
+@njit(cache=True, error_model="numpy")
+def _note(r: int, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray, scratch: tuple,
+          stamp: int, nl: int) -> int:
+    """Row r is unfrozen for this filling: add it to its links' demand and unfrozen counts
+    (a link's first row this filling resets them); returns the live links now listed."""
+    demand, live, lstamp, ucount = scratch[0], scratch[2], scratch[3], scratch[8]
     for e in range(rptr[r], rptr[r + 1]):
-        ucount[col[e]] -= 1
-    return nr + 1
+        c = col[e]
+        if lstamp[c] != stamp:
+            lstamp[c] = stamp
+            demand[c] = 0.0
+            ucount[c] = 0
+            live[nl] = c
+            nl += 1
+        demand[c] += coef[e]
+        ucount[c] += 1
+    return nl
+
+
+@njit(cache=True, error_model="numpy")
+def _freeze(rows: np.ndarray, lo: int, hi: int, x: float, rptr: np.ndarray, col: np.ndarray,
+            coef: np.ndarray, rate: np.ndarray, seq: np.ndarray, pos: int, rem: np.ndarray,
+            demand: np.ndarray, ucount: np.ndarray, fill: np.ndarray) -> int:
+    """Rows ``rows[lo:hi]`` run at x from now: off their links' demand and unfrozen counts,
+    their load onto the links, the links' levels recomputed (the last row of a link in the
+    round leaves the right one), appended to ``seq``; returns the end of ``seq``."""
+    for i in range(lo, hi):
+        r = rows[i]
+        rate[r] = x
+        seq[pos] = r
+        pos += 1
+        for e in range(rptr[r], rptr[r + 1]):
+            c = col[e]
+            d = demand[c] - coef[e]
+            demand[c] = d
+            ucount[c] -= 1
+            rm = rem[c] - coef[e] * x
+            rem[c] = rm
+            fill[c] = rm / d if ucount[c] > 0 else _INF
+    return pos
 
 
 @njit(cache=True, error_model="numpy")
@@ -109,8 +161,8 @@ def _join(groups: tuple, r: int, b: int) -> None:
 @njit(cache=True, error_model="numpy")
 def _fill(ubuf: np.ndarray, nu: int, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
           cptr: np.ndarray, crow: np.ndarray, rate: np.ndarray, unfrozen: np.ndarray,
-          rem: np.ndarray, seq: np.ndarray, pos: int, floor: float, stamp: int, tiny: float,
-          tie: float, scratch: tuple, groups: tuple) -> int:
+          rem: np.ndarray, seq: np.ndarray, pos: int, floor: float, stamp: int, tie: float,
+          scratch: tuple, groups: tuple, nl: int) -> int:
     """Progressive filling of the ``nu`` rows in ``ubuf`` (unfrozen; ``rem`` already holds
     capacity minus every frozen row's load). Writes each row's rate and appends the rows to
     ``seq`` from ``pos`` in the order they froze; returns the rounds taken.
@@ -119,25 +171,17 @@ def _fill(ubuf: np.ndarray, nu: int, rptr: np.ndarray, col: np.ndarray, coef: np
     would put a level a rounding error below the previous one. ``scratch``: per-link demand,
     level, live list, stamps (``stamp`` marks this call's links), bottlenecks, candidates,
     their levels, a row buffer and per-link counts of unfrozen rows. ``groups``: the rows
-    each link froze last (``_join``), where a bottleneck's rows are looked for first."""
+    each link froze last (``_join``), where a bottleneck's rows are looked for first.
+    ``nl`` >= 0: the caller has already noted the rows (``_note``) on that many links."""
     demand, fill, live, lstamp, bott, cand, vals, rows, ucount = scratch
     head = groups[0]
-    nl = 0  # links the unfrozen rows cross: demand rebuilt from them alone
-    for i in range(nu):
-        r = ubuf[i]
-        for e in range(rptr[r], rptr[r + 1]):
-            c = col[e]
-            if lstamp[c] != stamp:
-                lstamp[c] = stamp
-                demand[c] = 0.0
-                ucount[c] = 0
-                live[nl] = c
-                nl += 1
-            demand[c] += coef[e]
-            ucount[c] += 1
+    if nl < 0:  # links the unfrozen rows cross: demand rebuilt from them alone
+        nl = 0
+        for i in range(nu):
+            nl = _note(ubuf[i], rptr, col, coef, scratch, stamp, nl)
     for i in range(nl):
         c = live[i]
-        fill[c] = rem[c] / demand[c] if demand[c] > tiny else _INF
+        fill[c] = rem[c] / demand[c] if ucount[c] > 0 else _INF
     left, rounds = nu, 0
     nc, theta = 0, -1.0
     while left > 0:
@@ -159,9 +203,7 @@ def _fill(ubuf: np.ndarray, nu: int, rptr: np.ndarray, col: np.ndarray, coef: np
                 raise RuntimeError("progressive filling ran out of links with unfrozen flows")
             theta = _INF
             if nl > CANDIDATES:
-                for i in range(nl):
-                    vals[i] = fill[live[i]]
-                theta = np.partition(vals[:nl], CANDIDATES)[CANDIDATES]
+                theta = _kth_level(fill, live, nl, vals)
             for i in range(nl):
                 c = live[i]
                 f = fill[c]
@@ -187,36 +229,33 @@ def _fill(ubuf: np.ndarray, nu: int, rptr: np.ndarray, col: np.ndarray, coef: np
                     nb += 1
         x = max(x, floor, 0.0)
         nr = 0
-        for i in range(nb):
-            b = bott[i]
-            fill[b] = _INF
-            r = head[b]  # the rows b froze last time: usually all of its unfrozen rows
+        for i in range(nb):  # the rows each bottleneck froze last time: usually all
+            r = head[bott[i]]
             while r >= 0:
                 if unfrozen[r]:
-                    nr = _take(r, rows, nr, unfrozen, rptr, col, ucount)
+                    unfrozen[r] = False
+                    rows[nr] = r
+                    nr += 1
                 r = groups[1][r]
+        pos = _freeze(rows, 0, nr, x, rptr, col, coef, rate, seq, pos, rem, demand, ucount,
+                      fill)
+        for i in range(nb):
+            b = bott[i]
             if ucount[b] > 0:  # some froze elsewhere last time: look at all of b's rows
+                lo = nr
                 for q in range(cptr[b], cptr[b + 1]):
                     r = crow[q]
                     if unfrozen[r]:
-                        nr = _take(r, rows, nr, unfrozen, rptr, col, ucount)
+                        unfrozen[r] = False
+                        rows[nr] = r
+                        nr += 1
                         _join(groups, r, b)
+                pos = _freeze(rows, lo, nr, x, rptr, col, coef, rate, seq, pos, rem, demand,
+                              ucount, fill)
         if nr == 0:  # float residue on a link whose rows were all frozen already
+            for i in range(nb):
+                fill[bott[i]] = _INF
             continue
-        for i in range(nr):
-            r = rows[i]
-            rate[r] = x
-            seq[pos] = r
-            pos += 1
-            for e in range(rptr[r], rptr[r + 1]):
-                c = col[e]
-                demand[c] -= coef[e]
-                rem[c] -= coef[e] * x
-        for i in range(nr):
-            r = rows[i]
-            for e in range(rptr[r], rptr[r + 1]):
-                c = col[e]
-                fill[c] = rem[c] / demand[c] if demand[c] > tiny else _INF
         for i in range(nb):
             fill[bott[i]] = _INF
         floor = x
@@ -260,9 +299,6 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
     start_rate = np.full(n, np.nan)
     remaining = bits.copy()
     done = bits <= 0
-    tiny = 0.0
-    if coef.size:
-        tiny = 1e-9 * coef.min()
     for r in range(n):
         if done[r]:
             finish[r] = start[r]
@@ -322,7 +358,7 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
                 unfrozen[ubuf[i]] = True
             stamp += 1
             rounds += _fill(ubuf, nu, rptr, col, coef, cptr, crow, rate, unfrozen, rem, seq,
-                            0, 0.0, stamp, tiny, tie, scratch, groups)
+                            0, 0.0, stamp, tie, scratch, groups, -1)
             old, nseq = nseq, nu
             for i in range(nu):
                 r = seq[i]
@@ -344,8 +380,9 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
                     hi = mid
                 else:
                     lo = mid + 1
-            s, nu = lo, 0
-            for p in range(s, nseq):
+            s, nu, nl = lo, 0, 0
+            stamp += 1
+            for p in range(s, nseq):  # their load off the links; demand of those to refill
                 r = seq[p]
                 x = rate[r]
                 for e in range(rptr[r], rptr[r + 1]):
@@ -357,11 +394,11 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
                     unfrozen[r] = True
                     ubuf[nu] = r
                     nu += 1
+                    nl = _note(r, rptr, col, coef, scratch, stamp, nl)
             floor = rate[seq[s - 1]] if s > 0 else 0.0
-            stamp += 1
             if nu:
                 rounds += _fill(ubuf, nu, rptr, col, coef, cptr, crow, rate, unfrozen, rem,
-                                seq, s, floor, stamp, tiny, tie, scratch, groups)
+                                seq, s, floor, stamp, tie, scratch, groups, nl)
             old, nseq = nseq, s + nu
             for p in range(s, nseq):
                 r = seq[p]
