@@ -145,6 +145,8 @@ def _answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
 
 def run_diagnose(args: argparse.Namespace) -> int:
     baseline = Store(args.baseline) if args.baseline else None
+    live: Live | None = None
+    scratch = None  # a live session's own telemetry folder, removed however it ends
     if args.db and not args.live:  # offline: a recorded run
         store = Store(args.db)
         meta = store.meta()
@@ -155,16 +157,38 @@ def run_diagnose(args: argparse.Namespace) -> int:
         tools_fn = lambda: Tools(plan, store=store, baseline=baseline,  # noqa: E731
                                  now=series_end)
     else:
+        from testbed import cleanup
+
         lab = discover(args.run)
-        db = args.db or os.path.join(tempfile.gettempdir(),
-                                     f"astral-lab-diagnose-{os.getpid()}.sqlite")
-        live = Live(lab, db, args.interval, DEFAULT_MAX_ROWS)
+        db = args.db
+        if not db:
+            scratch = cleanup.make_scratch(lab["run_id"])
+            db = os.path.join(scratch, "diagnose.sqlite")
+        try:
+            live = Live(lab, db, args.interval, DEFAULT_MAX_ROWS)
+        except BaseException:
+            cleanup.drop_scratch(scratch or "")
+            raise
+        tools_fn = lambda: live.tools(baseline)  # noqa: E731
+    try:
+        return _diagnose_session(args, live, tools_fn)
+    finally:
+        if live is not None:
+            live.store.close()
+        if scratch:
+            from testbed import cleanup
+
+            cleanup.drop_scratch(scratch)
+
+
+def _diagnose_session(args: argparse.Namespace, live: Live | None, tools_fn: Any) -> int:
+    """Collect (live), then answer one question or a prompt's worth of them."""
+    if live is not None:
         print(f"collecting {args.collect:g} s of telemetry ...", file=sys.stderr, flush=True)
         polls = max(2, int(args.collect / args.interval) + 1)
         for _ in range(polls):
             live.collector.poll_once()
             time.sleep(args.interval)
-        tools_fn = lambda: live.tools(baseline)  # noqa: E731
     if args.ask:
         d = _answer(tools_fn(), args.ask, args)
         print(json.dumps(d.to_dict(), indent=1, default=str) if args.json else d.text())
@@ -178,7 +202,7 @@ def run_diagnose(args: argparse.Namespace) -> int:
             return 0
         if not q or q in ("quit", "exit"):
             return 0
-        if not args.db or args.live:
+        if live is not None:
             live.collector.poll_once()  # fresh counters for every question
         d = _answer(tools_fn(), q, args)
         print(d.text())

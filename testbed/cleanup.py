@@ -388,6 +388,10 @@ def clean(verbose: bool = True) -> dict[str, int]:
     done["processes"] += faults.cleanup_faults(keep_runs=live_runs)["processes"]
     for path in stale_scratch(live_runs):  # folders of dead runs whose record is gone
         scratch(path)
+    for path in _old_diagnose_files():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            done["scratch"] += 1
     # Plain Mininet on the lab's plans: no record, no tags, only names (after the runs above
     # are gone, so their names no longer count as someone's).
     tagged = tagged_bridges()
@@ -414,6 +418,21 @@ def clean(verbose: bool = True) -> dict[str, int]:
             print(f"kept {len(kept)} scratch folder(s) of finished runs (ASTRAL_LAB_KEEP_LOGS): "
                   + " ".join(kept))
     return done
+
+
+#: The telemetry file older versions of ``ops diagnose`` left in the temporary directory.
+_OLD_DIAGNOSE_RE = re.compile(r"astral-lab-diagnose-([0-9]+)\.sqlite(?:-wal|-shm|-journal)?")
+
+
+def _old_diagnose_files() -> list[str]:
+    """Those files whose process is gone (today's sessions use a run scratch folder)."""
+    root = scratch_root()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    return sorted(os.path.join(root, n) for n in names
+                  if (m := _OLD_DIAGNOSE_RE.fullmatch(n)) and not _alive(int(m.group(1))))
 
 
 def _records() -> list[dict[str, Any]]:
