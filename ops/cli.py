@@ -144,40 +144,34 @@ def _answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
+    from testbed import cleanup
+
     baseline = Store(args.baseline) if args.baseline else None
     live: Live | None = None
     scratch = None  # a live session's own telemetry folder, removed however it ends
-    if args.db and not args.live:  # offline: a recorded run
-        store = Store(args.db)
-        meta = store.meta()
-        if "plan" not in meta:
-            raise ValueError(f"--db {args.db}: not an ops telemetry file (no plan in meta)")
-        plan = WiringPlan.from_dict(meta["plan"])
-        series_end = max((t for (_c, _m), (t, _v) in store.latest().items()), default=None)
-        tools_fn = lambda: Tools(plan, store=store, baseline=baseline,  # noqa: E731
-                                 now=series_end)
-    else:
-        from testbed import cleanup
-
-        lab = discover(args.run)
-        db = args.db
-        if not db:
-            scratch = cleanup.make_scratch(lab["run_id"])
-            db = os.path.join(scratch, "diagnose.sqlite")
-        try:
-            live = Live(lab, db, args.interval, DEFAULT_MAX_ROWS)
-        except BaseException:
-            cleanup.drop_scratch(scratch or "")
-            raise
-        tools_fn = lambda: live.tools(baseline)  # noqa: E731
     try:
+        if args.db and not args.live:  # offline: a recorded run
+            store = Store(args.db)
+            meta = store.meta()
+            if "plan" not in meta:
+                raise ValueError(f"--db {args.db}: not an ops telemetry file (no plan in meta)")
+            plan = WiringPlan.from_dict(meta["plan"])
+            series_end = max((t for (_c, _m), (t, _v) in store.latest().items()), default=None)
+            tools_fn = lambda: Tools(plan, store=store, baseline=baseline,  # noqa: E731
+                                     now=series_end)
+        else:
+            lab = discover(args.run)
+            db = args.db
+            if not db:
+                scratch = cleanup.make_scratch(lab["run_id"])
+                db = os.path.join(scratch, "diagnose.sqlite")
+            live = Live(lab, db, args.interval, DEFAULT_MAX_ROWS)
+            tools_fn = lambda: live.tools(baseline)  # noqa: E731
         return _diagnose_session(args, live, tools_fn)
     finally:
         if live is not None:
             live.store.close()
         if scratch:
-            from testbed import cleanup
-
             cleanup.drop_scratch(scratch)
 
 

@@ -925,11 +925,16 @@ def _worker_init() -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
-def _policy_worker(args: tuple[str, int, dict[str, float], float]) -> ModelResult:
-    policy, seed, bound, tolerance = args
+def _one_policy(prep: _Prepared, task: tuple[str, int, dict[str, float], float]
+                ) -> ModelResult:
+    policy, seed, bound, tolerance = task
+    return _model_prepared(prep, policy, seed=seed, adaptive=None, merge=True, bound=bound,
+                           tolerance=tolerance)
+
+
+def _policy_worker(task: tuple[str, int, dict[str, float], float]) -> ModelResult:
     assert _WORKER_PREP is not None
-    return _model_prepared(_WORKER_PREP, policy, seed=seed, adaptive=None, merge=True,
-                           bound=bound, tolerance=tolerance)
+    return _one_policy(_WORKER_PREP, task)
 
 
 def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed: int,
@@ -948,8 +953,7 @@ def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed
         jobs = auto_jobs(len(prep.fl), len(tasks))
     jobs = min(jobs, len(tasks))
     if jobs <= 1 or "fork" not in mp.get_all_start_methods():
-        return [_model_prepared(prep, p, seed=seed, adaptive=None, merge=True, bound=bound,
-                                tolerance=tolerance) for p in policies]
+        return [_one_policy(prep, task) for task in tasks]
     _WORKER_PREP = prep
     try:
         with mp.get_context("fork").Pool(jobs, initializer=_worker_init) as pool:
