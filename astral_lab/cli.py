@@ -4,6 +4,7 @@
     sudo astral-lab up astral3                   bring the fabric up, open the Mininet CLI
     sudo astral-lab demo                         the tour: scenarios' demo (`run demo`)
     astral-lab list                              the scenarios, one line each
+    astral-lab policies                          the load-balancing policies, one line each
     sudo astral-lab run lb-compare --quick       run one scenario; results/<time>-<name>/
     sudo astral-lab ops diagnose --ask "..."     ask the diagnosis agent about a live fabric
     astral-lab controller --plan plan.json       the controller alone (for plain `mn`)
@@ -30,6 +31,7 @@ import sys
 from typing import Any
 
 from astral_lab import __version__
+from controllers import policies
 from testbed.cluster import add_cluster_option
 from testbed.results import results_dir, results_root
 from testbed.topologies import BUILDERS, FabricSpec, build, describe
@@ -135,6 +137,25 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_policies(args: argparse.Namespace) -> int:
+    """Every policy module (controllers/policies/), where it runs and what it does."""
+    import json
+
+    rows = policies.table()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    where = max(len(" + ".join(r["runs_in"])) for r in rows)
+    for r in rows:
+        traits = f" ({', '.join(r['traits'])})" if r["traits"] else ""
+        print(f"{r['name']:<{width}}  {' + '.join(r['runs_in']):<{where}}  {r['summary']}{traits}")
+    print("\nuse one: astral-lab model ... --lb NAME[,NAME]; sudo astral-lab up ... --lb NAME; "
+          "PUT /lb {\"mode\": NAME}. Add one: a new file in controllers/policies/ (README, "
+          "Extending)")
+    return 0
+
+
 def _run_parser(name: str) -> argparse.ArgumentParser:
     from scenarios.base import get
 
@@ -228,8 +249,9 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
-    u.add_argument("--lb", default="ecmp", choices=["ecmp", "planned", "adaptive"],
-                   help="load-balancing mode (switch later: PUT /lb on the controller's API)")
+    u.add_argument("--lb", default="ecmp", choices=policies.names(controller=True),
+                   help="load-balancing mode (switch later: PUT /lb on the controller's API; "
+                        "`astral-lab policies` lists them)")
     add_cluster_option(u)
     _add_spec_options(u)
     u.set_defaults(fn=cmd_up)
@@ -242,6 +264,11 @@ def parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="the scenarios `run` can run, one line each")
     ls.set_defaults(fn=cmd_list)
+
+    pol = sub.add_parser("policies", help="the load-balancing policies, one line each")
+    pol.add_argument("--json", action="store_true", help="as JSON (name, runs_in, traits, "
+                     "summary, module)")
+    pol.set_defaults(fn=cmd_policies)
 
     r = sub.add_parser("run", help="run a scenario (see `list`); --help after the name "
                        "lists its parameters", add_help=True)

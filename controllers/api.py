@@ -148,7 +148,8 @@ class AppAPI:
     def get_lb(self) -> dict[str, Any]:
         lg = self.app.logic
         with self.app.lock:
-            return {"mode": lg.mode, "modes": list(MODES), "adaptive": dict(lg.adaptive_params),
+            return {"mode": lg.mode, "modes": list(MODES), "pins": lg.balancer.pins,
+                    "polls": lg.balancer.polls, "adaptive": dict(lg.adaptive_params),
                     "poll_interval_s": self.app.poll_interval, "flows": len(lg.flows),
                     "pinned": len(lg.assign), "adaptive_moves": lg.moves}
 

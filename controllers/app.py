@@ -154,7 +154,7 @@ class AstralController(app_manager.OSKenApp):
                 "adaptive": lg.adaptive_params,
                 "flows": [f.to_dict() for f in sorted(lg.flows.values())],
                 "paths": [[list(f.key), [list(h) for h in p]] for f, p in
-                          sorted(lg.assign.items())] if lg.mode == "adaptive" else []}
+                          sorted(lg.assign.items())] if lg.balancer.polls else []}
         try:
             write_json_atomic(self.state_path, data)
         except OSError as exc:
@@ -169,7 +169,7 @@ class AstralController(app_manager.OSKenApp):
             flows = parse_flows(data.get("flows", []), self.plan)
             self.logic.set_mode(data["mode"], **data.get("adaptive", {}))
             self.logic.set_flows(flows)
-            if self.logic.mode == "adaptive":
+            if self.logic.balancer.polls:
                 known = {f.key: f for f in self.logic.assign}
                 for key, hops in data.get("paths", []):
                     flow = known.get(tuple(key))
@@ -358,7 +358,7 @@ class AstralController(app_manager.OSKenApp):
         """Ask every synced switch for counters; run one adaptive round on the last ones."""
         with self.lock:
             self.tick += 1
-            if self.logic.mode == "adaptive" and self.logic.assign:
+            if self.logic.balancer.polls and self.logic.assign:
                 self._adaptive_round()
             for name in sorted(self.synced):
                 dp = self.dps.get(name)

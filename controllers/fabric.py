@@ -9,20 +9,13 @@ mode is switched, a job posts its flows, the adaptive policy moves a flow), the
 moves messages; the unit tests drive this class directly and apply its
 messages to the fake fabric (``controllers.fakeof``).
 
-Modes (``controllers.lb``):
-
-``ecmp``
-    Destination routes over select groups; each switch hashes the 5-tuple
-    (UDP source port included) onto one of its equal-cost ports. No per-flow state.
-``planned``
-    The job's flows (``POST /traffic``) are assigned explicit paths by
-    ``lb.plan_assign`` and pinned with exact-match entries above the ECMP routes.
-``adaptive``
-    Flows start where ECMP's hash would put them (``lb.ecmp_path``), pinned so
-    they can be measured and moved; every poll ``lb.AdaptivePolicy`` moves the
-    largest flows off links above the utilisation threshold.
-
-Flows the controller was not told about always follow the ECMP routes.
+Modes are the policy modules the controller runs (``controllers.policies``): one that
+does not pin leaves every flow on the destination routes over select groups, where each
+switch hashes the 5-tuple (UDP source port included) onto one of its equal-cost ports;
+one that pins gives the job's flows (``POST /traffic``) explicit paths with exact-match
+entries above those routes; one that polls also moves pinned flows on measured rates
+(``lb.AdaptivePolicy``). Flows the controller was not told about always follow the ECMP
+routes.
 """
 
 from __future__ import annotations
@@ -32,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers import lb
+from controllers import lb, policies
 from controllers.flows import Flow
 from controllers.flowtable import (
     Changes,
@@ -49,8 +42,16 @@ from controllers.paths import Path, PathFinder
 from controllers.routing import attach_points, compute_routes, next_hops
 from testbed.plan import WiringPlan
 
-MODES = lb.MODES
+#: the modes the controller runs: every policy module that declares it can
+MODES = policies.names(controller=True)
 ADAPTIVE_DEFAULTS: dict[str, float] = {"threshold": 0.8, "hysteresis": 0.1, "hold": 3}
+
+
+def _mode(name: str) -> policies.Policy:
+    """The controller policy called ``name``, or one ValueError listing the modes."""
+    if name not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)} (got {name!r})")
+    return policies.get(name, controller=True)
 
 
 @dataclass
@@ -67,8 +68,7 @@ class FabricLogic:
 
     def __init__(self, plan: WiringPlan, mode: str = "ecmp",
                  adaptive: Mapping[str, float] | None = None) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {list(MODES)} (got {mode!r})")
+        self.balancer = _mode(mode)
         self.plan = plan
         self.ip_of = {h.name: h.ip or "" for h in plan.hosts}
         self.attach = attach_points(plan)
@@ -111,18 +111,13 @@ class FabricLogic:
 
     def _place(self) -> None:
         """(Re)assign paths for the current mode, keeping what is still valid where allowed."""
-        flows = sorted(self.flows.values())
-        if self.mode == "ecmp":
+        if not self.balancer.pins:
             self.assign = {}
-        elif self.mode == "planned":
-            self.assign = lb.plan_assign(self._routable(flows), self.finder)
-        else:  # adaptive: keep a flow where it is while its path is alive
-            kept = {f: p for f, p in self.assign.items()
-                    if f.key in self.flows and self._valid(f, p)}
-            for f in self._routable(flows):
-                if f not in kept:
-                    kept[f] = lb.ecmp_path(f, self.finder)
-            self.assign = kept
+            return
+        current = {f: p for f, p in self.assign.items()
+                   if f.key in self.flows and self._valid(f, p)}
+        flows = self._routable(sorted(self.flows.values()))
+        self.assign = self.balancer.place(flows, self.finder, current)
 
     def _repair(self) -> None:
         """After a failure: keep every flow whose path survives, re-place only the others.
@@ -132,7 +127,7 @@ class FabricLogic:
         possible. Broken flows go, largest first, onto the candidate path whose
         busiest link would be least loaded (counting the flows that stayed).
         """
-        if self.mode == "ecmp":
+        if not self.balancer.pins:
             return
         kept = {f: p for f, p in self.assign.items() if self._valid(f, p)}
         broken = [f for f in self._routable(sorted(self.flows.values())) if f not in kept]
@@ -270,8 +265,7 @@ class FabricLogic:
                          if (ln.a, ln.a_port) in down or (ln.b, ln.b_port) in down)
 
     def set_mode(self, mode: str, **adaptive: float) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {list(MODES)} (got {mode!r})")
+        new = _mode(mode)
         params = dict(self.adaptive_params)
         for name, value in adaptive.items():
             if name not in ADAPTIVE_DEFAULTS:
@@ -287,7 +281,7 @@ class FabricLogic:
             params[name] = value
         policy = self.new_policy(params)  # validates before anything changes
         changed_mode = mode != self.mode
-        self.adaptive_params, self.policy, self.mode = params, policy, mode
+        self.adaptive_params, self.policy, self.mode, self.balancer = params, policy, mode, new
         if changed_mode:
             self.assign = {}
             self._place()
@@ -328,7 +322,7 @@ class FabricLogic:
     def adaptive_step(self, flow_rates: Mapping[Flow, float], link_rates: Mapping[Any, float],
                       tick: int) -> dict[Flow, Path]:
         """One adaptive round on measured rates (Mb/s); returns and applies the moves."""
-        if self.mode != "adaptive" or not self.assign:
+        if not self.balancer.polls or not self.assign:
             return {}
         est = self.link_estimate(flow_rates, link_rates, tick)
         moves = self.policy.step(self.assign, dict(flow_rates), est,

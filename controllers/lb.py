@@ -1,9 +1,9 @@
-"""Load-balancing policies: which of its minimal paths each flow takes. Pure.
+"""Path-choice algorithms the load-balancing policies use: which of its minimal paths
+each flow takes. Pure.
 
-The controller runs the fabric in one of three ``MODES``; this module is the
-policy behind each, as plain functions over plain data (flows, paths, rates), so
-it is unit-tested without root and the os-ken app only turns the answer into
-flow entries.
+Each policy is a module of ``controllers.policies`` that calls these plain functions over
+plain data (flows, paths, rates), so they are unit-tested without root and the os-ken
+app only turns the answer into flow entries. The algorithms behind the shipped policies:
 
 ``ecmp``
     What the switches do on their own: every switch hashes the packet's 5-tuple
@@ -46,8 +46,6 @@ import numpy as np
 from controllers.flows import Flow
 from controllers.paths import UNITS, Hop, Path, PathFinder
 from testbed.plan import WiringPlan
-
-MODES = ("ecmp", "planned", "adaptive")
 
 Assignment = dict[Flow, Path]
 

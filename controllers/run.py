@@ -17,6 +17,7 @@ import sys
 import threading
 from typing import Any
 
+from controllers import policies
 from controllers.api import AppAPI
 from controllers.fabric import FabricLogic
 from controllers.rest import make_server
@@ -38,8 +39,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--select-method", default="dp_hash", choices=["dp_hash", "hash"],
                    help="how ECMP select groups hash on OpenFlow 1.5 (default dp_hash; see "
                         "controllers/ofmsgs.py)")
-    p.add_argument("--lb", default="ecmp", choices=["ecmp", "planned", "adaptive"],
-                   help="load-balancing mode at start (switch later with PUT /lb)")
+    p.add_argument("--lb", default="ecmp", choices=policies.names(controller=True),
+                   help="load-balancing mode at start (switch later with PUT /lb; "
+                        "`astral-lab policies` lists them)")
     p.add_argument("--poll-interval", type=float, default=1.0,
                    help="seconds between counter polls (links, adaptive mode; default 1)")
     p.add_argument("--adaptive-threshold", type=float, default=0.8,

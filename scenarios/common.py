@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from controllers import policies
 from testbed.plan import Link, WiringPlan
 from traffic.kernels import FlowSpec
 
@@ -175,8 +176,8 @@ def compare(measured: float | None, ideal: float | None, **extra: Any) -> dict[s
 
 
 # --- hash draws, the model's distribution, and plots of both ------------------------------
-#: policies whose paths depend on a hash draw (adaptive starts from the ECMP hash)
-RANDOM_POLICIES = ("ecmp", "adaptive")
+#: policies whose paths depend on a hash draw (their modules say RANDOM = True)
+RANDOM_POLICIES = policies.random_names()
 #: a measured/ideal ratio outside this band gets a finding that says why
 RATIO_BAND = (0.7, 1.3)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controllers import policies
 from scenarios.base import Param, Run, scenario
 from scenarios.common import (
     compare,
@@ -74,7 +75,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     """
     from testbed.flowmodel import model_flows
 
-    n = draws if mode == "ecmp" else 1
+    n = draws if policies.get(mode).random else 1
     done, slow = [], []
     for d in range(n):
         flows = wire_flows(_flows(plan, nbytes, seed, d))
@@ -95,7 +96,7 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[s
     client.set_lb(mode)
     client.wait_converged()
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * p["seconds"])
-    n = p["draws"] if mode == "ecmp" else 1
+    n = p["draws"] if policies.get(mode).random else 1
     run.guard(lab, _flows(plan, nbytes, p["seed"], 0), label)
     per_draw = []
     for d in range(n):

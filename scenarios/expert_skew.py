@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from controllers import policies
 from scenarios.base import Param, Run, scenario
 from scenarios.common import (
     compare,
@@ -197,7 +198,7 @@ DRAW_QP_STRIDE = 1000
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
           quick=2e-5),
     Param("lb", "ecmp", "load-balancing mode of the controller",
-          choices=("ecmp", "planned", "adaptive")),
+          choices=policies.names(controller=True)),
 )
 def expert_skew(run: Run) -> None:
     """Replay one MoE dispatch under uniform, skewed and skewed+EPLB gating (module docstring)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controllers import policies
 from scenarios.base import Param, Run, scenario
 from scenarios.common import (
     RANDOM_POLICIES,
@@ -55,13 +56,17 @@ from scenarios.common import (
 )
 from testbed.topologies import build
 
-MODES = ("ecmp", "planned", "adaptive")
+#: every policy the controller runs (controllers/policies/)
+MODES = policies.names(controller=True)
 WORKLOADS = ("permutation", "alltoall")
-#: flow-model policy that predicts each controller mode
-MODEL_POLICY = {"ecmp": "ecmp", "planned": "planned", "adaptive": "adaptive"}
+#: flow-model policy that predicts each controller mode: the same module
+MODEL_POLICY = {m: m for m in MODES}
 #: QP numbers of draw k start at k x this (far apart: every draw has its own source ports)
 DRAW_QP_STRIDE = 1000
-COLOURS = {"ecmp": "tab:red", "planned": "tab:blue", "adaptive": "tab:green"}
+_COLOURS = {"ecmp": "tab:red", "planned": "tab:blue", "adaptive": "tab:green"}
+_PALETTE = ("tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+#: a colour per mode: the shipped ones fixed, any other from the palette by position
+COLOURS = {m: _COLOURS.get(m) or _PALETTE[i % len(_PALETTE)] for i, m in enumerate(MODES)}
 
 
 def _flows(plan: Any, workload: str, seconds: float, qps: int, seed: int, qp_base: int
@@ -145,7 +150,7 @@ def lb_compare(run: Run) -> None:
                     # these 5-tuples: the model's answer for this draw; ECMP's data-plane
                     # hash (OVS dp_hash) has no per-draw counterpart
                     exact = None
-                    if mode != "ecmp":
+                    if policies.get(mode).pins:
                         exact = model_draws(plan, flows, MODEL_POLICY[mode], 1)[0]
                     per_draw.append({"draw": k, "completion_s": t, "loads": loads,
                                      "lane_skew": lane_skew(loads), "lost": res.lost_packets,
@@ -160,8 +165,8 @@ def lb_compare(run: Run) -> None:
                     run.stage(f"{key} draw {k + 1}/{n}: {t:.2f} s (bound "
                               f"{bound['unsplit']:.2f} s)")
                 models = model_draws(plan, base, MODEL_POLICY[mode], p["model_draws"])
-                fluid = model_draws(plan, base, "ecmp-fluid", 1)[0] if mode == "ecmp" \
-                    else None
+                hashed = not policies.get(mode).pins  # the switches hash: beside its mean
+                fluid = model_draws(plan, base, "ecmp-fluid", 1)[0] if hashed else None
                 results[key] = _summarise(workload, mode, per_draw, models, fluid, bound,
                                           margin)
                 _row(run, results[key])
@@ -346,7 +351,7 @@ lossless (deep) queues.""")
         if f"{wl}/ecmp" in results:
             _finding_ecmp(run, results, wl)
     for r in results.values():
-        if r["mode"] != "ecmp" and not in_band(_ratio(r)):
+        if policies.get(r["mode"]).pins and not in_band(_ratio(r)):
             _finding_gap(run, r)
     if "adaptive" in p["modes"]:
         a = results[f"{p['workloads'][0]}/adaptive"]

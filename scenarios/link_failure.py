@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from controllers import policies
 from controllers.paths import Hop, PathFinder
 from scenarios.base import Param, Run, as_dict, scenario
 from scenarios.common import (
@@ -89,7 +90,8 @@ from traffic.kernels import FlowSpec, flat_all_to_all
 from traffic.replay import replay
 from traffic.workload import preset, simulate_step, uniform
 
-MODES = ("ecmp", "planned", "adaptive")
+#: every policy the controller runs (controllers/policies/)
+MODES = policies.names(controller=True)
 CASES = ("baseline", "lane", "spine")
 MESSAGE_BYTES = 64 * 1024
 SMOOTH = 3  # samples averaged, and samples held, for the recovery rule
@@ -398,7 +400,7 @@ def link_failure(run: Run) -> None:
         for mode in modes:
             if client.lb()["mode"] != mode:
                 client.set_lb(mode)
-            if mode == "ecmp":
+            if not policies.get(mode).pins:  # switches hash: no flows to hold
                 client.clear_traffic()
             client.wait_converged(timeout=60)
             run.guard(lab, flows, label=mode)

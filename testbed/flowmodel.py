@@ -24,8 +24,10 @@ The model
     a transport can reach on that routing, which is what an emulation measurement is held
     against.
 
-Routing: the SAME policies the controller runs (``controllers.lb``), on the same paths
-(``controllers.paths.PathFinder``), so model and emulation route identically:
+Routing: the SAME policy modules the controller runs (``controllers.policies``: each
+module's ``model`` gives the paths, or ``SPLIT`` asks for the fluid split below), on the
+same paths (``controllers.paths.PathFinder``), so model and emulation route identically.
+The shipped ones:
 
 ``ecmp``        ``lb.ecmp_assign``: the per-switch 5-tuple hash model, seedable. Every flow keeps
                 its own path, because hash collisions are the point.
@@ -101,7 +103,8 @@ Running times are measured by ``benchmarks/model.py`` and quoted in the README.
   switch and seed; checked bit-for-bit against ``lb.ecmp_path``) into exact per-lane loads;
   with equal sizes the theorem makes the max link time the exact completion, otherwise it is
   reported as a lower bound (``kind="lower-bound"``).
-  ``adaptive``: not computed (its policy is per-flow Python).
+  ``adaptive``: not computed (its policy is per-flow Python). A policy module picks one of
+  these closed forms with ``WHATIF`` (``fluid``, ``lanes``, ``hash``) or none.
 
 The 64K what-if fabric (``astral-lab model astral3 --gpus 65536 --radix 1024
 --servers-per-block 64``): 8,192 servers x 8 GPUs with 400G NICs; 128 blocks of 64 servers;
@@ -125,6 +128,7 @@ and adaptive; ``splittable`` bounds ecmp-fluid.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import math
 import multiprocessing as mp
@@ -139,6 +143,7 @@ from typing import Any
 import numpy as np
 
 from controllers import lb
+from controllers import policies as registry
 from controllers.flows import ROCE_PORT, Flow, sport_for_qp
 from controllers.paths import UNITS, Hop, Path, PathFinder
 from testbed import maxmin
@@ -154,7 +159,8 @@ from testbed.topologies import (
     build,
 )
 
-POLICIES = ("ecmp", "ecmp-fluid", "planned", "adaptive")
+#: every policy module (controllers/policies/), in listing order
+POLICIES = registry.names()
 WORKLOADS = ("alltoall", "prefill", "decode")
 PLACEMENTS = ("packed", "spread")
 MODES = ("auto", "per-flow", "aggregate")
@@ -720,9 +726,8 @@ def _tolerance_note(tolerance: float, note: str) -> tuple[str, str]:
     return "approx", f"{note}; {extra}" if note else extra
 
 
-def _check_policy(policy: str) -> None:
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+def _check_policy(policy: str) -> registry.Policy:
+    return registry.get(policy)
 
 
 class _Prepared:
@@ -764,19 +769,12 @@ class _Prepared:
             self._unique = (flows, idx)
         return self._unique
 
-    def route(self, policy: str, seed: int, adaptive: dict[str, Any] | None
+    def route(self, policy: registry.Policy, seed: int, adaptive: dict[str, Any] | None
               ) -> tuple[list[Flow], np.ndarray, dict[Flow, Path]]:
+        """The policy's path for every merged flow (the seed's ECMP draw shared)."""
         unique, idx = self.unique()
-        if policy in ("ecmp", "adaptive") and seed not in self._ecmp:
-            self._ecmp[seed] = lb.ecmp_assign(unique, self.finder, seed)
-        if policy == "ecmp":
-            return unique, idx, self._ecmp[seed]
-        if policy == "planned":
-            return unique, idx, lb.plan_assign(unique, self.finder)
-        if policy == "adaptive":
-            return unique, idx, lb.simulate_adaptive(unique, self.finder, seed=seed,
-                                                     start=self._ecmp[seed], **(adaptive or {}))
-        raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+        ctx = registry.ModelContext(self.finder, unique, seed, adaptive, self._ecmp)
+        return unique, idx, policy.model(unique, self.finder, ctx)
 
 
 def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
@@ -806,7 +804,7 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
                     merge: bool, bound: dict[str, float] | None, tolerance: float,
                     t0: float | None = None) -> ModelResult:
     """``model_flows`` on a prepared flow list."""
-    _check_policy(policy)
+    pol = _check_policy(policy)
     t0 = time.perf_counter() if t0 is None else t0
     finder, fl, pl, unit = prep.finder, prep.fl, prep.pl, prep.unit
     n = len(fl)
@@ -816,7 +814,7 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
     flat_w: list[float] = []
     ptr = [0]
     seen: dict[Any, int] = {}
-    if policy == "ecmp-fluid":
+    if pol.split:
         pairs = sorted({(finder.attach(f.src), finder.attach(f.dst)) for f in fl})
         links, pair_rows, tx_ids, last_ids = _fluid_links(finder, pl, pairs, merge)
         for i, f in enumerate(fl):
@@ -835,7 +833,7 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
                 ptr.append(len(flat_c))
             rowkey[i] = k
     else:
-        unique, idx, assign = prep.route(policy, seed, adaptive)
+        unique, idx, assign = prep.route(pol, seed, adaptive)
         links = pl.links()
         key_of = np.empty(len(unique), dtype=np.int64)
         hop_id = pl.hop_id
@@ -868,16 +866,9 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
     load = np.bincount(col, wt * mult[row] * uniq[row, 1], minlength=links.count.size)
     completion = float(finish.max())
     bnd = bound if bound is not None else bounds(finder, fl, unit)
-    bname = "splittable" if policy == "ecmp-fluid" else "unsplit"
-    method = {"ecmp": "lb.ecmp_assign (hash per flow)",
-              "ecmp-fluid": "per-hop equal split (next_hops)",
-              "planned": "lb.plan_assign", "adaptive": "lb.simulate_adaptive (final paths)"
-              }[policy] + ", per-flow max-min"
-    note = ""
-    if policy == "adaptive":
-        note = ("paths where the adaptive policy settles (fluid, from ECMP); moves during the "
-                "job are not modelled")
-    kind, note = _tolerance_note(tolerance, note)
+    bname = "splittable" if pol.split else "unsplit"
+    method = pol.method + ", per-flow max-min"
+    kind, note = _tolerance_note(tolerance, pol.note)
     return ModelResult(
         policy=policy, method=method, kind=kind, completion_s=completion, flows=n,
         classes=int(uniq.shape[0]), events=tl.events, rounds=tl.rounds,
@@ -1675,24 +1666,25 @@ def whatif(tt: TwoTier, job: Job, policies: Sequence[str] = POLICIES, seed: int 
 
     ``tolerance``: event coalescing of ecmp-fluid (``simulate``; 0 = exact).
     """
-    for p in policies:
-        _check_policy(p)
+    pols = [_check_policy(p) for p in policies]
     q = _Quotient(tt, job)
     bnd = _whatif_bounds(q)
     out = []
-    for p in policies:
-        if p == "ecmp-fluid":
-            out.append(_whatif_fluid(q, bnd, tolerance))
-        elif p == "planned":
-            out.append(_whatif_planned(q, bnd))
-        elif p == "ecmp":
-            out.append(_whatif_ecmp(q, bnd, seed))
+    for p in pols:  # the closed form the policy module names (WHATIF)
+        if p.whatif == "fluid":
+            res = _whatif_fluid(q, bnd, tolerance)
+        elif p.whatif == "lanes":
+            res = _whatif_planned(q, bnd)
+        elif p.whatif == "hash":
+            res = _whatif_ecmp(q, bnd, seed)
         else:
-            out.append(ModelResult(
-                policy=p, method="not computed", kind="not-computed", completion_s=None,
-                flows=job.flows, bound_s=bnd["unsplit"], bound_name="unsplit",
-                note="the adaptive policy is per-flow Python (lb.simulate_adaptive); "
-                     "use --mode per-flow on a smaller fabric"))
+            res = ModelResult(
+                policy=p.name, method="not computed", kind="not-computed", completion_s=None,
+                flows=job.flows, bound_s=bnd["splittable" if p.split else "unsplit"],
+                bound_name="splittable" if p.split else "unsplit",
+                note=f"the {p.name} policy has no aggregate form (its module sets no WHATIF); "
+                     "use --mode per-flow on a smaller fabric")
+        out.append(dataclasses.replace(res, policy=p.name))
     return out, bnd
 
 

@@ -61,8 +61,7 @@ def run_iperf(lab: Any, flows: Iterable[FlowSpec], *, proto: str = "tcp",
     if len(flows) > 10000:
         raise ValueError("iperf3 runs one process pair per flow; keep it under 10,000 flows")
     client = lab.client()
-    mode = client.lb()["mode"]
-    if post if post is not None else mode in ("planned", "adaptive"):
+    if post if post is not None else client.lb()["pins"]:  # the mode gives flows their own paths
         client.post_traffic(iperf_flows(flows, proto))
         client.wait_converged(timeout=60)
     servers, clients = [], []

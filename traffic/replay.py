@@ -2,7 +2,7 @@
 
 One call, ``replay(lab, flows)``, does what an experimenter would do by hand:
 
-1. if the controller balances by plan (``planned``/``adaptive``), post the flows
+1. if the controller's mode pins flows (``GET /lb`` says ``"pins": true``), post the flows
    to it (``POST /traffic``) and wait until every switch has its pins;
 2. start one receiver agent (``python -m traffic.agent recv``) in every
    destination host and wait until each has bound UDP 4791;
@@ -133,8 +133,9 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
         raise ValueError("no flows with bytes to replay")
     _check(flows, lab)
     client = lab.client()
-    mode = client.lb()["mode"]
-    if post if post is not None else mode in ("planned", "adaptive"):
+    state = client.lb()
+    mode = state["mode"]
+    if post if post is not None else state["pins"]:  # the mode gives flows their own paths
         client.post_traffic(controller_body(flows)["flows"])
         client.wait_converged(timeout=60)
 

@@ -31,7 +31,9 @@ class FakeClient:
         self.lab.lb = mode
 
     def lb(self) -> dict[str, Any]:
-        return {"mode": self.lab.lb}
+        from controllers import policies
+
+        return {"mode": self.lab.lb, "pins": policies.get(self.lab.lb).pins}
 
     def wait_converged(self, timeout: float = 0) -> None:
         pass

@@ -1,0 +1,196 @@
+"""Load-balancing policies, one module each: ``controllers/policies/<name>.py``. Pure.
+
+A policy's name is its module's name with ``_`` written as ``-`` (``ecmp_fluid.py`` is
+``ecmp-fluid``). Every consumer finds policies here (the controller's ``--lb`` and
+``PUT /lb``, ``Lab(lb=...)``, the flow model's ``--lb``, the scenarios' policy lists,
+``astral-lab policies``), so a new policy is a new file and nothing else: copy the
+closest module under a new name and change what it does.
+
+What a module declares (plain module attributes, read by ``Policy``):
+
+``PINS``
+    True: the controller gives each flow it was told about an explicit path, so whoever
+    starts traffic must post the flows first (``POST /traffic``; the replay and iperf
+    runners do it when ``GET /lb`` says ``"pins": true``). False: switches hash.
+``CONTROLLER``
+    True (default): the controller can run it. False: only the flow model knows it (an
+    idealisation such as a fluid split no switch implements).
+``POLLS``
+    True: every poll the controller re-paths flows from measured rates with the shared
+    adaptive options (threshold, hysteresis, hold); its paths depend on history, so a
+    restarted controller restores them instead of recomputing them.
+``RANDOM``
+    True: its paths depend on the ECMP hash seed, so scenarios report it over many draws.
+``place(flows, finder, current)``
+    (when ``PINS``) the path of every flow, given the paths they have now (``current``,
+    still-valid paths only). Called when the mode is set and when a job posts its flows.
+``model(flows, finder, ctx)``
+    the flow model's view: the path of every flow (``ctx.seed``, ``ctx.options``,
+    ``ctx.ecmp()`` = the seed's cached ECMP assignment). ``SPLIT = True`` instead says the
+    flow model splits each flow evenly over every switch's equal-cost ports (no paths).
+``METHOD``, ``NOTE``
+    how the flow model computes it and what that leaves out, for its report.
+``WHATIF``
+    which closed form the flow model's aggregate what-if (64K GPUs) uses: ``"fluid"``,
+    ``"lanes"`` (a collision-free lane colouring), ``"hash"`` (exact lane loads of the
+    hash), or None (not computed there).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from controllers.flows import Flow
+from controllers.paths import Path, PathFinder
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A policy module, with its declarations defaulted."""
+
+    name: str
+    module: ModuleType
+
+    def _get(self, attr: str, default: Any) -> Any:
+        return getattr(self.module, attr, default)
+
+    @property
+    def summary(self) -> str:
+        """The first line of the module's docstring."""
+        return (self.module.__doc__ or "").strip().splitlines()[0].rstrip(".") \
+            if self.module.__doc__ else ""
+
+    @property
+    def pins(self) -> bool:
+        return bool(self._get("PINS", False))
+
+    @property
+    def controller(self) -> bool:
+        return bool(self._get("CONTROLLER", True))
+
+    @property
+    def polls(self) -> bool:
+        return bool(self._get("POLLS", False))
+
+    @property
+    def random(self) -> bool:
+        return bool(self._get("RANDOM", False))
+
+    @property
+    def split(self) -> bool:
+        return bool(self._get("SPLIT", False))
+
+    @property
+    def method(self) -> str:
+        return str(self._get("METHOD", f"controllers.policies.{self.module_name}"))
+
+    @property
+    def note(self) -> str:
+        return str(self._get("NOTE", ""))
+
+    @property
+    def whatif(self) -> str | None:
+        return self._get("WHATIF", None)
+
+    @property
+    def module_name(self) -> str:
+        return self.module.__name__.rpartition(".")[2]
+
+    def place(self, flows: list[Flow], finder: PathFinder,
+              current: Mapping[Flow, Path]) -> dict[Flow, Path]:
+        """The controller's paths for ``flows`` (only for a policy that pins)."""
+        if not self.pins:
+            return {}
+        return dict(self.module.place(flows, finder, current))
+
+    def model(self, flows: list[Flow], finder: PathFinder, ctx: ModelContext
+              ) -> dict[Flow, Path]:
+        """The flow model's paths for ``flows`` (not for a split policy)."""
+        return dict(self.module.model(flows, finder, ctx))
+
+
+class ModelContext:
+    """What a policy's ``model`` may use besides the flows: the hash seed, the shared
+    adaptive options, and the seed's ECMP assignment computed once for every policy."""
+
+    def __init__(self, finder: PathFinder, flows: list[Flow], seed: int = 0,
+                 options: Mapping[str, Any] | None = None,
+                 ecmp_cache: dict[int, dict[Flow, Path]] | None = None) -> None:
+        self.finder, self.flows, self.seed = finder, flows, seed
+        self.options = dict(options or {})
+        self._cache = {} if ecmp_cache is None else ecmp_cache
+
+    def ecmp(self) -> dict[Flow, Path]:
+        """Every flow's ECMP path for this seed (cached across policies)."""
+        from controllers import lb
+
+        if self.seed not in self._cache:
+            self._cache[self.seed] = lb.ecmp_assign(self.flows, self.finder, self.seed)
+        return self._cache[self.seed]
+
+
+def _name(module_name: str) -> str:
+    return module_name.replace("_", "-")
+
+
+@cache
+def _all() -> dict[str, Policy]:
+    out = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.startswith("_") or info.ispkg:
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        out[_name(info.name)] = Policy(_name(info.name), mod)
+    return out
+
+
+#: the order policies are listed and compared in: these first, then the rest by name
+_FIRST = ("ecmp", "ecmp-fluid", "planned", "adaptive")
+
+
+def available(controller: bool | None = None) -> dict[str, Policy]:
+    """Every policy (``controller=True``: those the controller runs; False: model-only)."""
+    pols = _all()
+    names = [n for n in _FIRST if n in pols] + sorted(n for n in pols if n not in _FIRST)
+    return {n: pols[n] for n in names
+            if controller is None or pols[n].controller == controller}
+
+
+def names(controller: bool | None = None) -> tuple[str, ...]:
+    """Policy names, in listing order (``controller`` as for ``available``)."""
+    return tuple(available(controller))
+
+
+def get(name: str, controller: bool = False) -> Policy:
+    """The policy called ``name``; a ValueError naming the known ones otherwise
+    (``controller=True``: only policies the controller runs)."""
+    pols = available(True if controller else None)
+    if name not in pols:
+        what = "controller mode" if controller else "policy"
+        raise ValueError(f"unknown {what} {name!r}; choose from {', '.join(pols)}")
+    return pols[name]
+
+
+def random_names(policies: Iterable[str] | None = None) -> tuple[str, ...]:
+    """The policies (of ``policies``, default all) whose paths depend on a hash draw."""
+    pols = available()
+    return tuple(n for n in (pols if policies is None else policies)
+                 if n in pols and pols[n].random)
+
+
+def table() -> list[dict[str, Any]]:
+    """One row per policy for ``astral-lab policies``: name, where it runs, what it does."""
+    rows = []
+    for p in available().values():
+        where = ["model"] + (["controller"] if p.controller else [])
+        traits = [t for t, on in (("pins flows", p.pins), ("polls counters", p.polls),
+                                  ("hash-dependent", p.random), ("fluid split", p.split)) if on]
+        rows.append({"name": p.name, "runs_in": where, "traits": traits,
+                     "summary": p.summary, "module": p.module.__name__})
+    return rows

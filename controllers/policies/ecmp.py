@@ -1,0 +1,24 @@
+"""Switches hash each packet's 5-tuple onto one of their equal-cost ports, as they do unaided.
+
+No per-flow state: the controller installs destination routes over select groups and the
+switches pick a port by hashing (for RoCEv2 the UDP source port is the entropy). Cheap and
+blind to load: two large flows that hash onto one lane share it while the next lane idles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from controllers.flows import Flow
+from controllers.paths import Path, PathFinder
+from controllers.policies import ModelContext
+
+PINS = False
+RANDOM = True
+METHOD = "lb.ecmp_assign (hash per flow)"
+WHATIF = "hash"
+
+
+def model(flows: list[Flow], finder: PathFinder, ctx: ModelContext) -> Mapping[Flow, Path]:
+    """The path each flow's hash picks at every switch (``lb.ecmp_path``, seeded)."""
+    return ctx.ecmp()

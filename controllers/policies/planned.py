@@ -1,0 +1,31 @@
+"""The controller knows the job's flows and gives each an explicit, balanced path.
+
+A job posts every flow and its bytes (``POST /traffic``); ``lb.plan_assign`` spreads
+them so no link carries more than its fair share when a collision-free assignment
+exists. On Astral's two-tier fabric that is an edge colouring (Konig's theorem):
+same-rail traffic stays under its leaf, cross-leaf flows spread evenly over the lanes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from controllers import lb
+from controllers.flows import Flow
+from controllers.paths import Path, PathFinder
+from controllers.policies import ModelContext
+
+PINS = True
+METHOD = "lb.plan_assign"
+WHATIF = "lanes"
+
+
+def place(flows: list[Flow], finder: PathFinder, current: Mapping[Flow, Path]
+          ) -> Mapping[Flow, Path]:
+    """Plan every flow afresh: the plan is a function of the whole job."""
+    return lb.plan_assign(flows, finder)
+
+
+def model(flows: list[Flow], finder: PathFinder, ctx: ModelContext) -> Mapping[Flow, Path]:
+    """The controller's own plan for the same flows."""
+    return lb.plan_assign(flows, finder)
