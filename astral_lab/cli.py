@@ -32,9 +32,10 @@ from typing import Any
 
 from astral_lab import __version__
 from controllers import policies
+from testbed import topologies
 from testbed.cluster import add_cluster_option
 from testbed.results import results_dir, results_root
-from testbed.topologies import BUILDERS, FabricSpec, build, describe
+from testbed.topologies import FabricSpec, build, describe
 
 RESULTS = results_root()
 
@@ -237,7 +238,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     t = sub.add_parser("topo", help="counts table, wiring plan JSON and PNG drawing of a fabric")
-    t.add_argument("topology", choices=sorted(BUILDERS))
+    t.add_argument("topology", choices=topologies.names())
     t.add_argument("-o", "--output", help="plan JSON path (default: results/<time>-topo-<name>/)")
     t.add_argument("--png", help="drawing path (default: next to the plan)")
     t.add_argument("--no-png", action="store_true", help="skip the drawing")
@@ -245,7 +246,7 @@ def parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_topo)
 
     u = sub.add_parser("up", help="bring a fabric up under the controller; open the Mininet CLI")
-    u.add_argument("topology", choices=sorted(BUILDERS))
+    u.add_argument("topology", choices=topologies.names())
     u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")

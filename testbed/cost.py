@@ -68,14 +68,17 @@ import math
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from testbed import topologies
 from testbed.plan import write_json_atomic
 from testbed.results import output_dir
-from testbed.topologies import FabricSpec, fattree_k_for
+from testbed.topologies import CostSpec, Fabric, FabricSpec, Infeasible
+from testbed.topologies._base import count_nic_lanes
 
-DESIGNS = ("astral3", "rail3", "railonly", "fattree")
+#: every topology module (testbed/topologies/), in listing order
+DESIGNS = topologies.names()
 
 #: The counting conventions, written into cost.json so a reader of the numbers has them.
 CONVENTIONS = {
@@ -94,37 +97,6 @@ CONVENTIONS = {
 
 
 # --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CostSpec:
-    """What to cost, in real units. Defaults match ``FabricSpec`` so the lab and the model agree.
-
-    ``servers_per_block=0`` lets the model fill every leaf, which is what a buyer does; the
-    other structure (spines, aggregation switches, cores, k) is always sized automatically.
-    """
-
-    gpus_per_server: int = 8  # = NICs per server = rails (the HB/NVLink domain)
-    nic_gbps: float = 400.0
-    lane_gbps: float = 200.0
-    radix: int = 256  # switch capacity in lanes (51.2 Tb/s = 256 x 200G)
-    lanes_per_uplink: int = 4  # lanes in one leaf uplink port (800G = 4 x 200G)
-    oversubscription: float = 1.0  # leaf downlink : uplink bandwidth
-    servers_per_block: int = 0  # 0 = as many as fill a leaf
-
-    def validate(self) -> None:
-        """Reject inputs that no fabric could have, with one clear message."""
-        for name in ("gpus_per_server", "radix", "lanes_per_uplink"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
-        for name in ("nic_gbps", "lane_gbps", "oversubscription"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 (got {getattr(self, name)!r})")
-        if self.servers_per_block < 0:
-            raise ValueError(f"servers_per_block must be >= 0 (0 = fill the leaf; got "
-                             f"{self.servers_per_block})")
-        _nic_lanes(self.nic_gbps, self.lane_gbps)
-
-
 @dataclass(frozen=True)
 class Prices:
     """Per-item prices in US dollars. Every default is an ASSUMPTION (order-of-magnitude 2024-25
@@ -156,239 +128,11 @@ class Prices:
                 raise ValueError(f"price {f.name} must be a number >= 0 (got {value!r})")
 
 
-# --------------------------------------------------------------------------------------
-class Infeasible(Exception):
-    """A design cannot reach the requested size with these parameters (not an input error)."""
-
-
-@dataclass
-class Fabric:
-    """Closed-form counts of one fabric. ``layout`` holds the explicit structure chosen."""
-
-    design: str
-    gpus: int
-    servers: int
-    layout: dict[str, Any]
-    switches_per_tier: dict[str, int]
-    links_per_kind: dict[str, int]
-    switch_lanes_used: int
-    switch_lanes_capacity: int
-    optics: int  # transceiver modules
-    optic_lanes: int  # lanes over all modules (prices scale with it)
-    fibers: int
-    shuffle_boxes: int
-    max_switch_hops: int
-    bisection_gbps: float
-    nic_lanes: int  # lanes of one NIC port (nic_gbps / lane_gbps)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def switches(self) -> int:
-        """Network switches (per-server NVLink switches are part of the server)."""
-        return sum(c for t, c in self.switches_per_tier.items() if t != "nvswitch")
-
-
-def _nic_lanes(nic_gbps: float, lane_gbps: float) -> int:
-    """Lanes one NIC port occupies; the model counts whole lanes, so it must divide evenly."""
-    n = nic_gbps / lane_gbps
-    if abs(n - round(n)) > 1e-9 or round(n) < 1:
-        raise ValueError(f"nic_gbps={nic_gbps:g} must be a whole number (>= 1) of "
-                         f"lane_gbps={lane_gbps:g} lanes")
-    return round(n)
-
-
-def _whole(x: float) -> int | None:
-    return round(x) if abs(x - round(x)) < 1e-9 else None
-
-
-def _divisors(x: int) -> list[int]:
-    small = [d for d in range(1, math.isqrt(x) + 1) if x % d == 0]
-    return sorted(set(small + [x // d for d in small]))
-
-
-def _largest_divisor_at_most(x: int, bound: float) -> int | None:
-    ok = [d for d in _divisors(x) if d <= bound]
-    return max(ok) if ok else None
-
-
-def _uplink_lanes(d: int, n: int, os_: float, lanes_per_uplink: int) -> int:
-    """Leaf uplink lanes for ``d`` servers, by the builder's rule (whole ports of L lanes)."""
-    up = _whole(d * n / os_)
-    if up is None or up < 1:
-        raise ValueError(f"leaf uplink bandwidth servers_per_block*nic/oversubscription = "
-                         f"{d * n / os_:g} lanes must be a whole number >= 1")
-    if up % lanes_per_uplink:
-        raise ValueError(f"the leaf's {up} uplink lanes must fill whole uplink ports of "
-                         f"lanes_per_uplink={lanes_per_uplink}")
-    return up
-
-
-def _check_radix(radix: int, what: str, lanes: float) -> None:
-    if lanes > radix:
-        raise ValueError(f"radix={radix} lanes is too small: each {what} needs {lanes:g} lanes")
-
-
-# --- the four designs, from an explicit layout ---------------------------------------------
-def _astral3(gpus: int, g: int, d: int, n: int, lanes_per_uplink: int, radix: int,
-             os_: float, nic_gbps: float, spines: int, groups: int = 1) -> Fabric:
-    """Rail-aligned leaves, each uplink lane shuffled to a different spine of its rail group."""
-    L = lanes_per_uplink
-    servers = gpus // g
-    blocks = servers // d
-    up = _uplink_lanes(d, n, os_, L)
-    ports = up // L
-    rails = g // groups
-    leaves = blocks * g
-    leaves_g = blocks * rails  # leaves one spine layer joins
-    if up % spines:
-        raise ValueError(f"spines={spines} must divide the {up} uplink lanes of each leaf")
-    per = up // spines  # lanes from each leaf to each spine of its group
-    _check_radix(radix, "leaf", d * n + up)
-    _check_radix(radix, "spine", leaves_g * per)
-    box_columns = -(-leaves_g // L)  # boxes per uplink port index per group (ceil)
-    boxes = groups * ports * box_columns
-    trunks = boxes * L  # every output of a box is one L-lane trunk to one spine
-    lanes = leaves * up
-    return Fabric(
-        design="astral3", gpus=gpus, servers=servers,
-        layout={"servers_per_block": d, "blocks": blocks, "uplink_lanes_per_leaf": up,
-                "uplink_ports_per_leaf": ports, "spines_per_group": spines,
-                "lanes_per_leaf_spine_pair": per, "rail_groups": groups,
-                "rails_per_group": rails},
-        switches_per_tier={"leaf": leaves, "spine": groups * spines},
-        links_per_kind={"nic": gpus, "lane": lanes},
-        switch_lanes_used=gpus * n + 2 * lanes,
-        switch_lanes_capacity=(leaves + groups * spines) * radix,
-        optics=2 * gpus + leaves * ports + trunks,
-        optic_lanes=2 * gpus * n + leaves * ports * L + trunks * L,
-        fibers=2 * n * gpus + 2 * lanes + 2 * L * trunks,
-        shuffle_boxes=boxes,
-        max_switch_hops=3 if leaves_g > 1 else 1,
-        bisection_gbps=gpus * nic_gbps / 2 / (os_ if leaves > 1 else 1.0),
-        nic_lanes=n,
-    )
-
-
-def _rail3(gpus: int, g: int, d: int, n: int, lanes_per_uplink: int, radix: int, os_: float,
-           nic_gbps: float, aggs: int, cores_per_group: int, pods: int = 1,
-           core_groups: int = 1) -> Fabric:
-    """Rail ToRs, per-(pod, rail) aggregation, cores (grouped by aggregation index)."""
-    L = lanes_per_uplink
-    servers = gpus // g
-    blocks = servers // d
-    up = _uplink_lanes(d, n, os_, L)
-    ports = up // L
-    if ports % aggs:
-        raise ValueError(f"aggs_per_rail={aggs} must divide the {ports} uplink ports of a ToR")
-    if blocks % pods or aggs % core_groups:
-        raise ValueError("pods must divide the blocks and core groups the aggregation index")
-    per_tor_agg = ports // aggs
-    agg_down = (blocks // pods) * per_tor_agg
-    agg_up = agg_down  # 1:1 above the ToR
-    if agg_up % cores_per_group:
-        raise ValueError(f"cores={cores_per_group} must divide the {agg_up} uplink ports of "
-                         "an agg switch")
-    per_agg_core = agg_up // cores_per_group
-    _check_radix(radix, "ToR", d * n + up)
-    _check_radix(radix, "aggregation switch", (agg_down + agg_up) * L)
-    _check_radix(radix, "core switch",
-                 pods * g * (aggs // core_groups) * per_agg_core * L)
-    tors = blocks * g
-    n_aggs = pods * g * aggs
-    n_cores = core_groups * cores_per_group
-    uplinks = tors * ports + n_aggs * agg_up
-    return Fabric(
-        design="rail3", gpus=gpus, servers=servers,
-        layout={"servers_per_block": d, "blocks": blocks, "uplink_ports_per_tor": ports,
-                "pods": pods, "blocks_per_pod": blocks // pods, "aggs_per_rail_per_pod": aggs,
-                "core_groups": core_groups, "cores_per_group": cores_per_group,
-                "ports_per_agg_core_pair": per_agg_core},
-        switches_per_tier={"tor": tors, "agg": n_aggs, "core": n_cores},
-        links_per_kind={"nic": gpus, "uplink": uplinks},
-        switch_lanes_used=gpus * n + 2 * uplinks * L,
-        switch_lanes_capacity=(tors + n_aggs + n_cores) * radix,
-        optics=2 * gpus + 2 * uplinks,
-        optic_lanes=2 * gpus * n + 2 * uplinks * L,
-        fibers=2 * n * gpus + 2 * L * uplinks,
-        shuffle_boxes=0,
-        max_switch_hops=5,
-        bisection_gbps=gpus * nic_gbps / 2 / os_,
-        nic_lanes=n,
-    )
-
-
-def _railonly(gpus: int, g: int, d: int, n: int, lanes_per_uplink: int, radix: int,
-              os_: float, nic_gbps: float, spines: int) -> Fabric:
-    """Per-rail leaf/spine networks; no switch joins two rails (NVLink relays cross-rail)."""
-    L = lanes_per_uplink
-    servers = gpus // g
-    blocks = servers // d
-    leaves = blocks * g
-    tiers = {"leaf": leaves, "nvswitch": servers}
-    links = {"nvlink": gpus, "nic": gpus}
-    layout: dict[str, Any] = {"servers_per_block": d, "blocks": blocks}
-    if blocks > 1:
-        up = _uplink_lanes(d, n, os_, L)
-        ports = up // L
-        if ports % spines:
-            raise ValueError(f"spines={spines} must divide the {ports} uplink ports of a rail "
-                             "leaf")
-        per = ports // spines
-        _check_radix(radix, "rail leaf", d * n + up)
-        _check_radix(radix, "rail spine", blocks * per * L)
-        uplinks = leaves * ports
-        tiers["spine"] = g * spines
-        links["uplink"] = uplinks
-        layout.update(uplink_ports_per_leaf=ports, spines_per_rail=spines,
-                      ports_per_leaf_spine_pair=per)
-    else:
-        _check_radix(radix, "rail leaf", d * n)
-        uplinks, spines = 0, 0
-        layout.update(spines_per_rail=0)
-    network = leaves + g * spines
-    return Fabric(
-        design="railonly", gpus=gpus, servers=servers, layout=layout,
-        switches_per_tier=tiers, links_per_kind=links,
-        switch_lanes_used=gpus * n + 2 * uplinks * L,
-        switch_lanes_capacity=network * radix,
-        optics=2 * gpus + 2 * uplinks,
-        optic_lanes=2 * gpus * n + 2 * uplinks * L,
-        fibers=2 * n * gpus + 2 * L * uplinks,
-        shuffle_boxes=0,
-        max_switch_hops=3 if spines else 1,
-        bisection_gbps=gpus * nic_gbps / 2 / (os_ if blocks > 1 else 1.0),
-        nic_lanes=n,
-        notes=["cross-rail traffic relays over NVLink inside the server (NVSwitch not priced)"],
-    )
-
-
-def _fattree(gpus: int, g: int, n: int, radix: int, nic_gbps: float, k: int) -> Fabric:
-    """Textbook k-ary fat-tree (Al-Fares et al. 2008): 5k^2/4 switches of k NIC-speed ports."""
-    if k < 2 or k % 2:
-        raise ValueError(f"k must be an even number >= 2 (got {k})")
-    if k ** 3 // 4 < gpus:
-        raise ValueError(f"k={k} fat-tree holds {k ** 3 // 4} hosts, fewer than {gpus} GPUs")
-    _check_radix(radix, "fat-tree switch", k * n)
-    half = k // 2
-    per_pod = half * half
-    uplinks = k ** 3 // 2  # k pods x (k/2)^2 edge-agg + same agg-core
-    switches = k * k + per_pod
-    return Fabric(
-        design="fattree", gpus=gpus, servers=gpus // g,
-        layout={"k": k, "pods": k, "pods_with_gpus": -(-gpus // per_pod),
-                "switch_lanes_each": k * n},
-        switches_per_tier={"edge": k * half, "agg": k * half, "core": per_pod},
-        links_per_kind={"nic": gpus, "uplink": uplinks},
-        switch_lanes_used=n * (gpus + 2 * uplinks),
-        switch_lanes_capacity=switches * k * n,
-        optics=2 * gpus + 2 * uplinks,
-        optic_lanes=2 * n * (gpus + uplinks),
-        fibers=2 * n * (gpus + uplinks),
-        shuffle_boxes=0,
-        max_switch_hops=5 if gpus > per_pod else (3 if gpus > half else 1),
-        bisection_gbps=min(gpus / 2, k ** 3 / 8) * nic_gbps,
-        nic_lanes=n,
-    )
+def _design(design: str) -> topologies.Topology:
+    if design not in topologies.names():
+        raise ValueError(f"unknown design {design!r}; choose from "
+                         f"{', '.join(topologies.names())}")
+    return topologies.get(design)
 
 
 # --- way in 1: the builder's semantics (cross-checked against real plans) -------------------
@@ -398,148 +142,27 @@ def counts_for_spec(design: str, spec: FabricSpec) -> Fabric:
     Same defaults (``0`` = the builder's automatic choice) and the same ValueErrors for
     unbuildable specs, without enumerating anything, so the model and the emulator describe
     one fabric. Addressing limits of the emulator (<= 256 blocks, k <= 254) are not modelled.
+    The arithmetic is the design's own (``counts`` in ``testbed/topologies/<design>.py``).
     """
-    _design(design)
-    n = _nic_lanes(spec.nic_gbps, spec.lane_gbps)
-    gpus, g, d = spec.gpu_count, spec.gpus, spec.servers_per_block
-    common = dict(n=n, lanes_per_uplink=spec.lanes_per_uplink, radix=spec.radix,
-                  os_=spec.oversubscription, nic_gbps=spec.nic_gbps)
-    if design == "fattree":
-        k = spec.k or fattree_k_for(gpus)
-        return _fattree(gpus, g, n, spec.radix, spec.nic_gbps, k)
-    if spec.servers % d:
-        raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block={d}")
-    blocks = spec.servers // d
-    if design == "astral3":
-        up = _uplink_lanes(d, n, spec.oversubscription, spec.lanes_per_uplink)
-        return _astral3(gpus, g, d, spines=spec.spines or up, **common)
-    if design == "rail3":
-        ports = _uplink_lanes(d, n, spec.oversubscription, spec.lanes_per_uplink)
-        ports //= spec.lanes_per_uplink
-        aggs = spec.aggs_per_rail or ports
-        if ports % aggs:
-            raise ValueError(f"aggs_per_rail={aggs} must divide the {ports} uplink ports of a "
-                             "ToR")
-        agg_up = blocks * (ports // aggs)
-        return _rail3(gpus, g, d, aggs=aggs, cores_per_group=spec.cores or agg_up, **common)
-    spines = 0
-    if blocks > 1:
-        up = _uplink_lanes(d, n, spec.oversubscription, spec.lanes_per_uplink)
-        spines = spec.spines or up // spec.lanes_per_uplink
-    return _railonly(gpus, g, d, spines=spines, **common)
+    topo = _design(design)
+    count_nic_lanes(spec.nic_gbps, spec.lane_gbps)
+    return topo.counts(spec)
 
 
 # --- way in 2: sized as a buyer would, at any scale ------------------------------------------
-def _design(design: str) -> None:
-    if design not in DESIGNS:
-        raise ValueError(f"unknown design {design!r}; choose from {', '.join(DESIGNS)}")
-
-
-def _fill_leaf(servers: int, n: int, spec: CostSpec) -> int:
-    """Largest servers-per-block whose NICs and uplinks fit one leaf and divide the servers."""
-    L, R, os_ = spec.lanes_per_uplink, spec.radix, spec.oversubscription
-    candidates = [spec.servers_per_block] if spec.servers_per_block else \
-        range(min(servers, R // n), 0, -1)
-    why = ""
-    for d in candidates:
-        up = _whole(d * n / os_)
-        if servers % d:
-            why = f"servers_per_block={d} does not divide the {servers} servers"
-        elif up is None or up < 1 or up % L:
-            why = (f"servers_per_block={d} gives {d * n / os_:g} uplink lanes, not whole "
-                   f"ports of {L} lanes")
-        elif d * n + up > R:
-            why = f"servers_per_block={d} needs {d * n + up} lanes per leaf > radix {R}"
-        else:
-            return d
-    if spec.servers_per_block:
-        raise Infeasible(why)
-    raise Infeasible(f"no servers-per-block fits a {R}-lane leaf with whole {L}-lane uplink "
-                     f"ports for {servers} servers (e.g. {why})")
-
-
-def _size(design: str, gpus: int, spec: CostSpec) -> Fabric:
-    n = _nic_lanes(spec.nic_gbps, spec.lane_gbps)
-    g, R, L, os_ = spec.gpus_per_server, spec.radix, spec.lanes_per_uplink, spec.oversubscription
-    servers = gpus // g
-    common = dict(n=n, lanes_per_uplink=L, radix=R, os_=os_, nic_gbps=spec.nic_gbps)
-    if design == "fattree":
-        k = fattree_k_for(gpus)
-        if k * n > R:
-            raise Infeasible(f"a k-ary fat-tree for {gpus} GPUs needs k={k} ports of "
-                             f"{spec.nic_gbps:g}G = {k * n} lanes per switch > radix {R}")
-        fab = _fattree(gpus, g, n, R, spec.nic_gbps, k)
-        if k * n < R:
-            fab.notes.append(f"k={k}: switches of {k} x {spec.nic_gbps:g}G ({k * n} lanes), "
-                             f"smaller than the {R}-lane radix")
-        if os_ != 1:
-            fab.notes.append("built 1:1 (textbook); oversubscription not applied")
-        return fab
-    if design == "railonly" and servers * n <= R and not spec.servers_per_block:
-        return _railonly(gpus, g, servers, spines=0, **common)  # one leaf per rail
-    d = _fill_leaf(servers, n, spec)
-    blocks = servers // d
-    up = _uplink_lanes(d, n, os_, L)
-    ports = up // L
-    if design == "astral3":
-        groups = next((G for G in _divisors(g) if blocks * (g // G) <= R), None)
-        if groups is None:
-            raise Infeasible(
-                f"{blocks} blocks need {blocks} leaves per rail, but a spine has {R} lanes and "
-                f"reaches at most {R} leaves even with one rail per group: two tiers hold at "
-                f"most {R * d * g} GPUs at this radix (raise radix or oversubscription)")
-        leaves_g = blocks * (g // groups)
-        per = _largest_divisor_at_most(up, R / leaves_g) or 1
-        fab = _astral3(gpus, g, d, spines=up // per, groups=groups, **common)
-        if groups > 1:
-            fab.notes.append(
-                f"{groups} rail groups x {g // groups} rails: one spine layer reaches at most "
-                f"{R} leaves and {blocks * g} are needed; cross-group traffic relays over "
-                "NVLink (as railonly)")
-        return fab
-    if design == "rail3":
-        bp = _largest_divisor_at_most(blocks, R / (2 * L))
-        if bp is None:
-            raise Infeasible(f"an aggregation switch needs 2 ports of {L} lanes per block > "
-                             f"radix {R}")
-        pods = blocks // bp
-        t = _largest_divisor_at_most(ports, R / (2 * bp * L)) or 1
-        aggs = ports // t
-        agg_up = bp * t
-        cg = next((c for c in _divisors(aggs) if pods * g * (aggs // c) * L <= R), None)
-        if cg is None:
-            raise Infeasible(f"a core must reach one aggregation switch in each of {pods} "
-                             f"pod(s) x {g} rails = {pods * g} ports of {L} lanes > radix {R}")
-        per = _largest_divisor_at_most(agg_up, R / (pods * g * (aggs // cg) * L)) or 1
-        fab = _rail3(gpus, g, d, aggs=aggs, cores_per_group=agg_up // per, pods=pods,
-                     core_groups=cg, **common)
-        if pods > 1 or cg > 1:
-            fab.notes.append(f"{pods} pod(s) of {bp} blocks; cores in {cg} group(s) by "
-                             "aggregation index (folded-Clos core planes)")
-        return fab
-    # railonly, more than one leaf per rail
-    per = _largest_divisor_at_most(ports, R / (blocks * L))
-    if per is None:
-        most = (R // L) * d * g
-        raise Infeasible(
-            f"each rail needs {blocks} leaves but a rail spine has {R // L} ports of {L} "
-            f"lanes: per-rail two tiers hold at most {most} GPUs (smaller uplink ports, "
-            f"--lanes-per-uplink <= {max(R // blocks, 0)}, or a larger radix would fit)")
-    return _railonly(gpus, g, d, spines=ports // per, **common)
-
-
 def analyze(design: str, gpus: int, spec: CostSpec | None = None) -> Fabric:
     """Size one design for ``gpus`` GPUs. Raises ValueError for bad input, Infeasible when the
-    design cannot reach the size (the message says why)."""
+    design cannot reach the size (the message says why). The sizing rules are the design's
+    own (``size`` in ``testbed/topologies/<design>.py``)."""
     spec = spec or CostSpec()
     spec.validate()
-    _design(design)
+    topo = _design(design)
     if not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"GPU count must be a positive integer (got {gpus!r})")
     if gpus % spec.gpus_per_server:
         raise ValueError(f"{gpus} GPUs is not a whole number of {spec.gpus_per_server}-GPU "
                          "servers")
-    return _size(design, gpus, spec)
+    return topo.size(gpus, spec)
 
 
 # --- prices and the table -----------------------------------------------------------------

@@ -146,18 +146,10 @@ from controllers import lb
 from controllers import policies as registry
 from controllers.flows import ROCE_PORT, Flow, sport_for_qp
 from controllers.paths import UNITS, Hop, Path, PathFinder
-from testbed import maxmin
+from testbed import maxmin, topologies
 from testbed.plan import WiringPlan, write_json_atomic
 from testbed.results import output_dir
-from testbed.topologies import (
-    BUILDERS,
-    FabricSpec,
-    _check_common,
-    _check_radix,
-    _leaf_uplink_lanes,
-    _nic_lanes,
-    build,
-)
+from testbed.topologies import FabricSpec, build
 
 #: every policy module (controllers/policies/), in listing order
 POLICIES = registry.names()
@@ -1023,7 +1015,8 @@ def bounds(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
     out["fabric_in_split"] = max((v * k / max(sum(cap[finder.peer(h)]
                                                   for h in finder.uplinks(b)), 1e-300)
                                   for b, v in down.items()), default=0.0)
-    if finder.plan.topology == "astral3":
+    if finder.plan.topology in topologies.names() and \
+            topologies.get(finder.plan.topology).bisection:
         block = {h.name: int(h.loc["block"]) for h in finder.plan.hosts}
         blocks = 1 + max(block.values())
         uplink = np.zeros(blocks)
@@ -1091,32 +1084,29 @@ class TwoTier:
     radix: int
     oversubscription: float
     lanes_per_uplink: int
+    topology: str = "astral3"
 
     @classmethod
-    def from_spec(cls, spec: FabricSpec) -> TwoTier:
-        """Validate like ``build_astral3`` (same messages) and keep the numbers."""
-        _check_common(spec)
-        if spec.servers % spec.servers_per_block:
-            raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block="
-                             f"{spec.servers_per_block} (servers are grouped into blocks that "
-                             "share leaves)")
-        up = _leaf_uplink_lanes(spec)
-        spines = spec.spines or up
-        if up % spines:
-            raise ValueError(f"spines={spines} must divide the {up} uplink lanes of each leaf so "
-                             "every leaf reaches every spine evenly")
-        leaves = spec.servers // spec.servers_per_block * spec.gpus
-        _check_radix(spec, "leaf", spec.servers_per_block * _nic_lanes(spec) + up)
+    def from_spec(cls, spec: FabricSpec, topology: str = "astral3") -> TwoTier:
+        """The design's own rules (its module's ``two_tier``), without the emulator's
+        addressing limits; same messages as its builder."""
+        rules = topologies.get(topology).two_tier
+        if rules is None:
+            raise ValueError(f"the aggregate what-if needs a two-tier design (a topology "
+                             f"module with two_tier); {topology} has none")
         try:
-            _check_radix(spec, "spine", leaves * (up // spines))
+            up, spines, _leaves = rules(spec)
         except ValueError as exc:
+            if "spine needs" not in str(exc):
+                raise
+            leaves = spec.servers // spec.servers_per_block * spec.gpus
             raise ValueError(
                 f"{exc} (two tiers: one spine lane per leaf, {leaves} leaves). The 64K-GPU "
-                "what-if is --radix 1024 --servers-per-block 64 (51.2T leaves, 204.8T spines); "
-                "`astral-lab cost` shows the rail-group layout at radix 256") from None
+                "what-if is --radix 1024 --servers-per-block 64 (51.2T leaves, 204.8T "
+                "spines); `astral-lab cost` shows the rail-group layout at radix 256") from None
         return cls(spec.servers, spec.gpus, spec.servers_per_block, spec.nic_gbps,
                    spec.lane_gbps, up, spines, spec.radix, spec.oversubscription,
-                   spec.lanes_per_uplink)
+                   spec.lanes_per_uplink, topology)
 
     @property
     def blocks(self) -> int:
@@ -1149,7 +1139,7 @@ class TwoTier:
         nic_lanes = self.nic_gbps / self.lane_gbps
         leaf_lanes = self.servers_per_block * nic_lanes + self.up_lanes
         return {
-            "topology": "astral3", "gpus": self.hosts, "servers": self.servers,
+            "topology": self.topology, "gpus": self.hosts, "servers": self.servers,
             "gpus_per_server": self.gpus, "servers_per_block": self.servers_per_block,
             "blocks": self.blocks, "leaves": self.leaves, "spines": self.spines,
             "uplink_lanes_per_leaf": self.up_lanes, "lanes_per_leaf_spine_pair": self.per_spine,
@@ -1157,7 +1147,8 @@ class TwoTier:
             "oversubscription": self.oversubscription,
             "leaf_lanes_used": leaf_lanes, "spine_lanes_used": self.leaves * self.per_spine,
             "lane_links": 2 * self.leaves * self.up_lanes,
-            "summary": (f"astral3: {self.hosts:,} GPUs = {self.servers:,} servers x {self.gpus}; "
+            "summary": (f"{self.topology}: {self.hosts:,} GPUs = {self.servers:,} servers x "
+                        f"{self.gpus}; "
                         f"{self.blocks} block{'s' if self.blocks > 1 else ''} of "
                         f"{self.servers_per_block} servers; "
                         f"{self.leaves:,} leaves ({self.servers_per_block} x "
@@ -1718,7 +1709,7 @@ def _spec(topology: str, servers: int, gps: int, fabric: dict[str, Any]) -> Fabr
         raise ValueError(f"unknown fabric parameter(s) {', '.join(unknown)}")
     params = {k: v for k, v in fabric.items() if v is not None}
     spec = FabricSpec(servers=servers, gpus=gps, **params)
-    if topology != "fattree" and "servers_per_block" not in params:
+    if topologies.get(topology).blocks and "servers_per_block" not in params:
         spec = FabricSpec(servers=servers, gpus=gps, **params,
                           servers_per_block=auto_servers_per_block(servers, gps, spec))
     return spec
@@ -1742,8 +1733,7 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
     t0 = time.perf_counter()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"--jobs must be 0 (auto) or a positive integer (got {jobs!r})")
-    if topology not in BUILDERS:
-        raise ValueError(f"unknown topology {topology!r}; choose one of {', '.join(BUILDERS)}")
+    two_tier = topologies.get(topology).two_tier is not None  # ValueError if unknown
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     if not policies:
@@ -1778,13 +1768,14 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
                          f"{MAX_PER_FLOW:,}: it keeps Python objects per flow); use --mode "
                          "aggregate (astral3) or fewer GPUs")
     if chosen == "aggregate":
-        if topology != "astral3":
+        if not two_tier:
             raise ValueError(f"{job.flows:,} flows is more than the per-flow model takes "
                              f"(--exact-flows {exact_flows:,}) and the aggregate what-if covers "
-                             "astral3 only; use fewer GPUs or raise --exact-flows")
+                             "two-tier designs (astral3) only; use fewer GPUs or raise "
+                             "--exact-flows")
         if unit != "gbps":
             raise ValueError("the aggregate what-if has no emulated fabric: use --unit gbps")
-        tt = TwoTier.from_spec(spec)
+        tt = TwoTier.from_spec(spec, topology)
         results, bnd = whatif(tt, job, policies, seed, tolerance)
         fab = tt.describe()
     else:
@@ -1799,8 +1790,8 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
         summary = f"{plan.topology}: " + ", ".join(
             f"{k.replace('_', ' ')} {v}" for k, v in plan.counts.items()
             if not isinstance(v, dict))
-        if topology == "astral3":
-            summary = TwoTier.from_spec(spec).describe()["summary"]
+        if two_tier:
+            summary = TwoTier.from_spec(spec, topology).describe()["summary"]
         fab = {"topology": plan.topology, **plan.counts, "params": plan.params,
                "summary": summary + " (per-flow, on its wiring plan)"}
     doc = {"schema": SCHEMA, "version": 1, "mode": chosen, "mode_reason": why, "unit": unit,
@@ -1824,7 +1815,7 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "flows; above that an exact group-symmetric what-if (astral3). 64K-GPU "
                     "what-if: astral-lab model astral3 --gpus 65536 --radix 1024 "
                     "--servers-per-block 64 --groups 256 --group-size 256")
-    p.add_argument("topology", choices=sorted(BUILDERS))
+    p.add_argument("topology", choices=topologies.names())
     p.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs in the fabric")
     p.add_argument("--gpus-per-server", type=int, default=8, metavar="N", help="default 8")
     p.add_argument("--workload", default="alltoall", choices=WORKLOADS,

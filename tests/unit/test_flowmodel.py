@@ -665,7 +665,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, m
     (dict(placement="random"), "unknown placement 'random'"),
     (dict(mode="fast"), "unknown mode 'fast'"),
     (dict(policies=[]), "no policy"),
-    (dict(topology="fattree", gpus=1024, exact_flows=10), "astral3 only"),
+    (dict(topology="fattree", gpus=1024, exact_flows=10), "two-tier designs"),
     (dict(group_size=4096, gpus=4096, fabric=dict(radix=1024)), "smaller groups"),
     (dict(fabric=dict(colour=1)), "unknown fabric parameter"),
 ])

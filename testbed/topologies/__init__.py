@@ -1,0 +1,198 @@
+"""Topologies, one module each: ``testbed/topologies/<name>.py``. Pure, no root.
+
+A topology's name is its module's name. The module holds the design's rules once: its
+builder (a ``FabricSpec`` in real units in, a ``WiringPlan`` out), its closed-form counts
+for the cost model (``counts``: the same fabric as the builder; ``size``: sized as a
+buyer would at any scale) and what the flow model needs (``BLOCKS``, ``BISECTION``, and
+``two_tier`` for the aggregate what-if). ``astral-lab topo``, ``up``, ``cost``, ``model``,
+the ``mn --custom testbed/mntopo.py`` file and the scenarios find topologies here, so a
+new design is a new file: copy the closest one under a new name and change its rules.
+
+The four shipped designs, all built from the same ``FabricSpec`` so comparisons are at
+equal GPU count and equal NIC speed:
+
+``astral3``
+    Astral 3.0's flattened two-tier, single-rail fabric. NIC *i* of every server
+    in a block attaches to leaf *i* of that block (rail-aligned). Each leaf's
+    uplink ports are split lane by lane by an optical shuffle so every leaf
+    reaches every spine: any GPU reaches any other in leaf-spine-leaf.
+``rail3``
+    The three-tier rail-optimized fabric of Astral/Xingmai 2.0: rail ToRs,
+    aggregation switches per rail (same-rail traffic turns there) and a core
+    for cross-rail traffic. Uplink ports are cabled whole (no shuffle).
+``railonly``
+    Per-rail two-tier networks with no switch across rails. Cross-rail traffic is
+    relayed inside the source server over NVLink to the GPU on the destination's
+    rail; the NVLink domain is a per-server switch (``nvsN``) with its own rate.
+``fattree``
+    A textbook k-ary fat-tree with the GPU NICs as hosts (a server's NICs on
+    consecutive edge ports, as in a cluster that is not rail-optimized).
+
+Switch capacity is given as ``radix`` in SerDes lanes of ``lane_gbps``
+(51.2 Tb/s = 256 x 200G), so one number bounds NIC ports, multi-lane uplink
+ports and single lanes alike.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields
+from functools import cache
+from types import ModuleType
+
+from testbed.plan import WiringPlan
+from testbed.topologies._base import (  # noqa: F401  (re-exported: the package's vocabulary)
+    CostSpec,
+    Fabric,
+    FabricSpec,
+    Infeasible,
+    fattree_k_for,
+)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A topology module, with its declarations defaulted."""
+
+    name: str
+    module: ModuleType
+
+    @property
+    def summary(self) -> str:
+        """The first line of the module's docstring."""
+        doc = (self.module.__doc__ or "").strip()
+        return doc.splitlines()[0].rstrip(".") if doc else ""
+
+    @property
+    def blocks(self) -> bool:
+        """Servers are grouped into blocks that share leaves (the flow model fills leaves)."""
+        return bool(getattr(self.module, "BLOCKS", False))
+
+    @property
+    def bisection(self) -> bool:
+        """The flow model's bisection bound between halves of the blocks applies."""
+        return bool(getattr(self.module, "BISECTION", False))
+
+    @property
+    def two_tier(self) -> Callable[..., tuple[int, int, int]] | None:
+        """The rules the flow model's aggregate what-if uses, if the design has them."""
+        return getattr(self.module, "two_tier", None)
+
+    def build(self, spec: FabricSpec) -> WiringPlan:
+        return self.module.build(spec, self.name)
+
+    def counts(self, spec: FabricSpec) -> Fabric:
+        return self.module.counts(spec, self.name)
+
+    def size(self, gpus: int, spec: CostSpec) -> Fabric:
+        return self.module.size(gpus, spec, self.name)
+
+
+@cache
+def _all() -> dict[str, Topology]:
+    out = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if not info.name.startswith("_") and not info.ispkg:
+            out[info.name] = Topology(info.name, importlib.import_module(f"{__name__}.{info.name}"))
+    return out
+
+
+#: the order designs are listed and compared in: these first, then the rest by name
+_FIRST = ("astral3", "rail3", "railonly", "fattree")
+
+
+def available() -> dict[str, Topology]:
+    """Every topology module, in listing order."""
+    tops = _all()
+    names = [n for n in _FIRST if n in tops] + sorted(n for n in tops if n not in _FIRST)
+    return {n: tops[n] for n in names}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(available())
+
+
+def get(name: str) -> Topology:
+    """The topology called ``name``; a ValueError naming the known ones otherwise."""
+    tops = available()
+    if name not in tops:
+        raise ValueError(f"unknown topology {name!r}; choose one of {', '.join(tops)}")
+    return tops[name]
+
+
+class _Builders(Mapping[str, Callable[[FabricSpec], WiringPlan]]):
+    """name -> builder, read from the modules each time (so a new module is seen)."""
+
+    def __getitem__(self, name: str) -> Callable[[FabricSpec], WiringPlan]:
+        if name not in available():
+            raise KeyError(name)
+        return get(name).build
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(available())
+
+    def __len__(self) -> int:
+        return len(available())
+
+
+#: name -> builder; ``astral-lab topo <name>`` and ``mn --topo <name>`` use this.
+BUILDERS: Mapping[str, Callable[[FabricSpec], WiringPlan]] = _Builders()
+
+
+def _builder(name: str) -> Callable[[FabricSpec], WiringPlan]:
+    def build_design(spec: FabricSpec) -> WiringPlan:
+        return get(name).build(spec)
+    build_design.__name__ = f"build_{name}"
+    build_design.__doc__ = f"``build`` of ``testbed/topologies/{name}.py``."
+    return build_design
+
+
+# the builders by their old names, for code written against them
+build_astral3 = _builder("astral3")
+build_rail3 = _builder("rail3")
+build_railonly = _builder("railonly")
+build_fattree = _builder("fattree")
+
+
+def build(topology: str, **params: object) -> WiringPlan:
+    """Build a wiring plan by topology name; unknown names and parameters are clear errors."""
+    topo = get(topology)
+    known = set(FabricSpec.field_names())
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known))}")
+    typed: dict[str, object] = {}
+    for f in fields(FabricSpec):
+        if f.name in params:
+            typed[f.name] = _coerce(f.name, params[f.name], type(getattr(FabricSpec(), f.name)))
+    return topo.build(FabricSpec(**typed))  # type: ignore[arg-type]
+
+
+def _coerce(name: str, value: object, want: type) -> object:
+    try:
+        if want is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be {'an integer' if want is int else 'a number'} "
+                         f"(got {value!r})") from None
+
+
+def describe(plan: WiringPlan) -> str:
+    """The counts table that ``astral-lab topo`` prints."""
+    rows = [("topology", plan.topology)]
+    for key, value in plan.counts.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        rows.append((key.replace("_", " "), str(value)))
+    rates = sorted({(link.kind, link.gbps, link.mbps) for link in plan.links})
+    for kind, gbps, mbps in rates:
+        rows.append((f"{kind} link", f"{gbps:g} Gb/s real -> {mbps:g} Mb/s emulated"))
+    rows.append(("scale", f"{plan.scale:g} (emulated Mb/s = real Gb/s x {1000 * plan.scale:g})"))
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

@@ -1,0 +1,331 @@
+"""What every topology module shares: the spec it is built from, the builder's helpers, and
+the closed-form counting vocabulary of the cost model. Pure, no root.
+
+Kept apart from the designs so a topology module (``testbed/topologies/<name>.py``) holds
+only its own rules, and so the cost model and the flow model import these without
+importing any design.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from testbed.plan import Link, Node, WiringPlan, dpid_for, mac_for
+
+
+# --- the spec and the builder's helpers ---------------------------------------------------
+@dataclass(frozen=True)
+class FabricSpec:
+    """What to build, in real units. Every builder reads the fields it needs.
+
+    Defaults describe the lab's small default fabric (32 GPUs) with the link
+    speeds of a 400G-NIC cluster; ``scale`` maps real Gb/s to emulated Mb/s
+    (1e-4: a 400 Gb/s NIC becomes a 40 Mb/s veth).
+    """
+
+    servers: int = 4
+    gpus: int = 8  # GPUs per server = NICs per server = rails
+    servers_per_block: int = 2  # servers whose NIC i share leaf i (leaf downlinks)
+    nic_gbps: float = 400.0
+    lane_gbps: float = 200.0
+    lanes_per_uplink: int = 4  # lanes in one leaf uplink port (800G = 4 x 200G)
+    radix: int = 256  # switch capacity in lanes of lane_gbps (51.2T = 256 x 200G)
+    oversubscription: float = 1.0  # leaf downlink : uplink bandwidth
+    spines: int = 0  # astral3 spines / railonly spines per rail; 0 = one per uplink lane/port
+    aggs_per_rail: int = 0  # rail3; 0 = one per ToR uplink port
+    cores: int = 0  # rail3; 0 = as many as an aggregation switch has uplink ports
+    k: int = 0  # fattree arity; 0 = smallest even k that fits the GPUs
+    nvlink_gbps: float = 3600.0  # per GPU, one direction (H100-class NVLink: 450 GB/s)
+    scale: float = 1e-4  # emulated Mb/s per real Gb/s is 1000 * scale
+
+    @property
+    def gpu_count(self) -> int:
+        return self.servers * self.gpus
+
+    @property
+    def blocks(self) -> int:
+        return self.servers // self.servers_per_block
+
+    def emulated_mbps(self, gbps: float) -> float:
+        return round(gbps * 1000.0 * self.scale, 6)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+def check_common(spec: FabricSpec) -> None:
+    positive(spec, "servers", "gpus", "servers_per_block", "lanes_per_uplink", "radix")
+    for name in ("nic_gbps", "lane_gbps", "nvlink_gbps", "scale", "oversubscription"):
+        if getattr(spec, name) <= 0:
+            raise ValueError(f"{name} must be > 0 (got {getattr(spec, name)})")
+    for name in ("spines", "aggs_per_rail", "cores", "k"):
+        if getattr(spec, name) < 0:
+            raise ValueError(f"{name} must be >= 0 (got {getattr(spec, name)}; 0 means auto)")
+    if spec.gpus > 255:
+        raise ValueError(f"gpus must be <= 255 per server (got {spec.gpus})")
+
+
+def check_blocks(spec: FabricSpec) -> None:
+    if spec.servers % spec.servers_per_block:
+        raise ValueError(
+            f"servers={spec.servers} must be a multiple of servers_per_block="
+            f"{spec.servers_per_block} (servers are grouped into blocks that share leaves)"
+        )
+    if spec.servers_per_block > 254:
+        raise ValueError(f"servers_per_block must be <= 254 (got {spec.servers_per_block})")
+    if spec.blocks > 256:
+        raise ValueError(f"at most 256 blocks are addressable (servers/servers_per_block="
+                         f"{spec.blocks})")
+
+
+def positive(spec: FabricSpec, *names: str) -> None:
+    for name in names:
+        if getattr(spec, name) < 1:
+            raise ValueError(f"{name} must be >= 1 (got {getattr(spec, name)})")
+
+
+def leaf_uplink_lanes(spec: FabricSpec) -> int:
+    """Lanes a leaf needs upward to carry its NICs' bandwidth at the oversubscription."""
+    need = spec.servers_per_block * spec.nic_gbps / spec.oversubscription
+    lanes = need / spec.lane_gbps
+    if abs(lanes - round(lanes)) > 1e-9 or round(lanes) < 1:
+        raise ValueError(
+            f"leaf uplink bandwidth servers_per_block*nic_gbps/oversubscription = {need:g} Gb/s "
+            f"must be a whole number (>= 1) of lane_gbps={spec.lane_gbps:g} lanes"
+        )
+    lanes = round(lanes)
+    if lanes % spec.lanes_per_uplink:
+        raise ValueError(
+            f"the leaf's {lanes} uplink lanes must fill whole uplink ports of "
+            f"lanes_per_uplink={spec.lanes_per_uplink}; change servers_per_block, "
+            "oversubscription or lanes_per_uplink"
+        )
+    return lanes
+
+
+def nic_lanes(spec: FabricSpec) -> float:
+    return spec.nic_gbps / spec.lane_gbps
+
+
+def check_radix(spec: FabricSpec, what: str, lanes_used: float) -> None:
+    if lanes_used > spec.radix:
+        raise ValueError(
+            f"radix={spec.radix} lanes is too small: each {what} needs {lanes_used:g} lanes of "
+            f"{spec.lane_gbps:g}G; raise radix or lower the size"
+        )
+
+
+class Builder:
+    """Collects nodes and links; the helpers keep addressing rules in one place."""
+
+    def __init__(self, spec: FabricSpec, topology: str) -> None:
+        self.spec = spec
+        self.topology = topology
+        self.nodes: list[Node] = []
+        self.links: list[Link] = []
+
+    def host(self, server: int, gpu: int, ip: str, **loc: int) -> str:
+        name = f"s{server}g{gpu}"
+        self.nodes.append(Node(name=name, kind="host", tier="gpu", level=0,
+                               loc={"server": server, "gpu": gpu, **loc}, ip=ip, mac=mac_for(ip)))
+        return name
+
+    def switch(self, name: str, tier: str, level: int, a: int, b: int, **loc: int) -> str:
+        self.nodes.append(Node(name=name, kind="switch", tier=tier, level=level, loc=loc,
+                               dpid=dpid_for(tier, a, b)))
+        return name
+
+    def link(self, a: str, a_port: int, b: str, b_port: int, kind: str, gbps: float,
+             **info: object) -> None:
+        self.links.append(Link(a=a, a_port=a_port, b=b, b_port=b_port, kind=kind, gbps=gbps,
+                               mbps=self.spec.emulated_mbps(gbps), info=dict(info)))
+
+    def plan(self, params: dict[str, object], counts: dict[str, object],
+             shuffle: dict[str, object] | None = None, notes: list[str] | None = None
+             ) -> WiringPlan:
+        tiers: dict[str, int] = {}
+        for n in self.nodes:
+            if n.kind == "switch":
+                tiers[n.tier] = tiers.get(n.tier, 0) + 1
+        kinds: dict[str, int] = {}
+        for link in self.links:
+            kinds[link.kind] = kinds.get(link.kind, 0) + 1
+        base = {
+            "gpus": self.spec.gpu_count,
+            "servers": self.spec.servers,
+            "switches": sum(tiers.values()),
+            "switches_per_tier": tiers,
+            "links": len(self.links),
+            "links_per_kind": kinds,
+        }
+        base.update(counts)
+        plan = WiringPlan(topology=self.topology, params=params, scale=self.spec.scale,
+                          nodes=self.nodes, links=self.links, counts=base, shuffle=shuffle,
+                          notes=notes or [])
+        plan.validate()
+        return plan
+
+
+def rail_ip(block: int, rail: int, server_in_block: int) -> str:
+    return f"10.{block}.{rail}.{server_in_block + 1}"
+
+
+def params_of(spec: FabricSpec, *names: str) -> dict[str, object]:
+    d = asdict(spec)
+    keep = ("servers", "gpus", "nic_gbps", "scale", *names)
+    return {k: d[k] for k in keep}
+
+
+def add_rail_hosts(b: Builder, spec: FabricSpec, leaf_name: Callable[[int, int], str],
+                    leaf_tier: str) -> None:
+    """Rail-aligned edge: NIC i of server s in block B -> leaf (B, i), port s_in_block + 1."""
+    for block in range(spec.blocks):
+        for rail in range(spec.gpus):
+            b.switch(leaf_name(block, rail), leaf_tier, 1, block, rail, block=block, rail=rail)
+    for server in range(spec.servers):
+        block, sib = divmod(server, spec.servers_per_block)
+        for gpu in range(spec.gpus):
+            h = b.host(server, gpu, rail_ip(block, gpu, sib), block=block, rail=gpu,
+                       server_in_block=sib)
+            b.link(h, 0, leaf_name(block, gpu), sib + 1, "nic", spec.nic_gbps)
+
+
+def fattree_k_for(gpus: int) -> int:
+    """Smallest even k >= 4 whose fat-tree (k^3/4 hosts) holds ``gpus`` NICs."""
+    k = 4
+    while k ** 3 // 4 < gpus:
+        k += 2
+    return k
+
+
+
+# --- counting in closed form (the cost model's vocabulary) --------------------------------
+@dataclass(frozen=True)
+class CostSpec:
+    """What to cost, in real units. Defaults match ``FabricSpec`` so the lab and the model agree.
+
+    ``servers_per_block=0`` lets the model fill every leaf, which is what a buyer does; the
+    other structure (spines, aggregation switches, cores, k) is always sized automatically.
+    """
+
+    gpus_per_server: int = 8  # = NICs per server = rails (the HB/NVLink domain)
+    nic_gbps: float = 400.0
+    lane_gbps: float = 200.0
+    radix: int = 256  # switch capacity in lanes (51.2 Tb/s = 256 x 200G)
+    lanes_per_uplink: int = 4  # lanes in one leaf uplink port (800G = 4 x 200G)
+    oversubscription: float = 1.0  # leaf downlink : uplink bandwidth
+    servers_per_block: int = 0  # 0 = as many as fill a leaf
+
+    def validate(self) -> None:
+        """Reject inputs that no fabric could have, with one clear message."""
+        for name in ("gpus_per_server", "radix", "lanes_per_uplink"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
+        for name in ("nic_gbps", "lane_gbps", "oversubscription"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 (got {getattr(self, name)!r})")
+        if self.servers_per_block < 0:
+            raise ValueError(f"servers_per_block must be >= 0 (0 = fill the leaf; got "
+                             f"{self.servers_per_block})")
+        count_nic_lanes(self.nic_gbps, self.lane_gbps)
+
+
+class Infeasible(Exception):
+    """A design cannot reach the requested size with these parameters (not an input error)."""
+
+
+@dataclass
+class Fabric:
+    """Closed-form counts of one fabric. ``layout`` holds the explicit structure chosen."""
+
+    design: str
+    gpus: int
+    servers: int
+    layout: dict[str, Any]
+    switches_per_tier: dict[str, int]
+    links_per_kind: dict[str, int]
+    switch_lanes_used: int
+    switch_lanes_capacity: int
+    optics: int  # transceiver modules
+    optic_lanes: int  # lanes over all modules (prices scale with it)
+    fibers: int
+    shuffle_boxes: int
+    max_switch_hops: int
+    bisection_gbps: float
+    nic_lanes: int  # lanes of one NIC port (nic_gbps / lane_gbps)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def switches(self) -> int:
+        """Network switches (per-server NVLink switches are part of the server)."""
+        return sum(c for t, c in self.switches_per_tier.items() if t != "nvswitch")
+
+
+def count_nic_lanes(nic_gbps: float, lane_gbps: float) -> int:
+    """Lanes one NIC port occupies; the model counts whole lanes, so it must divide evenly."""
+    n = nic_gbps / lane_gbps
+    if abs(n - round(n)) > 1e-9 or round(n) < 1:
+        raise ValueError(f"nic_gbps={nic_gbps:g} must be a whole number (>= 1) of "
+                         f"lane_gbps={lane_gbps:g} lanes")
+    return round(n)
+
+
+def whole(x: float) -> int | None:
+    return round(x) if abs(x - round(x)) < 1e-9 else None
+
+
+def divisors(x: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(x) + 1) if x % d == 0]
+    return sorted(set(small + [x // d for d in small]))
+
+
+def largest_divisor_at_most(x: int, bound: float) -> int | None:
+    ok = [d for d in divisors(x) if d <= bound]
+    return max(ok) if ok else None
+
+
+def uplink_lanes(d: int, n: int, os_: float, lanes_per_uplink: int) -> int:
+    """Leaf uplink lanes for ``d`` servers, by the builder's rule (whole ports of L lanes)."""
+    up = whole(d * n / os_)
+    if up is None or up < 1:
+        raise ValueError(f"leaf uplink bandwidth servers_per_block*nic/oversubscription = "
+                         f"{d * n / os_:g} lanes must be a whole number >= 1")
+    if up % lanes_per_uplink:
+        raise ValueError(f"the leaf's {up} uplink lanes must fill whole uplink ports of "
+                         f"lanes_per_uplink={lanes_per_uplink}")
+    return up
+
+
+def count_radix(radix: int, what: str, lanes: float) -> None:
+    if lanes > radix:
+        raise ValueError(f"radix={radix} lanes is too small: each {what} needs {lanes:g} lanes")
+
+
+def fill_leaf(servers: int, n: int, spec: CostSpec) -> int:
+    """Largest servers-per-block whose NICs and uplinks fit one leaf and divide the servers."""
+    L, R, os_ = spec.lanes_per_uplink, spec.radix, spec.oversubscription
+    candidates = [spec.servers_per_block] if spec.servers_per_block else \
+        range(min(servers, R // n), 0, -1)
+    why = ""
+    for d in candidates:
+        up = whole(d * n / os_)
+        if servers % d:
+            why = f"servers_per_block={d} does not divide the {servers} servers"
+        elif up is None or up < 1 or up % L:
+            why = (f"servers_per_block={d} gives {d * n / os_:g} uplink lanes, not whole "
+                   f"ports of {L} lanes")
+        elif d * n + up > R:
+            why = f"servers_per_block={d} needs {d * n + up} lanes per leaf > radix {R}"
+        else:
+            return d
+    if spec.servers_per_block:
+        raise Infeasible(why)
+    raise Infeasible(f"no servers-per-block fits a {R}-lane leaf with whole {L}-lane uplink "
+                     f"ports for {servers} servers (e.g. {why})")
+
+
