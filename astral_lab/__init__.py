@@ -1,3 +1,5 @@
 """astral-lab: a Mininet lab for the Astral 3.0 MoE fabric (see README.md)."""
 
-__version__ = "0.1.0"
+from testbed.version import __version__
+
+__all__ = ["__version__"]

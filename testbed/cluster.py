@@ -12,13 +12,15 @@ the whole fabric. Mininet ships a distributed engine, ``mininet.examples.cluster
 the lab uses it rather than a second one of its own. This module adds only what
 the lab needs around it:
 
-* **Placement** (pure, unit-tested): ``place(plan, servers)``. A rail block (its
-  leaves and the GPUs of its servers; a pod for a fat-tree) is never split, so
-  only leaf-spine lanes cross machines; spines go where they cut fewest lanes,
-  spread evenly when that ties (see ``place``). ``crossing_links`` lists the lanes
-  that cross. The plan records each node's machine (``Node.server``).
-* **Prechecks** (pure over an injectable runner): passwordless SSH and sudo, the
-  same lab version at the same path, Open vSwitch running, the tools, the datapath,
+* **Placement** (pure, unit-tested; in ``testbed.clusterplace``): ``place(plan,
+  servers)``. A rail block (its leaves and the GPUs of its servers; a pod for a
+  fat-tree) is never split, so only leaf-spine lanes cross machines; spines go
+  where they cut fewest lanes, spread evenly when that ties (see ``place``).
+  ``crossing_links`` lists the lanes that cross. The plan records each node's
+  machine (``Node.server``).
+* **Prechecks** (pure over an injectable runner; in ``testbed.clustercheck``, with
+  the SSH runner and clock probe they use): passwordless SSH and sudo, the same
+  lab version at the same path, Open vSwitch running, the tools, the datapath,
   and the clocks (one-way latencies need clocks in sync; otherwise latency is
   reported as round-trip only). All problems are listed before anything is built.
 * **Bring-up**: ``ClusterLab``, a ``Lab`` with the same public API (hosts, net,
@@ -34,30 +36,52 @@ the lab needs around it:
 Why the first server must be this machine: Mininet Cluster Edition drives every
 node from the one Python process that built the network (remote nodes are shells
 over SSH), and the lab's controller and REST API are processes of that machine.
+
+This module keeps the MTU arithmetic, the CLI hook and the bring-up; it re-exports
+every name of ``testbed.clusterplace`` and ``testbed.clustercheck``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
-import getpass
-import os
 import shlex
-import socket
 import subprocess
-import sys
-import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import astral_lab
 from testbed import cleanup, preflight
+from testbed.clustercheck import (
+    CLOCK_TOLERANCE_S,
+    REQUIRED_TOOLS,
+    SSH_OPTIONS,
+    ClockProbe,
+    ClusterPrecheck,
+    CommandResult,
+    Runner,
+    SSHRunner,
+    default_user,
+    estimate_offset,
+    is_this_machine,
+    precheck_servers,
+    resolve_ipv4,
+    source_address,
+    ssh_clock_probe,
+    ssh_prefix,
+    tunnel_probe,
+)
+from testbed.clusterplace import (
+    crossing_links,
+    parse_servers,
+    place,
+    placement_summary,
+    placement_units,
+    with_servers,
+)
 from testbed.lab import OVS_PORT_RCVBUF, Lab, _socket_buffers, htb_commands
 from testbed.mntopo import OF_PROTOCOLS
-from testbed.plan import Link, WiringPlan
+from testbed.plan import WiringPlan
 from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD
 
 # --- MTU -----------------------------------------------------------------------------------
@@ -92,413 +116,6 @@ def largest_roce_pmtu(mtu: int) -> int:
 
 assert max(GRETAP_OVERHEAD, VXLAN_OVERHEAD) + CLUSTER_MTU <= UNDERLAY_MTU
 assert largest_roce_pmtu(CLUSTER_MTU) >= DEFAULT_PMTU
-
-# --- placement (pure) ----------------------------------------------------------------------
-#: The loc keys that name a group of nodes that must stay on one machine.
-_UNIT_KEYS = ("block", "pod")
-
-
-def parse_servers(value: str | Sequence[str]) -> list[str]:
-    """``"h1,h2"`` (or a list) -> ``["h1", "h2"]``; empty, duplicate or odd names are errors."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    servers = [s.strip() for s in items]
-    if not servers or any(not s for s in servers):
-        raise ValueError(f"--cluster must list servers separated by commas, none empty "
-                         f"(got {value!r})")
-    for s in servers:
-        if any(c.isspace() for c in s) or s.startswith("-"):
-            raise ValueError(f"--cluster: {s!r} is not a host name or address")
-    dup = [s for s, n in Counter(servers).items() if n > 1]
-    if dup:
-        raise ValueError(f"--cluster lists {dup[0]!r} twice; each server once")
-    return servers
-
-
-def placement_units(plan: WiringPlan) -> dict[str, tuple[str, int | str]]:
-    """``node -> unit`` for the nodes that must share a machine; shared-tier nodes are absent.
-
-    A unit is a rail block (``loc["block"]``: its leaves or ToRs and the GPUs of its
-    servers) or a fat-tree pod (``loc["pod"]``: edges, aggregations, GPUs). A switch
-    with neither that has GPUs attached (``railonly``'s per-server NVLink switch)
-    joins its GPUs' unit. Everything else (spines, rail aggregations, cores) is the
-    shared tier, placed afterwards.
-    """
-    units: dict[str, tuple[str, int | str]] = {}
-    for n in plan.nodes:
-        for key in _UNIT_KEYS:
-            if key in n.loc:
-                units[n.name] = (key, n.loc[key])
-                break
-    hosts = {h.name for h in plan.hosts}
-    for h in plan.hosts:  # no builder makes such a host; keep a GPU server together anyway
-        units.setdefault(h.name, ("server", h.loc.get("server", h.name)))
-    for link in plan.links:
-        for sw, other in ((link.a, link.b), (link.b, link.a)):
-            if sw not in units and other in hosts:
-                units[sw] = units[other]
-    return units
-
-
-def place(plan: WiringPlan, servers: Sequence[str]) -> dict[str, str]:
-    """Which server runs each node: every node exactly once, only shared-tier links cross.
-
-    The rule, in two steps:
-
-    1. **Units** (``placement_units``: rail blocks, pods) are never split, so a GPU's
-       NIC link and its leaf's downlinks stay inside one machine. Units go to
-       servers largest first, each to the server with the fewest nodes so far (ties:
-       the earlier server), so equal blocks go round-robin: block b -> server b mod N.
-    2. **Shared tier** (spines, aggregations, cores), lowest tier first: each goes to
-       the server where the fewest of its links to already-placed nodes would cross
-       machines; ties go to the server with the fewest shared switches, then the
-       fewest nodes, then the earlier one. In ``astral3`` every leaf has the same
-       number of lanes to every spine, so each spine's crossing count is the same
-       on every server that holds equally many blocks, and the spines spread evenly.
-       Spines are not linked to each other, so choosing each one's best server is
-       optimal for the given blocks: crossing lanes = lanes x (1 - 1/N) when the
-       blocks divide evenly over N servers (the unit tests check it by brute force).
-
-    With more servers than units, the extra servers get only what the second rule
-    sends there (usually nothing): a block cannot be split without putting NIC
-    links on tunnels. The controller is not a node; it runs on ``servers[0]``.
-    """
-    servers = parse_servers(servers)
-    units = placement_units(plan)
-    weight = Counter(units.values())
-    load = dict.fromkeys(servers, 0)
-    order = {s: i for i, s in enumerate(servers)}
-    unit_server: dict[tuple[str, int | str], str] = {}
-    for unit in sorted(weight, key=lambda u: (-weight[u], str(u[0]), str(u[1]))):
-        target = min(servers, key=lambda s: (load[s], order[s]))
-        unit_server[unit] = target
-        load[target] += weight[unit]
-    placement = {name: unit_server[unit] for name, unit in units.items()}
-
-    neighbours: dict[str, Counter[str]] = defaultdict(Counter)
-    for link in plan.links:
-        neighbours[link.a][link.b] += 1
-        neighbours[link.b][link.a] += 1
-    shared_load = dict.fromkeys(servers, 0)
-    index = {n.name: i for i, n in enumerate(plan.nodes)}
-    shared = sorted((n for n in plan.nodes if n.name not in placement),
-                    key=lambda n: (n.level, index[n.name]))
-    for node in shared:
-        placed = [(peer, count) for peer, count in neighbours[node.name].items()
-                  if peer in placement]
-
-        def cost(server: str, placed: list[tuple[str, int]] = placed) -> tuple[int, ...]:
-            crossing = sum(c for peer, c in placed if placement[peer] != server)
-            return (crossing, shared_load[server], load[server], order[server])
-
-        target = min(servers, key=cost)
-        placement[node.name] = target
-        shared_load[target] += 1
-        load[target] += 1
-    return placement
-
-
-def crossing_links(plan: WiringPlan, placement: dict[str, str]) -> list[Link]:
-    """The links whose two ends run on different servers (each one becomes a tunnel)."""
-    missing = [n.name for n in plan.nodes if n.name not in placement]
-    if missing:
-        raise ValueError(f"placement has no server for {missing[:3]}")
-    return [ln for ln in plan.links if placement[ln.a] != placement[ln.b]]
-
-
-def placement_summary(plan: WiringPlan, placement: dict[str, str]) -> dict[str, Any]:
-    """Per server: GPUs, switches, interfaces; crossing links by kind. For logs and docs."""
-    per: dict[str, dict[str, int]] = {}
-    for n in plan.nodes:
-        row = per.setdefault(placement[n.name], {"gpus": 0, "switches": 0, "interfaces": 0})
-        row["gpus" if n.kind == "host" else "switches"] += 1
-    for ln in plan.links:
-        per[placement[ln.a]]["interfaces"] += 1
-        per[placement[ln.b]]["interfaces"] += 1
-    crossing = crossing_links(plan, placement)
-    return {"servers": per, "crossing": len(crossing),
-            "crossing_by_kind": dict(Counter(ln.kind for ln in crossing)),
-            "links": len(plan.links)}
-
-
-def with_servers(plan: WiringPlan, placement: dict[str, str]) -> WiringPlan:
-    """A copy of ``plan`` whose nodes record their server (``Node.server``)."""
-    crossing_links(plan, placement)  # every node placed
-    out = copy.deepcopy(plan)
-    for n in out.nodes:
-        n.server = placement[n.name]
-    return out
-
-
-# --- commands on servers -------------------------------------------------------------------
-@dataclass
-class CommandResult:
-    """What a command on a server returned (``subprocess.CompletedProcess``, minus argv)."""
-
-    returncode: int
-    stdout: str = ""
-    stderr: str = ""
-
-
-#: ``runner(server, argv, stdin) -> CommandResult``: run one command on one server.
-Runner = Callable[[str, Sequence[str], "str | None"], CommandResult]
-#: ``probe(server) -> [(local send time, server's clock, local receive time), ...]``.
-ClockProbe = Callable[[str], list[tuple[float, float, float]]]
-
-SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
-
-
-def default_user() -> str:
-    """The account SSH logs in as: the user behind ``sudo``, as Mininet's ``findUser``."""
-    return os.environ.get("SUDO_USER") or getpass.getuser()
-
-
-def ssh_prefix(server: str, user: str, ssh: Sequence[str] | None = None) -> list[str]:
-    """``ssh`` as ``user`` to ``server``, run as that local user (where their keys are)."""
-    cmd = [*(ssh or ["ssh", *SSH_OPTIONS]), f"{user}@{server}"]
-    if os.geteuid() == 0 and user != "root":
-        cmd = ["sudo", "-E", "-u", user, *cmd]
-    return cmd
-
-
-class SSHRunner:
-    """Run commands locally for this machine's server name, over SSH for the others."""
-
-    def __init__(self, user: str, local: Iterable[str] = ("localhost",),
-                 ssh: Sequence[str] | None = None) -> None:
-        self.user = user
-        self.local = set(local)
-        self.ssh = ssh
-
-    def __call__(self, server: str, argv: Sequence[str], stdin: str | None = None,
-                 timeout: float = 120.0) -> CommandResult:
-        cmd = list(argv) if server in self.local else (
-            [*ssh_prefix(server, self.user, self.ssh), shlex.join(argv)])
-        try:
-            proc = cleanup.run(cmd, stdin=stdin, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return CommandResult(124, "", f"timed out after {timeout:g} s")
-        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
-
-
-def ssh_clock_probe(user: str, count: int = 8, ssh: Sequence[str] | None = None) -> ClockProbe:
-    """Clock samples over one SSH session (its round trip bounds the error, as NTP's does).
-
-    One connection answers ``count`` requests, so each sample costs a network round
-    trip (well under a millisecond on a LAN), not an SSH handshake.
-    """
-
-    def probe(server: str) -> list[tuple[float, float, float]]:
-        try:
-            proc = subprocess.Popen(
-                [*ssh_prefix(server, user, ssh), "while read -r _; do date +%s.%N; done"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True, bufsize=1)
-        except OSError:
-            return []
-        samples = []
-        try:
-            assert proc.stdin is not None and proc.stdout is not None
-            for _ in range(count):
-                t0 = time.time()
-                proc.stdin.write("\n")
-                proc.stdin.flush()
-                line = proc.stdout.readline()
-                t1 = time.time()
-                if not line:
-                    break
-                samples.append((t0, float(line), t1))
-        except (OSError, ValueError):
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()  # type: ignore[union-attr]
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        return samples
-
-    return probe
-
-
-# --- prechecks (pure over a runner) -------------------------------------------------------
-#: Largest clock error (s) for which one-way latencies are reported. At the default scale a
-#: 7,408-byte decode message takes 1.5 ms to serialise on a 40 Mb/s NIC, so an error of a
-#: millisecond is already a visible fraction of what is measured.
-CLOCK_TOLERANCE_S = 1e-3
-#: Programs a server needs beyond Python and OVS (host shells, ping, offloads, shaping).
-REQUIRED_TOOLS = ("mnexec", "fping", "ethtool", "tc", "ip")
-
-
-def estimate_offset(samples: Sequence[tuple[float, float, float]]) -> tuple[float, float]:
-    """``(offset, uncertainty)`` in seconds of a server's clock against ours.
-
-    From the sample with the shortest round trip, as NTP does: the server read its
-    clock somewhere between our send and receive times, so the offset is its reading
-    minus the midpoint, give or take half the round trip.
-    """
-    if not samples:
-        raise ValueError("no clock samples")
-    t0, remote, t1 = min(samples, key=lambda s: s[2] - s[0])
-    return remote - (t0 + t1) / 2, (t1 - t0) / 2
-
-
-@dataclass
-class ClusterPrecheck:
-    """What the prechecks found; ``problems`` stop the bring-up before anything is built."""
-
-    servers: list[str]
-    problems: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    datapaths: dict[str, str] = field(default_factory=dict)
-    clock: dict[str, tuple[float, float]] = field(default_factory=dict)
-    one_way_latency: bool = True
-
-    def raise_if_problems(self) -> None:
-        if self.problems:
-            raise preflight.LabError("cannot bring up the cluster:\n  - "
-                                     + "\n  - ".join(self.problems))
-
-
-def tunnel_probe(tunnel: str) -> list[str] | None:
-    """A command that creates and deletes one tunnel device of this kind (None: nothing to
-    check). Some kernels lack GRE; Mininet would only fail half-way through the build."""
-    kind = {"gre": "type gretap local 127.0.0.1 remote 127.0.0.2",
-            "vxlan": "type vxlan id 1 local 127.0.0.1 dstport 4789"}.get(tunnel)
-    if kind is None:
-        return None
-    return ["sh", "-c", f"ip link add name astral-tchk {kind} && ip link del astral-tchk"]
-
-
-def precheck_servers(servers: Sequence[str], runner: Runner, *, user: str,
-                     local: Iterable[str] = ("localhost",), version: str | None = None,
-                     python: str | None = None, datapath: str = "auto", tunnel: str = "gre",
-                     clock_probe: ClockProbe | None = None,
-                     tolerance: float = CLOCK_TOLERANCE_S) -> ClusterPrecheck:
-    """Check every server other than this machine; say per server what is missing.
-
-    For each remote server, in order (a failed login stops that server's checks):
-    passwordless SSH as ``user`` (``ssh -o BatchMode=yes SERVER true``), passwordless
-    sudo, the same astral-lab version importable by the same Python path as here
-    (hosts there run the lab's agents with that interpreter), the tools, Open
-    vSwitch answering, the datapath it can use, and its clock against ours. A
-    clock out of tolerance, or one that cannot be measured closely enough, is a
-    warning and turns ``one_way_latency`` off: latency is then reported round-trip.
-    """
-    version = astral_lab.__version__ if version is None else version
-    python = python or sys.executable
-    local = set(local)
-    result = ClusterPrecheck(servers=list(servers))
-    sudo = [] if user == "root" else ["sudo", "-n"]
-    probe = tunnel_probe(tunnel) if len(servers) > 1 else None
-    for server in servers:
-        if server in local:
-            if probe and runner(server, probe, None).returncode != 0:
-                result.problems.append(f"{server}: this kernel cannot make {tunnel} tunnels "
-                                       f"(try --tunnel {'vxlan' if tunnel == 'gre' else 'gre'})")
-            continue
-        say = result.problems.append
-        known = len(result.problems)
-
-        def run(argv: list[str], server: str = server) -> CommandResult:
-            return runner(server, argv, None)
-
-        login = run(["true"])
-        if login.returncode != 0:
-            say(f"{server}: passwordless SSH as {user} failed ({_first_line(login)}); set up "
-                f"a key: ssh-copy-id {user}@{server} (and accept its host key once)")
-            continue
-        if sudo and run([*sudo, "true"]).returncode != 0:
-            say(f"{server}: sudo asks {user} for a password; allow it: "
-                f"'{user} ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/")
-            continue
-        got = run([python, "-c", "import astral_lab; print(astral_lab.__version__)"])
-        if got.returncode != 0:
-            say(f"{server}: no astral-lab at {python} (install the same checkout at the "
-                f"same path there: scripts/setup.sh)")
-        elif got.stdout.strip() != version:
-            say(f"{server}: astral-lab {got.stdout.strip()} installed, this machine runs "
-                f"{version}; install the same version on every server")
-        tools = run(["sh", "-c", " ; ".join(f"command -v {t} >/dev/null || echo {t}"
-                                            for t in REQUIRED_TOOLS)])
-        missing = tools.stdout.split()
-        if tools.returncode != 0 or missing:
-            say(f"{server}: missing {', '.join(missing) or 'tools'} (run scripts/setup.sh)")
-        if probe and run([*sudo, *probe]).returncode != 0:
-            say(f"{server}: its kernel cannot make {tunnel} tunnels (modprobe "
-                f"{'ip_gre' if tunnel == 'gre' else 'vxlan'}, or another --tunnel)")
-        if run([*sudo, "ovs-vsctl", "--timeout=5", "show"]).returncode != 0:
-            say(f"{server}: Open vSwitch is not running (sudo {preflight.OVS_CTL} start "
-                "--system-id=random)")
-        if datapath == "auto":
-            kernel = run(["test", "-d", "/sys/module/openvswitch"]).returncode == 0
-            result.datapaths[server] = "kernel" if kernel else "user"
-        else:
-            result.datapaths[server] = datapath
-        if clock_probe is not None and len(result.problems) == known:
-            _check_clock(result, server, clock_probe, tolerance)
-    return result
-
-
-def _check_clock(result: ClusterPrecheck, server: str, probe: ClockProbe,
-                 tolerance: float) -> None:
-    try:
-        offset, unc = estimate_offset(probe(server))
-    except ValueError:
-        result.one_way_latency = False
-        result.warnings.append(f"{server}: could not read its clock; latency metrics are "
-                               "round-trip only")
-        return
-    result.clock[server] = (offset, unc)
-    if abs(offset) + unc > tolerance:
-        result.one_way_latency = False
-        why = (f"its clock is {offset * 1e3:+.2f} ms off ours (+-{unc * 1e3:.2f} ms)"
-               if abs(offset) > unc else
-               f"its clock offset cannot be measured to better than +-{unc * 1e3:.2f} ms")
-        result.warnings.append(
-            f"{server}: {why}, tolerance {tolerance * 1e3:g} ms: latency metrics are "
-            "round-trip only (sync the clocks, e.g. chrony on every server)")
-
-
-def _first_line(res: CommandResult) -> str:
-    text = (res.stderr or res.stdout).strip().splitlines()
-    return text[0][:160] if text else f"exit {res.returncode}"
-
-
-# --- which server is this machine ------------------------------------------------------------
-def resolve_ipv4(server: str) -> str:
-    """The server's IPv4 address (``localhost`` is 127.0.0.1); ValueError if it has none."""
-    if server == "localhost":
-        return "127.0.0.1"
-    try:
-        infos = socket.getaddrinfo(server, None, socket.AF_INET)
-    except OSError as exc:
-        raise ValueError(f"--cluster: cannot resolve {server!r}: {exc}") from None
-    return str(infos[0][4][0])
-
-
-def is_this_machine(server: str) -> bool:
-    """True when ``server`` names this machine (loopback or one of its own addresses)."""
-    try:
-        ip = resolve_ipv4(server)
-    except ValueError:
-        return False
-    if ip.startswith("127."):
-        return True
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.bind((ip, 0))
-        except OSError:
-            return False
-    return True
-
-
-def source_address(remote_ip: str) -> str:
-    """This machine's address on the route to ``remote_ip`` (no packet is sent)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect((remote_ip, 9))
-        return str(s.getsockname()[0])
 
 
 # --- the CLI hook --------------------------------------------------------------------------
@@ -981,3 +598,19 @@ class ClusterLab(Lab):
         lines += [f"[ -e /sys/class/net/{i} ] && ip link del {i} 2>/dev/null" for i in intfs]
         lines.append("true")
         return "\n".join(lines) + "\n"
+
+
+# Its own names and those it re-exports from testbed.clusterplace and testbed.clustercheck.
+__all__ = [
+    "UNDERLAY_MTU", "GRETAP_OVERHEAD", "VXLAN_OVERHEAD", "CLUSTER_MTU", "TUNNELS",
+    "largest_roce_pmtu", "add_cluster_option", "make_lab", "lab_switch_class",
+    "vxlan_link_class", "ClusterLab",
+    # testbed.clusterplace
+    "parse_servers", "placement_units", "place", "crossing_links", "placement_summary",
+    "with_servers",
+    # testbed.clustercheck
+    "CommandResult", "Runner", "ClockProbe", "SSH_OPTIONS", "default_user", "ssh_prefix",
+    "SSHRunner", "ssh_clock_probe", "CLOCK_TOLERANCE_S", "REQUIRED_TOOLS", "estimate_offset",
+    "ClusterPrecheck", "tunnel_probe", "precheck_servers", "resolve_ipv4", "is_this_machine",
+    "source_address",
+]

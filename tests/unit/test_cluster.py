@@ -10,6 +10,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import re
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Sequence
 
@@ -264,6 +268,32 @@ def test_precheck_root_needs_no_sudo() -> None:
     runner = FakeServers()
     precheck_servers(["lab", "w1"], runner, user="root", local=["lab"], version="1.2.3")
     assert all(a[0] != "sudo" for _, a in runner.calls)
+
+
+def test_default_version_is_the_packages_and_needs_no_cli_import() -> None:
+    """The prechecks compare each server's ``astral_lab.__version__`` with this machine's,
+    read from ``testbed.version`` so that testbed never imports the CLI package."""
+    import astral_lab
+    from testbed.version import __version__
+
+    assert astral_lab.__version__ == __version__
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml")) as f:
+        declared = re.search(r'^version = "([^"]+)"', f.read(), re.M)
+    assert declared is not None and declared.group(1) == __version__
+    probe = "import sys, testbed.cluster; print('astral_lab' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() == "False"
+    servers = FakeServers()
+
+    def same_version(server: str, argv: Sequence[str], stdin: str | None) -> CommandResult:
+        if "astral_lab.__version__" in " ".join(argv):
+            return CommandResult(0, __version__ + "\n")
+        return servers(server, argv, stdin)
+
+    assert not precheck_servers(["lab", "w1"], same_version, user="root",
+                                local=["lab"]).problems
 
 
 def test_estimate_offset_uses_shortest_round_trip() -> None:
