@@ -502,7 +502,7 @@ def versions() -> dict[str, Any]:
     """Everything a reader needs to reproduce a number: code, tools, kernel, CPUs."""
     from importlib import metadata
 
-    from astral_lab import __version__
+    from testbed.version import __version__
 
     out: dict[str, Any] = {"astral_lab": __version__, "python": platform.python_version(),
                            "kernel": platform.release(), "cpus": os.cpu_count(),

@@ -14,7 +14,7 @@ The chain this module models, and why each link is here:
    (``ll_dispatch_message_bytes``, ``ll_combine_message_bytes``).
 3. **Gating** (``Gating``): how popular each expert is (uniform, Zipf, hot set). Real
    routers are skewed; skew is what makes ranks imbalanced and what EPLB fixes.
-4. **Token routing** (``route_tokens``, in ``traffic.routing``): each token picks ``top_k``
+4. **Token routing** (``route_tokens``, in ``traffic.token_routing``): each token picks ``top_k``
    distinct experts, honouring DeepSeek-V3's node-limited routing (experts of at most M
    nodes, the nodes chosen by the sum of their best ``top_k/M`` scores).
 5. **Placement** (``Placement``): experts (and replicas) on GPU slots, contiguous by default
@@ -81,9 +81,9 @@ from typing import NamedTuple
 import numpy as np
 
 # Routing internals stay importable from here as well (tests compare against them).
-from traffic.routing import _argsmallest as _argsmallest
-from traffic.routing import _route_reference as _route_reference
-from traffic.routing import route_tokens
+from traffic.token_routing import _argsmallest as _argsmallest
+from traffic.token_routing import _route_reference as _route_reference
+from traffic.token_routing import route_tokens
 
 PHASES = ("dispatch", "combine")
 #: Bytes per value of the wire dtypes the kernels use.
