@@ -34,15 +34,16 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
 
 Pure parts (no root, unit-tested): ``Fault`` and its validation, ``parse_target``,
 ``resolve``, ``canonical_component``, the exact ``tc``/``nft``/``iptables`` commands,
-``incast_weights`` and ``random_schedule``. The shell part is ``FaultInjector`` and
-``cleanup_faults``.
+``incast_weights`` and ``random_schedule``. The shell part is ``FaultInjector``.
+Removing what a crashed run left (``cleanup_faults``, re-exported here) belongs to
+``testbed.cleanup``, and the names it goes by to ``testbed.faultmarks``, so that
+``astral-lab clean`` needs no injector and ``cleanup`` never imports this module.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import json
 import math
 import os
@@ -54,11 +55,23 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from testbed import cleanup
+from testbed.cleanup import cleanup_faults as cleanup_faults
+from testbed.cleanup import fault_processes as fault_processes
+from testbed.cleanup import nic_loss_leftovers
+from testbed.faultmarks import (
+    ENV_MARK,
+    IPT_IN,
+    IPT_OUT,
+    NFT_FAMILY,
+    NFT_TABLE,
+    SINK,
+    SINK_PEER,
+)
 from testbed.lab import htb_commands
 from testbed.plan import Link, WiringPlan
 from testbed.preflight import LabError
@@ -72,18 +85,8 @@ TARGET_KIND = {"link-down": "link", "link-flap": "link", "link-degrade": "link",
 DIRECTIONS = ("ingress", "egress", "both")
 CONTROLLER = "controller"
 
-#: nftables table (netdev family) that holds every nic-loss rule in a host's namespace.
-NFT_TABLE = "astral_lab_faults"
-NFT_FAMILY = "netdev"
-#: Egress losses are forwarded into this veth (its peer stays down, so the kernel frees
-#: them): unlike ``drop``, the sender sees a successful send, as with a real lossy optic.
-SINK, SINK_PEER = "astral-sink", "astral-sink-p"
-#: iptables fallback chains (filter table, IPv4 only).
-IPT_IN, IPT_OUT = "ASTRAL_LAB_FAULTS_IN", "ASTRAL_LAB_FAULTS_OUT"
 #: ``numgen random mod NUMGEN_MOD < k``: a probability in steps of one in a million.
 NUMGEN_MOD = 1_000_000
-#: Environment marker on hot-receiver traffic processes, so ``cleanup_faults`` finds orphans.
-ENV_MARK = "ASTRAL_LAB_FAULT"
 #: UDP port of hot-receiver streams (4791 stays free for RoCE replay receivers on the target).
 HOT_PORT = 4792
 HOT_PAYLOAD = 1000  # UDP payload bytes of hot-receiver packets
@@ -1233,7 +1236,7 @@ class ScheduleRun:
 
 
 # ----------------------------------------------------------------------------------------
-# Capability probe and cleanup (shell)
+# Capability probe (shell)
 # ----------------------------------------------------------------------------------------
 _BACKEND_CACHE: dict[str, dict[str, str]] = {}
 
@@ -1272,106 +1275,3 @@ def loss_backend_problems() -> dict[str, str]:
         cleanup.run(["ip", "netns", "del", ns])
     _BACKEND_CACHE["result"] = found
     return found
-
-
-def nic_loss_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]], host: str
-                       ) -> list[str]:
-    """What of a nic-loss is present in ``host``'s namespace (``sh`` runs a command there)."""
-    left = []
-    if NFT_TABLE in sh(["nft", "list", "tables"], host, check=False).stdout:
-        left.append(f"nft table {NFT_FAMILY} {NFT_TABLE}")
-    if sh(["ip", "link", "show", "dev", SINK], host, check=False).returncode == 0:
-        left.append(f"interface {SINK}")
-    chains = sh(["iptables", "-w", "-S"], host, check=False).stdout
-    left += [f"iptables chain {c}" for c in (IPT_IN, IPT_OUT) if f"-N {c}" in chains]
-    return left
-
-
-def _host_shells() -> dict[int, str]:
-    """``pid -> name`` of Mininet shells (``mininet:NAME``) in a network namespace of their
-    own: hosts, not switches or controllers (whose shells share the root namespace)."""
-    try:
-        root = os.readlink("/proc/self/ns/net")
-    except OSError:
-        return {}
-    shells: dict[int, str] = {}
-    seen: set[str] = set()
-    for path in glob.glob("/proc/[0-9]*/cmdline"):
-        pid = int(path.split("/")[2])
-        for arg in cleanup._cmdline(pid).split("\0"):
-            if not arg.startswith("mininet:"):
-                continue
-            try:
-                ns = os.readlink(f"/proc/{pid}/ns/net")
-            except OSError:
-                break
-            if ns != root and ns not in seen:
-                seen.add(ns)
-                shells[pid] = arg[len("mininet:"):]
-    return shells
-
-
-#: One shell script per namespace (a subprocess each is what cleanup costs): remove what a
-#: nic-loss leaves, print 1 if something was there.
-_CLEAN_NS = f"""n=0
-nft delete table {NFT_FAMILY} {NFT_TABLE} 2>/dev/null && n=1
-ip link del {SINK} 2>/dev/null && n=1
-if iptables -w -S 2>/dev/null | grep -q ASTRAL_LAB_FAULTS; then
-  n=1
-  while iptables -w -D INPUT -j {IPT_IN} 2>/dev/null; do :; done
-  while iptables -w -D OUTPUT -j {IPT_OUT} 2>/dev/null; do :; done
-  for c in {IPT_IN} {IPT_OUT}; do iptables -w -F $c 2>/dev/null; iptables -w -X $c 2>/dev/null; done
-fi
-echo $n
-"""
-
-
-def fault_processes() -> dict[int, str]:
-    """``pid -> run id`` of processes a hot-receiver started (``ASTRAL_LAB_FAULT`` marker)."""
-    found = {}
-    mark = ENV_MARK.encode() + b"="
-    for path in glob.glob("/proc/[0-9]*/environ"):
-        with contextlib.suppress(OSError, ValueError), open(path, "rb") as fh:
-            for var in fh.read().split(b"\0"):
-                if var.startswith(mark):
-                    found[int(path.split("/")[2])] = var[len(mark):].decode().split(":")[0]
-    return found
-
-
-def _run_pids(keep_runs: Collection[str]) -> set[int]:
-    """PIDs listed in the run records of ``keep_runs`` (their host shells)."""
-    pids: set[int] = set()
-    for path in glob.glob(os.path.join(cleanup.STATE_DIR, "*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            with open(path, encoding="utf-8") as fh:
-                rec = json.load(fh)
-            if rec.get("run_id") in keep_runs:
-                pids.update(int(p) for p in rec.get("pids", []))
-    return pids
-
-
-def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection[str] = (),
-                   runs: Collection[str] | None = None) -> dict[str, int]:
-    """Remove fault leftovers; restore nothing else. Safe to run any time.
-
-    In the namespace of each host shell (``host_pids``, default every Mininet host shell
-    except those of ``keep_runs``): delete the nft table ``astral_lab_faults``, the
-    ``astral-sink`` veth and the iptables fallback chains. Then kill hot-receiver traffic
-    processes whose lab run is not in ``keep_runs`` (and, if ``runs`` is given, is one
-    of ``runs``). Link states and HTB rates need no cleanup: they live on interfaces
-    that are deleted with the lab. Returns how many namespaces had something removed
-    and how many processes were killed.
-    """
-    done = {"namespaces": 0, "processes": 0}
-    if host_pids is None:
-        skip = _run_pids(keep_runs)
-        host_pids = [p for p in _host_shells() if p not in skip]
-    for pid in host_pids:
-        out = cleanup.run(["mnexec", "-a", str(pid), "sh", "-c", _CLEAN_NS]).stdout
-        done["namespaces"] += int(out.strip().endswith("1"))
-    orphans = [p for p, run in fault_processes().items()
-               if run not in keep_runs and (runs is None or run in runs) and p != os.getpid()]
-    if orphans:
-        cleanup.kill_pids(orphans, grace=1.0)
-        done["processes"] = len(orphans)
-    return done
