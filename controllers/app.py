@@ -48,11 +48,10 @@ from controllers.flowtable import (
     COOKIE_PIN,
     Entry,
     entry_from_stats,
-    messages,
     pin_match,
     stat_counter,
 )
-from controllers.ofmsgs import DEFAULT_SELECT_METHOD
+from controllers.ofmsgs import DEFAULT_SELECT_METHOD, messages
 from testbed.plan import WiringPlan, write_json_atomic
 
 LOG = logging.getLogger("astral.controller")

@@ -15,6 +15,9 @@ packet without a rule (make before break):
 3. entries that are no longer wanted are removed one by one (strict delete);
 4. groups nothing points to any more are deleted.
 
+This module is plain data and never imports os-ken: ``controllers.ofmsgs.messages``
+turns ``Changes`` into the OpenFlow messages, in that order.
+
 Group ids are kept stable: a group with the same kind and ports keeps its id
 from one table to the next, and a *new* group never reuses an id the previous
 table used, so no in-flight entry ever points at a group that changed meaning.
@@ -292,36 +295,3 @@ def stat_counter(stat: Any, name: str) -> int | None:
         return int(getattr(stat, name))
     stats = getattr(stat, "stats", None)
     return int(stats.get(name, 0)) if stats is not None else None
-
-
-# --- os-ken messages ----------------------------------------------------------------------
-def messages(dp: Any, changes: Changes, method: str) -> list[Any]:
-    """os-ken messages for ``changes`` in order; ``dp`` is a datapath or ``ofmsgs.protocol``."""
-    from controllers.ofmsgs import group_mod  # local: ofmsgs imports this module
-
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    msgs: list[Any] = []
-    for gid, spec in changes.groups_set:
-        msgs.append(group_mod(dp, gid, spec.ports, command="add_or_mod", kind=spec.kind,
-                              method=method))
-    for entry in changes.entries_set:
-        msgs.append(entry_mod(dp, entry))
-    for entry in changes.entries_del:
-        msgs.append(parser.OFPFlowMod(dp, cookie=entry.cookie, table_id=0,
-                                      command=ofp.OFPFC_DELETE_STRICT, priority=entry.priority,
-                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                                      match=parser.OFPMatch(**dict(entry.match))))
-    for gid in changes.groups_del:
-        msgs.append(parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT, gid))
-    return msgs
-
-
-def entry_mod(dp: Any, entry: Entry) -> Any:
-    """``OFPFC_ADD`` for one entry (adds it, or atomically replaces one with the same key)."""
-    ofp, parser = dp.ofproto, dp.ofproto_parser
-    acts = [parser.OFPActionOutput(arg) if kind == "output" else parser.OFPActionGroup(arg)
-            for kind, arg in entry.actions]
-    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, acts)] if acts else []
-    return parser.OFPFlowMod(dp, cookie=entry.cookie, table_id=0, command=ofp.OFPFC_ADD,
-                             priority=entry.priority, match=parser.OFPMatch(**dict(entry.match)),
-                             instructions=inst)

@@ -2,7 +2,9 @@
 
 The controller app hands these to ``datapath.send_msg``; the unit tests hand the
 very same objects to ``controllers.fakeof`` and trace packets through them, so
-what is tested is what the switches receive.
+what is tested is what the switches receive. ``messages`` encodes the changes
+``controllers.flowtable.diff`` computes (that module is plain data, without os-ken);
+``switch_program`` is a clean switch's whole program.
 
 ECMP uses one OpenFlow *select* group per distinct set of next-hop ports, each
 bucket ``weight=1`` (OVS ignores weight-0 buckets) and watching its own port so
@@ -44,9 +46,10 @@ from controllers.flowtable import (
     ETH_IPV4,
     FF_GROUP_BASE,
     OFPGC_ADD_OR_MOD,
+    Changes,
+    Entry,
     build_table,
     diff,
-    messages,
 )
 from controllers.routing import Route
 
@@ -146,6 +149,40 @@ def _ff_group_mod(dp: Any, cmd: int, group_id: int, ports: tuple[int, ...]) -> A
     return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_FF, group_id, buckets)
 
 
+def messages(dp: Any, changes: Changes, method: str) -> list[Any]:
+    """os-ken messages for ``flowtable.diff``'s ``changes``, in the order they must be sent.
+
+    ``dp`` is a datapath or a ``protocol`` stand-in; ``method`` is the select groups'
+    selection method (see the module docstring).
+    """
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    msgs: list[Any] = []
+    for gid, spec in changes.groups_set:
+        msgs.append(group_mod(dp, gid, spec.ports, command="add_or_mod", kind=spec.kind,
+                              method=method))
+    for entry in changes.entries_set:
+        msgs.append(entry_mod(dp, entry))
+    for entry in changes.entries_del:
+        msgs.append(parser.OFPFlowMod(dp, cookie=entry.cookie, table_id=0,
+                                      command=ofp.OFPFC_DELETE_STRICT, priority=entry.priority,
+                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                                      match=parser.OFPMatch(**dict(entry.match))))
+    for gid in changes.groups_del:
+        msgs.append(parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT, gid))
+    return msgs
+
+
+def entry_mod(dp: Any, entry: Entry) -> Any:
+    """``OFPFC_ADD`` for one entry (adds it, or atomically replaces one with the same key)."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    acts = [parser.OFPActionOutput(arg) if kind == "output" else parser.OFPActionGroup(arg)
+            for kind, arg in entry.actions]
+    inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, acts)] if acts else []
+    return parser.OFPFlowMod(dp, cookie=entry.cookie, table_id=0, command=ofp.OFPFC_ADD,
+                             priority=entry.priority, match=parser.OFPMatch(**dict(entry.match)),
+                             instructions=inst)
+
+
 def switch_program(dp: Any, routes: list[Route],
                    method: str = DEFAULT_SELECT_METHOD) -> list[Any]:
     """A clean switch's whole program, in order: wipe, groups, flows, table-miss drop.
@@ -166,6 +203,6 @@ def switch_program(dp: Any, routes: list[Route],
 
 __all__ = [
     "COOKIE_ROUTE", "DEFAULT_SELECT_METHOD", "ETH_ARP", "ETH_IPV4", "FF_GROUP_BASE",
-    "SELECT_METHODS", "group_mod", "ofproto_v1_3", "ofproto_v1_5", "protocol",
-    "selection_method_property", "switch_program",
+    "SELECT_METHODS", "entry_mod", "group_mod", "messages", "ofproto_v1_3", "ofproto_v1_5",
+    "protocol", "selection_method_property", "switch_program",
 ]

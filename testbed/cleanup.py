@@ -13,6 +13,11 @@ Plain Mininet built from the lab's plans (the bring-up benchmark's baseline,
 leaves is recognised by the lab's node names (``NODE_RE``), and only while no
 fabric that could own those names is alive (``plain_mininet_leftovers``).
 
+Fault injection (``testbed.faults``) leaves rules in host namespaces and traffic
+processes when its run dies; ``cleanup_faults`` removes them by the names in
+``testbed.faultmarks``. This module is the lowest layer of the lab's shell side: it
+imports neither the injector nor ``testbed.lab``, which both build on it.
+
 Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
 not the lab's.
 """
@@ -29,9 +34,10 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from testbed.faultmarks import ENV_MARK, IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK
 from testbed.plan import write_json_atomic
 
 STATE_DIR = os.environ.get("ASTRAL_LAB_STATE_DIR", "/run/astral-lab")
@@ -383,9 +389,7 @@ def clean(verbose: bool = True) -> dict[str, int]:
     if procs:
         kill_pids(procs)
         done["processes"] += len(procs)
-    from testbed import faults  # late import: faults imports this module
-
-    done["processes"] += faults.cleanup_faults(keep_runs=live_runs)["processes"]
+    done["processes"] += cleanup_faults(keep_runs=live_runs)["processes"]
     for path in stale_scratch(live_runs):  # folders of dead runs whose record is gone
         scratch(path)
     for path in _old_diagnose_files():
@@ -480,7 +484,112 @@ def leftovers(plan: Any) -> list[str]:
     live = {rec.get("run_id", "") for rec in _records()
             if rec.get("owner_pid") and _alive(int(rec["owner_pid"]))}
     found += [f"scratch folder {d}" for d in stale_scratch(live) if not scratch_kept(d)]
-    from testbed import faults
-
-    found += [f"fault process pid {p}" for p in faults.fault_processes()]
+    found += [f"fault process pid {p}" for p in fault_processes()]
     return found
+
+
+# ----------------------------------------------------------------------------------------
+# What fault injection (``testbed.faults``) leaves in host namespaces, and its processes
+# ----------------------------------------------------------------------------------------
+def nic_loss_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]], host: str
+                       ) -> list[str]:
+    """What of a nic-loss is present in ``host``'s namespace (``sh`` runs a command there)."""
+    left = []
+    if NFT_TABLE in sh(["nft", "list", "tables"], host, check=False).stdout:
+        left.append(f"nft table {NFT_FAMILY} {NFT_TABLE}")
+    if sh(["ip", "link", "show", "dev", SINK], host, check=False).returncode == 0:
+        left.append(f"interface {SINK}")
+    chains = sh(["iptables", "-w", "-S"], host, check=False).stdout
+    left += [f"iptables chain {c}" for c in (IPT_IN, IPT_OUT) if f"-N {c}" in chains]
+    return left
+
+
+def _host_shells() -> dict[int, str]:
+    """``pid -> name`` of Mininet shells (``mininet:NAME``) in a network namespace of their
+    own: hosts, not switches or controllers (whose shells share the root namespace)."""
+    try:
+        root = os.readlink("/proc/self/ns/net")
+    except OSError:
+        return {}
+    shells: dict[int, str] = {}
+    seen: set[str] = set()
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        pid = int(path.split("/")[2])
+        for arg in _cmdline(pid).split("\0"):
+            if not arg.startswith("mininet:"):
+                continue
+            try:
+                ns = os.readlink(f"/proc/{pid}/ns/net")
+            except OSError:
+                break
+            if ns != root and ns not in seen:
+                seen.add(ns)
+                shells[pid] = arg[len("mininet:"):]
+    return shells
+
+
+#: One shell script per namespace (a subprocess each is what cleanup costs): remove what a
+#: nic-loss leaves, print 1 if something was there.
+_CLEAN_NS = f"""n=0
+nft delete table {NFT_FAMILY} {NFT_TABLE} 2>/dev/null && n=1
+ip link del {SINK} 2>/dev/null && n=1
+if iptables -w -S 2>/dev/null | grep -q ASTRAL_LAB_FAULTS; then
+  n=1
+  while iptables -w -D INPUT -j {IPT_IN} 2>/dev/null; do :; done
+  while iptables -w -D OUTPUT -j {IPT_OUT} 2>/dev/null; do :; done
+  for c in {IPT_IN} {IPT_OUT}; do iptables -w -F $c 2>/dev/null; iptables -w -X $c 2>/dev/null; done
+fi
+echo $n
+"""
+
+
+def fault_processes() -> dict[int, str]:
+    """``pid -> run id`` of processes a hot-receiver started (``ASTRAL_LAB_FAULT`` marker)."""
+    found = {}
+    mark = ENV_MARK.encode() + b"="
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        with contextlib.suppress(OSError, ValueError), open(path, "rb") as fh:
+            for var in fh.read().split(b"\0"):
+                if var.startswith(mark):
+                    found[int(path.split("/")[2])] = var[len(mark):].decode().split(":")[0]
+    return found
+
+
+def _run_pids(keep_runs: Collection[str]) -> set[int]:
+    """PIDs listed in the run records of ``keep_runs`` (their host shells)."""
+    pids: set[int] = set()
+    for path in glob.glob(os.path.join(STATE_DIR, "*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            with open(path, encoding="utf-8") as fh:
+                rec = json.load(fh)
+            if rec.get("run_id") in keep_runs:
+                pids.update(int(p) for p in rec.get("pids", []))
+    return pids
+
+
+def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection[str] = (),
+                   runs: Collection[str] | None = None) -> dict[str, int]:
+    """Remove fault leftovers; restore nothing else. Safe to run any time.
+
+    In the namespace of each host shell (``host_pids``, default every Mininet host shell
+    except those of ``keep_runs``): delete the nft table ``astral_lab_faults``, the
+    ``astral-sink`` veth and the iptables fallback chains. Then kill hot-receiver traffic
+    processes whose lab run is not in ``keep_runs`` (and, if ``runs`` is given, is one
+    of ``runs``). Link states and HTB rates need no cleanup: they live on interfaces
+    that are deleted with the lab. Returns how many namespaces had something removed
+    and how many processes were killed.
+    """
+    done = {"namespaces": 0, "processes": 0}
+    if host_pids is None:
+        skip = _run_pids(keep_runs)
+        host_pids = [p for p in _host_shells() if p not in skip]
+    for pid in host_pids:
+        out = run(["mnexec", "-a", str(pid), "sh", "-c", _CLEAN_NS]).stdout
+        done["namespaces"] += int(out.strip().endswith("1"))
+    orphans = [p for p, run_id in fault_processes().items()
+               if run_id not in keep_runs and (runs is None or run_id in runs)
+               and p != os.getpid()]
+    if orphans:
+        kill_pids(orphans, grace=1.0)
+        done["processes"] = len(orphans)
+    return done

@@ -32,64 +32,87 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
                    experts sit on the target's GPU (``traffic.workload`` + ``traffic.kernels``),
                    played as steady UDP streams (``testbed.probe``) at ``overload`` x its NIC.
 
-Pure parts (no root, unit-tested): ``Fault`` and its validation, ``parse_target``,
-``resolve``, ``canonical_component``, the exact ``tc``/``nft``/``iptables`` commands,
-``incast_weights`` and ``random_schedule``. The shell part is ``FaultInjector`` and
-``cleanup_faults``.
+Where things live (every name is importable from here): the pure parts, unit-tested
+without root (``Fault`` and its validation, targets, the ``nft``/``iptables`` commands,
+the incast's shape, ``random_schedule``), are in ``testbed.faultspec``; this module
+runs them on a lab (``FaultInjector``, and link-degrade's ``tc`` lines, which come from
+the lab's own shaping). Removing what a crashed run left (``cleanup_faults``) belongs to
+``testbed.cleanup``, so ``astral-lab clean`` needs no injector; the nic-loss probe
+(``loss_backend_problems``) sits with the other capability probes in ``testbed.preflight``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import glob
 import json
-import math
 import os
-import random
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from testbed import cleanup
+from testbed.cleanup import cleanup_faults, fault_processes, nic_loss_leftovers
+from testbed.faultmarks import (
+    ENV_MARK,
+    IPT_IN,
+    IPT_OUT,
+    NFT_FAMILY,
+    NFT_TABLE,
+    SINK,
+    SINK_PEER,
+)
+from testbed.faultspec import (
+    CONTROLLER,
+    DIRECTIONS,
+    HOT_PAYLOAD,
+    HOT_PORT,
+    HOT_SPORT_BASE,
+    KINDS,
+    MAX_HOT_SENDERS,
+    NUMGEN_MOD,
+    TARGET_KIND,
+    WIRE_OVERHEAD,
+    Fault,
+    Target,
+    canonical_component,
+    hot_streams,
+    incast_bytes,
+    incast_weights,
+    iptables_loss_commands,
+    leaf_switches,
+    link_ends,
+    link_name,
+    nft_loss_commands,
+    nft_loss_script,
+    parallel_links,
+    parse_htb_rate,
+    parse_target,
+    random_schedule,
+    resolve,
+    traffic_links,
+)
 from testbed.lab import htb_commands
 from testbed.plan import Link, WiringPlan
-from testbed.preflight import LabError
+from testbed.preflight import LabError, loss_backend_problems
 
-KINDS = ("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
-         "controller-kill", "controller-restart", "hot-receiver")
-#: What each kind's ``target`` must name.
-TARGET_KIND = {"link-down": "link", "link-flap": "link", "link-degrade": "link",
-               "nic-loss": "host", "switch-down": "switch", "controller-kill": "controller",
-               "controller-restart": "controller", "hot-receiver": "host"}
-DIRECTIONS = ("ingress", "egress", "both")
-CONTROLLER = "controller"
-
-#: nftables table (netdev family) that holds every nic-loss rule in a host's namespace.
-NFT_TABLE = "astral_lab_faults"
-NFT_FAMILY = "netdev"
-#: Egress losses are forwarded into this veth (its peer stays down, so the kernel frees
-#: them): unlike ``drop``, the sender sees a successful send, as with a real lossy optic.
-SINK, SINK_PEER = "astral-sink", "astral-sink-p"
-#: iptables fallback chains (filter table, IPv4 only).
-IPT_IN, IPT_OUT = "ASTRAL_LAB_FAULTS_IN", "ASTRAL_LAB_FAULTS_OUT"
-#: ``numgen random mod NUMGEN_MOD < k``: a probability in steps of one in a million.
-NUMGEN_MOD = 1_000_000
-#: Environment marker on hot-receiver traffic processes, so ``cleanup_faults`` finds orphans.
-ENV_MARK = "ASTRAL_LAB_FAULT"
-#: UDP port of hot-receiver streams (4791 stays free for RoCE replay receivers on the target).
-HOT_PORT = 4792
-HOT_PAYLOAD = 1000  # UDP payload bytes of hot-receiver packets
-HOT_SPORT_BASE = 52000  # sender i of fault id f: UDP source port 52000 + 200 * (f % 64) + i
-MAX_HOT_SENDERS = 200
-WIRE_OVERHEAD = 42  # Ethernet 14 + IPv4 20 + UDP 8 bytes around a UDP payload
+#: Every public name, including those defined in ``faultspec``, ``faultmarks``, ``cleanup``
+#: and ``preflight``: callers import them all from here.
+__all__ = [
+    "CONTROLLER", "DIRECTIONS", "ENV_MARK", "Fault", "FaultError", "FaultInjector", "HOT_PAYLOAD",
+    "HOT_PORT", "HOT_SPORT_BASE", "Handle", "IPT_IN", "IPT_OUT", "KINDS", "MAX_HOT_SENDERS",
+    "NFT_FAMILY", "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun", "TARGET_KIND",
+    "Target", "WIRE_OVERHEAD", "canonical_component", "cleanup_faults", "degrade_commands",
+    "fault_processes", "hot_streams", "htb_rate_command", "incast_bytes", "incast_weights",
+    "iptables_loss_commands", "leaf_switches", "link_ends", "link_name", "loss_backend_problems",
+    "nft_loss_commands", "nft_loss_script", "nic_loss_leftovers", "parallel_links",
+    "parse_htb_rate", "parse_target", "random_schedule", "resolve", "traffic_links",
+]
 
 
 class FaultError(LabError):
@@ -97,249 +120,8 @@ class FaultError(LabError):
 
 
 # ----------------------------------------------------------------------------------------
-# Fault descriptions (plain data) and their names
+# link-degrade's tc commands (derived from the lab's own shaping, hence here)
 # ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Fault:
-    """One fault: what, where, when, and the knobs of its kind.
-
-    ``target`` uses the wiring plan's names: a link ``a~b`` or ``a~b#k`` (k = which of
-    several parallel cables between a and b, in plan order, as ``Lab.set_link``'s
-    ``lane``), a switch, a host (its NIC), or ``controller``. ``at`` is seconds after
-    the start of a schedule (``inject`` applies a fault at once and ignores it);
-    ``duration`` is seconds until it is undone (None: until ``undo``). ``link-flap``
-    lasts ``count * period`` and takes no duration; for ``controller-restart`` the
-    duration is the downtime between kill and start (None = 0).
-
-    Kind knobs: ``period``, ``count`` (link-flap); ``fraction`` (link-degrade: new rate
-    = fraction x configured rate); ``probability``, ``direction`` (nic-loss);
-    ``overload``, ``hot_share``, ``senders``, ``seed`` (hot-receiver: offered load as a
-    multiple of the target's NIC rate, share of routing that goes to the hot experts,
-    at most this many sources (0 = all), the workload seed). Every knob is validated
-    whatever the kind, so a typo is caught even where the knob is unused.
-    """
-
-    kind: str
-    target: str = ""
-    at: float = 0.0
-    duration: float | None = None
-    period: float = 1.0
-    count: int = 3
-    fraction: float = 0.25
-    probability: float = 0.1
-    direction: str = "both"
-    overload: float = 2.0
-    hot_share: float = 0.5
-    senders: int = 0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
-        if TARGET_KIND[self.kind] == CONTROLLER:
-            if self.target not in ("", CONTROLLER):
-                raise ValueError(f"target of {self.kind} must be 'controller' (got "
-                                 f"{self.target!r})")
-            object.__setattr__(self, "target", CONTROLLER)
-        elif not isinstance(self.target, str) or not self.target:
-            raise ValueError(f"target: {self.kind} needs a {TARGET_KIND[self.kind]} name")
-        _number("at", self.at, low=0.0)
-        if self.duration is not None:
-            _number("duration", self.duration, low=0.0)
-            if self.kind == "link-flap":
-                raise ValueError("duration: a link-flap lasts count x period; leave duration "
-                                 "None and set period and count")
-        _number("period", self.period, low=0.0, low_open=True)
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
-            raise ValueError(f"count must be an integer >= 1 (got {self.count!r})")
-        _number("fraction", self.fraction, low=0.0, high=1.0, low_open=True, high_open=True,
-                why="link-degrade sets the rate to fraction x the configured rate")
-        _number("probability", self.probability, low=0.0, high=1.0, low_open=True,
-                why="nic-loss drops each IPv4 frame with this probability")
-        if self.direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)} "
-                             f"(got {self.direction!r})")
-        _number("overload", self.overload, low=0.0, low_open=True)
-        _number("hot_share", self.hot_share, low=0.0, high=1.0, low_open=True, high_open=True)
-        for name in ("senders", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0 (got {value!r})")
-
-    @property
-    def span(self) -> float | None:
-        """Seconds from injection to undo (None: open-ended, until ``undo``)."""
-        if self.kind == "link-flap":
-            return self.period * self.count
-        if self.kind == "controller-restart":
-            return self.duration or 0.0
-        return self.duration
-
-    @property
-    def end(self) -> float | None:
-        """Schedule time when the fault is undone (None: open-ended)."""
-        span = self.span
-        return None if span is None else self.at + span
-
-    @property
-    def component(self) -> str:
-        """The ground-truth component a diagnosis should name.
-
-        Links read ``a~b#k`` (``#0`` added when the target gives no cable index),
-        switches and hosts their own name, controller faults ``controller``. Exact
-        for a target ``resolve`` returned (plan order of ``a`` and ``b``); use
-        ``canonical_component`` to compare any other spelling.
-        """
-        if TARGET_KIND[self.kind] == "link" and "#" not in self.target:
-            return f"{self.target}#0"
-        return self.target
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Fault:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown fault field(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(sorted(known))}")
-        return cls(**data)
-
-
-def _number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-            low_open: bool = False, high_open: bool = False, why: str = "") -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is a finite number in the range."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        left = "(" if low_open or low is None else "["
-        right = ")" if high_open or high is None else "]"
-        lo = "-inf" if low is None else f"{low:g}"
-        hi = "inf" if high is None else f"{high:g}"
-        rng = f"{left}{lo}, {hi}{right}"
-        raise ValueError(f"{name} must be a number in {rng} (got {value!r})"
-                         + (f": {why}" if why else ""))
-
-
-@dataclass(frozen=True)
-class Target:
-    """A fault target resolved against a plan. ``name`` is the canonical component."""
-
-    kind: str  # "link", "switch", "host" or "controller"
-    name: str
-    link: Link | None = None
-    lane: int = 0  # index among the parallel cables between link.a and link.b (plan order)
-
-
-_INTF = re.compile(r"^(?P<node>.+)-eth(?P<port>\d+)$")
-
-
-def parallel_links(plan: WiringPlan, a: str, b: str) -> list[Link]:
-    """The plan's cables between two nodes, in plan order (``Lab.links_between`` order)."""
-    return [ln for ln in plan.links if {ln.a, ln.b} == {a, b}]
-
-
-def link_name(plan: WiringPlan, link: Link) -> str:
-    """Canonical name of a plan link: ``a~b#k`` with the plan's (lower tier first) order."""
-    return f"{link.a}~{link.b}#{parallel_links(plan, link.a, link.b).index(link)}"
-
-
-def parse_target(plan: WiringPlan, text: str) -> Target:
-    """Resolve a target name against ``plan``; ``ValueError`` naming ``target`` if unknown.
-
-    Accepted: ``controller``; a node name (host or switch); a link ``a~b`` or ``a~b#k``
-    in either order (``#k`` may be left out only where a single cable joins a and b);
-    an interface name ``node-ethN`` (the link through that port).
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"target must be a non-empty name (got {text!r})")
-    text = text.strip()
-    if text == CONTROLLER:
-        return Target(CONTROLLER, CONTROLLER)
-    names = {n.name: n for n in plan.nodes}
-    if "~" in text:
-        pair, _, lane_text = text.partition("#")
-        a, _, b = pair.partition("~")
-        for end in (a, b):
-            if end not in names:
-                raise ValueError(f"target {text!r}: no node {end!r} in the plan")
-        cables = parallel_links(plan, a, b)
-        if not cables:
-            raise ValueError(f"target {text!r}: no link between {a} and {b} in the plan")
-        if lane_text:
-            if not lane_text.isdigit() or int(lane_text) >= len(cables):
-                raise ValueError(f"target {text!r}: cable index must be 0..{len(cables) - 1} "
-                                 f"({len(cables)} cable(s) join {a} and {b})")
-            lane = int(lane_text)
-        elif len(cables) == 1:
-            lane = 0
-        else:
-            raise ValueError(f"target {text!r}: {len(cables)} cables join {a} and {b}; name "
-                             f"one as {cables[0].a}~{cables[0].b}#0 .. #{len(cables) - 1}")
-        link = cables[lane]
-        return Target("link", f"{link.a}~{link.b}#{lane}", link, lane)
-    if text in names:
-        node = names[text]
-        return Target("host" if node.kind == "host" else "switch", node.name)
-    m = _INTF.match(text)
-    if m and m["node"] in names:
-        peer = plan.ports()[m["node"]].get(int(m["port"]))
-        if peer is None:
-            raise ValueError(f"target {text!r}: {m['node']} has no port {m['port']}")
-        link = peer[2]
-        lane = parallel_links(plan, link.a, link.b).index(link)
-        return Target("link", f"{link.a}~{link.b}#{lane}", link, lane)
-    example = plan.hosts[0].name if plan.hosts else "s0g0"
-    raise ValueError(f"target {text!r} is not in the plan: name a host ({example}), a switch, "
-                     "a link a~b[#k], an interface node-ethN, or 'controller'")
-
-
-def resolve(plan: WiringPlan, fault: Fault) -> Fault:
-    """``fault`` with its target checked against ``plan`` and written canonically.
-
-    Raises ``ValueError`` naming ``target`` when the name is unknown or names the
-    wrong kind of thing (e.g. a host for switch-down). Pure.
-    """
-    want = TARGET_KIND[fault.kind]
-    target = parse_target(plan, fault.target)
-    if target.kind != want:
-        raise ValueError(f"target {fault.target!r} is a {target.kind}; {fault.kind} needs a "
-                         f"{want} ({_example(plan, want)})")
-    if fault.kind == "hot-receiver":
-        incast_weights(plan, target.name, hot_share=fault.hot_share, seed=fault.seed)
-    return dataclasses.replace(fault, target=target.name)
-
-
-def canonical_component(plan: WiringPlan, name: str) -> str:
-    """Any spelling of a component (``spine2~lf0r1``, ``lf0r1-eth5``, ``s1g3``) -> its
-    canonical name, so an answer can be compared with ``Fault.component``. Pure."""
-    return parse_target(plan, name).name
-
-
-def _example(plan: WiringPlan, kind: str) -> str:
-    if kind == "link":
-        lanes = traffic_links(plan) or plan.links
-        return f"e.g. {link_name(plan, lanes[0])}" if lanes else "a~b"
-    if kind == "host":
-        return f"e.g. {plan.hosts[0].name}"
-    if kind == "switch":
-        return f"e.g. {plan.switches[0].name}"
-    return CONTROLLER
-
-
-# ----------------------------------------------------------------------------------------
-# Pure command construction
-# ----------------------------------------------------------------------------------------
-def link_ends(plan: WiringPlan, link: Link) -> list[tuple[str, str, bool]]:
-    """``(node, interface, in a host namespace?)`` for both ends of ``link``."""
-    hosts = {h.name for h in plan.hosts}
-    return [(link.a, link.a_intf, link.a in hosts), (link.b, link.b_intf, link.b in hosts)]
-
-
 def htb_rate_command(dev: str, mbps: float) -> list[str]:
     """``tc class change`` of the lab's HTB class 5:1 on ``dev`` to ``mbps``.
 
@@ -359,253 +141,6 @@ def degrade_commands(plan: WiringPlan, link: Link, mbps: float
     """
     return [(node if in_host else None, htb_rate_command(intf, mbps))
             for node, intf, in_host in link_ends(plan, link)]
-
-
-def nft_loss_script(dev: str, probability: float, direction: str = "both") -> str:
-    """``nft -f`` input: drop IPv4 frames with ``probability`` on ``dev`` (netdev hooks).
-
-    Only ``meta protocol ip`` frames are touched, so ARP keeps working (a lossy link
-    loses ARP too, but then a loss fault turns into reachability noise). Ingress losses
-    are dropped before the host's stack sees them; egress losses are forwarded to the
-    ``astral-sink`` veth (see ``SINK``) so the sending socket is not told.
-    """
-    k = max(1, round(probability * NUMGEN_MOD))
-    # nft refuses a bound equal to the modulus: probability 1 simply matches every frame
-    chance = f"numgen random mod {NUMGEN_MOD} < {k} " if k < NUMGEN_MOD else ""
-    lines = [f"table {NFT_FAMILY} {NFT_TABLE} {{"]
-    hooks = (("ingress", "drop"), ("egress", f'fwd to "{SINK}"'))
-    for hook, verdict in hooks:
-        if direction in (hook, "both"):
-            lines += [f"  chain {hook} {{",
-                      f'    type filter hook {hook} device "{dev}" priority -500; '
-                      "policy accept;",
-                      f"    meta protocol ip {chance}counter {verdict}",
-                      "  }"]
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def nft_loss_commands(dev: str, probability: float, direction: str = "both"
-                      ) -> tuple[list[list[str]], str, list[list[str]]]:
-    """``(setup argv list, nft script, undo argv list)`` for a nic-loss with nftables.
-
-    Run inside the host's namespace: setup first (the egress sink), then
-    ``nft -f -`` with the script; undo deletes the table and the sink.
-    """
-    setup: list[list[str]] = []
-    undo = [["nft", "delete", "table", NFT_FAMILY, NFT_TABLE]]
-    if direction in ("egress", "both"):
-        setup = [["ip", "link", "add", SINK, "type", "veth", "peer", "name", SINK_PEER],
-                 ["ip", "link", "set", SINK, "up"]]
-        undo.append(["ip", "link", "del", SINK])
-    return setup, nft_loss_script(dev, probability, direction), undo
-
-
-def iptables_loss_commands(dev: str, probability: float, direction: str = "both"
-                           ) -> tuple[list[list[str]], list[list[str]]]:
-    """``(setup, undo)`` argv lists for a nic-loss with iptables' ``statistic`` match.
-
-    The fallback where nftables cannot be used. IPv4 only (ARP untouched), and only
-    what the host's own IP stack sends or receives: INPUT sees every frame for the
-    host, but OUTPUT misses raw-socket senders (the replay agents), and a DROP in
-    OUTPUT is reported to the sending socket (EPERM).
-    """
-    p = f"{probability:.6f}"
-    setup: list[list[str]] = []
-    undo: list[list[str]] = []
-    for chain, parent, flag, hook in ((IPT_IN, "INPUT", "-i", "ingress"),
-                                      (IPT_OUT, "OUTPUT", "-o", "egress")):
-        if direction not in (hook, "both"):
-            continue
-        setup += [["iptables", "-w", "-N", chain],
-                  ["iptables", "-w", "-A", chain, flag, dev, "-m", "statistic", "--mode",
-                   "random", "--probability", p, "-j", "DROP"],
-                  ["iptables", "-w", "-I", parent, "1", "-j", chain]]
-        undo += [["iptables", "-w", "-D", parent, "-j", chain],
-                 ["iptables", "-w", "-F", chain], ["iptables", "-w", "-X", chain]]
-    return setup, undo
-
-
-_RATE = re.compile(r"\brate (?P<num>[0-9.]+)(?P<unit>[KMGT]?)bit\b")
-_UNITS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-
-
-def parse_htb_rate(tc_class_show: str) -> float | None:
-    """Rate in Mb/s of the first HTB class in ``tc class show`` output (None if none)."""
-    m = _RATE.search(tc_class_show)
-    return None if m is None else float(m["num"]) * _UNITS[m["unit"]] / 1e6
-
-
-# ----------------------------------------------------------------------------------------
-# Hot receiver: the incast's shape from the MoE workload model
-# ----------------------------------------------------------------------------------------
-def incast_bytes(plan: WiringPlan, target: str, *, hot_share: float = 0.5, seed: int = 0,
-                 tokens_per_gpu: int = 128, intra_server: str = "nvlink") -> dict[str, int]:
-    """Bytes each source host's NIC sends to ``target`` in one hot decode step. Pure.
-
-    One decode step of DeepSeek-V3 (``traffic.workload.simulate_step``; node-limited
-    routing off, so any plan size works) with hot-set gating: the experts of one GPU
-    take ``hot_share`` of the routing. Contiguous placement puts those experts on GPU
-    0 of server 0, so the ranks are relabelled (servers rotated, GPU indexes rotated
-    within a server: a relabelling the model is symmetric under) to put that GPU on
-    ``target``. The low-latency kernel (``traffic.kernels.low_latency``) then says how
-    many bytes each other GPU's NIC sends to it; with ``intra_server="nvlink"`` GPUs
-    of the target's own server use NVLink and are not sources.
-    """
-    from traffic.kernels import Cluster, low_latency
-    from traffic.workload import hotset, preset, simulate_step
-
-    node = plan.node(target)
-    if node.kind != "host":
-        raise ValueError(f"target {target!r} is not a host")
-    try:
-        cluster = Cluster.from_plan(plan)
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"target: this plan has no (server, gpu) grid for an incast: {exc}"
-                         ) from None
-    S, P = cluster.servers, cluster.gpus_per_server
-    t_server, t_gpu = int(node.loc["server"]), int(node.loc["gpu"])
-    model = dataclasses.replace(preset("deepseek-v3"), max_nodes_per_token=None)
-    experts = model.routed_experts
-    hot = max(1, experts // (S * P))
-    step = simulate_step(model, S, P, tokens_per_gpu,
-                         gating=hotset(hot / experts, hot_share, shuffle=False), seed=seed)
-    flows = low_latency(step, phases=("dispatch",), intra_server=intra_server).flows
-    rank_of = {name: r for r, name in enumerate(Cluster.default(S, P).hosts)}
-    sent: dict[str, int] = {}
-    for f in flows:
-        if rank_of[f.dst] != 0:
-            continue
-        s, g = divmod(rank_of[f.src], P)
-        src = cluster.host(((s + t_server) % S) * P + (g + t_gpu) % P)
-        sent[src] = sent.get(src, 0) + f.bytes
-    if not sum(sent.values()):
-        raise ValueError(f"target {target!r}: no host sends to it over the fabric in this plan "
-                         "(a single server talks over NVLink); use a plan with 2+ servers")
-    return {h: sent[h] for h in sorted(sent, key=lambda h: (-sent[h], h))}
-
-
-def incast_weights(plan: WiringPlan, target: str, *, hot_share: float = 0.5, seed: int = 0,
-                   intra_server: str = "nvlink") -> dict[str, float]:
-    """Share of the hot-receiver incast each source sends (sums to 1; heaviest first). Pure."""
-    sent = incast_bytes(plan, target, hot_share=hot_share, seed=seed, intra_server=intra_server)
-    total = sum(sent.values())
-    return {h: b / total for h, b in sent.items()}
-
-
-def hot_streams(plan: WiringPlan, fault: Fault, sport_base: int = HOT_SPORT_BASE
-                ) -> list[dict[str, Any]]:
-    """The hot-receiver's UDP streams: ``{src, sport, mbps, pps}`` per source. Pure.
-
-    Offered load is ``overload`` x the target's NIC rate, split by ``incast_weights``
-    (the ``senders`` heaviest sources when ``senders`` > 0, at most ``MAX_HOT_SENDERS``),
-    each capped at its own NIC's rate; packets carry ``HOT_PAYLOAD`` bytes (+42 on the
-    wire). Source i sends from UDP port ``sport_base + i`` (the receiver tells sources
-    apart by it).
-    """
-    weights = incast_weights(plan, fault.target, hot_share=fault.hot_share, seed=fault.seed)
-    chosen = list(weights)[:min(fault.senders or MAX_HOT_SENDERS, MAX_HOT_SENDERS)]
-    norm = sum(weights[h] for h in chosen)
-    nic = plan.host_link_mbps()
-    offered = fault.overload * nic[fault.target]
-    out = []
-    for i, src in enumerate(chosen):
-        mbps = min(nic[src], offered * weights[src] / norm)
-        pps = mbps * 1e6 / (8 * (HOT_PAYLOAD + WIRE_OVERHEAD))
-        if pps >= 1:
-            out.append({"src": src, "sport": sport_base + i, "mbps": round(mbps, 4),
-                        "pps": round(pps, 2)})
-    return out
-
-
-# ----------------------------------------------------------------------------------------
-# Random schedules for evaluations
-# ----------------------------------------------------------------------------------------
-def traffic_links(plan: WiringPlan) -> list[Link]:
-    """Switch-to-switch links that carry fabric traffic (astral3 lanes, other designs'
-    uplinks); NIC and NVLink cables are left out."""
-    return [ln for ln in plan.links if ln.kind in ("lane", "uplink")]
-
-
-def leaf_switches(plan: WiringPlan) -> list[str]:
-    """Switches the GPU NICs attach to (leaf, ToR, edge)."""
-    return [s.name for s in plan.switches if s.tier in ("leaf", "tor", "edge")]
-
-
-def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int = 8,
-                    duration_s: float = 120.0, seed: int = 0, min_gap_s: float = 5.0,
-                    overlap: bool = False) -> list[Fault]:
-    """``n`` faults within ``duration_s`` seconds, reproducible for a ``seed``. Pure.
-
-    Kinds are spread evenly (a seeded order of ``kinds`` repeated, so counts differ by
-    at most one and every kind appears once ``n >= len(kinds)``). Targets: links
-    among ``traffic_links`` (leaf-spine lanes), switches among ``leaf_switches``,
-    NICs among the hosts. Without ``overlap`` the run is cut into ``n`` equal slots
-    and each fault, with its recovery gap of ``min_gap_s``, fits in its own slot, so
-    faults never overlap and are ``min_gap_s`` apart. Kind knobs are drawn from ranges
-    a detector should see: degrade to 10-50%, loss 2-20%, 2-4 flaps.
-    """
-    kinds = list(KINDS if kinds is None else kinds)
-    for k in kinds:
-        if k not in KINDS:
-            raise ValueError(f"kinds: unknown kind {k!r}; choose from {', '.join(KINDS)}")
-    if not kinds:
-        raise ValueError("kinds must name at least one kind")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1 (got {n!r})")
-    _number("duration_s", duration_s, low=0.0, low_open=True)
-    _number("min_gap_s", min_gap_s, low=0.0)
-    slot = duration_s / n
-    room = slot - min_gap_s
-    if not overlap and room < 1.0:
-        raise ValueError(f"duration_s={duration_s:g} is too short for n={n} faults with "
-                         f"min_gap_s={min_gap_s:g}: each needs >= {min_gap_s + 1:g} s")
-    rng = random.Random(seed)
-    pools = {"link": [link_name(plan, ln) for ln in traffic_links(plan)],
-             "switch": leaf_switches(plan), "host": [h.name for h in plan.hosts],
-             CONTROLLER: [CONTROLLER]}
-    if "hot-receiver" in kinds:
-        pools["hot"] = pools["host"] if _has_incast(plan) else []
-    for k in kinds:
-        pool = pools["hot" if k == "hot-receiver" else TARGET_KIND[k]]
-        if not pool:
-            raise ValueError(f"kinds: this plan has no target for {k}")
-    order = kinds[:]
-    rng.shuffle(order)
-    faults = []
-    for i in range(n):
-        kind = order[i % len(order)]
-        pool = pools["hot" if kind == "hot-receiver" else TARGET_KIND[kind]]
-        target = rng.choice(pool)
-        span = rng.uniform(0.5, 1.0) * (room if not overlap else min(slot, duration_s / 2))
-        span = max(span, 0.5)
-        if overlap:
-            at = rng.uniform(0.0, max(0.0, duration_s - span))
-        else:
-            at = i * slot + rng.uniform(0.0, room - span)
-        knobs: dict[str, Any] = {}
-        if kind == "link-flap":
-            count = rng.randint(2, 4)
-            knobs = {"count": count, "period": round(span / count, 3)}
-        elif kind == "link-degrade":
-            knobs = {"fraction": round(rng.uniform(0.1, 0.5), 3)}
-        elif kind == "nic-loss":
-            knobs = {"probability": round(rng.uniform(0.02, 0.2), 3)}
-        elif kind == "hot-receiver":
-            knobs = {"seed": rng.randrange(1 << 16)}
-        duration = None if kind == "link-flap" else round(span, 3)
-        faults.append(Fault(kind, target, at=round(at, 3), duration=duration, **knobs))
-    return sorted(faults, key=lambda f: f.at)
-
-
-def _has_incast(plan: WiringPlan) -> bool:
-    """Can a hot receiver get traffic over the fabric here? (GPUs on 2+ servers.)"""
-    from traffic.kernels import Cluster
-
-    try:
-        return Cluster.from_plan(plan).servers >= 2
-    except (KeyError, ValueError):
-        return False
 
 
 # ----------------------------------------------------------------------------------------
@@ -1230,148 +765,3 @@ class ScheduleRun:
         for ev in out:
             ev["t"] = round(ev["time"] - self.started, 4)
         return out
-
-
-# ----------------------------------------------------------------------------------------
-# Capability probe and cleanup (shell)
-# ----------------------------------------------------------------------------------------
-_BACKEND_CACHE: dict[str, dict[str, str]] = {}
-
-
-def loss_backend_problems() -> dict[str, str]:
-    """``{"nft": why not or "", "iptables": why not or ""}``, probed once per process.
-
-    Like ``preflight.netem_available``: the exact rules a nic-loss uses are tried on a
-    veth in a throwaway namespace, which is deleted again (nothing is left behind).
-    """
-    if "result" in _BACKEND_CACHE:
-        return _BACKEND_CACHE["result"]
-    ns = f"astral-fprobe-{uuid.uuid4().hex[:8]}"
-    found = {"nft": "", "iptables": ""}
-    try:
-        if cleanup.run(["ip", "netns", "add", ns]).returncode != 0:
-            why = "cannot create a network namespace to test in"
-            found = {"nft": why, "iptables": why}
-        else:
-            cleanup.run(["ip", "-n", ns, "link", "add", "fp0", "type", "veth", "peer", "name",
-                         "fp1"])
-            nsx = ["ip", "netns", "exec", ns]
-            setup, script, _undo = nft_loss_commands("fp0", 0.5, "both")
-            for argv in setup:
-                cleanup.run(nsx + argv)
-            proc = cleanup.run(nsx + ["nft", "-f", "-"], stdin=script)
-            if proc.returncode != 0:
-                found["nft"] = (proc.stderr or proc.stdout).strip()[:200] or "nft failed"
-            setup_i, _u = iptables_loss_commands("fp0", 0.5, "both")
-            for argv in setup_i:
-                proc = cleanup.run(nsx + argv)
-                if proc.returncode != 0:
-                    found["iptables"] = (proc.stderr or proc.stdout).strip()[:200]
-                    break
-    finally:
-        cleanup.run(["ip", "netns", "del", ns])
-    _BACKEND_CACHE["result"] = found
-    return found
-
-
-def nic_loss_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]], host: str
-                       ) -> list[str]:
-    """What of a nic-loss is present in ``host``'s namespace (``sh`` runs a command there)."""
-    left = []
-    if NFT_TABLE in sh(["nft", "list", "tables"], host, check=False).stdout:
-        left.append(f"nft table {NFT_FAMILY} {NFT_TABLE}")
-    if sh(["ip", "link", "show", "dev", SINK], host, check=False).returncode == 0:
-        left.append(f"interface {SINK}")
-    chains = sh(["iptables", "-w", "-S"], host, check=False).stdout
-    left += [f"iptables chain {c}" for c in (IPT_IN, IPT_OUT) if f"-N {c}" in chains]
-    return left
-
-
-def _host_shells() -> dict[int, str]:
-    """``pid -> name`` of Mininet shells (``mininet:NAME``) in a network namespace of their
-    own: hosts, not switches or controllers (whose shells share the root namespace)."""
-    try:
-        root = os.readlink("/proc/self/ns/net")
-    except OSError:
-        return {}
-    shells: dict[int, str] = {}
-    seen: set[str] = set()
-    for path in glob.glob("/proc/[0-9]*/cmdline"):
-        pid = int(path.split("/")[2])
-        for arg in cleanup._cmdline(pid).split("\0"):
-            if not arg.startswith("mininet:"):
-                continue
-            try:
-                ns = os.readlink(f"/proc/{pid}/ns/net")
-            except OSError:
-                break
-            if ns != root and ns not in seen:
-                seen.add(ns)
-                shells[pid] = arg[len("mininet:"):]
-    return shells
-
-
-#: One shell script per namespace (a subprocess each is what cleanup costs): remove what a
-#: nic-loss leaves, print 1 if something was there.
-_CLEAN_NS = f"""n=0
-nft delete table {NFT_FAMILY} {NFT_TABLE} 2>/dev/null && n=1
-ip link del {SINK} 2>/dev/null && n=1
-if iptables -w -S 2>/dev/null | grep -q ASTRAL_LAB_FAULTS; then
-  n=1
-  while iptables -w -D INPUT -j {IPT_IN} 2>/dev/null; do :; done
-  while iptables -w -D OUTPUT -j {IPT_OUT} 2>/dev/null; do :; done
-  for c in {IPT_IN} {IPT_OUT}; do iptables -w -F $c 2>/dev/null; iptables -w -X $c 2>/dev/null; done
-fi
-echo $n
-"""
-
-
-def fault_processes() -> dict[int, str]:
-    """``pid -> run id`` of processes a hot-receiver started (``ASTRAL_LAB_FAULT`` marker)."""
-    found = {}
-    mark = ENV_MARK.encode() + b"="
-    for path in glob.glob("/proc/[0-9]*/environ"):
-        with contextlib.suppress(OSError, ValueError), open(path, "rb") as fh:
-            for var in fh.read().split(b"\0"):
-                if var.startswith(mark):
-                    found[int(path.split("/")[2])] = var[len(mark):].decode().split(":")[0]
-    return found
-
-
-def _run_pids(keep_runs: Collection[str]) -> set[int]:
-    """PIDs listed in the run records of ``keep_runs`` (their host shells)."""
-    pids: set[int] = set()
-    for path in glob.glob(os.path.join(cleanup.STATE_DIR, "*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            with open(path, encoding="utf-8") as fh:
-                rec = json.load(fh)
-            if rec.get("run_id") in keep_runs:
-                pids.update(int(p) for p in rec.get("pids", []))
-    return pids
-
-
-def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection[str] = (),
-                   runs: Collection[str] | None = None) -> dict[str, int]:
-    """Remove fault leftovers; restore nothing else. Safe to run any time.
-
-    In the namespace of each host shell (``host_pids``, default every Mininet host shell
-    except those of ``keep_runs``): delete the nft table ``astral_lab_faults``, the
-    ``astral-sink`` veth and the iptables fallback chains. Then kill hot-receiver traffic
-    processes whose lab run is not in ``keep_runs`` (and, if ``runs`` is given, is one
-    of ``runs``). Link states and HTB rates need no cleanup: they live on interfaces
-    that are deleted with the lab. Returns how many namespaces had something removed
-    and how many processes were killed.
-    """
-    done = {"namespaces": 0, "processes": 0}
-    if host_pids is None:
-        skip = _run_pids(keep_runs)
-        host_pids = [p for p in _host_shells() if p not in skip]
-    for pid in host_pids:
-        out = cleanup.run(["mnexec", "-a", str(pid), "sh", "-c", _CLEAN_NS]).stdout
-        done["namespaces"] += int(out.strip().endswith("1"))
-    orphans = [p for p, run in fault_processes().items()
-               if run not in keep_runs and (runs is None or run in runs) and p != os.getpid()]
-    if orphans:
-        cleanup.kill_pids(orphans, grace=1.0)
-        done["processes"] = len(orphans)
-    return done

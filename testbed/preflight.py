@@ -3,7 +3,8 @@
 Mininet reports many failures only as a printed ``*** Error`` and carries on (a
 missing netem qdisc, an over-limit ``bw``), and a userspace OVS without
 offloads turned off passes ping but stalls TCP. The lab checks first and
-refuses with one message that lists every problem and its fix.
+refuses with one message that lists every problem and its fix. The probes of what
+fault injection needs (``loss_backend_problems``) are here for the same reason.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from testbed import cleanup
+from testbed.faultspec import iptables_loss_commands, nft_loss_commands
 from testbed.mntopo import choose_datapath
 from testbed.plan import WiringPlan
 
@@ -96,6 +98,45 @@ def netem_available() -> bool:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     _NETEM_CACHE["netem"] = ok
     return ok
+
+
+_BACKEND_CACHE: dict[str, dict[str, str]] = {}
+
+
+def loss_backend_problems() -> dict[str, str]:
+    """``{"nft": why not or "", "iptables": why not or ""}`` for a nic-loss fault, probed once.
+
+    Like ``netem_available``: the exact rules a nic-loss uses are tried on a
+    veth in a throwaway namespace, which is deleted again (nothing is left behind).
+    """
+    if "result" in _BACKEND_CACHE:
+        return _BACKEND_CACHE["result"]
+    ns = f"astral-fprobe-{uuid.uuid4().hex[:8]}"
+    found = {"nft": "", "iptables": ""}
+    try:
+        if cleanup.run(["ip", "netns", "add", ns]).returncode != 0:
+            why = "cannot create a network namespace to test in"
+            found = {"nft": why, "iptables": why}
+        else:
+            cleanup.run(["ip", "-n", ns, "link", "add", "fp0", "type", "veth", "peer", "name",
+                         "fp1"])
+            nsx = ["ip", "netns", "exec", ns]
+            setup, script, _undo = nft_loss_commands("fp0", 0.5, "both")
+            for argv in setup:
+                cleanup.run(nsx + argv)
+            proc = cleanup.run(nsx + ["nft", "-f", "-"], stdin=script)
+            if proc.returncode != 0:
+                found["nft"] = (proc.stderr or proc.stdout).strip()[:200] or "nft failed"
+            setup_i, _u = iptables_loss_commands("fp0", 0.5, "both")
+            for argv in setup_i:
+                proc = cleanup.run(nsx + argv)
+                if proc.returncode != 0:
+                    found["iptables"] = (proc.stderr or proc.stdout).strip()[:200]
+                    break
+    finally:
+        cleanup.run(["ip", "netns", "del", ns])
+    _BACKEND_CACHE["result"] = found
+    return found
 
 
 def existing_bridges() -> set[str]:

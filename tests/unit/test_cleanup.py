@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from testbed import cleanup, faults
+from testbed import cleanup
 from testbed.topologies import BUILDERS, build
 
 
@@ -32,7 +32,7 @@ def state_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setattr(cleanup, "existing_interfaces", lambda: set())
     monkeypatch.setattr(cleanup, "all_bridges", lambda: [])
     monkeypatch.setattr(cleanup, "mininet_shells", lambda: {})
-    monkeypatch.setattr(faults, "cleanup_faults",
+    monkeypatch.setattr(cleanup, "cleanup_faults",
                         lambda **_kw: {"namespaces": 0, "processes": 0})
     monkeypatch.delenv("ASTRAL_LAB_KEEP_LOGS", raising=False)
     return d

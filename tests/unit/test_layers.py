@@ -1,0 +1,165 @@
+"""No import cycles between the project's modules, and pure modules stay pure.
+
+Two modules that import each other (directly or through others) can be neither read nor
+tested one without the other, and a lazy import inside a function only hides such a
+cycle from Python, so imports inside functions count here. Pure modules (plans, models,
+table arithmetic) must run anywhere, without root: they may not reach Mininet, os-ken,
+subprocesses or sockets, not even through the project modules they import.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = ("astral_lab", "benchmarks", "controllers", "ops", "scenarios", "testbed", "traffic")
+#: What a pure module may not import, directly or through the project's modules.
+IMPURE = ("mininet", "os_ken", "subprocess", "socket")
+#: Modules that hold plain data and arithmetic (each checked; add new ones as they come).
+PURE = (
+    "testbed.plan", "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.cost",
+    "testbed.flowmodel", "testbed.maxmin", "testbed.faultmarks", "testbed.faultspec",
+    "controllers.flows", "controllers.paths", "controllers.routing", "controllers.lb",
+    "controllers.flowtable", "traffic.workload", "traffic.kernels",
+)
+
+Graph = dict[str, set[str]]
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool) -> list[str]:
+    """Every name an import statement anywhere in ``tree`` imports, made absolute
+    (``from a import b`` yields ``a.b``: a module, or a name in module ``a``)."""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")
+                parts = parts[:len(parts) - node.level + int(is_package)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            names += [f"{base}.{alias.name}" for alias in node.names]
+    return names
+
+
+def import_graph(root: Path, packages: Iterable[str]) -> tuple[Graph, Graph]:
+    """``(project graph, external imports)`` of every .py file in ``packages`` under ``root``.
+
+    The project graph maps a module to the project modules it imports: an imported name
+    resolves to the longest module it starts with, so ``from pkg import module`` is an
+    import of that module and ``from module import name`` one of the module. The second
+    graph maps a module to the top-level names of everything else it imports.
+    """
+    files = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: Graph = {}
+    external: Graph = {}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        graph[module], external[module] = set(), set()
+        for name in _imported(tree, module, path.name == "__init__.py"):
+            parts = name.split(".")
+            found = next((".".join(parts[:n]) for n in range(len(parts), 0, -1)
+                          if ".".join(parts[:n]) in files), None)
+            if found is None:
+                external[module].add(parts[0])
+            elif found != module:
+                graph[module].add(found)
+    return graph, external
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def package_cycles(graph: Graph) -> list[list[str]]:
+    """Cycles between top-level packages (``testbed`` importing ``controllers`` and back)."""
+    top: Graph = {}
+    for module, targets in graph.items():
+        top.setdefault(module.split(".")[0], set()).update(
+            t.split(".")[0] for t in targets if t.split(".")[0] != module.split(".")[0])
+    return cycles(top)
+
+
+def reach(graph: Graph, start: str) -> set[str]:
+    """``start`` and every project module it imports, directly or through others."""
+    seen, todo = {start}, [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def impure(graph: Graph, external: Graph, module: str) -> list[str]:
+    """``"via -> lib"`` for each forbidden library ``module`` reaches (empty when pure)."""
+    return sorted(f"{via} -> {lib}" for via in reach(graph, module)
+                  for lib in external.get(via, ()) if lib in IMPURE)
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    graph, _ = import_graph(REPO, PACKAGES)
+    found = cycles(graph)
+    assert not found, ("modules that import each other, directly or through the others:\n"
+                       + "\n".join(", ".join(c) for c in found))
+
+
+def test_pure_modules_reach_no_mininet_os_ken_subprocess_or_socket() -> None:
+    graph, external = import_graph(REPO, PACKAGES)
+    assert set(PURE) <= set(graph), sorted(set(PURE) - set(graph))
+    bad = {m: impure(graph, external, m) for m in PURE if impure(graph, external, m)}
+    assert not bad, bad
+
+
+def test_the_graph_finds_a_cycle_through_a_lazy_relative_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .c import g\n")
+    (pkg / "c.py").write_text("import subprocess\nimport pkg.a\n")
+    (pkg / "d.py").write_text("from pkg.c import g\n")
+    graph, external = import_graph(tmp_path, ["pkg"])
+    assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.c"}  # module, not package
+    assert graph["pkg.d"] == {"pkg.c"} and external["pkg.c"] == {"subprocess"}
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+    assert impure(graph, external, "pkg.d") == ["pkg.c -> subprocess"]
+    assert package_cycles(graph) == []
