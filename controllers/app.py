@@ -52,7 +52,7 @@ from controllers.flowtable import (
     stat_counter,
 )
 from controllers.ofmsgs import DEFAULT_SELECT_METHOD, messages
-from testbed.plan import WiringPlan, write_json_atomic
+from controllers.plan import WiringPlan, write_json_atomic
 
 LOG = logging.getLogger("astral.controller")
 

@@ -39,8 +39,8 @@ from controllers.flowtable import (
 )
 from controllers.flowtable import infer_groups as _infer_groups
 from controllers.paths import Path, PathFinder
+from controllers.plan import WiringPlan
 from controllers.routing import attach_points, compute_routes, next_hops
-from testbed.plan import WiringPlan
 
 #: the modes the controller runs: every policy module that declares it can
 MODES = policies.names(controller=True)

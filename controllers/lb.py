@@ -45,7 +45,7 @@ import numpy as np
 
 from controllers.flows import Flow
 from controllers.paths import UNITS, Hop, Path, PathFinder
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 
 Assignment = dict[Flow, Path]
 

@@ -20,8 +20,8 @@ from typing import Any
 from controllers import policies
 from controllers.api import AppAPI
 from controllers.fabric import FabricLogic
+from controllers.plan import WiringPlan
 from controllers.rest import make_server
-from testbed.plan import WiringPlan
 
 DEFAULT_OF_PORT = 6653
 DEFAULT_REST_PORT = 8080

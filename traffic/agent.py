@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers.flows import ROCE_PORT
-from testbed.plan import write_json_atomic
+from controllers.plan import write_json_atomic
 from traffic.roce import (
     ECN_ECT0,
     MAX_OVERHEAD,

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 
 from controllers.flows import ROCE_PORT, sport_for_qp
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from traffic.workload import PHASES, StepTraffic
 
 #: Traffic class -> DSCP (see the module docstring for the choice).

@@ -15,10 +15,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("astral_lab", "benchmarks", "controllers", "ops", "scenarios", "testbed", "traffic")
+#: The layers, bottom first: a package may import only packages before it. The wiring plan,
+#: flow records and RoCE constants sit in controllers, whose decisions are pure; traffic
+#: models and puts packets on the wire; testbed builds fabrics, models them and runs them
+#: (the root shell); ops watches them; scenarios use all of it; the CLI and the benchmarks
+#: are the top.
+LAYERS = ("controllers", "traffic", "testbed", "ops", "scenarios", "benchmarks", "astral_lab")
 #: What a pure module may not import, directly or through the project's modules.
 IMPURE = ("mininet", "os_ken", "subprocess", "socket")
 #: Modules that hold plain data and arithmetic (each checked; add new ones as they come).
 PURE = (
+    "controllers.plan", "controllers.policies", "controllers.policies.ecmp",
+    "controllers.policies.ecmp_fluid", "controllers.policies.planned",
+    "controllers.policies.adaptive", "testbed.topologies.astral3", "testbed.topologies.rail3",
+    "testbed.topologies.railonly", "testbed.topologies.fattree",
     "testbed.plan", "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.cost",
     "testbed.flowmodel", "testbed.maxmin", "testbed.faultmarks", "testbed.faultspec",
     "controllers.flows", "controllers.paths", "controllers.routing", "controllers.lb",
@@ -142,6 +152,16 @@ def test_no_module_imports_itself_through_others() -> None:
                        + "\n".join(", ".join(c) for c in found))
 
 
+def test_packages_import_only_the_layers_below_them() -> None:
+    graph, _ = import_graph(REPO, PACKAGES)
+    assert sorted(LAYERS) == sorted(PACKAGES)
+    assert package_cycles(graph) == []
+    rank = {p: i for i, p in enumerate(LAYERS)}
+    upward = sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                    if rank[t.split(".")[0]] > rank[m.split(".")[0]])
+    assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
+
+
 def test_pure_modules_reach_no_mininet_os_ken_subprocess_or_socket() -> None:
     graph, external = import_graph(REPO, PACKAGES)
     assert set(PURE) <= set(graph), sorted(set(PURE) - set(graph))
@@ -163,3 +183,8 @@ def test_the_graph_finds_a_cycle_through_a_lazy_relative_import(tmp_path: Path) 
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
     assert impure(graph, external, "pkg.d") == ["pkg.c -> subprocess"]
     assert package_cycles(graph) == []
+    (tmp_path / "top").mkdir()
+    (tmp_path / "top" / "__init__.py").write_text("import pkg.d\n")
+    (pkg / "e.py").write_text("def f():\n    import top\n")
+    graph, _ = import_graph(tmp_path, ["pkg", "top"])
+    assert package_cycles(graph) == [["pkg", "top"]]

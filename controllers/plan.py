@@ -1,0 +1,293 @@
+"""The wiring plan: the one source of truth every part of the lab reads.
+
+A topology builder (``testbed.topologies``) turns a spec in real units into a
+``WiringPlan``: every node (GPU NIC hosts and switches), every link with its
+real and emulated rate and the port numbers at both ends, the addressing
+(IP/MAC per NIC, DPID per switch) and, for ``astral3``, the optical shuffle.
+Mininet bring-up, the controller, the traffic agents, the flow model and the
+ops agent all read this one JSON document, so they cannot disagree about the
+fabric.
+
+Location lives in the identifiers, as in ripl: a host named ``s5g3`` is GPU 3
+of server 5; its IP ``10.B.R.S+1`` names block B, rail R and the S-th server
+of the block; a DPID's top 16 bits name the tier (see ``dpid_for``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "astral-lab/wiring-plan"
+VERSION = 1
+
+#: Linux caps interface names at 15 characters (IFNAMSIZ - 1).
+MAX_INTF_NAME = 15
+
+#: Tier codes used in the top 16 bits of a DPID, so ``ovs-ofctl`` output says
+#: where a switch sits: 0x0001... is a leaf/ToR/edge, 0x0002... a spine or an
+#: aggregation switch, 0x0003... a core, 0x0004... a per-server NVLink switch.
+TIER_CODES = {"leaf": 1, "tor": 1, "edge": 1, "spine": 2, "agg": 2, "core": 3, "nvswitch": 4}
+
+
+def dpid_for(tier: str, a: int, b: int) -> str:
+    """DPID as 16 hex digits: tier code, then two location numbers.
+
+    ``dpid_for("leaf", 1, 3)`` is ``0001000001000003``: a leaf, block 1, rail 3.
+    """
+    if not (0 <= a < 1 << 24 and 0 <= b < 1 << 24):
+        raise ValueError(f"dpid location ({a}, {b}) out of range")
+    return f"{(TIER_CODES[tier] << 48) | (a << 24) | b:016x}"
+
+
+def mac_for(ip: str) -> str:
+    """A locally administered MAC that spells the IP in hex (02:00:0a:01:03:05 = 10.1.3.5)."""
+    octets = [int(x) for x in ip.split(".")]
+    return "02:00:" + ":".join(f"{o:02x}" for o in octets)
+
+
+def intf_name(node: str, port: int) -> str:
+    """Mininet's interface naming (``node-ethN``); the plan records it so tools agree."""
+    return f"{node}-eth{port}"
+
+
+@dataclass
+class Node:
+    """A host (one GPU NIC) or a switch.
+
+    ``loc`` holds the location numbers (block, rail, server, gpu, pod, ...) that
+    the name, IP and DPID encode, so code never has to parse names.
+    ``server`` is set only for a fabric spread over several machines (Mininet
+    Cluster Edition, ``testbed.cluster``): the machine that runs this node.
+    It is optional, so plans written before it existed still load unchanged.
+    """
+
+    name: str
+    kind: str  # "host" or "switch"
+    tier: str  # "gpu" for hosts; leaf/spine/tor/agg/core/edge/nvswitch for switches
+    level: int  # row in drawings: 0 = hosts, then upward tier by tier
+    loc: dict[str, int] = field(default_factory=dict)
+    dpid: str | None = None
+    ip: str | None = None
+    mac: str | None = None
+    server: str | None = None
+
+
+@dataclass
+class Link:
+    """One emulated cable (for ``astral3`` uplinks: one optical lane).
+
+    ``a`` is the lower-tier end. Ports are OpenFlow port numbers on switches and
+    interface indexes on hosts; Mininet is told to use exactly these numbers.
+    """
+
+    a: str
+    a_port: int
+    b: str
+    b_port: int
+    kind: str  # "nic" (GPU NIC to its first switch), "nvlink", "lane", "uplink"
+    gbps: float  # real rate
+    mbps: float  # emulated rate (real rate times the plan's scale)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def a_intf(self) -> str:
+        return intf_name(self.a, self.a_port)
+
+    @property
+    def b_intf(self) -> str:
+        return intf_name(self.b, self.b_port)
+
+    @property
+    def name(self) -> str:
+        """Human name used by fault injection and reports: ``leaf0r3:5-spine2:1``."""
+        return f"{self.a}:{self.a_port}-{self.b}:{self.b_port}"
+
+
+@dataclass
+class WiringPlan:
+    """Everything about one fabric instance; see the module docstring."""
+
+    topology: str
+    params: dict[str, Any]
+    scale: float
+    nodes: list[Node]
+    links: list[Link]
+    counts: dict[str, Any] = field(default_factory=dict)
+    shuffle: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    # --- lookups -----------------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @property
+    def hosts(self) -> list[Node]:
+        return [n for n in self.nodes if n.kind == "host"]
+
+    @property
+    def switches(self) -> list[Node]:
+        return [n for n in self.nodes if n.kind == "switch"]
+
+    def host_link_mbps(self) -> dict[str, float]:
+        """``host -> emulated Mb/s`` of its own link (its NIC; hosts are a link's ``a`` end)."""
+        hosts = {n.name for n in self.hosts}
+        return {link.a: link.mbps for link in self.links if link.a in hosts}
+
+
+    def rdma_nic(self, unit: str = "mbps") -> dict[str, float]:
+        """``host -> rate`` of the NIC its RDMA traffic leaves by (``mbps`` or ``gbps``).
+
+        Usually the host's own link. On ``railonly`` a GPU's own link is NVLink to its
+        server's NVLink switch, and its RDMA leaves by that switch's NIC link toward the
+        GPU's rail leaf: replay senders pace at that rate, as the NIC would. (Open-loop
+        senders at NVLink rate would overrun the relay NICs' queues, where a real relay
+        is flow-controlled; the flow model keeps the NVLink rate and lets the NIC links
+        bind, so it can relay more than one NIC's worth per GPU.)
+        """
+        own = {ln.a: ln for ln in self.links if ln.a in {n.name for n in self.hosts}}
+        nodes = {n.name: n for n in self.nodes}
+        out = {}
+        for host, link in own.items():
+            if link.kind == "nvlink":
+                rail = nodes[host].loc.get("gpu")
+                nics = [ln for ln in self.links if ln.a == link.b and ln.kind == "nic"
+                        and nodes[ln.b].loc.get("rail") == rail]
+                link = nics[0] if nics else link
+            out[host] = link.mbps if unit == "mbps" else link.gbps
+        return out
+    def host_by_ip(self) -> dict[str, Node]:
+        return {n.ip: n for n in self.hosts if n.ip}
+
+    def switch_by_dpid(self) -> dict[int, Node]:
+        return {int(n.dpid, 16): n for n in self.switches if n.dpid}
+
+    def ports(self) -> dict[str, dict[int, tuple[str, int, Link]]]:
+        """``ports()[node][port] = (peer node, peer port, link)`` for every link end."""
+        table: dict[str, dict[int, tuple[str, int, Link]]] = {n.name: {} for n in self.nodes}
+        for link in self.links:
+            table[link.a][link.a_port] = (link.b, link.b_port, link)
+            table[link.b][link.b_port] = (link.a, link.a_port, link)
+        return table
+
+    # --- checks ------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first inconsistency.
+
+        Checked: unique names, DPIDs, IPs and MACs; every link end names a known node;
+        no port used twice; interface names within Linux's 15 characters; every host
+        has exactly one link (its NIC).
+        """
+        names = [n.name for n in self.nodes]
+        _unique("node name", names)
+        _unique("dpid", [n.dpid for n in self.switches])
+        _unique("ip", [n.ip for n in self.hosts])
+        _unique("mac", [n.mac for n in self.hosts])
+        known = set(names)
+        used: set[tuple[str, int]] = set()
+        for link in self.links:
+            for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
+                if node not in known:
+                    raise ValueError(f"link {link.name} names unknown node {node!r}")
+                if (node, port) in used:
+                    raise ValueError(f"port {port} of {node} is used by two links")
+                used.add((node, port))
+                if len(intf_name(node, port)) > MAX_INTF_NAME:
+                    raise ValueError(
+                        f"interface name {intf_name(node, port)!r} is longer than "
+                        f"{MAX_INTF_NAME} characters (Linux's limit): a fabric this large "
+                        "cannot be emulated (lower servers, k or radix)"
+                    )
+            if link.gbps <= 0 or link.mbps <= 0:
+                raise ValueError(f"link {link.name} has a non-positive rate")
+        degree = {n.name: 0 for n in self.hosts}
+        for link in self.links:
+            for end in (link.a, link.b):
+                if end in degree:
+                    degree[end] += 1
+        bad = [h for h, d in degree.items() if d != 1]
+        if bad:
+            raise ValueError(f"hosts must have exactly one NIC link; check {bad[:3]}")
+
+    # --- JSON --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "version": VERSION,
+            "topology": self.topology,
+            "params": self.params,
+            "scale": self.scale,
+            "counts": self.counts,
+            "nodes": [_drop_none(asdict(n)) for n in self.nodes],
+            "links": [asdict(link) for link in self.links],
+            "shuffle": self.shuffle,
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WiringPlan:
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"not a wiring plan (schema is {data.get('schema')!r})")
+        if data.get("version") != VERSION:
+            raise ValueError(
+                f"wiring plan version {data.get('version')} is not supported (want {VERSION}); "
+                "regenerate it with `astral-lab topo`"
+            )
+        plan = cls(
+            topology=data["topology"],
+            params=data["params"],
+            scale=data["scale"],
+            nodes=[Node(**n) for n in data["nodes"]],
+            links=[Link(**link) for link in data["links"]],
+            counts=data.get("counts", {}),
+            shuffle=data.get("shuffle"),
+            notes=data.get("notes", []),
+        )
+        plan.validate()
+        return plan
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the plan as JSON atomically (a reader never sees half a file)."""
+        write_json_atomic(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> WiringPlan:
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+
+def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
+    """Write JSON to a temporary file in the same directory, then rename it into place."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, sort_keys=False)
+            f.write("\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a result file is for everyone
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _unique(what: str, values: list[Any]) -> None:
+    seen: set[Any] = set()
+    for v in values:
+        if v in seen:
+            raise ValueError(f"duplicate {what}: {v}")
+        seen.add(v)
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
