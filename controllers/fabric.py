@@ -7,7 +7,7 @@ path each flow is pinned to. From these it derives every switch's ``Table``
 mode is switched, a job posts its flows, the adaptive policy moves a flow), the
 *difference* to send to each switch. The os-ken app (``controllers.app``) only
 moves messages; the unit tests drive this class directly and apply its
-messages to the fake fabric (``controllers.fakeof``).
+messages to the fake fabric (``tests/unit/fakeof.py``).
 
 Modes are the policy modules the controller runs (``controllers.policies``): one that
 does not pin leaves every flow on the destination routes over select groups, where each

@@ -3,7 +3,7 @@
 Reading guide. ``FabricLogic`` turns (plan, failed ports, mode, flows) into per-switch
 tables and the minimal changes between two of them; ``ofmsgs.messages`` turns those
 changes into the os-ken messages the app sends. Here they are applied in order to the fake
-fabric (``controllers.fakeof``), which refuses anything OVS would refuse or that would
+fabric (``tests/unit/fakeof.py``), which refuses anything OVS would refuse or that would
 leave a packet without a rule (a group deleted while an entry uses it, a strict delete of
 a missing entry), and packets are traced through the result.
 """
@@ -17,13 +17,13 @@ import pytest
 
 from controllers import lb
 from controllers.fabric import FabricLogic
-from controllers.fakeof import FakeFabric
 from controllers.flows import Flow
 from controllers.flowtable import COOKIE_PIN, Entry, entry_from_stats
 from controllers.ofmsgs import messages, protocol
 from controllers.routing import attach_points, shortest_switch_hops
 from testbed.plan import WiringPlan
 from tests.unit.fabrics import FABRICS, plan_of
+from tests.unit.fakeof import FakeFabric
 
 OF13, OF15 = 4, 6
 

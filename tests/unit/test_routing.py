@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from controllers.fakeof import FakeFabric, FakeSwitch
 from controllers.flowtable import OFPGC_ADD_OR_MOD
 from controllers.ofmsgs import (
     COOKIE_ROUTE,
@@ -47,6 +46,7 @@ from controllers.routing import (
 from testbed.plan import Link, Node, WiringPlan, dpid_for, mac_for
 from testbed.topologies import build
 from tests.unit.fabrics import FABRICS, plan_of
+from tests.unit.fakeof import FakeFabric, FakeSwitch
 
 OF13, OF15 = 4, 6
 VERSIONS = [pytest.param(OF13, id="of13"), pytest.param(OF15, id="of15")]
