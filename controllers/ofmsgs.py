@@ -2,8 +2,7 @@
 
 The controller app hands these to ``datapath.send_msg``; the unit tests hand the
 very same objects to the tests' fake fabric (``tests/unit/fakeof.py``) and trace packets
-through them, so
-what is tested is what the switches receive. ``messages`` encodes the changes
+through them, so what is tested is what the switches receive. ``messages`` encodes the changes
 ``controllers.flowtable.diff`` computes (that module is plain data, without os-ken);
 ``switch_program`` is a clean switch's whole program.
 
