@@ -1,0 +1,27 @@
+"""The controller's REST API stops answering.
+
+A detector module (``ops/detectors/``), pure: ``detect(hist, topo)`` says which
+components the condition holds for at the latest poll; its rule is in its docstring and
+its thresholds are the constants below.
+"""
+
+from __future__ import annotations
+
+from ops.detectors._base import Finding, Topo, _rounded, _run_start
+from ops.telemetry import CONTROLLER, History
+
+#: controller: the REST API did not answer in this many polls in a row.
+CONTROLLER_POLLS = 2
+
+
+def detect(hist: History, topo: Topo) -> list[Finding]:
+    """Controller unreachable: its REST API did not answer CONTROLLER_POLLS polls in a row
+    (one miss can be a busy machine; two is a dead or hung controller)."""
+    vals = hist.values(CONTROLLER, "up")
+    n, since = _run_start(list(hist.times), [v == 0.0 for v in vals])
+    if n >= CONTROLLER_POLLS:
+        return [Finding("controller-down", CONTROLLER, "critical",
+                        f"controller not answering for {n} polls",
+                        {"up": _rounded(vals[-n - 2:])}, since)]  # type: ignore[arg-type]
+    return []
+

@@ -1,0 +1,42 @@
+"""A link loses and regains carrier again and again.
+
+A detector module (``ops/detectors/``), pure: ``detect(hist, topo)`` says which
+components the condition holds for at the latest poll; its rule is in its docstring and
+its thresholds are the constants below.
+"""
+
+from __future__ import annotations
+
+from ops.detectors._base import Finding, Topo
+from ops.telemetry import History
+
+#: flapping: at least this many carrier transitions (both ends counted once) ...
+FLAP_MIN_CHANGES = 3
+#: ... within this many seconds (down, up, down = 3: a second loss of carrier).
+FLAP_WINDOW_S = 30.0
+
+
+def detect(hist: History, topo: Topo) -> list[Finding]:
+    """Flapping: >= FLAP_MIN_CHANGES carrier transitions within FLAP_WINDOW_S seconds.
+
+    ``carrier_changes`` is the kernel's count of carrier on/off events (the larger of the
+    two ends), so it sees a flap that starts and ends between two polls. One cut and its
+    repair are 2 transitions; a third means the link lost carrier again: flapping.
+    """
+    times = list(hist.times)
+    if not times:
+        return []
+    start = times[-1] - FLAP_WINDOW_S
+    out = []
+    for comp in topo.links:
+        vals = hist.values(comp, "carrier_changes")
+        window = [(t, v) for t, v in zip(times, vals, strict=True) if t > start and v]
+        total = sum(v for _, v in window)
+        if total >= FLAP_MIN_CHANGES:
+            out.append(Finding("flapping", comp, "warning",
+                               f"link {comp} flapping: {total:g} carrier changes in "
+                               f"{FLAP_WINDOW_S:g} s",
+                               {"carrier_changes": [(round(t, 2), v) for t, v in window]},
+                               window[0][0]))
+    return out
+

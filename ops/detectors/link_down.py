@@ -1,0 +1,47 @@
+"""A link is down, or every link of a switch is.
+
+A detector module (``ops/detectors/``), pure: ``detect(hist, topo)`` says which
+components the condition holds for at the latest poll; its rule is in its docstring and
+its thresholds are the constants below.
+"""
+
+from __future__ import annotations
+
+from ops.detectors._base import Finding, Topo, _rounded, _run_start
+from ops.telemetry import History
+
+#: link down: a link is down when either end's operstate is not "up" in the latest poll.
+LINK_DOWN_POLLS = 1
+
+
+def detect(hist: History, topo: Topo) -> list[Finding]:
+    """Link down: either end's operstate is not ``up`` (``up`` == 0) in the latest poll.
+
+    Kernel state read each poll, so a cut shows within one interval, with or without the
+    controller. If every link of a switch is down, one ``switch-down`` finding names the
+    switch instead (its links are the evidence): a dead switch is one fault, not six.
+    """
+    times = list(hist.times)
+    down = {}
+    for comp in topo.links:
+        vals = hist.values(comp, "up")
+        n, since = _run_start(times, [v == 0.0 for v in vals])
+        if n >= LINK_DOWN_POLLS:
+            down[comp] = since
+    out = []
+    explained: set[str] = set()
+    for sw, comps in topo.switch_links.items():
+        if len(comps) >= 2 and all(c in down for c in comps):
+            explained.update(comps)
+            out.append(Finding("switch-down", sw, "critical",
+                               f"switch {sw}: all {len(comps)} links down",
+                               {"links_down": sorted(comps)},
+                               min(down[c] for c in comps)))  # type: ignore[type-var]
+    for comp, since in down.items():
+        if comp in explained:
+            continue
+        out.append(Finding("link-down", comp, "critical", f"link {comp} is down",
+                           {"up": _rounded(hist.last(comp, "up", 5)),
+                            "ctl_up": _rounded(hist.last(comp, "ctl_up", 5))}, since))
+    return out
+
