@@ -31,6 +31,7 @@ PURE = (
     "testbed.topologies.railonly", "testbed.topologies.fattree",
     "testbed.plan", "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.cost",
     "testbed.flowmodel", "testbed.maxmin", "testbed.faultmarks", "testbed.faultspec",
+    "testbed.shaping", "testbed.reachability",
     "controllers.flows", "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "traffic.workload", "traffic.kernels",
 )
