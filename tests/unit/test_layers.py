@@ -33,7 +33,7 @@ PURE = (
     "testbed.flowmodel", "testbed.maxmin", "testbed.faultmarks", "testbed.faultspec",
     "testbed.shaping", "testbed.reachability",
     "controllers.flows", "controllers.paths", "controllers.routing", "controllers.lb",
-    "controllers.flowtable", "traffic.workload", "traffic.kernels",
+    "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
 )
 
 Graph = dict[str, set[str]]
