@@ -34,6 +34,7 @@ PURE = (
     "testbed.shaping", "testbed.reachability",
     "controllers.flows", "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
+    "scenarios.link_failure_metrics",
 )
 
 Graph = dict[str, set[str]]
