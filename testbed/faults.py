@@ -97,9 +97,9 @@ from testbed.faultspec import (
     resolve,
     traffic_links,
 )
-from testbed.lab import htb_commands
 from testbed.plan import Link, WiringPlan
 from testbed.preflight import LabError, loss_backend_problems
+from testbed.shaping import htb_commands
 
 #: Every public name, including those defined in ``faultspec``, ``faultmarks``, ``cleanup``
 #: and ``preflight``: callers import them all from here.

@@ -21,240 +21,48 @@ veths -> host and switch-port configuration -> OVS bridges -> wait until the
 controller reports every switch programmed. Any failure or Ctrl-C on the way
 tears down what was built; a run record lets ``astral-lab clean`` finish the job
 if the process itself is killed.
+
+Where things live (every name is importable from here): this module is the bring-up,
+run-time changes and teardown. The ``tc`` lines of the shaping (``htb_commands``,
+``queue_packets``, ``root_ends``) are in ``testbed.shaping`` and the all-pairs ping's
+result and fping parsing (``Reachability``) in ``testbed.reachability``, both pure; the
+direct kernel calls (``free_port``, ``disable_offloads``, ``in_netns``, the machine's
+``fabric_lock``) are in ``testbed.machine``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import fcntl
 import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from controllers.client import ControllerClient
 from testbed import cleanup, ovsbuf, preflight
-from testbed.mntopo import HTB_QUANTUM, OF_PROTOCOLS
+from testbed.machine import (
+    LOCK_PATH,
+    _socket_buffers,
+    disable_offloads,
+    fabric_lock,
+    free_port,
+    in_netns,
+    lock_holder,
+)
+from testbed.mntopo import OF_PROTOCOLS
 from testbed.plan import Link, WiringPlan
-
-
-@dataclass
-class Reachability:
-    """Result of an all-pairs ping: every ordered pair of GPU NICs, one ICMP echo each."""
-
-    pairs: int
-    received: int
-    first_try_lost: int
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def loss_pct(self) -> float:
-        return 100.0 * (self.pairs - self.received) / self.pairs if self.pairs else 0.0
-
-    def __str__(self) -> str:
-        s = (f"all-pairs ping: {self.received}/{self.pairs} pairs reached, "
-             f"{self.loss_pct:.1f}% loss in {self.seconds:.1f} s")
-        if self.first_try_lost:
-            s += f" ({self.first_try_lost} needed a retry)"
-        if self.failed:
-            s += "; unreachable: " + ", ".join(f"{a}->{b}" for a, b in self.failed[:5])
-        return s
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (the kernel picks it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-# --- checksum offload by ioctl (no ethtool fork per interface) ----------------------------
-_SIOCETHTOOL = 0x8946
-_ETHTOOL_SRXCSUM = 0x15
-_ETHTOOL_STXCSUM = 0x17
-
-
-def disable_offloads(ifname: str, sock: socket.socket) -> None:
-    """``ethtool -K IF rx off tx off`` for a root-namespace interface, via SIOCETHTOOL.
-
-    Userspace OVS reads packets with AF_PACKET; with TX checksum offload on, veth
-    hands it packets whose checksum is never filled in, so TCP stalls (ping works).
-    Turning TX checksumming off also turns off TSO, which depends on it.
-    """
-    for cmd in (_ETHTOOL_STXCSUM, _ETHTOOL_SRXCSUM):
-        value = ctypes.create_string_buffer(struct.pack("II", cmd, 0))
-        ifreq = struct.pack("16sP", ifname.encode(), ctypes.addressof(value)).ljust(40, b"\0")
-        fcntl.ioctl(sock.fileno(), _SIOCETHTOOL, ifreq)
-
-
-_CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-@contextlib.contextmanager
-def in_netns(pid: int) -> Iterator[None]:
-    """Run the block in the network namespace of process ``pid`` (this thread only).
-
-    ``setns(2)`` through libc (``os.setns`` arrives in Python 3.12); sockets opened
-    inside the block belong to that namespace, which is all we need for ioctls.
-    """
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-    try:
-        if _libc.setns(target, _CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns into the namespace of pid {pid}")
-        try:
-            yield
-        finally:
-            if _libc.setns(own, _CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns back to our own namespace")
-    finally:
-        os.close(target)
-        os.close(own)
-
-
-#: One fabric at a time per machine: node names (lf0r0, s0g0, ...) are machine-wide.
-LOCK_PATH = "/run/astral-lab.lock"
-
-
-def lock_holder(f: Any) -> str | None:
-    """PID holding the flock on ``f``'s file, from ``/proc/locks`` (None if not found).
-
-    The file itself names the last lab process that wrote its pid into it, which may be
-    stale: a holder that writes none (``flock /run/astral-lab.lock mn -c``) leaves the
-    previous pid there, possibly this very process's, which must not be mistaken for
-    "this process already holds the lock".
-    """
-    try:
-        st = os.fstat(f.fileno())
-        want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        with open("/proc/locks") as fh:
-            for line in fh:  # "1: FLOCK  ADVISORY  WRITE <pid> <maj:min:inode> 0 EOF"
-                parts = line.split()  # waiters read "1: -> FLOCK ..." and are skipped
-                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == want:
-                    return parts[4]
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def fabric_lock(log: Callable[[str], None]) -> Any:
-    """Take the machine's fabric lock (an flock, released when the process dies).
-
-    Another live fabric owns the switch and interface names, so a second bring-up would
-    fail on them. By default that is an immediate error naming the owner;
-    ``ASTRAL_LAB_WAIT=<seconds>`` waits for it instead (the integration tests set it, so
-    test runs started side by side queue rather than fail).
-    """
-    import fcntl
-
-    wait = float(os.environ.get("ASTRAL_LAB_WAIT", "0") or 0)
-    f = open(LOCK_PATH, "a+")  # noqa: SIM115 - held for the fabric's life
-    deadline = time.monotonic() + wait
-    said = False
-    while True:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            f.seek(0)
-            owner = lock_holder(f) or f.read().strip() or "?"
-            if time.monotonic() >= deadline or owner == str(os.getpid()):
-                f.close()
-                raise preflight.LabError(
-                    f"another fabric is up on this machine (pid {owner}); one fabric at a "
-                    "time (names are machine-wide). Stop it, or set ASTRAL_LAB_WAIT=SECONDS "
-                    "to wait; after a crash: sudo astral-lab clean") from None
-            if not said:
-                log(f"waiting for another fabric (pid {owner}) to finish ...")
-                said = True
-            time.sleep(0.5)
-    f.seek(0)
-    f.truncate()
-    f.write(str(os.getpid()))
-    f.flush()
-    return f
-
-
-#: Seconds of line rate a shaped port may queue before it drops (see ``htb_commands``).
-LOSSLESS_QUEUE_S = 8.0
-
-
-def queue_packets(mbps: float, seconds: float = LOSSLESS_QUEUE_S) -> int:
-    """Queue limit in packets that holds ``seconds`` of ``mbps`` in ~1 KB frames (>= 1000)."""
-    return max(1000, int(mbps * 1e6 * seconds / 8 / 1000))
-
-
-def htb_commands(dev: str, mbps: float, prefix: str = "", lossless: bool = True) -> list[str]:
-    """Shape ``dev`` to ``mbps`` with one HTB class, as Mininet's TCLink does.
-
-    RoCE fabrics are lossless: PFC pauses a sender instead of dropping, and the
-    replay agents, like RDMA NICs, have no TCP-style retransmission to hide a drop.
-    The emulator has no PFC, so with ``lossless`` each port's queue holds eight
-    seconds of its line rate (``queue_packets``) instead of Mininet's 1,000
-    packets: a burst waits at the bottleneck rather than vanishing, so completion
-    times match a lossless fabric's (what PFC's head-of-line blocking adds
-    upstream is not modelled). ``lossless=False`` keeps the drop-tail default.
-    """
-    cmds = [
-        f"{prefix}qdisc add dev {dev} root handle 5:0 htb default 1",
-        f"{prefix}class add dev {dev} parent 5:0 classid 5:1 htb rate {mbps:g}Mbit burst 15k "
-        f"quantum {HTB_QUANTUM}",
-    ]
-    if lossless:
-        cmds.append(f"{prefix}qdisc add dev {dev} parent 5:1 handle 10: pfifo limit "
-                    f"{queue_packets(mbps)}")
-    return cmds
-
+from testbed.reachability import Reachability, _fping_unreached
+from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
 
 OVS_PORT_RCVBUF = 4 << 20  # bytes of receive buffer per switch port (see _create_bridges)
-_RMEM_DEFAULT = "/proc/sys/net/core/rmem_default"
-
-
-@contextlib.contextmanager
-def _socket_buffers(size: int) -> Iterator[None]:
-    """Raise the machine's default socket receive buffer to ``size`` for the duration."""
-    try:
-        with open(_RMEM_DEFAULT) as f:
-            old = int(f.read())
-    except OSError:
-        yield
-        return
-    if old >= size:
-        yield
-        return
-    with open(_RMEM_DEFAULT, "w") as f:
-        f.write(str(size))
-    try:
-        yield
-    finally:
-        with open(_RMEM_DEFAULT, "w") as f:
-            f.write(str(old))
-
-
-def root_ends(plan: WiringPlan) -> list[tuple[str, float]]:
-    """``(interface, emulated Mb/s)`` of every link end in the root namespace: the switch
-    side of every link (a host's end lives in its namespace). The Lab shapes exactly
-    these and each host's ``<host>-eth0``; ``testbed.qos`` re-shapes the same set."""
-    hosts = {h.name for h in plan.hosts}
-    ends = []
-    for link in plan.links:
-        if link.a not in hosts:
-            ends.append((link.a_intf, link.mbps))
-        ends.append((link.b_intf, link.mbps))
-    return ends
 
 
 class Lab:
@@ -883,18 +691,9 @@ class _NamedNode:
         return self.name
 
 
-def _fping_unreached(stderr: str, targets: list[str]) -> list[str]:
-    """Targets whose fping summary line shows no reply (``... = 1/0/100%``) or is missing."""
-    reached = set()
-    for line in stderr.splitlines():
-        if " : xmt/rcv/%loss = " not in line:
-            continue
-        ip, rest = line.split(" : ", 1)
-        counts = rest.split("=", 1)[1].split(",", 1)[0].strip()  # "1/1/0%"
-        try:
-            rcv = int(counts.split("/")[1])
-        except (IndexError, ValueError):
-            continue
-        if rcv > 0:
-            reached.add(ip.strip())
-    return [t for t in targets if t not in reached]
+# Its own names and those it re-exports (testbed.machine, .reachability and .shaping).
+__all__ = [
+    "OVS_PORT_RCVBUF", "Lab", "LOCK_PATH", "disable_offloads", "fabric_lock", "free_port",
+    "in_netns", "lock_holder", "Reachability", "HTB_QUANTUM", "LOSSLESS_QUEUE_S",
+    "htb_commands", "queue_packets", "root_ends",
+]

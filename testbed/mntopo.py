@@ -32,15 +32,10 @@ from mininet.node import OVSSwitch  # noqa: E402
 from mininet.topo import Topo  # noqa: E402
 
 from testbed.plan import WiringPlan  # noqa: E402
+from testbed.shaping import HTB_QUANTUM  # noqa: E402
 from testbed.topologies import BUILDERS, build  # noqa: E402
 
 OF_PROTOCOLS = "OpenFlow13,OpenFlow15"
-
-#: Bytes an HTB class may send per round: one full frame. Without it HTB uses rate / r2q
-#: (r2q = 10), which at the lab's tens of Mb/s is far above the kernel's sane range, so
-#: every shaped interface makes tc print "quantum of class ... is big" (Mininet shows it
-#: as ``*** Error``). One class per interface, so the quantum only sets the round size.
-HTB_QUANTUM = 1514
 
 
 class QuantumTCIntf(TCIntf):

@@ -74,10 +74,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from testbed import cleanup
-from testbed.lab import queue_packets, root_ends
-from testbed.mntopo import HTB_QUANTUM
 from testbed.plan import WiringPlan
 from testbed.preflight import LabError
+from testbed.shaping import HTB_QUANTUM, queue_packets, root_ends
 from traffic.kernels import TRAFFIC_CLASSES
 
 ROOT = "5:"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from testbed import lab as labmod
+from testbed import machine
 from testbed.preflight import LabError
 
 HOLD = ("import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
@@ -28,7 +28,7 @@ def _hold(path: str, seconds: float) -> subprocess.Popen[str]:
 @pytest.fixture
 def lock_path(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     path = str(tmp_path / "astral-lab.lock")
-    monkeypatch.setattr(labmod, "LOCK_PATH", path)
+    monkeypatch.setattr(machine, "LOCK_PATH", path)
     return path
 
 
@@ -36,12 +36,12 @@ def test_holder_is_read_from_the_kernel(lock_path: str) -> None:
     p = _hold(lock_path, 5)
     try:
         with open(lock_path) as f:
-            assert labmod.lock_holder(f) == str(p.pid)
+            assert machine.lock_holder(f) == str(p.pid)
     finally:
         p.kill()
         p.wait()
     with open(lock_path) as f:
-        assert labmod.lock_holder(f) is None  # nobody holds it now
+        assert machine.lock_holder(f) is None  # nobody holds it now
 
 
 def test_a_stale_own_pid_waits_instead_of_failing(lock_path: str,
@@ -54,7 +54,7 @@ def test_a_stale_own_pid_waits_instead_of_failing(lock_path: str,
     monkeypatch.setenv("ASTRAL_LAB_WAIT", "20")
     said: list[str] = []
     t0 = time.monotonic()
-    lock = labmod.fabric_lock(said.append)
+    lock = machine.fabric_lock(said.append)
     try:
         assert time.monotonic() - t0 >= 0.5 and said and str(p.pid) in said[0]
         with open(lock_path) as f:
@@ -69,7 +69,7 @@ def test_no_wait_names_the_holder(lock_path: str, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("ASTRAL_LAB_WAIT", "0")
     try:
         with pytest.raises(LabError, match=f"pid {p.pid}"):
-            labmod.fabric_lock(lambda _m: None)
+            machine.fabric_lock(lambda _m: None)
     finally:
         p.kill()
         p.wait()

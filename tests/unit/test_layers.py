@@ -31,8 +31,10 @@ PURE = (
     "testbed.topologies.railonly", "testbed.topologies.fattree",
     "testbed.plan", "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.cost",
     "testbed.flowmodel", "testbed.maxmin", "testbed.faultmarks", "testbed.faultspec",
+    "testbed.shaping", "testbed.reachability",
     "controllers.flows", "controllers.paths", "controllers.routing", "controllers.lb",
-    "controllers.flowtable", "traffic.workload", "traffic.kernels",
+    "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
+    "scenarios.link_failure_metrics",
 )
 
 Graph = dict[str, set[str]]
