@@ -12,7 +12,7 @@ The model
     every unfrozen flow's rate together; when a link fills, freeze every flow on it; repeat.
     Each filling round freezes *all* links at the current lowest level at once (ties within
     1e-9 relative); flows and links are index arrays (a classes x links incidence in CSR and
-    CSC form), and the event loop is compiled (``testbed.maxmin``). The job is
+    CSC form), and the event loop is compiled (``testbed.models.maxmin``). The job is
     **event-driven**: rates are
     recomputed whenever a flow finishes or starts (``start`` offsets), so flows that finish
     early hand their share to the rest. After departures only the flows at or above the
@@ -146,7 +146,8 @@ from controllers import lb
 from controllers import policies as registry
 from controllers.flows import ROCE_PORT, Flow, sport_for_qp
 from controllers.paths import UNITS, Hop, Path, PathFinder
-from testbed import maxmin, topologies
+from testbed import topologies
+from testbed.models import maxmin
 from testbed.plan import WiringPlan, write_json_atomic
 from testbed.results import output_dir
 from testbed.topologies import FabricSpec, build
@@ -415,7 +416,7 @@ def _simulate_component(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef:
     """The event loop of ``simulate`` on one component (CSR rows, ``coef`` = mult x weight):
     finish and first rate per class, the times at which an allocation was computed, and the
     filling rounds. The loop (warm start after departures, next finish from a segment tree)
-    is compiled: ``testbed.maxmin``."""
+    is compiled: ``testbed.models.maxmin``."""
     rptr = np.zeros(bits.size + 1, dtype=np.int64)
     np.cumsum(np.bincount(row, minlength=bits.size), out=rptr[1:])
     return maxmin.run(cap, rptr, col, coef, bits, start, tolerance, REL_TIE)
