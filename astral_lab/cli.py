@@ -286,7 +286,8 @@ def parser() -> argparse.ArgumentParser:
     from testbed.cost import add_cost_parser
 
     add_cost_parser(sub)
-    from testbed.flowmodel import add_model_parser
+    from astral_lab.model_cli import add_model_parser
+
     add_model_parser(sub)
     from ops.cli import add_ops_parser
 

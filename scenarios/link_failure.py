@@ -81,8 +81,8 @@ from scenarios.common import (
     shift_qps,
     wire_flows,
 )
-from testbed.flowmodel import model_flows
 from testbed.lab import LOSSLESS_QUEUE_S
+from testbed.models.flowmodel import model_flows
 from testbed.plan import Link, WiringPlan
 from testbed.probe import Stream
 from testbed.topologies import build
