@@ -137,7 +137,7 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
 )
 def topology_compare(run: Run) -> None:
     """See the module docstring."""
-    from testbed.cost import cost_table
+    from testbed.models.cost import cost_table
     from traffic.replay import replay
 
     p = run.params
@@ -381,7 +381,7 @@ def _gap(r: dict[str, Any]) -> str:
 
 def _report(run: Run, ref: Any, cost: list[dict[str, Any]], tokens: int,
             results: dict[str, dict[str, Any]]) -> None:
-    from testbed.cost import format_table
+    from testbed.models.cost import format_table
 
     p = run.params
     rep = run.report

@@ -133,7 +133,7 @@ FABRIC_FIELDS = tuple(f.name for f in fields(FabricSpec) if f.name not in ("serv
 
 def auto_servers_per_block(servers: int, gpus_per_server: int, spec: FabricSpec) -> int:
     """Largest block that fills a leaf: NIC lanes + uplink lanes within the radix, uplinks in
-    whole ports, dividing the servers (what a buyer does; ``testbed.cost`` sizes alike)."""
+    whole ports, dividing the servers (what a buyer does; ``testbed.models.cost`` sizes alike)."""
     n = spec.nic_gbps / spec.lane_gbps
     for d in range(min(servers, int(spec.radix // max(n, 1e-9))), 0, -1):
         up = d * n / spec.oversubscription

@@ -6,7 +6,7 @@ The 64K what-if fabric (``astral-lab model astral3 --gpus 65536 --radix 1024
 1,024 rail-aligned leaves, each 64 x 400G down and 128 x 200G lanes up (256 lanes: today's
 51.2T leaf); 128 spines, each taking one lane from every leaf through the optical shuffle
 (1,024 x 200G lanes = 204.8T: a hypothetical radix-1024 spine, 4x today's); non-blocking 1:1.
-At radix 256 two tiers stop at 16,384 GPUs; ``testbed.cost`` instead splits 64K into
+At radix 256 two tiers stop at 16,384 GPUs; ``testbed.models.cost`` instead splits 64K into
 rail groups with NVLink relay, a different fabric. The wiring plan of the what-if cannot be
 built (interface names like ``spine127-eth1024`` exceed Linux's 15 characters), so the
 aggregate mode describes it structurally (``TwoTier``) with the builder's rules, checked

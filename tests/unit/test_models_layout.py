@@ -1,11 +1,11 @@
-"""The models package keeps its layering: what the split of the flow model promised.
+"""The models package keeps its layering: what the split of the flow and cost models promised.
 
-Reading guide. The old module paths (``testbed.flowmodel``, ``testbed.maxmin``) hand out
-the very objects of the new modules, the component cache included, so the rest of the
-suite, which imports them through those paths, tests the new code. Then the layering, read
-from the source (imports inside functions count): no module of ``testbed/models/`` is over
-800 lines, imports argparse, ``astral_lab`` or an old path, or takes part in an import cycle
-with its siblings.
+Reading guide. The old module paths (``testbed.flowmodel``, ``testbed.cost``,
+``testbed.maxmin``) hand out the very objects of the new modules, the component cache
+included, so the rest of the suite, which imports them through those paths, tests the new
+code. Then the layering, read from the source (imports inside functions count): no module
+of ``testbed/models/`` is over 800 lines, imports argparse, ``astral_lab`` or an old path,
+or takes part in an import cycle with its siblings.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import testbed.models
 MODELS = os.path.dirname(testbed.models.__file__)
 TESTBED = os.path.dirname(MODELS)
 MODULES = sorted(f[:-3] for f in os.listdir(MODELS) if f.endswith(".py"))
-SHIMS = {"flowmodel": "testbed.models.flowmodel", "maxmin": "testbed.models.maxmin"}
+SHIMS = {"flowmodel": "testbed.models.flowmodel", "cost": "testbed.models.cost",
+         "maxmin": "testbed.models.maxmin"}
 
 
 def imports(path: str) -> set[str]:
