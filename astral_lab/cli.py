@@ -283,10 +283,11 @@ def parser() -> argparse.ArgumentParser:
     add_options(c)
     c.set_defaults(fn=cmd_controller)
 
-    from testbed.cost import add_cost_parser
+    from astral_lab.cost_cli import add_cost_parser
 
     add_cost_parser(sub)
-    from testbed.flowmodel import add_model_parser
+    from astral_lab.model_cli import add_model_parser
+
     add_model_parser(sub)
     from ops.cli import add_ops_parser
 

@@ -57,7 +57,7 @@ def child(gpus: int, placement: str, mode: str, policies: list[str] | None,
     """One model run in this process; the parent reads the JSON line it prints.
 
     ``policies`` None and mode ``auto`` is the CLI with default options."""
-    from testbed import flowmodel as fm
+    from testbed.models import flowmodel as fm
 
     kw: dict[str, Any] = {"workload": workload}
     if policies is not None:

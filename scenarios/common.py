@@ -204,7 +204,7 @@ def model_draws(plan_or_finder: Any, flows: list[FlowSpec], policy: str, draws: 
 
     ``wire``: model the frame bytes the shapers count (``wire_flows``), so the answer is
     the emulated time of the same flows, not their payload time."""
-    from testbed.flowmodel import bounds, model_flows
+    from testbed.models.flowmodel import bounds, model_flows
 
     fl = wire_flows(flows) if wire else list(flows)
     n = max(1, int(draws)) if policy in RANDOM_POLICIES else 1
@@ -302,7 +302,7 @@ def message_latencies(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
     (a start depends only on what happened before it), it settles in at most as many
     rounds as the longest QP has messages; the answer is the fixed point, not an estimate.
     """
-    from testbed.flowmodel import model_flows
+    from testbed.models.flowmodel import model_flows
     from traffic.roce import message_wire_bytes
 
     index = [(i, message_wire_bytes(s)) for i, f in enumerate(flows)

@@ -230,7 +230,7 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
                                         dict[str, Any]]:
     """Bring up the EP's fabric, replay its cases over the draws; rows, latencies, qos."""
     from testbed import qos
-    from testbed.flowmodel import model_flows
+    from testbed.models.flowmodel import model_flows
     from traffic.replay import replay
 
     p = run.params

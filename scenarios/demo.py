@@ -73,7 +73,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     ECMP: over ``draws`` hash draws (source ports and the model's hash salt); planned: the
     controller's own placement, one answer.
     """
-    from testbed.flowmodel import model_flows
+    from testbed.models.flowmodel import model_flows
 
     n = draws if policies.get(mode).random else 1
     done, slow = [], []
@@ -88,7 +88,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
 
 def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[str, Any]:
     """One permutation under ``mode``: ECMP over ``draws`` hash draws, planned once."""
-    from testbed.flowmodel import bounds
+    from testbed.models.flowmodel import bounds
     from traffic.replay import replay
 
     p = run.params

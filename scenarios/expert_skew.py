@@ -55,7 +55,7 @@ from scenarios.common import (
     shift_qps,
     wire_flows,
 )
-from testbed.flowmodel import bounds, model_flows
+from testbed.models.flowmodel import bounds, model_flows
 from testbed.plan import WiringPlan
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency

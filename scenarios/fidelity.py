@@ -230,7 +230,7 @@ def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None
     ``rate_mbps`` caps every flow (for senders paced below their NIC, e.g. probe streams).
     """
     from controllers.paths import PathFinder
-    from testbed.flowmodel import model_flows
+    from testbed.models.flowmodel import model_flows
 
     flows = [f for f in flows if f.bytes > 0]
     if not flows:

@@ -117,7 +117,7 @@ def draws_for(mode: str, samples: int) -> int:
 )
 def lb_compare(run: Run) -> None:
     """See the module docstring."""
-    from testbed.flowmodel import bounds
+    from testbed.models.flowmodel import bounds
     from traffic.replay import replay
 
     p = run.params

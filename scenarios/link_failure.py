@@ -91,7 +91,7 @@ from scenarios.link_failure_metrics import (
     time_of_fraction,
 )
 from scenarios.link_failure_report import CASES, PUBLISHED_FAILOVER, _analyse
-from testbed.flowmodel import model_flows
+from testbed.models.flowmodel import model_flows
 from testbed.plan import Link, WiringPlan
 from testbed.probe import Stream
 from testbed.topologies import build

@@ -113,7 +113,7 @@ def steady_model(plan: Any, mbps_per_host: float, draws: int) -> dict[str, Any]:
     a lower estimate otherwise."""
     from controllers.flows import QP_SPORT_BASE
     from ops.evaluate import stream_pairs
-    from testbed.flowmodel import model_flows
+    from testbed.models.flowmodel import model_flows
     from traffic.kernels import FlowSpec
 
     frame = (STREAM_PAYLOAD + STREAM_HEADERS) / STREAM_PAYLOAD

@@ -70,7 +70,7 @@ def _traffic(kernel: str, step: Any, plan: Any) -> Any:
 
 def _tokens_for(p: dict[str, Any], plan: Any) -> int:
     """Tokens per GPU so the astral3 dispatch phase's NIC bound is ``seconds``."""
-    from testbed.flowmodel import bounds
+    from testbed.models.flowmodel import bounds
     from traffic.workload import simulate_step
 
     probe = 16
@@ -97,7 +97,7 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
                ) -> dict[str, Any]:
     """The flow model's dispatch + combine completion (and bound) over ``draws`` draws:
     gating seed ``seed + j`` and hash seed j, the controller's policy, frame bytes."""
-    from testbed.flowmodel import bounds, model_flows
+    from testbed.models.flowmodel import bounds, model_flows
 
     policy = "ecmp" if p["lb"] == "ecmp" else "planned"
     total, bound, top = [], [], []
@@ -137,7 +137,7 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
 )
 def topology_compare(run: Run) -> None:
     """See the module docstring."""
-    from testbed.cost import cost_table
+    from testbed.models.cost import cost_table
     from traffic.replay import replay
 
     p = run.params
@@ -381,7 +381,7 @@ def _gap(r: dict[str, Any]) -> str:
 
 def _report(run: Run, ref: Any, cost: list[dict[str, Any]], tokens: int,
             results: dict[str, dict[str, Any]]) -> None:
-    from testbed.cost import format_table
+    from testbed.models.cost import format_table
 
     p = run.params
     rep = run.report

@@ -229,7 +229,7 @@ fi
 verify_python || die "'$VENV/bin/python -c \"$VERIFY_IMPORTS\"' failed"
 # The flow model's event loop is compiled by Numba on first use and cached next to its
 # module; compile it here (once, seconds) so no model run or test waits for it.
-"$VENV/bin/python" -m testbed.maxmin || die "compiling the flow model's kernel (python -m testbed.maxmin) failed"
+"$VENV/bin/python" -m testbed.models.maxmin || die "compiling the flow model's kernel (python -m testbed.models.maxmin) failed"
 command -v mnexec >/dev/null 2>&1 || die "mnexec not found on PATH (apt package mininet)"
 
 # ---------------------------------------------------------------------------------------------

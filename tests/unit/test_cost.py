@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from astral_lab.cost_cli import add_cost_parser, run_cost
 from testbed.cost import (
     DESIGNS,
     RAIL_ONLY_PAPER_REDUCTION,
@@ -30,7 +31,6 @@ from testbed.cost import (
     Fabric,
     Infeasible,
     Prices,
-    add_cost_parser,
     analyze,
     cost_table,
     counts_for_spec,
@@ -38,7 +38,6 @@ from testbed.cost import (
     plot_costs,
     price,
     rail_only_reduction,
-    run_cost,
     three_tier_capacity,
     two_tier_capacity,
 )

@@ -1,0 +1,90 @@
+"""``astral-lab cost``: the argparse glue of the cost model (``testbed.models.cost``).
+
+One flag per ``CostSpec`` and ``Prices`` field; prints ``format_table`` and writes cost.json
+(and cost.png). Here, not in the library, so that nothing under ``testbed/`` depends on the
+command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import asdict, fields
+from typing import Any
+
+from testbed.models.cost import (
+    CONVENTIONS,
+    DESIGNS,
+    Prices,
+    cost_table,
+    format_table,
+    plot_costs,
+)
+from testbed.plan import write_json_atomic
+from testbed.results import output_dir
+from testbed.topologies import CostSpec
+
+
+def add_cost_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``cost`` verb: one flag per CostSpec and Prices field, defaults shown."""
+    p = subparsers.add_parser(
+        "cost", help="cost table and bar chart of all designs at given GPU counts",
+        description="Closed-form counts and cost of each design (astral3, rail3, railonly, "
+                    "fattree) at each GPU count. Prices are assumptions; override them.")
+    p.add_argument("--gpus", required=True, metavar="N[,N...]",
+                   help="GPU counts, comma-separated (e.g. 8192,65536)")
+    p.add_argument("--designs", default=",".join(DESIGNS), metavar="D[,D...]",
+                   help=f"designs to compare (default {','.join(DESIGNS)})")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="write cost.json/cost.png here (default results/<time>-cost/)")
+    p.add_argument("--no-png", action="store_true", help="skip the bar chart")
+    g = p.add_argument_group("fabric (real units; servers-per-block 0 = fill the leaf)")
+    for f in fields(CostSpec):
+        value = getattr(CostSpec(), f.name)
+        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(value),
+                       default=value, metavar="N", help=f"default {value:g}")
+    pr = p.add_argument_group("prices in $ (defaults are assumptions, see testbed/models/cost.py)")
+    for f in fields(Prices):
+        value = getattr(Prices(), f.name)
+        pr.add_argument(f"--price-{f.name.replace('_', '-')}", dest=f"price_{f.name}",
+                        type=float, default=value, metavar="USD", help=f"default {value:g}")
+    p.set_defaults(fn=run_cost)
+    return p
+
+
+def _parse_gpus(text: str) -> list[int]:
+    out = []
+    for part in str(text).split(","):
+        part = part.strip().replace("_", "")
+        if not part.isdigit() or int(part) < 1:
+            raise ValueError(f"--gpus takes positive integers separated by commas (got {text!r})")
+        out.append(int(part))
+    return out
+
+
+def run_cost(args: argparse.Namespace) -> int:
+    """Print the table, write cost.json (+ cost.png). Bad input raises ValueError."""
+    gpus = _parse_gpus(args.gpus)
+    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
+    spec = CostSpec(**{f.name: getattr(args, f.name) for f in fields(CostSpec)})
+    prices = Prices(**{f.name: getattr(args, f"price_{f.name}") for f in fields(Prices)})
+    rows = cost_table(gpus, designs, spec, prices)
+    print(format_table(rows))
+    doc = {"schema": "astral-lab/cost", "version": 1, "spec": asdict(spec),
+           "prices": asdict(prices), "baseline": "rail3",
+           "conventions": CONVENTIONS,
+           "rows": rows}
+    out_dir, final = output_dir("cost", args.output)
+    write_json_atomic(os.path.join(out_dir, "cost.json"), doc)
+    if not args.no_png:
+        plot_costs(rows, os.path.join(out_dir, "cost.png"),
+                   title=f"Network cost per GPU: {spec.nic_gbps:g}G NICs, radix "
+                         f"{spec.radix} x {spec.lane_gbps:g}G, {spec.gpus_per_server} "
+                         "GPUs/server\n(bar label: cost relative to rail3)")
+    if out_dir != final:
+        os.replace(out_dir, final)
+    print(f"\nresults: {final}/ (cost.json{'' if args.no_png else ', cost.png'})")
+    return 0
+
+
+__all__ = ["add_cost_parser", "run_cost"]

@@ -1,0 +1,379 @@
+"""Per-flow model on a wiring plan: any topology, routed by the controllers' own policy
+code, then exact event-driven max-min (``testbed.models.solver``). Pure, no root.
+
+``model_flows`` is one policy on one flow list. ``run`` models several policies on one flow
+list through ``_Prepared`` (normalised, checked and hashed once) and ``_model_policies``
+(the policies side by side in forked workers, ``auto_jobs`` of them). Why merging identical
+flows and, under ecmp-fluid, parallel links is exact: ``testbed.models.flowmodel``,
+aggregation points 1 and 2.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from controllers import policies as registry
+from controllers.flows import Flow
+from controllers.paths import UNITS, Hop, Path, PathFinder
+from testbed.models.bounds import bounds
+from testbed.models.inputs import _check_policy, _normalise
+from testbed.models.results import (
+    ModelResult,
+    _bottlenecks,
+    _Links,
+    _quantiles,
+    _tier_summary,
+    _tolerance_note,
+)
+from testbed.models.solver import _ranges, simulate
+from testbed.plan import WiringPlan
+
+
+class _PlanLinks:
+    """Index of a plan's directed links: every live switch egress hop, then every host's NIC
+    transmit link (not a Hop: no switch chooses it, but every flow of the host crosses it)."""
+
+    def __init__(self, finder: PathFinder, unit: str) -> None:
+        if unit not in UNITS:
+            raise ValueError(f"unit must be one of {sorted(UNITS)} (got {unit!r})")
+        scale = UNITS[unit]
+        tier_of = {n.name: n.tier for n in finder.plan.nodes}
+        cap = finder.capacity(unit)
+        self.hops: list[Hop] = sorted(cap)
+        self.hop_id = {h: i for i, h in enumerate(self.hops)}
+        hosts = finder.hosts
+        self.tx_id = {h: len(self.hops) + i for i, h in enumerate(hosts)}
+        names, tiers, caps = [], [], []
+        for h in self.hops:
+            peer = finder.peer(h)[0]
+            names.append(f"{h[0]}:{h[1]}->{peer}")
+            tiers.append(f"{tier_of[h[0]]}->{tier_of[peer]}")
+            caps.append(cap[h] * scale)
+        for h in hosts:
+            sw = finder.attach(h)
+            names.append(f"{h}->{sw}")
+            tiers.append(f"{tier_of[h]}->{tier_of[sw]}")
+            caps.append(finder.nic_capacity(h, unit) * scale)
+        self.name, self.tier = names, tiers
+        self.cap = np.array(caps, dtype=np.float64)
+        self.tier_links = dict(sorted((t, tiers.count(t)) for t in set(tiers)))
+
+    def links(self) -> _Links:
+        return _Links(list(self.name), list(self.tier), np.ones(self.cap.size), self.cap.copy(),
+                      dict(self.tier_links))
+
+
+def _fluid_trunk(finder: PathFinder, a: str, b: str) -> dict[Hop, float]:
+    """Per-hop equal split from attach switch ``a`` to ``b``: fraction of a flow on each hop.
+
+    All minimal paths have the same length, so the split advances one layer at a time.
+    """
+    out: dict[Hop, float] = defaultdict(float)
+    layer = {a: 1.0} if a != b else {}
+    for _ in range(len(finder.next_hops) + 1):
+        if not layer:
+            return dict(out)
+        nxt: dict[str, float] = defaultdict(float)
+        for sw, x in layer.items():
+            ports = finder.next_hops.get(sw, {}).get(b)
+            if not ports:
+                raise ValueError(f"no path from {a} to {b}")
+            share = x / len(ports)
+            for p in ports:
+                out[(sw, p)] += share
+                peer = finder.peer((sw, p))[0]
+                if peer != b:
+                    nxt[peer] += share
+        layer = nxt
+    raise RuntimeError(f"next hops from {a} to {b} loop")  # routing bug
+
+
+def _fluid_links(finder: PathFinder, pl: _PlanLinks, pairs: list[tuple[str, str]],
+                 merge: bool) -> tuple[_Links, dict[tuple[str, str], list[tuple[int, float]]],
+                                       dict[str, int], dict[str, int]]:
+    """Model links for ecmp-fluid: NIC tx and last hops as they are; trunk hops merged into
+    classes of identical columns and capacity (exact: ``testbed.models.flowmodel``,
+    aggregation point 2).
+
+    Returns the links, each attach pair's row (link id, weight), and the tx / last-hop link
+    id of every host.
+    """
+    trunks = {p: _fluid_trunk(finder, *p) for p in pairs}
+    column: dict[Hop, list[tuple[int, float]]] = defaultdict(list)
+    for i, p in enumerate(pairs):
+        for hop, w in trunks[p].items():
+            column[hop].append((i, round(w, 12)))
+    groups: dict[Any, list[Hop]] = defaultdict(list)
+    for hop in sorted(column):  # the tier in the key only keeps reports per tier honest
+        i = pl.hop_id[hop]
+        key = (tuple(column[hop]), pl.cap[i], pl.tier[i]) if merge else hop
+        groups[key].append(hop)
+    name, tier, count, cap_each = [], [], [], []
+    host_ids: dict[str, int] = {}
+    last_ids: dict[str, int] = {}
+    for h, i in pl.tx_id.items():
+        host_ids[h] = len(name)
+        name.append(pl.name[i])
+        tier.append(pl.tier[i])
+        count.append(1)
+        cap_each.append(pl.cap[i])
+    for h in finder.hosts:
+        i = pl.hop_id.get(finder.host_hop(h))
+        if i is None:
+            continue  # NIC link down: flows to it raise earlier
+        last_ids[h] = len(name)
+        name.append(pl.name[i])
+        tier.append(pl.tier[i])
+        count.append(1)
+        cap_each.append(pl.cap[i])
+    class_of: dict[Hop, int] = {}
+    for members in groups.values():
+        j = len(name)
+        for hop in members:
+            class_of[hop] = j
+        first = pl.hop_id[members[0]]
+        name.append(pl.name[first] + (f" (+{len(members) - 1} parallel)" if len(members) > 1
+                                      else ""))
+        tier.append(pl.tier[first])
+        count.append(len(members))
+        cap_each.append(pl.cap[first])
+    rows: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for p in pairs:
+        acc: dict[int, float] = defaultdict(float)
+        for hop, w in trunks[p].items():
+            acc[class_of[hop]] += w
+        rows[p] = sorted(acc.items())
+    links = _Links(name, tier, np.array(count, dtype=np.float64),
+                   np.array(cap_each, dtype=np.float64), dict(pl.tier_links))
+    return links, rows, host_ids, last_ids
+
+
+class _Prepared:
+    """A flow list made ready for routing, shared by the policies of one ``run``.
+
+    Normalising a few hundred thousand flows, checking that each has a path, merging
+    5-tuples and hashing them for ECMP are per-flow Python; ``run`` models four policies
+    on one flow list, so it does that once (the adaptive policy starts from the same ECMP
+    assignment that the ecmp policy uses).
+    """
+
+    def __init__(self, finder: PathFinder, flows: Iterable[Any], unit: str) -> None:
+        self.finder, self.unit = finder, unit
+        self.fl = _normalise(flows)
+        if not self.fl:
+            raise ValueError("no flows to model")
+        self.pl = _PlanLinks(finder, unit)
+        for f in self.fl:
+            finder.candidates(f.src, f.dst)  # ValueError naming both hosts if there is no path
+        self.size = np.array([f.bytes for f in self.fl], dtype=np.float64)
+        self.start = np.array([f.start for f in self.fl], dtype=np.float64)
+        self._unique: tuple[list[Flow], np.ndarray] | None = None
+        self._ecmp: dict[int, dict[Flow, Path]] = {}
+
+    def unique(self) -> tuple[list[Flow], np.ndarray]:
+        """One ``Flow`` per 5-tuple (bytes summed), and each input flow's index in it."""
+        if self._unique is None:
+            merged: dict[tuple[str, str, str, int, int], int] = {}
+            total: list[int] = []
+            idx = np.empty(len(self.fl), dtype=np.int64)
+            for i, f in enumerate(self.fl):
+                k = merged.setdefault(f.key, len(total))
+                if k == len(total):
+                    total.append(0)
+                total[k] += f.bytes
+                idx[i] = k
+            flows = [Flow(k[0], k[1], k[3], k[4], k[2], b)
+                     for k, b in zip(merged, total, strict=True)]
+            self._unique = (flows, idx)
+        return self._unique
+
+    def route(self, policy: registry.Policy, seed: int, adaptive: dict[str, Any] | None
+              ) -> tuple[list[Flow], np.ndarray, dict[Flow, Path]]:
+        """The policy's path for every merged flow (the seed's ECMP draw shared)."""
+        unique, idx = self.unique()
+        ctx = registry.ModelContext(self.finder, unique, seed, adaptive, self._ecmp)
+        return unique, idx, policy.model(unique, self.finder, ctx)
+
+
+def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
+                policy: str = "ecmp", *, seed: int = 0, unit: str = "gbps",
+                adaptive: dict[str, Any] | None = None, merge: bool = True,
+                bound: dict[str, float] | None = None, tolerance: float = 0.0) -> ModelResult:
+    """Route ``flows`` on a plan with ``policy`` and run event-driven max-min; per-flow exact.
+
+    ``flows``: ``controllers.flows.Flow`` or ``traffic.kernels.FlowSpec`` objects (anything
+    with src, dst, sport, bytes; optional start, dport, proto). Flows sharing a 5-tuple are
+    routed as one flow with their bytes summed (what the controller sees from
+    ``controller_body``) and then keep their own sizes and starts. ``unit``: ``gbps`` for
+    the real fabric, ``mbps`` for the emulated one (what Mininet will take). ``merge=False``
+    turns off the parallel-link merging of ecmp-fluid (tests compare both). ``tolerance``:
+    see ``simulate`` (0 = exact). A PathFinder with ``down`` links models a failed fabric.
+    """
+    _check_policy(policy)
+    t0 = time.perf_counter()
+    finder = plan_or_finder if isinstance(plan_or_finder, PathFinder) else \
+        PathFinder(plan_or_finder)
+    prep = _Prepared(finder, flows, unit)
+    return _model_prepared(prep, policy, seed=seed, adaptive=adaptive, merge=merge,
+                           bound=bound, tolerance=tolerance, t0=t0)
+
+
+def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[str, Any] | None,
+                    merge: bool, bound: dict[str, float] | None, tolerance: float,
+                    t0: float | None = None) -> ModelResult:
+    """``model_flows`` on a prepared flow list."""
+    pol = _check_policy(policy)
+    t0 = time.perf_counter() if t0 is None else t0
+    finder, fl, pl, unit = prep.finder, prep.fl, prep.pl, prep.unit
+    n = len(fl)
+    rowkey = np.empty(n, dtype=np.int64)
+    # rows (links and weights of a flow's rate on each), flat: row k is flat[ptr[k]:ptr[k+1]]
+    flat_c: list[int] = []
+    flat_w: list[float] = []
+    ptr = [0]
+    seen: dict[Any, int] = {}
+    if pol.split:
+        pairs = sorted({(finder.attach(f.src), finder.attach(f.dst)) for f in fl})
+        links, pair_rows, tx_ids, last_ids = _fluid_links(finder, pl, pairs, merge)
+        for i, f in enumerate(fl):
+            key = (f.src, f.dst)
+            k = seen.get(key)
+            if k is None:
+                pair = (finder.attach(f.src), finder.attach(f.dst))
+                k = seen[key] = len(ptr) - 1
+                flat_c.append(tx_ids[f.src])
+                flat_w.append(1.0)
+                for c, w in pair_rows[pair]:
+                    flat_c.append(c)
+                    flat_w.append(w)
+                flat_c.append(last_ids[f.dst])
+                flat_w.append(1.0)
+                ptr.append(len(flat_c))
+            rowkey[i] = k
+    else:
+        unique, idx, assign = prep.route(pol, seed, adaptive)
+        links = pl.links()
+        key_of = np.empty(len(unique), dtype=np.int64)
+        hop_id = pl.hop_id
+        for u, f in enumerate(unique):
+            path = assign[f]
+            key = (f.src, path)
+            k = seen.get(key)
+            if k is None:
+                k = seen[key] = len(ptr) - 1
+                flat_c.append(pl.tx_id[f.src])
+                flat_c.extend([hop_id[h] for h in path])
+                ptr.append(len(flat_c))
+            key_of[u] = k
+        flat_w = [1.0] * len(flat_c)
+        rowkey = key_of[idx]
+    size, start = prep.size, prep.start
+    keys = np.column_stack([rowkey.astype(np.float64), size, start])
+    uniq, cls, mult = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    cls = cls.ravel()
+    r_ids = uniq[:, 0].astype(np.int64)
+    rp = np.array(ptr, dtype=np.int64)
+    lens = rp[r_ids + 1] - rp[r_ids]
+    ent = _ranges(rp[r_ids], rp[r_ids + 1])
+    row = np.repeat(np.arange(uniq.shape[0]), lens)
+    col = np.array(flat_c, dtype=np.int64)[ent]
+    wt = np.array(flat_w, dtype=np.float64)[ent]
+    tl = simulate(links.capacity, row, col, wt, mult.astype(np.float64), uniq[:, 1] * 8,
+                  uniq[:, 2], tolerance)
+    finish = tl.finish[cls]
+    load = np.bincount(col, wt * mult[row] * uniq[row, 1], minlength=links.count.size)
+    completion = float(finish.max())
+    bnd = bound if bound is not None else bounds(finder, fl, unit)
+    bname = "splittable" if pol.split else "unsplit"
+    method = pol.method + ", per-flow max-min"
+    kind, note = _tolerance_note(tolerance, pol.note)
+    return ModelResult(
+        policy=policy, method=method, kind=kind, completion_s=completion, flows=n,
+        classes=int(uniq.shape[0]), events=tl.events, rounds=tl.rounds,
+        max_link_time_s=float((load * 8 / links.capacity).max()),
+        bound_s=bnd[bname], bound_name=bname, note=note, unit=unit,
+        tiers=_tier_summary(links, load, completion),
+        bottlenecks=_bottlenecks(links, load, tl.saturated),
+        flow_completion=_quantiles(tl.finish, mult.astype(np.float64)),
+        compute_s=time.perf_counter() - t0, flow_finish_s=finish,
+        flow_start_rate_bps=tl.start_rate[cls])
+
+
+#: The prepared flow list that forked policy workers model (set only around the fork).
+_WORKER_PREP: _Prepared | None = None
+#: Resident memory a policy worker may add: its own copy of the per-flow Python objects
+#: (reference counting writes to the pages it shares with the parent) and its arrays.
+_WORKER_BYTES_PER_FLOW = 6_000
+_WORKER_BYTES = 300 << 20
+
+
+def auto_jobs(flows: int, policies: int) -> int:
+    """How many policies to model at once: one per CPU this process may run on, as many as
+    the available memory holds workers of this size, never more than the policies."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    avail = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    by_memory = cpus if avail is None else \
+        avail // (_WORKER_BYTES + _WORKER_BYTES_PER_FLOW * flows)
+    return max(1, min(cpus, policies, int(by_memory)))
+
+
+def _worker_init() -> None:
+    """A policy worker leaves Ctrl-C to its parent, which ends it (SIGTERM) at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _one_policy(prep: _Prepared, task: tuple[str, int, dict[str, float], float]
+                ) -> ModelResult:
+    policy, seed, bound, tolerance = task
+    return _model_prepared(prep, policy, seed=seed, adaptive=None, merge=True, bound=bound,
+                           tolerance=tolerance)
+
+
+def _policy_worker(task: tuple[str, int, dict[str, float], float]) -> ModelResult:
+    assert _WORKER_PREP is not None
+    return _one_policy(_WORKER_PREP, task)
+
+
+def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed: int,
+                    bound: dict[str, float], tolerance: float) -> list[ModelResult]:
+    """``_model_prepared`` for every policy, in ``jobs`` forked processes when more than one.
+
+    The policies share nothing but the prepared flow list, and each is one long compiled
+    event loop: on a machine with more than one CPU they run side by side, each on its own
+    core. Workers are forked so they inherit the flow list instead of unpickling it; where
+    fork is unavailable, or one job is asked for, they run here in turn. However the parent
+    stops (an error in a worker, Ctrl-C, SIGTERM), leaving the pool terminates every worker.
+    """
+    global _WORKER_PREP
+    tasks = [(p, seed, bound, tolerance) for p in policies]
+    if jobs == 0:
+        jobs = auto_jobs(len(prep.fl), len(tasks))
+    jobs = min(jobs, len(tasks))
+    if jobs <= 1 or "fork" not in mp.get_all_start_methods():
+        return [_one_policy(prep, task) for task in tasks]
+    _WORKER_PREP = prep
+    try:
+        with mp.get_context("fork").Pool(jobs, initializer=_worker_init) as pool:
+            return pool.map(_policy_worker, tasks, chunksize=1)
+    finally:
+        _WORKER_PREP = None
