@@ -31,9 +31,9 @@ import sys
 from typing import Any
 
 from astral_lab import __version__
+from astral_lab.cluster_cli import add_cluster_option
 from controllers import policies
 from testbed import topologies
-from testbed.cluster import add_cluster_option
 from testbed.results import results_dir, results_root
 from testbed.topologies import FabricSpec, build, describe
 
@@ -278,7 +278,7 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
 
     c = sub.add_parser("controller", help="run the controller alone for a plan (use with `mn`)")
-    from controllers.run import add_options
+    from astral_lab.controller_cli import add_options
 
     add_options(c)
     c.set_defaults(fn=cmd_controller)
@@ -289,7 +289,7 @@ def parser() -> argparse.ArgumentParser:
     from astral_lab.model_cli import add_model_parser
 
     add_model_parser(sub)
-    from ops.cli import add_ops_parser
+    from astral_lab.ops_cli import add_ops_parser
 
     add_ops_parser(sub)
 

@@ -19,7 +19,8 @@ Life of a switch, as the app sees it:
    interval; ``/links`` utilisation and the adaptive mode run on them.
 
 Nothing is learned from packets: the plan is the truth, so there are no packet-ins.
-Run it with ``astral-lab controller --plan plan.json`` (``python -m controllers.run``).
+Run it with ``astral-lab controller --plan plan.json`` (a ``Lab`` starts it as ``python -m
+astral_lab.controller_cli``).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from controllers.plan import WiringPlan, write_json_atomic
 
 LOG = logging.getLogger("astral.controller")
 
-#: Set by ``controllers.run`` before os-ken instantiates the app (os-ken builds apps itself).
+#: Set by ``controllers.run.serve`` before os-ken instantiates the app (os-ken builds apps itself).
 SETTINGS: dict[str, Any] = {"plan": None, "select_method": DEFAULT_SELECT_METHOD, "lb": "ecmp",
                             "poll_interval": 1.0, "state_path": None, "adaptive": {}}
 

@@ -1,15 +1,14 @@
-"""Start the controller in this process: ``python -m controllers.run --plan plan.json``.
+"""Run the controller in this process, from parsed options (``serve``).
 
-os-ken 4.x has no ``osken-manager`` and no WSGI module, so we parse our own
-options, hand the plan to the app, serve a small JSON API with the standard
-library, and let ``AppManager.run_apps`` block. It runs in its own process
-(the ``Lab`` starts it with ``subprocess``) because os-ken's hub and Mininet do
-not share a process well.
+os-ken 4.x has no ``osken-manager`` and no WSGI module, so this hands the plan to the app,
+serves a small JSON API with the standard library, and lets ``AppManager.run_apps`` block.
+It runs in its own process because os-ken's hub and Mininet do not share a process well:
+``astral-lab controller`` or, as the ``Lab`` starts it, ``python -m
+astral_lab.controller_cli`` (the options are defined there, with the other parsers).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
@@ -17,7 +16,6 @@ import sys
 import threading
 from typing import Any
 
-from controllers import policies
 from controllers.api import AppAPI
 from controllers.fabric import FabricLogic
 from controllers.plan import WiringPlan
@@ -27,49 +25,9 @@ DEFAULT_OF_PORT = 6653
 DEFAULT_REST_PORT = 8080
 
 
-def add_options(p: argparse.ArgumentParser) -> None:
-    """The controller's options; ``astral-lab controller`` shares them."""
-    p.add_argument("--plan", required=True, help="wiring plan JSON (from `astral-lab topo`)")
-    p.add_argument("--of-port", type=int, default=DEFAULT_OF_PORT,
-                   help=f"OpenFlow listen port (default {DEFAULT_OF_PORT})")
-    p.add_argument("--of-host", default="127.0.0.1", help="OpenFlow listen address")
-    p.add_argument("--rest-port", type=int, default=DEFAULT_REST_PORT,
-                   help=f"JSON API port on 127.0.0.1 (default {DEFAULT_REST_PORT})")
-    p.add_argument("--rest-host", default="127.0.0.1", help="JSON API address")
-    p.add_argument("--select-method", default="dp_hash", choices=["dp_hash", "hash"],
-                   help="how ECMP select groups hash on OpenFlow 1.5 (default dp_hash; see "
-                        "controllers/ofmsgs.py)")
-    p.add_argument("--lb", default="ecmp", choices=policies.names(controller=True),
-                   help="load-balancing mode at start (switch later with PUT /lb; "
-                        "`astral-lab policies` lists them)")
-    p.add_argument("--poll-interval", type=float, default=1.0,
-                   help="seconds between counter polls (links, adaptive mode; default 1)")
-    p.add_argument("--adaptive-threshold", type=float, default=0.8,
-                   help="adaptive: a link above this utilisation is hot (default 0.8)")
-    p.add_argument("--adaptive-hysteresis", type=float, default=0.1,
-                   help="adaptive: required improvement, so paths do not flap (default 0.1)")
-    p.add_argument("--adaptive-hold", type=int, default=3,
-                   help="adaptive: polls a moved flow stays put (default 3)")
-    p.add_argument("--state", default=None,
-                   help="JSON file keeping mode, flows and paths across controller restarts")
-    p.add_argument("--run-id", default="",
-                   help="tag of the Lab that started it (lets `astral-lab clean` find it)")
-    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="astral-lab controller",
-                                description="Run the astral-lab OpenFlow controller for a plan.")
-    add_options(p)
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return serve(parse_args(argv))
-
-
-def serve(args: argparse.Namespace) -> int:
-    """Run until SIGTERM or Ctrl-C; 2 with one message for a bad plan or option."""
+def serve(args: Any) -> int:
+    """Run until SIGTERM or Ctrl-C; 2 with one message for a bad plan or option. ``args``
+    has the attributes of ``astral_lab.controller_cli``'s options (an argparse Namespace)."""
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -139,7 +97,3 @@ def serve(args: argparse.Namespace) -> int:
         server.shutdown()
         mgr.close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -56,6 +56,15 @@ NODE_RE = re.compile(r"s\d+g\d+|lf\d+r\d+|tor\d+r\d+|spine\d+|rsp\d+x\d+|agg\d+x
 INTF_RE = re.compile(rf"(?:{NODE_RE.pattern})-eth\d+")
 
 
+#: how a controller process is started (``python -m MODULE``), now and by earlier versions
+CONTROLLER_MODULES = ("astral_lab.controller_cli", "controllers.run")
+
+
+def _is_controller(argv: list[str]) -> bool:
+    """Whether a process's command line is a lab controller's."""
+    return any(m in argv for m in CONTROLLER_MODULES)
+
+
 def record_path(run_id: str) -> str:
     return os.path.join(STATE_DIR, f"{run_id}.json")
 
@@ -328,12 +337,12 @@ def delete_qos(uuids: list[str]) -> None:
 
 
 def our_processes() -> list[int]:
-    """PIDs of lab controllers (``controllers.run ... --run-id``), found via /proc."""
+    """PIDs of lab controllers (``astral_lab.controller_cli ... --run-id``), found via /proc."""
     pids = []
     for path in glob.glob("/proc/[0-9]*/cmdline"):
         pid = int(path.split("/")[2])
         argv = _cmdline(pid).split("\0")
-        if "controllers.run" in argv and "--run-id" in argv and pid != os.getpid():
+        if _is_controller(argv) and "--run-id" in argv and pid != os.getpid():
             pids.append(pid)
     return pids
 
@@ -450,7 +459,7 @@ def _records() -> list[dict[str, Any]]:
 
 def _looks_like_ours(pid: int) -> bool:
     argv = _cmdline(pid).split("\0")
-    return "controllers.run" in argv or any(a.startswith("mininet:") for a in argv)
+    return _is_controller(argv) or any(a.startswith("mininet:") for a in argv)
 
 
 def _cmdline(pid: int) -> str:
@@ -478,7 +487,7 @@ def leftovers(plan: Any) -> list[str]:
         argv = _cmdline(int(pid)).split("\0")
         if any(a in shells for a in argv):
             found.append(f"host shell pid {pid} ({argv[-2] if len(argv) > 1 else ''})")
-        if "controllers.run" in argv and int(pid) != os.getpid():
+        if _is_controller(argv) and int(pid) != os.getpid():
             found.append(f"controller process pid {pid}")
     found += [f"run record {r}" for r in glob.glob(os.path.join(STATE_DIR, "*.json"))]
     live = {rec.get("run_id", "") for rec in _records()

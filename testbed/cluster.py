@@ -26,7 +26,7 @@ the lab needs around it:
 * **Bring-up**: ``ClusterLab``, a ``Lab`` with the same public API (hosts, net,
   client, set_link, links_between, kill/restart_controller, health,
   wait_converged, reachability, stop, context manager). The controller
-  (``controllers/run.py``, started as the Lab starts it) runs on the first server,
+  (``python -m astral_lab.controller_cli``, started as the Lab starts it) runs on the first server,
   which must be this machine, listening on the address the others reach it by;
   every switch connects to it. Links between machines are GRE (``gretap``)
   tunnels by default (VXLAN or SSH on request), which costs header bytes: every
@@ -43,7 +43,6 @@ every name of ``testbed.clusterplace`` and ``testbed.clustercheck``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shlex
 import subprocess
@@ -116,20 +115,6 @@ def largest_roce_pmtu(mtu: int) -> int:
 
 assert max(GRETAP_OVERHEAD, VXLAN_OVERHEAD) + CLUSTER_MTU <= UNDERLAY_MTU
 assert largest_roce_pmtu(CLUSTER_MTU) >= DEFAULT_PMTU
-
-
-# --- the CLI hook --------------------------------------------------------------------------
-def add_cluster_option(parser: argparse.ArgumentParser) -> None:
-    """``--cluster host1,host2,...`` and ``--tunnel`` for ``astral-lab up`` and ``run``."""
-    parser.add_argument(
-        "--cluster", type=parse_servers, default=None, metavar="HOST1,HOST2,...",
-        help="spread the fabric over these servers with Mininet Cluster Edition; the first "
-             "must be this machine (controller there). `localhost` alone exercises the path on "
-             "one machine. See docs/cluster.md")
-    parser.add_argument(
-        "--tunnel", default="gre", choices=list(TUNNELS),
-        help="links between servers: GRE (default; MTU 1450 on every interface), VXLAN "
-             "(kernels without GRE) or SSH tunnels (need PermitTunnel on the servers)")
 
 
 def make_lab(plan: WiringPlan, cluster: Sequence[str] | None = None, tunnel: str = "gre",
@@ -603,7 +588,7 @@ class ClusterLab(Lab):
 # Its own names and those it re-exports from testbed.clusterplace and testbed.clustercheck.
 __all__ = [
     "UNDERLAY_MTU", "GRETAP_OVERHEAD", "VXLAN_OVERHEAD", "CLUSTER_MTU", "TUNNELS",
-    "largest_roce_pmtu", "add_cluster_option", "make_lab", "lab_switch_class",
+    "largest_roce_pmtu", "make_lab", "lab_switch_class",
     "vxlan_link_class", "ClusterLab",
     # testbed.clusterplace
     "parse_servers", "placement_units", "place", "crossing_links", "placement_summary",

@@ -226,7 +226,7 @@ class Lab:
         # appended to, so a restarted controller's log follows the first one's
         logf = open(os.path.join(self.workdir, "controller.log"), "ab")  # noqa: SIM115
         self.controller_proc = subprocess.Popen(
-            [sys.executable, "-m", "controllers.run", "--plan", plan_path,
+            [sys.executable, "-m", "astral_lab.controller_cli", "--plan", plan_path,
              "--of-host", self.of_host,
              "--of-port", str(self.of_port), "--rest-port", str(self.rest_port),
              "--select-method", self.select_method, "--lb", self.lb,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import redirect_stdout
 from typing import Any
 
-from ops import cli
+from astral_lab import ops_cli as cli
 from ops.agent import Tools, diagnose
 from ops.evaluate import Monitor, steady_traffic
 from testbed.faults import Fault, FaultInjector

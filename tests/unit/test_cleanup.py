@@ -322,10 +322,13 @@ def test_clean_removes_what_a_killed_plain_mininet_left(state_dir: str,
     assert "256 interface(s)" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("module", cleanup.CONTROLLER_MODULES)
 def test_clean_leaves_lab_names_alone_while_a_run_lives(state_dir: str,
                                                       monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    live = _spawn("controllers.run", "--run-id", "abcdef0123")
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      module: str) -> None:
+    """A live controller, started as this version starts it or as earlier ones did."""
+    live = _spawn(module, "--run-id", "abcdef0123")
     try:
         _record(state_dir, "abcdef0123", [], owner=live.pid)
         ifaces = PLAIN_LEFT | STRANGERS

@@ -363,8 +363,10 @@ def test_server_script_puts_noop_qos_before_shaping_on_every_port() -> None:
 
 # --- CLI hook -----------------------------------------------------------------------------
 def test_cli_option_and_factory() -> None:
+    from astral_lab.cluster_cli import add_cluster_option
+
     p = argparse.ArgumentParser()
-    cluster.add_cluster_option(p)
+    add_cluster_option(p)
     args = p.parse_args(["--cluster", "lab,worker1", "--tunnel", "ssh"])
     assert args.cluster == ["lab", "worker1"] and args.tunnel == "ssh"
     assert p.parse_args([]).cluster is None

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ops import cli
+from astral_lab import ops_cli as cli
 from testbed import cleanup
 from testbed.topologies import build
 

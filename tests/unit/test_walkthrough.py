@@ -86,7 +86,7 @@ def test_command(line: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
 
         demo.resolve(False, {})
         assert "demo(quick=True" in integration_sources()
-    elif verb == "ops":  # tests/integration/test_ops.py drives ops.cli.main on a live lab
+    elif verb == "ops":  # tests/integration/test_ops.py drives ops_cli.main on a live lab
         assert not extra
         assert f'cli.main(["{args.ops_verb}"' in integration_sources(), \
             f"no integration test drives `astral-lab ops {args.ops_verb}`"

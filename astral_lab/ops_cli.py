@@ -235,7 +235,7 @@ def add_ops_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ops.cli ...`` (same as ``astral-lab ops ...``)."""
+    """``python -m astral_lab.ops_cli ...`` (same as ``astral-lab ops ...``)."""
     parser = argparse.ArgumentParser(prog="astral-lab")
     add_ops_parser(parser.add_subparsers(dest="verb", required=True))
     args = parser.parse_args(["ops", *(sys.argv[1:] if argv is None else argv)])

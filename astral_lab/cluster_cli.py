@@ -1,0 +1,24 @@
+"""The ``--cluster`` and ``--tunnel`` options of ``astral-lab up`` and ``astral-lab run``.
+
+The cluster lab itself (``testbed.cluster``) takes plain arguments; only the command line's
+spelling of them lives here, with the other parsers.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from testbed.cluster import TUNNELS, parse_servers
+
+
+def add_cluster_option(parser: argparse.ArgumentParser) -> None:
+    """``--cluster host1,host2,...`` and ``--tunnel`` for ``astral-lab up`` and ``run``."""
+    parser.add_argument(
+        "--cluster", type=parse_servers, default=None, metavar="HOST1,HOST2,...",
+        help="spread the fabric over these servers with Mininet Cluster Edition; the first "
+             "must be this machine (controller there). `localhost` alone exercises the path on "
+             "one machine. See docs/cluster.md")
+    parser.add_argument(
+        "--tunnel", default="gre", choices=list(TUNNELS),
+        help="links between servers: GRE (default; MTU 1450 on every interface), VXLAN "
+             "(kernels without GRE) or SSH tunnels (need PermitTunnel on the servers)")
