@@ -83,7 +83,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
 
 def _lab_from_args(args: argparse.Namespace) -> Any:
-    from testbed.cluster import make_lab
+    from testbed.shell.cluster import make_lab
 
     plan = build(args.topology, **_spec_params(args))
     return make_lab(plan, args.cluster, tunnel=args.tunnel, datapath=args.datapath, lb=args.lb)
@@ -211,13 +211,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
-    from controllers import run
+    from controllers.shell import run
 
     return run.serve(args)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from testbed import cleanup
+    from testbed.shell import cleanup
 
     if os.geteuid() != 0:
         print("astral-lab clean: error: must run as root (sudo astral-lab clean)",
@@ -331,7 +331,7 @@ def expected_status(exc: BaseException) -> int | None:
     ValueError is how every layer refuses bad input, LabError how bring-up says this
     machine cannot run the lab now, CapacityError how the fidelity guard refuses.
     """
-    from testbed.preflight import LabError
+    from testbed.shell.preflight import LabError
 
     fidelity = sys.modules.get("scenarios.fidelity")  # only a scenario can have raised it
     if fidelity is not None and isinstance(exc, fidelity.CapacityError):

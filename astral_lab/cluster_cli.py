@@ -1,6 +1,6 @@
 """The ``--cluster`` and ``--tunnel`` options of ``astral-lab up`` and ``astral-lab run``.
 
-The cluster lab itself (``testbed.cluster``) takes plain arguments; only the command line's
+The cluster lab itself (``testbed.shell.cluster``) takes plain arguments; only the command line's
 spelling of them lives here, with the other parsers.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from testbed.cluster import TUNNELS, parse_servers
+from testbed.shell.cluster import TUNNELS, parse_servers
 
 
 def add_cluster_option(parser: argparse.ArgumentParser) -> None:

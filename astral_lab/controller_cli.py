@@ -2,7 +2,7 @@
 
 ``python -m astral_lab.controller_cli --plan plan.json ...`` is how a ``Lab`` starts the
 controller in a process of its own; ``astral-lab controller`` takes the same options.
-The controller itself (``controllers.run.serve``) parses nothing.
+The controller itself (``controllers.shell.run.serve``) parses nothing.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import argparse
 import sys
 
 from controllers import policies
-from controllers.run import DEFAULT_OF_PORT, DEFAULT_REST_PORT, serve
+from controllers.shell.run import DEFAULT_OF_PORT, DEFAULT_REST_PORT, serve
 
-#: what a controller process's command line contains (``testbed.cleanup`` finds them by it)
+#: what a controller process's command line contains (``testbed.shell.cleanup`` finds them by it)
 MODULE = "astral_lab.controller_cli"
 
 
@@ -28,7 +28,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rest-host", default="127.0.0.1", help="JSON API address")
     p.add_argument("--select-method", default="dp_hash", choices=["dp_hash", "hash"],
                    help="how ECMP select groups hash on OpenFlow 1.5 (default dp_hash; see "
-                        "controllers/ofmsgs.py)")
+                        "controllers/shell/ofmsgs.py)")
     p.add_argument("--lb", default="ecmp", choices=policies.names(controller=True),
                    help="load-balancing mode at start (switch later with PUT /lb; "
                         "`astral-lab policies` lists them)")

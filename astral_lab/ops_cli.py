@@ -23,7 +23,7 @@ import tempfile
 import time
 from typing import Any
 
-from controllers.client import ControllerClient
+from controllers.shell.client import ControllerClient
 from ops.agent import Diagnosis, Tools, diagnose
 from ops.detectors import Alert, Engine
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Collector, Store
@@ -32,7 +32,7 @@ from testbed.plan import WiringPlan
 
 def discover(run_id: str | None = None) -> dict[str, Any]:
     """The running lab: ``{"run_id", "plan", "rest_port", "host_pids"}`` from its run record."""
-    from testbed import cleanup
+    from testbed.shell import cleanup
 
     records = []
     for path in sorted(glob.glob(os.path.join(cleanup.STATE_DIR, "*.json"))):
@@ -144,7 +144,7 @@ def _answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
-    from testbed import cleanup
+    from testbed.shell import cleanup
 
     baseline = Store(args.baseline) if args.baseline else None
     live: Live | None = None

@@ -48,8 +48,8 @@ def run_plain(gpus: int) -> dict[str, float]:
     """
     from mininet.net import Mininet
 
-    from testbed.lab import fabric_lock
-    from testbed.mntopo import PlanTopo
+    from testbed.shell.lab import fabric_lock
+    from testbed.shell.mntopo import PlanTopo
 
     plan = build("astral3", **SIZES[gpus])
     lock = fabric_lock(lambda _msg: None)
@@ -79,7 +79,7 @@ def _drop_plain_leftovers(net: Any, plan: Any) -> None:
     output, and Mininet's stop then fails on the node (its ``cmd`` asserts) with
     most veths still there. We hold the fabric lock, so the plan's names are ours.
     """
-    from testbed import cleanup
+    from testbed.shell import cleanup
 
     shells = [n.shell.pid for n in net.hosts + net.switches
               if getattr(n, "shell", None) is not None and n.shell.poll() is None]
@@ -90,7 +90,7 @@ def _drop_plain_leftovers(net: Any, plan: Any) -> None:
 
 
 def run_lab(gpus: int) -> dict[str, Any]:
-    from testbed.lab import Lab
+    from testbed.shell.lab import Lab
 
     plan = build("astral3", **SIZES[gpus])
     t0 = time.monotonic()

@@ -1,7 +1,7 @@
 """Controller benchmarks: failover, convergence, and how close each LB mode gets to ideal.
 
 ``failover`` (real fabric, needs root)
-    A steady UDP stream (``testbed.probe``: 16 source ports x 500 packets/s, so one
+    A steady UDP stream (``testbed.shell.probe``: 16 source ports x 500 packets/s, so one
     packet every 2 ms per flow) runs from lf0r0 to lf1r1 on a small astral3 while a
     lane is cut, ``--repeats`` times (the lane is restored in between).
     ``leaf-uplink``: the sender's leaf loses a lane; its select group skips the port
@@ -50,8 +50,8 @@ FAILOVER_GOALS_S = {"leaf-uplink": 0.050, "spine-downlink": 0.500}
 
 
 def failover(repeats: int) -> dict[str, Any]:
-    from testbed.lab import Lab
-    from testbed.probe import Stream
+    from testbed.shell.lab import Lab
+    from testbed.shell.probe import Stream
 
     plan = build("astral3", servers=4, gpus=2, servers_per_block=2)
     src, dst, pps = "s0g0", "s2g1", 500.0
@@ -87,7 +87,7 @@ def failover(repeats: int) -> dict[str, Any]:
 
 
 def convergence(repeats: int, sizes: list[int]) -> dict[str, Any]:
-    from testbed.lab import Lab
+    from testbed.shell.lab import Lab
 
     out: dict[str, Any] = {}
     for gpus in sizes:

@@ -5,7 +5,7 @@ plan, the links that are down, the load-balancing mode, the job's flows and the
 path each flow is pinned to. From these it derives every switch's ``Table``
 (``controllers.flowtable``) and, when something changes (a port goes down, the
 mode is switched, a job posts its flows, the adaptive policy moves a flow), the
-*difference* to send to each switch. The os-ken app (``controllers.app``) only
+*difference* to send to each switch. The os-ken app (``controllers.shell.app``) only
 moves messages; the unit tests drive this class directly and apply its
 messages to the fake fabric (``tests/unit/fakeof.py``).
 

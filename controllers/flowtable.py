@@ -15,7 +15,7 @@ packet without a rule (make before break):
 3. entries that are no longer wanted are removed one by one (strict delete);
 4. groups nothing points to any more are deleted.
 
-This module is plain data and never imports os-ken: ``controllers.ofmsgs.messages``
+This module is plain data and never imports os-ken: ``controllers.shell.ofmsgs.messages``
 turns ``Changes`` into the OpenFlow messages, in that order.
 
 Group ids are kept stable: a group with the same kind and ports keeps its id

@@ -61,7 +61,7 @@ class Node:
     ``loc`` holds the location numbers (block, rail, server, gpu, pod, ...) that
     the name, IP and DPID encode, so code never has to parse names.
     ``server`` is set only for a fabric spread over several machines (Mininet
-    Cluster Edition, ``testbed.cluster``): the machine that runs this node.
+    Cluster Edition, ``testbed.shell.cluster``): the machine that runs this node.
     It is optional, so plans written before it existed still load unchanged.
     """
 

@@ -16,8 +16,8 @@ from ops.agent import Tools, diagnose
 from ops.detectors import Engine
 from ops.evaluate import steady_traffic
 from ops.telemetry import Collector, canonical
-from testbed.faults import Fault, FaultInjector
-from testbed.lab import Lab
+from testbed.shell.faults import Fault, FaultInjector
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 
 

@@ -15,7 +15,7 @@ Exit status 0 when every pair answered, 1 otherwise.
 
 import sys
 
-from testbed.lab import Lab
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 
 

@@ -14,7 +14,7 @@ import sys
 
 from controllers.flows import Flow
 from testbed.flowmodel import model_flows
-from testbed.lab import Lab
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import low_latency
 from traffic.replay import percentile, replay_step

@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.client import ControllerClient, ControllerError
 from controllers.paths import PathFinder
+from controllers.shell.client import ControllerClient, ControllerError
 from ops.detectors import (
     DEGRADED_BACKLOG_S,
     DEGRADED_RATE_RATIO,

@@ -21,7 +21,7 @@ Two parts:
 
 * ``run_ops_eval(...)`` does the experiment on a real fabric: steady probe streams
   between NICs of different leaves, the collector and detectors running, a fault-free
-  phase, then a seeded schedule of faults of every kind (``testbed.faults``) of the same
+  phase, then a seeded schedule of faults of every kind (``testbed.shell.faults``) of the same
   length, the agent asked at every poll with an open alert. Goals: >= 95% detection,
   0 false alarms in the fault-free phase, top-1 >= 90%, detection within 3 intervals.
 """
@@ -223,7 +223,7 @@ def steady_traffic(lab: Any, seconds: float, mbps_per_host: float = 16.0,
     At 16 Mb/s of 1000-byte datagrams per host every lane of the default small fabric
     carries ~8 Mb/s (40% of 20 Mb/s), so a lane cut below that queues.
     """
-    from testbed.probe import Stream
+    from testbed.shell.probe import Stream
 
     pps = mbps_per_host * 1e6 / 8 / size / sports
     streams = []
@@ -242,7 +242,7 @@ def run_ops_eval(plan: WiringPlan, *, interval: float = 1.0,
                  log: Callable[[str], None] = print, lab_kw: dict[str, Any] | None = None,
                  **kw: Any) -> dict[str, Any]:
     """Bring ``plan`` up (controller polling every ``interval``) and run ``eval_on_lab``."""
-    from testbed.lab import Lab
+    from testbed.shell.lab import Lab
 
     with Lab(plan, log=log, poll_interval=interval, **(lab_kw or {})) as lab:
         return eval_on_lab(lab, interval=interval, log=log, **kw)
@@ -256,14 +256,14 @@ def eval_on_lab(lab: Any, *, per_kind: int = 1, kinds: list[str] | None = None,
                 mbps_per_host: float = 20.0) -> dict[str, Any]:
     """A fault-free phase and a fault phase of equal length on a running lab; score both.
 
-    The schedule is ``testbed.faults.random_schedule(plan, kinds, per_kind * len(kinds),
+    The schedule is ``testbed.shell.faults.random_schedule(plan, kinds, per_kind * len(kinds),
     ...)`` with its knobs as drawn (``fault_params`` overrides a kind's knobs, e.g.
     ``{"link-degrade": {"fraction": 0.25}}``); faults last at most ``fault_s`` and are
     ``gap_s`` apart. ``store_path``: keep the telemetry in that SQLite file. Returns
     ``{"clean": score, "faults": score, "schedule", "events", "baseline_mbps",
     "telemetry", ...}``.
     """
-    from testbed import faults as F
+    from testbed.shell import faults as F
 
     plan = lab.plan
     kinds = list(kinds or F.KINDS)

@@ -13,7 +13,7 @@ What one poll reads (all of it cheap enough for 1 s at the default 32-GPU fabric
   counters and the IP layer's, which is where a NIC losing packets shows (frames received
   but not delivered, packets sent by IP that never left the NIC; two file reads per
   host, no process started);
-* **the controller's REST API** (``controllers.client.ControllerClient``): ``/health``
+* **the controller's REST API** (``controllers.shell.client.ControllerClient``): ``/health``
   (is it answering, converged, ports it thinks are down), ``/links`` (its view of each
   link's state), ``/ports/stats`` (OpenFlow drop and error counters) and
   ``/groups/stats`` (select-group bucket counters: how ECMP spreads a leaf's traffic).
@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.client import ControllerClient, ControllerError
+from controllers.shell.client import ControllerClient, ControllerError
 from testbed.plan import Link, WiringPlan
 
 #: Default polling interval (seconds); the controller's own default poll is the same.
@@ -460,7 +460,7 @@ class Collector:
 
     @classmethod
     def for_lab(cls, lab: Any, store: Store | None, **kw: Any) -> Collector:
-        """A collector for a running ``testbed.lab.Lab``."""
+        """A collector for a running ``testbed.shell.lab.Lab``."""
         client = lab.client() if lab.rest_port else None
         if client is not None:
             client.timeout = min(client.timeout, max(0.5, kw.get("interval", 1.0)))

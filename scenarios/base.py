@@ -146,7 +146,7 @@ class Run:
                  force: bool = False, cluster: list[str] | None = None,
                  tunnel: str = "gre") -> None:
         self.scenario = sc
-        self.cluster = cluster  # servers for Mininet Cluster Edition (testbed.cluster)
+        self.cluster = cluster  # servers for Mininet Cluster Edition (testbed.shell.cluster)
         self.tunnel = tunnel
         self.params = params
         self.quick = quick
@@ -213,7 +213,7 @@ class Run:
         report say so.
         """
         from scenarios.fidelity import CalibrationError, calibrate
-        from testbed.cluster import make_lab
+        from testbed.shell.cluster import make_lab
 
         if self.unguarded is None:
             try:

@@ -4,7 +4,7 @@ training traffic, with and without traffic-class isolation.
 The questions: how does decode All-to-All latency grow with the expert-parallel (EP) size on
 the Astral 3.0 fabric, compared with DeepEP's published EP8 -> EP256 curve; and what does a
 bulk training job sharing the fabric do to it, with one FIFO per port and with the decode
-class in its own strict-priority queue (``testbed.qos``)?
+class in its own strict-priority queue (``testbed.shell.qos``)?
 
 Per EP size, one ``astral3`` fabric of ``EP / gpus_per_server`` servers. The workload is one
 DeepSeek-V3 decode step (``traffic.workload.simulate_step``) put on the wire by the
@@ -19,7 +19,7 @@ each replayed phase by phase (dispatch, then combine, as ``replay_step`` does):
   ``fill_s`` before the decode burst. A 400G NIC is two 200G lanes, so each bulk flow alone
   overloads the lane ECMP puts it on and builds a standing queue there; decode packets that
   hash onto that lane wait behind it in the port's one FIFO;
-* ``isolated``: the same, after ``testbed.qos.enable``: strict priority for DSCP 46 on every
+* ``isolated``: the same, after ``testbed.shell.qos.enable``: strict priority for DSCP 46 on every
   port, so decode packets pass the bulk queue.
 
 Only decode-class messages are measured (the receiver's per-message latency: first packet
@@ -229,8 +229,8 @@ def model_case(plan: Any, p: dict[str, Any], case: str, phase: str, draws: int,
 def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[list[float]]],
                                         dict[str, Any]]:
     """Bring up the EP's fabric, replay its cases over the draws; rows, latencies, qos."""
-    from testbed import qos
     from testbed.models.flowmodel import model_flows
+    from testbed.shell import qos
     from traffic.replay import replay
 
     p = run.params
@@ -478,7 +478,7 @@ Background (on {', '.join(f'EP{e}' for e in bg) or 'no EP size'}): each GPU also
 long bulk flow (DSCP 26, one QP) at its NIC rate to a GPU under another leaf, starting
 {p['fill_s']:g} s before the decode burst; a 400G flow on a 200G lane fills that lane's queue
 at {nic / 2:g} Mb/s, so after {p['fill_s']:g} s a decode packet hashed onto that lane waits
-about {p['fill_s']:g} s behind it in a FIFO. Isolation (`testbed.qos.enable`): on every shaped
+about {p['fill_s']:g} s behind it in a FIFO. Isolation (`testbed.shell.qos.enable`): on every shaped
 port (host NICs and both ends of every switch link) the link's HTB class gets two children,
 decode (DSCP 46, matched by a u32 filter on the IP DS field) at `prio 0` with 99% of the
 rate and bulk (everything else) at `prio 1` with a 1% floor, both allowed to borrow the full

@@ -129,8 +129,8 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dic
     cached = None if force else load_cached()
     if cached:
         return cached
-    from testbed.lab import Lab
     from testbed.plan import write_json_atomic
+    from testbed.shell.lab import Lab
     from testbed.topologies import build
 
     plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)

@@ -45,7 +45,7 @@ is recorded and set against the replay's common start.
 
 The controller's part (``/health`` ``reroutes``: switches changed and time to the last
 barrier) and the data-plane gap (the longest silence of a light probe stream,
-``testbed.probe.Stream``, from a GPU under the failed lane's leaf, that began at the cut)
+``testbed.shell.probe.Stream``, from a GPU under the failed lane's leaf, that began at the cut)
 are recorded for each failure.
 
 Where things live (every name is importable from here): this module holds the parameters,
@@ -93,7 +93,7 @@ from scenarios.link_failure_metrics import (
 from scenarios.link_failure_report import CASES, PUBLISHED_FAILOVER, _analyse
 from testbed.models.flowmodel import model_flows
 from testbed.plan import Link, WiringPlan
-from testbed.probe import Stream
+from testbed.shell.probe import Stream
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, flat_all_to_all
 from traffic.replay import replay

@@ -392,6 +392,6 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
              "lossless emulation), "
              "so it is longer than the idle-fabric benchmark, most of all under hash ECMP. "
              "The probe (8 UDP ports, 40 packets/s each) follows the ECMP routes in every "
-             "mode, and testbed.probe keeps only each port's longest silence: '-' means no "
+             "mode, and testbed.shell.probe keeps only each port's longest silence: '-' means no "
              "port's longest silence began at the cut (none crossed the failed link, or a "
              "longer queueing gap happened elsewhere)."))

@@ -4,7 +4,7 @@ The question: does the operations layer (``ops/``: telemetry, detectors, diagnos
 see every fault, only faults, soon enough, and name the right component? One fabric
 carries steady probe streams (every NIC to a NIC under another leaf, many source ports
 so ECMP spreads them) for a fault-free phase and then a fault phase of equal length, in
-which ``testbed.faults.random_schedule`` injects ``per_kind`` faults of every kind
+which ``testbed.shell.faults.random_schedule`` injects ``per_kind`` faults of every kind
 (link-down, link-flap, link-degrade, nic-loss, switch-down, controller-kill,
 controller-restart, hot-receiver), one at a time. The collector polls every
 ``interval``; the detectors run after every poll; the deterministic agent is asked

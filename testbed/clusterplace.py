@@ -4,8 +4,8 @@
 only leaf-spine lanes cross machines, and puts each shared-tier switch where it cuts the
 fewest lanes; ``crossing_links`` lists the lanes that become tunnels, ``with_servers``
 records each node's machine in the plan (``Node.server``). It is apart from
-``testbed.cluster`` (the bring-up) because it is plain graph arithmetic over a wiring
-plan, unit-tested by brute force, with no root or network needed. ``testbed.cluster``
+``testbed.shell.cluster`` (the bring-up) because it is plain graph arithmetic over a wiring
+plan, unit-tested by brute force, with no root or network needed. ``testbed.shell.cluster``
 re-exports every name.
 """
 

@@ -1,8 +1,8 @@
 """The names fault injection gives what it adds to a machine, and nothing else.
 
-``testbed.faults`` puts these on a running lab (nftables table, sink veth and iptables
+``testbed.shell.faults`` puts these on a running lab (nftables table, sink veth and iptables
 chains in host namespaces; a marker in its traffic processes' environment), and
-``testbed.cleanup`` removes what a crashed run left by the same names. They live here,
+``testbed.shell.cleanup`` removes what a crashed run left by the same names. They live here,
 below both, so ``astral-lab clean`` finds fault leftovers without importing the injector.
 """
 

@@ -4,7 +4,7 @@ Everything here is pure (no root, no commands run; unit-tested): ``Fault`` and i
 validation, target names resolved against a wiring plan (``parse_target``, ``resolve``,
 ``canonical_component``), the exact ``nft``/``iptables`` commands of a nic-loss, the
 shape of a hot-receiver incast (``incast_weights``, ``hot_streams``) and seeded
-``random_schedule``s. ``testbed.faults`` applies them to a running lab and re-exports
+``random_schedule``s. ``testbed.shell.faults`` applies them to a running lab and re-exports
 every public name of this module, so callers import them from there.
 """
 
@@ -276,7 +276,7 @@ def _example(plan: WiringPlan, kind: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------
-# Commands, as argument lists (link-degrade's tc lines are built in ``testbed.faults``)
+# Commands, as argument lists (link-degrade's tc lines are built in ``testbed.shell.faults``)
 # ----------------------------------------------------------------------------------------
 def link_ends(plan: WiringPlan, link: Link) -> list[tuple[str, str, bool]]:
     """``(node, interface, in a host namespace?)`` for both ends of ``link``."""

@@ -1,96 +1,17 @@
-"""The lab's fabrics as Mininet ``Topo`` classes, usable from plain ``mn``.
-
-    sudo mn --custom testbed/mntopo.py --topo astral3,servers=4,gpus=4 \\
-            --controller remote,port=6653
-    astral-lab topo astral3 --servers 4 --gpus 4 -o plan.json   # same parameters
-    astral-lab controller --plan plan.json
-
-Everything Mininet needs is carried by the topo itself: switch class and
-datapath (kernel OVS where the module is loaded, userspace otherwise), the
-OpenFlow versions the controller needs (1.3 and 1.5), explicit DPIDs and port
-numbers from the wiring plan, and links that shape to the plan's emulated rate
-with checksum offload off when the datapath is userspace (otherwise ping works
-and every TCP flow stalls), with an explicit HTB quantum (see ``HTB_QUANTUM``).
-So ``mn`` needs no ``--switch``/``--link`` flags.
-"""
-
-from __future__ import annotations
+"""``mn --custom testbed/mntopo.py`` keeps working: the topos moved to
+``testbed/shell/mntopo.py`` (the root shell's folder); kept for one release."""
 
 import inspect
 import os
 import sys
-from typing import Any
 
-if __name__ != "testbed.mntopo":
-    # Loaded by `mn --custom` (system Python, exec'd without __file__): make the repo's
-    # packages importable from the file's own location.
+if __name__ != "testbed.mntopo":  # exec'd by `mn --custom`: the repo's packages first
     _here = inspect.currentframe().f_code.co_filename  # type: ignore[union-attr]
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(_here))))
 
-from mininet.link import TCIntf, TCLink, TCULink  # noqa: E402
-from mininet.node import OVSSwitch  # noqa: E402
-from mininet.topo import Topo  # noqa: E402
+from testbed.shell.mntopo import topos  # noqa: E402,F401
 
-from testbed.plan import WiringPlan  # noqa: E402
-from testbed.shaping import HTB_QUANTUM  # noqa: E402
-from testbed.topologies import BUILDERS, build  # noqa: E402
+if __name__ == "testbed.mntopo":
+    from testbed.shell import mntopo as _moved
 
-OF_PROTOCOLS = "OpenFlow13,OpenFlow15"
-
-
-class QuantumTCIntf(TCIntf):
-    """Mininet's ``TCIntf`` whose HTB class carries ``quantum HTB_QUANTUM`` (as the Lab's)."""
-
-    def bwCmds(self, *args: Any, **kwargs: Any) -> tuple[list[str], str]:  # noqa: N802
-        cmds, parent = super().bwCmds(*args, **kwargs)
-        return [f"{c} quantum {HTB_QUANTUM}" if " htb rate " in c else c for c in cmds], parent
-
-
-def kernel_ovs_available() -> bool:
-    """True when the openvswitch kernel module is loaded (detect, don't assume)."""
-    return os.path.isdir("/sys/module/openvswitch")
-
-
-def choose_datapath(datapath: str = "auto") -> str:
-    """``kernel`` or ``user``; ``auto`` picks kernel only where its module is loaded."""
-    if datapath == "auto":
-        return "kernel" if kernel_ovs_available() else "user"
-    if datapath not in ("kernel", "user"):
-        raise ValueError(f"datapath must be auto, kernel or user (got {datapath!r})")
-    return datapath
-
-
-class PlanTopo(Topo):
-    """A Mininet topology that is exactly a wiring plan."""
-
-    def build(self, plan: WiringPlan, datapath: str = "auto", shape: bool = True,
-              **_: Any) -> None:  # type: ignore[override]
-        self.plan = plan
-        dp = choose_datapath(datapath)
-        link_cls = TCULink if dp == "user" else TCLink
-        for node in plan.nodes:
-            if node.kind == "host":
-                self.addHost(node.name, ip=f"{node.ip}/8", mac=node.mac)
-            else:
-                self.addSwitch(node.name, cls=OVSSwitch, dpid=node.dpid, datapath=dp,
-                               protocols=OF_PROTOCOLS, failMode="secure")
-        for link in plan.links:
-            opts: dict[str, Any] = {"port1": link.a_port, "port2": link.b_port}
-            if shape:
-                opts.update(cls=link_cls, bw=link.mbps, cls1=QuantumTCIntf, cls2=QuantumTCIntf)
-            elif dp == "user":
-                opts.update(cls=TCULink)
-            self.addLink(link.a, link.b, **opts)
-
-
-def _topo_factory(name: str) -> Any:
-    def make(**params: Any) -> PlanTopo:
-        datapath = params.pop("datapath", "auto")
-        return PlanTopo(build(name, **params), datapath=datapath)
-
-    make.__doc__ = f"{name} fabric; parameters as for `astral-lab topo {name}`"
-    return make
-
-
-#: ``mn --custom testbed/mntopo.py --topo <name>,key=value,...``
-topos = {name: _topo_factory(name) for name in BUILDERS}
+    sys.modules[__name__] = _moved

@@ -2,8 +2,8 @@
 
 ``Lab.reachability`` runs ``fping`` on every host; the result it returns
 (``Reachability``) and the parsing of each run's summary (``_fping_unreached``) are plain
-data and text, apart from ``testbed.lab`` so they are read and unit-tested without a
-fabric. ``testbed.lab`` re-exports both.
+data and text, apart from ``testbed.shell.lab`` so they are read and unit-tested without a
+fabric. ``testbed.shell.lab`` re-exports both.
 """
 
 from __future__ import annotations

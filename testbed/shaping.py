@@ -3,11 +3,11 @@ interfaces that get them.
 
 ``htb_commands`` is the one HTB class (and, for a lossless fabric, the deep queue under it)
 every shaped interface gets at bring-up, ``queue_packets`` sizes that queue and
-``root_ends`` lists the switch-side ends the Lab shapes. ``testbed.qos`` re-shapes the
-same ports and ``testbed.faults`` changes their rate, so they build on these lines rather
-than copies. Apart from ``testbed.lab`` (the root shell that runs the commands) and
-``testbed.mntopo`` (which loads Mininet) because nothing here needs root or Mininet: it is
-unit-tested as text. ``testbed.lab`` re-exports every name, ``testbed.mntopo``
+``root_ends`` lists the switch-side ends the Lab shapes. ``testbed.shell.qos`` re-shapes the
+same ports and ``testbed.shell.faults`` changes their rate, so they build on these lines rather
+than copies. Apart from ``testbed.shell.lab`` (the root shell that runs the commands) and
+``testbed.shell.mntopo`` (which loads Mininet) because nothing here needs root or Mininet: it is
+unit-tested as text. ``testbed.shell.lab`` re-exports every name, ``testbed.shell.mntopo``
 ``HTB_QUANTUM``.
 """
 
@@ -56,7 +56,7 @@ def htb_commands(dev: str, mbps: float, prefix: str = "", lossless: bool = True)
 def root_ends(plan: WiringPlan) -> list[tuple[str, float]]:
     """``(interface, emulated Mb/s)`` of every link end in the root namespace: the switch
     side of every link (a host's end lives in its namespace). The Lab shapes exactly
-    these and each host's ``<host>-eth0``; ``testbed.qos`` re-shapes the same set."""
+    these and each host's ``<host>-eth0``; ``testbed.shell.qos`` re-shapes the same set."""
     hosts = {h.name for h in plan.hosts}
     ends = []
     for link in plan.links:

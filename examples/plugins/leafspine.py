@@ -2,7 +2,7 @@
 
 A worked example of a topology in one file (README, Extending): copy it to
 ``testbed/topologies/leafspine.py`` and ``leafspine`` works in ``astral-lab topo``, ``up``,
-``cost`` and ``model``, in ``mn --custom testbed/mntopo.py --topo leafspine`` and in
+``cost`` and ``model``, in ``mn --custom testbed/shell/mntopo.py --topo leafspine`` and in
 ``build("leafspine")``. The fabric most clusters had before rail-optimized designs: no
 rails, no shuffle; ``servers_per_block`` servers share a leaf, and each leaf's uplink
 ports (``lanes_per_uplink`` lanes, cabled whole) go round-robin to the spines.

@@ -5,7 +5,7 @@ builder (a ``FabricSpec`` in real units in, a ``WiringPlan`` out), its closed-fo
 for the cost model (``counts``: the same fabric as the builder; ``size``: sized as a
 buyer would at any scale) and what the flow model needs (``BLOCKS``, ``BISECTION``, and
 ``two_tier`` for the aggregate what-if). ``astral-lab topo``, ``up``, ``cost``, ``model``,
-the ``mn --custom testbed/mntopo.py`` file and the scenarios find topologies here, so a
+the ``mn --custom testbed/shell/mntopo.py`` file and the scenarios find topologies here, so a
 new design is a new file: copy the closest one under a new name and change its rules.
 
 The four shipped designs, all built from the same ``FabricSpec`` so comparisons are at

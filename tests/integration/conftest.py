@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-# Fabrics are one per machine (testbed.lab.fabric_lock): a test started while another run's
+# Fabrics are one per machine (testbed.shell.lab.fabric_lock): a test started while another run's
 # fabric is up waits for it instead of failing on taken names.
 os.environ.setdefault("ASTRAL_LAB_WAIT", "1200")
 
-from testbed import cleanup
-from testbed.lab import fabric_lock
 from testbed.plan import WiringPlan
+from testbed.shell import cleanup
+from testbed.shell.lab import fabric_lock
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from testbed import cleanup
-from testbed.cluster import CLUSTER_MTU, ClusterLab
+from testbed.shell import cleanup
+from testbed.shell.cluster import CLUSTER_MTU, ClusterLab
 from testbed.topologies import build
 
 # Mininet's cluster.py compares OVS versions with distutils (deprecated, still works on 3.11)

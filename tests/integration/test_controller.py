@@ -1,7 +1,7 @@
 """The controller with traffic running: modes, failover, restart, and its JSON API.
 
 Each test brings up a small real fabric (astral3: 4 leaves, 4 spines, one 20 Mb/s lane
-between every leaf and spine) and runs steady UDP streams (``testbed.probe``: one socket
+between every leaf and spine) and runs steady UDP streams (``testbed.shell.probe``: one socket
 per UDP source port, sequence numbers, the receiver measures the longest silence) while
 something changes.
 """
@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import pytest
 
-from controllers.client import ControllerError
-from testbed.lab import Lab
+from controllers.shell.client import ControllerError
 from testbed.plan import WiringPlan
-from testbed.probe import Stream
+from testbed.shell.lab import Lab
+from testbed.shell.probe import Stream
 from testbed.topologies import build
 
 SPORTS = range(50000, 50016)

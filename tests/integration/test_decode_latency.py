@@ -18,9 +18,9 @@ import subprocess
 
 import pytest
 
-from testbed import qos
-from testbed.lab import Lab
 from testbed.plan import WiringPlan
+from testbed.shell import qos
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.replay import percentile, replay
@@ -57,7 +57,7 @@ def _decode_latencies(res: object) -> list[float]:
 def _left_by(labs: list[Lab]) -> list[str]:
     """What these Labs left on the machine, by their run ids (not by name: another
     helper's fabric may reuse the names the moment ours is gone)."""
-    from testbed import cleanup
+    from testbed.shell import cleanup
 
     ids = {lab.run_id for lab in labs}
     left = [f"bridge {b}" for b, r in cleanup.tagged_bridges().items() if r in ids]

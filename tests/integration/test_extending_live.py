@@ -24,7 +24,7 @@ SIZE = ["--servers", "4", "--gpus", "2", "--servers-per-block", "2"]
 _REPLAY = """
 import json
 from controllers.flows import sport_for_qp
-from testbed.lab import Lab
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.replay import replay

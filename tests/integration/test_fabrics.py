@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import pytest
 
-from testbed import cleanup
-from testbed.lab import Lab
 from testbed.plan import WiringPlan
-from testbed.preflight import LabError
+from testbed.shell import cleanup
+from testbed.shell.lab import Lab
+from testbed.shell.preflight import LabError
 from testbed.topologies import build
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -128,7 +128,7 @@ def test_killed_lab_is_cleaned_by_astral_lab_clean(tmp_path: str,
     """kill -9 the process that owns a running fabric; `astral-lab clean` removes the rest,
     its scratch folder in /tmp included."""
     plan = build("astral3", servers=4, gpus=2)
-    script = ("from testbed.lab import Lab\nfrom testbed.topologies import build\n"
+    script = ("from testbed.shell.lab import Lab\nfrom testbed.topologies import build\n"
               "import sys, time\nlab = Lab(build('astral3', servers=4, gpus=2)).start()\n"
               "print('UP', lab.workdir, flush=True)\ntime.sleep(600)\n")
     env = {k: v for k, v in os.environ.items() if k != "ASTRAL_LAB_KEEP_LOGS"}
@@ -158,7 +158,8 @@ def test_ctrl_c_inside_a_running_lab_tears_it_down(assert_clean: Callable[[Wirin
                                                    ) -> None:
     """Ctrl-C (SIGINT) while a `with Lab(...)` block runs: the fabric goes, nothing stays."""
     plan = build("astral3", servers=4, gpus=2)
-    script = ("from testbed.lab import Lab\nfrom testbed.topologies import build\nimport time\n"
+    script = ("from testbed.shell.lab import Lab\nfrom testbed.topologies import build\n"
+              "import time\n"
               "with Lab(build('astral3', servers=4, gpus=2)) as lab:\n"
               "    print('UP', flush=True)\n    time.sleep(600)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
@@ -182,12 +183,13 @@ def test_cli_up_without_cli_reports_zero_loss(assert_clean: Callable[[WiringPlan
 
 def test_plain_mn_custom_topology_with_standalone_controller(
         tmp_path: str, assert_clean: Callable[[WiringPlan], None]) -> None:
-    """`mn --custom testbed/mntopo.py --topo astral3,...` + `astral-lab controller` ping all."""
+    """`mn --custom testbed/shell/mntopo.py --topo astral3,...` + `astral-lab controller`: all
+    pairs ping."""
     params = dict(servers=2, gpus=2)
     plan = build("astral3", **params)
     plan_path = os.path.join(str(tmp_path), "plan.json")
     plan.save(plan_path)
-    from testbed.lab import free_port
+    from testbed.shell.lab import free_port
 
     of_port, rest_port = free_port(), free_port()
     ctl = subprocess.Popen([sys.executable, "-m", "astral_lab.cli", "controller", "--plan",
@@ -195,7 +197,7 @@ def test_plain_mn_custom_topology_with_standalone_controller(
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     try:
         topo = "astral3," + ",".join(f"{k}={v}" for k, v in params.items())
-        out = subprocess.run(["mn", "--custom", os.path.join(REPO, "testbed", "mntopo.py"),
+        out = subprocess.run(["mn", "--custom", os.path.join(REPO, "testbed", "shell", "mntopo.py"),
                               "--topo", topo, "--controller", f"remote,ip=127.0.0.1,port={of_port}",
                               "--test", "pingall"],
                              capture_output=True, text=True, timeout=300)

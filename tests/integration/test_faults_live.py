@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from testbed import cleanup
-from testbed import faults as F
-from testbed.faults import Fault, FaultInjector
-from testbed.lab import Lab
-from testbed.probe import Stream
+from testbed.shell import cleanup
+from testbed.shell import faults as F
+from testbed.shell.faults import Fault, FaultInjector
+from testbed.shell.lab import Lab
+from testbed.shell.probe import Stream
 from testbed.topologies import build
 
 PLAN = build("astral3", servers=4, gpus=2, servers_per_block=2)

@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 from controllers.flows import Flow, sport_for_qp
 from testbed.flowmodel import model_flows
-from testbed.lab import Lab
 from testbed.plan import WiringPlan
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.replay import replay

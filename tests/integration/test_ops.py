@@ -2,7 +2,7 @@
 
 One small astral3 fabric (2 servers x 2 GPUs: 2 leaves, 4 spines, 8 lanes) carrying steady
 probe streams, the collector and detectors running as in ``ops-eval``; faults come from
-``testbed.faults``. Timing goals are scored by ``astral-lab run ops-eval``, not here.
+``testbed.shell.faults``. Timing goals are scored by ``astral-lab run ops-eval``, not here.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 from astral_lab import ops_cli as cli
 from ops.agent import Tools, diagnose
 from ops.evaluate import Monitor, steady_traffic
-from testbed.faults import Fault, FaultInjector
-from testbed.lab import Lab
+from testbed.shell.faults import Fault, FaultInjector
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 
 

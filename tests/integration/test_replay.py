@@ -15,8 +15,8 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from controllers.flows import sport_for_qp
-from testbed.lab import Lab
 from testbed.plan import WiringPlan
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic import agent
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency

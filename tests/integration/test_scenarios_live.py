@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from testbed import cleanup
+from testbed.shell import cleanup
 from testbed.topologies import build
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

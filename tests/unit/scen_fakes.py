@@ -110,7 +110,7 @@ def install(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[FakeLab]:
                 out[phase] = fake_replay(lab, flows)
         return out
 
-    from testbed import qos
+    from testbed.shell import qos
 
     monkeypatch.setattr(qos, "enable", lambda lab: {"mode": "isolated", "changed": 1,
                                                     "interfaces": 1})

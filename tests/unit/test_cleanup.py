@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from testbed import cleanup
+from testbed.shell import cleanup
 from testbed.topologies import BUILDERS, build
 
 
@@ -223,7 +223,7 @@ def test_lab_scratch_folder_goes_even_when_teardown_fails(state_dir: str,
                                                           monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
     """A teardown step that raises (or a second Ctrl-C in it) still removes the folder."""
-    from testbed.lab import Lab
+    from testbed.shell.lab import Lab
     from testbed.topologies import build
 
     lab = Lab(build("astral3", servers=2, gpus=2), log=lambda _m: None)

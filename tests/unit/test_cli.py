@@ -15,7 +15,7 @@ import pytest
 from astral_lab import cli
 from scenarios import base, common, fidelity
 from scenarios.base import Param, Run, scenario
-from testbed.preflight import LabError
+from testbed.shell.preflight import LabError
 from testbed.topologies import build
 
 
@@ -34,11 +34,11 @@ class FakeLab:
 @pytest.fixture
 def env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Root as far as the CLI can tell, results in tmp, a fake fabric, a small capacity."""
-    import testbed.cluster
+    import testbed.shell.cluster
 
     monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path / "results"))
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(testbed.cluster, "make_lab", FakeLab)
+    monkeypatch.setattr(testbed.shell.cluster, "make_lab", FakeLab)
     capacity = {"hop_pps": 40_000, "measured": "fake"}
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: capacity)
     monkeypatch.setattr(fidelity, "load_cached", lambda: capacity)
@@ -150,9 +150,9 @@ def test_demo_on_a_machine_too_slow_to_calibrate(env: Any, monkeypatch: pytest.M
             reached.append(self.plan.topology)
             raise LabError("fake fabric: nothing to ping")
 
-    import testbed.cluster
+    import testbed.shell.cluster
 
-    monkeypatch.setattr(testbed.cluster, "make_lab", NoPing)
+    monkeypatch.setattr(testbed.shell.cluster, "make_lab", NoPing)
     status = cli.main(["demo", "--quick", *(["--force"] if force else [])])
     stderr = capsys.readouterr().err
     err = _error(stderr)

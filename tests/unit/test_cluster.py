@@ -19,8 +19,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from testbed import cluster
-from testbed.cluster import (
+from testbed.plan import WiringPlan
+from testbed.shell import cluster
+from testbed.shell.cluster import (
     CLUSTER_MTU,
     GRETAP_OVERHEAD,
     ClusterLab,
@@ -33,9 +34,8 @@ from testbed.cluster import (
     precheck_servers,
     with_servers,
 )
-from testbed.lab import Lab
-from testbed.plan import WiringPlan
-from testbed.preflight import LabError
+from testbed.shell.lab import Lab
+from testbed.shell.preflight import LabError
 from testbed.topologies import BUILDERS, build
 from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD
 
@@ -281,7 +281,7 @@ def test_default_version_is_the_packages_and_needs_no_cli_import() -> None:
     with open(os.path.join(root, "pyproject.toml")) as f:
         declared = re.search(r'^version = "([^"]+)"', f.read(), re.M)
     assert declared is not None and declared.group(1) == __version__
-    probe = "import sys, testbed.cluster; print('astral_lab' in sys.modules)"
+    probe = "import sys, testbed.shell.cluster; print('astral_lab' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "False"

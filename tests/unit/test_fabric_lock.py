@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from testbed import machine
-from testbed.preflight import LabError
+from testbed.shell import machine
+from testbed.shell.preflight import LabError
 
 HOLD = ("import fcntl, sys, time; f = open(sys.argv[1], 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
         "print('held', flush=True); time.sleep(float(sys.argv[2]))")

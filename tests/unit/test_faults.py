@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from testbed import faults as F
-from testbed.faults import Fault, FaultError, FaultInjector
-from testbed.lab import Lab, htb_commands
 from testbed.plan import WiringPlan
+from testbed.shell import faults as F
+from testbed.shell.faults import Fault, FaultError, FaultInjector
+from testbed.shell.lab import Lab, htb_commands
 from testbed.topologies import build
 
 

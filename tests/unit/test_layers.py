@@ -164,6 +164,41 @@ def test_packages_import_only_the_layers_below_them() -> None:
     assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
 
 
+#: Packages whose pure code and shell are in separate folders: every module outside
+#: ``<package>/shell/`` runs without root (old module names kept as aliases excepted).
+SPLIT = ("controllers", "testbed")
+
+
+def _alias(path: Path) -> bool:
+    """A module kept under its old name: it only hands out the moved module."""
+    return "sys.modules[__name__] = _moved" in path.read_text(encoding="utf-8")
+
+
+def test_only_the_shell_folders_reach_mininet_os_ken_subprocess_or_socket() -> None:
+    graph, external = import_graph(REPO, PACKAGES)
+    bad = {}
+    for module in graph:
+        parts = module.split(".")
+        if parts[0] not in SPLIT or "shell" in parts:
+            continue
+        path = REPO.joinpath(*parts).with_suffix(".py")
+        if not path.exists():
+            path = REPO.joinpath(*parts, "__init__.py")
+        if not _alias(path) and impure(graph, external, module):
+            bad[module] = impure(graph, external, module)
+    assert not bad, bad
+    assert all(any(m.startswith(f"{p}.shell.") for m in graph) for p in SPLIT)
+
+
+def test_old_module_names_are_the_moved_modules() -> None:
+    import importlib
+
+    for old in ("testbed.lab", "testbed.cleanup", "testbed.faults", "controllers.client",
+                "controllers.app", "testbed.preflight"):
+        pkg, name = old.split(".")
+        assert importlib.import_module(old) is importlib.import_module(f"{pkg}.shell.{name}")
+
+
 def test_pure_modules_reach_no_mininet_os_ken_subprocess_or_socket() -> None:
     graph, external = import_graph(REPO, PACKAGES)
     assert set(PURE) <= set(graph), sorted(set(PURE) - set(graph))

@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from controllers.ofmsgs import FF_GROUP_BASE, protocol, switch_program
 from controllers.routing import compute_routes
+from controllers.shell.ofmsgs import FF_GROUP_BASE, protocol, switch_program
 from testbed.topologies import build
 
 

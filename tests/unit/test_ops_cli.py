@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from astral_lab import ops_cli as cli
-from testbed import cleanup
+from testbed.shell import cleanup
 from testbed.topologies import build
 
 RUN_ID = "0123456789"

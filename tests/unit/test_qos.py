@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import qos
-from testbed.lab import htb_commands, queue_packets
+from testbed.shell import qos
+from testbed.shell.lab import htb_commands, queue_packets
 from testbed.topologies import build
 from traffic.kernels import TRAFFIC_CLASSES
 
@@ -213,7 +213,7 @@ class _FakeLab:
 
 
 def test_shell_refuses_a_lab_it_cannot_isolate() -> None:
-    from testbed.preflight import LabError
+    from testbed.shell.preflight import LabError
 
     with pytest.raises(LabError, match="not running"):
         qos.status(_FakeLab({}))

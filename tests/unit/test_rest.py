@@ -1,4 +1,4 @@
-"""The controller's JSON API (``controllers.rest``) and its client, against a fake controller.
+"""The controller's JSON API (``controllers.shell.rest``) and its client, against a fake controller.
 
 A real server on an ephemeral port, a ``FakeAPI`` that records calls and raises on demand:
 that covers the whole HTTP mapping (routes, parameters, bodies, statuses) without os-ken or
@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from controllers import client as client_module
-from controllers.api import AppAPI
-from controllers.client import ControllerClient, ControllerError
 from controllers.fabric import FabricLogic
 from controllers.flows import Flow
-from controllers.rest import (
+from controllers.shell import client as client_module
+from controllers.shell.api import AppAPI
+from controllers.shell.client import ControllerClient, ControllerError
+from controllers.shell.rest import (
     ENDPOINTS,
     MAX_BODY_BYTES,
     MAX_JSON_DEPTH,
@@ -378,7 +378,7 @@ def test_rest_layer_bug_still_answers_500(server: Any, api: FakeAPI,
     def broken(*_args: Any) -> Any:
         raise AttributeError("oops")
 
-    monkeypatch.setattr("controllers.rest._parse_query", broken)
+    monkeypatch.setattr("controllers.shell.rest._parse_query", broken)
     status, _, body = raw(server, "GET", "/links")
     assert status == 500 and body == {"error": "internal error: AttributeError: oops"}
     monkeypatch.undo()
@@ -560,7 +560,7 @@ def test_wait_converged_raises_other_errors_at_once(client: ControllerClient,
 
 
 # ---------------------------------------------------------------------------------------------
-# The real API's validation (controllers.api over controllers.fabric), through HTTP
+# The real API's validation (controllers.shell.api over controllers.fabric), through HTTP
 
 
 class LogicApp:

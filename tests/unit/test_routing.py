@@ -20,7 +20,17 @@ from typing import Any
 import pytest
 
 from controllers.flowtable import OFPGC_ADD_OR_MOD
-from controllers.ofmsgs import (
+from controllers.routing import (
+    PRIO_LOCAL,
+    PRIO_MISS,
+    PRIO_ROUTE,
+    attach_points,
+    compute_routes,
+    ip_int,
+    prefix_for,
+    shortest_switch_hops,
+)
+from controllers.shell.ofmsgs import (
     COOKIE_ROUTE,
     DEFAULT_SELECT_METHOD,
     ETH_ARP,
@@ -32,16 +42,6 @@ from controllers.ofmsgs import (
     group_mod,
     protocol,
     switch_program,
-)
-from controllers.routing import (
-    PRIO_LOCAL,
-    PRIO_MISS,
-    PRIO_ROUTE,
-    attach_points,
-    compute_routes,
-    ip_int,
-    prefix_for,
-    shortest_switch_hops,
 )
 from testbed.plan import Link, Node, WiringPlan, dpid_for, mac_for
 from testbed.topologies import build

@@ -284,7 +284,7 @@ SLOW = [{"rate_mbps_per_sender": 5.0, "held": False, "delivered_fraction": 0.62,
 @pytest.fixture
 def slow_machine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Calibration fails as on a machine that cannot hold the lowest rate; no fabric."""
-    import testbed.cluster
+    import testbed.shell.cluster
 
     calls: list[str] = []
 
@@ -294,7 +294,7 @@ def slow_machine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(fidelity, "calibrate", calibrate)
     monkeypatch.setattr(fidelity, "load_cached", lambda: None)
-    monkeypatch.setattr(testbed.cluster, "make_lab", _FakeLab)
+    monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
     return calls
 
 
@@ -330,10 +330,10 @@ def test_calibration_failure_is_one_line_with_what_was_measured() -> None:
 
 def test_calibrate_raises_the_one_line_error_and_caches_nothing(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import testbed.lab
+    import testbed.shell.lab
 
     monkeypatch.setenv("ASTRAL_LAB_CACHE", str(tmp_path))
-    monkeypatch.setattr(testbed.lab, "Lab", _FakeLab)
+    monkeypatch.setattr(testbed.shell.lab, "Lab", _FakeLab)
     slow = iter(SLOW * fidelity.ATTEMPTS)
     monkeypatch.setattr(fidelity, "_trial", lambda *_a: dict(next(slow)))
     with pytest.raises(fidelity.CalibrationError, match="could not hold even 5 Mb/s") as info:
@@ -371,11 +371,11 @@ def test_forced_run_without_calibration_goes_ahead_unguarded(results: Any, guard
 
 def test_refused_guard_keeps_the_partial_folder(results: Any, guarded: Any,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import testbed.cluster
+    import testbed.shell.cluster
 
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 10})
     monkeypatch.setattr(fidelity, "load_cached", lambda: {"hop_pps": 10, "measured": "x"})
-    monkeypatch.setattr(testbed.cluster, "make_lab", _FakeLab)
+    monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
     with pytest.raises(fidelity.CapacityError, match="would measure the CPU") as info:
         guarded(log=lambda _m: None)
     (partial,) = os.listdir(results)

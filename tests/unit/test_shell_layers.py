@@ -10,16 +10,17 @@ import sys
 
 import pytest
 
-from testbed import preflight
-from testbed.lab import Reachability, _fping_unreached, htb_commands, queue_packets
-from testbed.mntopo import HTB_QUANTUM, OF_PROTOCOLS, PlanTopo, choose_datapath
+from testbed.shell import preflight
+from testbed.shell.lab import Reachability, _fping_unreached, htb_commands, queue_packets
+from testbed.shell.mntopo import HTB_QUANTUM, OF_PROTOCOLS, PlanTopo, choose_datapath
 from testbed.topologies import build
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_plan_topo_is_exactly_the_plan() -> None:
-    """What `mn --custom testbed/mntopo.py` builds: the plan's nodes, ports, DPIDs and rates."""
+    """What `mn --custom testbed/shell/mntopo.py` builds: the plan's nodes, ports, DPIDs and
+    rates."""
     plan = build("astral3", servers=4, gpus=2)
     topo = PlanTopo(plan, datapath="user")
     assert sorted(topo.hosts()) == sorted(h.name for h in plan.hosts)

@@ -62,7 +62,8 @@ _CHECK = textwrap.dedent("""
     pkg.__path__.append(sys.argv[1])
     orig, new, out = sys.argv[2], sys.argv[3], sys.argv[4]
     from astral_lab.cli import main
-    from testbed import cost, flowmodel as fm, mntopo, topologies
+    from testbed import cost, flowmodel as fm, topologies
+    from testbed.shell import mntopo
     from testbed.topologies import FabricSpec, build
     small = {"servers": 4, "gpus": 2, "servers_per_block": 2}
     rep = {"names": list(topologies.names()), "mn": new in mntopo.topos}

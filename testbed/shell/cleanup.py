@@ -1,0 +1,604 @@
+"""Leave nothing behind: run records and ``astral-lab clean``.
+
+Every ``Lab`` writes a small record (JSON) under ``/run/astral-lab/`` as soon as it
+creates anything: its controller's PID, its host shells' PIDs, its OVS bridges
+and the interfaces it made in the root namespace. A normal exit removes all of
+that and the record. If the process was killed (``kill -9``, a crash, a closed
+terminal), ``astral-lab clean`` reads the leftover records and removes what they
+name, then sweeps for anything tagged as ours that has no record (bridges carry
+``external_ids:astral-lab-run``; controllers run with ``--run-id``; scratch
+folders are named ``astral-lab-<run id>-p<owner pid>-*``, see ``make_scratch``).
+Plain Mininet built from the lab's plans (the bring-up benchmark's baseline,
+``mn --custom testbed/shell/mntopo.py``) keeps no record and tags nothing: what it
+leaves is recognised by the lab's node names (``NODE_RE``), and only while no
+fabric that could own those names is alive (``plain_mininet_leftovers``).
+
+Fault injection (``testbed.shell.faults``) leaves rules in host namespaces and traffic
+processes when its run dies; ``cleanup_faults`` removes them by the names in
+``testbed.faultmarks``. This module is the lowest layer of the lab's shell side: it
+imports neither the injector nor ``testbed.shell.lab``, which both build on it.
+
+Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
+not the lab's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
+
+from testbed.faultmarks import ENV_MARK, IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK
+from testbed.plan import write_json_atomic
+
+STATE_DIR = os.environ.get("ASTRAL_LAB_STATE_DIR", "/run/astral-lab")
+BRIDGE_TAG = "astral-lab-run"
+#: A run's scratch folder: ``astral-lab-<run id>-p<owner pid>-<mkdtemp suffix>``. Folders
+#: made before the pid was part of the name lack the ``p<pid>-`` part.
+SCRATCH_RE = re.compile(r"astral-lab-([0-9a-f]{10})-(?:p([0-9]+)-)?[a-z0-9_]{8}")
+#: Marker file in a scratch folder whose run was started with ASTRAL_LAB_KEEP_LOGS set.
+KEEP_MARK = "KEEP_LOGS"
+#: Node names the lab's topologies give (``testbed.topologies``): GPU NICs ``s<server>g<gpu>``,
+#: leaves ``lf<block>r<rail>``, ToRs, spines, rail spines, aggs, cores, edges, NVLink switches.
+#: Mininet's own defaults (h1, s1) do not match, so a stranger's ``mn`` is never swept.
+NODE_RE = re.compile(r"s\d+g\d+|lf\d+r\d+|tor\d+r\d+|spine\d+|rsp\d+x\d+|agg\d+x\d+|core\d+"
+                     r"|edge\d+x\d+|nvs\d+")
+#: Mininet's interface names for those nodes (``testbed.plan.intf_name``).
+INTF_RE = re.compile(rf"(?:{NODE_RE.pattern})-eth\d+")
+
+
+#: how a controller process is started (``python -m MODULE``), now and by earlier versions
+CONTROLLER_MODULES = ("astral_lab.controller_cli", "controllers.shell.run")
+
+
+def _is_controller(argv: list[str]) -> bool:
+    """Whether a process's command line is a lab controller's."""
+    return any(m in argv for m in CONTROLLER_MODULES)
+
+
+def record_path(run_id: str) -> str:
+    return os.path.join(STATE_DIR, f"{run_id}.json")
+
+
+def write_record(run_id: str, record: dict[str, Any]) -> None:
+    write_json_atomic(record_path(run_id), record)
+
+
+def drop_record(run_id: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(record_path(run_id))
+
+
+def keep_logs() -> bool:
+    """True when ASTRAL_LAB_KEEP_LOGS asks for run folders (logs, plan) to be kept."""
+    return bool(os.environ.get("ASTRAL_LAB_KEEP_LOGS"))
+
+
+def scratch_root() -> str:
+    """Where runs make their scratch folders (the system temporary directory)."""
+    return tempfile.gettempdir()
+
+
+def make_scratch(run_id: str) -> str:
+    """Create a run's scratch folder, named for the run id and this (owner) process.
+
+    The name alone tells ``clean`` whose folder it is and whether its owner still
+    lives, with no window in which a live run's folder looks orphaned (the run
+    record is written just after). With ASTRAL_LAB_KEEP_LOGS set the folder is
+    marked, so neither the run's own exit nor a later ``clean`` removes it.
+    """
+    path = tempfile.mkdtemp(prefix=f"astral-lab-{run_id}-p{os.getpid()}-", dir=scratch_root())
+    if keep_logs():
+        with open(os.path.join(path, KEEP_MARK), "w", encoding="utf-8") as f:
+            f.write("kept because ASTRAL_LAB_KEEP_LOGS was set when the run started\n")
+    return path
+
+
+def scratch_owner(path: str) -> tuple[str, int | None] | None:
+    """``(run id, owner pid or None)`` of a scratch folder's name; None if not one of ours."""
+    m = SCRATCH_RE.fullmatch(os.path.basename(os.path.normpath(path)))
+    if m is None:
+        return None
+    return m.group(1), (int(m.group(2)) if m.group(2) else None)
+
+
+def scratch_kept(path: str) -> bool:
+    """True when the folder's run, or this process, asked for logs to be kept."""
+    return keep_logs() or os.path.exists(os.path.join(path, KEEP_MARK))
+
+
+def drop_scratch(path: str, log: Callable[[str], None] | None = None) -> bool:
+    """Remove one run's scratch folder unless its logs are to be kept; True if removed.
+
+    Only a folder whose name is a scratch folder's is removed, so a damaged run
+    record can never point ``rmtree`` elsewhere.
+    """
+    if not path or scratch_owner(path) is None or not os.path.isdir(path):
+        return False
+    if scratch_kept(path):
+        if log:
+            log(f"logs kept in {path}")
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.exists(path)
+
+
+def stale_scratch(live_runs: Collection[str]) -> list[str]:
+    """Scratch folders in ``scratch_root()`` whose run is not alive.
+
+    Alive means: the run id belongs to a live run record, or the owner pid in the
+    folder's name is a running process (a concurrent run, possibly still before
+    its record is written). Folders from before the pid was in the name are
+    judged by their run record alone.
+    """
+    root = scratch_root()
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    stale = []
+    for entry in entries:
+        owner = scratch_owner(entry.name)
+        if owner is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        run_id, pid = owner
+        if run_id in live_runs or (pid is not None and _alive(pid)):
+            continue
+        stale.append(os.path.join(root, entry.name))
+    return sorted(stale)
+
+
+def run(cmd: list[str], stdin: str | None = None, check: bool = False,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a command, capture its output; raise with its stderr when ``check`` and it fails.
+
+    A missing program counts as a failure (exit 127), so cleanup works on a machine
+    where, say, Open vSwitch was never installed.
+    """
+    try:
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        proc = subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]}: not found")
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip()[:400]}")
+    return proc
+
+
+def kill_pids(pids: list[int], grace: float = 2.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig``, wait up to ``grace`` seconds, then SIGKILL whatever is left."""
+    alive = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+            alive.append(pid)
+    deadline = time.time() + grace
+    while alive and time.time() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        if alive:
+            time.sleep(0.05)
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child still "exists"; reap it if it is ours
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def delete_bridges(bridges: list[str]) -> None:
+    """All bridges in one ovs-vsctl transaction (one round trip, however many).
+
+    ovs-vsctl waits until ovs-vswitchd has released them, including each bridge's
+    internal interface (named like the bridge), so the names are free on return.
+    With the userspace datapath that costs ~0.2 s per bridge.
+    """
+    if not bridges:
+        return
+    cmd = ["ovs-vsctl", "--timeout=60"]
+    for br in bridges:
+        cmd += ["--", "--if-exists", "del-br", br]
+    run(cmd)
+
+
+def existing_interfaces() -> set[str]:
+    """Names of the interfaces in this (the root) network namespace."""
+    return set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()
+
+
+def delete_links(names: list[str]) -> int:
+    """Delete root-namespace interfaces (a veth's peer goes with it) in one ``ip -batch``.
+
+    Returns how many of ``names`` existed before and are gone after (both ends of a
+    veth may be named: deleting the first takes the second, whose own line then
+    fails harmlessly under ``-force``).
+    """
+    existing = existing_interfaces()
+    todo = [n for n in names if n in existing]
+    if not todo:
+        return 0
+    run(["ip", "-force", "-batch", "-"], stdin="".join(f"link del {n}\n" for n in todo))
+    after = existing_interfaces()
+    return sum(1 for n in todo if n not in after)
+
+
+def wait_gone(names: list[str], timeout: float = 30.0) -> None:
+    """Wait until interfaces that die with their namespace are gone; delete stragglers."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        existing = existing_interfaces()
+        if not any(n in existing for n in names):
+            return
+        time.sleep(0.05)
+    delete_links(names)
+
+
+def _tagged(table: str, key_column: str) -> dict[str, str]:
+    """``key -> run id`` for rows of an OVS table that a Lab tagged in ``external_ids``."""
+    proc = run(["ovs-vsctl", "--timeout=10", "--format=json",
+                f"--columns={key_column},external_ids", "list", table])
+    if proc.returncode != 0:
+        return {}
+    out: dict[str, str] = {}
+    for key, ext in json.loads(proc.stdout).get("data", []):
+        pairs = dict(ext[1]) if isinstance(ext, list) and ext and ext[0] == "map" else {}
+        if BRIDGE_TAG in pairs:
+            out[key[1] if isinstance(key, list) else key] = pairs[BRIDGE_TAG]
+    return out
+
+
+def tagged_bridges() -> dict[str, str]:
+    """``bridge -> run id`` for every OVS bridge a Lab created."""
+    return _tagged("Bridge", "name")
+
+
+def all_bridges() -> list[str]:
+    """Every OVS bridge on this machine (none when OVS is not running)."""
+    return run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
+
+
+def mininet_shells() -> dict[int, str]:
+    """``pid -> node name`` of every Mininet node shell (``bash ... mininet:<node>``).
+
+    Mininet starts one for every host *and* switch before it creates any link, and
+    they end after the links are gone; a Lab starts one per host.
+    """
+    out = {}
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        pid = int(path.split("/")[2])
+        for arg in _cmdline(pid).split("\0"):
+            if arg.startswith("mininet:"):
+                out[pid] = arg[len("mininet:"):]
+                break
+    return out
+
+
+def plain_mininet_leftovers(interfaces: Collection[str], untagged_bridges: Collection[str],
+                            shells: dict[int, str], live_runs: Collection[str],
+                            ) -> tuple[list[str], list[str], str]:
+    """``(interfaces, bridges, why not)``: what a dead plain-Mininet fabric of ours left.
+
+    Plain Mininet keeps no run record, so its leftovers are known only by name:
+    root-namespace interfaces and untagged bridges named after the lab's nodes.
+    A live fabric holds the same names (a Lab's records do not list every veth
+    end), so nothing is returned while any run record is alive or any Mininet
+    shell of a lab-named node runs; the third value then says which, for the
+    user. Pure, so the rule is tested on faked names.
+    """
+    links = sorted(i for i in interfaces if INTF_RE.fullmatch(i))
+    bridges = sorted(b for b in untagged_bridges if NODE_RE.fullmatch(b))
+    if not links and not bridges:
+        return [], [], ""
+    if live_runs:
+        return [], [], f"run {', '.join(sorted(live_runs))} is alive"
+    lab_shells = sorted(p for p, node in shells.items() if NODE_RE.fullmatch(node))
+    if lab_shells:
+        more = f" (+{len(lab_shells) - 5})" if len(lab_shells) > 5 else ""
+        return [], [], ("Mininet shells of lab-named nodes are running (pid "
+                        + ", ".join(map(str, lab_shells[:5])) + more + "): a plain Mininet "
+                        "fabric is up")
+    return links, bridges, ""
+
+
+def tagged_qos() -> dict[str, str]:
+    """``QoS row uuid -> run id``: the ``linux-noop`` rows that keep OVS off our qdiscs.
+
+    QoS is a root table in OVSDB, so its rows outlive the bridges that used them.
+    """
+    return _tagged("QoS", "_uuid")
+
+
+def delete_qos(uuids: list[str]) -> None:
+    if not uuids:
+        return
+    cmd = ["ovs-vsctl", "--timeout=30"]
+    for uuid in uuids:
+        cmd += ["--", "--if-exists", "destroy", "QoS", uuid]
+    run(cmd)
+
+
+def our_processes() -> list[int]:
+    """PIDs of lab controllers (``astral_lab.controller_cli ... --run-id``), found via /proc."""
+    pids = []
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        pid = int(path.split("/")[2])
+        argv = _cmdline(pid).split("\0")
+        if _is_controller(argv) and "--run-id" in argv and pid != os.getpid():
+            pids.append(pid)
+    return pids
+
+
+def clean(verbose: bool = True) -> dict[str, int]:
+    """Remove every leftover of crashed lab runs. Safe to run any time; returns what it did."""
+    done = {"records": 0, "processes": 0, "bridges": 0, "links": 0, "scratch": 0,
+            "kept": 0, "unrecorded": 0}
+    live_runs: set[str] = set()
+    kept: list[str] = []
+
+    def scratch(path: str) -> None:
+        if drop_scratch(path):
+            done["scratch"] += 1
+        elif os.path.isdir(path) and scratch_owner(path) and path not in kept:
+            kept.append(path)
+
+    for path in sorted(glob.glob(os.path.join(STATE_DIR, "*.json"))):
+        try:
+            with open(path, encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            continue
+        owner = rec.get("owner_pid")
+        if owner and owner != os.getpid() and _alive(owner):
+            live_runs.add(rec.get("run_id", ""))
+            if verbose:
+                print(f"run {rec.get('run_id')} is still alive (pid {owner}); leaving it")
+            continue
+        # Only processes that still look like ours: a PID may have been reused since.
+        pids = [int(p) for p in rec.get("pids", []) if _looks_like_ours(int(p))]
+        delete_bridges(rec.get("bridges", []))
+        kill_pids(pids, grace=0.5)
+        delete_links(rec.get("links", []))
+        wait_gone(rec.get("host_links", []), timeout=10)
+        done["processes"] += len(pids)
+        done["bridges"] += len(rec.get("bridges", []))
+        done["links"] += len(rec.get("links", []))
+        done["records"] += 1
+        scratch(rec.get("workdir") or "")
+        with contextlib.suppress(FileNotFoundError):  # another clean() got there first
+            os.unlink(path)
+    # Sweep: anything tagged as ours whose run is not alive.
+    stray = [br for br, run_id in tagged_bridges().items() if run_id not in live_runs]
+    if stray:
+        delete_bridges(stray)
+        done["bridges"] += len(stray)
+    delete_qos([q for q, run_id in tagged_qos().items() if run_id not in live_runs])
+    procs = [p for p in our_processes() if not any(f"--run-id\0{r}" in _cmdline(p)
+                                                   for r in live_runs)]
+    if procs:
+        kill_pids(procs)
+        done["processes"] += len(procs)
+    done["processes"] += cleanup_faults(keep_runs=live_runs)["processes"]
+    for path in stale_scratch(live_runs):  # folders of dead runs whose record is gone
+        scratch(path)
+    for path in _old_diagnose_files():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            done["scratch"] += 1
+    # Plain Mininet on the lab's plans: no record, no tags, only names (after the runs above
+    # are gone, so their names no longer count as someone's).
+    tagged = tagged_bridges()
+    links, bridges, why_not = plain_mininet_leftovers(
+        existing_interfaces(), [b for b in all_bridges() if b not in tagged],
+        mininet_shells(), live_runs)
+    if bridges:
+        delete_bridges(bridges)
+        done["bridges"] += len(bridges)
+    gone = delete_links(links)
+    done["links"] += gone
+    done["unrecorded"] = len(bridges) + gone
+    done["kept"] = len(kept)
+    if verbose:
+        print("astral-lab clean: removed {records} run record(s), {processes} process(es), "
+              "{bridges} bridge(s), {links} interface(s), {scratch} scratch folder(s)"
+              .format(**done))
+        if done["unrecorded"]:
+            print(f"  of which {len(bridges)} bridge(s) and {gone} interface(s) named like the "
+                  "lab's nodes had no run record (plain Mininet on a lab plan)")
+        if why_not:
+            print(f"left interfaces/bridges named like the lab's nodes alone: {why_not}")
+        if kept:
+            print(f"kept {len(kept)} scratch folder(s) of finished runs (ASTRAL_LAB_KEEP_LOGS): "
+                  + " ".join(kept))
+    return done
+
+
+#: The telemetry file older versions of ``ops diagnose`` left in the temporary directory.
+_OLD_DIAGNOSE_RE = re.compile(r"astral-lab-diagnose-([0-9]+)\.sqlite(?:-wal|-shm|-journal)?")
+
+
+def _old_diagnose_files() -> list[str]:
+    """Those files whose process is gone (today's sessions use a run scratch folder)."""
+    root = scratch_root()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    return sorted(os.path.join(root, n) for n in names
+                  if (m := _OLD_DIAGNOSE_RE.fullmatch(n)) and not _alive(int(m.group(1))))
+
+
+def _records() -> list[dict[str, Any]]:
+    """Every readable run record."""
+    out = []
+    for path in glob.glob(os.path.join(STATE_DIR, "*.json")):
+        with contextlib.suppress(OSError, ValueError), open(path, encoding="utf-8") as f:
+            out.append(json.load(f))
+    return out
+
+
+def _looks_like_ours(pid: int) -> bool:
+    argv = _cmdline(pid).split("\0")
+    return _is_controller(argv) or any(a.startswith("mininet:") for a in argv)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def leftovers(plan: Any) -> list[str]:
+    """What of ``plan`` (a WiringPlan) is still on this machine: bridges, interfaces,
+    host shells, controller processes, run records. Empty means clean."""
+    found: list[str] = []
+    names = {s.name for s in plan.switches}
+    listed = run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
+    found += [f"bridge {b}" for b in listed if b in names]
+    found += [f"tagged bridge {b}" for b in tagged_bridges() if b not in names]
+    found += [f"QoS row {q}" for q in tagged_qos()]
+    intfs = {link.a_intf for link in plan.links} | {link.b_intf for link in plan.links}
+    found += [f"interface {i}" for i in sorted(existing_interfaces() & intfs)]
+    shells = {f"mininet:{h.name}" for h in plan.hosts}
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        pid = path.split("/")[2]
+        argv = _cmdline(int(pid)).split("\0")
+        if any(a in shells for a in argv):
+            found.append(f"host shell pid {pid} ({argv[-2] if len(argv) > 1 else ''})")
+        if _is_controller(argv) and int(pid) != os.getpid():
+            found.append(f"controller process pid {pid}")
+    found += [f"run record {r}" for r in glob.glob(os.path.join(STATE_DIR, "*.json"))]
+    live = {rec.get("run_id", "") for rec in _records()
+            if rec.get("owner_pid") and _alive(int(rec["owner_pid"]))}
+    found += [f"scratch folder {d}" for d in stale_scratch(live) if not scratch_kept(d)]
+    found += [f"fault process pid {p}" for p in fault_processes()]
+    return found
+
+
+# ----------------------------------------------------------------------------------------
+# What fault injection (``testbed.shell.faults``) leaves in host namespaces, and its processes
+# ----------------------------------------------------------------------------------------
+def nic_loss_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]], host: str
+                       ) -> list[str]:
+    """What of a nic-loss is present in ``host``'s namespace (``sh`` runs a command there)."""
+    left = []
+    if NFT_TABLE in sh(["nft", "list", "tables"], host, check=False).stdout:
+        left.append(f"nft table {NFT_FAMILY} {NFT_TABLE}")
+    if sh(["ip", "link", "show", "dev", SINK], host, check=False).returncode == 0:
+        left.append(f"interface {SINK}")
+    chains = sh(["iptables", "-w", "-S"], host, check=False).stdout
+    left += [f"iptables chain {c}" for c in (IPT_IN, IPT_OUT) if f"-N {c}" in chains]
+    return left
+
+
+def _host_shells() -> dict[int, str]:
+    """``pid -> name`` of Mininet shells (``mininet:NAME``) in a network namespace of their
+    own: hosts, not switches or controllers (whose shells share the root namespace)."""
+    try:
+        root = os.readlink("/proc/self/ns/net")
+    except OSError:
+        return {}
+    shells: dict[int, str] = {}
+    seen: set[str] = set()
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        pid = int(path.split("/")[2])
+        for arg in _cmdline(pid).split("\0"):
+            if not arg.startswith("mininet:"):
+                continue
+            try:
+                ns = os.readlink(f"/proc/{pid}/ns/net")
+            except OSError:
+                break
+            if ns != root and ns not in seen:
+                seen.add(ns)
+                shells[pid] = arg[len("mininet:"):]
+    return shells
+
+
+#: One shell script per namespace (a subprocess each is what cleanup costs): remove what a
+#: nic-loss leaves, print 1 if something was there.
+_CLEAN_NS = f"""n=0
+nft delete table {NFT_FAMILY} {NFT_TABLE} 2>/dev/null && n=1
+ip link del {SINK} 2>/dev/null && n=1
+if iptables -w -S 2>/dev/null | grep -q ASTRAL_LAB_FAULTS; then
+  n=1
+  while iptables -w -D INPUT -j {IPT_IN} 2>/dev/null; do :; done
+  while iptables -w -D OUTPUT -j {IPT_OUT} 2>/dev/null; do :; done
+  for c in {IPT_IN} {IPT_OUT}; do iptables -w -F $c 2>/dev/null; iptables -w -X $c 2>/dev/null; done
+fi
+echo $n
+"""
+
+
+def fault_processes() -> dict[int, str]:
+    """``pid -> run id`` of processes a hot-receiver started (``ASTRAL_LAB_FAULT`` marker)."""
+    found = {}
+    mark = ENV_MARK.encode() + b"="
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        with contextlib.suppress(OSError, ValueError), open(path, "rb") as fh:
+            for var in fh.read().split(b"\0"):
+                if var.startswith(mark):
+                    found[int(path.split("/")[2])] = var[len(mark):].decode().split(":")[0]
+    return found
+
+
+def _run_pids(keep_runs: Collection[str]) -> set[int]:
+    """PIDs listed in the run records of ``keep_runs`` (their host shells)."""
+    pids: set[int] = set()
+    for path in glob.glob(os.path.join(STATE_DIR, "*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            with open(path, encoding="utf-8") as fh:
+                rec = json.load(fh)
+            if rec.get("run_id") in keep_runs:
+                pids.update(int(p) for p in rec.get("pids", []))
+    return pids
+
+
+def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection[str] = (),
+                   runs: Collection[str] | None = None) -> dict[str, int]:
+    """Remove fault leftovers; restore nothing else. Safe to run any time.
+
+    In the namespace of each host shell (``host_pids``, default every Mininet host shell
+    except those of ``keep_runs``): delete the nft table ``astral_lab_faults``, the
+    ``astral-sink`` veth and the iptables fallback chains. Then kill hot-receiver traffic
+    processes whose lab run is not in ``keep_runs`` (and, if ``runs`` is given, is one
+    of ``runs``). Link states and HTB rates need no cleanup: they live on interfaces
+    that are deleted with the lab. Returns how many namespaces had something removed
+    and how many processes were killed.
+    """
+    done = {"namespaces": 0, "processes": 0}
+    if host_pids is None:
+        skip = _run_pids(keep_runs)
+        host_pids = [p for p in _host_shells() if p not in skip]
+    for pid in host_pids:
+        out = run(["mnexec", "-a", str(pid), "sh", "-c", _CLEAN_NS]).stdout
+        done["namespaces"] += int(out.strip().endswith("1"))
+    orphans = [p for p, run_id in fault_processes().items()
+               if run_id not in keep_runs and (runs is None or run_id in runs)
+               and p != os.getpid()]
+    if orphans:
+        kill_pids(orphans, grace=1.0)
+        done["processes"] = len(orphans)
+    return done

@@ -1,0 +1,225 @@
+"""Steady UDP streams with sequence numbers: how long did a failure stop traffic? (runs in hosts)
+
+    python -m testbed.shell.probe recv --port 4791 --out recv.json [--duration S]
+    python -m testbed.shell.probe send --dst 10.1.0.1 --port 4791 --sports 50000-50015 \
+        --pps 200 --duration 5
+
+The sender keeps one socket per UDP source port (one "queue pair" each: the
+source port is what ECMP hashes) and sends sequence-numbered datagrams to every
+one at ``--pps`` packets per second, interleaved. The receiver records, per
+source port, how many arrived, how many are missing by sequence number, and the
+longest silence between two consecutive arrivals: with a steady stream, that
+silence is the outage a failure caused (the failover time), measured in the
+data plane rather than taken from the controller's word. Both write JSON.
+All hosts share the machine's clock, so send and receive times compare directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+HEADER = struct.Struct("!Id")  # sequence number, send time (time.time())
+
+
+def parse_sports(text: str) -> list[int]:
+    """``50000-50015`` or ``50000,50003`` -> list of ports."""
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = (int(x) for x in part.split("-", 1))
+            out.extend(range(lo, hi + 1))
+        elif part:
+            out.append(int(part))
+    if not out or not all(0 < p < 65536 for p in out):
+        raise ValueError(f"bad --sports {text!r}")
+    return out
+
+
+def send(dst: str, port: int, sports: list[int], pps: float, duration: float,
+         size: int = 200) -> dict[str, Any]:
+    socks = []
+    for sp in sports:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("0.0.0.0", sp))
+        socks.append(s)
+    pad = b"\0" * max(0, size - HEADER.size)
+    interval = 1.0 / pps
+    t0 = time.monotonic()
+    seq = 0
+    errors = 0
+    while time.monotonic() - t0 < duration:
+        now = time.time()
+        for s in socks:
+            try:
+                s.sendto(HEADER.pack(seq, now) + pad, (dst, port))
+            except OSError:  # e.g. ENETUNREACH while a link is down; count and go on
+                errors += 1
+        seq += 1
+        delay = t0 + seq * interval - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    return {"sent_per_sport": seq, "sports": sports, "errors": errors, "pps": pps}
+
+
+def receive(port: int, duration: float | None, out: str) -> dict[str, Any]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    sock.bind(("0.0.0.0", port))
+    flows: dict[int, dict[str, Any]] = {}
+    stop = False
+
+    def on_signal(_s: int, _f: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    # written as soon as the socket is bound, so a starter can wait for it
+    _write(out + ".ready", {"port": port})
+    end = time.monotonic() + duration if duration else None
+    while not stop and (end is None or time.monotonic() < end):
+        ready, _, _ = select.select([sock], [], [], 0.1)
+        if not ready:
+            continue
+        data, (_ip, sport) = sock.recvfrom(65535)
+        now = time.time()
+        if len(data) < HEADER.size:
+            continue
+        seq, sent = HEADER.unpack_from(data)
+        f = flows.get(sport)
+        if f is None:
+            f = flows[sport] = {"received": 0, "first_seq": seq, "max_seq": seq,
+                                "first": now, "last": now, "max_gap_s": 0.0,
+                                "gap_at": None, "latency_sum": 0.0, "reordered": 0}
+        else:
+            gap = now - f["last"]
+            if gap > f["max_gap_s"]:
+                f["max_gap_s"], f["gap_at"] = gap, f["last"]
+            if seq < f["max_seq"]:
+                f["reordered"] += 1
+            f["max_seq"] = max(f["max_seq"], seq)
+            f["last"] = now
+        f["received"] += 1
+        f["latency_sum"] += now - sent
+    result = {"port": port, "flows": {}}
+    for sport, f in sorted(flows.items()):
+        expected = f["max_seq"] - f["first_seq"] + 1
+        result["flows"][str(sport)] = {
+            "received": f["received"], "lost": max(0, expected - f["received"]),
+            "max_gap_s": round(f["max_gap_s"], 6), "gap_at": f["gap_at"],
+            "first": f["first"], "last": f["last"], "reordered": f["reordered"],
+            "mean_latency_s": round(f["latency_sum"] / f["received"], 6)}
+    _write(out, result)
+    return result
+
+
+def _write(path: str, data: Any) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m testbed.shell.probe",
+                                description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("recv")
+    r.add_argument("--port", type=int, default=4791)
+    r.add_argument("--duration", type=float, default=None, help="stop after S s (or SIGTERM)")
+    r.add_argument("--out", required=True)
+    s = sub.add_parser("send")
+    s.add_argument("--dst", required=True)
+    s.add_argument("--port", type=int, default=4791)
+    s.add_argument("--sports", default="50000", help="e.g. 50000-50015")
+    s.add_argument("--pps", type=float, default=200.0, help="packets/s per source port")
+    s.add_argument("--duration", type=float, default=5.0)
+    s.add_argument("--size", type=int, default=200, help="UDP payload bytes")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "recv":
+            receive(args.port, args.duration, args.out)
+        else:
+            print(json.dumps(send(args.dst, args.port, parse_sports(args.sports), args.pps,
+                                  args.duration, args.size)))
+    except ValueError as exc:
+        print(f"probe: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+class Stream:
+    """A probe stream between two hosts of a running ``Lab`` (receiver first, then sender).
+
+    ``with Stream(lab, "s0g0", "s3g1", sports=range(50000, 50016)) as st: ...`` runs
+    the stream while the body injects a failure; ``st.result`` then holds the
+    receiver's JSON per source port.
+    """
+
+    def __init__(self, lab: Any, src: str, dst: str, sports: Any, pps: float = 200.0,
+                 duration: float = 5.0, port: int = 4791, size: int = 200) -> None:
+        self.lab, self.src, self.dst = lab, src, dst
+        self.sports = list(sports)
+        self.pps, self.duration, self.port, self.size = pps, duration, port, size
+        self.out = os.path.join(lab.workdir, f"probe-{src}-{dst}-{port}.json")
+        self.result: dict[str, Any] = {}
+        self.sent: dict[str, Any] = {}
+        self._recv: Any = None
+        self._send: Any = None
+
+    def start(self) -> Stream:
+        py = [sys.executable, "-m", "testbed.shell.probe"]
+        self._recv = self.lab.hosts[self.dst].popen(
+            py + ["recv", "--port", str(self.port), "--out", self.out])
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.out + ".ready"):
+            if self._recv.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"probe receiver on {self.dst} did not start: "
+                                   f"{self._recv.communicate()[1]!r}")
+            time.sleep(0.02)
+        ip = self.lab.plan.node(self.dst).ip
+        sports = ",".join(str(p) for p in self.sports)
+        self._send = self.lab.hosts[self.src].popen(
+            py + ["send", "--dst", ip, "--port", str(self.port), "--sports", sports,
+                  "--pps", str(self.pps), "--duration", str(self.duration),
+                  "--size", str(self.size)])
+        return self
+
+    def wait(self) -> dict[str, Any]:
+        out, err = self._send.communicate(timeout=self.duration + 30)
+        if self._send.returncode != 0:
+            raise RuntimeError(f"probe sender failed: {err!r}")
+        self.sent = json.loads(out)
+        time.sleep(0.3)  # let the last packets land
+        self._recv.send_signal(signal.SIGTERM)
+        self._recv.communicate(timeout=10)
+        with open(self.out) as f:
+            self.result = json.load(f)
+        return self.result
+
+    def stop(self) -> None:
+        for proc in (self._send, self._recv):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def __enter__(self) -> Stream:
+        return self.start()
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is None:
+            self.wait()
+        self.stop()
