@@ -12,6 +12,7 @@ import os
 from dataclasses import asdict, fields
 from typing import Any
 
+from controllers.plan import write_json_atomic
 from testbed.models.cost import (
     CONVENTIONS,
     DESIGNS,
@@ -20,7 +21,6 @@ from testbed.models.cost import (
     format_table,
     plot_costs,
 )
-from testbed.plan import write_json_atomic
 from testbed.results import output_dir
 from testbed.topologies import CostSpec
 

@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from controllers.paths import UNITS
+from controllers.plan import write_json_atomic
 from testbed import topologies
 from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
@@ -23,7 +24,6 @@ from testbed.models.flowmodel import (
     format_report,
     run,
 )
-from testbed.plan import write_json_atomic
 from testbed.results import output_dir
 from testbed.topologies import FabricSpec
 

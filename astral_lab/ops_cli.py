@@ -23,11 +23,11 @@ import tempfile
 import time
 from typing import Any
 
+from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerClient
 from ops.agent import Diagnosis, Tools, diagnose
 from ops.detectors import Alert, Engine
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Collector, Store
-from testbed.plan import WiringPlan
 
 
 def discover(run_id: str | None = None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from testbed.plan import write_json_atomic
+from controllers.plan import write_json_atomic
 from testbed.results import results_root
 
 BENCH_DIR = os.path.join(results_root(), "bench")

@@ -1,6 +1,6 @@
 """Compare load-balancing policies on the same flows in the flow model: no root, no packets.
 
-``testbed.flowmodel.model_flows`` routes a flow list with the controller's own policy code,
+``testbed.models.flowmodel.model_flows`` routes a flow list with the controller's own policy code,
 computes max-min fair rates and the job's completion time, and a lower bound no routing
 can beat. A policy whose paths depend on the ECMP hash (``ecmp``; ``adaptive`` starts
 from it) is one random draw per hash seed, so it is modelled over many seeds and quoted
@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from controllers import policies
-from testbed.flowmodel import model_flows
+from testbed.models.flowmodel import model_flows
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 

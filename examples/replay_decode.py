@@ -13,7 +13,7 @@ fair sharing, no queues, the ideal. Times are emulated (scale 1e-5: a 400G NIC i
 import sys
 
 from controllers.flows import Flow
-from testbed.flowmodel import model_flows
+from testbed.models.flowmodel import model_flows
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import low_latency

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers.paths import PathFinder
+from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerClient, ControllerError
 from ops.detectors import (
     DEGRADED_BACKLOG_S,
@@ -39,7 +40,6 @@ from ops.detectors import (
     Topo,
 )
 from ops.telemetry import CONTROLLER, History, Store, canonical, link_components
-from testbed.plan import WiringPlan
 
 #: How much an alert from each detector says about *where* the fault is (higher = more
 #: specific). job-slow names no component, so it only brings the job's paths into play.

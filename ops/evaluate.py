@@ -36,10 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controllers.plan import WiringPlan
 from ops.agent import Tools, diagnose
 from ops.detectors import Engine
 from ops.telemetry import Collector, Store, canonical
-from testbed.plan import WiringPlan
 
 GOALS = {"detection_rate": 0.95, "false_alarms_clean": 0, "top1": 0.90, "detect_polls": 3.0}
 

@@ -49,8 +49,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from controllers.plan import Link, WiringPlan
 from controllers.shell.client import ControllerClient, ControllerError
-from testbed.plan import Link, WiringPlan
 
 #: Default polling interval (seconds); the controller's own default poll is the same.
 DEFAULT_INTERVAL_S = 1.0

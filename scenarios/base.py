@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.plan import WiringPlan, write_json_atomic
+from controllers.plan import WiringPlan, write_json_atomic
 from testbed.results import output_dir
 
 #: name -> Scenario, filled by the ``@scenario`` decorator when scenario modules import.

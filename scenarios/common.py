@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controllers import policies
-from testbed.plan import Link, WiringPlan
+from controllers.plan import Link, WiringPlan
 from traffic.kernels import FlowSpec
 
 
@@ -199,7 +199,7 @@ def shift_qps(flows: list[FlowSpec], offset: int) -> list[FlowSpec]:
 
 def model_draws(plan_or_finder: Any, flows: list[FlowSpec], policy: str, draws: int, *,
                 unit: str = "mbps", wire: bool = True) -> list[Any]:
-    """``testbed.flowmodel.model_flows`` over ``draws`` seeds of its hash (``ecmp``,
+    """``testbed.models.flowmodel.model_flows`` over ``draws`` seeds of its hash (``ecmp``,
     ``adaptive``), or once for a policy without a draw (``planned``, ``ecmp-fluid``).
 
     ``wire``: model the frame bytes the shapers count (``wire_flows``), so the answer is

@@ -21,7 +21,7 @@ are scattered over ids by the seed), and where a token copy's QP lands depends o
 hash of its UDP source port. So the three cases are replayed ``draws`` times: draw k uses
 gating seed ``seed + k`` and QP numbers shifted by k x 1000 (new source ports), and every
 figure is quoted as median [p25-p75] over the draws. The flow model
-(``testbed.flowmodel.model_flows``) runs beside them over ``model_draws`` draws (gating seed
+(``testbed.models.flowmodel.model_flows``) runs beside them over ``model_draws`` draws (gating seed
 ``seed + j`` and hash seed j; the first ``draws`` are the emulated steps) with the policy the
 controller ran: its completion distribution is the **ideal**, and measured median / ideal
 median is the **ratio**. The NIC bound of the hottest receiver (its bytes / its NIC rate:
@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from controllers import policies
+from controllers.plan import WiringPlan
 from scenarios.base import Param, Run, scenario
 from scenarios.common import (
     compare,
@@ -56,7 +57,6 @@ from scenarios.common import (
     wire_flows,
 )
 from testbed.models.flowmodel import bounds, model_flows
-from testbed.plan import WiringPlan
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
 from traffic.replay import replay

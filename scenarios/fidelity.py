@@ -14,7 +14,7 @@ second* (and in Mb/s at the same frame size). It includes the senders' and recei
 CPU, because a scenario's traffic pays for those too.
 
 **Offered load** (``offered``) of a flow list is each flow's rate at the start of the run
-under fluid max-min (``testbed.flowmodel``, ECMP spread evenly: the fabric's own limits
+under fluid max-min (``testbed.models.flowmodel``, ECMP spread evenly: the fabric's own limits
 applied, so a flow behind a 20 Mb/s lane counts 20 Mb/s), times the switch hops of its path,
 in packets of the replay's frame size.
 
@@ -129,7 +129,7 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dic
     cached = None if force else load_cached()
     if cached:
         return cached
-    from testbed.plan import write_json_atomic
+    from controllers.plan import write_json_atomic
     from testbed.shell.lab import Lab
     from testbed.topologies import build
 

@@ -20,7 +20,7 @@ are run ``ecmp_samples`` times, each with other QP numbers (other source ports, 
 hash outcomes), and reported as median [p25-p75] over the draws. Planned placement is
 deterministic: one run, labelled so.
 
-**Ideal** = the flow model (``testbed.flowmodel``) of the same plan, flows and policy:
+**Ideal** = the flow model (``testbed.models.flowmodel``) of the same plan, flows and policy:
 ECMP over ``model_draws`` seeds of the controller's hash model (OVS's ``dp_hash`` is another
 hash, so model and emulation agree in distribution, not draw by draw), adaptive over as many
 seeds (its final paths), planned once. ``ratio`` = measured median / ideal median. The

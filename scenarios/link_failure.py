@@ -27,12 +27,13 @@ is recorded and set against the replay's common start.
 
 * *pre-failure level*: mean delivered rate over the second half of the time before the cut
   (after the start-up ramp);
-* *post-failure ideal*: the mean delivered rate the fluid max-min model (``testbed.flowmodel``,
-  ECMP split evenly per hop) needs to finish the bytes still to send at the cut in its ideal
-  time on the plan with the failed links removed (``PathFinder(plan, down=...)``): bytes left
-  / that ideal time. (The model's *first* rates after the cut would sum to every NIC's full
-  rate, because max-min hands the slack of the constrained flows to the leaf-local ones for
-  as long as those last; a level held for the rest of the job is the fairer target);
+* *post-failure ideal*: the mean delivered rate the fluid max-min model
+  (``testbed.models.flowmodel``, ECMP split evenly per hop) needs to finish the bytes still
+  to send at the cut in its ideal time on the plan with the failed links removed
+  (``PathFinder(plan, down=...)``): bytes left / that ideal time. (The model's *first* rates
+  after the cut would sum to every NIC's full rate, because max-min hands the slack of the
+  constrained flows to the leaf-local ones for as long as those last; a level held for the
+  rest of the job is the fairer target);
 * *recovery time*: from the cut until the delivered rate, averaged over 3 samples, is at
   least ``(100 - recover_pct)%`` of min(post-failure ideal, pre-failure level) and stays
   there for 3 samples; searched until 90% of the bytes have arrived (the job's tail is not
@@ -68,6 +69,7 @@ from typing import Any
 
 from controllers import policies
 from controllers.paths import PathFinder
+from controllers.plan import Link, WiringPlan
 from scenarios.base import Param, Run, as_dict, scenario
 from scenarios.common import (
     _tx_bytes,
@@ -92,7 +94,6 @@ from scenarios.link_failure_metrics import (
 )
 from scenarios.link_failure_report import CASES, PUBLISHED_FAILOVER, _analyse
 from testbed.models.flowmodel import model_flows
-from testbed.plan import Link, WiringPlan
 from testbed.shell.probe import Stream
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, flat_all_to_all

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from controllers.paths import Hop, PathFinder
+from controllers.plan import Link, WiringPlan
 from scenarios.common import RANDOM_POLICIES, wire_flows
-from testbed.flowmodel import model_flows
-from testbed.plan import Link, WiringPlan
+from testbed.models.flowmodel import model_flows
 from traffic.kernels import FlowSpec
 
 SMOOTH = 3  # samples averaged, and samples held, for the recovery rule

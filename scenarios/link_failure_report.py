@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from controllers.paths import PathFinder
+from controllers.plan import Link, WiringPlan
 from scenarios.base import Run
 from scenarios.common import (
     compare,
@@ -34,7 +35,6 @@ from scenarios.link_failure_metrics import (
     model_penalties,
     rates,
 )
-from testbed.plan import Link, WiringPlan
 from testbed.shaping import LOSSLESS_QUEUE_S
 from traffic.kernels import FlowSpec
 

@@ -1,7 +1,7 @@
 """``paper-shapes``: one table of the published shapes the lab reproduces.
 
 Each row is one figure from a paper or a project's documentation, beside the lab's own value
-of the same quantity and the flow model's (``testbed.flowmodel``). The lab's value comes from
+of the same quantity and the flow model's (``testbed.models.flowmodel``). The lab's value comes from
 packets where packets can show it, and says so where they cannot:
 
 1. **ECMP on a permutation** (emulated): every GPU sends to a partner under another leaf over
@@ -21,7 +21,7 @@ packets where packets can show it, and says so where they cannot:
    bytes relayed over NVLink) and on ``astral3``, both in planned mode so hash collisions do
    not hide the relay; the completion ratio.
 5. **Two tiers vs three**: switch hops (the lab's wiring plans, checked by the controller's
-   path finder) and network cost (``testbed.cost``) of ``astral3`` against ``rail3``, at the
+   path finder) and network cost (``testbed.models.cost``) of ``astral3`` against ``rail3``, at the
    lab's size and at the paper's (``cost_gpus``, ``cost_radix``).
 
 Every figure that depends on a random draw is given as median [p25-p75], N. ``summary.json``
@@ -169,7 +169,7 @@ def _paths_per_hash(plan: Any, flows: list[Any]) -> int:
 
 def ecmp_model(plan: Any, p: dict[str, Any]) -> dict[str, Any]:
     """The flow model's ECMP hash draws of row 1 (draw s: QPs shifted by s, hash seed s)."""
-    from testbed.flowmodel import bounds, model_flows
+    from testbed.models.flowmodel import bounds, model_flows
 
     flows = _perm(plan, p, 0)
     ideal = model_flows(plan, flows, "planned", unit="mbps")
@@ -229,7 +229,7 @@ def _ep_plan(p: dict[str, Any], ep: int) -> Any:
 
 def ep_model(p: dict[str, Any]) -> dict[int, list[float]]:
     """Flow-model dispatch completion per EP size and seed (gating seed s, hash seed s)."""
-    from testbed.flowmodel import model_flows
+    from testbed.models.flowmodel import model_flows
 
     out: dict[int, list[float]] = {}
     for ep in EP_SIZES:
@@ -315,7 +315,7 @@ def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]
 
 
 def _relay_model(plan: Any, rail: Any, flows: dict[str, list[Any]]) -> float:
-    from testbed.flowmodel import model_flows
+    from testbed.models.flowmodel import model_flows
 
     a = model_flows(plan, flows["astral3"], "planned", unit="mbps").completion_s
     r = model_flows(rail, flows["railonly"], "planned", unit="mbps").completion_s
@@ -344,7 +344,7 @@ def _emulate_relay(run: Run, lab: Any, name: str, flows: list[Any], raw: dict[st
 def tiers(p: dict[str, Any]) -> dict[str, Any]:
     """Hops from the lab's plans (every GPU pair, controller paths) and cost, lab and paper size."""
     from controllers.paths import PathFinder
-    from testbed.cost import CostSpec, Prices, analyze, counts_for_spec, price
+    from testbed.models.cost import CostSpec, Prices, analyze, counts_for_spec, price
     from testbed.topologies import FabricSpec
 
     hops, lab_cost, model_cost, model_hops = [], [], [], []

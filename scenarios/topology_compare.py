@@ -24,7 +24,7 @@ per GPU come from a seeded gate, so one replay is one sample. Each design replay
 ``draws`` times: draw k uses gating seed ``seed + k`` and shifts every QP by k x 1000 (new
 source ports, another hash outcome); completion is quoted as median [p25-p75] over the
 draws. Switch hops per byte are a property of the design (deterministic). **Ideal**: the flow
-model (``testbed.flowmodel``) of the same plan, kernel and policy over ``model_draws`` draws
+model (``testbed.models.flowmodel``) of the same plan, kernel and policy over ``model_draws`` draws
 (gating seed ``seed + j``, hash seed j), dispatch plus combine, on the frame bytes the shapers
 count; **ratio** = measured median / ideal median; **bound**: the analytic lower bound of the
 same flows (NIC and uplink capacity, flows unsplit).

@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from testbed.plan import Link, WiringPlan
+from controllers.plan import Link, WiringPlan
 
 #: The loc keys that name a group of nodes that must stay on one machine.
 _UNIT_KEYS = ("block", "pod")

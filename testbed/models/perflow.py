@@ -23,6 +23,7 @@ import numpy as np
 from controllers import policies as registry
 from controllers.flows import Flow
 from controllers.paths import UNITS, Hop, Path, PathFinder
+from controllers.plan import WiringPlan
 from testbed.models.bounds import bounds
 from testbed.models.inputs import _check_policy, _normalise
 from testbed.models.results import (
@@ -34,7 +35,6 @@ from testbed.models.results import (
     _tolerance_note,
 )
 from testbed.models.solver import _ranges, simulate
-from testbed.plan import WiringPlan
 
 
 class _PlanLinks:

@@ -50,6 +50,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from controllers.plan import WiringPlan
 from testbed.clusterplace import (
     crossing_links,
     parse_servers,
@@ -58,7 +59,6 @@ from testbed.clusterplace import (
     placement_units,
     with_servers,
 )
-from testbed.plan import WiringPlan
 from testbed.shell import cleanup, preflight
 from testbed.shell.clustercheck import (
     CLOCK_TOLERANCE_S,

@@ -46,8 +46,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from controllers.plan import Link, WiringPlan
 from controllers.shell.client import ControllerClient
-from testbed.plan import Link, WiringPlan
 from testbed.reachability import Reachability, _fping_unreached
 from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
 from testbed.shell import cleanup, ovsbuf, preflight

@@ -16,8 +16,8 @@ import subprocess
 import uuid
 from dataclasses import dataclass, field
 
+from controllers.plan import WiringPlan
 from testbed.faultspec import iptables_loss_commands, nft_loss_commands
-from testbed.plan import WiringPlan
 from testbed.shell import cleanup
 from testbed.shell.mntopo import choose_datapath
 

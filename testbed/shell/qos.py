@@ -73,7 +73,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.shaping import HTB_QUANTUM, queue_packets, root_ends
 from testbed.shell import cleanup
 from testbed.shell.preflight import LabError

@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields
 from functools import cache
 from types import ModuleType
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.topologies._base import (  # noqa: F401  (re-exported: the package's vocabulary)
     CostSpec,
     Fabric,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from testbed.plan import Link, Node, WiringPlan, dpid_for, mac_for
+from controllers.plan import Link, Node, WiringPlan, dpid_for, mac_for
 
 
 # --- the spec and the builder's helpers ---------------------------------------------------

@@ -8,7 +8,7 @@ spine layer reaches (a spine lane per leaf), the cost model splits the rails int
 
 from __future__ import annotations
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.shuffle import OpticalShuffle
 from testbed.topologies._base import (
     Builder,

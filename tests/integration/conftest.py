@@ -11,7 +11,7 @@ import pytest
 # fabric is up waits for it instead of failing on taken names.
 os.environ.setdefault("ASTRAL_LAB_WAIT", "1200")
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.shell import cleanup
 from testbed.shell.lab import fabric_lock
 

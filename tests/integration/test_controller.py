@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
+from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerError
-from testbed.plan import WiringPlan
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
 from testbed.topologies import build

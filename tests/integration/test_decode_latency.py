@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.shell import qos
 from testbed.shell.lab import Lab
 from testbed.topologies import build

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from types import ModuleType
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from tests.unit.test_examples import REPO, run_example
 
 TIMEOUT = 600  # generous: a fabric already up elsewhere is waited for (ASTRAL_LAB_WAIT)

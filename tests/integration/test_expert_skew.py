@@ -10,8 +10,8 @@ from typing import Any
 
 import matplotlib.image as mpimg
 
+from controllers.plan import WiringPlan
 from scenarios.expert_skew import CASES, expert_skew
-from testbed.plan import WiringPlan
 from testbed.topologies import build
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from tests.unit.test_extending import cli, copy_with_plugins
 
 SIZE = ["--servers", "4", "--gpus", "2", "--servers-per-block", "2"]

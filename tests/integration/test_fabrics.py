@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.shell import cleanup
 from testbed.shell.lab import Lab
 from testbed.shell.preflight import LabError

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from test_expert_skew import assert_png, read_csv, read_json, read_text
 
+from controllers.plan import WiringPlan
 from scenarios.link_failure import link_failure
-from testbed.plan import WiringPlan
 from testbed.topologies import build
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from controllers.flows import Flow, sport_for_qp
-from testbed.flowmodel import model_flows
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
+from testbed.models.flowmodel import model_flows
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec

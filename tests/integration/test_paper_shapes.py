@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from controllers.plan import WiringPlan
 from scenarios.paper_shapes import ROWS, paper_shapes
-from testbed.plan import WiringPlan
 from testbed.topologies import build
 
 

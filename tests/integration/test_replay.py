@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from controllers.flows import sport_for_qp
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic import agent

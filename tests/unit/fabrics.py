@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.topologies import build
 
 # Small fabrics, so that every host pair can be traced.

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from scenarios.base import Run
-from testbed.flowmodel import model_flows
+from testbed.models.flowmodel import model_flows
 from traffic.replay import ReplayResult
 
 SLOWDOWN = 1.05

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.shell import cluster
 from testbed.shell.cluster import (
     CLUSTER_MTU,

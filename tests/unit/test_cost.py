@@ -1,6 +1,6 @@
 """Cost model: the closed-form counts must equal real wiring plans, and scale to 64K GPUs.
 
-Reading guide. ``testbed.cost`` counts switches, lanes, optics, fibres and shuffle boxes
+Reading guide. ``testbed.models.cost`` counts switches, lanes, optics, fibres and shuffle boxes
 without building anything. Three kinds of check keep it honest:
 
 1. Builder semantics (``counts_for_spec``): for small specs, build the real plan with
@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from astral_lab.cost_cli import add_cost_parser, run_cost
-from testbed.cost import (
+from controllers.plan import WiringPlan
+from testbed.models.cost import (
     DESIGNS,
     RAIL_ONLY_PAPER_REDUCTION,
     CostSpec,
@@ -41,7 +42,6 @@ from testbed.cost import (
     three_tier_capacity,
     two_tier_capacity,
 )
-from testbed.plan import WiringPlan
 from testbed.shuffle import OpticalShuffle
 from testbed.topologies import FabricSpec, build
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from controllers.plan import WiringPlan
 from testbed.draw import _layout, draw_plan
-from testbed.plan import WiringPlan
 from testbed.topologies import build
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -88,7 +88,7 @@ def test_the_worked_topology_counts_match_its_plans(copy: Path) -> None:
     """The closed form and the builder agree over many sizes (the cost model stays honest)."""
     script = """
 import json, itertools
-from testbed.cost import counts_for_spec
+from testbed.models.cost import counts_for_spec
 from testbed.topologies import FabricSpec, build
 bad = []
 for servers, gpus, spb, lanes, os_ in itertools.product((2, 4, 6, 12), (1, 2, 4), (1, 2),

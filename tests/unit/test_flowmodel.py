@@ -28,7 +28,7 @@ from astral_lab.cli import main
 from controllers import lb
 from controllers.flows import Flow, sport_for_qp
 from controllers.paths import PathFinder
-from testbed import flowmodel as fm
+from testbed import flowmodel as fm  # the old name: it also hands out the internals tested here
 from testbed.topologies import FabricSpec, build
 from tests.unit.fabrics import plan_of
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from controllers.flows import parse_flows, sport_for_qp
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.topologies import build
 from traffic.kernels import (
     TRAFFIC_CLASSES,

@@ -23,8 +23,8 @@ import pytest
 from controllers import lb
 from controllers.flows import Flow, sport_for_qp
 from controllers.paths import Path, PathFinder
+from controllers.plan import WiringPlan
 from controllers.routing import attach_points, shortest_switch_hops
-from testbed.plan import WiringPlan
 from tests.unit.fabrics import FABRICS, plan_of
 
 GB = 10**9

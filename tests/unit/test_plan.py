@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from testbed.plan import (
+from controllers.plan import (
     MAX_INTF_NAME,
     SCHEMA,
     VERSION,

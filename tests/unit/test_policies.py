@@ -77,7 +77,7 @@ _CHECK = textwrap.dedent("""
     from controllers import policies
     from controllers.fabric import MODES, FabricLogic
     from controllers.flows import Flow
-    from testbed import flowmodel as fm
+    from testbed.models import flowmodel as fm
     from testbed.topologies import build
     from astral_lab.cli import main
     report = {"names": list(policies.names()), "modes": list(MODES)}

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from controllers.flowtable import OFPGC_ADD_OR_MOD
+from controllers.plan import Link, Node, WiringPlan, dpid_for, mac_for
 from controllers.routing import (
     PRIO_LOCAL,
     PRIO_MISS,
@@ -43,7 +44,6 @@ from controllers.shell.ofmsgs import (
     protocol,
     switch_program,
 )
-from testbed.plan import Link, Node, WiringPlan, dpid_for, mac_for
 from testbed.topologies import build
 from tests.unit.fabrics import FABRICS, plan_of
 from tests.unit.fakeof import FakeFabric, FakeSwitch

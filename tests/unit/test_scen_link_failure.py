@@ -10,7 +10,7 @@ import pytest
 
 from controllers.paths import PathFinder
 from scenarios import link_failure as lf
-from testbed.flowmodel import model_flows
+from testbed.models.flowmodel import model_flows
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from testbed.plan import MAX_INTF_NAME, Link, Node, WiringPlan
+from controllers.plan import MAX_INTF_NAME, Link, Node, WiringPlan
 from testbed.topologies import FabricSpec, build, describe, fattree_k_for
 
 # The tier code in a DPID's top 16 bits, spelled out so a change to the codes is noticed.

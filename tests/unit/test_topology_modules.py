@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from testbed import topologies
-from testbed.cost import counts_for_spec
+from testbed.models.cost import counts_for_spec
 from testbed.topologies import FabricSpec, build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +62,9 @@ _CHECK = textwrap.dedent("""
     pkg.__path__.append(sys.argv[1])
     orig, new, out = sys.argv[2], sys.argv[3], sys.argv[4]
     from astral_lab.cli import main
-    from testbed import cost, flowmodel as fm, topologies
+    from testbed import topologies
+    from testbed.models import cost
+    from testbed.models import flowmodel as fm
     from testbed.shell import mntopo
     from testbed.topologies import FabricSpec, build
     small = {"servers": 4, "gpus": 2, "servers_per_block": 2}
