@@ -9,7 +9,7 @@ sender's own cost is measured). Each repeat measures, side by side:
     long, so "1,100 bytes" exactly is not one) on a bound ``AF_PACKET`` socket for
     ``--seconds``;
 ``agent``
-    ``python -m traffic.agent send`` with one long unpaced flow (rate 0) of 1 MiB RDMA
+    ``python -m traffic.shell.agent send`` with one long unpaced flow (rate 0) of 1 MiB RDMA
     WRITEs at PMTU 1024 (1,098/1,082-byte frames): PSN, replay header and ICRC patched
     per packet; the figure is the agent's own ``pps`` (first packet to last);
 ``scapy``
@@ -113,7 +113,7 @@ def start_receiver(side: Side, workdir: str, name: str, *extra: str) -> tuple[An
     """Start a receiver agent in ``side``'s namespace; return once its socket is bound."""
     out = os.path.join(workdir, f"{name}.json")
     ready = os.path.join(workdir, f"{name}.ready")
-    proc = subprocess.Popen(side.cmd(PY, "-m", "traffic.agent", "recv", "--out", out,
+    proc = subprocess.Popen(side.cmd(PY, "-m", "traffic.shell.agent", "recv", "--out", out,
                                      "--ready", ready, *extra),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
@@ -162,7 +162,7 @@ def _roce_frame(args: argparse.Namespace) -> bytes:
 
 def child_raw(args: argparse.Namespace) -> dict[str, Any]:
     """The ceiling: one prebuilt frame, sent in a tight loop (clock read every 256 sends)."""
-    from traffic.agent import open_raw
+    from traffic.shell.agent import open_raw
 
     frame = _roce_frame(args)
     sock = open_raw(args.intf)
@@ -253,7 +253,7 @@ def measure_agent(a: Side, b: Side, workdir: str, packets: int) -> dict[str, Any
                                str(messages * MESSAGE_BYTES), "--idle-timeout", "3",
                                "--timeout", "600")
     try:
-        run = subprocess.run(a.cmd(PY, "-m", "traffic.agent", "send", "--spec", spec,
+        run = subprocess.run(a.cmd(PY, "-m", "traffic.shell.agent", "send", "--spec", spec,
                                    "--out", sent_path, "--rate-mbps", "0"),
                              capture_output=True, text=True, timeout=900)
         if run.returncode != 0:

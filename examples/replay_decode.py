@@ -17,8 +17,8 @@ from testbed.models.flowmodel import model_flows
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import low_latency
-from traffic.replay import percentile, replay_step
 from traffic.roce import message_wire_bytes
+from traffic.shell.replay import percentile, replay_step
 from traffic.workload import simulate_step
 
 

@@ -326,7 +326,7 @@ def message_latencies(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
 def replay_lead(flows: list[FlowSpec]) -> float:
     """How far ahead a scenario's replay sets its common start: 0.5 s + 0.1 s per sender.
 
-    ``traffic.replay``'s default (1 s + 0.25 s per sender) is a few times what the senders
+    ``traffic.shell.replay``'s default (1 s + 0.25 s per sender) is a few times what the senders
     need to build their templates here (README, "Scenarios": draws and start skew); the time
     saved pays for more hash draws. Every result's ``start_skew_s`` says how late the last
     sender really was; the scenarios keep the worst per figure in summary.json."""

@@ -174,7 +174,7 @@ def _serial_s(flows: list[Any], nic_mbps: float) -> float:
 
 def _decode_stats(res: Any, flows: list[Any]) -> tuple[list[float], dict[str, Any]]:
     """Latencies (us) of the complete decode messages, and the decode phase's numbers."""
-    from traffic.replay import percentile
+    from traffic.shell.replay import percentile
 
     lat = sorted(m["latency_ns"] / 1e3 for m in res.messages
                  if m["traffic_class"] == "decode" and m.get("complete")
@@ -200,7 +200,7 @@ def model_case(plan: Any, p: dict[str, Any], case: str, phase: str, draws: int,
     """The flow model's decode message latencies for one case and phase, over ``draws``
     draws (gating seed ``seed + j``, QPs shifted by j x 1000 under the ECMP hash): per draw
     the p50/p99 (us) of the decode messages and the phase's completion (s)."""
-    from traffic.replay import percentile
+    from traffic.shell.replay import percentile
 
     p50, p99, done = [], [], []
     for j in range(max(1, draws)):
@@ -231,7 +231,7 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
     """Bring up the EP's fabric, replay its cases over the draws; rows, latencies, qos."""
     from testbed.models.flowmodel import model_flows
     from testbed.shell import qos
-    from traffic.replay import replay
+    from traffic.shell.replay import replay
 
     p = run.params
     gps = p["gpus_per_server"]

@@ -89,7 +89,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
 def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[str, Any]:
     """One permutation under ``mode``: ECMP over ``draws`` hash draws, planned once."""
     from testbed.models.flowmodel import bounds
-    from traffic.replay import replay
+    from traffic.shell.replay import replay
 
     p = run.params
     client = lab.client()
@@ -131,7 +131,7 @@ def _permutation_row(run: Run, stop: str, fabric: str, r: dict[str, Any], note: 
 def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
     """The decode burst over ``decode_draws`` gating seeds; the model on each draw's flows."""
     from traffic.kernels import low_latency
-    from traffic.replay import percentile, replay_step
+    from traffic.shell.replay import percentile, replay_step
     from traffic.workload import simulate_step
 
     p = run.params

@@ -59,7 +59,7 @@ from scenarios.common import (
 from testbed.models.flowmodel import bounds, model_flows
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
-from traffic.replay import replay
+from traffic.shell.replay import replay
 from traffic.workload import PRESETS, Gating, StepTraffic, hotset, simulate_step, uniform, zipf
 
 CASES = ("uniform", "skewed", "skewed+eplb")

@@ -193,7 +193,7 @@ def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
     the last sender actually started (start skew is process start-up, not switching).
     The capacity it stands for is the load offered, in the guard's own units.
     """
-    from traffic.replay import replay
+    from traffic.shell.replay import replay
 
     nbytes = int(rate * 1e6 / 8 * TRIAL_S)
     flows = [FlowSpec.make(a, b, nbytes, qp=i, message_bytes=256_000)

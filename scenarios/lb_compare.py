@@ -118,7 +118,7 @@ def draws_for(mode: str, samples: int) -> int:
 def lb_compare(run: Run) -> None:
     """See the module docstring."""
     from testbed.models.flowmodel import bounds
-    from traffic.replay import replay
+    from traffic.shell.replay import replay
 
     p = run.params
     if p["ecmp_samples"] < 1 or p["model_draws"] < 1:

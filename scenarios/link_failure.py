@@ -97,7 +97,7 @@ from testbed.models.flowmodel import model_flows
 from testbed.shell.probe import Stream
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, flat_all_to_all
-from traffic.replay import replay
+from traffic.shell.replay import replay
 from traffic.workload import preset, simulate_step, uniform
 
 #: every policy the controller runs (controllers/policies/)

@@ -187,7 +187,7 @@ def ecmp_model(plan: Any, p: dict[str, Any]) -> dict[str, Any]:
 
 def _emulate_ecmp(run: Run, lab: Any, plan: Any, e: dict[str, Any], raw: dict[str, Any]
                   ) -> None:
-    from traffic.replay import replay
+    from traffic.shell.replay import replay
 
     p = run.params
     client = lab.client()
@@ -242,7 +242,7 @@ def ep_model(p: dict[str, Any]) -> dict[int, list[float]]:
 
 def _ep_growth(run: Run, p: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
     from scenarios.fidelity import REFUSE_BELOW, calibrate, offered, verdict
-    from traffic.replay import replay
+    from traffic.shell.replay import replay
 
     out: dict[str, Any] = {"model": ep_model(p), "lab": {}, "skipped": {}, "start_skew_s": {}}
     run.stage("flow model of the decode bursts done")
@@ -324,7 +324,7 @@ def _relay_model(plan: Any, rail: Any, flows: dict[str, list[Any]]) -> float:
 
 def _emulate_relay(run: Run, lab: Any, name: str, flows: list[Any], raw: dict[str, Any]
                    ) -> list[float]:
-    from traffic.replay import replay
+    from traffic.shell.replay import replay
 
     client = lab.client()
     client.set_lb("planned")

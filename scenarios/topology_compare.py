@@ -138,7 +138,7 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
 def topology_compare(run: Run) -> None:
     """See the module docstring."""
     from testbed.models.cost import cost_table
-    from traffic.replay import replay
+    from traffic.shell.replay import replay
 
     p = run.params
     if p["draws"] < 1 or p["model_draws"] < 1:

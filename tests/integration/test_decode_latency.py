@@ -23,7 +23,7 @@ from testbed.shell import qos
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
-from traffic.replay import percentile, replay
+from traffic.shell.replay import percentile, replay
 
 FILL_S = 0.5
 DECODE_MESSAGES = 10

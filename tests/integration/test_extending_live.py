@@ -27,7 +27,7 @@ from controllers.flows import sport_for_qp
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
-from traffic.replay import replay
+from traffic.shell.replay import replay
 
 plan = build("leafspine", servers=4, gpus=2, servers_per_block=2)
 hosts = [h.name for h in plan.hosts]

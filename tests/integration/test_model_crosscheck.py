@@ -24,8 +24,8 @@ from testbed.models.flowmodel import model_flows
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
-from traffic.replay import replay
 from traffic.roce import message_wire_bytes
+from traffic.shell.replay import replay
 
 MSG = 50_000
 

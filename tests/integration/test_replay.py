@@ -3,7 +3,7 @@
 The fabric is a small astral3 (4 servers x 2 GPUs, 4 leaves, 4 spines, 40 Mb/s NICs and
 20 Mb/s lanes at the default scale). The traffic comes from the workload and kernel
 models (``traffic.workload``, ``traffic.kernels``) and is replayed by the agents
-(``traffic.agent``) through ``traffic.replay``.
+(``traffic.shell.agent``) through ``traffic.shell.replay``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from controllers.flows import sport_for_qp
 from controllers.plan import WiringPlan
 from testbed.shell.lab import Lab
 from testbed.topologies import build
-from traffic import agent
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
-from traffic.replay import replay, replay_step
+from traffic.shell import agent
+from traffic.shell.replay import replay, replay_step
 from traffic.workload import simulate_step
 
 OPCODES = {"first": 6, "middle": 7, "last": 8, "only": 10}
@@ -161,7 +161,7 @@ def test_iperf3_bulk_flows_reach_the_nic_rate_and_agree_with_replay(
     The flow crosses the fabric, so its bottleneck is one 20 Mb/s lane (one flow, one
     lane), not the 40 Mb/s NIC; UDP is offered just below it.
     """
-    from traffic.iperf import run_iperf
+    from traffic.shell.iperf import run_iperf
 
     plan = small()
     flows = [FlowSpec("s0g0", "s2g1", bytes=1_000_000, qp=4, sport=sport_for_qp(4),

@@ -18,7 +18,7 @@ import pytest
 
 from scenarios.base import Run
 from testbed.models.flowmodel import model_flows
-from traffic.replay import ReplayResult
+from traffic.shell.replay import ReplayResult
 
 SLOWDOWN = 1.05
 
@@ -82,7 +82,7 @@ def fake_replay(lab: FakeLab, flows: Any, **_kw: Any) -> ReplayResult:
 
 def install(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[FakeLab]:
     """Fake ``Run.lab``/``Run.guard`` and the replay (also where ``modules`` imported it)."""
-    import traffic.replay
+    import traffic.shell.replay
 
     labs: list[FakeLab] = []
 
@@ -119,8 +119,8 @@ def install(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[FakeLab]:
         "classes": {"decode": {"packets": 1}, "bulk": {"packets": 1}}})
     monkeypatch.setattr(Run, "lab", lab)
     monkeypatch.setattr(Run, "guard", guard)
-    monkeypatch.setattr(traffic.replay, "replay", fake_replay)
-    monkeypatch.setattr(traffic.replay, "replay_step", replay_step)
+    monkeypatch.setattr(traffic.shell.replay, "replay", fake_replay)
+    monkeypatch.setattr(traffic.shell.replay, "replay_step", replay_step)
     for mod in modules:
         for name, fn in (("replay", fake_replay), ("replay_step", replay_step)):
             if hasattr(mod, name):

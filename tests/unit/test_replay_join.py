@@ -9,7 +9,7 @@ import pytest
 from controllers.flows import sport_for_qp
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
-from traffic.replay import _check, _result, _spec, percentile
+from traffic.shell.replay import _check, _result, _spec, percentile
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from scapy.packet import Raw
 
 from controllers.flows import sport_for_qp
 from traffic import roce
-from traffic.agent import _F_DUP, _F_EXP, _F_LOST, _F_MISSING, _F_REORD, _psn_event
 from traffic.roce import (
     OP_WRITE_FIRST,
     OP_WRITE_LAST,
@@ -26,6 +25,7 @@ from traffic.roce import (
     FrameBuilder,
     ReplaySpec,
 )
+from traffic.shell.agent import _F_DUP, _F_EXP, _F_LOST, _F_MISSING, _F_REORD, _psn_event
 
 EP = Endpoints("02:00:00:00:00:01", "02:00:00:01:00:02", "10.0.0.1", "10.1.0.2", qp=7, dscp=26)
 T_NS = 1_790_000_000_123_456_789

@@ -389,7 +389,7 @@ def test_a_calibration_trial_that_times_out_is_not_held(monkeypatch: pytest.Monk
                                                         ) -> None:
     """A machine so slow that the senders overrun the replay's timeout gets the one-line
     calibration error, not the replay's TimeoutError."""
-    import traffic.replay
+    import traffic.shell.replay
     from testbed.topologies import build
 
     plan = build("astral3", servers=2, gpus=4, scale=1e-5)
@@ -398,7 +398,7 @@ def test_a_calibration_trial_that_times_out_is_not_held(monkeypatch: pytest.Monk
     def overrun(*_a: Any, **_k: Any) -> Any:
         raise TimeoutError("senders still running after 36 s")
 
-    monkeypatch.setattr(traffic.replay, "replay", overrun)
+    monkeypatch.setattr(traffic.shell.replay, "replay", overrun)
     trial = fidelity._trial(None, plan, pairs, 5.0, lambda _m: None)
     assert trial["held"] is False and trial["delivered_fraction"] == 0.0
     assert "36 s" in trial["timed_out"]

@@ -1,0 +1,303 @@
+"""Put a flow list on a running fabric as RoCEv2 packets and measure what arrives.
+
+One call, ``replay(lab, flows)``, does what an experimenter would do by hand:
+
+1. if the controller's mode pins flows (``GET /lb`` says ``"pins": true``), post the flows
+   to it (``POST /traffic``) and wait until every switch has its pins;
+2. start one receiver agent (``python -m traffic.shell.agent recv``) in every
+   destination host and wait until each has bound UDP 4791;
+3. write one spec per source host and start its sender agent with a common
+   start instant a moment ahead (all hosts share the machine's clock, so "start
+   at the same time" and one-way latency are exact);
+4. show a progress bar while the senders run, collect every agent's JSON,
+   stop the receivers, and clean up every agent even on error or Ctrl-C;
+5. return a ``ReplayResult``: per flow (bytes sent/received, loss, reordering,
+   completion time), per message (latency), per traffic class latency
+   percentiles, and the job's completion time.
+
+Senders pace to the NIC's emulated rate (the plan's NIC link), so latency is
+what the fabric adds, not a burst queued in the sender. A flow list must not
+repeat a 5-tuple (one QP is one PSN sequence); replay the phases of a step one
+after the other with ``replay_step``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from traffic.kernels import FlowSpec, KernelTraffic, controller_body
+
+AGENT = [sys.executable, "-m", "traffic.shell.agent"]
+DEFAULT_PMTU = 1024  # RoCE payload bytes per packet (IB MTU 1024)
+
+
+@dataclass
+class ReplayResult:
+    """What arrived, per flow and per message, and the summary numbers a report quotes."""
+
+    flows: list[dict[str, Any]]
+    messages: list[dict[str, Any]]
+    start_ns: int
+    job_completion_s: float
+    bytes_sent: int
+    bytes_received: int
+    latency_us: dict[str, dict[str, float]] = field(default_factory=dict)  # class -> stats
+    lost_packets: int = 0
+    mode: str = "ecmp"
+    start_skew_s: float = 0.0  # how late the last sender started after the common instant
+
+    def summary(self) -> dict[str, Any]:
+        return {"flows": len(self.flows), "messages": len(self.messages),
+                "bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
+                "lost_packets": self.lost_packets,
+                "job_completion_s": round(self.job_completion_s, 6),
+                "latency_us": self.latency_us, "mode": self.mode,
+                "start_skew_s": round(self.start_skew_s, 4)}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100): a value that was actually measured."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[k]
+
+
+def _check(flows: list[FlowSpec], lab: Any) -> None:
+    names = {h.name for h in lab.plan.hosts}
+    seen: set[tuple[str, str, str, int, int]] = set()
+    for f in flows:
+        for end in (f.src, f.dst):
+            if end not in names:
+                raise ValueError(f"flow {f.key}: no host {end!r} in this lab's plan")
+        if f.key in seen:
+            raise ValueError(f"5-tuple {f.key} appears twice; one QP is one PSN sequence: "
+                             "replay phases separately (replay_step)")
+        seen.add(f.key)
+        if f.bytes and not f.message_bytes:
+            raise ValueError(f"flow {f.key} has bytes but no message_bytes")
+
+
+class _Progress:
+    """A one-line progress bar on stderr (quiet when stderr is not a terminal)."""
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self.total, self.label = max(total, 1), label
+        self.enabled = enabled and sys.stderr.isatty()
+
+    def show(self, done: int, extra: str = "") -> None:
+        if not self.enabled:
+            return
+        frac = min(1.0, done / self.total)
+        bar = "#" * int(30 * frac)
+        sys.stderr.write(f"\r{self.label} [{bar:<30}] {100 * frac:5.1f}% {extra}   ")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
+           rate_mbps: float | None = None, post: bool | None = None,
+           lead_s: float | None = None,
+           timeout: float | None = None, progress: bool = True,
+           label: str = "replay", recv_idle_s: float = 5.0,
+           recv_grace_s: float = 10.0) -> ReplayResult:
+    """Replay ``flows`` on ``lab`` and measure them (see the module docstring).
+
+    ``rate_mbps`` overrides the senders' pacing (default: each source NIC's
+    emulated rate). ``post`` defaults to "when the controller's mode pins flows".
+    ``timeout`` defaults to four times the ideal duration plus 30 s. ``lead_s`` is
+    how far ahead the common start is set (default 1 s + 0.25 s per sender: each
+    sender is a Python process that builds its frame templates before the start,
+    and this machine has two cores); ``start_skew_s`` in the result says how late
+    the last sender actually started. A receiver stops once it has every expected byte, or
+    ``recv_idle_s`` after its last packet (packets were lost), and is stopped
+    ``recv_grace_s`` after the last sender finished (an incast receiver behind a deep queue
+    may need longer: raise it).
+    """
+    flows = [f for f in flows if f.bytes > 0]
+    if not flows:
+        raise ValueError("no flows with bytes to replay")
+    _check(flows, lab)
+    client = lab.client()
+    state = client.lb()
+    mode = state["mode"]
+    if post if post is not None else state["pins"]:  # the mode gives flows their own paths
+        client.post_traffic(controller_body(flows)["flows"])
+        client.wait_converged(timeout=60)
+
+    work = os.path.join(lab.workdir, f"replay-{time.time_ns()}")
+    os.makedirs(work)
+    by_src: dict[str, list[FlowSpec]] = defaultdict(list)
+    for f in flows:
+        by_src[f.src].append(f)
+    dsts = sorted({f.dst for f in flows})
+    expect = defaultdict(int)
+    for f in flows:
+        expect[f.dst] += f.bytes
+    procs: list[subprocess.Popen[bytes]] = []
+    recv: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    sent_files: dict[str, str] = {}
+    nic = lab.plan.rdma_nic()
+    slowest = max(f.bytes / ((rate_mbps or nic[f.src]) * 1e6 / 8) + f.start for f in flows)
+    timeout = timeout if timeout is not None else 4 * slowest + 30
+    bar = _Progress(len(by_src), label, progress)
+    try:
+        for dst in dsts:
+            out = os.path.join(work, f"recv-{dst}.json")
+            ready = out + ".ready"
+            p = lab.hosts[dst].popen(AGENT + ["recv", "--out", out, "--ready", ready,
+                                              "--expect-bytes", str(expect[dst]),
+                                              "--idle-timeout", f"{recv_idle_s:g}"])
+            procs.append(p)
+            recv[dst] = (p, out)
+        deadline = time.monotonic() + 20
+        for dst, (p, out) in recv.items():
+            while not os.path.exists(out + ".ready"):
+                if p.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"receiver on {dst} did not start: "
+                                       f"{_stderr(p)}")
+                time.sleep(0.02)
+        if lead_s is None:
+            lead_s = 1.0 + 0.25 * len(by_src)
+        start_at = time.time() + lead_s
+        senders: dict[str, subprocess.Popen[bytes]] = {}
+        for src, mine in sorted(by_src.items()):
+            spec = _spec(lab, src, mine, pmtu, rate_mbps)
+            spec_path = os.path.join(work, f"spec-{src}.json")
+            with open(spec_path, "w") as fh:
+                json.dump(spec, fh)
+            sent_files[src] = os.path.join(work, f"sent-{src}.json")
+            p = lab.hosts[src].popen(AGENT + ["send", "--spec", spec_path, "--out",
+                                              sent_files[src], "--start-at", f"{start_at:.6f}"])
+            procs.append(p)
+            senders[src] = p
+        end_by = time.monotonic() + lead_s + timeout
+        while True:
+            done = sum(p.poll() is not None for p in senders.values())
+            bar.show(done, f"{time.time() - start_at:6.1f} s")
+            if done == len(senders):
+                break
+            if time.monotonic() > end_by:
+                raise TimeoutError(f"senders still running after {timeout:.0f} s")
+            time.sleep(0.1)
+        bar.close()
+        failed = {s: _stderr(p) for s, p in senders.items() if p.returncode != 0}
+        if failed:
+            raise RuntimeError(f"sender agents failed: {failed}")
+        # receivers stop once they have every expected byte, or idle after the last packet
+        end_by = time.monotonic() + recv_grace_s
+        for p, _out in recv.values():
+            while p.poll() is None and time.monotonic() < end_by:
+                time.sleep(0.05)
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=10)
+        sent = {}
+        for src, path in sent_files.items():
+            with open(path) as fh:
+                sent[src] = json.load(fh)
+        received = {}
+        for dst, (_p, out) in recv.items():
+            with open(out) as fh:
+                received[dst] = json.load(fh)
+    finally:
+        bar.close() if bar.enabled else None
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    result = _result(lab, flows, sent, received, int(start_at * 1e9), mode)
+    result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
+    return result
+
+
+def _stderr(p: subprocess.Popen[bytes]) -> str:
+    if p.poll() is None:
+        return "(still running)"
+    err = p.stderr.read() if p.stderr else b""
+    return (err or b"").decode(errors="replace")[-500:]
+
+
+def _spec(lab: Any, src: str, flows: list[FlowSpec], pmtu: int,
+          rate_mbps: float | None) -> dict[str, Any]:
+    node = lab.plan.node(src)
+    out = {"intf": f"{src}-eth0", "src_mac": node.mac, "src_ip": node.ip,
+           "rate_mbps": rate_mbps or lab.plan.rdma_nic()[src], "pmtu": pmtu,
+           "flows": []}
+    for i, f in enumerate(flows):
+        dst = lab.plan.node(f.dst)
+        out["flows"].append({"flow_id": i, "dst_ip": dst.ip, "dst_mac": dst.mac,
+                             "sport": f.sport, "qp": f.qp, "dscp": f.dscp,
+                             "messages": f.messages, "message_bytes": f.message_bytes,
+                             "bytes": f.bytes,  # the last message may be shorter
+                             "start": f.start, "traffic_class": f.traffic_class})
+    return out
+
+
+def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
+            received: dict[str, Any], start_ns: int, mode: str) -> ReplayResult:
+    """Join what senders sent and receivers got, by (source IP, UDP source port)."""
+    ip_of = {h.name: h.ip for h in lab.plan.hosts}
+    rx_flows: dict[tuple[str, int], dict[str, Any]] = {}
+    rx_msgs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for data in received.values():  # the receiver keys flows and messages by "ip:sport"
+        for rf in data.get("flows", {}).values():
+            rx_flows[(rf["src_ip"], int(rf["sport"]))] = rf
+        for m in data.get("messages", []):
+            ip, _, sport = m["flow"].rpartition(":")
+            rx_msgs[(ip, int(sport))].append(m)
+    rows, messages = [], []
+    lat: dict[str, list[float]] = defaultdict(list)
+    lost = 0
+    job_end = start_ns
+    for f in flows:
+        key = (ip_of[f.src], f.sport)
+        rf = rx_flows.get(key, {})
+        got = int(rf.get("bytes", 0))
+        lost += int(rf.get("lost", 0))
+        end = int(rf.get("last_ns", 0) or 0)
+        begin = start_ns + int(f.start * 1e9)
+        row = {"src": f.src, "dst": f.dst, "qp": f.qp, "sport": f.sport,
+               "traffic_class": f.traffic_class, "bytes": f.bytes, "received": got,
+               "lost_packets": int(rf.get("lost", 0)), "reordered": int(rf.get("reordered", 0)),
+               "fct_s": (end - begin) / 1e9 if end else None}
+        rows.append(row)
+        if end:
+            job_end = max(job_end, end)
+        for m in rx_msgs.get(key, []):
+            m = dict(m, src=f.src, dst=f.dst, traffic_class=f.traffic_class)
+            messages.append(m)
+            if m.get("complete") and m.get("latency_ns") is not None:
+                lat[f.traffic_class].append(m["latency_ns"] / 1e3)
+    stats = {cls: {"count": len(v), "p50": round(percentile(v, 50), 1),
+                   "p99": round(percentile(v, 99), 1), "max": round(max(v), 1),
+                   "mean": round(sum(v) / len(v), 1)} for cls, v in lat.items() if v}
+    return ReplayResult(flows=rows, messages=messages, start_ns=start_ns,
+                        job_completion_s=(job_end - start_ns) / 1e9,
+                        bytes_sent=sum(f.bytes for f in flows),
+                        bytes_received=sum(r["received"] for r in rows),
+                        latency_us=stats, lost_packets=lost, mode=mode)
+
+
+def replay_step(lab: Any, traffic: KernelTraffic, **kw: Any) -> dict[str, ReplayResult]:
+    """Replay a kernel model's step phase by phase (dispatch, then combine)."""
+    phases: dict[str, list[FlowSpec]] = defaultdict(list)
+    for f in traffic.flows:
+        phases[f.phase].append(f)
+    order = [p for p in ("dispatch", "combine") if p in phases] + \
+        [p for p in phases if p not in ("dispatch", "combine")]
+    return {p: replay(lab, phases[p], label=f"{traffic.kernel} {p}", **kw) for p in order}
