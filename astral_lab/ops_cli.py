@@ -27,7 +27,8 @@ from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerClient
 from ops.agent import Diagnosis, Tools, diagnose
 from ops.detectors import Alert, Engine
-from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Collector, Store
+from ops.shell.collector import Collector
+from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Store
 
 
 def discover(run_id: str | None = None) -> dict[str, Any]:

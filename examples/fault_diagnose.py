@@ -1,9 +1,8 @@
 """Break one part of a running fabric and ask the diagnosis agent what is wrong.
 
-Steady UDP streams cross the spines; ``FaultInjector`` breaks a component by its wiring
-plan name (default: lane 0 of leaf lf0r0 to spine1 at 1/4 of its rate, a dirty optic) and
-undoes it when its ``with`` block ends; a ``Collector`` polls the counters, the detectors
-(``Engine``) raise alerts, the agent (``Tools`` + ``diagnose``) ranks suspects with evidence.
+Steady UDP streams cross the spines; ``FaultInjector`` breaks a component by its plan name
+(default: lane 0 of lf0r0 to spine1 at 1/4 of its rate, a dirty optic) until its ``with``
+ends; a ``Collector`` polls, ``Engine`` raises alerts, ``Tools`` + ``diagnose`` rank suspects.
 
     sudo .venv/bin/python examples/fault_diagnose.py                  # root: a real fabric
     sudo .venv/bin/python examples/fault_diagnose.py link-down lf0r1~spine3#0
@@ -14,8 +13,9 @@ import time
 
 from ops.agent import Tools, diagnose
 from ops.detectors import Engine
-from ops.evaluate import steady_traffic
-from ops.telemetry import Collector, canonical
+from ops.shell.collector import Collector
+from ops.shell.experiment import steady_traffic  # probe streams between leaves
+from ops.telemetry import canonical
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build
@@ -51,8 +51,8 @@ def main(argv):
             for s in streams:
                 s.stop()
     print(answer.text(top=3))
-    found = broken in answer.components()[:3]
-    print(f"{broken} {'is' if found else 'is NOT'} among the top 3 suspects (exit 0 if it is)")
+    found = broken in answer.components()[:3]  # exit 0 if the broken part is a top-3 suspect
+    print(f"{broken} {'is' if found else 'is NOT'} among the top 3 suspects")
     return 0 if found else 1
 
 

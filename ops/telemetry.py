@@ -1,4 +1,5 @@
-"""Telemetry: poll a running fabric at a fixed interval and keep the time series in SQLite.
+"""Telemetry: the time series of a running fabric, kept in SQLite. Pure: the collector that
+polls the fabric is ``ops.shell.collector``.
 
 What one poll reads (all of it cheap enough for 1 s at the default 32-GPU fabric):
 
@@ -41,16 +42,13 @@ import json
 import math
 import os
 import sqlite3
-import subprocess
 import threading
-import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from controllers.plan import Link, WiringPlan
-from controllers.shell.client import ControllerClient, ControllerError
 
 #: Default polling interval (seconds); the controller's own default poll is the same.
 DEFAULT_INTERVAL_S = 1.0
@@ -366,43 +364,7 @@ def parse_tc_qdisc(data: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def read_tc() -> dict[str, dict[str, int]]:
-    proc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True,
-                          timeout=10, check=False)
-    try:
-        return parse_tc_qdisc(json.loads(proc.stdout or "[]"))
-    except ValueError:
-        return {}
-
-
-def host_pids_from_processes() -> dict[str, int]:
-    """Host name -> PID of its Mininet shell (``bash ... mininet:<name>``), from ``/proc``.
-
-    Lets a process that did not build the lab (``astral-lab ops watch``) read the hosts'
-    namespaces; the shell is the process Mininet itself runs commands in.
-    """
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        raw = _read(f"/proc/{pid}/cmdline")
-        if not raw or "mininet:" not in raw:
-            continue
-        for arg in raw.split("\0"):
-            if arg.startswith("mininet:"):
-                out[arg.split(":", 1)[1]] = int(pid)
-    return out
-
-
-# --- the collector -----------------------------------------------------------------------------
+# --- rates from counters --------------------------------------------------------------------
 @dataclass
 class Rates:
     """Turns cumulative counters into per-second rates between two polls."""
@@ -424,232 +386,16 @@ class Rates:
         return None if r is None or old is None else value - old[1]  # type: ignore[operator]
 
 
-class Collector:
-    """Polls one running fabric every ``interval`` s into a ``Store`` and a ``History``.
-
-    ``client`` is the controller's REST client (None: kernel counters only);
-    ``host_pids`` maps host name -> a PID inside that host's namespace (``Lab.hosts[h].pid``).
-    ``on_poll(t, values)`` is called after each poll (the detectors hook in there).
-    """
-
-    def __init__(self, plan: WiringPlan, store: Store | None, *,
-                 client: ControllerClient | None = None, host_pids: dict[str, int] | None = None,
-                 interval: float = DEFAULT_INTERVAL_S,
-                 on_poll: Callable[[float, dict[tuple[str, str], float]], None] | None = None,
-                 group_stats: bool = True) -> None:
-        if not interval > 0:
-            raise ValueError(f"interval must be > 0 s (got {interval})")
-        self.plan = plan
-        self.store = store
-        self.client = client
-        self.host_pids = dict(host_pids or {})
-        self.interval = interval
-        self.on_poll = on_poll
-        self.group_stats = group_stats
-        self.history = History()
-        self.links = link_components(plan)
-        self.root_ends = self._root_ends()
-        self._rates = Rates()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self.polls = 0
-        self.poll_seconds: list[float] = []  # how long each poll took (cost of telemetry)
-        if store is not None:
-            store.set_meta(plan=plan.to_dict(), interval_s=interval, started=time.time(),
-                           max_rows=store.max_rows)
-
-    @classmethod
-    def for_lab(cls, lab: Any, store: Store | None, **kw: Any) -> Collector:
-        """A collector for a running ``testbed.shell.lab.Lab``."""
-        client = lab.client() if lab.rest_port else None
-        if client is not None:
-            client.timeout = min(client.timeout, max(0.5, kw.get("interval", 1.0)))
-        pids = {name: h.pid for name, h in lab.hosts.items()}
-        return cls(lab.plan, store, client=client, host_pids=pids, **kw)
-
-    def _root_ends(self) -> dict[str, tuple[str, str]]:
-        """Root-namespace interface -> (link component, direction it transmits)."""
-        hosts = {h.name for h in self.plan.hosts}
-        out = {}
-        for comp, link in self.links.items():
-            if link.a not in hosts:
-                out[link.a_intf] = (comp, "ab")
-            out[link.b_intf] = (comp, "ba")
-        return out
-
-    # --- one poll ----------------------------------------------------------------------
-    def poll_once(self, now: float | None = None) -> dict[tuple[str, str], float]:
-        """Read every source once, store the values, feed the history; return the values."""
-        t0 = time.monotonic()
-        t = time.time() if now is None else now
-        values: dict[tuple[str, str], float] = {}
-        self._poll_kernel(t, values)
-        self._poll_hosts(t, values)
-        self._poll_controller(t, values)
-        if self.store is not None:
-            self.store.add_samples(t, values)
-        self.history.add(t, values)
-        self.polls += 1
-        self.poll_seconds.append(time.monotonic() - t0)
-        if self.on_poll is not None:
-            self.on_poll(t, values)
-        return values
-
-    def _poll_kernel(self, t: float, values: dict[tuple[str, str], float]) -> None:
-        tc = read_tc()
-        dev = parse_proc_net_dev(_read("/proc/net/dev") or "")
-        state: dict[str, list[float]] = defaultdict(list)
-        flaps: dict[str, list[float]] = defaultdict(list)
-        for intf, (comp, d) in self.root_ends.items():
-            oper = (_read(f"/sys/class/net/{intf}/operstate") or "").strip()
-            if not oper:  # interface gone (lab torn down): no sample
-                continue
-            state[comp].append(1.0 if oper == "up" else 0.0)
-            changes = _read(f"/sys/class/net/{intf}/carrier_changes")
-            if changes and changes.strip().isdigit():
-                dlt = self._rates.delta(("carrier", intf), t, float(changes))
-                if dlt is not None:
-                    flaps[comp].append(dlt)
-            q = tc.get(intf)
-            if q is not None:
-                r = self._rates.rate(("txb", intf), t, q["bytes"])
-                if r is not None:
-                    values[(comp, f"mbps_{d}")] = r * 8e-6
-                values[(comp, f"backlog_{d}")] = float(q["backlog"])
-                dd = self._rates.delta(("qdrop", intf), t, q["drops"])
-                if dd is not None:
-                    values[(comp, f"qdrops_{d}")] = dd
-            # what this port receives is what its peer sent: fills in the host -> switch
-            # direction, whose sending end is inside the host's namespace
-            other = "ab" if d == "ba" else "ba"
-            counters = dev.get(intf)
-            if counters is not None and (comp, f"mbps_{other}") not in values:
-                link = self.links[comp]
-                peer_in_root = (link.a_intf if d == "ba" else link.b_intf) in self.root_ends
-                if not peer_in_root:
-                    r = self._rates.rate(("rxb", intf), t, counters["rx_bytes"])
-                    if r is not None:
-                        values[(comp, f"mbps_{other}")] = r * 8e-6
-        for comp, s in state.items():
-            values[(comp, "up")] = min(s)
-        for comp, f in flaps.items():
-            values[(comp, "carrier_changes")] = max(f)
-
-    def _poll_hosts(self, t: float, values: dict[tuple[str, str], float]) -> None:
-        """NIC rates and drops inside each host, from two files of its namespace.
-
-        A drop inside a host can happen at the NIC (a netdev ingress/egress hook, a full
-        qdisc) or in the IP layer (netfilter). Both show as a gap between the NIC's packet
-        counters and IP's: in, frames the NIC received that IP never delivered
-        (``rx_packets - Ip.InDelivers``); out, packets IP sent that never left the NIC
-        (``Ip.OutRequests - tx_packets``). ARP frames count on the NIC but not in IP, a
-        packet or two a second at most: the loss detector's floor is above that.
-        """
-        for host, pid in self.host_pids.items():
-            dev = parse_proc_net_dev(_read(f"/proc/{pid}/net/dev") or "")
-            nic = dev.get(f"{host}-eth0")
-            if nic is None:
-                continue
-            for key in ("rx_bytes", "tx_bytes"):
-                r = self._rates.rate((host, key), t, nic[key])
-                if r is not None:
-                    values[(host, key.replace("_bytes", "_mbps"))] = r * 8e-6
-            snmp = parse_snmp(_read(f"/proc/{pid}/net/snmp") or "")
-            counters = {"rx": nic["rx_packets"], "tx": nic["tx_packets"],
-                        "deliver": snmp.get("Ip.InDelivers"), "req": snmp.get("Ip.OutRequests")}
-            rates = {k: self._rates.rate((host, k), t, v) for k, v in counters.items()}
-            if None in rates.values():
-                continue
-            r = {k: float(v) for k, v in rates.items()}  # type: ignore[arg-type]
-            values[(host, "in_pps")] = r["rx"]
-            values[(host, "out_pps")] = r["req"]
-            values[(host, "in_drop_pps")] = max(0.0, r["rx"] - r["deliver"])
-            values[(host, "out_drop_pps")] = max(0.0, r["req"] - r["tx"])
-
-    def _poll_controller(self, t: float, values: dict[tuple[str, str], float]) -> None:
-        if self.client is None:
-            return
-        try:
-            health = self.client.health()
-        except ControllerError as exc:
-            # 503 = answering but starting up; anything else is "not there"
-            values[(CONTROLLER, "up")] = 1.0 if exc.status == 503 else 0.0
-            values[(CONTROLLER, "converged")] = 0.0
-            return
-        values[(CONTROLLER, "up")] = 1.0
-        values[(CONTROLLER, "converged")] = 1.0 if health.get("converged") else 0.0
-        values[(CONTROLLER, "down_ports")] = float(len(health.get("down_ports") or []))
-        with contextlib.suppress(ControllerError):
-            by_name = {(ln.a, ln.a_port, ln.b, ln.b_port): c for c, ln in self.links.items()}
-            for row in self.client.links().get("links", []):
-                comp = by_name.get((row["a"], row["a_port"], row["b"], row["b_port"]))
-                if comp is not None:
-                    values[(comp, "ctl_up")] = 1.0 if row.get("state") == "up" else 0.0
-        with contextlib.suppress(ControllerError):
-            for sw, ports in self.client.port_stats().items():
-                total = sum(p.get(k, 0) for p in ports.values()
-                            for k in ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors"))
-                d = self._rates.delta((sw, "port_drops"), t, float(total))
-                if d is not None:
-                    values[(sw, "port_drops")] = d
-        if self.group_stats:
-            with contextlib.suppress(ControllerError):
-                self._groups(t, values)
-
-    def _groups(self, t: float, values: dict[tuple[str, str], float]) -> None:
-        """Per switch, bytes each select-group bucket's port carried (summed over groups)."""
-        for sw, groups in self.client.group_stats().items():  # type: ignore[union-attr]
-            per_port: dict[int, float] = defaultdict(float)
-            for g in groups.values():
-                if g.get("type") != "select":
-                    continue
-                for b in g.get("buckets", []):
-                    if "port" in b:
-                        per_port[int(b["port"])] += b.get("byte_count", 0)
-            for port, total in per_port.items():
-                r = self._rates.rate((sw, "bucket", port), t, total)
-                if r is not None:
-                    values[(sw, f"bucket{port}_mbps")] = r * 8e-6
-
-    # --- background loop -----------------------------------------------------------------
-    def start(self) -> Collector:
-        """Poll in a background thread until ``stop()``; the first poll happens at once."""
-        if self._thread is not None:
-            raise RuntimeError("collector already running")
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="ops-collector", daemon=True)
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        nxt = time.monotonic()
-        while not self._stop.is_set():
-            try:
-                self.poll_once()
-            except Exception as exc:  # a bad poll must not end telemetry; record it
-                if self.store is not None:
-                    self.store.add_event(time.time(), "collector", "poll-error",
-                                         detail=repr(exc)[:300])
-            nxt += self.interval
-            delay = nxt - time.monotonic()
-            if delay < 0:  # fell behind (busy machine): skip, do not burst
-                nxt = time.monotonic()
-                delay = 0
-            self._stop.wait(delay)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    def __enter__(self) -> Collector:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
 def samples_of(values: Iterable[tuple[str, str, float]]) -> dict[tuple[str, str], float]:
     """``[(component, metric, value), ...]`` -> the dict a poll produces (tests, replays)."""
     return {(c, m): v for c, m, v in values}
+
+
+def __getattr__(name: str) -> Any:
+    """``Collector``, ``read_tc`` and ``host_pids_from_processes`` moved to
+    ``ops.shell.collector`` (they touch the machine); these names work for one release."""
+    if name in ("Collector", "read_tc", "host_pids_from_processes"):
+        import importlib
+
+        return getattr(importlib.import_module("ops.shell.collector"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -51,7 +51,8 @@ KINDS = ("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
 )
 def ops_eval(run: Run) -> None:
     """See the module docstring."""
-    from ops.evaluate import GOALS, eval_on_lab
+    from ops.evaluate import GOALS
+    from ops.shell.experiment import eval_on_lab
 
     p = run.params
     if p["model_draws"] < 1:
@@ -98,7 +99,7 @@ def ops_eval(run: Run) -> None:
     _plot(run, res)
 
 
-#: what ``ops.evaluate.steady_traffic`` sends: source ports per stream, UDP payload bytes
+#: what ``ops.shell.experiment.steady_traffic`` sends: source ports per stream, UDP payload bytes
 STREAM_SPORTS, STREAM_PAYLOAD = range(50000, 50016), 1000
 #: Ethernet + IPv4 + UDP headers around a probe datagram (the counters count them)
 STREAM_HEADERS = 14 + 20 + 8
@@ -112,7 +113,7 @@ def steady_model(plan: Any, mbps_per_host: float, draws: int) -> dict[str, Any]:
     fabric carries every stream at its cap (then the capped max-min solution is the caps),
     a lower estimate otherwise."""
     from controllers.flows import QP_SPORT_BASE
-    from ops.evaluate import stream_pairs
+    from ops.shell.experiment import stream_pairs
     from testbed.models.flowmodel import model_flows
     from traffic.kernels import FlowSpec
 
@@ -129,7 +130,7 @@ def steady_model(plan: Any, mbps_per_host: float, draws: int) -> dict[str, Any]:
 
 def _stream_flows(lab: Any) -> list[Any]:
     """The steady streams as flows, for the fidelity guard (each host to its peer)."""
-    from ops.evaluate import stream_pairs
+    from ops.shell.experiment import stream_pairs
     from traffic.kernels import FlowSpec
 
     return [FlowSpec.make(a, b, 1_000_000) for a, b in stream_pairs(lab.plan)]

@@ -17,7 +17,7 @@ from typing import Any
 
 from astral_lab import ops_cli as cli
 from ops.agent import Tools, diagnose
-from ops.evaluate import Monitor, steady_traffic
+from ops.shell.experiment import Monitor, steady_traffic
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build

@@ -166,7 +166,7 @@ def test_packages_import_only_the_layers_below_them() -> None:
 
 #: Packages whose pure code and shell are in separate folders: every module outside
 #: ``<package>/shell/`` runs without root (old module names kept as aliases excepted).
-SPLIT = ("controllers", "testbed", "traffic")
+SPLIT = ("controllers", "testbed", "traffic", "ops")
 
 
 def _alias(path: Path) -> bool:

@@ -8,6 +8,7 @@ import pytest
 
 from ops import telemetry as T
 from ops.detectors import Alert
+from ops.shell import collector
 from testbed.topologies import build
 
 _HEAD = ("Inter-|   Receive                                                |  Transmit\n"
@@ -104,4 +105,4 @@ def test_bad_parameters() -> None:
     with pytest.raises(ValueError, match="max_rows"):
         T.Store(":memory:", max_rows=0)
     with pytest.raises(ValueError, match="interval"):
-        T.Collector(build("astral3", servers=2, gpus=2), None, interval=0)
+        collector.Collector(build("astral3", servers=2, gpus=2), None, interval=0)

@@ -39,10 +39,10 @@ def _canned(lab: Any, **kw: Any) -> dict[str, Any]:
 
 def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ops.evaluate
+    import ops.shell.experiment
 
     install(monkeypatch, oe)
-    monkeypatch.setattr(ops.evaluate, "eval_on_lab", _canned)
+    monkeypatch.setattr(ops.shell.experiment, "eval_on_lab", _canned)
     out = os.path.join(str(tmp_path), "run")
     oe.ops_eval(quick=True, output=out, log=lambda _m: None, model_draws=5)
     s = read_json(out, "summary.json")
