@@ -598,10 +598,7 @@ def simulate_step(model: ModelPreset | str, servers: int, gpus_per_server: int,
     ``"global"`` runs ``eplb`` on ``balance_load`` (default: this step's expert load).
     Everything random comes from ``numpy.random.default_rng(seed)`` in a fixed order
     (gating shuffle, routing, replica choice), so a seed reproduces the step exactly.
-
-    Cost, measured on the lab's 2-vCPU VM (CPU time, 256 GPUs, DeepSeek-V3): decode
-    (128 tokens per GPU) ~0.1 s; prefill (4096 per GPU, 8.4M copies) ~2 s with node-limited
-    routing, ~0.6 s without (e.g. 4 servers, where M = 4 does not bind).
+    Node-limited routing costs more than plain top-k (it draws per node group first).
     """
     m = preset(model) if isinstance(model, str) else model
     if servers < 1 or gpus_per_server < 1 or tokens_per_gpu < 1:

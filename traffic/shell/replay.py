@@ -122,7 +122,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
     ``timeout`` defaults to four times the ideal duration plus 30 s. ``lead_s`` is
     how far ahead the common start is set (default 1 s + 0.25 s per sender: each
     sender is a Python process that builds its frame templates before the start,
-    and this machine has two cores); ``start_skew_s`` in the result says how late
+    and the senders share the machine's few cores); ``start_skew_s`` in the result says how late
     the last sender actually started. A receiver stops once it has every expected byte, or
     ``recv_idle_s`` after its last packet (packets were lost), and is stopped
     ``recv_grace_s`` after the last sender finished (an incast receiver behind a deep queue
