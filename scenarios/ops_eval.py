@@ -5,11 +5,11 @@ see every fault, only faults, soon enough, and name the right component? One fab
 carries steady probe streams (every NIC to a NIC under another leaf, many source ports
 so ECMP spreads them) for a fault-free phase and then a fault phase of equal length, in
 which ``testbed.shell.faults.random_schedule`` injects ``per_kind`` faults of every kind
-(link-down, link-flap, link-degrade, nic-loss, switch-down, controller-kill,
-controller-restart, hot-receiver), one at a time. The collector polls every
-``interval``; the detectors run after every poll; the deterministic agent is asked
-"what is wrong?" at every poll with an open alert, and its answer two polls after a
-detection is scored (the scoring is ``ops.evaluate.score``).
+(each module of ``testbed/faultkinds/``: link-down, link-flap, link-degrade, nic-loss,
+switch-down, controller-kill, controller-restart, hot-receiver), one at a time. The
+collector polls every ``interval``; the detectors run after every poll; the deterministic
+agent is asked "what is wrong?" at every poll with an open alert, and its answer two polls
+after a detection is scored (the scoring is ``ops.evaluate.score``).
 
 Goals (tracker issue 7): >= 95% detection, 0 false alarms in the fault-free phase,
 top-1 localization >= 90%, detection within 3 polling intervals.
@@ -29,10 +29,8 @@ from typing import Any
 
 from scenarios.base import Param, Run, scenario
 from scenarios.common import compare, distribution, fmt_distribution, in_band
+from testbed.faultspec import KINDS
 from testbed.topologies import build
-
-KINDS = ("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
-         "controller-kill", "controller-restart", "hot-receiver")
 
 
 @scenario(

@@ -3,9 +3,13 @@
 Everything here is pure (no root, no commands run; unit-tested): ``Fault`` and its
 validation, target names resolved against a wiring plan (``parse_target``, ``resolve``,
 ``canonical_component``), the exact ``nft``/``iptables`` commands of a nic-loss, the
-shape of a hot-receiver incast (``incast_weights``, ``hot_streams``) and seeded
-``random_schedule``s. ``testbed.shell.faults`` applies them to a running lab and re-exports
-every public name of this module, so callers import them from there.
+shape of a hot-receiver incast (``incast_weights``, ``hot_streams``: defined with that
+kind in ``testbed.faultkinds.hot_receiver``, re-exported here) and seeded
+``random_schedule``s. The kinds are the modules of ``testbed.faultkinds`` (``KINDS``,
+``TARGET_KIND`` and each kind's own rules come from there), so a new kind module is a
+valid ``Fault`` kind here with no edit to this file. ``testbed.shell.faults`` applies
+faults to a running lab and re-exports every public name of this module, so callers
+import them from there.
 """
 
 from __future__ import annotations
@@ -18,26 +22,39 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from controllers.plan import Link, WiringPlan
+from testbed import faultkinds
+from testbed.faultkinds.hot_receiver import (
+    HOT_PAYLOAD,
+    HOT_PORT,
+    HOT_SPORT_BASE,
+    MAX_HOT_SENDERS,
+    WIRE_OVERHEAD,
+    hot_streams,
+    incast_bytes,
+    incast_weights,
+)
 from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK, SINK_PEER
-from testbed.plan import Link, WiringPlan
 
-KINDS = ("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
-         "controller-kill", "controller-restart", "hot-receiver")
+__all__ = [
+    "CONTROLLER", "DIRECTIONS", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "KINDS",
+    "MAX_HOT_SENDERS", "NUMGEN_MOD", "TARGET_KIND", "WIRE_OVERHEAD", "Fault", "Target",
+    "canonical_component", "hot_streams", "incast_bytes", "incast_weights",
+    "iptables_loss_commands", "leaf_switches", "link_ends", "link_name", "nft_loss_commands",
+    "nft_loss_script", "parallel_links", "parse_htb_rate", "parse_target", "random_schedule",
+    "resolve", "traffic_links",
+]
+
+#: Every kind (``testbed.faultkinds``: one module each), in listing order.
+_KINDS = faultkinds.available()
+KINDS = tuple(_KINDS)
 #: What each kind's ``target`` must name.
-TARGET_KIND = {"link-down": "link", "link-flap": "link", "link-degrade": "link",
-               "nic-loss": "host", "switch-down": "switch", "controller-kill": "controller",
-               "controller-restart": "controller", "hot-receiver": "host"}
+TARGET_KIND = {name: kind.target for name, kind in _KINDS.items()}
 DIRECTIONS = ("ingress", "egress", "both")
 CONTROLLER = "controller"
 
 #: ``numgen random mod NUMGEN_MOD < k``: a probability in steps of one in a million.
 NUMGEN_MOD = 1_000_000
-#: UDP port of hot-receiver streams (4791 stays free for RoCE replay receivers on the target).
-HOT_PORT = 4792
-HOT_PAYLOAD = 1000  # UDP payload bytes of hot-receiver packets
-HOT_SPORT_BASE = 52000  # sender i of fault id f: UDP source port 52000 + 200 * (f % 64) + i
-MAX_HOT_SENDERS = 200
-WIRE_OVERHEAD = 42  # Ethernet 14 + IPv4 20 + UDP 8 bytes around a UDP payload
 
 
 # ----------------------------------------------------------------------------------------
@@ -90,9 +107,7 @@ class Fault:
         _number("at", self.at, low=0.0)
         if self.duration is not None:
             _number("duration", self.duration, low=0.0)
-            if self.kind == "link-flap":
-                raise ValueError("duration: a link-flap lasts count x period; leave duration "
-                                 "None and set period and count")
+        _KINDS[self.kind].validate(self)
         _number("period", self.period, low=0.0, low_open=True)
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise ValueError(f"count must be an integer >= 1 (got {self.count!r})")
@@ -113,11 +128,7 @@ class Fault:
     @property
     def span(self) -> float | None:
         """Seconds from injection to undo (None: open-ended, until ``undo``)."""
-        if self.kind == "link-flap":
-            return self.period * self.count
-        if self.kind == "controller-restart":
-            return self.duration or 0.0
-        return self.duration
+        return _KINDS[self.kind].span(self)
 
     @property
     def end(self) -> float | None:
@@ -246,16 +257,17 @@ def resolve(plan: WiringPlan, fault: Fault) -> Fault:
     """``fault`` with its target checked against ``plan`` and written canonically.
 
     Raises ``ValueError`` naming ``target`` when the name is unknown or names the
-    wrong kind of thing (e.g. a host for switch-down). Pure.
+    wrong kind of thing (e.g. a host for switch-down), or when the kind's ``check_plan``
+    says the plan cannot carry it (a hot receiver needs senders on other servers). Pure.
     """
     want = TARGET_KIND[fault.kind]
     target = parse_target(plan, fault.target)
     if target.kind != want:
         raise ValueError(f"target {fault.target!r} is a {target.kind}; {fault.kind} needs a "
                          f"{want} ({_example(plan, want)})")
-    if fault.kind == "hot-receiver":
-        incast_weights(plan, target.name, hot_share=fault.hot_share, seed=fault.seed)
-    return dataclasses.replace(fault, target=target.name)
+    resolved = dataclasses.replace(fault, target=target.name)
+    _KINDS[fault.kind].check_plan(plan, resolved)
+    return resolved
 
 
 def canonical_component(plan: WiringPlan, name: str) -> str:
@@ -361,88 +373,6 @@ def parse_htb_rate(tc_class_show: str) -> float | None:
 
 
 # ----------------------------------------------------------------------------------------
-# Hot receiver: the incast's shape from the MoE workload model
-# ----------------------------------------------------------------------------------------
-def incast_bytes(plan: WiringPlan, target: str, *, hot_share: float = 0.5, seed: int = 0,
-                 tokens_per_gpu: int = 128, intra_server: str = "nvlink") -> dict[str, int]:
-    """Bytes each source host's NIC sends to ``target`` in one hot decode step. Pure.
-
-    One decode step of DeepSeek-V3 (``traffic.workload.simulate_step``; node-limited
-    routing off, so any plan size works) with hot-set gating: the experts of one GPU
-    take ``hot_share`` of the routing. Contiguous placement puts those experts on GPU
-    0 of server 0, so the ranks are relabelled (servers rotated, GPU indexes rotated
-    within a server: a relabelling the model is symmetric under) to put that GPU on
-    ``target``. The low-latency kernel (``traffic.kernels.low_latency``) then says how
-    many bytes each other GPU's NIC sends to it; with ``intra_server="nvlink"`` GPUs
-    of the target's own server use NVLink and are not sources.
-    """
-    from traffic.kernels import Cluster, low_latency
-    from traffic.workload import hotset, preset, simulate_step
-
-    node = plan.node(target)
-    if node.kind != "host":
-        raise ValueError(f"target {target!r} is not a host")
-    try:
-        cluster = Cluster.from_plan(plan)
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"target: this plan has no (server, gpu) grid for an incast: {exc}"
-                         ) from None
-    S, P = cluster.servers, cluster.gpus_per_server
-    t_server, t_gpu = int(node.loc["server"]), int(node.loc["gpu"])
-    model = dataclasses.replace(preset("deepseek-v3"), max_nodes_per_token=None)
-    experts = model.routed_experts
-    hot = max(1, experts // (S * P))
-    step = simulate_step(model, S, P, tokens_per_gpu,
-                         gating=hotset(hot / experts, hot_share, shuffle=False), seed=seed)
-    flows = low_latency(step, phases=("dispatch",), intra_server=intra_server).flows
-    rank_of = {name: r for r, name in enumerate(Cluster.default(S, P).hosts)}
-    sent: dict[str, int] = {}
-    for f in flows:
-        if rank_of[f.dst] != 0:
-            continue
-        s, g = divmod(rank_of[f.src], P)
-        src = cluster.host(((s + t_server) % S) * P + (g + t_gpu) % P)
-        sent[src] = sent.get(src, 0) + f.bytes
-    if not sum(sent.values()):
-        raise ValueError(f"target {target!r}: no host sends to it over the fabric in this plan "
-                         "(a single server talks over NVLink); use a plan with 2+ servers")
-    return {h: sent[h] for h in sorted(sent, key=lambda h: (-sent[h], h))}
-
-
-def incast_weights(plan: WiringPlan, target: str, *, hot_share: float = 0.5, seed: int = 0,
-                   intra_server: str = "nvlink") -> dict[str, float]:
-    """Share of the hot-receiver incast each source sends (sums to 1; heaviest first). Pure."""
-    sent = incast_bytes(plan, target, hot_share=hot_share, seed=seed, intra_server=intra_server)
-    total = sum(sent.values())
-    return {h: b / total for h, b in sent.items()}
-
-
-def hot_streams(plan: WiringPlan, fault: Fault, sport_base: int = HOT_SPORT_BASE
-                ) -> list[dict[str, Any]]:
-    """The hot-receiver's UDP streams: ``{src, sport, mbps, pps}`` per source. Pure.
-
-    Offered load is ``overload`` x the target's NIC rate, split by ``incast_weights``
-    (the ``senders`` heaviest sources when ``senders`` > 0, at most ``MAX_HOT_SENDERS``),
-    each capped at its own NIC's rate; packets carry ``HOT_PAYLOAD`` bytes (+42 on the
-    wire). Source i sends from UDP port ``sport_base + i`` (the receiver tells sources
-    apart by it).
-    """
-    weights = incast_weights(plan, fault.target, hot_share=fault.hot_share, seed=fault.seed)
-    chosen = list(weights)[:min(fault.senders or MAX_HOT_SENDERS, MAX_HOT_SENDERS)]
-    norm = sum(weights[h] for h in chosen)
-    nic = plan.host_link_mbps()
-    offered = fault.overload * nic[fault.target]
-    out = []
-    for i, src in enumerate(chosen):
-        mbps = min(nic[src], offered * weights[src] / norm)
-        pps = mbps * 1e6 / (8 * (HOT_PAYLOAD + WIRE_OVERHEAD))
-        if pps >= 1:
-            out.append({"src": src, "sport": sport_base + i, "mbps": round(mbps, 4),
-                        "pps": round(pps, 2)})
-    return out
-
-
-# ----------------------------------------------------------------------------------------
 # Random schedules for evaluations
 # ----------------------------------------------------------------------------------------
 def traffic_links(plan: WiringPlan) -> list[Link]:
@@ -466,8 +396,10 @@ def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int
     among ``traffic_links`` (leaf-spine lanes), switches among ``leaf_switches``,
     NICs among the hosts. Without ``overlap`` the run is cut into ``n`` equal slots
     and each fault, with its recovery gap of ``min_gap_s``, fits in its own slot, so
-    faults never overlap and are ``min_gap_s`` apart. Kind knobs are drawn from ranges
-    a detector should see: degrade to 10-50%, loss 2-20%, 2-4 flaps.
+    faults never overlap and are ``min_gap_s`` apart. Kind knobs are drawn by each
+    kind's ``random_knobs`` from ranges a detector should see: degrade to 10-50%, loss
+    2-20%, 2-4 flaps; a kind's ``random_targets`` may narrow its pool (a hot receiver
+    needs a plan with GPUs on two servers).
     """
     kinds = list(KINDS if kinds is None else kinds)
     for k in kinds:
@@ -485,48 +417,26 @@ def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int
         raise ValueError(f"duration_s={duration_s:g} is too short for n={n} faults with "
                          f"min_gap_s={min_gap_s:g}: each needs >= {min_gap_s + 1:g} s")
     rng = random.Random(seed)
-    pools = {"link": [link_name(plan, ln) for ln in traffic_links(plan)],
-             "switch": leaf_switches(plan), "host": [h.name for h in plan.hosts],
-             CONTROLLER: [CONTROLLER]}
-    if "hot-receiver" in kinds:
-        pools["hot"] = pools["host"] if _has_incast(plan) else []
+    by_target = {"link": [link_name(plan, ln) for ln in traffic_links(plan)],
+                 "switch": leaf_switches(plan), "host": [h.name for h in plan.hosts],
+                 CONTROLLER: [CONTROLLER]}
+    pools = {k: _KINDS[k].random_targets(plan, by_target[TARGET_KIND[k]])
+             for k in dict.fromkeys(kinds)}
     for k in kinds:
-        pool = pools["hot" if k == "hot-receiver" else TARGET_KIND[k]]
-        if not pool:
+        if not pools[k]:
             raise ValueError(f"kinds: this plan has no target for {k}")
     order = kinds[:]
     rng.shuffle(order)
     faults = []
     for i in range(n):
         kind = order[i % len(order)]
-        pool = pools["hot" if kind == "hot-receiver" else TARGET_KIND[kind]]
-        target = rng.choice(pool)
+        target = rng.choice(pools[kind])
         span = rng.uniform(0.5, 1.0) * (room if not overlap else min(slot, duration_s / 2))
         span = max(span, 0.5)
         if overlap:
             at = rng.uniform(0.0, max(0.0, duration_s - span))
         else:
             at = i * slot + rng.uniform(0.0, room - span)
-        knobs: dict[str, Any] = {}
-        if kind == "link-flap":
-            count = rng.randint(2, 4)
-            knobs = {"count": count, "period": round(span / count, 3)}
-        elif kind == "link-degrade":
-            knobs = {"fraction": round(rng.uniform(0.1, 0.5), 3)}
-        elif kind == "nic-loss":
-            knobs = {"probability": round(rng.uniform(0.02, 0.2), 3)}
-        elif kind == "hot-receiver":
-            knobs = {"seed": rng.randrange(1 << 16)}
-        duration = None if kind == "link-flap" else round(span, 3)
-        faults.append(Fault(kind, target, at=round(at, 3), duration=duration, **knobs))
+        knobs = {"duration": round(span, 3), **_KINDS[kind].random_knobs(rng, span)}
+        faults.append(Fault(kind, target, at=round(at, 3), **knobs))
     return sorted(faults, key=lambda f: f.at)
-
-
-def _has_incast(plan: WiringPlan) -> bool:
-    """Can a hot receiver get traffic over the fabric here? (GPUs on 2+ servers.)"""
-    from traffic.kernels import Cluster
-
-    try:
-        return Cluster.from_plan(plan).servers >= 2
-    except (KeyError, ValueError):
-        return False

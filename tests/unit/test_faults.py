@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from testbed.plan import WiringPlan
+from controllers.plan import WiringPlan
 from testbed.shell import faults as F
 from testbed.shell.faults import Fault, FaultError, FaultInjector
 from testbed.shell.lab import Lab, htb_commands

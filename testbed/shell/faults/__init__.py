@@ -10,7 +10,7 @@
         run.wait()                              # run.events is the ground truth, with times
     # leaving the block undoes whatever is still active, also on an error or Ctrl-C
 
-Why a module of its own: the operations layer (telemetry, detectors, the diagnosis
+Why a package of its own: the operations layer (telemetry, detectors, the diagnosis
 agent and its scored evaluation) needs faults whose *where* and *when* are known
 exactly, so it can score an answer. Every fault therefore has a ground-truth
 ``component`` named the way the wiring plan names things (a lane ``lf0r1~spine2#0``,
@@ -32,30 +32,57 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
                    experts sit on the target's GPU (``traffic.workload`` + ``traffic.kernels``),
                    played as steady UDP streams (``testbed.shell.probe``) at ``overload`` x its NIC.
 
+**One module per kind.** Each kind's injector half is ``testbed/shell/faults/<name>.py``
+(name = module name with ``_`` written ``-``), found by ``kinds()`` as the load-balancing
+policies and the detectors are found. ``FaultInjector`` calls it by the fault's kind:
+
+``apply(inj, handle)``
+    make the change (``handle.fault`` is resolved; put what undo needs in ``handle.info``,
+    and the inject event's detail in ``handle.info["detail"]``). Raise ``FaultError`` and
+    leave nothing changed if it cannot be done.
+``revert(inj, handle) -> dict``
+    restore the exact previous state, checked; the dict is the undo event's detail.
+``worker(inj, handle)``
+    (optional) background work in its own thread after ``apply`` (link-flap's flapping,
+    controller-restart's downtime); the fault is undone when it returns. Without one, a
+    fault with a ``duration`` gets a timer.
+``check(inj, fault)``
+    (optional) raise ``FaultError`` before anything changes when this machine or lab
+    cannot carry the kind (no controller, no shaping, no nftables or iptables).
+
+The module gets the injector: it runs commands through ``inj._sh`` (and the other
+helpers, ``inj._link_target``, ``inj._admin_up``, ``inj._class_show``, ...), the lab
+as ``inj.lab`` and the plan as ``inj.plan``; ``FaultError``, ``Handle`` and ``_pause``
+are in ``_base``. The kind's pure half, which makes it a ``Fault`` kind at all (its
+target, its rules, its random knobs), is ``testbed/faultkinds/<name>.py`` (see there
+why the two halves are two files); a new kind is that pair of new files.
+
 Where things live (every name is importable from here): the pure parts, unit-tested
 without root (``Fault`` and its validation, targets, the ``nft``/``iptables`` commands,
-the incast's shape, ``random_schedule``), are in ``testbed.faultspec``; this module
-runs them on a lab (``FaultInjector``, and link-degrade's ``tc`` lines, which come from
-the lab's own shaping). Removing what a crashed run left (``cleanup_faults``) belongs to
-``testbed.shell.cleanup``, so ``astral-lab clean`` needs no injector; the nic-loss probe
-(``loss_backend_problems``) sits with the other capability probes in ``testbed.shell.preflight``.
+the incast's shape, ``random_schedule``), are in ``testbed.faultspec`` and
+``testbed.faultkinds``; this package runs them on a lab (``FaultInjector``, and
+link-degrade's ``tc`` lines, which come from the lab's own shaping). Removing what a
+crashed run left (``cleanup_faults``) belongs to ``testbed.shell.cleanup``, so
+``astral-lab clean`` needs no injector; the nic-loss probe (``loss_backend_problems``)
+sits with the other capability probes in ``testbed.shell.preflight``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
-import os
+import pkgutil
 import signal
 import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from functools import cache
+from types import ModuleType
 from typing import Any
 
+from controllers.plan import Link, WiringPlan
 from testbed.faultmarks import (
     ENV_MARK,
     IPT_IN,
@@ -95,11 +122,11 @@ from testbed.faultspec import (
     resolve,
     traffic_links,
 )
-from testbed.plan import Link, WiringPlan
-from testbed.shaping import htb_commands
 from testbed.shell import cleanup
 from testbed.shell.cleanup import cleanup_faults, fault_processes, nic_loss_leftovers
-from testbed.shell.preflight import LabError, loss_backend_problems
+from testbed.shell.faults._base import FaultError, Handle, _pause
+from testbed.shell.faults.link_degrade import degrade_commands, htb_rate_command
+from testbed.shell.preflight import loss_backend_problems
 
 #: Every public name, including those defined in ``faultspec``, ``faultmarks``, ``cleanup``
 #: and ``preflight``: callers import them all from here.
@@ -109,80 +136,41 @@ __all__ = [
     "NFT_FAMILY", "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun", "TARGET_KIND",
     "Target", "WIRE_OVERHEAD", "canonical_component", "cleanup_faults", "degrade_commands",
     "fault_processes", "hot_streams", "htb_rate_command", "incast_bytes", "incast_weights",
-    "iptables_loss_commands", "leaf_switches", "link_ends", "link_name", "loss_backend_problems",
-    "nft_loss_commands", "nft_loss_script", "nic_loss_leftovers", "parallel_links",
-    "parse_htb_rate", "parse_target", "random_schedule", "resolve", "traffic_links",
+    "iptables_loss_commands", "kinds", "leaf_switches", "link_ends", "link_name",
+    "loss_backend_problems", "nft_loss_commands", "nft_loss_script", "nic_loss_leftovers",
+    "parallel_links", "parse_htb_rate", "parse_target", "random_schedule", "resolve",
+    "traffic_links",
 ]
 
 
-class FaultError(LabError):
-    """A fault cannot be applied or undone here; the message says what is missing or wrong."""
-
-
 # ----------------------------------------------------------------------------------------
-# link-degrade's tc commands (derived from the lab's own shaping, hence here)
+# The kinds' injector modules
 # ----------------------------------------------------------------------------------------
-def htb_rate_command(dev: str, mbps: float) -> list[str]:
-    """``tc class change`` of the lab's HTB class 5:1 on ``dev`` to ``mbps``.
+@cache
+def kinds() -> dict[str, ModuleType]:
+    """Every kind's injector module, by name (module name with ``_`` written ``-``), in the
+    order of ``KINDS`` (``testbed.faultkinds``), then any others by name."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_") and not info.ispkg:
+            found[info.name.replace("_", "-")] = importlib.import_module(
+                f"{__name__}.{info.name}")
+    order = [n for n in KINDS if n in found] + sorted(n for n in found if n not in KINDS)
+    return {n: found[n] for n in order}
 
-    Built from ``testbed.shell.lab.htb_commands`` (its ``class add`` line, verb changed) so
-    burst and quantum stay exactly what bring-up used; only the rate differs.
-    """
-    add = next(c for c in htb_commands(dev, mbps) if c.startswith("class add "))
-    return ["tc", *("class change " + add[len("class add "):]).split()]
 
-
-def degrade_commands(plan: WiringPlan, link: Link, mbps: float
-                     ) -> list[tuple[str | None, list[str]]]:
-    """The commands that set both ends of ``link`` to ``mbps``: ``(host or None, argv)``.
-
-    ``host`` names the namespace a host-side end lives in; None is the root namespace
-    (switch ports).
-    """
-    return [(node if in_host else None, htb_rate_command(intf, mbps))
-            for node, intf, in_host in link_ends(plan, link)]
+def _kind(name: str) -> ModuleType:
+    """The injector module of kind ``name``; ``FaultError`` if there is none."""
+    mod = kinds().get(name)
+    if mod is None:
+        raise FaultError(f"{name}: no injector for this kind (testbed/shell/faults/"
+                         f"{name.replace('-', '_')}.py is missing)")
+    return mod
 
 
 # ----------------------------------------------------------------------------------------
 # The injector (shell)
 # ----------------------------------------------------------------------------------------
-@dataclass(eq=False)
-class Handle:
-    """One injected fault: its resolved description, state and what undo needs."""
-
-    id: int
-    fault: Fault
-    component: str
-    injected_at: float = 0.0  # time.time()
-    state: str = "active"  # active -> undoing -> undone (or failed)
-    info: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
-    _done: threading.Event = field(default_factory=threading.Event, repr=False)
-    _worker: threading.Thread | None = field(default=None, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _clock: Callable[[], float] = field(default=time.monotonic, repr=False)
-
-    @property
-    def active(self) -> bool:
-        return not self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the fault has been undone (by a timer, a flap's end, or ``undo``)."""
-        return self._done.wait(timeout)
-
-
-def _pause(stop: threading.Event, seconds: float, clock: Callable[[], float]) -> bool:
-    """Sleep ``seconds`` of ``clock`` time; True if ``stop`` was set meanwhile."""
-    end = clock() + seconds
-    while True:
-        left = end - clock()
-        if left <= 0:
-            return stop.is_set()
-        if stop.wait(min(left, 0.05)):
-            return True
-
-
 class FaultInjector:
     """Applies ``Fault``s to a running ``Lab`` and undoes them; a context manager.
 
@@ -288,7 +276,7 @@ class FaultInjector:
             self._next_id += 1
             self._handles[handle.id] = handle
         try:
-            getattr(self, "_apply_" + fault.kind.replace("-", "_"))(handle)
+            _kind(fault.kind).apply(self, handle)
         except BaseException:
             with self._lock:
                 del self._handles[handle.id]
@@ -304,14 +292,9 @@ class FaultInjector:
         return handle
 
     def _check_capability(self, fault: Fault) -> None:
-        lab = self.lab
-        if fault.kind.startswith("controller") and not getattr(lab, "use_controller", True):
-            raise FaultError(f"{fault.kind}: this lab runs no controller (Lab(controller=False))")
-        if fault.kind == "link-degrade" and not getattr(lab, "shape", True):
-            raise FaultError("link-degrade changes the links' HTB rate, but this lab was "
-                             "brought up without shaping (Lab(shape=False))")
-        if fault.kind == "nic-loss":
-            self._loss_backend()
+        check = getattr(_kind(fault.kind), "check", None)
+        if check is not None:
+            check(self, fault)
 
     def _loss_backend(self) -> str:
         if self.nic_loss_backend != "auto":
@@ -346,7 +329,7 @@ class FaultInjector:
         if worker is not None and worker is not threading.current_thread():
             worker.join()
         try:
-            detail = getattr(self, "_revert_" + handle.fault.kind.replace("-", "_"))(handle)
+            detail = _kind(handle.fault.kind).revert(self, handle)
         except BaseException as exc:
             handle.state, handle.error = "failed", str(exc)
             self._event(handle, "error", error=str(exc))
@@ -370,11 +353,9 @@ class FaultInjector:
 
     # --- background work (timers, flaps, restarts) -------------------------------------
     def _worker_for(self, handle: Handle) -> Callable[[Handle], None] | None:
-        kind = handle.fault.kind
-        if kind == "link-flap":
-            return self._flap
-        if kind == "controller-restart":
-            return self._timed
+        work = getattr(_kind(handle.fault.kind), "worker", None)
+        if work is not None:
+            return lambda h: work(self, h)
         return self._timed if handle.fault.duration is not None else None
 
     def _run_worker(self, handle: Handle, work: Callable[[Handle], None]) -> None:
@@ -389,25 +370,6 @@ class FaultInjector:
 
     def _timed(self, handle: Handle) -> None:
         _pause(handle._stop, handle.fault.span or 0.0, handle._clock)
-
-    def _flap(self, handle: Handle) -> None:
-        f = handle.fault
-        link, lane = handle.info["link"], handle.info["lane"]
-        half = f.period / 2
-        for i in range(f.count):
-            if i and _pause(handle._stop, half, handle._clock):  # up phase of the last cycle
-                return
-            if handle._stop.is_set():
-                return
-            self.lab.set_link(link.a, link.b, up=False, lane=lane)
-            handle.info["down"] = True
-            self._event(handle, "flap-down", cycle=i + 1)
-            if _pause(handle._stop, half, handle._clock):
-                return
-            self.lab.set_link(link.a, link.b, up=True, lane=lane)
-            handle.info["down"] = False
-            self._event(handle, "flap-up", cycle=i + 1)
-        _pause(handle._stop, half, handle._clock)
 
     # --- schedules ---------------------------------------------------------------------
     def run_schedule(self, faults: Iterable[Fault], clock: Callable[[], float] | None = None
@@ -425,47 +387,13 @@ class FaultInjector:
         run.start()
         return run
 
-    # --- link-down ---------------------------------------------------------------------
+    # --- helpers of the kind modules (each calls them on the injector it is given) ----
     def _link_target(self, handle: Handle) -> tuple[Link, int]:
         t = parse_target(self.plan, handle.fault.target)
         assert t.link is not None
         handle.info.update(link=t.link, lane=t.lane)
         return t.link, t.lane
 
-    def _apply_link_down(self, handle: Handle) -> None:
-        link, lane = self._link_target(handle)
-        handle.info["was_up"] = [self._admin_up(n, i, h) for n, i, h in
-                                 link_ends(self.plan, link)]
-        self.lab.set_link(link.a, link.b, up=False, lane=lane)
-
-    def _revert_link_down(self, handle: Handle) -> dict[str, Any]:
-        link, lane = handle.info["link"], handle.info["lane"]
-        was = handle.info["was_up"]
-        if all(was):
-            self.lab.set_link(link.a, link.b, up=True, lane=lane)
-        else:  # only ends that were up before come back up
-            for (node, intf, in_host), up in zip(link_ends(self.plan, link), was, strict=True):
-                if up:
-                    self._sh(["ip", "link", "set", "dev", intf, "up"], node if in_host else None)
-        return {}
-
-    # --- link-flap ---------------------------------------------------------------------
-    def _apply_link_flap(self, handle: Handle) -> None:
-        link, _lane = self._link_target(handle)
-        if not self._link_up(link):
-            raise FaultError(f"link-flap: {handle.component} is down already; a flap needs "
-                             "a link that is up")
-        handle.info["down"] = False
-        handle.info["detail"] = {"period": handle.fault.period, "count": handle.fault.count}
-
-    def _revert_link_flap(self, handle: Handle) -> dict[str, Any]:
-        if handle.info.get("down"):
-            link, lane = handle.info["link"], handle.info["lane"]
-            self.lab.set_link(link.a, link.b, up=True, lane=lane)
-            handle.info["down"] = False
-        return {}
-
-    # --- link-degrade ------------------------------------------------------------------
     def _class_show(self, node: str, intf: str, in_host: bool) -> str:
         out = self._sh(["tc", "class", "show", "dev", intf, "classid", "5:1"],
                        node if in_host else None).stdout.strip()
@@ -473,29 +401,6 @@ class FaultInjector:
             raise FaultError(f"link-degrade: {intf} has no HTB class 5:1 (is the lab shaped?): "
                              f"{out[:120]!r}")
         return out
-
-    def _apply_link_degrade(self, handle: Handle) -> None:
-        link, _lane = self._link_target(handle)
-        ends = link_ends(self.plan, link)
-        before = [self._class_show(*end) for end in ends]
-        old = [parse_htb_rate(text) or 0.0 for text in before]
-        # restore the plan's exact rate when that is what runs (tc prints rates rounded)
-        restore = [link.mbps if abs(r - link.mbps) <= 1e-3 * link.mbps else r for r in old]
-        new = [r * handle.fault.fraction for r in restore]
-        handle.info.update(before=before, restore=restore, changed=[])
-        try:
-            for end, mbps in zip(ends, new, strict=True):
-                node, intf, in_host = end
-                self._sh(htb_rate_command(intf, mbps), node if in_host else None)
-                handle.info["changed"].append(end)
-                got = parse_htb_rate(self._class_show(*end)) or 0.0
-                if abs(got - mbps) > 0.01 * mbps:
-                    raise FaultError(f"link-degrade: {intf} reads back {got:g} Mb/s after "
-                                     f"setting {mbps:g}")
-        except BaseException:
-            self._restore_rates(handle)
-            raise
-        handle.info["detail"] = {"mbps_before": restore, "mbps": [round(m, 6) for m in new]}
 
     def _restore_rates(self, handle: Handle) -> list[str]:
         link = handle.info["link"]
@@ -508,43 +413,6 @@ class FaultInjector:
             self._sh(htb_rate_command(intf, handle.info["restore"][i]), node if in_host else None)
             after.append(self._class_show(*end))
         return after
-
-    def _revert_link_degrade(self, handle: Handle) -> dict[str, Any]:
-        after = self._restore_rates(handle)
-        for was, now, mbps in zip(handle.info["before"], after, handle.info["restore"],
-                                  strict=True):
-            got = parse_htb_rate(now) or 0.0
-            # exact when the plan's rate was running; a rate tc printed rounded (6666Kbit)
-            # can only come back to within its rounding
-            if now != was and abs(got - mbps) > 1e-3 * mbps:
-                raise FaultError(f"link-degrade: {handle.component} did not return to its "
-                                 f"previous class: {was!r} -> {now!r}")
-        return {"mbps": handle.info["restore"]}
-
-    # --- nic-loss ----------------------------------------------------------------------
-    def _apply_nic_loss(self, handle: Handle) -> None:
-        f = handle.fault
-        host = f.target
-        dev = next(ln.a_intf for ln in self.plan.links if ln.a == host)
-        backend = self._loss_backend()
-        handle.info.update(host=host, backend=backend)
-        if backend == "nft":
-            setup, script, undo = nft_loss_commands(dev, f.probability, f.direction)
-        else:
-            setup, undo = iptables_loss_commands(dev, f.probability, f.direction)
-            script = None
-        handle.info["undo"] = undo
-        try:
-            for argv in setup:
-                self._sh(argv, host)
-            if script is not None:
-                self._sh(["nft", "-f", "-"], host, stdin=script)
-        except BaseException:
-            for argv in undo:
-                self._sh(argv, host, check=False)
-            raise
-        handle.info["detail"] = {"probability": f.probability, "direction": f.direction,
-                                 "backend": backend}
 
     def _loss_counters(self, host: str, backend: str) -> dict[str, int]:
         """Frames the fault's rules dropped, per direction."""
@@ -567,91 +435,6 @@ class FaultInjector:
                     out[name] = int(rows[0][0])
         return out
 
-    def _revert_nic_loss(self, handle: Handle) -> dict[str, Any]:
-        host, backend = handle.info["host"], handle.info["backend"]
-        dropped = self._loss_counters(host, backend)
-        for argv in handle.info["undo"]:
-            self._sh(argv, host, check=False)
-        left = nic_loss_leftovers(self._sh, host)
-        if left:
-            raise FaultError(f"nic-loss on {host}: still present after undo: {left}")
-        return {"dropped": dropped}
-
-    # --- switch-down -------------------------------------------------------------------
-    def _apply_switch_down(self, handle: Handle) -> None:
-        sw = handle.fault.target
-        taken: list[tuple[Link, int]] = []
-        handle.info["taken"] = taken
-        links = [ln for ln in self.plan.links if sw in (ln.a, ln.b)]
-        try:
-            for link in links:
-                lane = parallel_links(self.plan, link.a, link.b).index(link)
-                if self._link_up(link):
-                    self.lab.set_link(link.a, link.b, up=False, lane=lane)
-                    taken.append((link, lane))
-        except BaseException:
-            self._revert_switch_down(handle)
-            raise
-        handle.info["detail"] = {"links_down": len(taken), "links": len(links)}
-
-    def _revert_switch_down(self, handle: Handle) -> dict[str, Any]:
-        for link, lane in reversed(handle.info["taken"]):
-            self.lab.set_link(link.a, link.b, up=True, lane=lane)
-        return {"links_up": len(handle.info["taken"])}
-
-    # --- controller --------------------------------------------------------------------
-    def _apply_controller_kill(self, handle: Handle) -> None:
-        proc = getattr(self.lab, "controller_proc", None)
-        if proc is None:
-            raise FaultError(f"{handle.fault.kind}: the controller is not running")
-        handle.info["detail"] = {"pid": proc.pid}
-        self.lab.kill_controller()
-
-    def _revert_controller_kill(self, handle: Handle) -> dict[str, Any]:
-        self.lab.restart_controller(wait=True)
-        proc = getattr(self.lab, "controller_proc", None)
-        return {"pid": proc.pid if proc is not None else None}
-
-    _apply_controller_restart = _apply_controller_kill
-    _revert_controller_restart = _revert_controller_kill
-
-    # --- hot-receiver ------------------------------------------------------------------
-    def _apply_hot_receiver(self, handle: Handle) -> None:
-        f = handle.fault
-        streams = hot_streams(self.plan, f, HOT_SPORT_BASE + MAX_HOT_SENDERS * (handle.id % 64))
-        lab = self.lab
-        tag = f"{getattr(lab, 'run_id', 'lab')}:{handle.id}"
-        env = dict(os.environ, **{ENV_MARK: tag})
-        seconds = (f.duration + 5.0) if f.duration is not None else 24 * 3600.0  # bounded
-        out = os.path.join(lab.workdir, f"hot-{handle.id}-{uuid.uuid4().hex[:6]}.json")
-        py = [sys.executable, "-m", "testbed.shell.probe"]
-        procs: list[subprocess.Popen[bytes]] = []
-        handle.info.update(procs=procs, out=out, streams=streams)
-        try:
-            recv = lab.hosts[f.target].popen(
-                py + ["recv", "--port", str(HOT_PORT), "--out", out,
-                      "--duration", f"{seconds:.1f}"], env=env,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            procs.append(recv)
-            handle.info["recv"] = recv
-            deadline = time.monotonic() + 15
-            while not os.path.exists(out + ".ready"):
-                if recv.poll() is not None or time.monotonic() > deadline:
-                    raise FaultError(f"hot-receiver: receiver on {f.target} did not start")
-                time.sleep(0.02)
-            ip = self.plan.node(f.target).ip
-            for s in streams:
-                procs.append(lab.hosts[s["src"]].popen(
-                    py + ["send", "--dst", str(ip), "--port", str(HOT_PORT),
-                          "--sports", str(s["sport"]), "--pps", str(s["pps"]),
-                          "--duration", f"{seconds:.1f}", "--size", str(HOT_PAYLOAD)],
-                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        except BaseException:
-            self._stop_hot(handle)
-            raise
-        handle.info["detail"] = {"sources": [s["src"] for s in streams],
-                                 "offered_mbps": round(sum(s["mbps"] for s in streams), 3)}
-
     def _stop_hot(self, handle: Handle) -> None:
         procs = handle.info.get("procs", [])
         recv = handle.info.get("recv")
@@ -670,20 +453,6 @@ class FaultInjector:
             except subprocess.TimeoutExpired:
                 recv.kill()
                 recv.wait()
-
-    def _revert_hot_receiver(self, handle: Handle) -> dict[str, Any]:
-        self._stop_hot(handle)
-        left = [p.pid for p in handle.info["procs"] if p.poll() is None]
-        if left:
-            raise FaultError(f"hot-receiver: processes still running: {left}")
-        received: dict[str, int] = {}
-        src_of = {str(s["sport"]): s["src"] for s in handle.info["streams"]}
-        with contextlib.suppress(OSError, ValueError), open(handle.info["out"]) as fh:
-            for sport, flow in json.load(fh).get("flows", {}).items():
-                if sport in src_of:
-                    received[src_of[sport]] = int(flow["received"])
-        handle.info["received"] = received
-        return {"received_packets": received}
 
 
 class ScheduleRun:

@@ -1,0 +1,68 @@
+"""An incast onto one host's NIC: MoE dispatch to its hot experts, as steady UDP streams."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+from testbed.faultmarks import ENV_MARK
+from testbed.faultspec import HOT_PAYLOAD, HOT_PORT, HOT_SPORT_BASE, MAX_HOT_SENDERS, hot_streams
+from testbed.shell.faults._base import FaultError, Handle
+
+
+def apply(inj: Any, handle: Handle) -> None:
+    f = handle.fault
+    streams = hot_streams(inj.plan, f, HOT_SPORT_BASE + MAX_HOT_SENDERS * (handle.id % 64))
+    lab = inj.lab
+    tag = f"{getattr(lab, 'run_id', 'lab')}:{handle.id}"
+    env = dict(os.environ, **{ENV_MARK: tag})
+    seconds = (f.duration + 5.0) if f.duration is not None else 24 * 3600.0  # bounded
+    out = os.path.join(lab.workdir, f"hot-{handle.id}-{uuid.uuid4().hex[:6]}.json")
+    py = [sys.executable, "-m", "testbed.shell.probe"]
+    procs: list[subprocess.Popen[bytes]] = []
+    handle.info.update(procs=procs, out=out, streams=streams)
+    try:
+        recv = lab.hosts[f.target].popen(
+            py + ["recv", "--port", str(HOT_PORT), "--out", out,
+                  "--duration", f"{seconds:.1f}"], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        procs.append(recv)
+        handle.info["recv"] = recv
+        deadline = time.monotonic() + 15
+        while not os.path.exists(out + ".ready"):
+            if recv.poll() is not None or time.monotonic() > deadline:
+                raise FaultError(f"hot-receiver: receiver on {f.target} did not start")
+            time.sleep(0.02)
+        ip = inj.plan.node(f.target).ip
+        for s in streams:
+            procs.append(lab.hosts[s["src"]].popen(
+                py + ["send", "--dst", str(ip), "--port", str(HOT_PORT),
+                      "--sports", str(s["sport"]), "--pps", str(s["pps"]),
+                      "--duration", f"{seconds:.1f}", "--size", str(HOT_PAYLOAD)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    except BaseException:
+        inj._stop_hot(handle)
+        raise
+    handle.info["detail"] = {"sources": [s["src"] for s in streams],
+                             "offered_mbps": round(sum(s["mbps"] for s in streams), 3)}
+
+
+def revert(inj: Any, handle: Handle) -> dict[str, Any]:
+    inj._stop_hot(handle)
+    left = [p.pid for p in handle.info["procs"] if p.poll() is None]
+    if left:
+        raise FaultError(f"hot-receiver: processes still running: {left}")
+    received: dict[str, int] = {}
+    src_of = {str(s["sport"]): s["src"] for s in handle.info["streams"]}
+    with contextlib.suppress(OSError, ValueError), open(handle.info["out"]) as fh:
+        for sport, flow in json.load(fh).get("flows", {}).items():
+            if sport in src_of:
+                received[src_of[sport]] = int(flow["received"])
+    handle.info["received"] = received
+    return {"received_packets": received}

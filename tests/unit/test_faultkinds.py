@@ -1,0 +1,310 @@
+"""Fault kinds are modules, found by name: ``testbed/faultkinds/<name>.py`` says what a kind
+is (pure), ``testbed/shell/faults/<name>.py`` what it does to a lab.
+
+The contract a newcomer relies on: a new kind is that pair of new files and nothing else.
+So the test copies each shipped pair under a new name and checks, in a fresh interpreter
+(``KINDS`` is read at import), that the copy is a valid ``Fault`` kind, is listed and
+drawn like its original, and that the injector runs it exactly like its original: the
+same commands, lab calls, processes and event log. The lab is ``FakeLab`` of
+test_faults.py with a recording ``_sh`` (nothing runs; no root needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_faults import FakeLab
+
+from controllers.plan import WiringPlan
+from testbed import faultkinds
+from testbed.faultspec import KINDS, TARGET_KIND, Fault
+from testbed.shell import faults as F
+from testbed.shell.faults import FaultInjector
+from testbed.topologies import build
+
+REPO = Path(__file__).resolve().parents[2]
+
+SHIPPED = ("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
+           "controller-kill", "controller-restart", "hot-receiver")
+
+
+def small_plan() -> WiringPlan:
+    """test_faults.py's ``small``: 4 servers x 2 GPUs, 2 blocks (20 Mb/s lanes, 40 Mb/s NICs)."""
+    return build("astral3", servers=4, gpus=2, servers_per_block=2)
+
+
+# --- the registries ---------------------------------------------------------------------------
+def test_every_shipped_kind_is_registered_on_both_sides_in_order() -> None:
+    assert faultkinds.names() == KINDS == SHIPPED
+    assert tuple(F.kinds()) == SHIPPED and F.KINDS == SHIPPED
+    assert TARGET_KIND == {"link-down": "link", "link-flap": "link", "link-degrade": "link",
+                           "nic-loss": "host", "switch-down": "switch",
+                           "controller-kill": "controller", "controller-restart": "controller",
+                           "hot-receiver": "host"}
+    for name, mod in F.kinds().items():
+        assert callable(mod.apply) and callable(mod.revert), name
+        assert mod.__name__ == f"testbed.shell.faults.{name.replace('-', '_')}"
+        pure = faultkinds.get(name)
+        assert pure.module.__name__ == f"testbed.faultkinds.{name.replace('-', '_')}"
+        for doc in (mod.__doc__, pure.module.__doc__):  # what it emulates, in one line
+            assert doc and doc.strip().splitlines()[0].endswith("."), (name, doc)
+            assert len(doc.strip().splitlines()[0]) <= 100
+        assert pure.summary
+    workers = {n for n, m in F.kinds().items() if hasattr(m, "worker")}
+    checks = {n for n, m in F.kinds().items() if hasattr(m, "check")}
+    assert workers == {"link-flap", "controller-restart"}
+    assert checks == {"link-degrade", "nic-loss", "controller-kill", "controller-restart"}
+
+
+def test_an_unknown_kind_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown fault kind 'link-cut'; choose from link-down"):
+        faultkinds.get("link-cut")
+    with pytest.raises(ValueError, match="kind must be one of link-down, link-flap"):
+        Fault("link-cut", "a~b")
+
+
+def test_a_kind_module_without_a_valid_target_is_named(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "bad_kind.py").write_text('"""No target."""\nTARGET = "cable"\n')
+    monkeypatch.setattr(faultkinds, "__path__", [*faultkinds.__path__, str(tmp_path)])
+    faultkinds.available.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"testbed.faultkinds.bad_kind: TARGET must be one "
+                                             r"of link, host, switch, controller \(got 'cable'\)"):
+            faultkinds.available()
+    finally:
+        monkeypatch.undo()
+        sys.modules.pop("testbed.faultkinds.bad_kind", None)
+        faultkinds.available.cache_clear()
+    assert faultkinds.names() == SHIPPED
+
+
+# --- a lab that records what the injector would run -------------------------------------------
+class FakeProc:
+    """A process the fake hosts started: alive until killed or signalled."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def kill(self) -> None:
+        self.returncode = -9
+
+    def send_signal(self, sig: int) -> None:
+        self.returncode = -sig
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.returncode
+
+
+class RecordingLab(FakeLab):
+    """``FakeLab`` whose ``sh`` (the injector's ``_sh``) records every command and answers
+    like a shaped lab (``tc class show``/``change``, no nic-loss leftovers), and whose hosts
+    start fake processes (recorded; a receiver reports ready at once)."""
+
+    def __init__(self, plan: WiringPlan, workdir: str) -> None:
+        super().__init__(plan)
+        self.workdir = workdir
+        self.commands: list[tuple[str | None, list[str], str | None]] = []
+        self.rates = {i: F.htb_rate_command(i, ln.mbps)[-5] for ln in plan.links
+                      for i in (ln.a_intf, ln.b_intf)}
+        self.hosts = {h: _FakeHost(self, h, ns.pid) for h, ns in self.hosts.items()}
+        self.pids = 5000
+
+    def sh(self, argv: list[str], host: str | None = None, stdin: str | None = None,
+           check: bool = True) -> subprocess.CompletedProcess[str]:
+        if argv[:4] == ["ip", "-j", "link", "show"]:
+            return super().sh(argv, host, stdin, check)
+        self.commands.append((host, list(argv), stdin))
+        out, rc = "", 0
+        if argv[:3] == ["tc", "class", "show"]:
+            out = (f"class htb 5:1 root leaf 10: prio 0 rate {self.rates[argv[4]]} ceil "
+                   f"{self.rates[argv[4]]} burst 15Kb cburst 1600b\n")
+        elif argv[:3] == ["tc", "class", "change"]:
+            self.rates[argv[4]] = argv[argv.index("rate") + 1]
+        elif argv[:3] == ["ip", "link", "show"]:
+            rc = 1  # no sink veth left
+        return subprocess.CompletedProcess(argv, rc, out, "")
+
+
+class _FakeHost:
+    def __init__(self, lab: RecordingLab, name: str, pid: int) -> None:
+        self.lab, self.name, self.pid = lab, name, pid
+
+    def popen(self, argv: list[str], **_kw: Any) -> FakeProc:
+        if "--out" in argv:  # the receiver: says it is ready
+            out = argv[argv.index("--out") + 1]
+            Path(out + ".ready").touch()
+            argv = [a if a != out else "<out>" for a in argv]
+        self.lab.calls.append(("popen", self.name, [a for a in argv if a != sys.executable]))
+        self.lab.pids += 1
+        return FakeProc(self.lab.pids)
+
+
+#: One fault of every shipped kind, played to its end (``wait``) or undone.
+SCENARIOS: dict[str, tuple[dict[str, Any], str]] = {
+    "link-down": ({"target": "spine2~lf0r1"}, "undo"),
+    "link-flap": ({"target": "lf0r0~spine1", "period": 0.1, "count": 2}, "wait"),
+    "link-degrade": ({"target": "s1g1~lf0r1", "fraction": 0.25}, "undo"),
+    "nic-loss": ({"target": "s1g1", "probability": 0.2, "direction": "both"}, "undo"),
+    "switch-down": ({"target": "lf0r0"}, "undo"),
+    "controller-kill": ({}, "undo"),
+    "controller-restart": ({"duration": 0.05}, "wait"),
+    "hot-receiver": ({"target": "s0g0", "senders": 2}, "undo"),
+}
+
+
+def record(plan: WiringPlan, kind: str, knobs: dict[str, Any], how: str, workdir: str,
+           backend: str = "nft") -> dict[str, Any]:
+    """Inject one fault on a fresh recording lab, end it, and return what happened."""
+    lab = RecordingLab(plan, workdir)
+    inj = FaultInjector(lab)
+    inj._sh = lab.sh  # type: ignore[method-assign]
+    inj._loss_backend = lambda: backend  # type: ignore[method-assign]  # no probe: no root
+    h = inj.inject(Fault(kind, **knobs))
+    if how == "wait":
+        assert h.wait(10)
+    else:
+        inj.undo(h)
+    events = [{k: v for k, v in e.items() if k != "time"} for e in inj.events]
+    return {"calls": lab.calls, "commands": lab.commands, "events": events,
+            "state": h.state}
+
+
+@pytest.mark.parametrize("kind", SHIPPED)
+def test_the_injector_dispatches_every_kind_to_its_module(kind: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Each kind's apply/revert/worker run through the registry; replacing the module's
+    functions replaces what the injector does."""
+    knobs, how = SCENARIOS[kind]
+    got = record(small_plan(), kind, knobs, how, str(tmp_path))
+    assert got["state"] == "undone" and [e["action"] for e in got["events"]][0] == "inject"
+    assert got["events"][-1]["action"] == "undo"
+    mod = F.kinds()[kind]
+    seen: list[str] = []
+    monkeypatch.setattr(mod, "apply", lambda inj, h: seen.append(f"apply {h.fault.kind}"))
+    monkeypatch.setattr(mod, "revert", lambda inj, h: seen.append("revert") or {"x": 1})
+    if hasattr(mod, "worker"):
+        monkeypatch.setattr(mod, "worker", lambda inj, h: seen.append("worker"))
+    lab = RecordingLab(small_plan(), str(tmp_path))
+    inj = FaultInjector(lab)
+    inj._loss_backend = lambda: "nft"  # type: ignore[method-assign]
+    h = inj.inject(Fault(kind, **knobs))
+    if hasattr(mod, "worker"):
+        assert h.wait(5)
+    else:
+        inj.undo(h)
+    assert seen == [f"apply {kind}", *(["worker"] if hasattr(mod, "worker") else []), "revert"]
+    assert lab.calls == [] and lab.commands == [] and inj.events[-1]["detail"] == {"x": 1}
+
+
+def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
+    """What the recording lab saw, checked for the kinds whose commands it answers."""
+    plan = small_plan()
+    deg = record(plan, "link-degrade", *SCENARIOS["link-degrade"], str(tmp_path))
+    changes = [c for c in deg["commands"] if c[1][:3] == ["tc", "class", "change"]]
+    assert changes == [("s1g1", F.htb_rate_command("s1g1-eth0", 10), None),
+                       (None, F.htb_rate_command("lf0r1-eth2", 10), None),
+                       ("s1g1", F.htb_rate_command("s1g1-eth0", 40), None),
+                       (None, F.htb_rate_command("lf0r1-eth2", 40), None)]
+    assert deg["events"][0]["detail"] == {"mbps_before": [40.0, 40.0], "mbps": [10.0, 10.0]}
+    loss = record(plan, "nic-loss", *SCENARIOS["nic-loss"], str(tmp_path), backend="iptables")
+    setup, undo = F.iptables_loss_commands("s1g1-eth0", 0.2, "both")
+    ran = [argv for host, argv, _ in loss["commands"] if host == "s1g1"]
+    assert ran[:len(setup)] == setup and all(u in ran for u in undo)
+    hot = record(plan, "hot-receiver", *SCENARIOS["hot-receiver"], str(tmp_path))
+    popens = [c for c in hot["calls"] if c[0] == "popen"]
+    assert [p[1] for p in popens] == ["s0g0", *hot["events"][0]["detail"]["sources"]]
+    assert popens[0][2][:3] == ["-m", "testbed.shell.probe", "recv"]
+
+
+# --- a copied pair of modules is a new kind, everywhere ---------------------------------------
+# Runs in a fresh interpreter: puts a copy of kind ORIG's two modules, named NEW, on the two
+# packages' paths (and a pure module only, named ORPHAN, with no injector), then uses NEW
+# and ORIG side by side.
+_CHECK = textwrap.dedent("""
+    import json, sys
+    pure_dir, shell_dir, orig, new, orphan, work, tests = sys.argv[1:8]
+    sys.path.insert(0, tests)
+    import testbed.faultkinds as pure
+    pure.__path__.append(pure_dir)
+    import testbed.shell.faults as F
+    F.__path__.append(shell_dir)
+    from testbed import faultspec
+    from testbed.shell.faults import Fault, FaultError, FaultInjector
+    from scenarios.ops_eval import KINDS as scenario_kinds
+    from test_faultkinds import SCENARIOS, RecordingLab, record, small_plan
+
+    plan = small_plan()
+    knobs, how = SCENARIOS[orig]
+    rep = {"kinds": list(faultspec.KINDS), "shell": list(F.kinds()),
+           "scenario": list(scenario_kinds), "target": faultspec.TARGET_KIND[new]}
+    f_new, f_orig = Fault(new, **knobs), Fault(orig, **knobs)
+    rep["fault"] = [f_new.span == f_orig.span, f_new.component == f_orig.component,
+                    faultspec.resolve(plan, f_new).target == faultspec.resolve(plan, f_orig).target]
+    a = faultspec.random_schedule(plan, kinds=[orig], n=3, duration_s=60, seed=5)
+    b = faultspec.random_schedule(plan, kinds=[new], n=3, duration_s=60, seed=5)
+    rep["schedule"] = [dict(x.to_dict(), kind=None) == dict(y.to_dict(), kind=None)
+                       for x, y in zip(a, b)]
+    rep["drawn"] = sorted({f.kind for f in faultspec.random_schedule(plan, n=18, duration_s=360)})
+    rep["orig"] = record(plan, orig, knobs, how, work)
+    rep["new"] = record(plan, new, knobs, how, work)
+    lab = RecordingLab(plan, work)
+    inj = FaultInjector(lab)
+    try:
+        inj.inject(Fault(orphan, **knobs))
+        rep["orphan"] = "injected"
+    except FaultError as exc:
+        rep["orphan"] = [str(exc), lab.calls, lab.commands, inj.events]
+    print(json.dumps(rep, default=str))
+""")
+
+
+@pytest.mark.parametrize("orig", SHIPPED)
+def test_a_copied_kind_is_a_fault_kind_listed_drawn_and_injected(orig: str,
+                                                                 tmp_path: Path) -> None:
+    new, orphan = f"copy-of-{orig}", f"lonely-{orig}"
+    stem = orig.replace("-", "_")
+    dirs = {}
+    for side, pkg in (("pure", faultkinds), ("shell", F)):
+        d = tmp_path / side
+        d.mkdir()
+        shutil.copy(Path(pkg.__path__[0]) / f"{stem}.py", d / f"{new.replace('-', '_')}.py")
+        dirs[side] = d
+    shutil.copy(Path(faultkinds.__path__[0]) / f"{stem}.py",
+                dirs["pure"] / f"{orphan.replace('-', '_')}.py")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-c", _CHECK, str(dirs["pure"]), str(dirs["shell"]),
+                           orig, new, orphan, str(work), str(Path(__file__).parent)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = json.loads(proc.stdout.strip().splitlines()[-1])
+    # listed after the shipped kinds, by name, by the pure registry, the injector and ops-eval
+    assert rep["kinds"] == [*SHIPPED, new, orphan] == rep["scenario"]
+    assert rep["shell"] == [*SHIPPED, new]
+    assert rep["target"] == TARGET_KIND[orig]
+    assert rep["fault"] == [True, True, True] and all(rep["schedule"])
+    assert new in rep["drawn"] and orig in rep["drawn"]
+    # the injector ran the copy exactly as the original: commands, calls, events
+    o, n = rep["orig"], rep["new"]
+    assert n["calls"] == o["calls"] and n["commands"] == o["commands"] and n["state"] == "undone"
+    assert [dict(e, kind=None) for e in n["events"]] == [dict(e, kind=None) for e in o["events"]]
+    assert {e["kind"] for e in n["events"]} == {new}
+    # a kind without an injector module is refused before anything changes
+    msg, calls, commands, events = rep["orphan"]
+    assert msg.startswith(f"{orphan}: no injector for this kind")
+    assert f"testbed/shell/faults/{orphan.replace('-', '_')}.py is missing" in msg
+    assert calls == commands == events == []
