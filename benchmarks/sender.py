@@ -9,7 +9,7 @@ sender's own cost is measured). Each repeat measures, side by side:
     long, so "1,100 bytes" exactly is not one) on a bound ``AF_PACKET`` socket for
     ``--seconds``;
 ``agent``
-    ``python -m traffic.shell.agent send`` with one long unpaced flow (rate 0) of 1 MiB RDMA
+    ``python -m astral_lab.agent_cli send`` with one long unpaced flow (rate 0) of 1 MiB RDMA
     WRITEs at PMTU 1024 (1,098/1,082-byte frames): PSN, replay header and ICRC patched
     per packet; the figure is the agent's own ``pps`` (first packet to last);
 ``scapy``
@@ -113,7 +113,7 @@ def start_receiver(side: Side, workdir: str, name: str, *extra: str) -> tuple[An
     """Start a receiver agent in ``side``'s namespace; return once its socket is bound."""
     out = os.path.join(workdir, f"{name}.json")
     ready = os.path.join(workdir, f"{name}.ready")
-    proc = subprocess.Popen(side.cmd(PY, "-m", "traffic.shell.agent", "recv", "--out", out,
+    proc = subprocess.Popen(side.cmd(PY, "-m", "astral_lab.agent_cli", "recv", "--out", out,
                                      "--ready", ready, *extra),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
@@ -253,7 +253,7 @@ def measure_agent(a: Side, b: Side, workdir: str, packets: int) -> dict[str, Any
                                str(messages * MESSAGE_BYTES), "--idle-timeout", "3",
                                "--timeout", "600")
     try:
-        run = subprocess.run(a.cmd(PY, "-m", "traffic.shell.agent", "send", "--spec", spec,
+        run = subprocess.run(a.cmd(PY, "-m", "astral_lab.agent_cli", "send", "--spec", spec,
                                    "--out", sent_path, "--rate-mbps", "0"),
                              capture_output=True, text=True, timeout=900)
         if run.returncode != 0:

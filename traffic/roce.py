@@ -40,7 +40,7 @@ in, and per packet only writes the PSN word, the replay header (and the RETH add
 then the ICRC: CRC-32 of the constant invariant prefix is cached, so one
 ``zlib.crc32`` call over the variable part finishes it.
 
-``ReplaySpec`` is the sender agent's input (``traffic.shell.agent send --spec``), validated
+``ReplaySpec`` is the sender agent's input (``astral_lab.agent_cli send --spec``), validated
 here so a bad spec fails with one ``ValueError`` naming the field before any socket
 is opened.
 """
@@ -465,7 +465,7 @@ class ReplayFlow:
 
 @dataclass(frozen=True)
 class ReplaySpec:
-    """What one sender agent sends (the JSON of ``traffic.shell.agent send --spec``)."""
+    """What one sender agent sends (the JSON of ``astral_lab.agent_cli send --spec``)."""
 
     intf: str
     src_mac: str

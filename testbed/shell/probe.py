@@ -1,7 +1,7 @@
 """Steady UDP streams with sequence numbers: how long did a failure stop traffic? (runs in hosts)
 
-    python -m testbed.shell.probe recv --port 4791 --out recv.json [--duration S]
-    python -m testbed.shell.probe send --dst 10.1.0.1 --port 4791 --sports 50000-50015 \
+    python -m astral_lab.probe_cli recv --port 4791 --out recv.json [--duration S]
+    python -m astral_lab.probe_cli send --dst 10.1.0.1 --port 4791 --sports 50000-50015 \
         --pps 200 --duration 5
 
 The sender keeps one socket per UDP source port (one "queue pair" each: the
@@ -16,7 +16,6 @@ All hosts share the machine's clock, so send and receive times compare directly.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
@@ -129,38 +128,6 @@ def _write(path: str, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m testbed.shell.probe",
-                                description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("recv")
-    r.add_argument("--port", type=int, default=4791)
-    r.add_argument("--duration", type=float, default=None, help="stop after S s (or SIGTERM)")
-    r.add_argument("--out", required=True)
-    s = sub.add_parser("send")
-    s.add_argument("--dst", required=True)
-    s.add_argument("--port", type=int, default=4791)
-    s.add_argument("--sports", default="50000", help="e.g. 50000-50015")
-    s.add_argument("--pps", type=float, default=200.0, help="packets/s per source port")
-    s.add_argument("--duration", type=float, default=5.0)
-    s.add_argument("--size", type=int, default=200, help="UDP payload bytes")
-    args = p.parse_args(argv)
-    try:
-        if args.cmd == "recv":
-            receive(args.port, args.duration, args.out)
-        else:
-            print(json.dumps(send(args.dst, args.port, parse_sports(args.sports), args.pps,
-                                  args.duration, args.size)))
-    except ValueError as exc:
-        print(f"probe: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 class Stream:
     """A probe stream between two hosts of a running ``Lab`` (receiver first, then sender).
 
@@ -181,7 +148,7 @@ class Stream:
         self._send: Any = None
 
     def start(self) -> Stream:
-        py = [sys.executable, "-m", "testbed.shell.probe"]
+        py = [sys.executable, "-m", "astral_lab.probe_cli"]
         self._recv = self.lab.hosts[self.dst].popen(
             py + ["recv", "--port", str(self.port), "--out", self.out])
         deadline = time.monotonic() + 10

@@ -62,7 +62,7 @@ def _send(a: Side, workdir: str, spec: dict[str, Any], *extra: str) -> subproces
     path = os.path.join(workdir, "spec.json")
     with open(path, "w") as f:
         json.dump(spec, f)
-    return subprocess.run(a.cmd(PY, "-m", "traffic.shell.agent", "send", "--spec", path, "--out",
+    return subprocess.run(a.cmd(PY, "-m", "astral_lab.agent_cli", "send", "--spec", path, "--out",
                                 os.path.join(workdir, "sent.json"), *extra),
                           capture_output=True, text=True, timeout=120)
 

@@ -226,7 +226,7 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     hot = record(plan, "hot-receiver", *SCENARIOS["hot-receiver"], str(tmp_path))
     popens = [c for c in hot["calls"] if c[0] == "popen"]
     assert [p[1] for p in popens] == ["s0g0", *hot["events"][0]["detail"]["sources"]]
-    assert popens[0][2][:3] == ["-m", "testbed.shell.probe", "recv"]
+    assert popens[0][2][:3] == ["-m", "astral_lab.probe_cli", "recv"]
 
 
 # --- a copied pair of modules is a new kind, everywhere ---------------------------------------

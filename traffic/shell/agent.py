@@ -1,8 +1,8 @@
 """RoCEv2 replay agents: put a host's RDMA WRITEs on the wire, and time what arrives (run in hosts).
 
-    python -m traffic.shell.agent recv --out RECV.json --ready READY_FILE [--port 4791]
+    python -m astral_lab.agent_cli recv --out RECV.json --ready READY_FILE [--port 4791]
         [--idle-timeout S] [--expect-bytes N] [--timeout S] [--rcvbuf BYTES]
-    python -m traffic.shell.agent send --spec SPEC.json --out SENT.json [--start-at EPOCH]
+    python -m astral_lab.agent_cli send --spec SPEC.json --out SENT.json [--start-at EPOCH]
         [--rate-mbps R] [--intf IFACE]
 
 **Sender.** ``SPEC.json`` is a ``traffic.roce.ReplaySpec``::
@@ -63,7 +63,6 @@ preallocated buffer, ``struct.unpack_from``, timestamps kept undecoded until the
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import errno
@@ -74,7 +73,6 @@ import select
 import signal
 import socket
 import struct
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -590,51 +588,3 @@ def load_spec(path: str, intf: str | None = None, rate_mbps: float | None = None
 
 def _interrupt(_signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m traffic.shell.agent",
-                                description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("send", help="send a spec's RDMA WRITEs as RoCEv2 frames")
-    s.add_argument("--spec", required=True, help="SPEC.json (traffic.roce.ReplaySpec)")
-    s.add_argument("--out", required=True, help="SENT.json")
-    s.add_argument("--start-at", type=float, default=None, help="epoch seconds (time.time())")
-    s.add_argument("--rate-mbps", type=float, default=None, help="override; 0 = unpaced")
-    s.add_argument("--intf", default=None, help="override the spec's interface")
-    r = sub.add_parser("recv", help="receive RoCEv2 WRITEs and time every message")
-    r.add_argument("--out", required=True, help="RECV.json")
-    r.add_argument("--ready", default=None, help="written once the socket is bound")
-    r.add_argument("--port", type=int, default=ROCE_PORT)
-    r.add_argument("--idle-timeout", type=float, default=None,
-                   help="stop after S s without packets, once traffic started")
-    r.add_argument("--expect-bytes", type=int, default=None,
-                   help="stop once this much RDMA payload arrived")
-    r.add_argument("--timeout", type=float, default=None, help="stop after S s in any case")
-    r.add_argument("--rcvbuf", type=int, default=DEFAULT_RCVBUF, help="socket buffer bytes")
-    args = p.parse_args(argv)
-    try:
-        if args.cmd == "recv":
-            res = receive(args.out, args.ready, args.port, args.idle_timeout, args.expect_bytes,
-                          args.timeout, args.rcvbuf)
-            print(f"received {res['packets']} packets, {res['bytes']} bytes, lost {res['lost']} "
-                  f"({res['stop_reason']})")
-        else:
-            spec = load_spec(args.spec, args.intf, args.rate_mbps)
-            signal.signal(signal.SIGTERM, _interrupt)
-            res = send(spec, args.out, args.start_at)
-            print(f"sent {res['packets']} packets, {res['bytes']} bytes in {res['duration_s']} s "
-                  f"({res['pps']} pps, {res['send_retries']} retries)")
-    except ValueError as exc:
-        print(f"traffic.shell.agent: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"traffic.shell.agent: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # stopped before sending began: nothing to report
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,7 @@ One call, ``replay(lab, flows)``, does what an experimenter would do by hand:
 
 1. if the controller's mode pins flows (``GET /lb`` says ``"pins": true``), post the flows
    to it (``POST /traffic``) and wait until every switch has its pins;
-2. start one receiver agent (``python -m traffic.shell.agent recv``) in every
+2. start one receiver agent (``python -m astral_lab.agent_cli recv``) in every
    destination host and wait until each has bound UDP 4791;
 3. write one spec per source host and start its sender agent with a common
    start instant a moment ahead (all hosts share the machine's clock, so "start
@@ -37,7 +37,7 @@ from typing import Any
 
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 
-AGENT = [sys.executable, "-m", "traffic.shell.agent"]
+AGENT = [sys.executable, "-m", "astral_lab.agent_cli"]
 DEFAULT_PMTU = 1024  # RoCE payload bytes per packet (IB MTU 1024)
 
 

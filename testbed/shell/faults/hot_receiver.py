@@ -24,7 +24,7 @@ def apply(inj: Any, handle: Handle) -> None:
     env = dict(os.environ, **{ENV_MARK: tag})
     seconds = (f.duration + 5.0) if f.duration is not None else 24 * 3600.0  # bounded
     out = os.path.join(lab.workdir, f"hot-{handle.id}-{uuid.uuid4().hex[:6]}.json")
-    py = [sys.executable, "-m", "testbed.shell.probe"]
+    py = [sys.executable, "-m", "astral_lab.probe_cli"]
     procs: list[subprocess.Popen[bytes]] = []
     handle.info.update(procs=procs, out=out, streams=streams)
     try:
