@@ -227,6 +227,20 @@ def test_pure_modules_reach_no_mininet_os_ken_subprocess_or_socket() -> None:
     assert not bad, bad
 
 
+#: the most lines one module may have: past it, a module holds more than one idea
+MAX_LINES = 800
+
+
+def test_no_module_is_over_800_lines() -> None:
+    long = {}
+    for package in (*PACKAGES, "examples"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            n = len(path.read_text(encoding="utf-8").splitlines())
+            if n > MAX_LINES:
+                long[str(path.relative_to(REPO))] = n
+    assert not long, long
+
+
 def test_the_graph_finds_a_cycle_through_a_lazy_relative_import(tmp_path: Path) -> None:
     pkg = tmp_path / "pkg"
     pkg.mkdir()
