@@ -38,8 +38,6 @@ What a module declares (plain module attributes, read by ``Policy``):
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -48,6 +46,7 @@ from typing import Any
 
 from controllers.flows import Flow
 from controllers.paths import Path, PathFinder
+from controllers.plugins import discover
 
 
 @dataclass(frozen=True)
@@ -135,31 +134,18 @@ class ModelContext:
         return self._cache[self.seed]
 
 
-def _name(module_name: str) -> str:
-    return module_name.replace("_", "-")
-
-
-@cache
-def _all() -> dict[str, Policy]:
-    out = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if info.name.startswith("_") or info.ispkg:
-            continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        out[_name(info.name)] = Policy(_name(info.name), mod)
-    return out
-
-
 #: the order policies are listed and compared in: these first, then the rest by name
 _FIRST = ("ecmp", "ecmp-fluid", "planned", "adaptive")
 
 
+@cache
+def _all() -> dict[str, Policy]:
+    return {n: Policy(n, m) for n, m in discover(__name__, __path__, _FIRST).items()}
+
+
 def available(controller: bool | None = None) -> dict[str, Policy]:
     """Every policy (``controller=True``: those the controller runs; False: model-only)."""
-    pols = _all()
-    names = [n for n in _FIRST if n in pols] + sorted(n for n in pols if n not in _FIRST)
-    return {n: pols[n] for n in names
-            if controller is None or pols[n].controller == controller}
+    return {n: p for n, p in _all().items() if controller is None or p.controller == controller}
 
 
 def names(controller: bool | None = None) -> tuple[str, ...]:

@@ -17,14 +17,13 @@ only on a queue that holds, a count, or several polls in a row.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import statistics
 from collections.abc import Callable
 from functools import cache
 from types import ModuleType
 
 from controllers.plan import WiringPlan
+from controllers.plugins import discover
 from ops.detectors._base import SEVERITIES, Alert, Finding, Topo, _rounded, _run_start
 from ops.detectors.controller_down import CONTROLLER_POLLS
 from ops.detectors.controller_down import detect as detect_controller
@@ -56,13 +55,7 @@ _FIRST = ("link-down", "flapping", "degraded", "loss", "ecmp-imbalance", "hot-re
 @cache
 def modules() -> dict[str, ModuleType]:
     """Every detector module, by name (module name with ``_`` written ``-``)."""
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if not info.name.startswith("_") and not info.ispkg:
-            found[info.name.replace("_", "-")] = importlib.import_module(
-                f"{__name__}.{info.name}")
-    order = [n for n in _FIRST if n in found] + sorted(n for n in found if n not in _FIRST)
-    return {n: found[n] for n in order}
+    return discover(__name__, __path__, _FIRST)
 
 
 def _detectors() -> dict[str, Callable[[History, Topo], list[Finding]]]:

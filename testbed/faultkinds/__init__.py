@@ -44,8 +44,6 @@ is required):
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import random
 from dataclasses import dataclass
 from functools import cache
@@ -53,6 +51,7 @@ from types import ModuleType
 from typing import Any
 
 from controllers.plan import WiringPlan
+from controllers.plugins import discover
 
 #: What a kind's ``TARGET`` may be.
 TARGETS = ("link", "host", "switch", "controller")
@@ -108,25 +107,17 @@ class FaultKind:
         return {} if fn is None else dict(fn(rng, span))
 
 
-def _name(module_name: str) -> str:
-    return module_name.replace("_", "-")
-
-
 @cache
 def available() -> dict[str, FaultKind]:
     """Every kind, by name, in listing order (``_FIRST``, then the rest by name)."""
     found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.ispkg:
-            continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
+    for name, mod in discover(__name__, __path__, _FIRST).items():
         target = getattr(mod, "TARGET", None)
         if target not in TARGETS:
             raise ValueError(f"fault kind module {mod.__name__}: TARGET must be one of "
                              f"{', '.join(TARGETS)} (got {target!r})")
-        found[_name(info.name)] = FaultKind(_name(info.name), mod)
-    order = [n for n in _FIRST if n in found] + sorted(n for n in found if n not in _FIRST)
-    return {n: found[n] for n in order}
+        found[name] = FaultKind(name, mod)
+    return found
 
 
 def names() -> tuple[str, ...]:

@@ -35,14 +35,13 @@ ports and single lanes alike.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from functools import cache
 from types import ModuleType
 
 from controllers.plan import WiringPlan
+from controllers.plugins import discover
 from testbed.topologies._base import (  # noqa: F401  (re-exported: the package's vocabulary)
     CostSpec,
     Fabric,
@@ -90,24 +89,15 @@ class Topology:
         return self.module.size(gpus, spec, self.name)
 
 
-@cache
-def _all() -> dict[str, Topology]:
-    out = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if not info.name.startswith("_") and not info.ispkg:
-            out[info.name] = Topology(info.name, importlib.import_module(f"{__name__}.{info.name}"))
-    return out
-
-
 #: the order designs are listed and compared in: these first, then the rest by name
 _FIRST = ("astral3", "rail3", "railonly", "fattree")
 
 
+@cache
 def available() -> dict[str, Topology]:
     """Every topology module, in listing order."""
-    tops = _all()
-    names = [n for n in _FIRST if n in tops] + sorted(n for n in tops if n not in _FIRST)
-    return {n: tops[n] for n in names}
+    return {n: Topology(n, m)
+            for n, m in discover(__name__, __path__, _FIRST, dashes=False).items()}
 
 
 def names() -> tuple[str, ...]:

@@ -25,7 +25,7 @@ LAYERS = ("controllers", "traffic", "testbed", "ops", "scenarios", "benchmarks",
 IMPURE = ("mininet", "os_ken", "subprocess", "socket")
 #: Modules that hold plain data and arithmetic (each checked; add new ones as they come).
 PURE = (
-    "controllers.plan", "controllers.policies", "controllers.policies.ecmp",
+    "controllers.plan", "controllers.plugins", "controllers.policies", "controllers.policies.ecmp",
     "controllers.policies.ecmp_fluid", "controllers.policies.planned",
     "controllers.policies.adaptive", "testbed.topologies.astral3", "testbed.topologies.rail3",
     "testbed.topologies.railonly", "testbed.topologies.fattree",

@@ -70,9 +70,7 @@ sits with the other capability probes in ``testbed.shell.preflight``.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
-import pkgutil
 import signal
 import subprocess
 import threading
@@ -83,6 +81,7 @@ from types import ModuleType
 from typing import Any
 
 from controllers.plan import Link, WiringPlan
+from controllers.plugins import discover
 from testbed.faultmarks import (
     ENV_MARK,
     IPT_IN,
@@ -150,13 +149,7 @@ __all__ = [
 def kinds() -> dict[str, ModuleType]:
     """Every kind's injector module, by name (module name with ``_`` written ``-``), in the
     order of ``KINDS`` (``testbed.faultkinds``), then any others by name."""
-    found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if not info.name.startswith("_") and not info.ispkg:
-            found[info.name.replace("_", "-")] = importlib.import_module(
-                f"{__name__}.{info.name}")
-    order = [n for n in KINDS if n in found] + sorted(n for n in found if n not in KINDS)
-    return {n: found[n] for n in order}
+    return discover(__name__, __path__, KINDS)
 
 
 def _kind(name: str) -> ModuleType:
