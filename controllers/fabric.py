@@ -21,7 +21,7 @@ routes.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,33 @@ class Event:
     kind: str  # "port", "reroute", "mode", "traffic", "adaptive"
     at: float
     detail: dict[str, Any] = field(default_factory=dict)
+
+
+class _Kept(Mapping[Flow, Path]):
+    """The paths a policy may keep: assigned flows still posted whose path is still alive.
+
+    Checked only when a policy reads it (one that plans afresh never pays for the check,
+    which is a path lookup per pinned flow)."""
+
+    def __init__(self, logic: FabricLogic) -> None:
+        self._logic = logic
+        self._kept: dict[Flow, Path] | None = None
+
+    def _all(self) -> dict[Flow, Path]:
+        if self._kept is None:
+            lg = self._logic
+            self._kept = {f: p for f, p in lg.assign.items()
+                          if f.key in lg.flows and lg._valid(f, p)}
+        return self._kept
+
+    def __getitem__(self, flow: Flow) -> Path:
+        return self._all()[flow]
+
+    def __iter__(self) -> Iterator[Flow]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 class FabricLogic:
@@ -114,10 +141,8 @@ class FabricLogic:
         if not self.balancer.pins:
             self.assign = {}
             return
-        current = {f: p for f, p in self.assign.items()
-                   if f.key in self.flows and self._valid(f, p)}
         flows = self._routable(sorted(self.flows.values()))
-        self.assign = self.balancer.place(flows, self.finder, current)
+        self.assign = self.balancer.place(flows, self.finder, _Kept(self))
 
     def _repair(self) -> None:
         """After a failure: keep every flow whose path survives, re-place only the others.
