@@ -18,6 +18,7 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 APT_PACKAGES=(
     mininet openvswitch-switch openvswitch-common iperf3 tcpdump tshark ethtool iputils-ping
     iproute2 fping nftables iptables kmod procps psmisc python3-venv python3-dev gcc make
+    zlib1g-dev netsniff-ng sysstat
 )
 
 die() { echo "$PROG: error: $*" >&2; exit 1; }
@@ -230,6 +231,9 @@ verify_python || die "'$VENV/bin/python -c \"$VERIFY_IMPORTS\"' failed"
 # The flow model's event loop is compiled by Numba on first use and cached next to its
 # module; compile it here (once, seconds) so no model run or test waits for it.
 "$VENV/bin/python" -m testbed.models.maxmin || die "compiling the flow model's kernel (python -m testbed.models.maxmin) failed"
+# The replay's compiled sender/receiver (traffic/csrc/pktio.c), rebuilt when its source changes.
+"$VENV/bin/python" -c 'from traffic.shell.native import build; build()' \
+    || die "building the compiled traffic plane (traffic/csrc/pktio.c) failed"
 command -v mnexec >/dev/null 2>&1 || die "mnexec not found on PATH (apt package mininet)"
 
 # ---------------------------------------------------------------------------------------------

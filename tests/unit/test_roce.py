@@ -25,7 +25,8 @@ from traffic.roce import (
     FrameBuilder,
     ReplaySpec,
 )
-from traffic.shell.agent import _F_DUP, _F_EXP, _F_LOST, _F_MISSING, _F_REORD, _psn_event
+from traffic.rxstate import _F_DUP, _F_EXP, _F_LOST, _F_MISSING, _F_REORD
+from traffic.rxstate import psn_event as _psn_event
 
 EP = Endpoints("02:00:00:00:00:01", "02:00:00:01:00:02", "10.0.0.1", "10.1.0.2", qp=7, dscp=26)
 T_NS = 1_790_000_000_123_456_789

@@ -83,9 +83,6 @@ from controllers.plan import write_json_atomic
 from traffic.roce import (
     ECN_ECT0,
     MAX_OVERHEAD,
-    OP_WRITE_FIRST,
-    OP_WRITE_LAST,
-    OP_WRITE_MIDDLE,
     PSN_MASK,
     Endpoints,
     FrameBuilder,
@@ -93,6 +90,7 @@ from traffic.roce import (
     ReplaySpec,
     packets_for,
 )
+from traffic.rxstate import _F_LAST, fold, new_flow, receiver_report
 
 # Linux socket options the socket module does not name (asm-generic/socket.h).
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -313,44 +311,10 @@ def _retry(send: Any, buf: bytearray, exc: OSError) -> int:
 
 
 # --- receiver ----------------------------------------------------------------------------------
-# Per-QP state is a list (index constants below): attribute access costs more per packet.
-_F_BYTES, _F_PKTS, _F_EXP, _F_LOST, _F_REORD, _F_DUP, _F_FIRST, _F_LAST, _F_MSGS = range(9)
-_F_QP, _F_PSN0, _F_MISSING, _F_UNTRACKED = range(9, 13)
-# Per-message state: send ns (payload), bytes, packets, first stamp, last stamp, DMA length, last?
-_M_SENT, _M_BYTES, _M_PKTS, _M_FIRST, _M_LAST, _M_DMA, _M_END = range(7)
-MAX_TRACKED_GAP = 4096  # PSNs of a larger gap are counted lost but not remembered one by one
-MAX_MISSING = 1 << 20
 DRAIN_S = 2.0
 _BTH_HDR = struct.Struct(">BB6xIIIQ")  # opcode, flags, PSN word, then 16 bytes after the BTH
 _REPLAY_HDR = struct.Struct(">IIQ")
 _TIMESPEC = struct.Struct("qq")
-
-
-def _psn_event(f: list[Any], psn: int) -> bool:
-    """A PSN other than the expected one: a gap (loss so far) or a late/duplicate packet.
-
-    Returns whether the packet carries new data (``False`` for a duplicate).
-    """
-    exp = f[_F_EXP]
-    ahead = (psn - exp) & PSN_MASK
-    if ahead < (1 << 23):  # the packets exp .. psn-1 are missing (for now)
-        f[_F_LOST] += ahead
-        missing = f[_F_MISSING]
-        if ahead <= MAX_TRACKED_GAP and len(missing) < MAX_MISSING:
-            missing.update((exp + k) & PSN_MASK for k in range(ahead))
-        else:
-            f[_F_UNTRACKED] += ahead
-        f[_F_EXP] = (psn + 1) & PSN_MASK
-        return True
-    if psn in f[_F_MISSING]:  # a late packet fills an old gap: reordered, not lost
-        f[_F_MISSING].discard(psn)
-        f[_F_LOST] -= 1
-        f[_F_REORD] += 1
-        return True
-    f[_F_DUP] += 1
-    return False
-
-
 def _stamp_ns(stamp: Any) -> int | None:
     """A packet's arrival time: a kernel timestamp from ancillary data, or ``time_ns()``."""
     if isinstance(stamp, int):
@@ -453,7 +417,6 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
     idle_since = mono()
     malformed = 0
     reason = "signal"
-    first_op, middle, last_op = OP_WRITE_FIRST, OP_WRITE_MIDDLE, OP_WRITE_LAST
     while True:
         try:
             n, anc, _flags, addr = recv(bufs, ancsize)
@@ -477,7 +440,7 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
             continue
         op, fl, psnw, a, b, t = unpack(buf)
         if op in (0x07, 0x08):  # MIDDLE, LAST (a literal tuple is a constant: no lookups)
-            seq = a
+            seq, dma = a, 0
             plen = n - 16 - ((fl >> 4) & 3)  # BTH 12 + ICRC 4 + pad
         elif op in (0x06, 0x0A):  # FIRST, ONLY: RETH, then the replay header
             if n < 48:
@@ -493,27 +456,11 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
         psn = psnw & 0xFFFFFF
         f = flows.get(addr)
         if f is None:
-            qp = struct.unpack_from(">I", buf, 4)[0] & PSN_MASK
-            f = flows[addr] = [0, 0, psn, 0, 0, 0, stamp, stamp, {}, qp, psn, set(), 0]
-        if psn == f[2]:
-            f[2] = (psn + 1) & 0xFFFFFF
-        elif not _psn_event(f, psn):
+            f = flows[addr] = new_flow(psn, struct.unpack_from(">I", buf, 4)[0] & PSN_MASK,
+                                       stamp)
+        plen = fold(f, op, psn, seq, plen, dma, t, stamp)
+        if not plen:
             continue
-        f[0] += plen
-        f[1] += 1
-        f[7] = stamp
-        msgs = f[8]
-        m = msgs.get(seq)
-        if m is None:
-            m = msgs[seq] = [t, 0, 0, stamp, stamp, -1, False]
-        m[1] += plen
-        m[2] += 1
-        m[4] = stamp
-        if op != middle:
-            if op != last_op:
-                m[5] = dma
-            if op != first_op:
-                m[6] = True
         total += plen
         if total >= limit:
             reason = "expect_bytes"
@@ -528,7 +475,7 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
     drops = socket_drops(sock)
     errors1 = udp_rcvbuf_errors()
     sock.close()
-    result = _receiver_report(flows, port, kernel_ts, reason, stopped_ns, malformed)
+    result = receiver_report(flows, port, kernel_ts, reason, stopped_ns, malformed, _stamp_ns)
     result["kernel_drops"] = {
         "rxq_ovfl": max((_stamp_ovfl(f[_F_LAST]) for f in flows.values()), default=0),
         "socket": drops,
@@ -536,41 +483,6 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
         else None}
     write_json_atomic(out, result)
     return result
-
-
-def _receiver_report(flows: dict[tuple[str, int], list[Any]], port: int, kernel_ts: bool,
-                     reason: str, stopped_ns: int, malformed: int) -> dict[str, Any]:
-    out_flows: dict[str, Any] = {}
-    messages: list[dict[str, Any]] = []
-    for (ip, sport), f in sorted(flows.items()):
-        key = f"{ip}:{sport}"
-        done = 0
-        for seq, m in sorted(f[_F_MSGS].items()):
-            end = _stamp_ns(m[_M_LAST])
-            complete = m[_M_END] and m[_M_DMA] == m[_M_BYTES]
-            done += bool(complete)
-            messages.append({
-                "flow": key, "seq": seq, "bytes": m[_M_BYTES], "packets": m[_M_PKTS],
-                "dma_len": m[_M_DMA] if m[_M_DMA] >= 0 else None,
-                "start_ns": m[_M_SENT], "first_ns": _stamp_ns(m[_M_FIRST]), "end_ns": end,
-                "latency_ns": end - m[_M_SENT] if end is not None else None,
-                "complete": bool(complete)})
-        out_flows[key] = {
-            "src_ip": ip, "sport": sport, "qp": f[_F_QP], "bytes": f[_F_BYTES],
-            "packets": f[_F_PKTS], "lost": f[_F_LOST], "reordered": f[_F_REORD],
-            "duplicates": f[_F_DUP], "lost_untracked": f[_F_UNTRACKED],
-            "first_psn": f[_F_PSN0], "next_psn": f[_F_EXP],
-            "first_ns": _stamp_ns(f[_F_FIRST]), "last_ns": _stamp_ns(f[_F_LAST]),
-            "messages": len(f[_F_MSGS]), "complete_messages": done}
-    firsts = [f["first_ns"] for f in out_flows.values() if f["first_ns"]]
-    lasts = [f["last_ns"] for f in out_flows.values() if f["last_ns"]]
-    return {"port": port, "timestamps": "kernel" if kernel_ts else "user",
-            "stop_reason": reason, "stopped_ns": stopped_ns,
-            "first_ns": min(firsts) if firsts else None, "last_ns": max(lasts) if lasts else None,
-            "packets": sum(f["packets"] for f in out_flows.values()),
-            "bytes": sum(f["bytes"] for f in out_flows.values()),
-            "lost": sum(f["lost"] for f in out_flows.values()), "malformed": malformed,
-            "flows": out_flows, "messages": messages}
 
 
 # --- CLI ---------------------------------------------------------------------------------------

@@ -35,10 +35,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controllers.flows import ROCE_PORT
+from traffic import native
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
+from traffic.roce import ReplaySpec
+from traffic.shell import native as helper
 
 AGENT = [sys.executable, "-m", "astral_lab.agent_cli"]
 DEFAULT_PMTU = 1024  # RoCE payload bytes per packet (IB MTU 1024)
+#: ``native``: the compiled sender/receiver (``astral-pktio``); ``python``: the Python agents
+PLANES = ("native", "python")
+DEFAULT_PLANE = "native"
+#: an nftables table that drops RoCE frames in a receiving host after the compiled receiver's
+#: ring has seen them, so the host's UDP stack does not process (and answer) each one
+_RX_TABLE = "astral_rx"
 
 
 @dataclass
@@ -114,7 +124,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
            lead_s: float | None = None,
            timeout: float | None = None, progress: bool = True,
            label: str = "replay", recv_idle_s: float = 5.0,
-           recv_grace_s: float = 10.0) -> ReplayResult:
+           recv_grace_s: float = 10.0, plane: str | None = None) -> ReplayResult:
     """Replay ``flows`` on ``lab`` and measure them (see the module docstring).
 
     ``rate_mbps`` overrides the senders' pacing (default: each source NIC's
@@ -126,7 +136,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
     the last sender actually started. A receiver stops once it has every expected byte, or
     ``recv_idle_s`` after its last packet (packets were lost), and is stopped
     ``recv_grace_s`` after the last sender finished (an incast receiver behind a deep queue
-    may need longer: raise it).
+    may need longer: raise it). ``plane`` picks the traffic plane (``PLANES``; default the
+    compiled ``native`` one, ``python`` for the Python agents): same frames, same report.
     """
     flows = [f for f in flows if f.bytes > 0]
     if not flows:
@@ -139,6 +150,10 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
         client.post_traffic(controller_body(flows)["flows"])
         client.wait_converged(timeout=60)
 
+    plane = plane or DEFAULT_PLANE
+    if plane not in PLANES:
+        raise ValueError(f"plane must be one of {PLANES} (got {plane!r})")
+    exe = helper.path() if plane == "native" else ""
     work = os.path.join(lab.workdir, f"replay-{time.time_ns()}")
     os.makedirs(work)
     by_src: dict[str, list[FlowSpec]] = defaultdict(list)
@@ -151,6 +166,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
     procs: list[subprocess.Popen[bytes]] = []
     recv: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     sent_files: dict[str, str] = {}
+    plans: dict[str, Any] = {}
+    dropping: list[str] = []
     nic = lab.plan.rdma_nic()
     slowest = max(f.bytes / ((rate_mbps or nic[f.src]) * 1e6 / 8) + f.start for f in flows)
     timeout = timeout if timeout is not None else 4 * slowest + 30
@@ -159,9 +176,14 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
         for dst in dsts:
             out = os.path.join(work, f"recv-{dst}.json")
             ready = out + ".ready"
-            p = lab.hosts[dst].popen(AGENT + ["recv", "--out", out, "--ready", ready,
-                                              "--expect-bytes", str(expect[dst]),
-                                              "--idle-timeout", f"{recv_idle_s:g}"])
+            if plane == "native":
+                _drop_roce(lab.hosts[dst], f"{dst}-eth0")
+                dropping.append(dst)
+                cmd = [exe, "recv", "--intf", f"{dst}-eth0", "--out", out, "--ready", ready]
+            else:
+                cmd = AGENT + ["recv", "--out", out, "--ready", ready]
+            p = lab.hosts[dst].popen(cmd + ["--expect-bytes", str(expect[dst]),
+                                            "--idle-timeout", f"{recv_idle_s:g}"])
             procs.append(p)
             recv[dst] = (p, out)
         deadline = time.monotonic() + 20
@@ -171,18 +193,29 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
                     raise RuntimeError(f"receiver on {dst} did not start: "
                                        f"{_stderr(p)}")
                 time.sleep(0.02)
-        if lead_s is None:
-            lead_s = 1.0 + 0.25 * len(by_src)
-        start_at = time.time() + lead_s
-        senders: dict[str, subprocess.Popen[bytes]] = {}
+        spec_paths = {}
         for src, mine in sorted(by_src.items()):
             spec = _spec(lab, src, mine, pmtu, rate_mbps)
-            spec_path = os.path.join(work, f"spec-{src}.json")
-            with open(spec_path, "w") as fh:
-                json.dump(spec, fh)
             sent_files[src] = os.path.join(work, f"sent-{src}.json")
-            p = lab.hosts[src].popen(AGENT + ["send", "--spec", spec_path, "--out",
-                                              sent_files[src], "--start-at", f"{start_at:.6f}"])
+            if plane == "native":  # frames are built here, before the clock starts
+                spec_paths[src] = os.path.join(work, f"plan-{src}.bin")
+                plans[src] = native.write_plan(ReplaySpec.from_dict(spec), spec_paths[src])
+            else:
+                spec_paths[src] = os.path.join(work, f"spec-{src}.json")
+                with open(spec_paths[src], "w") as fh:
+                    json.dump(spec, fh)
+        if lead_s is None:  # a Python sender builds its frames after it starts
+            lead_s = 0.3 + 0.02 * len(by_src) if plane == "native" else 1.0 + 0.25 * len(by_src)
+        start_at = time.time() + lead_s
+        senders: dict[str, subprocess.Popen[bytes]] = {}
+        for src in sorted(by_src):
+            if plane == "native":
+                cmd = [exe, "send", "--plan", spec_paths[src], "--out", sent_files[src],
+                       "--intf", f"{src}-eth0", "--start-at", str(int(start_at * 1e9))]
+            else:
+                cmd = AGENT + ["send", "--spec", spec_paths[src], "--out", sent_files[src],
+                               "--start-at", f"{start_at:.6f}"]
+            p = lab.hosts[src].popen(cmd)
             procs.append(p)
             senders[src] = p
         end_by = time.monotonic() + lead_s + timeout
@@ -208,21 +241,38 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
                 p.wait(timeout=10)
         sent = {}
         for src, path in sent_files.items():
-            with open(path) as fh:
-                sent[src] = json.load(fh)
+            if plane == "native":
+                sent[src] = native.read_sent(path, plans[src], start_at)
+            else:
+                with open(path) as fh:
+                    sent[src] = json.load(fh)
         received = {}
         for dst, (_p, out) in recv.items():
-            with open(out) as fh:
-                received[dst] = json.load(fh)
+            if plane == "native":
+                received[dst] = native.read_received(out, ROCE_PORT)
+            else:
+                with open(out) as fh:
+                    received[dst] = json.load(fh)
     finally:
         bar.close() if bar.enabled else None
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        for dst in dropping:
+            lab.hosts[dst].cmd(f"nft delete table netdev {_RX_TABLE} 2>/dev/null")
     result = _result(lab, flows, sent, received, int(start_at * 1e9), mode)
     result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
     return result
+
+
+def _drop_roce(host: Any, intf: str) -> None:
+    """Drop RoCE frames at the host's ingress hook (after packet taps, before IP)."""
+    rules = (f"add table netdev {_RX_TABLE}\n"
+             f"add chain netdev {_RX_TABLE} in {{ type filter hook ingress device {intf} "
+             "priority 0 ; }\n"
+             f"add rule netdev {_RX_TABLE} in udp dport {ROCE_PORT} drop\n")
+    host.cmd(f"nft -f - <<'EOF'\n{rules}EOF")
 
 
 def _stderr(p: subprocess.Popen[bytes]) -> str:

@@ -1,0 +1,123 @@
+"""What a replay receiver keeps per QP and per message, and the report made from it.
+
+Shared by the Python receiver (which folds packets as they arrive) and the compiled plane
+(whose receiver only records packets; ``traffic.native`` folds the records afterwards), so
+both give the same loss, reordering and latency figures for the same packets.
+
+Per QP (source IP, UDP source port) the PSN is followed: a gap is counted lost until the
+missing PSN shows up late (then it is reordered); a PSN seen twice is a duplicate and not
+counted as data. Per message (QP, message number) the send time from the payload, first and
+last arrival, bytes and packets are kept; a message is complete when its RETH DMA length was
+seen and that many bytes arrived including the LAST/ONLY packet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from traffic.roce import OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_MIDDLE, PSN_MASK
+
+# Per-QP state is a list (index constants below): attribute access costs more per packet.
+_F_BYTES, _F_PKTS, _F_EXP, _F_LOST, _F_REORD, _F_DUP, _F_FIRST, _F_LAST, _F_MSGS = range(9)
+_F_QP, _F_PSN0, _F_MISSING, _F_UNTRACKED = range(9, 13)
+# Per-message state: send ns (payload), bytes, packets, first stamp, last stamp, DMA length, last?
+_M_SENT, _M_BYTES, _M_PKTS, _M_FIRST, _M_LAST, _M_DMA, _M_END = range(7)
+MAX_TRACKED_GAP = 4096  # PSNs of a larger gap are counted lost but not remembered one by one
+MAX_MISSING = 1 << 20
+
+
+def psn_event(f: list[Any], psn: int) -> bool:
+    """A PSN other than the expected one: a gap (loss so far) or a late/duplicate packet.
+
+    Returns whether the packet carries new data (``False`` for a duplicate).
+    """
+    exp = f[_F_EXP]
+    ahead = (psn - exp) & PSN_MASK
+    if ahead < (1 << 23):  # the packets exp .. psn-1 are missing (for now)
+        f[_F_LOST] += ahead
+        missing = f[_F_MISSING]
+        if ahead <= MAX_TRACKED_GAP and len(missing) < MAX_MISSING:
+            missing.update((exp + k) & PSN_MASK for k in range(ahead))
+        else:
+            f[_F_UNTRACKED] += ahead
+        f[_F_EXP] = (psn + 1) & PSN_MASK
+        return True
+    if psn in f[_F_MISSING]:  # a late packet fills an old gap: reordered, not lost
+        f[_F_MISSING].discard(psn)
+        f[_F_LOST] -= 1
+        f[_F_REORD] += 1
+        return True
+    f[_F_DUP] += 1
+    return False
+
+
+def new_flow(psn: int, qp: int, stamp: Any) -> list[Any]:
+    """The state of a QP first seen with ``psn`` at ``stamp``."""
+    return [0, 0, psn, 0, 0, 0, stamp, stamp, {}, qp, psn, set(), 0]
+
+
+def fold(f: list[Any], op: int, psn: int, seq: int, plen: int, dma: int, sent_ns: int,
+         stamp: Any) -> int:
+    """Add one packet to its QP's state; return the payload bytes it counts (0: duplicate)."""
+    if psn == f[_F_EXP]:
+        f[_F_EXP] = (psn + 1) & PSN_MASK
+    elif not psn_event(f, psn):
+        return 0
+    f[_F_BYTES] += plen
+    f[_F_PKTS] += 1
+    f[_F_LAST] = stamp
+    msgs = f[_F_MSGS]
+    m = msgs.get(seq)
+    if m is None:
+        m = msgs[seq] = [sent_ns, 0, 0, stamp, stamp, -1, False]
+    m[_M_BYTES] += plen
+    m[_M_PKTS] += 1
+    m[_M_LAST] = stamp
+    if op != OP_WRITE_MIDDLE:
+        if op != OP_WRITE_LAST:
+            m[_M_DMA] = dma
+        if op != OP_WRITE_FIRST:
+            m[_M_END] = True
+    return plen
+
+
+def _int_stamp(stamp: Any) -> int | None:
+    return stamp
+
+
+def receiver_report(flows: dict[tuple[str, int], list[Any]], port: int, kernel_ts: bool,
+                    reason: str, stopped_ns: int, malformed: int,
+                    stamp_ns: Callable[[Any], int | None] = _int_stamp) -> dict[str, Any]:
+    """The receiver's JSON: per QP (``"IP:SPORT"``) and per message, from the folded state."""
+    out_flows: dict[str, Any] = {}
+    messages: list[dict[str, Any]] = []
+    for (ip, sport), f in sorted(flows.items()):
+        key = f"{ip}:{sport}"
+        done = 0
+        for seq, m in sorted(f[_F_MSGS].items()):
+            end = stamp_ns(m[_M_LAST])
+            complete = m[_M_END] and m[_M_DMA] == m[_M_BYTES]
+            done += bool(complete)
+            messages.append({
+                "flow": key, "seq": seq, "bytes": m[_M_BYTES], "packets": m[_M_PKTS],
+                "dma_len": m[_M_DMA] if m[_M_DMA] >= 0 else None,
+                "start_ns": m[_M_SENT], "first_ns": stamp_ns(m[_M_FIRST]), "end_ns": end,
+                "latency_ns": end - m[_M_SENT] if end is not None else None,
+                "complete": bool(complete)})
+        out_flows[key] = {
+            "src_ip": ip, "sport": sport, "qp": f[_F_QP], "bytes": f[_F_BYTES],
+            "packets": f[_F_PKTS], "lost": f[_F_LOST], "reordered": f[_F_REORD],
+            "duplicates": f[_F_DUP], "lost_untracked": f[_F_UNTRACKED],
+            "first_psn": f[_F_PSN0], "next_psn": f[_F_EXP],
+            "first_ns": stamp_ns(f[_F_FIRST]), "last_ns": stamp_ns(f[_F_LAST]),
+            "messages": len(f[_F_MSGS]), "complete_messages": done}
+    firsts = [f["first_ns"] for f in out_flows.values() if f["first_ns"]]
+    lasts = [f["last_ns"] for f in out_flows.values() if f["last_ns"]]
+    return {"port": port, "timestamps": "kernel" if kernel_ts else "user",
+            "stop_reason": reason, "stopped_ns": stopped_ns,
+            "first_ns": min(firsts) if firsts else None, "last_ns": max(lasts) if lasts else None,
+            "packets": sum(f["packets"] for f in out_flows.values()),
+            "bytes": sum(f["bytes"] for f in out_flows.values()),
+            "lost": sum(f["lost"] for f in out_flows.values()), "malformed": malformed,
+            "flows": out_flows, "messages": messages}
