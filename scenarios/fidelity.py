@@ -47,7 +47,7 @@ WARN_BELOW = 2.0
 #: frame bytes on the wire for a full RoCE packet of the replay's 1024 B payload
 #: (Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + payload 1024 + FCS-free veth)
 FRAME_BYTES = 1082
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 #: per-sender rates tried by ``calibrate`` (Mb/s), each for TRIAL_S seconds of traffic
 RAMP_MBPS = (5.0, 10.0, 14.0, 20.0, 28.0, 40.0, 56.0, 80.0, 113.0, 160.0)
 TRIAL_S = 1.5
@@ -107,8 +107,10 @@ def machine_key() -> dict[str, Any]:
                              timeout=5).stdout.splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         ovs = "unknown"
+    from traffic.shell.replay import DEFAULT_PLANE
+
     return {"host": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
-            "ovs": ovs, "datapath": datapath, "version": CACHE_VERSION}
+            "ovs": ovs, "datapath": datapath, "plane": DEFAULT_PLANE, "version": CACHE_VERSION}
 
 
 def load_cached() -> dict[str, Any] | None:

@@ -129,8 +129,8 @@ def read_sent(path: str, plan: _Plan, start_at: float | None) -> dict[str, Any]:
     magic, version, njobs, interrupted = struct.unpack_from("<IIII", data)
     if (magic, version, njobs) != (SENT_MAGIC, VERSION, len(plan.jobs)):
         raise ValueError(f"{path} is not this plan's sender report")
-    started_ns, finished_ns, retries = struct.unpack_from("<qqQ", data, 16)
-    off = 40
+    started_ns, finished_ns, retries, cpu_ns = struct.unpack_from("<qqQq", data, 16)
+    off = 48
     rows: dict[int, dict[str, Any]] = {}
     for index, (_lane, f, b, _runs) in zip(plan.order, plan.jobs, strict=True):
         first_seq, first_psn, next_psn, done, nstarts = struct.unpack_from("<5I", data, off)
@@ -164,6 +164,7 @@ def read_sent(path: str, plan: _Plan, start_at: float | None) -> dict[str, Any]:
         "pps": round(packets / duration, 1) if duration > 0 else None,
         "wire_mbps": round(wire * 8 / duration / 1e6, 3) if duration > 0 else None,
         "send_retries": retries, "interrupted": bool(interrupted), "plane": "native",
+        "cpu_s": round(cpu_ns / 1e9, 6),
         "flows": flows}
 
 
@@ -198,4 +199,5 @@ def read_received(path: str, port: int) -> dict[str, Any]:
                              meta["malformed"])
     result["kernel_drops"] = {"ring": meta["ring_drops"], "ring_freezes": meta["ring_freezes"]}
     result["plane"] = "native"
+    result["cpu_s"] = meta.get("cpu_s")
     return result

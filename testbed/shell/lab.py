@@ -72,9 +72,10 @@ class Lab:
                  of_port: int | None = None, rest_port: int | None = None,
                  shape: bool = True, lossless: bool = True, converge_timeout: float = 120.0,
                  select_method: str = "dp_hash", lb: str = "ecmp", poll_interval: float = 1.0,
-                 static_arp: bool = True,
+                 static_arp: bool = True, mtu: int | None = None,
                  log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
+        self.mtu = mtu  # every emulated interface's MTU (None: the kernel's 1,500)
         self.datapath_request = datapath
         self.use_controller = controller
         self.of_port = of_port
@@ -286,13 +287,16 @@ class Lab:
         ends from inside the host's namespace.
         """
         lines = []
+        mtu = f" mtu {self.mtu}" if self.mtu else ""
         for link in self.plan.links:
             if link.a in self.hosts:
                 mac = self.plan.node(link.a).mac
-                lines.append(f"link add name {link.a_intf} address {mac} "
-                             f"netns {self.hosts[link.a].pid} type veth peer name {link.b_intf}")
+                lines.append(f"link add name {link.a_intf}{mtu} address {mac} "
+                             f"netns {self.hosts[link.a].pid} type veth "
+                             f"peer name {link.b_intf}{mtu}")
             else:
-                lines.append(f"link add name {link.a_intf} type veth peer name {link.b_intf}")
+                lines.append(f"link add name {link.a_intf}{mtu} type veth "
+                             f"peer name {link.b_intf}{mtu}")
         # Switch-to-switch veths must be deleted; a host link dies with its namespace.
         self._record["links"] = [link.a_intf for link in self.plan.links
                                  if link.a not in self.hosts]

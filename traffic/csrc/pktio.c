@@ -42,6 +42,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,6 +83,14 @@ static void sleep_until(clockid_t clk, int64_t t) {
     struct timespec ts = {.tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL};
     while (clock_nanosleep(clk, TIMER_ABSTIME, &ts, NULL) == EINTR && !stop_flag) {
     }
+}
+
+/* CPU time this process used so far (user + system), for the benchmark's split by component */
+static int64_t cpu_ns(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+           ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
 }
 
 static void be32(uint8_t *p, uint32_t v) {
@@ -306,6 +315,8 @@ static void write_sent(const char *path, Spec *s, int64_t started, int64_t finis
     fwrite(&started, 8, 1, f);
     fwrite(&finished, 8, 1, f);
     fwrite(&retries, 8, 1, f);
+    int64_t cpu = cpu_ns();
+    fwrite(&cpu, 8, 1, f);
     for (uint32_t i = 0; i < s->njobs; i++) {
         Job *j = &s->jobs[i];
         uint32_t v[5] = {j->first_seq, j->first_psn, j->psn, j->done, j->nstarts};
@@ -380,23 +391,26 @@ static int cmd_send(int argc, char **argv) {
     while ((na || np) && !interrupted) {
         if (np) {  /* admit every job whose time has come */
             int64_t now = now_ns(CLOCK_MONOTONIC), soonest = INT64_MAX;
-            for (int i = 0; i < np;) {
+            int kept = 0;  /* admitted in the order they became pending, the rest kept */
+            for (int i = 0; i < np; i++) {
                 Job *j = &s.jobs[pending[i]];
-                if (j->due <= now) {
-                    begin(j);
-                    if (j->active) active[na++] = pending[i];
-                    else if (j->next >= 0) {  /* an empty work request: pass its place on */
-                        Job *n = &s.jobs[j->next];
-                        n->psn = j->psn; n->seq = j->seq;
-                        n->due = now > t0 + (int64_t)(n->start * 1e9) ? now : t0 + (int64_t)(n->start * 1e9);
-                        pending[np++] = j->next;
-                    }
-                    pending[i] = pending[--np];
-                } else {
+                if (j->due > now) {
                     if (j->due < soonest) soonest = j->due;
-                    i++;
+                    pending[kept++] = pending[i];
+                    continue;
+                }
+                begin(j);
+                if (j->active) active[na++] = pending[i];
+                else if (j->next >= 0) {  /* an empty work request: pass its place on */
+                    Job *n = &s.jobs[j->next];
+                    int64_t due = t0 + (int64_t)(n->start * 1e9);
+                    n->psn = j->psn;
+                    n->seq = j->seq;
+                    n->due = due > now ? due : now;
+                    pending[np++] = j->next;  /* looked at later in this same pass */
                 }
             }
+            np = kept;
             if (!na) {
                 if (np) sleep_until(CLOCK_MONOTONIC, soonest < now + 1000000000LL ? soonest : now + 1000000000LL);
                 if (stop_flag) interrupted = 1;
@@ -603,10 +617,12 @@ static int cmd_recv(int argc, char **argv) {
     snprintf(text, sizeof text,
              "{\"stop_reason\": \"%s\", \"stopped_ns\": %lld, "
              "\"packets\": %llu, \"bytes\": %llu, \"malformed\": %llu, \"other\": %llu, "
-             "\"ring_packets\": %u, \"ring_drops\": %u, \"ring_freezes\": %u}\n",
+             "\"ring_packets\": %u, \"ring_drops\": %u, \"ring_freezes\": %u, "
+             "\"cpu_s\": %.6f}\n",
              reason, (long long)stopped, (unsigned long long)k.packets,
              (unsigned long long)k.bytes, (unsigned long long)k.malformed,
-             (unsigned long long)k.other, st.tp_packets, st.tp_drops, st.tp_freeze_q_cnt);
+             (unsigned long long)k.other, st.tp_packets, st.tp_drops, st.tp_freeze_q_cnt,
+             cpu_ns() / 1e9);
     write_file_atomic(out, text);
     return 0;
 }

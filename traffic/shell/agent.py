@@ -219,7 +219,8 @@ def send(spec: ReplaySpec, out: str | None = None, start_at: float | None = None
         "packets": packets, "bytes": sum(f["bytes"] for f in flows), "wire_bytes": wire,
         "pps": round(packets / duration, 1) if duration > 0 else None,
         "wire_mbps": round(wire * 8 / duration / 1e6, 3) if duration > 0 else None,
-        "send_retries": retries, "interrupted": interrupted, "flows": flows}
+        "send_retries": retries, "interrupted": interrupted, "plane": "python",
+        "cpu_s": _cpu_s(), "flows": flows}
     if out:
         write_json_atomic(out, result)
     return result
@@ -481,6 +482,8 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
         "socket": drops,
         "udp_rcvbuf_errors": (errors1 - errors0) if errors0 is not None and errors1 is not None
         else None}
+    result["plane"] = "python"
+    result["cpu_s"] = _cpu_s()
     write_json_atomic(out, result)
     return result
 
@@ -496,6 +499,12 @@ def load_spec(path: str, intf: str | None = None, rate_mbps: float | None = None
         if rate_mbps is not None:
             data["rate_mbps"] = rate_mbps
     return ReplaySpec.from_dict(data)
+
+
+def _cpu_s() -> float:
+    """CPU seconds this process used so far, imports included (what an agent costs)."""
+    t = os.times()
+    return round(t.user + t.system, 6)
 
 
 def _interrupt(_signum: int, _frame: Any) -> None:

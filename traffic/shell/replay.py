@@ -65,6 +65,8 @@ class ReplayResult:
     lost_packets: int = 0
     mode: str = "ecmp"
     start_skew_s: float = 0.0  # how late the last sender started after the common instant
+    plane: str = "native"
+    cpu_s: dict[str, float] = field(default_factory=dict)  # senders / receivers, summed
 
     def summary(self) -> dict[str, Any]:
         return {"flows": len(self.flows), "messages": len(self.messages),
@@ -72,7 +74,8 @@ class ReplayResult:
                 "lost_packets": self.lost_packets,
                 "job_completion_s": round(self.job_completion_s, 6),
                 "latency_us": self.latency_us, "mode": self.mode,
-                "start_skew_s": round(self.start_skew_s, 4)}
+                "start_skew_s": round(self.start_skew_s, 4), "plane": self.plane,
+                "cpu_s": self.cpu_s}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -263,6 +266,9 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
             lab.hosts[dst].cmd(f"nft delete table netdev {_RX_TABLE} 2>/dev/null")
     result = _result(lab, flows, sent, received, int(start_at * 1e9), mode)
     result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
+    result.plane = plane
+    result.cpu_s = {"senders": round(sum(d.get("cpu_s") or 0.0 for d in sent.values()), 3),
+                    "receivers": round(sum(d.get("cpu_s") or 0.0 for d in received.values()), 3)}
     return result
 
 
