@@ -4,7 +4,8 @@
     python -m benchmarks.run --quick    smallest sizes, one repeat (a smoke run)
 
 Benchmarks measure the lab itself: bring-up, and the controller (failover,
-convergence, LB quality); sender rate and model speed as those parts land. They
+convergence, LB quality), the sender, the fabric's capacity per traffic plane, and the
+flow model's speed. They
 need root, like the lab. Figures are medians over repeats; ratios compare things
 measured side by side in the same run.
 """
@@ -15,7 +16,7 @@ import argparse
 import os
 import sys
 
-from benchmarks import bringup, controller, model, sender
+from benchmarks import bringup, capacity, controller, model, sender
 
 #: name -> (full argv, quick argv)
 BENCHMARKS = {
@@ -25,6 +26,8 @@ BENCHMARKS = {
                    ["--repeats", "1", "--sizes", "64", "--quality-sizes", "64", "--seeds", "3"]),
     "sender": (sender.main, ["--repeats", "3", "--seconds", "3", "--scapy-packets", "3000"],
                ["--repeats", "1", "--seconds", "1", "--scapy-packets", "1000"]),
+    "capacity": (capacity.main, ["--pmtus", "1024,2048,4096"],
+                 ["--pmtus", "1024,4096", "--attempts", "1"]),
     "model": (model.main, ["--sizes", "1024,8192,65536", "--default-sizes", "256,1024"],
               ["--sizes", "1024", "--placements", "packed", "--default-sizes", "256",
                "--workloads", "alltoall"]),

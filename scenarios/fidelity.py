@@ -188,28 +188,34 @@ def ramp(try_rate: Callable[[float], dict[str, Any]]
 
 
 def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
-           log: Callable[[str], None]) -> dict[str, Any]:
+           log: Callable[[str], None], plane: str | None = None,
+           pmtu: int = 1024) -> dict[str, Any]:
     """Every sender paced at ``rate`` for TRIAL_S seconds: was it held?
 
     Held = every byte arrived, within HOLD_SLACK x the paced time counted from the moment
     the last sender actually started (start skew is process start-up, not switching).
-    The capacity it stands for is the load offered, in the guard's own units.
+    The capacity it stands for is the load offered, in the guard's own units (switch-hop
+    packets of full frames at ``pmtu``). ``plane`` and ``pmtu`` are the replay's.
     """
+    from traffic.roce import OP_WRITE_MIDDLE, frame_len
     from traffic.shell.replay import replay
+
+    frame = frame_len(OP_WRITE_MIDDLE, pmtu)
 
     nbytes = int(rate * 1e6 / 8 * TRIAL_S)
     flows = [FlowSpec.make(a, b, nbytes, qp=i, message_bytes=256_000)
              for i, (a, b) in enumerate(pairs)]
     hops = mean_hops(plan, flows)
     try:
-        res = replay(lab, flows, rate_mbps=rate, progress=False, label="calibrate")
+        res = replay(lab, flows, rate_mbps=rate, progress=False, label="calibrate",
+                     plane=plane, pmtu=pmtu)
     except TimeoutError as exc:
         # senders still running long after their paced time: as clear a "not held" as any
         log(f"  {rate:g} Mb/s x {len(flows)} senders: not held ({exc})")
         return {"rate_mbps_per_sender": rate, "offered_mbps": rate * len(flows),
                 "delivered_mbps": 0.0, "delivered_fraction": 0.0, "completion_s": None,
                 "start_skew_s": None, "ideal_s": TRIAL_S, "held": False,
-                "hop_pps": round(rate * 1e6 / 8 / FRAME_BYTES * len(flows) * hops),
+                "hop_pps": round(rate * 1e6 / 8 / frame * len(flows) * hops),
                 "timed_out": str(exc)}
     t = res.job_completion_s
     busy = max(t - res.start_skew_s, 1e-9)
@@ -222,7 +228,8 @@ def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
             "delivered_mbps": round(res.bytes_received * 8 / busy / 1e6, 1),
             "delivered_fraction": round(fraction, 4), "completion_s": round(t, 3),
             "start_skew_s": round(res.start_skew_s, 3), "ideal_s": TRIAL_S, "held": held,
-            "hop_pps": round(rate * 1e6 / 8 / FRAME_BYTES * len(flows) * hops)}
+            "hop_pps": round(rate * 1e6 / 8 / frame * len(flows) * hops),
+            "cpu_s": res.cpu_s}
 
 
 def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None

@@ -30,6 +30,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
 #include <net/if.h>
@@ -475,12 +476,20 @@ _Static_assert(sizeof(Rec) == 48, "record layout is shared with traffic/pktplan.
 
 typedef struct { FILE *f; uint64_t packets, bytes, malformed, other; int64_t last_ns; } Sink;
 
-static void take(Sink *k, const uint8_t *p, uint32_t len, int64_t stamp) {
-    if (len < 14 + 20 + 8 + 12) { k->other++; return; }
+/* The ring keeps only each frame's first SNAP bytes (headers, RETH, replay header): copying
+ * whole frames would be done in the softirq of whoever delivers them, here the switch. */
+#define SNAP 128
+
+/* p: the captured bytes (snap of them), len: the frame's length on the wire */
+static void take(Sink *k, const uint8_t *p, uint32_t snap, uint32_t len, int64_t stamp) {
+    if (snap < 14 + 20 + 8 + 12) { k->other++; return; }
     if (p[12] != 0x08 || p[13] != 0x00) { k->other++; return; }
     const uint8_t *ip = p + 14;
     uint32_t ihl = (ip[0] & 0xF) * 4;
-    if ((ip[0] >> 4) != 4 || ip[9] != 17 || ihl < 20 || len < 14 + ihl + 8) { k->other++; return; }
+    if ((ip[0] >> 4) != 4 || ip[9] != 17 || ihl < 20 || snap < 14 + ihl + 8 + 12) {
+        k->other++;
+        return;
+    }
     const uint8_t *udp = ip + ihl;
     if ((udp[2] << 8 | udp[3]) != ROCE_PORT) { k->other++; return; }
     uint32_t n = (uint32_t)(udp[4] << 8 | udp[5]);
@@ -496,12 +505,14 @@ static void take(Sink *k, const uint8_t *p, uint32_t len, int64_t stamp) {
     uint32_t pad = (bth[1] >> 4) & 3;
     r.psn = rd32be(bth + 8) & 0xFFFFFF;
     r.qp = rd32be(bth + 4) & 0xFFFFFF;
+    uint32_t captured = snap - 14 - ihl - 8;  /* of the UDP payload */
     if (r.op == 0x07 || r.op == 0x08) {
+        if (captured < 28) { k->malformed++; return; }
         r.seq = rd32be(bth + 12);
         r.start_ns = rd64be(bth + 20);
         r.plen = n - 16 - pad;
     } else if (r.op == 0x06 || r.op == 0x0A) {
-        if (n < 48) { k->malformed++; return; }
+        if (n < 48 || captured < 44) { k->malformed++; return; }
         r.dma = rd32be(bth + 24);
         r.seq = rd32be(bth + 28);
         r.start_ns = rd64be(bth + 36);
@@ -551,6 +562,10 @@ static int cmd_recv(int argc, char **argv) {
                                .tp_frame_size = 1 << 11, .tp_retire_blk_tov = 10};
     req.tp_frame_nr = req.tp_block_size / req.tp_frame_size * req.tp_block_nr;
     if (setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof req) < 0) die("%s", "no RX ring");
+    struct sock_filter snap[] = {{BPF_RET | BPF_K, 0, 0, SNAP}};  /* accept SNAP bytes of each */
+    struct sock_fprog prog = {.len = 1, .filter = snap};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) < 0)
+        die("%s", "cannot attach the snap-length filter");
     size_t ring_len = (size_t)req.tp_block_size * req.tp_block_nr;
     uint8_t *ring = mmap(NULL, ring_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_LOCKED, fd, 0);
     if (ring == MAP_FAILED) ring = mmap(NULL, ring_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -585,7 +600,7 @@ static int cmd_recv(int argc, char **argv) {
             struct tpacket3_hdr *h = (void *)((uint8_t *)bd + bd->hdr.bh1.offset_to_first_pkt);
             for (uint32_t i = 0; i < bd->hdr.bh1.num_pkts; i++) {
                 int64_t stamp = (int64_t)h->tp_sec * 1000000000LL + h->tp_nsec;
-                take(&k, (uint8_t *)h + h->tp_mac, h->tp_snaplen, stamp);
+                take(&k, (uint8_t *)h + h->tp_mac, h->tp_snaplen, h->tp_len, stamp);
                 h = (void *)((uint8_t *)h + h->tp_next_offset);
             }
             __sync_synchronize();

@@ -1,0 +1,293 @@
+"""Capacity benchmark: how much traffic this machine's emulated fabric holds, and who pays.
+
+The fidelity guard's calibration fabric (astral3, 2 servers x 4 GPUs, NIC 400 Mb/s so no
+link binds, eight cross-rail flows of 3 switch hops) with every interface at an MTU that fits
+a 4,096-byte path MTU. Measured side by side in one run, each by the calibration's own
+method (per-sender rate raised along ``fidelity.RAMP_MBPS``; held = every byte delivered
+within ``HOLD_SLACK`` x the paced time; the figure is the highest held rate):
+
+``old``      the Python agents at pmtu 1024 (the plane before the compiled one);
+``new``      the compiled plane (``astral-pktio``) at each pmtu;
+``ceiling``  trafgen (netsniff-ng, PACKET_MMAP, through the host qdisc like the agents) at
+             each pmtu, one full frame per sender repeated at the rate, receivers that only
+             count (frames dropped at the host's ingress hook, counted by the interface):
+             the switch's own limit on this pattern, with the same shaping and queues.
+
+Each held trial also reports CPU seconds by component: ``switch`` (ovs-vswitchd),
+``senders`` and ``receivers`` (the agents' own accounts; trafgen's from its rusage; the
+ceiling's receivers are the kernel) and ``orchestrator`` (this process).
+
+    python -m benchmarks.capacity [-o FILE.json] [--pmtus 1024,2048,4096] [--attempts 2]
+
+Goals: ``new_mbps`` >= 4x ``old_mbps`` and ``new_hop_pps`` >= 0.8x ``ceiling_hop_pps`` (both
+at the default pmtu, the largest measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from benchmarks.common import write
+from controllers.flows import ROCE_PORT
+from scenarios import fidelity
+from traffic.roce import MAX_OVERHEAD, OP_WRITE_MIDDLE, Endpoints, FrameBuilder, frame_len
+
+MTU = 4096 + MAX_OVERHEAD + 30  # every interface: room for pmtu 4096
+GOAL_OLD = 4.0
+GOAL_CEILING = 0.8
+
+
+def _cpu_of(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _switch_pids() -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/comm") as f:
+                    if f.read().strip() == "ovs-vswitchd":
+                        pids.append(int(d))
+            except OSError:
+                pass
+    return pids
+
+
+class _Meter:
+    """CPU seconds of the switch and of this process over one trial."""
+
+    def __enter__(self) -> _Meter:
+        self.pids = _switch_pids()
+        self.sw0 = sum(_cpu_of(p) for p in self.pids)
+        t = os.times()
+        self.me0 = t.user + t.system
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.switch = sum(_cpu_of(p) for p in self.pids) - self.sw0
+        t = os.times()
+        self.orchestrator = t.user + t.system - self.me0
+
+
+def _pairs(plan: Any) -> list[tuple[str, str]]:
+    hosts = [h.name for h in plan.hosts]
+    half = len(hosts) // 2
+    pairs = []
+    for i in range(half):
+        pairs += [(hosts[i], hosts[half + (i + 1) % half]),
+                  (hosts[half + i], hosts[(i + 1) % half])]
+    return pairs
+
+
+def _settle(limit_s: float = 30.0) -> None:
+    """Wait until the switch is idle: a trial that was not held leaves deep queues behind,
+    and the next trial must not pay for draining them."""
+    pids = _switch_pids()
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        c0 = sum(_cpu_of(p) for p in pids)
+        time.sleep(0.3)
+        if sum(_cpu_of(p) for p in pids) - c0 < 0.03:  # under 10% of a core
+            return
+
+
+def _replay_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], plane: str, pmtu: int,
+                  rate: float) -> dict[str, Any]:
+    _settle()
+    with _Meter() as m:
+        t = fidelity._trial(lab, plan, pairs, rate, lambda msg: print(f"  {plane} {pmtu}: "
+                                                                      f"{msg.strip()}"),
+                            plane=plane, pmtu=pmtu)
+    cpu = t.pop("cpu_s", None) or {}
+    t["cpu_s"] = {"switch": round(m.switch, 3), "senders": cpu.get("senders"),
+                  "receivers": cpu.get("receivers"), "orchestrator": round(m.orchestrator, 3)}
+    return t
+
+
+def _rx_packets(host: Any, intf: str) -> int:
+    out = host.cmd(f"ip -s -j link show dev {intf}")
+    return int(json.loads(out)[0]["stats64"]["rx"]["packets"])
+
+
+def _trafgen_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
+                   rate: float, work: str) -> dict[str, Any]:
+    """Every sender's trafgen at ``rate`` for TRIAL_S seconds: did every frame arrive?"""
+    from traffic.shell.replay import _RX_TABLE, _drop_roce
+
+    frame_bytes = frame_len(OP_WRITE_MIDDLE, pmtu)
+    count = max(1, int(rate * 1e6 / 8 * fidelity.TRIAL_S / frame_bytes))
+    hops = fidelity.mean_hops(plan, [_flow(a, b) for a, b in pairs])
+    dsts = sorted({b for _a, b in pairs})
+    _settle()
+    for d in dsts:
+        _drop_roce(lab.hosts[d], f"{d}-eth0")
+    procs = []
+    gap_ns = int(frame_bytes * 8 / (rate * 1e6) * 1e9)
+    try:
+        before = {d: _rx_packets(lab.hosts[d], f"{d}-eth0") for d in dsts}
+        for i, (a, b) in enumerate(pairs):
+            cfg = os.path.join(work, f"trafgen-{a}-{pmtu}.cfg")
+            with open(cfg, "w") as fh:
+                fh.write("{ " + ", ".join(f"0x{x:02x}" for x in _frame(plan, a, b, i, pmtu))
+                         + " }\n")
+            # -t: one frame per gap (trafgen's -b rate sends ahead of the rate, in bursts
+            # that overflow the host link's queue); -q: through the host qdisc, as the agents
+            procs.append(lab.hosts[a].popen(["trafgen", "--dev", f"{a}-eth0", "--conf", cfg,
+                                             "-n", str(count), "-t", f"{gap_ns}ns", "-q",
+                                             "-P", "1", "-Q", "-C"]))
+        sent = count * len(pairs)
+        with _Meter() as m:
+            t0 = time.monotonic()
+            cpu, sent_end, got, last_rise = 0.0, None, 0, t0
+            while True:  # until every frame arrived, or none arrived for a second
+                for p in procs:
+                    if p.returncode is None:
+                        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+                        if pid:
+                            p.returncode = os.waitstatus_to_exitcode(status)
+                            cpu += usage.ru_utime + usage.ru_stime
+                now = time.monotonic()
+                if sent_end is None and all(p.returncode is not None for p in procs):
+                    sent_end = now
+                n = sum(_rx_packets(lab.hosts[d], f"{d}-eth0") - before[d] for d in dsts)
+                if n > got:
+                    got, last_rise = n, now
+                if sent_end is not None and (got >= sent or now - last_rise > 1.0):
+                    break
+                if now - t0 > 10 * fidelity.TRIAL_S + 30:
+                    raise TimeoutError("trafgen senders still running")
+                time.sleep(0.05)
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                p.wait()
+        for d in dsts:
+            lab.hosts[d].cmd(f"nft delete table netdev {_RX_TABLE} 2>/dev/null")
+    fraction = got / sent
+    send_s = sent_end - t0
+    deliver_s = last_rise - t0
+    # the replay's rule: every frame delivered within the slack of the sending time
+    # (trafgen's own, which its per-frame sleeps may stretch past the rate asked)
+    held = fraction >= 0.999 and deliver_s <= send_s + (fidelity.HOLD_SLACK - 1) * max(
+        send_s, fidelity.TRIAL_S) + 0.05
+    pps = got / max(send_s, 1e-9)
+    print(f"  trafgen {pmtu}: {rate:g} Mb/s x {len(pairs)}: {100 * fraction:.1f}% of frames, "
+          f"sent in {send_s:.2f} s, delivered by {deliver_s:.2f} s: "
+          f"{'held' if held else 'not held'}")
+    return {"rate_mbps_per_sender": rate, "delivered_fraction": round(fraction, 4),
+            "completion_s": round(deliver_s, 3), "send_s": round(send_s, 3), "held": held,
+            "delivered_mbps": round(got * frame_bytes * 8 / max(send_s, 1e-9) / 1e6, 1),
+            "hop_pps": round(pps * hops), "asked_hop_pps": round(rate * 1e6 / 8 / frame_bytes
+                                                                 * len(pairs) * hops),
+            "cpu_s": {"switch": round(m.switch, 3), "senders": round(cpu, 3), "receivers": 0.0,
+                      "orchestrator": round(m.orchestrator, 3)}}
+
+
+def _flow(a: str, b: str) -> Any:
+    from traffic.kernels import FlowSpec
+
+    return FlowSpec.make(a, b, 1, qp=0)
+
+
+def _frame(plan: Any, a: str, b: str, qp: int, pmtu: int) -> bytes:
+    """One full MIDDLE frame of the flow a -> b, as the replay would send it."""
+    src, dst = plan.node(a), plan.node(b)
+    fb = FrameBuilder(Endpoints(src.mac, dst.mac, src.ip, dst.ip, qp), pmtu)
+    frames = [bytes(f) for f in fb.frames(3 * pmtu)]
+    return frames[1]
+
+
+def _ramp(fn: Any, attempts: int) -> dict[str, Any]:
+    old = fidelity.ATTEMPTS
+    fidelity.ATTEMPTS = attempts
+    try:
+        best, trials = fidelity.ramp(fn)
+    finally:
+        fidelity.ATTEMPTS = old
+    top = fidelity.RAMP_MBPS[-1]
+    return {"best": best, "trials": trials,
+            "capped": bool(best and best["rate_mbps_per_sender"] >= top)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.capacity", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-o", "--output", help="write the JSON here (default results/bench/)")
+    p.add_argument("--pmtus", default="1024,2048,4096")
+    p.add_argument("--attempts", type=int, default=2, help="tries per rate before the ramp "
+                   "stops (default 2)")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("the capacity benchmark brings up a real fabric: run as root", file=sys.stderr)
+        return 2
+    pmtus = sorted(int(x) for x in args.pmtus.split(","))
+    from testbed.shell.lab import Lab
+    from testbed.topologies import build
+
+    plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
+    pairs = _pairs(plan)
+    runs: dict[str, Any] = {}
+    with Lab(plan, mtu=MTU, log=lambda _m: None) as lab:
+        runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, "python", 1024, r),
+                                 args.attempts)
+        for pmtu in pmtus:
+            runs[f"new/{pmtu}"] = _ramp(
+                lambda r, pm=pmtu: _replay_trial(lab, plan, pairs, "native", pm, r),
+                args.attempts)
+            runs[f"ceiling/{pmtu}"] = _ramp(
+                lambda r, pm=pmtu: _trafgen_trial(lab, plan, pairs, pm, r, lab.workdir),
+                args.attempts)
+
+    def fig(key: str, what: str) -> float | None:
+        best = runs[key]["best"]
+        return best[what] if best else None
+
+    default = pmtus[-1]
+    result: dict[str, Any] = {
+        "fabric": "astral3 2x4, NIC 400 Mb/s, 8 cross-rail senders (3 switch hops), "
+                  f"MTU {MTU} on every interface",
+        "old_hop_pps": fig("old/1024", "hop_pps"),
+        "old_mbps": fig("old/1024", "delivered_mbps"),
+        "new_pmtu": default,
+        "new_hop_pps": fig(f"new/{default}", "hop_pps"),
+        "new_mbps": fig(f"new/{default}", "delivered_mbps"),
+        "ceiling_hop_pps": fig(f"ceiling/{default}", "hop_pps"),
+        "per_pmtu": {str(pm): {k: fig(f"{k}/{pm}", "hop_pps") for k in ("new", "ceiling")}
+                     | {f"{k}_mbps": fig(f"{k}/{pm}", "delivered_mbps")
+                        for k in ("new", "ceiling")} for pm in pmtus},
+        "cpu_s_at_best": {k: (v["best"] or {}).get("cpu_s") for k, v in runs.items()},
+        "capped": [k for k, v in runs.items() if v["capped"]],
+        "runs": runs,
+    }
+    old, new, ceil = result["old_mbps"], result["new_mbps"], result["ceiling_hop_pps"]
+    result["new_over_old_mbps"] = round(new / old, 2) if old and new else None
+    result["new_over_ceiling_hop_pps"] = (round(result["new_hop_pps"] / ceil, 2)
+                                          if ceil and result["new_hop_pps"] else None)
+    result["goals"] = {"new_over_old_mbps": GOAL_OLD, "new_over_ceiling_hop_pps": GOAL_CEILING}
+    path = write("capacity", result)
+    if args.output:
+        from controllers.plan import write_json_atomic
+
+        with open(path) as fh:
+            write_json_atomic(args.output, json.load(fh))
+        path = args.output
+    print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "cpu_s_at_best")},
+                     indent=1))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["main", "ROCE_PORT"]
