@@ -7,8 +7,10 @@ recomputed here from the plan's nodes and links, by code that shares nothing wit
 builders: switches by tier, links by kind, transceivers, their lanes, fibres, switch lanes,
 shuffle boxes, the most network switches on any GPU pair's shortest path (a search from
 every GPU to every other) and, where the halves are well defined, the bisection (a max-flow
-between the two halves of the servers). A sampled size the builder rejects must be
-rejected by the cost model too, and the other way round. Then: a parameter a design does
+between the two halves of the servers); four corners (one GPU, one server, one rail) are
+added to the draws. Every draw the builder rejects must be rejected by the cost model too,
+and at the radix of its fullest switch a size builds and counts while one lane less is
+refused by both. Then: a parameter a design does
 not read is an error naming it, through every way in; and the four cases that started it.
 """
 
@@ -56,7 +58,7 @@ GRID: dict[str, tuple[Any, ...]] = {
     "nic_gbps": (400.0, 400.0, 400.0, 200.0, 800.0, 300.0),
     "lane_gbps": (200.0, 200.0, 200.0, 100.0),
     "lanes_per_uplink": (1, 2, 2, 4, 4, 8),
-    "radix": (256, 256, 64, 24),
+    "radix": (256, 256, 256, 64, 32, 24, 16, 12, 8),
     "oversubscription": (1.0, 1.0, 2.0, 0.5, 4.0),
     "spines": (0, 0, 0, 1, 2, 4),
     "aggs_per_rail": (0, 0, 1, 2),
@@ -66,12 +68,10 @@ GRID: dict[str, tuple[Any, ...]] = {
 }
 #: buildable sizes per design the sample must reach (the issue asked for at least 30)
 SIZES = 40
-#: rejected sizes per design kept for the builds-iff-counts check
-REJECTED = 25
 
 
 def _sample(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Seeded draws until SIZES buildable ones; the first REJECTED refusals kept too."""
+    """Seeded draws until SIZES buildable ones, and every draw the builder refused."""
     topo = TOPOS[name]
     keys = [k for k in GRID if k in topo.options]
     rng = random.Random(f"counts-truth-{name}")
@@ -87,8 +87,7 @@ def _sample(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         try:
             topo.build(FabricSpec(**params))
         except ValueError:
-            if len(bad) < REJECTED:
-                bad.append(params)
+            bad.append(params)
             continue
         ok.append(params)
         if len(ok) == SIZES:
@@ -96,9 +95,19 @@ def _sample(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return ok, bad
 
 
+#: the corners a draw may miss: one GPU, one server, one block of one rail
+EDGES = [dict(servers=1, gpus=1, servers_per_block=1, lanes_per_uplink=2),
+         dict(servers=1, gpus=4, servers_per_block=1, lanes_per_uplink=2),
+         dict(servers=2, gpus=1, servers_per_block=2),
+         dict(servers=4, gpus=1, servers_per_block=2)]
+
+
+def _edges(name: str) -> list[dict[str, Any]]:
+    return [{k: v for k, v in p.items() if k in TOPOS[name].options} for p in EDGES]
+
+
 _SAMPLES = {name: _sample(name) for name in TOPOS}
-CASES = [(name, p) for name in TOPOS for p in _SAMPLES[name][0]]
-REFUSED = [(name, p) for name in TOPOS for p in _SAMPLES[name][1]]
+CASES = [(name, p) for name in TOPOS for p in _SAMPLES[name][0] + _edges(name)]
 
 
 def case_id(case: tuple[str, dict[str, Any]]) -> str:
@@ -317,7 +326,6 @@ def test_every_design_is_sampled_at_enough_sizes() -> None:
             spb = [(p["servers"] // p["servers_per_block"], p["gpus"]) for p in ok]
             assert {b == 1 for b, _ in spb} == {True, False}
             assert {g == 1 for _, g in spb} == {True, False}
-        assert bad, name
 
 
 @pytest.mark.parametrize("case", CASES, ids=map(case_id, CASES))
@@ -384,15 +392,47 @@ def test_enough_sizes_have_a_bisection_check() -> None:
         assert sum(1 for c in BISECTED if c[0] == name) >= 10, name
 
 
-@pytest.mark.parametrize("case", REFUSED, ids=map(case_id, REFUSED))
-def test_what_the_builder_refuses_the_cost_model_refuses(
-        case: tuple[str, dict[str, Any]]) -> None:
+@pytest.mark.parametrize("name", list(TOPOS))
+def test_what_the_builder_refuses_the_cost_model_refuses(name: str) -> None:
+    """Over every draw: the closed form refuses exactly the sizes the builder refuses."""
+    refused = _SAMPLES[name][1]
+    assert len(refused) >= 10, name
+    for params in refused:
+        with pytest.raises(ValueError):
+            TOPOS[name].build(FabricSpec(**params))
+        with pytest.raises(ValueError):
+            model_counts(name, FabricSpec(**params))
+
+
+def lanes_per_switch(w: Wiring) -> dict[str, float]:
+    """Lane-ports in use on each network switch, read off its links."""
+    lane_gbps = float(w.plan.params["lane_gbps"])
+    used = dict.fromkeys(w.network, 0.0)
+    for x in w.plan.links:
+        for end in (x.a, x.b):
+            if end in w.network:
+                used[end] += x.gbps / lane_gbps
+    return used
+
+
+@pytest.mark.parametrize("case", CASES, ids=map(case_id, CASES))
+def test_the_radix_rule_is_the_wiring_for_both(case: tuple[str, dict[str, Any]]) -> None:
+    """At the radix of the fullest switch (a fat-tree's k ports of NIC lanes) the size
+    builds and counts; one lane less, both refuse it, naming the radix."""
     name, params = case
-    with pytest.raises(ValueError) as built:
-        TOPOS[name].build(FabricSpec(**params))
-    with pytest.raises(ValueError) as counted:
-        model_counts(name, FabricSpec(**params))
-    assert str(built.value) and str(counted.value)
+    plan, w = wiring(name, params)
+    need = (plan.counts["k"] * recount(w)["nic_lanes"] if name == "fattree"
+            else max(lanes_per_switch(w).values()))
+    assert need == int(need)
+    at = {**params, "radix": int(need)}
+    assert TOPOS[name].build(FabricSpec(**at)).counts == TOPOS[name].build(
+        FabricSpec(**params)).counts
+    model_counts(name, FabricSpec(**at))
+    below = {**params, "radix": int(need) - 1}
+    with pytest.raises(ValueError, match="radix"):
+        TOPOS[name].build(FabricSpec(**below))
+    with pytest.raises(ValueError, match="radix"):
+        model_counts(name, FabricSpec(**below))
 
 
 # --- a parameter a design does not read is an error naming it ---------------------------------
