@@ -17,9 +17,11 @@ from testbed.topologies._base import (
     Fabric,
     FabricSpec,
     Infeasible,
+    bisection_gbps,
     check_blocks,
     check_common,
     check_radix,
+    check_spec,
     count_nic_lanes,
     count_radix,
     divisors,
@@ -27,6 +29,10 @@ from testbed.topologies._base import (
     rail_ip,
     whole,
 )
+
+#: the FabricSpec fields read beyond the common ones (servers, gpus, nic_gbps, lane_gbps,
+#: radix, scale); setting any other is an error naming it, not a silently ignored option
+OPTIONS = ("servers_per_block", "lanes_per_uplink", "oversubscription", "spines")
 
 
 def _rules(d: int, g: int, n: float, os_: float, L: int, radix: int, leaves: int,
@@ -70,9 +76,8 @@ def build(spec: FabricSpec, name: str = "leafspine") -> WiringPlan:
             k, r = p % spines, p // spines
             b.link(f"lf{leaf}", down + p + 1, f"spine{k}", leaf * per + r + 1, "uplink",
                    L * spec.lane_gbps)
-    counts = {"blocks": leaves, "leaves": leaves, "spines": spines, "shuffle_boxes": 0,
-              "optics": 2 * leaves * ports + 2 * spec.gpu_count,
-              "max_switch_hops": 3 if leaves > 1 else 1}
+    # optics and max_switch_hops are read off the links by the Builder
+    counts = {"blocks": leaves, "leaves": leaves, "spines": spines, "shuffle_boxes": 0}
     params = params_of(spec, "servers_per_block", "lane_gbps", "lanes_per_uplink", "radix",
                        "oversubscription")
     params["spines"] = spines
@@ -94,12 +99,16 @@ def _fabric(name: str, gpus: int, g: int, d: int, n: int, L: int, radix: int, os
         switch_lanes_capacity=(leaves + spines) * radix,
         optics=2 * gpus + 2 * uplinks, optic_lanes=2 * gpus * n + 2 * uplinks * L,
         fibers=2 * n * gpus + 2 * L * uplinks, shuffle_boxes=0,
-        max_switch_hops=3 if leaves > 1 else 1,
-        bisection_gbps=gpus * nic_gbps / 2 / (os_ if leaves > 1 else 1.0), nic_lanes=n)
+        max_switch_hops=3 if leaves > 1 else (1 if gpus > 1 else 0),
+        bisection_gbps=bisection_gbps(gpus, nic_gbps, os_, leaves), nic_lanes=n)
 
 
 def counts(spec: FabricSpec, name: str = "leafspine") -> Fabric:
     """Closed-form counts of exactly the plan ``build`` makes from ``spec``."""
+    check_spec(spec)
+    if spec.servers % spec.servers_per_block:
+        raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block="
+                         f"{spec.servers_per_block}")
     return _fabric(name, spec.gpu_count, spec.gpus, spec.servers_per_block,
                    count_nic_lanes(spec.nic_gbps, spec.lane_gbps), spec.lanes_per_uplink,
                    spec.radix, spec.oversubscription, spec.nic_gbps, spec.spines)

@@ -35,8 +35,8 @@ How each design grows past one structure (said in the row's ``notes``, never sil
 * ``fattree`` is the textbook k-ary fat-tree with the smallest k that holds the GPUs (as its
   builder), each switch k ports at NIC speed; infeasible when k NIC ports exceed the radix.
 
-Conventions (the counts are only as good as these; they match the builder's ``optics``
-count except where an astral3 shuffle box is part-full, which the builder undercounts):
+Conventions (the counts are only as good as these; the builder counts a plan's ``optics``
+from its links by the same ones, a part-full astral3 shuffle box included):
 
 * **Transceivers**: one module per port end. A NIC cable has one at the NIC and one at the
   leaf (``nic_gbps/lane_gbps`` lanes each); a multi-lane uplink port has one module of
@@ -52,8 +52,13 @@ count except where an astral3 shuffle box is part-full, which the builder underc
   the same in every design, and are not counted or priced.
 * **Bisection**: the capacity between two halves of the servers (servers kept whole, so
   NVLink relay inside a server is free), one direction: ``GPUs/2 x NIC rate /
-  oversubscription``. For a non-blocking design that is the NIC limit, the same for all four
-  designs; the difference between them is the path (``max_switch_hops``, NVLink relay).
+  oversubscription`` when the halves are in different blocks; with one block, or
+  oversubscription below 1 (uplinks beyond the NICs), the NIC limit ``GPUs/2 x NIC rate``.
+  For a non-blocking design that is the NIC limit, the same for all four designs; the
+  difference between them is the path (``max_switch_hops``, NVLink relay). Where the
+  halves split no block, it is the max-flow between them in the builder's plan (tested).
+* **Switch hops**: network switches on the worst GPU pair's shortest path (NVLink relay
+  not counted); the builder reads it off its plan's links, the model's closed form agrees.
 
 Published checks: ``two_tier_capacity`` (k^2/2 hosts per plane) and ``three_tier_capacity``
 (k^3/4) are tested against both the model and real plans; ``rail_only_reduction`` sets our
@@ -72,7 +77,6 @@ from typing import Any
 
 from testbed import topologies
 from testbed.topologies import CostSpec, Fabric, FabricSpec, Infeasible
-from testbed.topologies._base import count_nic_lanes
 
 #: every topology module (testbed/topologies/), in listing order
 DESIGNS = topologies.names()
@@ -87,7 +91,8 @@ CONVENTIONS = {
     "switch_lanes_used": "lane-ports in use on network switches; NVLink switches and NICs "
                          "are part of the server and not counted",
     "bisection": "GPUs/2 x NIC rate / oversubscription between halves of the servers "
-                 "(servers kept whole: NVLink relay inside a server is free)",
+                 "(servers kept whole: NVLink relay inside a server is free); the NIC limit "
+                 "GPUs/2 x NIC rate with one block or oversubscription below 1",
     "cost": "switch lanes x switch_port + switches x switch_box + modules x optic_module + "
             "module lanes x optic_lane + fibers x fiber + boxes x shuffle_box; all optical",
 }
@@ -139,11 +144,11 @@ def counts_for_spec(design: str, spec: FabricSpec) -> Fabric:
     Same defaults (``0`` = the builder's automatic choice) and the same ValueErrors for
     unbuildable specs, without enumerating anything, so the model and the emulator describe
     one fabric. Addressing limits of the emulator (<= 256 blocks, k <= 254) are not modelled.
-    The arithmetic is the design's own (``counts`` in ``testbed/topologies/<design>.py``).
+    The arithmetic and what is buildable are the design's own (``counts`` in
+    ``testbed/topologies/<design>.py``, which applies its builder's rules), and so is the
+    error for a parameter the design does not use.
     """
-    topo = _design(design)
-    count_nic_lanes(spec.nic_gbps, spec.lane_gbps)
-    return topo.counts(spec)
+    return _design(design).counts(spec)
 
 
 # --- way in 2: sized as a buyer would, at any scale ------------------------------------------

@@ -4,7 +4,9 @@ A topology's name is its module's name. The module holds the design's rules once
 builder (a ``FabricSpec`` in real units in, a ``WiringPlan`` out), its closed-form counts
 for the cost model (``counts``: the same fabric as the builder; ``size``: sized as a
 buyer would at any scale) and what the flow model needs (``BLOCKS``, ``BISECTION``, and
-``two_tier`` for the aggregate what-if). ``astral-lab topo``, ``up``, ``cost``, ``model``,
+``two_tier`` for the aggregate what-if), and ``OPTIONS``: the ``FabricSpec`` fields it reads
+beyond the common ones, so that any other field given a value other than its default is
+an error naming it instead of being ignored. ``astral-lab topo``, ``up``, ``cost``, ``model``,
 the ``mn --custom testbed/shell/mntopo.py`` file and the scenarios find topologies here, so a
 new design is a new file: copy the closest one under a new name and change its rules.
 
@@ -43,10 +45,12 @@ from types import ModuleType
 from controllers.plan import WiringPlan
 from controllers.plugins import discover
 from testbed.topologies._base import (  # noqa: F401  (re-exported: the package's vocabulary)
+    COMMON_OPTIONS,
     CostSpec,
     Fabric,
     FabricSpec,
     Infeasible,
+    check_options,
     fattree_k_for,
 )
 
@@ -75,14 +79,38 @@ class Topology:
         return bool(getattr(self.module, "BISECTION", False))
 
     @property
+    def options(self) -> tuple[str, ...]:
+        """The ``FabricSpec`` fields the design reads: the common ones and its ``OPTIONS``
+        (a module without ``OPTIONS`` is taken to read them all)."""
+        extra = getattr(self.module, "OPTIONS", None)
+        if extra is None:
+            return tuple(FabricSpec.field_names())
+        return tuple(f for f in FabricSpec.field_names()
+                     if f in COMMON_OPTIONS or f in extra)
+
+    def check(self, spec: FabricSpec) -> None:
+        """A ValueError naming any parameter set to other than its default that the
+        design does not read (it would be ignored, not built)."""
+        check_options(spec, self.name, self.options)
+
+    @property
     def two_tier(self) -> Callable[..., tuple[int, int, int]] | None:
         """The rules the flow model's aggregate what-if uses, if the design has them."""
-        return getattr(self.module, "two_tier", None)
+        rules = getattr(self.module, "two_tier", None)
+        if rules is None:
+            return None
+
+        def checked(spec: FabricSpec, *args: object, **kwargs: object) -> tuple[int, int, int]:
+            self.check(spec)
+            return rules(spec, *args, **kwargs)
+        return checked
 
     def build(self, spec: FabricSpec) -> WiringPlan:
+        self.check(spec)
         return self.module.build(spec, self.name)
 
     def counts(self, spec: FabricSpec) -> Fabric:
+        self.check(spec)
         return self.module.counts(spec, self.name)
 
     def size(self, gpus: int, spec: CostSpec) -> Fabric:

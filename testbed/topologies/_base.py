@@ -9,7 +9,8 @@ importing any design.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -57,7 +58,16 @@ class FabricSpec:
         return [f.name for f in fields(cls)]
 
 
-def check_common(spec: FabricSpec) -> None:
+#: tiers inside a server (the NVLink domain): not network switches, and never transit
+IN_SERVER_TIERS = frozenset({"nvswitch"})
+#: link kinds inside a server: no transceivers
+IN_SERVER_KINDS = frozenset({"nvlink"})
+#: the FabricSpec fields every design reads; a module's ``OPTIONS`` names the rest it reads
+COMMON_OPTIONS = ("servers", "gpus", "nic_gbps", "lane_gbps", "radix", "scale")
+
+
+def check_spec(spec: FabricSpec) -> None:
+    """What no fabric could have, for the builder and the closed-form counts alike."""
     positive(spec, "servers", "gpus", "servers_per_block", "lanes_per_uplink", "radix")
     for name in ("nic_gbps", "lane_gbps", "nvlink_gbps", "scale", "oversubscription"):
         if getattr(spec, name) <= 0:
@@ -65,8 +75,33 @@ def check_common(spec: FabricSpec) -> None:
     for name in ("spines", "aggs_per_rail", "cores", "k"):
         if getattr(spec, name) < 0:
             raise ValueError(f"{name} must be >= 0 (got {getattr(spec, name)}; 0 means auto)")
+    # a port is a whole number of SerDes lanes: switch lanes, optics and fibres count them
+    count_nic_lanes(spec.nic_gbps, spec.lane_gbps)
+
+
+def check_common(spec: FabricSpec) -> None:
+    """``check_spec`` plus the emulator's addressing limit on GPUs per server."""
+    check_spec(spec)
     if spec.gpus > 255:
         raise ValueError(f"gpus must be <= 255 per server (got {spec.gpus})")
+
+
+def check_options(spec: FabricSpec, design: str, options: Iterable[str]) -> None:
+    """Refuse a parameter the design does not read, rather than build something else.
+
+    Only a value other than ``FabricSpec``'s default counts as given: the CLI verbs and the
+    flow model pass every field, so a default says nothing about what the user asked for.
+    """
+    used = set(COMMON_OPTIONS) | set(options)
+    defaults = FabricSpec()
+    unused = [f for f in FabricSpec.field_names()
+              if f not in used and getattr(spec, f) != getattr(defaults, f)]
+    if unused:
+        given = ", ".join(f"{f}={getattr(spec, f):g}" for f in unused)
+        reads = ", ".join(f for f in FabricSpec.field_names() if f in used)
+        raise ValueError(f"{design} does not use {given}; leave "
+                         f"{'it' if len(unused) == 1 else 'them'} unset ({design} reads "
+                         f"{reads})")
 
 
 def check_blocks(spec: FabricSpec) -> None:
@@ -107,8 +142,8 @@ def leaf_uplink_lanes(spec: FabricSpec) -> int:
     return lanes
 
 
-def nic_lanes(spec: FabricSpec) -> float:
-    return spec.nic_gbps / spec.lane_gbps
+def nic_lanes(spec: FabricSpec) -> int:
+    return count_nic_lanes(spec.nic_gbps, spec.lane_gbps)
 
 
 def check_radix(spec: FabricSpec, what: str, lanes_used: float) -> None:
@@ -147,6 +182,11 @@ class Builder:
     def plan(self, params: dict[str, object], counts: dict[str, object],
              shuffle: dict[str, object] | None = None, notes: list[str] | None = None
              ) -> WiringPlan:
+        """The plan, with the counts every design shares read off its nodes and links.
+
+        ``optics`` and ``max_switch_hops`` come from the wiring, not from the design's
+        rules, so a design cannot claim what it did not wire; ``counts`` adds the rest.
+        """
         tiers: dict[str, int] = {}
         for n in self.nodes:
             if n.kind == "switch":
@@ -163,11 +203,88 @@ class Builder:
             "links_per_kind": kinds,
         }
         base.update(counts)
+        base["optics"] = count_optics(self.links)
+        base["max_switch_hops"] = max_switch_hops(self.nodes, self.links)
         plan = WiringPlan(topology=self.topology, params=params, scale=self.spec.scale,
                           nodes=self.nodes, links=self.links, counts=base, shuffle=shuffle,
                           notes=notes or [])
         plan.validate()
         return plan
+
+
+def count_optics(links: Iterable[Link]) -> int:
+    """Transceiver modules, by the cost model's convention: one at each end of a cable;
+    a shuffled lane shares its leaf's uplink-port module and its box output's trunk
+    module with the other lanes there (a part-full box still has all its outputs); none
+    inside a server."""
+    cables = 0
+    ports: set[tuple[str, object]] = set()
+    trunks: set[tuple[object, object]] = set()
+    for x in links:
+        if x.kind in IN_SERVER_KINDS:
+            continue
+        if x.kind == "lane":
+            ports.add((x.a, x.info["uplink"]))
+            trunks.add((x.info["box"], x.info["box_out"]))
+        else:
+            cables += 2
+    return cables + len(ports) + len(trunks)
+
+
+def max_switch_hops(nodes: Iterable[Node], links: Iterable[Link]) -> int:
+    """The most network switches on any GPU pair's shortest path; 0 without a pair.
+
+    In-server switches (NVLink) are neither counted nor crossed, except the two GPUs' own,
+    as the controller routes. Switches with the same neighbours are equally far from
+    everything else, so one search per such group is enough (one for all astral3 leaves).
+    """
+    byname = {n.name: n for n in nodes}
+    net: dict[str, set[str]] = {n: set() for n, x in byname.items()
+                                if x.kind == "switch" and x.tier not in IN_SERVER_TIERS}
+    inner: dict[str, set[str]] = {n: set() for n, x in byname.items()
+                                  if x.kind == "switch" and n not in net}
+    hosts_at: dict[str, int] = {}
+    for x in links:
+        a, b = byname[x.a], byname[x.b]
+        if a.kind == "host" or b.kind == "host":
+            sw = b.name if a.kind == "host" else a.name
+            hosts_at[sw] = hosts_at.get(sw, 0) + 1
+        elif a.name in net and b.name in net:
+            net[a.name].add(b.name)
+            net[b.name].add(a.name)
+        elif a.name in net or b.name in net:
+            inside, outside = (a.name, b.name) if a.name in inner else (b.name, a.name)
+            inner[inside].add(outside)
+    # where a GPU enters the network: its switch, or every network switch next to its
+    # in-server switch
+    entry = {t: {t} if t in net else inner[t] for t in hosts_at}
+    next_to_inner: dict[str, set[str]] = {}
+    for t, outs in inner.items():
+        for o in outs:
+            next_to_inner.setdefault(o, set()).add(t)
+    groups: dict[tuple[object, ...], str] = {}
+    for t in hosts_at:
+        key = (("net", frozenset(net[t]), frozenset(next_to_inner.get(t, ())))
+               if t in net else ("inner", frozenset(entry[t])))
+        groups.setdefault(key, t)
+    hops = max((1 if t in net else 0 for t, c in hosts_at.items() if c > 1), default=0)
+    for r in groups.values():
+        dist = {s: 0 for s in entry[r]}
+        queue = deque(dist)
+        while queue:
+            s = queue.popleft()
+            for o in net[s]:
+                if o not in dist:
+                    dist[o] = dist[s] + 1
+                    queue.append(o)
+        for t in hosts_at:
+            if t == r:
+                continue
+            d = min((dist[b] for b in entry[t] if b in dist), default=None)
+            if d is None:
+                raise ValueError(f"no path between the GPUs on {r} and those on {t}")
+            hops = max(hops, d + 1)
+    return hops
 
 
 def rail_ip(block: int, rail: int, server_in_block: int) -> str:
@@ -273,6 +390,14 @@ def count_nic_lanes(nic_gbps: float, lane_gbps: float) -> int:
         raise ValueError(f"nic_gbps={nic_gbps:g} must be a whole number (>= 1) of "
                          f"lane_gbps={lane_gbps:g} lanes")
     return round(n)
+
+
+def bisection_gbps(gpus: int, nic_gbps: float, os_: float, blocks: int) -> float:
+    """One way between two halves of the servers: half the NICs' rate, cut by the
+    oversubscription only when the halves are in different blocks (in one block every
+    GPU's peer on its rail is one leaf away); uplinks beyond the NICs (oversubscription
+    below 1) add nothing."""
+    return gpus * nic_gbps / 2 / (max(os_, 1.0) if blocks > 1 else 1.0)
 
 
 def whole(x: float) -> int | None:

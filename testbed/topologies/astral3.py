@@ -17,9 +17,11 @@ from testbed.topologies._base import (
     FabricSpec,
     Infeasible,
     add_rail_hosts,
+    bisection_gbps,
     check_blocks,
     check_common,
     check_radix,
+    check_spec,
     count_nic_lanes,
     count_radix,
     divisors,
@@ -31,6 +33,8 @@ from testbed.topologies._base import (
     uplink_lanes,
 )
 
+#: the FabricSpec fields read beyond the common ones (any other set is an error)
+OPTIONS = ("servers_per_block", "lanes_per_uplink", "oversubscription", "spines")
 #: servers are grouped into blocks whose NIC i shares leaf i (the flow model fills leaves)
 BLOCKS = True
 #: the flow model's bisection bound between the two halves of the blocks applies
@@ -41,8 +45,9 @@ def two_tier(spec: FabricSpec, emulated: bool = False) -> tuple[int, int, int]:
     """The design's rules on a spec: (uplink lanes per leaf, spines, leaves), or the
     ValueError the builder gives. ``emulated=False`` leaves out the emulator's addressing
     limits, which is what lets the flow model's 64K-GPU what-if use the same rules."""
-    check_common(spec)
+    check_spec(spec)
     if emulated:
+        check_common(spec)
         check_blocks(spec)
     elif spec.servers % spec.servers_per_block:
         raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block="
@@ -86,10 +91,6 @@ def build(spec: FabricSpec, name: str = "astral3") -> WiringPlan:
         "uplink_ports_per_leaf": uplinks,
         "lanes": len(shuffle.table),
         "shuffle_boxes": shuffle.boxes,
-        # one multi-lane module per leaf uplink port and one per spine-side trunk (same count)
-        # plus both ends of every NIC cable
-        "optics": 2 * leaves * uplinks + 2 * spec.gpu_count,
-        "max_switch_hops": 3 if leaves > 1 else 1,
         "spines_reached_per_leaf": spines,
         "spines_reached_without_shuffle": shuffle.spines_reached_without_shuffle(),
     }
@@ -134,23 +135,20 @@ def _fabric(name: str, gpus: int, g: int, d: int, n: int, lanes_per_uplink: int,
         optic_lanes=2 * gpus * n + leaves * ports * L + trunks * L,
         fibers=2 * n * gpus + 2 * lanes + 2 * L * trunks,
         shuffle_boxes=boxes,
-        max_switch_hops=3 if leaves_g > 1 else 1,
-        bisection_gbps=gpus * nic_gbps / 2 / (os_ if leaves > 1 else 1.0),
+        max_switch_hops=3 if leaves_g > 1 else (1 if gpus > 1 else 0),
+        bisection_gbps=bisection_gbps(gpus, nic_gbps, os_, blocks),
         nic_lanes=n,
     )
 
 
 def counts(spec: FabricSpec, name: str = "astral3") -> Fabric:
-    """Closed-form counts of exactly the plan ``build`` makes from ``spec``."""
-    n = count_nic_lanes(spec.nic_gbps, spec.lane_gbps)
-    if spec.servers % spec.servers_per_block:
-        raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block="
-                         f"{spec.servers_per_block}")
-    up = uplink_lanes(spec.servers_per_block, n, spec.oversubscription, spec.lanes_per_uplink)
-    return _fabric(name, spec.gpu_count, spec.gpus, spec.servers_per_block, n=n,
-                   lanes_per_uplink=spec.lanes_per_uplink, radix=spec.radix,
-                   os_=spec.oversubscription, nic_gbps=spec.nic_gbps,
-                   spines=spec.spines or up)
+    """Closed-form counts of exactly the plan ``build`` makes from ``spec``; the builder's
+    own rules (``two_tier``) decide what is buildable, so the two cannot disagree."""
+    _up, spines, _leaves = two_tier(spec)
+    return _fabric(name, spec.gpu_count, spec.gpus, spec.servers_per_block,
+                   n=nic_lanes(spec), lanes_per_uplink=spec.lanes_per_uplink,
+                   radix=spec.radix, os_=spec.oversubscription, nic_gbps=spec.nic_gbps,
+                   spines=spines)
 
 
 def size(gpus: int, spec: CostSpec, name: str = "astral3") -> Fabric:

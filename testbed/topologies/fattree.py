@@ -15,6 +15,7 @@ from testbed.topologies._base import (
     Infeasible,
     check_common,
     check_radix,
+    check_spec,
     count_nic_lanes,
     count_radix,
     fattree_k_for,
@@ -22,23 +23,36 @@ from testbed.topologies._base import (
     params_of,
 )
 
+#: the FabricSpec fields read beyond the common ones: a textbook fat-tree is 1:1, has no
+#: blocks, and its links run at NIC speed, so any other field set is an error
+OPTIONS = ("k",)
 #: hosts hang off edge switches by index, not in rail-aligned blocks
 BLOCKS = False
 BISECTION = False
 
 
-def build(spec: FabricSpec, name: str = "fattree") -> WiringPlan:
-    """The wiring plan: k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 cores."""
-    check_common(spec)
+def rules(spec: FabricSpec, emulated: bool = True) -> int:
+    """The design's rules on a spec: its arity k, or the ValueError saying why not.
+    ``emulated=False`` (the cost model) leaves out the emulator's addressing limits."""
+    if emulated:
+        check_common(spec)
+    else:
+        check_spec(spec)
     k = spec.k or fattree_k_for(spec.gpu_count)
     if k < 2 or k % 2:
         raise ValueError(f"k must be an even number >= 2 (got {k})")
     if k ** 3 // 4 < spec.gpu_count:
         raise ValueError(f"k={k} fat-tree holds {k ** 3 // 4} hosts, fewer than the "
                          f"{spec.gpu_count} GPUs requested; raise k or use 0 for auto")
-    if k > 254:
+    if emulated and k > 254:
         raise ValueError(f"k must be <= 254 to keep addresses readable (got {k})")
     check_radix(spec, "fat-tree switch", k * nic_lanes(spec))
+    return k
+
+
+def build(spec: FabricSpec, name: str = "fattree") -> WiringPlan:
+    """The wiring plan: k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 cores."""
+    k = rules(spec)
     half = k // 2
     b = Builder(spec, name)
     nic = spec.nic_gbps
@@ -68,8 +82,6 @@ def build(spec: FabricSpec, name: str = "fattree") -> WiringPlan:
         "pods": k,
         "pods_with_gpus": used_pods,
         "shuffle_boxes": 0,
-        "optics": 2 * len([x for x in b.links if x.kind == "uplink"]) + 2 * spec.gpu_count,
-        "max_switch_hops": 5 if spec.gpu_count > per_pod else (3 if spec.gpu_count > half else 1),
     }
     params = params_of(spec, "lane_gbps", "radix")
     params["k"] = k
@@ -100,17 +112,20 @@ def _fabric(name: str, gpus: int, g: int, n: int, radix: int, nic_gbps: float, k
         optic_lanes=2 * n * (gpus + uplinks),
         fibers=2 * n * (gpus + uplinks),
         shuffle_boxes=0,
-        max_switch_hops=5 if gpus > per_pod else (3 if gpus > half else 1),
+        # GPUs fill edge switches in order: across pods, within one pod, on one edge
+        max_switch_hops=(5 if gpus > per_pod else 3 if gpus > half
+                         else 1 if gpus > 1 else 0),
         bisection_gbps=min(gpus / 2, k ** 3 / 8) * nic_gbps,
         nic_lanes=n,
     )
 
 
 def counts(spec: FabricSpec, name: str = "fattree") -> Fabric:
-    """Closed-form counts of exactly the plan ``build`` makes from ``spec``."""
-    n = count_nic_lanes(spec.nic_gbps, spec.lane_gbps)
-    k = spec.k or fattree_k_for(spec.gpu_count)
-    return _fabric(name, spec.gpu_count, spec.gpus, n, spec.radix, spec.nic_gbps, k)
+    """Closed-form counts of exactly the plan ``build`` makes from ``spec``; the builder's
+    own rules decide what is buildable, so the two cannot disagree."""
+    k = rules(spec, emulated=False)
+    return _fabric(name, spec.gpu_count, spec.gpus, nic_lanes(spec), spec.radix,
+                   spec.nic_gbps, k)
 
 
 def size(gpus: int, spec: CostSpec, name: str = "fattree") -> Fabric:
@@ -125,6 +140,14 @@ def size(gpus: int, spec: CostSpec, name: str = "fattree") -> Fabric:
     if k * n < R:
         fab.notes.append(f"k={k}: switches of {k} x {spec.nic_gbps:g}G ({k * n} lanes), "
                          f"smaller than the {R}-lane radix")
+    # the cost table compares designs on one CostSpec, so what a fat-tree cannot use is
+    # said in its row rather than refused
     if spec.oversubscription != 1:
         fab.notes.append("built 1:1 (textbook); oversubscription not applied")
+    if spec.servers_per_block:
+        fab.notes.append("no blocks (NICs fill edge switches in order); servers_per_block "
+                         "not applied")
+    if spec.lanes_per_uplink != CostSpec().lanes_per_uplink:
+        fab.notes.append(f"every link at NIC speed ({spec.nic_gbps:g}G); lanes_per_uplink "
+                         "not applied")
     return fab

@@ -16,9 +16,11 @@ from testbed.topologies._base import (
     FabricSpec,
     Infeasible,
     add_rail_hosts,
+    bisection_gbps,
     check_blocks,
     check_common,
     check_radix,
+    check_spec,
     count_nic_lanes,
     count_radix,
     divisors,
@@ -30,30 +32,49 @@ from testbed.topologies._base import (
     uplink_lanes,
 )
 
+#: the FabricSpec fields read beyond the common ones (any other set is an error)
+OPTIONS = ("servers_per_block", "lanes_per_uplink", "oversubscription", "aggs_per_rail", "cores")
 BLOCKS = True
 BISECTION = False
 
 
-def build(spec: FabricSpec, name: str = "rail3") -> WiringPlan:
-    """The wiring plan: rail ToRs, aggregation switches per rail, cores."""
-    check_common(spec)
-    check_blocks(spec)
+def rules(spec: FabricSpec, emulated: bool = True) -> tuple[int, int, int]:
+    """The design's rules on a spec: (uplink ports per ToR, aggs per rail, cores), or the
+    ValueError saying why not. ``emulated=False`` (the cost model) leaves out the
+    emulator's addressing limits."""
+    if emulated:
+        check_common(spec)
+        check_blocks(spec)
+    else:
+        check_spec(spec)
+        if spec.servers % spec.servers_per_block:
+            raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block="
+                             f"{spec.servers_per_block}")
     up_lanes = leaf_uplink_lanes(spec)
     L = spec.lanes_per_uplink
     tor_ports = up_lanes // L
     aggs = spec.aggs_per_rail or tor_ports
     if tor_ports % aggs:
         raise ValueError(f"aggs_per_rail={aggs} must divide the {tor_ports} uplink ports of a ToR")
-    per_tor_agg = tor_ports // aggs
-    agg_down = spec.blocks * per_tor_agg
+    agg_down = spec.blocks * (tor_ports // aggs)
     agg_up = agg_down  # 1:1 above the ToR
     cores = spec.cores or agg_up
     if agg_up % cores:
         raise ValueError(f"cores={cores} must divide the {agg_up} uplink ports of an agg switch")
-    per_agg_core = agg_up // cores
     check_radix(spec, "ToR", spec.servers_per_block * nic_lanes(spec) + up_lanes)
     check_radix(spec, "aggregation switch", (agg_down + agg_up) * L)
-    check_radix(spec, "core switch", spec.gpus * aggs * per_agg_core * L)
+    check_radix(spec, "core switch", spec.gpus * aggs * (agg_up // cores) * L)
+    return tor_ports, aggs, cores
+
+
+def build(spec: FabricSpec, name: str = "rail3") -> WiringPlan:
+    """The wiring plan: rail ToRs, aggregation switches per rail, cores."""
+    tor_ports, aggs, cores = rules(spec)
+    L = spec.lanes_per_uplink
+    per_tor_agg = tor_ports // aggs
+    agg_down = spec.blocks * per_tor_agg
+    agg_up = agg_down  # 1:1 above the ToR
+    per_agg_core = agg_up // cores
 
     b = Builder(spec, name)
     add_rail_hosts(b, spec, lambda blk, r: f"tor{blk}r{r}", "tor")
@@ -82,8 +103,6 @@ def build(spec: FabricSpec, name: str = "rail3") -> WiringPlan:
         "aggs": spec.gpus * aggs,
         "cores": cores,
         "shuffle_boxes": 0,
-        "optics": 2 * len([x for x in b.links if x.kind == "uplink"]) + 2 * spec.gpu_count,
-        "max_switch_hops": 5,
     }
     params = params_of(spec, "servers_per_block", "lane_gbps", "lanes_per_uplink", "radix",
                        "oversubscription")
@@ -134,30 +153,22 @@ def _fabric(name: str, gpus: int, g: int, d: int, n: int, lanes_per_uplink: int,
         optic_lanes=2 * gpus * n + 2 * uplinks * L,
         fibers=2 * n * gpus + 2 * L * uplinks,
         shuffle_boxes=0,
-        max_switch_hops=5,
-        bisection_gbps=gpus * nic_gbps / 2 / os_,
+        # cross-rail or cross-pod: ToR-agg-core-agg-ToR; one rail: ToR-agg-ToR
+        max_switch_hops=(5 if g > 1 or pods > 1 else 3 if blocks > 1
+                         else 1 if gpus > 1 else 0),
+        bisection_gbps=bisection_gbps(gpus, nic_gbps, os_, blocks),
         nic_lanes=n,
     )
 
 
 def counts(spec: FabricSpec, name: str = "rail3") -> Fabric:
-    """Closed-form counts of exactly the plan ``build`` makes from ``spec``."""
-    n = count_nic_lanes(spec.nic_gbps, spec.lane_gbps)
-    d = spec.servers_per_block
-    if spec.servers % d:
-        raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block={d}")
-    blocks = spec.servers // d
-    ports = uplink_lanes(d, n, spec.oversubscription, spec.lanes_per_uplink)
-    ports //= spec.lanes_per_uplink
-    aggs = spec.aggs_per_rail or ports
-    if ports % aggs:
-        raise ValueError(f"aggs_per_rail={aggs} must divide the {ports} uplink ports of a "
-                         "ToR")
-    agg_up = blocks * (ports // aggs)
-    return _fabric(name, spec.gpu_count, spec.gpus, d, n=n,
-                   lanes_per_uplink=spec.lanes_per_uplink, radix=spec.radix,
-                   os_=spec.oversubscription, nic_gbps=spec.nic_gbps, aggs=aggs,
-                   cores_per_group=spec.cores or agg_up)
+    """Closed-form counts of exactly the plan ``build`` makes from ``spec``; the builder's
+    own rules decide what is buildable, so the two cannot disagree."""
+    _ports, aggs, cores = rules(spec, emulated=False)
+    return _fabric(name, spec.gpu_count, spec.gpus, spec.servers_per_block,
+                   n=nic_lanes(spec), lanes_per_uplink=spec.lanes_per_uplink,
+                   radix=spec.radix, os_=spec.oversubscription, nic_gbps=spec.nic_gbps,
+                   aggs=aggs, cores_per_group=cores)
 
 
 def size(gpus: int, spec: CostSpec, name: str = "rail3") -> Fabric:

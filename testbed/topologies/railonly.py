@@ -16,9 +16,11 @@ from testbed.topologies._base import (
     Fabric,
     FabricSpec,
     Infeasible,
+    bisection_gbps,
     check_blocks,
     check_common,
     check_radix,
+    check_spec,
     count_nic_lanes,
     count_radix,
     fill_leaf,
@@ -30,14 +32,45 @@ from testbed.topologies._base import (
     uplink_lanes,
 )
 
+#: the FabricSpec fields read beyond the common ones (any other set is an error)
+OPTIONS = ("servers_per_block", "lanes_per_uplink", "oversubscription", "spines",
+           "nvlink_gbps")
 BLOCKS = True
 BISECTION = False
 
 
+def rules(spec: FabricSpec, emulated: bool = True) -> int:
+    """The design's rules on a spec: rail spines per rail (0 with one block: a rail is
+    one leaf), or the ValueError saying why not. ``emulated=False`` (the cost model)
+    leaves out the emulator's addressing limits."""
+    if emulated:
+        check_common(spec)
+        check_blocks(spec)
+    else:
+        check_spec(spec)
+        if spec.servers % spec.servers_per_block:
+            raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block="
+                             f"{spec.servers_per_block}")
+    if spec.blocks == 1:
+        if spec.spines:
+            raise ValueError(f"spines={spec.spines}: with one block a rail is one leaf and "
+                             "railonly has no spines; leave spines unset")
+        check_radix(spec, "rail leaf", spec.servers_per_block * nic_lanes(spec))
+        return 0
+    up_lanes = leaf_uplink_lanes(spec)
+    leaf_ports = up_lanes // spec.lanes_per_uplink
+    spines = spec.spines or leaf_ports
+    if leaf_ports % spines:
+        raise ValueError(f"spines={spines} must divide the {leaf_ports} uplink ports of a "
+                         "rail leaf")
+    check_radix(spec, "rail leaf", spec.servers_per_block * nic_lanes(spec) + up_lanes)
+    check_radix(spec, "rail spine", spec.blocks * (leaf_ports // spines) * spec.lanes_per_uplink)
+    return spines
+
+
 def build(spec: FabricSpec, name: str = "railonly") -> WiringPlan:
     """The wiring plan: per-server NVLink switches, rail leaves, per-rail spines."""
-    check_common(spec)
-    check_blocks(spec)
+    spines = rules(spec)
     L = spec.lanes_per_uplink
     b = Builder(spec, name)
     nic = spec.nic_gbps
@@ -54,17 +87,9 @@ def build(spec: FabricSpec, name: str = "railonly") -> WiringPlan:
                        server_in_block=sib)
             b.link(h, 0, f"nvs{server}", gpu + 1, "nvlink", spec.nvlink_gbps)
             b.link(f"nvs{server}", spec.gpus + gpu + 1, f"lf{block}r{gpu}", sib + 1, "nic", nic)
-    spines = 0
-    if spec.blocks > 1:
-        up_lanes = leaf_uplink_lanes(spec)
-        leaf_ports = up_lanes // L
-        spines = spec.spines or leaf_ports
-        if leaf_ports % spines:
-            raise ValueError(f"spines={spines} must divide the {leaf_ports} uplink ports of a "
-                             "rail leaf")
+    if spines:
+        leaf_ports = leaf_uplink_lanes(spec) // L
         per = leaf_ports // spines
-        check_radix(spec, "rail leaf", spec.servers_per_block * nic_lanes(spec) + up_lanes)
-        check_radix(spec, "rail spine", spec.blocks * per * L)
         for rail in range(spec.gpus):
             for k in range(spines):
                 b.switch(f"rsp{rail}x{k}", "spine", 3, rail, k, rail=rail, index=k)
@@ -73,16 +98,12 @@ def build(spec: FabricSpec, name: str = "railonly") -> WiringPlan:
                     k, r = p % spines, p // spines
                     b.link(f"lf{block}r{rail}", spec.servers_per_block + p + 1, f"rsp{rail}x{k}",
                            block * per + r + 1, "uplink", L * spec.lane_gbps)
-    else:
-        check_radix(spec, "rail leaf", spec.servers_per_block * nic_lanes(spec))
     counts = {
         "blocks": spec.blocks,
         "leaves": spec.blocks * spec.gpus,
         "spines": spines * spec.gpus,
         "nvswitches": spec.servers,
         "shuffle_boxes": 0,
-        "optics": 2 * len([x for x in b.links if x.kind == "uplink"]) + 2 * spec.gpu_count,
-        "max_switch_hops": 3 if spines else 1,  # network switches; NVLink relay not counted
     }
     params = params_of(spec, "servers_per_block", "lane_gbps", "lanes_per_uplink", "radix",
                        "oversubscription", "nvlink_gbps")
@@ -130,26 +151,22 @@ def _fabric(name: str, gpus: int, g: int, d: int, n: int, lanes_per_uplink: int,
         optic_lanes=2 * gpus * n + 2 * uplinks * L,
         fibers=2 * n * gpus + 2 * L * uplinks,
         shuffle_boxes=0,
-        max_switch_hops=3 if spines else 1,
-        bisection_gbps=gpus * nic_gbps / 2 / (os_ if blocks > 1 else 1.0),
+        # network switches (the NVLink relay is not one): leaf-spine-leaf, one leaf, or
+        # none when every GPU is in one server
+        max_switch_hops=3 if spines else (1 if servers > 1 else 0),
+        bisection_gbps=bisection_gbps(gpus, nic_gbps, os_, blocks),
         nic_lanes=n,
         notes=["cross-rail traffic relays over NVLink inside the server (NVSwitch not priced)"],
     )
 
 
 def counts(spec: FabricSpec, name: str = "railonly") -> Fabric:
-    """Closed-form counts of exactly the plan ``build`` makes from ``spec``."""
-    n = count_nic_lanes(spec.nic_gbps, spec.lane_gbps)
-    d = spec.servers_per_block
-    if spec.servers % d:
-        raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block={d}")
-    spines = 0
-    if spec.servers // d > 1:
-        up = uplink_lanes(d, n, spec.oversubscription, spec.lanes_per_uplink)
-        spines = spec.spines or up // spec.lanes_per_uplink
-    return _fabric(name, spec.gpu_count, spec.gpus, d, n=n,
-                   lanes_per_uplink=spec.lanes_per_uplink, radix=spec.radix,
-                   os_=spec.oversubscription, nic_gbps=spec.nic_gbps, spines=spines)
+    """Closed-form counts of exactly the plan ``build`` makes from ``spec``; the builder's
+    own rules decide what is buildable, so the two cannot disagree."""
+    return _fabric(name, spec.gpu_count, spec.gpus, spec.servers_per_block,
+                   n=nic_lanes(spec), lanes_per_uplink=spec.lanes_per_uplink,
+                   radix=spec.radix, os_=spec.oversubscription, nic_gbps=spec.nic_gbps,
+                   spines=rules(spec, emulated=False))
 
 
 def size(gpus: int, spec: CostSpec, name: str = "railonly") -> Fabric:
