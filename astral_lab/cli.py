@@ -86,7 +86,8 @@ def _lab_from_args(args: argparse.Namespace) -> Any:
     from testbed.shell.cluster import make_lab
 
     plan = build(args.topology, **_spec_params(args))
-    return make_lab(plan, args.cluster, tunnel=args.tunnel, datapath=args.datapath, lb=args.lb)
+    return make_lab(plan, args.cluster, tunnel=args.tunnel, datapath=args.datapath, lb=args.lb,
+                    pmtu=args.pmtu)
 
 
 def _print_bringup(lab: Any) -> None:
@@ -157,6 +158,15 @@ def cmd_policies(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_pmtu_option(p: argparse.ArgumentParser) -> None:
+    """``--pmtu``: the RoCE path MTU of every replay (each interface's MTU follows)."""
+    from testbed.shell.lab import LAB_PMTU
+
+    p.add_argument("--pmtu", type=int, default=LAB_PMTU, choices=(1024, 2048, 4096),
+                   help=f"RoCE path MTU in bytes (default {LAB_PMTU}: every emulated "
+                   "interface gets an MTU that carries it; 1024 keeps Ethernet's 1,500)")
+
+
 def _run_parser(name: str) -> argparse.ArgumentParser:
     from scenarios.base import get
 
@@ -168,6 +178,7 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="run even when the fidelity guard says the run would be CPU-bound")
     p.add_argument("-o", "--output", help="results folder (default results/<time>-<name>/)")
+    add_pmtu_option(p)
     add_cluster_option(p)
     for prm in sc.params:
         quick = f" [{prm.quick}]" if prm.quick is not None else ""
@@ -192,7 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         result = sc(quick=opts.quick, output=opts.output, force=opts.force,
-                    cluster=opts.cluster, tunnel=opts.tunnel, **overrides)
+                    cluster=opts.cluster, tunnel=opts.tunnel, pmtu=opts.pmtu, **overrides)
     except KeyboardInterrupt as exc:
         where = "; ".join(getattr(exc, "__notes__", [])) or \
             f"partial results kept in {RESULTS}/*-{args.scenario}.partial/"
@@ -248,6 +259,7 @@ def parser() -> argparse.ArgumentParser:
     u = sub.add_parser("up", help="bring a fabric up under the controller; open the Mininet CLI")
     u.add_argument("topology", choices=topologies.names())
     u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
+    add_pmtu_option(u)
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
     u.add_argument("--lb", default="ecmp", choices=policies.names(controller=True),

@@ -35,9 +35,8 @@ from typing import Any
 from benchmarks.common import write
 from controllers.flows import ROCE_PORT
 from scenarios import fidelity
-from traffic.roce import MAX_OVERHEAD, OP_WRITE_MIDDLE, Endpoints, FrameBuilder, frame_len
+from traffic.roce import OP_WRITE_MIDDLE, Endpoints, FrameBuilder, frame_len, mtu_for
 
-MTU = 4096 + MAX_OVERHEAD + 30  # every interface: room for pmtu 4096
 GOAL_OLD = 4.0
 GOAL_CEILING = 0.8
 
@@ -236,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
     pairs = _pairs(plan)
     runs: dict[str, Any] = {}
-    with Lab(plan, mtu=MTU, log=lambda _m: None) as lab:
+    with Lab(plan, pmtu=4096, log=lambda _m: None) as lab:
         runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, "python", 1024, r),
                                  args.attempts)
         for pmtu in pmtus:
@@ -254,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     default = pmtus[-1]
     result: dict[str, Any] = {
         "fabric": "astral3 2x4, NIC 400 Mb/s, 8 cross-rail senders (3 switch hops), "
-                  f"MTU {MTU} on every interface",
+                  f"MTU {mtu_for(4096)} on every interface",
         "old_hop_pps": fig("old/1024", "hop_pps"),
         "old_mbps": fig("old/1024", "delivered_mbps"),
         "new_pmtu": default,

@@ -144,13 +144,22 @@ class Run:
     def __init__(self, sc: Scenario, params: dict[str, Any], quick: bool,
                  output: str | None = None, log: Callable[[str], None] | None = None,
                  force: bool = False, cluster: list[str] | None = None,
-                 tunnel: str = "gre") -> None:
+                 tunnel: str = "gre", pmtu: int | None = None) -> None:
+        from testbed.shell.lab import LAB_PMTU
+        from traffic.roce import largest_roce_pmtu, mtu_for
+
+        mtu_for(pmtu or LAB_PMTU)  # a bad pmtu fails here, before any folder is made
         self.scenario = sc
         self.cluster = cluster  # servers for Mininet Cluster Edition (testbed.shell.cluster)
         self.tunnel = tunnel
         self.params = params
         self.quick = quick
         self.force = force  # run even when the fidelity guard says "CPU-bound"
+        self.pmtu = pmtu or LAB_PMTU  # RoCE path MTU of every replay (and of the calibration)
+        if cluster:
+            from testbed.shell.cluster import CLUSTER_MTU
+
+            self.pmtu = min(self.pmtu, largest_roce_pmtu(CLUSTER_MTU))
         self.unguarded: str | None = None  # why the guard is off (--force, calibration failed)
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.dir, self.final = output_dir(sc.name, output)
@@ -161,7 +170,7 @@ class Run:
             "scenario": sc.name, "quick": quick, "params": params,
             "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "versions": versions(), "fabrics": {}, "fidelity": [],
-            "cluster": cluster, "tunnel": tunnel if cluster else None,
+            "cluster": cluster, "tunnel": tunnel if cluster else None, "pmtu": self.pmtu,
         }
         self.stages: list[str] = []  # what finished, for INTERRUPTED.md
         self.t0 = time.monotonic()
@@ -217,7 +226,7 @@ class Run:
 
         if self.unguarded is None:
             try:
-                calibrate(self.log)
+                calibrate(self.log, pmtu=self.pmtu)
             except CalibrationError as exc:
                 if not self.force:
                     raise
@@ -225,12 +234,14 @@ class Run:
         label = label or plan.topology
         self.log(f"bringing up {label}: {len(plan.hosts)} GPUs, {len(plan.switches)} "
                  f"switches, {len(plan.links)} links (scale {plan.scale:g})")
+        kw.setdefault("pmtu", self.pmtu)
         with make_lab(plan, self.cluster, tunnel=self.tunnel, log=self.log, **kw) as lab:
             self.config["fabrics"][label] = {
                 "topology": plan.topology, "gpus": len(plan.hosts),
                 "switches": len(plan.switches), "links": len(plan.links),
                 "scale": plan.scale, "params": plan.params, "datapath": lab.datapath,
                 "lb": lab.lb, "bringup_s": round(lab.timings.get("total", 0.0), 3),
+                "pmtu": getattr(lab, "pmtu", None), "mtu": getattr(lab, "mtu", None),
                 "servers": sorted({n.server for n in lab.plan.nodes if n.server}) or None}
             self._save_config()
             yield lab
@@ -253,7 +264,7 @@ class Run:
         from scenarios.fidelity import check, offered
 
         if self.unguarded is not None:
-            load = offered(lab.plan, flows, rate_mbps)
+            load = offered(lab.plan, flows, rate_mbps, pmtu=getattr(lab, "pmtu", 1024))
             # NaN, not None: callers format and compare margins; every comparison is False
             verdict = {"margin": math.nan, "verdict": "unguarded",
                        "offered_hop_pps": load["hop_pps"],
@@ -372,10 +383,10 @@ class Scenario:
     def __call__(self, quick: bool = False, output: str | None = None,
                  log: Callable[[str], None] | None = None, force: bool = False,
                  cluster: list[str] | None = None, tunnel: str = "gre",
-                 **overrides: Any) -> RunResult:
+                 pmtu: int | None = None, **overrides: Any) -> RunResult:
         params = self.resolve(quick, overrides)  # bad input fails before anything is made
         run = Run(self, params, quick, output=output, log=log, force=force, cluster=cluster,
-                  tunnel=tunnel)
+                  tunnel=tunnel, pmtu=pmtu)
         try:
             self.fn(run)
             return run.finish()

@@ -60,7 +60,6 @@ from scenarios.common import (
     replay_lead,
     shift_qps,
 )
-from scenarios.fidelity import FRAME_BYTES
 from testbed.topologies import build
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the
@@ -79,7 +78,6 @@ PHASES = ("dispatch", "combine")
 #: QP numbers of the bulk flows: far above any decode QP (destination slot numbers)
 BULK_QP = 8000
 BULK_MESSAGE = 256_000  # bytes per bulk message (``permutation_flows``' size)
-FRAME_OVERHEAD = FRAME_BYTES - 1024  # bytes of a full RoCE frame besides its 1024 B payload
 #: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
 DRAW_QP_STRIDE = 1000
 
@@ -165,11 +163,12 @@ def _bulk_flows(plan: Any, p: dict[str, Any], draw: int, seconds: float) -> list
                              qp_base=BULK_QP + DRAW_QP_STRIDE * draw)
 
 
-def _serial_s(flows: list[Any], nic_mbps: float) -> float:
+def _serial_s(flows: list[Any], nic_mbps: float, pmtu: int = 1024) -> float:
     """One message alone at the NIC: the floor under any message latency."""
+    from traffic.roce import message_wire_bytes
+
     size = max(f.message_bytes for f in flows)
-    wire = size + FRAME_OVERHEAD * math.ceil(size / 1024)
-    return wire * 8 / (nic_mbps * 1e6)
+    return message_wire_bytes(size, pmtu) * 8 / (nic_mbps * 1e6)
 
 
 def _decode_stats(res: Any, flows: list[Any]) -> tuple[list[float], dict[str, Any]]:
@@ -241,7 +240,7 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
     decode = [_decode_flows(plan, p, k) for k in range(n)]
     phase_s = {ph: model_flows(plan, decode[0][ph], "ecmp-fluid", unit="mbps").completion_s
                for ph in PHASES}
-    serial = {ph: _serial_s(decode[0][ph], nic) for ph in PHASES}
+    serial = {ph: _serial_s(decode[0][ph], nic, run.pmtu) for ph in PHASES}
     # the bulk flows must still be sending when the slower decode phase ends; what they
     # queued by then drains at the lane rate before the replay returns
     bulk_s = p["fill_s"] + max(phase_s.values()) + 0.1

@@ -93,13 +93,14 @@ def calibration_failed(trials: list[dict[str, Any]], senders: int) -> Calibratio
         "will say so).", measured, trials)
 
 
-def cache_path() -> str:
+def cache_path(pmtu: int = 4096) -> str:
+    """One capacity per path MTU: a switch's packet rate depends on the frame size."""
     root = os.environ.get("ASTRAL_LAB_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "astral-lab")
-    return os.path.join(root, "capacity.json")
+    return os.path.join(root, f"capacity-pmtu{pmtu}.json")
 
 
-def machine_key() -> dict[str, Any]:
+def machine_key(pmtu: int = 4096) -> dict[str, Any]:
     """What the measured capacity depends on; a change means calibrate again."""
     datapath = "kernel" if os.path.isdir("/sys/module/openvswitch") else "user"
     try:
@@ -110,25 +111,27 @@ def machine_key() -> dict[str, Any]:
     from traffic.shell.replay import DEFAULT_PLANE
 
     return {"host": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
-            "ovs": ovs, "datapath": datapath, "plane": DEFAULT_PLANE, "version": CACHE_VERSION}
+            "ovs": ovs, "datapath": datapath, "plane": DEFAULT_PLANE, "pmtu": pmtu,
+            "version": CACHE_VERSION}
 
 
-def load_cached() -> dict[str, Any] | None:
+def load_cached(pmtu: int = 4096) -> dict[str, Any] | None:
     try:
-        with open(cache_path()) as f:
+        with open(cache_path(pmtu)) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
-    return data if data.get("key") == machine_key() else None
+    return data if data.get("key") == machine_key(pmtu) else None
 
 
-def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dict[str, Any]:
-    """Measure (or read the cached) switching capacity of this machine. Needs root.
+def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
+              pmtu: int = 4096) -> dict[str, Any]:
+    """Measure (or read the cached) switching capacity of this machine at ``pmtu``. Needs root.
 
     Call it before bringing up a scenario's own fabric: the calibration fabric uses the
     same node names, and two fabrics cannot share them.
     """
-    cached = None if force else load_cached()
+    cached = None if force else load_cached(pmtu)
     if cached:
         return cached
     from controllers.plan import write_json_atomic
@@ -136,20 +139,20 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dic
     from testbed.topologies import build
 
     plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
-    with Lab(plan, log=log) as lab:
-        log("calibrating this machine's switching capacity (once; cached in "
-            f"{cache_path()}) ...")
+    with Lab(plan, log=log, pmtu=pmtu) as lab:
+        log(f"calibrating this machine's switching capacity at pmtu {pmtu} (once; cached in "
+            f"{cache_path(pmtu)}) ...")
         hosts = [h.name for h in plan.hosts]
         half = len(hosts) // 2
         pairs = []  # s0gI -> s1g(I+1) and back: every flow crosses leaf - spine - leaf
         for i in range(half):
             pairs += [(hosts[i], hosts[half + (i + 1) % half]),
                       (hosts[half + i], hosts[(i + 1) % half])]
-        best, trials = ramp(lambda rate: _trial(lab, plan, pairs, rate, log))
+        best, trials = ramp(lambda rate: _trial(lab, plan, pairs, rate, log, pmtu=pmtu))
         if best is None:
             raise calibration_failed(trials, len(pairs))
         capacity = {
-            "key": machine_key(),
+            "key": machine_key(pmtu), "pmtu": pmtu,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "hop_pps": best["hop_pps"], "delivered_mbps": best["delivered_mbps"],
             "senders": len(pairs), "hops_per_packet": 3, "trials": trials,
@@ -160,8 +163,8 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False) -> dic
                       f"{HOLD_SLACK:g}x the paced time after the last sender started), in "
                       "switch-hop packets per second",
         }
-    os.makedirs(os.path.dirname(cache_path()), exist_ok=True)
-    write_json_atomic(cache_path(), capacity)
+    os.makedirs(os.path.dirname(cache_path(pmtu)), exist_ok=True)
+    write_json_atomic(cache_path(pmtu), capacity)
     log(f"capacity: {capacity['hop_pps']:,} switch-hop packets/s "
         f"({capacity['delivered_mbps']} Mb/s delivered by {len(pairs)} senders)")
     return capacity
@@ -232,14 +235,16 @@ def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
             "cpu_s": res.cpu_s}
 
 
-def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None
-            ) -> dict[str, Any]:
+def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None,
+            pmtu: int = 1024) -> dict[str, Any]:
     """Offered switch-hop packets/s of ``flows`` at their first fluid max-min rates.
 
     ``rate_mbps`` caps every flow (for senders paced below their NIC, e.g. probe streams).
+    Packets are counted as the replay segments each flow's messages at ``pmtu``.
     """
     from controllers.paths import PathFinder
     from testbed.models.flowmodel import model_flows
+    from traffic.roce import message_wire_bytes, packets_for
 
     flows = [f for f in flows if f.bytes > 0]
     if not flows:
@@ -257,7 +262,9 @@ def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None
     for f, r in zip(first, rates, strict=True):
         r = min(float(r), rate_mbps * 1e6) if rate_mbps else r
         hops = len(finder.candidates(f.src, f.dst)[0])
-        hop_pps += float(r) / 8 / FRAME_BYTES * hops
+        size = f.message_bytes or f.bytes
+        frame = message_wire_bytes(size, pmtu) / packets_for(size, pmtu)  # mean frame bytes
+        hop_pps += float(r) / 8 / frame * hops
         mbps += float(r) / 1e6
     return {"hop_pps": round(hop_pps), "mbps": round(mbps, 1), "flows": len(first)}
 
@@ -282,11 +289,12 @@ def check(lab: Any, flows: list[FlowSpec], *, force: bool = False,
           log: Callable[[str], None] = print, rate_mbps: float | None = None
           ) -> dict[str, Any]:
     """The guard itself (see the module docstring); raises CapacityError when refused."""
-    capacity = load_cached()
+    pmtu = getattr(lab, "pmtu", 1024)
+    capacity = load_cached(pmtu)
     if capacity is None:
-        raise CapacityError("no calibration for this machine: call scenarios.fidelity."
-                            "calibrate() before bringing the fabric up (Run.lab does)")
-    load = offered(lab.plan, flows, rate_mbps)
+        raise CapacityError(f"no calibration for this machine at pmtu {pmtu}: call scenarios."
+                            "fidelity.calibrate() before bringing the fabric up (Run.lab does)")
+    load = offered(lab.plan, flows, rate_mbps, pmtu=pmtu)
     v = verdict(capacity, load, force)
     msg = (f"fidelity guard: offered {load['hop_pps']:,} switch-hop pkt/s "
            f"({load['mbps']:g} Mb/s) vs capacity {capacity['hop_pps']:,}: margin "

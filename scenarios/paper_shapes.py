@@ -254,9 +254,11 @@ def _ep_growth(run: Run, p: dict[str, Any], raw: dict[str, Any]) -> dict[str, An
                  for s in range(p["ep_seeds"])}
         # the guard's own arithmetic before bringing the fabric up: a size this machine
         # cannot switch is skipped (and said so) instead of failing the whole table
-        load = max((offered(plan, f) for f in seeds.values()), key=lambda x: x["hop_pps"])
+        pmtu = getattr(run, "pmtu", 1024)
+        load = max((offered(plan, f, pmtu=pmtu) for f in seeds.values()),
+                   key=lambda x: x["hop_pps"])
         unguarded = getattr(run, "unguarded", None) is not None  # --force, guard off
-        pre = None if unguarded else verdict(calibrate(run.log), load, run.force)
+        pre = None if unguarded else verdict(calibrate(run.log, pmtu=pmtu), load, run.force)
         if pre is not None and pre["verdict"] == "refused":
             out["skipped"][ep] = (f"guard margin {pre['margin']:.2f} < {REFUSE_BELOW:g} at "
                                   f"EP{ep} here (--force, or a lower --ep-scale)")

@@ -97,6 +97,28 @@ DEFAULT_VA = 0x7F00_0000_0000  # a plausible user-space buffer address for the R
 DEFAULT_RKEY_BASE = 0x1000
 
 
+#: Ethernet MTU the lab gives every interface for a path MTU above 1,024 (what RoCE NICs are
+#: usually set to for IB MTU 4096: 4,200)
+MTU_HEADROOM = 104
+
+
+def largest_roce_pmtu(mtu: int) -> int:
+    """The largest InfiniBand PMTU whose RoCEv2 packets fit an Ethernet MTU of ``mtu``.
+
+    A RoCE packet is PMTU payload plus ``MAX_OVERHEAD`` (74) bytes of IPv4, UDP, BTH, RETH
+    and ICRC. Returns 0 when not even 256 fits.
+    """
+    fitting = [p for p in PMTUS if p + MAX_OVERHEAD <= mtu]
+    return max(fitting, default=0)
+
+
+def mtu_for(pmtu: int) -> int | None:
+    """The interface MTU for ``pmtu``: ``None`` (the kernel's 1,500) when that fits."""
+    if pmtu not in PMTUS:
+        raise ValueError(f"pmtu must be one of {PMTUS} (got {pmtu!r})")
+    return None if pmtu + MAX_OVERHEAD <= 1500 else pmtu + MTU_HEADROOM
+
+
 def segment(size: int, pmtu: int = DEFAULT_PMTU) -> list[tuple[int, int]]:
     """``(opcode, payload bytes)`` of every packet of one RDMA WRITE of ``size`` bytes.
 

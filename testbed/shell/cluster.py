@@ -81,7 +81,7 @@ from testbed.shell.clustercheck import (
 )
 from testbed.shell.lab import OVS_PORT_RCVBUF, Lab, _socket_buffers, htb_commands
 from testbed.shell.mntopo import OF_PROTOCOLS
-from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD
+from traffic.roce import DEFAULT_PMTU, largest_roce_pmtu
 
 # --- MTU -----------------------------------------------------------------------------------
 #: MTU of the network between the servers (Ethernet; what Vagrant's private network has).
@@ -99,18 +99,6 @@ VXLAN_OVERHEAD = 20 + 8 + 8 + 14
 CLUSTER_MTU = 1450
 #: ``--tunnel`` choices: how a link between two servers is carried.
 TUNNELS = ("gre", "vxlan", "ssh")
-
-
-def largest_roce_pmtu(mtu: int) -> int:
-    """The largest InfiniBand PMTU whose RoCEv2 packets fit an Ethernet MTU of ``mtu``.
-
-    A RoCE packet is PMTU payload plus ``traffic.roce.MAX_OVERHEAD`` (74) bytes of
-    IPv4, UDP, BTH, RETH and ICRC. At ``CLUSTER_MTU`` the lab's default PMTU
-    (1,024: 1,098-byte IP packets) still fits; 2,048 and 4,096 never fit a
-    1,500-byte underlay anyway. Returns 0 when not even 256 fits.
-    """
-    fitting = [p for p in (256, 512, 1024, 2048, 4096) if p + MAX_OVERHEAD <= mtu]
-    return max(fitting, default=0)
 
 
 assert max(GRETAP_OVERHEAD, VXLAN_OVERHEAD) + CLUSTER_MTU <= UNDERLAY_MTU
@@ -256,6 +244,7 @@ class ClusterLab(Lab):
             ssh_clock_probe(self.user, ssh=self.ssh) if len(self.servers) > 1 else None)
         self.link_cls = link_cls  # default: Mininet's RemoteGRELink / RemoteSSHLink
         self.mtu = CLUSTER_MTU
+        self.pmtu = min(self.pmtu, largest_roce_pmtu(CLUSTER_MTU))  # what tunnels carry
         self.check: ClusterPrecheck | None = None
         self.one_way_latency = True
         self.server_ip: dict[str, str] = {}

@@ -61,8 +61,14 @@ from testbed.shell.machine import (
     lock_holder,
 )
 from testbed.shell.mntopo import OF_PROTOCOLS
+from traffic.roce import mtu_for
 
 OVS_PORT_RCVBUF = 4 << 20  # bytes of receive buffer per switch port (see _create_bridges)
+
+
+#: RoCE path MTU of a lab on one machine: AI fabrics run 4,096 (every interface gets an
+#: MTU that carries it); cluster mode keeps what its tunnels carry
+LAB_PMTU = 4096
 
 
 class Lab:
@@ -72,10 +78,11 @@ class Lab:
                  of_port: int | None = None, rest_port: int | None = None,
                  shape: bool = True, lossless: bool = True, converge_timeout: float = 120.0,
                  select_method: str = "dp_hash", lb: str = "ecmp", poll_interval: float = 1.0,
-                 static_arp: bool = True, mtu: int | None = None,
+                 static_arp: bool = True, pmtu: int = LAB_PMTU,
                  log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
-        self.mtu = mtu  # every emulated interface's MTU (None: the kernel's 1,500)
+        self.pmtu = pmtu  # the RoCE path MTU replays use by default
+        self.mtu = mtu_for(pmtu)  # every emulated interface's MTU (None: the kernel's 1,500)
         self.datapath_request = datapath
         self.use_controller = controller
         self.of_port = of_port

@@ -23,6 +23,7 @@ from testbed.shell import qos
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
+from traffic.roce import OP_WRITE_MIDDLE, frame_len, packets_for
 from traffic.shell.replay import percentile, replay
 
 FILL_S = 0.5
@@ -77,6 +78,7 @@ def test_isolation_lets_decode_pass_a_bulk_queue_and_restores_exactly() -> None:
     decode = FlowSpec.make("s1g0", "s0g1", MESSAGE * DECODE_MESSAGES, qp=1,
                            message_bytes=MESSAGE, start=FILL_S, traffic_class="decode")
     with Lab(plan) as lab:
+        pmtu = lab.pmtu
         before = _detail(lab)
         assert qos.status(lab)["mode"] == "single"
         # the baseline the timing checks compare with, measured here and now
@@ -109,15 +111,17 @@ def test_isolation_lets_decode_pass_a_bulk_queue_and_restores_exactly() -> None:
     assert min(f_lat) > 3 * a99, (f_lat, a_lat)
     # Isolated: decode passes the bulk queue, so it is back near alone (at most one bulk
     # frame per hop more, ~0.4 ms each on 20 Mb/s) and far below FIFO.
-    frame_ms = (1024 + 58) * 8 / 20e6 * 1e3
+    frame_ms = frame_len(OP_WRITE_MIDDLE, pmtu) * 8 / 20e6 * 1e3
     assert i99 < 2 * a99 + 4 * frame_ms, (i_lat, a_lat)
     assert i99 < 0.25 * f99, (i_lat, f_lat)
     print(f"decode p99: alone {a99:.1f} ms, FIFO {f99:.1f} ms, isolated {i99:.1f} ms")
-    # the decode packets really went through the decode class: 8 frames per message on each
-    # of the 4 egress ports of their path (s1g0 NIC, leaf->spine, spine->leaf, leaf->s0g1)
+    # the decode packets really went through the decode class: every frame of every message
+    # on each of the 4 egress ports of their path (s1g0 NIC, leaf->spine, spine->leaf,
+    # leaf->s0g1)
     assert st["mode"] == "isolated"
-    assert st["classes"]["decode"]["packets"] == 4 * 8 * DECODE_MESSAGES, st["classes"]
-    assert st["classes"]["bulk"]["packets"] >= 2 * bulk.bytes // 1024
+    frames = packets_for(MESSAGE, pmtu)
+    assert st["classes"]["decode"]["packets"] == 4 * frames * DECODE_MESSAGES, st["classes"]
+    assert st["classes"]["bulk"]["packets"] >= 2 * bulk.bytes // pmtu
     # disable restored exactly what the Lab had built (tc -d output identical on every port)
     assert after == before
 

@@ -16,9 +16,10 @@ from collections.abc import Callable
 
 from controllers.flows import sport_for_qp
 from controllers.plan import WiringPlan
-from testbed.shell.lab import Lab
+from testbed.shell.lab import LAB_PMTU, Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
+from traffic.roce import OP_WRITE_MIDDLE, frame_len, message_wire_bytes
 from traffic.shell import agent
 from traffic.shell.replay import replay, replay_step
 from traffic.workload import simulate_step
@@ -81,7 +82,7 @@ def test_tshark_decodes_replayed_frames_as_roce_with_qp_and_psn_as_sent(
         cap = lab.hosts[dst].popen(["tcpdump", "-i", f"{dst}-eth0", "-w", pcap, "-U",
                                     "--immediate-mode", "udp", "port", "4791"])
         time.sleep(1.0)
-        r = replay(lab, flows, progress=False)
+        r = replay(lab, flows, progress=False, pmtu=1024)  # segmentation at IB MTU 1024
         time.sleep(0.5)
         cap.terminate()
         cap.wait(timeout=10)
@@ -119,15 +120,16 @@ def test_message_latency_on_an_idle_fabric_is_size_over_rate_plus_hops(
     credit the sender's token bucket hands back after a stall (its first frames may then
     leave back to back): a floor no machine noise can break. What the fabric adds is
     judged against the baseline measured in the same run, on links the cross-fabric QP
-    does not touch: the two extra store-and-forward hops are
-    ~1 ms, so the cross-fabric median must stay close to the baseline's. The senders and
-    the switch share this machine's cores with whatever else runs, which moves both medians
+    does not touch: the two extra store-and-forward hops are one full frame each on a
+    20 Mb/s lane, so the cross-fabric median must stay close to the baseline's. The senders
+    and the switch share this machine's cores with whatever else runs, which moves both medians
     together; the absolute bound (size / rate + hops + 5 ms) is reported, not asserted.
     """
     plan = small()
-    size, packets = 16 * 1024, 16
-    wire = size + packets * 78 + 16
-    frame = 1024 + 78
+    pmtu = LAB_PMTU  # what Lab(plan) gives every replay
+    size = 16 * 1024
+    wire = message_wire_bytes(size, pmtu)
+    frame = frame_len(OP_WRITE_MIDDLE, pmtu)
     pace = 10e6
     bound_s = wire * 8 / pace + frame * 8 * (1 / 20e6 + 1 / 20e6 + 1 / 40e6) + 0.005
     extra_hops_s = frame * 8 * (1 / 20e6 + 1 / 20e6)
@@ -135,12 +137,13 @@ def test_message_latency_on_an_idle_fabric_is_size_over_rate_plus_hops(
     flows = [FlowSpec(a, b, bytes=20 * size, qp=1, sport=sport_for_qp(1),
                       message_bytes=size, messages=20) for a, b in (cross, base)]
     with Lab(plan) as lab:
+        assert lab.pmtu == pmtu
         r = replay(lab, flows, progress=False, rate_mbps=pace / 1e6)
     assert r.lost_packets == 0
     lat = {pair: sorted(m["latency_ns"] / 1e9 for m in r.messages
                         if (m["src"], m["dst"]) == pair) for pair in (cross, base)}
     assert all(len(v) == 20 for v in lat.values()), {k: len(v) for k, v in lat.items()}
-    bucket_s = max(agent.BURST_S, 2 * (1024 + agent.MAX_OVERHEAD) * 8 / pace)
+    bucket_s = max(agent.BURST_S, 2 * (pmtu + agent.MAX_OVERHEAD) * 8 / pace)
     floor_s = size * 8 / pace - bucket_s
     med = {pair: v[10] for pair, v in lat.items()}
     for v in lat.values():

@@ -41,7 +41,7 @@ def env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(testbed.shell.cluster, "make_lab", FakeLab)
     capacity = {"hop_pps": 40_000, "measured": "fake"}
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: capacity)
-    monkeypatch.setattr(fidelity, "load_cached", lambda: capacity)
+    monkeypatch.setattr(fidelity, "load_cached", lambda _pmtu=4096: capacity)
     return tmp_path / "results"
 
 

@@ -186,7 +186,7 @@ def test_offered_load_counts_rates_and_hops() -> None:
 def test_guard_refuses_without_force(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = build("astral3", servers=2, gpus=4, scale=1e-4)
     flows = common.permutation_flows(plan, 1_000_000, qps=2)
-    monkeypatch.setattr(fidelity, "load_cached", lambda: {"hop_pps": 1000, "measured": "x"})
+    monkeypatch.setattr(fidelity, "load_cached", lambda _p=0: {"hop_pps": 1000, "measured": "x"})
 
     class FakeLab:
         pass
@@ -293,7 +293,7 @@ def slow_machine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         raise fidelity.calibration_failed(SLOW, senders=8)
 
     monkeypatch.setattr(fidelity, "calibrate", calibrate)
-    monkeypatch.setattr(fidelity, "load_cached", lambda: None)
+    monkeypatch.setattr(fidelity, "load_cached", lambda _pmtu=4096: None)
     monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
     return calls
 
@@ -335,7 +335,7 @@ def test_calibrate_raises_the_one_line_error_and_caches_nothing(
     monkeypatch.setenv("ASTRAL_LAB_CACHE", str(tmp_path))
     monkeypatch.setattr(testbed.shell.lab, "Lab", _FakeLab)
     slow = iter(SLOW * fidelity.ATTEMPTS)
-    monkeypatch.setattr(fidelity, "_trial", lambda *_a: dict(next(slow)))
+    monkeypatch.setattr(fidelity, "_trial", lambda *_a, **_k: dict(next(slow)))
     with pytest.raises(fidelity.CalibrationError, match="could not hold even 5 Mb/s") as info:
         fidelity.calibrate(log=lambda _m: None)
     assert len(info.value.trials) == fidelity.ATTEMPTS
@@ -374,7 +374,7 @@ def test_refused_guard_keeps_the_partial_folder(results: Any, guarded: Any,
     import testbed.shell.cluster
 
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 10})
-    monkeypatch.setattr(fidelity, "load_cached", lambda: {"hop_pps": 10, "measured": "x"})
+    monkeypatch.setattr(fidelity, "load_cached", lambda _p=0: {"hop_pps": 10, "measured": "x"})
     monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
     with pytest.raises(fidelity.CapacityError, match="would measure the CPU") as info:
         guarded(log=lambda _m: None)

@@ -122,7 +122,7 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
+def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
            rate_mbps: float | None = None, post: bool | None = None,
            lead_s: float | None = None,
            timeout: float | None = None, progress: bool = True,
@@ -141,6 +141,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
     ``recv_grace_s`` after the last sender finished (an incast receiver behind a deep queue
     may need longer: raise it). ``plane`` picks the traffic plane (``PLANES``; default the
     compiled ``native`` one, ``python`` for the Python agents): same frames, same report.
+    ``pmtu`` defaults to the lab's (``Lab(pmtu=...)``, 4,096 on one machine).
     """
     flows = [f for f in flows if f.bytes > 0]
     if not flows:
@@ -153,6 +154,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int = DEFAULT_PMTU,
         client.post_traffic(controller_body(flows)["flows"])
         client.wait_converged(timeout=60)
 
+    pmtu = pmtu or getattr(lab, "pmtu", DEFAULT_PMTU)  # the lab's interfaces carry its pmtu
     plane = plane or DEFAULT_PLANE
     if plane not in PLANES:
         raise ValueError(f"plane must be one of {PLANES} (got {plane!r})")
