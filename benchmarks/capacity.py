@@ -8,10 +8,12 @@ within ``HOLD_SLACK`` x the paced time; the figure is the highest held rate):
 
 ``old``      the Python agents at pmtu 1024 (the plane before the compiled one);
 ``new``      the compiled plane (``astral-pktio``) at each pmtu;
-``ceiling``  trafgen (netsniff-ng, PACKET_MMAP, through the host qdisc like the agents) at
-             each pmtu, one full frame per sender repeated at the rate, receivers that only
-             count (frames dropped at the host's ingress hook, counted by the interface):
-             the switch's own limit on this pattern, with the same shaping and queues.
+``ceiling``  compiled senders and receivers that only count (frames dropped at the host's
+             ingress hook, counted by the interface), at each pmtu: trafgen (netsniff-ng,
+             one full frame per gap, through the host qdisc like the agents) and
+             ``astral-pktio send`` (the plane's own sender); the higher held of the two is
+             the switch's limit on this pattern, with the same shaping and queues. Held
+             here: every frame counted within the slack of the sender's own sending time.
 
 Each held trial also reports CPU seconds by component: ``switch`` (ovs-vswitchd),
 ``senders`` and ``receivers`` (the agents' own accounts; trafgen's from its rusage; the
@@ -37,6 +39,8 @@ from controllers.flows import ROCE_PORT
 from scenarios import fidelity
 from traffic.roce import OP_WRITE_MIDDLE, Endpoints, FrameBuilder, frame_len, mtu_for
 
+#: frame sources of the ceiling (receivers only count): the highest held is the ceiling
+SOURCES = ("trafgen", "pktio")
 GOAL_OLD = 4.0
 GOAL_CEILING = 0.8
 
@@ -116,9 +120,36 @@ def _rx_packets(host: Any, intf: str) -> int:
     return int(json.loads(out)[0]["stats64"]["rx"]["packets"])
 
 
-def _trafgen_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
-                   rate: float, work: str) -> dict[str, Any]:
-    """Every sender's trafgen at ``rate`` for TRIAL_S seconds: did every frame arrive?"""
+def _sender_cmd(lab: Any, plan: Any, a: str, b: str, i: int, pmtu: int, rate: float,
+                count: int, source: str, work: str) -> list[str]:
+    """One frame source for a counted trial: trafgen, or the replay's own compiled sender."""
+    if source == "trafgen":
+        cfg = os.path.join(work, f"trafgen-{a}-{pmtu}.cfg")
+        with open(cfg, "w") as fh:
+            fh.write("{ " + ", ".join(f"0x{x:02x}" for x in _frame(plan, a, b, i, pmtu))
+                     + " }\n")
+        # -t: one frame per gap (trafgen's -b rate sends ahead of the rate, in bursts that
+        # overflow the host link's queue); -q: through the host qdisc, as the agents
+        gap_ns = int(frame_len(OP_WRITE_MIDDLE, pmtu) * 8 / (rate * 1e6) * 1e9)
+        return ["trafgen", "--dev", f"{a}-eth0", "--conf", cfg, "-n", str(count), "-t",
+                f"{gap_ns}ns", "-q", "-P", "1", "-Q", "-C"]
+    from traffic import native
+    from traffic.kernels import FlowSpec
+    from traffic.roce import ReplaySpec
+    from traffic.shell import native as helper
+    from traffic.shell.replay import _spec
+
+    flow = FlowSpec.make(a, b, count * pmtu, qp=i, message_bytes=64 * pmtu)
+    path = os.path.join(work, f"count-{a}-{pmtu}.plan")
+    native.write_plan(ReplaySpec.from_dict(_spec(lab, a, [flow], pmtu, rate)), path)
+    return [helper.path(), "send", "--plan", path, "--out", path + ".sent", "--intf",
+            f"{a}-eth0"]
+
+
+def _counted_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
+                   rate: float, work: str, source: str = "trafgen") -> dict[str, Any]:
+    """Every sender's frame source at ``rate`` for TRIAL_S seconds, receivers that only
+    count: did every frame arrive in time?"""
     from traffic.shell.replay import _RX_TABLE, _drop_roce
 
     frame_bytes = frame_len(OP_WRITE_MIDDLE, pmtu)
@@ -129,19 +160,12 @@ def _trafgen_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
     for d in dsts:
         _drop_roce(lab.hosts[d], f"{d}-eth0")
     procs = []
-    gap_ns = int(frame_bytes * 8 / (rate * 1e6) * 1e9)
     try:
         before = {d: _rx_packets(lab.hosts[d], f"{d}-eth0") for d in dsts}
-        for i, (a, b) in enumerate(pairs):
-            cfg = os.path.join(work, f"trafgen-{a}-{pmtu}.cfg")
-            with open(cfg, "w") as fh:
-                fh.write("{ " + ", ".join(f"0x{x:02x}" for x in _frame(plan, a, b, i, pmtu))
-                         + " }\n")
-            # -t: one frame per gap (trafgen's -b rate sends ahead of the rate, in bursts
-            # that overflow the host link's queue); -q: through the host qdisc, as the agents
-            procs.append(lab.hosts[a].popen(["trafgen", "--dev", f"{a}-eth0", "--conf", cfg,
-                                             "-n", str(count), "-t", f"{gap_ns}ns", "-q",
-                                             "-P", "1", "-Q", "-C"]))
+        cmds = [_sender_cmd(lab, plan, a, b, i, pmtu, rate, count, source, work)
+                for i, (a, b) in enumerate(pairs)]
+        for (a, _b), cmd in zip(pairs, cmds, strict=True):
+            procs.append(lab.hosts[a].popen(cmd))
         sent = count * len(pairs)
         with _Meter() as m:
             t0 = time.monotonic()
@@ -179,7 +203,8 @@ def _trafgen_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
     held = fraction >= 0.999 and deliver_s <= send_s + (fidelity.HOLD_SLACK - 1) * max(
         send_s, fidelity.TRIAL_S) + 0.05
     pps = got / max(send_s, 1e-9)
-    print(f"  trafgen {pmtu}: {rate:g} Mb/s x {len(pairs)}: {100 * fraction:.1f}% of frames, "
+    print(f"  {source} {pmtu} (counted): {rate:g} Mb/s x {len(pairs)}: "
+          f"{100 * fraction:.1f}% of frames, "
           f"sent in {send_s:.2f} s, delivered by {deliver_s:.2f} s: "
           f"{'held' if held else 'not held'}")
     return {"rate_mbps_per_sender": rate, "delivered_fraction": round(fraction, 4),
@@ -242,9 +267,17 @@ def main(argv: list[str] | None = None) -> int:
             runs[f"new/{pmtu}"] = _ramp(
                 lambda r, pm=pmtu: _replay_trial(lab, plan, pairs, "native", pm, r),
                 args.attempts)
-            runs[f"ceiling/{pmtu}"] = _ramp(
-                lambda r, pm=pmtu: _trafgen_trial(lab, plan, pairs, pm, r, lab.workdir),
-                args.attempts)
+            for source in SOURCES:
+                runs[f"ceiling-{source}/{pmtu}"] = _ramp(
+                    lambda r, pm=pmtu, so=source: _counted_trial(lab, plan, pairs, pm, r,
+                                                                 lab.workdir, so),
+                    args.attempts)
+            best = max((runs[f"ceiling-{so}/{pmtu}"] for so in SOURCES),
+                       key=lambda x: (x["best"] or {}).get("hop_pps", 0))
+            runs[f"ceiling/{pmtu}"] = {"best": best["best"], "trials": [],
+                                       "capped": best["capped"],
+                                       "source": next(so for so in SOURCES if runs[
+                                           f"ceiling-{so}/{pmtu}"] is best)}
 
     def fig(key: str, what: str) -> float | None:
         best = runs[key]["best"]

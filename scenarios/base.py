@@ -387,6 +387,9 @@ class Scenario:
         params = self.resolve(quick, overrides)  # bad input fails before anything is made
         run = Run(self, params, quick, output=output, log=log, force=force, cluster=cluster,
                   tunnel=tunnel, pmtu=pmtu)
+        from scenarios.common import WIRE_PMTU
+
+        token = WIRE_PMTU.set(run.pmtu)  # the flow model's frames are the replay's
         try:
             self.fn(run)
             return run.finish()
@@ -397,6 +400,8 @@ class Scenario:
             run.abandon(exc)
             run.note_partial(exc)
             raise
+        finally:
+            WIRE_PMTU.reset(token)
 
 
 def _refused_before_start(run: Run, exc: BaseException) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -266,17 +267,23 @@ def message_sizes(flow: FlowSpec) -> list[int]:
     return full + [flow.bytes - sum(full)]
 
 
-def wire_flows(flows: list[FlowSpec]) -> list[FlowSpec]:
+#: The path MTU the running scenario replays at (``Run`` sets it for the run): the frames a
+#: message is cut into, hence the header bytes the shapers count, depend on it.
+WIRE_PMTU: ContextVar[int] = ContextVar("WIRE_PMTU", default=4096)
+
+
+def wire_flows(flows: list[FlowSpec], pmtu: int | None = None) -> list[FlowSpec]:
     """The same flows with ``bytes`` = the frame bytes on the wire (headers, ICRC).
 
     What the shapers count, so the flow model fed with these predicts the emulated times
-    instead of payload times some 7% shorter.
+    instead of payload times a few per cent shorter. ``pmtu``: the run's (``WIRE_PMTU``).
     """
     from dataclasses import replace
 
     from traffic.roce import message_wire_bytes
 
-    return [replace(f, bytes=sum(message_wire_bytes(s) for s in message_sizes(f)),
+    pmtu = pmtu or WIRE_PMTU.get()
+    return [replace(f, bytes=sum(message_wire_bytes(s, pmtu) for s in message_sizes(f)),
                     message_bytes=0, messages=0) for f in flows]
 
 
@@ -305,7 +312,8 @@ def message_latencies(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
     from testbed.models.flowmodel import model_flows
     from traffic.roce import message_wire_bytes
 
-    index = [(i, message_wire_bytes(s)) for i, f in enumerate(flows)
+    pmtu = WIRE_PMTU.get()
+    index = [(i, message_wire_bytes(s, pmtu)) for i, f in enumerate(flows)
              for s in message_sizes(f)]
     starts = [flows[i].start for i, _ in index]
     finish: list[float] = starts

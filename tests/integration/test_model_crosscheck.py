@@ -21,7 +21,7 @@ from collections.abc import Callable
 from controllers.flows import Flow, sport_for_qp
 from controllers.plan import WiringPlan
 from testbed.models.flowmodel import model_flows
-from testbed.shell.lab import Lab
+from testbed.shell.lab import LAB_PMTU, Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.roce import message_wire_bytes
@@ -42,13 +42,15 @@ def test_model_and_emulation_agree_on_completion_times(
              spec("s1g0", "s2g1", 2, 40),
              spec("s0g1", "s3g0", 3, 30),   # alone across the fabric: one 10 Mb/s lane
              spec("s1g1", "s0g1", 4, 60)]   # same leaf (lf0r1): only the NICs limit it
-    wire = [Flow(f.src, f.dst, f.sport, bytes=f.messages * message_wire_bytes(MSG))
+    # the frame bytes the shapers count, at the path MTU Lab(plan) replays with
+    wire = [Flow(f.src, f.dst, f.sport, bytes=f.messages * message_wire_bytes(MSG, LAB_PMTU))
             for f in flows]
     model = model_flows(plan, wire, "planned", unit="mbps")
     predicted = [float(x) for x in model.flow_finish_s]
     with Lab(plan, lb="planned") as lab:
         # userspace OVS: its transmit socket must hold the deep (lossless) port queues
         assert lab.datapath != "user" or lab.tx_buffer["after"] >= 32 << 20, lab.tx_buffer
+        assert lab.pmtu == LAB_PMTU
         r = replay(lab, flows, progress=False)
     assert r.lost_packets == 0 and r.bytes_received == r.bytes_sent
     measured = [row["fct_s"] for row in r.flows]

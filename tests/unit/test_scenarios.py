@@ -161,6 +161,45 @@ def test_verdict_thresholds() -> None:
     assert fidelity.verdict(cap, {"hop_pps": 0, "mbps": 0})["verdict"] == "ok"
 
 
+def test_offered_load_counts_packets_as_the_replay_cuts_them_at_the_run_pmtu() -> None:
+    from traffic.kernels import FlowSpec
+    from traffic.roce import message_wire_bytes, packets_for
+
+    plan = build("astral3", servers=2, gpus=4, scale=1e-5)
+    perm = common.permutation_flows(plan, 1_048_576, qps=1, seed=0)
+    small, big = (fidelity.offered(plan, perm, pmtu=m) for m in (1024, 4096))
+    assert small["mbps"] == big["mbps"]
+    # the same bytes in 4 KiB frames are about a quarter of the packets
+    assert big["hop_pps"] == pytest.approx(small["hop_pps"] * 1098 / 4170, rel=0.02)
+    # a decode message of 7,408 bytes is 2 frames at 4096 (not 7408 / 4096 full ones)
+    dec = [FlowSpec.make("s0g0", "s1g1", 7408 * 10, message_bytes=7408)]
+    load = fidelity.offered(plan, dec, pmtu=4096)
+    per_frame = message_wire_bytes(7408, 4096) / packets_for(7408, 4096)
+    assert load["hop_pps"] == pytest.approx(4e6 / 8 / per_frame * 3, rel=0.01)
+
+
+def test_a_run_pmtu_sets_the_model_framing_and_a_bad_one_fails_first(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from scenarios import base
+    from traffic.kernels import FlowSpec
+
+    monkeypatch.chdir(tmp_path)
+    flows = [FlowSpec.make("a", "b", 64_000, message_bytes=64_000)]
+    seen = {}
+
+    @base.scenario("toy-pmtu", "records the wire bytes it would model")
+    def toy(run: base.Run) -> None:
+        seen[run.pmtu] = common.wire_flows(flows)[0].bytes
+
+    for pmtu in (1024, 4096):
+        toy(pmtu=pmtu, output=str(tmp_path / f"out{pmtu}"), log=lambda _m: None)
+    assert seen == {1024: 64_000 + 62 * 58 + 74, 4096: 64_000 + 15 * 58 + 74}  # FIRST + rest
+    assert common.WIRE_PMTU.get() == 4096  # the run's value does not outlive it
+    with pytest.raises(ValueError, match="pmtu must be one of"):
+        toy(pmtu=3000, output=str(tmp_path / "bad"), log=lambda _m: None)
+    assert not (tmp_path / "bad").exists()
+
+
 def test_offered_load_counts_rates_and_hops() -> None:
     plan = build("astral3", servers=2, gpus=4, scale=1e-5)
     perm = common.permutation_flows(plan, 1_000_000, qps=1, seed=0)
