@@ -150,15 +150,14 @@ def _counted_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
                    rate: float, work: str, source: str = "trafgen") -> dict[str, Any]:
     """Every sender's frame source at ``rate`` for TRIAL_S seconds, receivers that only
     count: did every frame arrive in time?"""
-    from traffic.shell.replay import _RX_TABLE, _drop_roce
+    from traffic.shell.replay import drop_roce
 
     frame_bytes = frame_len(OP_WRITE_MIDDLE, pmtu)
     count = max(1, int(rate * 1e6 / 8 * fidelity.TRIAL_S / frame_bytes))
     hops = fidelity.mean_hops(plan, [_flow(a, b) for a, b in pairs])
     dsts = sorted({b for _a, b in pairs})
     _settle()
-    for d in dsts:
-        _drop_roce(lab.hosts[d], f"{d}-eth0")
+    drop_roce(lab, dsts)
     procs = []
     try:
         before = {d: _rx_packets(lab.hosts[d], f"{d}-eth0") for d in dsts}
@@ -193,8 +192,7 @@ def _counted_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
             if p.returncode is None:
                 p.kill()
                 p.wait()
-        for d in dsts:
-            lab.hosts[d].cmd(f"nft delete table netdev {_RX_TABLE} 2>/dev/null")
+        drop_roce(lab, dsts, undo=True)
     fraction = got / sent
     send_s = sent_end - t0
     deliver_s = last_rise - t0

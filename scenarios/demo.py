@@ -1,9 +1,9 @@
-"""``demo``: the tour behind ``sudo make demo`` (4-6 minutes on a 2-core machine).
+"""``demo``: the tour behind ``sudo make demo`` (about 3 minutes on a 2-core machine).
 
 Four stops, each a small version of a full scenario, on real packets:
 
-1. **The fabric**: a small ``astral3`` (rail leaves, spines through optical shuffles) comes
-   up under the controller; every GPU pings every other; the wiring is drawn.
+1. **The fabric**: the default 32-GPU ``astral3`` (rail leaves, spines through optical
+   shuffles) comes up under the controller; every GPU pings every other; the wiring is drawn.
 2. **ECMP vs planned** on it: a cross-leaf permutation, 2 QPs per GPU pair, first with
    per-flow hashing, then with the controller placing every QP (``PUT /lb``). Where a QP
    lands under ECMP is a hash of its UDP source port, so ECMP is run over several draws
@@ -177,12 +177,12 @@ def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
 
 
 @scenario(
-    "demo", "the 4-6 minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
-    Param("servers", 4, "servers", quick=2),
-    Param("gpus", 4, "GPUs (NICs, rails) per server"),
-    Param("scale", 5e-6, "emulated rate = real rate x scale (5e-6: a 400G NIC is 2 Mb/s; "
-          "keeps rail3's 5-hop paths well within this machine's switching)", quick=1e-5),
-    Param("seconds", 3.0, "ideal length of each permutation (emulated s)", quick=2.0),
+    "demo", "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
+    Param("servers", 4, "servers (4 x 8 GPUs: the default 32-GPU astral3)", quick=2),
+    Param("gpus", 8, "GPUs (NICs, rails) per server", quick=4),
+    Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s; "
+          "keeps rail3's 5-hop paths within this machine's switching)"),
+    Param("seconds", 2.5, "ideal length of each permutation (emulated s)", quick=2.0),
     Param("draws", 7, "ECMP hash draws emulated per fabric (new source ports each)",
           quick=5),
     Param("model_draws", 200, "ECMP hash draws in the flow model (its distribution)"),

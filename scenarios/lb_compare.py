@@ -104,7 +104,7 @@ def draws_for(mode: str, samples: int) -> int:
     "lb-compare", "ECMP vs planned vs adaptive on astral3: completion, lane load, spines",
     Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2),
     Param("gpus", 4, "GPUs (NICs, rails) per server"),
-    Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)"),
+    Param("scale", 2e-5, "emulated rate = real rate x scale (2e-5: a 400G NIC is 8 Mb/s)"),
     Param("modes", list(MODES), "load-balancing modes to compare", quick=["ecmp", "planned"],
           choices=MODES),
     Param("workloads", list(WORKLOADS), "workloads", choices=WORKLOADS),

@@ -178,12 +178,13 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     timeout = timeout if timeout is not None else 4 * slowest + 30
     bar = _Progress(len(by_src), label, progress)
     try:
+        if plane == "native":
+            dropping = dsts
+            drop_roce(lab, dsts)
         for dst in dsts:
             out = os.path.join(work, f"recv-{dst}.json")
             ready = out + ".ready"
             if plane == "native":
-                _drop_roce(lab.hosts[dst], f"{dst}-eth0")
-                dropping.append(dst)
                 cmd = [exe, "recv", "--intf", f"{dst}-eth0", "--out", out, "--ready", ready]
             else:
                 cmd = AGENT + ["recv", "--out", out, "--ready", ready]
@@ -264,8 +265,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for dst in dropping:
-            lab.hosts[dst].cmd(f"nft delete table netdev {_RX_TABLE} 2>/dev/null")
+        drop_roce(lab, dropping, undo=True)
     result = _result(lab, flows, sent, received, int(start_at * 1e9), mode)
     result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
     result.plane = plane
@@ -274,13 +274,24 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     return result
 
 
-def _drop_roce(host: Any, intf: str) -> None:
-    """Drop RoCE frames at the host's ingress hook (after packet taps, before IP)."""
-    rules = (f"add table netdev {_RX_TABLE}\n"
-             f"add chain netdev {_RX_TABLE} in {{ type filter hook ingress device {intf} "
-             "priority 0 ; }\n"
-             f"add rule netdev {_RX_TABLE} in udp dport {ROCE_PORT} drop\n")
-    host.cmd(f"nft -f - <<'EOF'\n{rules}EOF")
+def drop_roce(lab: Any, hosts: list[str], undo: bool = False) -> None:
+    """Drop RoCE frames at each host's ingress hook (after packet taps, before IP), or stop.
+
+    Every host's shell gets its command first, then every answer is read: one round trip
+    for the lot instead of one per host.
+    """
+    for name in hosts:
+        if undo:
+            cmd = f"nft delete table netdev {_RX_TABLE} 2>/dev/null; true"
+        else:
+            rules = (f"add table netdev {_RX_TABLE}\n"
+                     f"add chain netdev {_RX_TABLE} in {{ type filter hook ingress device "
+                     f"{name}-eth0 priority 0 ; }}\n"
+                     f"add rule netdev {_RX_TABLE} in udp dport {ROCE_PORT} drop\n")
+            cmd = f"nft -f - <<'EOF'\n{rules}EOF"
+        lab.hosts[name].sendCmd(cmd)
+    for name in hosts:
+        lab.hosts[name].waitOutput()
 
 
 def _stderr(p: subprocess.Popen[bytes]) -> str:
