@@ -33,6 +33,7 @@ from traffic.roce import (
     FrameBuilder,
     ReplaySpec,
     packets_for,
+    sender_report,
 )
 from traffic.rxstate import fold, new_flow, receiver_report
 
@@ -149,23 +150,10 @@ def read_sent(path: str, plan: _Plan, start_at: float | None) -> dict[str, Any]:
             "start_ns": starts[0] if starts else None, "end_ns": end_ns or None,
             "complete": bool(done), "message_start_ns": starts}
     flows = [rows[i] for i in range(len(spec.flows))]
-    starts_ns = [f["start_ns"] for f in flows if f["start_ns"]]
-    first_ns = min(starts_ns) if starts_ns else None
-    duration = (finished_ns - first_ns) / 1e9 if first_ns else 0.0
-    packets = sum(f["packets"] for f in flows)
-    wire = sum(f["wire_bytes"] for f in flows)
-    start = start_at if start_at is not None else started_ns / 1e9
-    return {
-        "intf": spec.intf, "src_ip": spec.src_ip, "rate_mbps": spec.rate_mbps,
-        "pmtu": spec.pmtu, "overhead_bytes": spec.overhead_bytes, "start_at": start,
-        "late_s": round(started_ns / 1e9 - start, 6), "started_ns": started_ns,
-        "first_ns": first_ns, "finished_ns": finished_ns, "duration_s": round(duration, 6),
-        "packets": packets, "bytes": sum(f["bytes"] for f in flows), "wire_bytes": wire,
-        "pps": round(packets / duration, 1) if duration > 0 else None,
-        "wire_mbps": round(wire * 8 / duration / 1e6, 3) if duration > 0 else None,
-        "send_retries": retries, "interrupted": bool(interrupted), "plane": "native",
-        "cpu_s": round(cpu_ns / 1e9, 6),
-        "flows": flows}
+    return sender_report(spec, flows, start_at=start_at if start_at is not None
+                         else started_ns / 1e9, started_ns=started_ns, finished_ns=finished_ns,
+                         retries=retries, interrupted=bool(interrupted), plane="native",
+                         cpu_s=round(cpu_ns / 1e9, 6))
 
 
 def read_records(path: str) -> np.ndarray:

@@ -627,3 +627,25 @@ def flow_entry(flow: Any, dst_ip: str, dst_mac: str, flow_id: str | None = None,
             "traffic_class": flow.traffic_class,
             "flow_id": flow_id if flow_id is not None else
             f"{flow.src}>{flow.dst}/qp{flow.qp}/{flow.phase}"}
+
+
+def sender_report(spec: ReplaySpec, flows: list[dict[str, Any]], *, start_at: float,
+                  started_ns: int, finished_ns: int, retries: int, interrupted: bool,
+                  plane: str, cpu_s: float) -> dict[str, Any]:
+    """A sender's ``SENT.json``: its per-flow rows and the totals a replay joins on; one
+    shape for either traffic plane."""
+    starts = [f["start_ns"] for f in flows if f["start_ns"]]
+    first_ns = min(starts) if starts else None
+    packets = sum(f["packets"] for f in flows)
+    duration = (finished_ns - first_ns) / 1e9 if first_ns else 0.0
+    wire = sum(f["wire_bytes"] for f in flows)
+    return {
+        "intf": spec.intf, "src_ip": spec.src_ip, "rate_mbps": spec.rate_mbps,
+        "pmtu": spec.pmtu, "overhead_bytes": spec.overhead_bytes, "start_at": start_at,
+        "late_s": round(started_ns / 1e9 - start_at, 6), "started_ns": started_ns,
+        "first_ns": first_ns, "finished_ns": finished_ns, "duration_s": round(duration, 6),
+        "packets": packets, "bytes": sum(f["bytes"] for f in flows), "wire_bytes": wire,
+        "pps": round(packets / duration, 1) if duration > 0 else None,
+        "wire_mbps": round(wire * 8 / duration / 1e6, 3) if duration > 0 else None,
+        "send_retries": retries, "interrupted": interrupted, "plane": plane,
+        "cpu_s": cpu_s, "flows": flows}

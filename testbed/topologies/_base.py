@@ -104,6 +104,19 @@ def check_options(spec: FabricSpec, design: str, options: Iterable[str]) -> None
                          f"{reads})")
 
 
+def check_layout(spec: FabricSpec, emulated: bool = True) -> None:
+    """Servers grouped in whole blocks, plus what the emulator can address (``emulated``)
+    or only what no fabric could have (the cost model's ``emulated=False``)."""
+    if emulated:
+        check_common(spec)
+        check_blocks(spec)
+        return
+    check_spec(spec)
+    if spec.servers % spec.servers_per_block:
+        raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block="
+                         f"{spec.servers_per_block}")
+
+
 def check_blocks(spec: FabricSpec) -> None:
     if spec.servers % spec.servers_per_block:
         raise ValueError(

@@ -17,10 +17,8 @@ from testbed.topologies._base import (
     Infeasible,
     add_rail_hosts,
     bisection_gbps,
-    check_blocks,
-    check_common,
+    check_layout,
     check_radix,
-    check_spec,
     count_nic_lanes,
     count_radix,
     divisors,
@@ -42,14 +40,7 @@ def rules(spec: FabricSpec, emulated: bool = True) -> tuple[int, int, int]:
     """The design's rules on a spec: (uplink ports per ToR, aggs per rail, cores), or the
     ValueError saying why not. ``emulated=False`` (the cost model) leaves out the
     emulator's addressing limits."""
-    if emulated:
-        check_common(spec)
-        check_blocks(spec)
-    else:
-        check_spec(spec)
-        if spec.servers % spec.servers_per_block:
-            raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block="
-                             f"{spec.servers_per_block}")
+    check_layout(spec, emulated)
     up_lanes = leaf_uplink_lanes(spec)
     L = spec.lanes_per_uplink
     tor_ports = up_lanes // L

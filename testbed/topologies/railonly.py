@@ -17,10 +17,8 @@ from testbed.topologies._base import (
     FabricSpec,
     Infeasible,
     bisection_gbps,
-    check_blocks,
-    check_common,
+    check_layout,
     check_radix,
-    check_spec,
     count_nic_lanes,
     count_radix,
     fill_leaf,
@@ -43,14 +41,7 @@ def rules(spec: FabricSpec, emulated: bool = True) -> int:
     """The design's rules on a spec: rail spines per rail (0 with one block: a rail is
     one leaf), or the ValueError saying why not. ``emulated=False`` (the cost model)
     leaves out the emulator's addressing limits."""
-    if emulated:
-        check_common(spec)
-        check_blocks(spec)
-    else:
-        check_spec(spec)
-        if spec.servers % spec.servers_per_block:
-            raise ValueError(f"servers={spec.servers} must be a multiple of servers_per_block="
-                             f"{spec.servers_per_block}")
+    check_layout(spec, emulated)
     if spec.blocks == 1:
         if spec.spines:
             raise ValueError(f"spines={spec.spines}: with one block a rail is one leaf and "

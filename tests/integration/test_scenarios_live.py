@@ -147,6 +147,10 @@ def test_demo_quick(results_root: Any) -> None:
     assert summary["decode/dispatch/p50"]["draws"] >= 2
 
 
+#: the traffic agents of either plane: the compiled one's, and the Python ones
+AGENTS = "astral-pktio (send|recv)|astral_lab.agent_cli"
+
+
 def test_ctrl_c_during_traffic_leaves_a_marked_partial_and_a_clean_machine(
         results_root: Any, assert_clean: Any) -> None:
     env = dict(os.environ, ASTRAL_LAB_RESULTS=str(results_root))
@@ -161,7 +165,7 @@ def test_ctrl_c_during_traffic_leaves_a_marked_partial_and_a_clean_machine(
         if "fidelity guard" in line or time.monotonic() > deadline:
             break
     time.sleep(4)  # senders are now running
-    agents = subprocess.run(["pgrep", "-f", "astral_lab.agent_cli"], capture_output=True, text=True)
+    agents = subprocess.run(["pgrep", "-f", AGENTS], capture_output=True, text=True)
     assert agents.stdout.strip(), "no traffic agents were running when Ctrl-C came"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -172,7 +176,7 @@ def test_ctrl_c_during_traffic_leaves_a_marked_partial_and_a_clean_machine(
     marker = _read(results_root, partial[0], "INTERRUPTED.md")
     assert "interrupted by the user" in marker
     assert json.loads(_read(results_root, partial[0], "config.json"))["params"]["seconds"] == 20
-    assert not subprocess.run(["pgrep", "-f", "astral_lab.agent_cli"], capture_output=True,
+    assert not subprocess.run(["pgrep", "-f", AGENTS], capture_output=True,
                               text=True).stdout.strip()
     assert_clean(build("astral3", servers=2, gpus=4))
     assert not cleanup.leftovers(build("astral3", servers=2, gpus=4))

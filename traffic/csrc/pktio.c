@@ -20,10 +20,11 @@
  * the plan's rate holding `burst` seconds of credit. `--dump` writes the frames to a file
  * (u32 length, bytes) instead of a socket: the unit tests compare them with Python's.
  *
- * recv: a TPACKET_V3 ring on the interface (kernel timestamps, no copy per packet), RoCEv2
- * frames to UDP 4791 kept as fixed 48-byte records for Python to account; stops at
- * `--expect-bytes` of payload, `--idle-timeout` seconds after the last packet, `--timeout`,
- * or SIGTERM/SIGINT (after draining the ring). The last line of RECS.json says why, with
+ * recv: a TPACKET_V3 ring on the interface (kernel timestamps, the first 128 bytes of each
+ * frame), RoCEv2 frames to UDP 4791 kept as fixed 48-byte records for Python to account;
+ * stops at `--expect-bytes` of payload, `--idle-timeout` seconds after the last packet,
+ * `--timeout`, SIGTERM/SIGINT (after draining the ring) or when its interface is gone.
+ * Both modes stop when the process that started them dies. The last line of RECS.json says why, with
  * the ring's own drop count; the records are in RECS.json.bin.
  */
 #define _GNU_SOURCE
@@ -372,6 +373,7 @@ static int cmd_send(int argc, char **argv) {
     prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);  /* the replay that started us is gone: stop */
     double spb = s.rate_bps > 0 ? 8e9 / s.rate_bps : 0.0;  /* ns per byte */
     int64_t burst = (int64_t)(s.burst_s * 1e9);
     if (start_at) sleep_until(CLOCK_REALTIME, start_at);
@@ -583,6 +585,7 @@ static int cmd_recv(int argc, char **argv) {
     fwrite(head, 4, 2, k.f);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
     if (ready) {
         char text[256];
         snprintf(text, sizeof text, "{\"pid\": %d, \"port\": %d, \"kernel_timestamps\": true, "
@@ -617,7 +620,11 @@ static int cmd_recv(int argc, char **argv) {
         if (k.packets != seen) { seen = k.packets; idle_since = now; }
         else if (k.packets && idle > 0 && now - idle_since >= (int64_t)(idle * 1e9)) { reason = "idle"; break; }
         if (timeout > 0 && now - t_start >= (int64_t)(timeout * 1e9)) { reason = "timeout"; break; }
-        poll(&pfd, 1, 50);
+        if (poll(&pfd, 1, 50) > 0 && (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) &&
+            !if_nametoindex(intf)) {
+            reason = "interface_gone";  /* the fabric was torn down under us */
+            break;
+        }
     }
     int64_t stopped = now_ns(CLOCK_REALTIME);
     struct tpacket_stats_v3 st = {0};

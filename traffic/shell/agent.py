@@ -89,6 +89,7 @@ from traffic.roce import (
     ReplayFlow,
     ReplaySpec,
     packets_for,
+    sender_report,
 )
 from traffic.rxstate import _F_LAST, fold, new_flow, receiver_report
 
@@ -206,21 +207,9 @@ def send(spec: ReplaySpec, out: str | None = None, start_at: float | None = None
     finished_ns = time.time_ns()
     sock.close()
     flows = [j.report(spec.pmtu) for j in jobs]
-    starts = [f["start_ns"] for f in flows if f["start_ns"]]
-    first_ns = min(starts) if starts else None
-    packets = sum(f["packets"] for f in flows)
-    duration = (finished_ns - first_ns) / 1e9 if first_ns else 0.0
-    wire = sum(f["wire_bytes"] for f in flows)
-    result = {
-        "intf": spec.intf, "src_ip": spec.src_ip, "rate_mbps": spec.rate_mbps,
-        "pmtu": spec.pmtu, "overhead_bytes": spec.overhead_bytes, "start_at": start_at,
-        "late_s": round(started_ns / 1e9 - start_at, 6), "started_ns": started_ns,
-        "first_ns": first_ns, "finished_ns": finished_ns, "duration_s": round(duration, 6),
-        "packets": packets, "bytes": sum(f["bytes"] for f in flows), "wire_bytes": wire,
-        "pps": round(packets / duration, 1) if duration > 0 else None,
-        "wire_mbps": round(wire * 8 / duration / 1e6, 3) if duration > 0 else None,
-        "send_retries": retries, "interrupted": interrupted, "plane": "python",
-        "cpu_s": _cpu_s(), "flows": flows}
+    result = sender_report(spec, flows, start_at=start_at, started_ns=started_ns,
+                           finished_ns=finished_ns, retries=retries, interrupted=interrupted,
+                           plane="python", cpu_s=_cpu_s())
     if out:
         write_json_atomic(out, result)
     return result
