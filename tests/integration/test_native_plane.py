@@ -83,3 +83,72 @@ def test_a_pmtu_the_mtu_cannot_carry_is_one_clear_error(
                                                     match="pmtu 4096 needs an MTU"):
         replay(lab, flows()[:1], pmtu=4096, progress=False)
     assert_clean(plan)
+
+
+def test_sixteen_senders_under_the_guard_lose_nothing(
+        assert_clean: Callable[[WiringPlan], None]) -> None:
+    """16 GPUs each sending a cross-leaf permutation flow at its NIC rate, scaled so the
+    offered load sits just inside the fidelity guard's margin of 2 against this machine's
+    calibrated capacity: every byte arrives, no PSN gap."""
+    from scenarios import fidelity
+    from scenarios.common import permutation_flows
+
+    capacity = fidelity.calibrate(lambda _m: None, pmtu=4096)
+
+    def at(scale: float) -> tuple[WiringPlan, list[FlowSpec], dict[str, Any]]:
+        plan = build("astral3", servers=4, gpus=4, servers_per_block=2, scale=scale)
+        flows = permutation_flows(plan, int(scale * 400e9 / 8 * 2.0), qps=1, seed=3)
+        return plan, flows, fidelity.verdict(capacity, fidelity.offered(plan, flows,
+                                                                          pmtu=4096))
+
+    _p, _f, probe = at(1e-5)
+    plan, flows, v = at(1e-5 * probe["margin"] / 2.2)  # 2 s of traffic at the edge
+    assert len({f.src for f in flows}) == 16
+    assert 2 <= v["margin"] < 2.5, v
+    with Lab(plan) as lab:
+        r = replay(lab, flows, progress=False)
+    assert r.plane == "native" and r.lost_packets == 0
+    assert r.bytes_received == r.bytes_sent == sum(f.bytes for f in flows)
+    assert all(f["reordered"] == 0 for f in r.flows)
+    print(f"16 senders, margin {v['margin']:.1f}: completion {r.job_completion_s:.2f} s, "
+          f"CPU s {r.cpu_s}")
+    assert_clean(plan)
+
+
+def test_ctrl_c_during_a_native_replay_stops_every_agent(
+        assert_clean: Callable[[WiringPlan], None]) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    script = ("from testbed.shell.lab import Lab\n"
+              "from testbed.topologies import build\n"
+              "from scenarios.common import permutation_flows\n"
+              "from traffic.shell.replay import replay\n"
+              "plan = build('astral3', servers=4, gpus=4, servers_per_block=2, scale=1e-5)\n"
+              "with Lab(plan, log=lambda _m: None) as lab:\n"
+              "    print('up', flush=True)\n"
+              "    replay(lab, permutation_flows(plan, 20_000_000, qps=1), progress=False)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        deadline = time.monotonic() + 60
+        running = ""
+        while time.monotonic() < deadline and len(running.split()) < 32:
+            running = subprocess.run(["pgrep", "-f", "astral-pktio (send|recv)"],
+                                     capture_output=True, text=True).stdout
+            time.sleep(0.2)
+        assert len(running.split()) == 32, running  # 16 senders, 16 receivers
+        time.sleep(1.0)  # traffic flowing
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "KeyboardInterrupt" in err, err[-2000:]
+    left = subprocess.run(["pgrep", "-f", "astral-pktio (send|recv)"], capture_output=True,
+                          text=True).stdout
+    assert not left.strip(), left
+    assert_clean(build("astral3", servers=4, gpus=4, servers_per_block=2))
