@@ -104,6 +104,22 @@ static uint32_t rd32be(const uint8_t *p) {
 }
 static uint64_t rd64be(const uint8_t *p) { return (uint64_t)rd32be(p) << 32 | rd32be(p + 4); }
 
+/* An output file written under PATH.tmp and renamed into place when complete, so a reader
+ * never sees half of one (the Python side reads these as soon as they exist). */
+typedef struct { FILE *f; char path[4096], tmp[4112]; } Atomic;
+
+static FILE *atomic_open(Atomic *a, const char *path, const char *mode) {
+    snprintf(a->path, sizeof a->path, "%s", path);
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp", a->path);
+    a->f = fopen(a->tmp, mode);
+    if (!a->f) die("cannot write %s", a->tmp);
+    return a->f;
+}
+
+static void atomic_commit(Atomic *a) {
+    if (fclose(a->f) != 0 || rename(a->tmp, a->path) != 0) die("cannot write %s", a->path);
+}
+
 /* --- plan ---------------------------------------------------------------------------------- */
 typedef struct {
     uint32_t len, reth, ack, crc0, hdr_end;
@@ -308,10 +324,8 @@ static void begin(Job *j) {
 
 static void write_sent(const char *path, Spec *s, int64_t started, int64_t finished,
                        uint64_t retries, int interrupted) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) die("cannot write %s", tmp);
+    Atomic out;
+    FILE *f = atomic_open(&out, path, "wb");
     uint32_t head[4] = {SENT_MAGIC, VERSION, s->njobs, (uint32_t)interrupted};
     fwrite(head, 4, 4, f);
     fwrite(&started, 8, 1, f);
@@ -326,7 +340,7 @@ static void write_sent(const char *path, Spec *s, int64_t started, int64_t finis
         fwrite(&j->end_ns, 8, 1, f);
         fwrite(j->starts, 8, j->nstarts, f);
     }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) die("cannot write %s", path);
+    atomic_commit(&out);
 }
 
 static int cmd_send(int argc, char **argv) {
@@ -527,11 +541,9 @@ static void take(Sink *k, const uint8_t *p, uint32_t snap, uint32_t len, int64_t
 }
 
 static void write_file_atomic(const char *path, const char *text) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
-        die("cannot write %s", path);
+    Atomic a;
+    if (fputs(text, atomic_open(&a, path, "w")) < 0) die("cannot write %s", a.tmp);
+    atomic_commit(&a);
 }
 
 static int cmd_recv(int argc, char **argv) {
@@ -577,9 +589,9 @@ static int cmd_recv(int argc, char **argv) {
     if (!sll.sll_ifindex) die("no interface %s", intf);
     if (bind(fd, (struct sockaddr *)&sll, sizeof sll) < 0) die("cannot bind %s", intf);
     char recs[4096];
-    snprintf(recs, sizeof recs, "%s.bin.tmp", out);
-    Sink k = {.f = fopen(recs, "wb")};
-    if (!k.f) die("cannot write %s", recs);
+    snprintf(recs, sizeof recs, "%s.bin", out);  /* RECS.json.bin: what Python reads */
+    Atomic rec;
+    Sink k = {.f = atomic_open(&rec, recs, "wb")};
     setvbuf(k.f, NULL, _IOFBF, 1 << 20);
     uint32_t head[2] = {REC_MAGIC, VERSION};
     fwrite(head, 4, 2, k.f);
@@ -631,10 +643,7 @@ static int cmd_recv(int argc, char **argv) {
     socklen_t sl = sizeof st;
     getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, &st, &sl);
     close(fd);
-    if (fclose(k.f) != 0) die("cannot write %s", recs);
-    char final[4096];
-    snprintf(final, sizeof final, "%s.bin", out);
-    if (rename(recs, final) != 0) die("cannot write %s", final);
+    atomic_commit(&rec);
     char text[1024];
     snprintf(text, sizeof text,
              "{\"stop_reason\": \"%s\", \"stopped_ns\": %lld, "
