@@ -35,7 +35,6 @@ import time
 from typing import Any
 
 from benchmarks.common import write
-from controllers.flows import ROCE_PORT
 from scenarios import fidelity
 from traffic.roce import OP_WRITE_MIDDLE, Endpoints, FrameBuilder, frame_len, mtu_for
 
@@ -78,16 +77,6 @@ class _Meter:
         self.switch = sum(_cpu_of(p) for p in self.pids) - self.sw0
         t = os.times()
         self.orchestrator = t.user + t.system - self.me0
-
-
-def _pairs(plan: Any) -> list[tuple[str, str]]:
-    hosts = [h.name for h in plan.hosts]
-    half = len(hosts) // 2
-    pairs = []
-    for i in range(half):
-        pairs += [(hosts[i], hosts[half + (i + 1) % half]),
-                  (hosts[half + i], hosts[(i + 1) % half])]
-    return pairs
 
 
 def _settle(limit_s: float = 30.0) -> None:
@@ -229,15 +218,9 @@ def _frame(plan: Any, a: str, b: str, qp: int, pmtu: int) -> bytes:
 
 
 def _ramp(fn: Any, attempts: int) -> dict[str, Any]:
-    old = fidelity.ATTEMPTS
-    fidelity.ATTEMPTS = attempts
-    try:
-        best, trials = fidelity.ramp(fn)
-    finally:
-        fidelity.ATTEMPTS = old
-    top = fidelity.RAMP_MBPS[-1]
+    best, trials = fidelity.ramp(fn, attempts)
     return {"best": best, "trials": trials,
-            "capped": bool(best and best["rate_mbps_per_sender"] >= top)}
+            "capped": bool(best and best["rate_mbps_per_sender"] >= fidelity.RAMP_MBPS[-1])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.topologies import build
 
     plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
-    pairs = _pairs(plan)
+    pairs = fidelity.calibration_pairs(plan)
     runs: dict[str, Any] = {}
     with Lab(plan, pmtu=4096, log=lambda _m: None) as lab:
         runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, "python", 1024, r),
@@ -318,6 +301,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-__all__ = ["main", "ROCE_PORT"]

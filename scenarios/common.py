@@ -18,6 +18,7 @@ from typing import Any
 from controllers import policies
 from controllers.plan import Link, WiringPlan
 from traffic.kernels import FlowSpec
+from traffic.roce import LAB_PMTU
 
 
 # --- workloads ---------------------------------------------------------------------------
@@ -269,7 +270,7 @@ def message_sizes(flow: FlowSpec) -> list[int]:
 
 #: The path MTU the running scenario replays at (``Run`` sets it for the run): the frames a
 #: message is cut into, hence the header bytes the shapers count, depend on it.
-WIRE_PMTU: ContextVar[int] = ContextVar("WIRE_PMTU", default=4096)
+WIRE_PMTU: ContextVar[int] = ContextVar("WIRE_PMTU", default=LAB_PMTU)
 
 
 def wire_flows(flows: list[FlowSpec], pmtu: int | None = None) -> list[FlowSpec]:

@@ -41,6 +41,7 @@ from typing import Any
 
 from scenarios.common import mean_hops
 from traffic.kernels import FlowSpec
+from traffic.roce import LAB_PMTU
 
 REFUSE_BELOW = 1.0
 WARN_BELOW = 2.0
@@ -93,14 +94,14 @@ def calibration_failed(trials: list[dict[str, Any]], senders: int) -> Calibratio
         "will say so).", measured, trials)
 
 
-def cache_path(pmtu: int = 4096) -> str:
+def cache_path(pmtu: int = LAB_PMTU) -> str:
     """One capacity per path MTU: a switch's packet rate depends on the frame size."""
     root = os.environ.get("ASTRAL_LAB_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "astral-lab")
     return os.path.join(root, f"capacity-pmtu{pmtu}.json")
 
 
-def machine_key(pmtu: int = 4096) -> dict[str, Any]:
+def machine_key(pmtu: int = LAB_PMTU) -> dict[str, Any]:
     """What the measured capacity depends on; a change means calibrate again."""
     datapath = "kernel" if os.path.isdir("/sys/module/openvswitch") else "user"
     try:
@@ -115,7 +116,7 @@ def machine_key(pmtu: int = 4096) -> dict[str, Any]:
             "version": CACHE_VERSION}
 
 
-def load_cached(pmtu: int = 4096) -> dict[str, Any] | None:
+def load_cached(pmtu: int = LAB_PMTU) -> dict[str, Any] | None:
     try:
         with open(cache_path(pmtu)) as f:
             data = json.load(f)
@@ -125,7 +126,7 @@ def load_cached(pmtu: int = 4096) -> dict[str, Any] | None:
 
 
 def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
-              pmtu: int = 4096) -> dict[str, Any]:
+              pmtu: int = LAB_PMTU) -> dict[str, Any]:
     """Measure (or read the cached) switching capacity of this machine at ``pmtu``. Needs root.
 
     Call it before bringing up a scenario's own fabric: the calibration fabric uses the
@@ -142,12 +143,7 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
     with Lab(plan, log=log, pmtu=pmtu) as lab:
         log(f"calibrating this machine's switching capacity at pmtu {pmtu} (once; cached in "
             f"{cache_path(pmtu)}) ...")
-        hosts = [h.name for h in plan.hosts]
-        half = len(hosts) // 2
-        pairs = []  # s0gI -> s1g(I+1) and back: every flow crosses leaf - spine - leaf
-        for i in range(half):
-            pairs += [(hosts[i], hosts[half + (i + 1) % half]),
-                      (hosts[half + i], hosts[(i + 1) % half])]
+        pairs = calibration_pairs(plan)
         best, trials = ramp(lambda rate: _trial(lab, plan, pairs, rate, log, pmtu=pmtu))
         if best is None:
             raise calibration_failed(trials, len(pairs))
@@ -170,15 +166,28 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
     return capacity
 
 
-def ramp(try_rate: Callable[[float], dict[str, Any]]
+def calibration_pairs(plan: Any) -> list[tuple[str, str]]:
+    """The calibration's senders and receivers: s0gI -> s1g(I+1) and back, so every flow
+    crosses leaf - spine - leaf."""
+    hosts = [h.name for h in plan.hosts]
+    half = len(hosts) // 2
+    pairs = []
+    for i in range(half):
+        pairs += [(hosts[i], hosts[half + (i + 1) % half]),
+                  (hosts[half + i], hosts[(i + 1) % half])]
+    return pairs
+
+
+def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = None
          ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """Raise the per-sender rate along RAMP_MBPS until one is not held ATTEMPTS times in a
-    row; return the last held trial (None if even the first rate failed) and every trial."""
+    """Raise the per-sender rate along RAMP_MBPS until one is not held ``attempts`` times
+    (default ATTEMPTS) in a row; return the last held trial (None if even the first rate
+    failed) and every trial."""
     trials: list[dict[str, Any]] = []
     best = None
     for rate in RAMP_MBPS:
         held = False
-        for attempt in range(ATTEMPTS):  # one noisy trial must not end the ramp
+        for attempt in range(attempts or ATTEMPTS):  # one noisy trial must not end the ramp
             trial = dict(try_rate(rate), attempt=attempt + 1)
             trials.append(trial)
             held = bool(trial["held"])

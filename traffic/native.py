@@ -28,32 +28,22 @@ import numpy as np
 
 from traffic.roce import (
     ECN_ECT0,
-    MAX_OVERHEAD,
     Endpoints,
     FrameBuilder,
     ReplaySpec,
-    packets_for,
+    burst_s,
+    flow_report,
     sender_report,
 )
 from traffic.rxstate import fold, new_flow, receiver_report
 
 PLAN_MAGIC, SENT_MAGIC, REC_MAGIC, VERSION = 0x534B5041, 0x524B5041, 0x434B5041, 1
-#: the sender's token bucket holds this much time at the rate (and at least two frames)
-BURST_S = 200e-6
 #: one record per received packet, as ``pktio.c`` writes it (little-endian, packed)
 RECORD = np.dtype([("stamp_ns", "<u8"), ("start_ns", "<u8"), ("src_ip", "<u4"),
                    ("psn", "<u4"), ("seq", "<u4"), ("plen", "<u4"), ("dma", "<u4"),
                    ("qp", "<u4"), ("sport", "<u2"), ("op", "u1"), ("pad", "u1"),
                    ("pad2", "<u4")])
 assert RECORD.itemsize == 48
-
-
-def burst_s(spec: ReplaySpec) -> float:
-    """Seconds of credit the sender's bucket holds: 200 µs, or two full frames if longer."""
-    if spec.rate_mbps <= 0:
-        return 0.0
-    frame = spec.pmtu + MAX_OVERHEAD + spec.overhead_bytes
-    return max(BURST_S, 2 * frame * 8 / (spec.rate_mbps * 1e6))
 
 
 class _Plan:
@@ -138,17 +128,9 @@ def read_sent(path: str, plan: _Plan, start_at: float | None) -> dict[str, Any]:
         (end_ns,) = struct.unpack_from("<q", data, off + 20)
         starts = list(struct.unpack_from(f"<{nstarts}q", data, off + 28))
         off += 28 + 8 * nstarts
-        sizes = f.sizes()[:nstarts]
-        rows[index] = {
-            "flow_id": f.flow_id, "dst_ip": f.dst_ip, "qp": f.qp, "sport": f.sport,
-            "dscp": f.dscp, "traffic_class": f.traffic_class, "messages": len(sizes),
-            "message_bytes": f.message_bytes, "bytes": sum(sizes),
-            "packets": sum(packets_for(s, spec.pmtu) for s in sizes),
-            "wire_bytes": sum(b.prepare(s) for s in sizes),
-            "first_seq": first_seq, "first_psn": first_psn,
-            "next_psn": next_psn if done else None,
-            "start_ns": starts[0] if starts else None, "end_ns": end_ns or None,
-            "complete": bool(done), "message_start_ns": starts}
+        rows[index] = flow_report(f, b, spec.pmtu, starts, first_seq=first_seq,
+                                  first_psn=first_psn, next_psn=next_psn, end_ns=end_ns,
+                                  done=bool(done))
     flows = [rows[i] for i in range(len(spec.flows))]
     return sender_report(spec, flows, start_at=start_at if start_at is not None
                          else started_ns / 1e9, started_ns=started_ns, finished_ns=finished_ns,

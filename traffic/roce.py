@@ -70,6 +70,11 @@ ACKREQ_OPCODES = frozenset({OP_WRITE_LAST, OP_WRITE_ONLY})
 
 PMTUS = (256, 512, 1024, 2048, 4096)
 DEFAULT_PMTU = 1024
+#: the path MTU a lab on one machine replays at: AI fabrics run 4,096 (every emulated
+#: interface then gets an MTU that carries it; cluster mode keeps what its tunnels carry)
+LAB_PMTU = 4096
+#: a sender's token bucket holds this much time at its rate (and at least two full frames)
+BURST_S = 200e-6
 PSN_MASK = 0xFFFFFF
 PSN_MOD = 1 << 24
 ACKREQ_BIT = 0x80000000
@@ -627,6 +632,32 @@ def flow_entry(flow: Any, dst_ip: str, dst_mac: str, flow_id: str | None = None,
             "traffic_class": flow.traffic_class,
             "flow_id": flow_id if flow_id is not None else
             f"{flow.src}>{flow.dst}/qp{flow.qp}/{flow.phase}"}
+
+
+def burst_s(spec: ReplaySpec) -> float:
+    """Seconds of credit a sender's bucket holds: ``BURST_S``, or two full frames if longer
+    (0 for an unpaced sender)."""
+    if spec.rate_mbps <= 0:
+        return 0.0
+    frame = spec.pmtu + MAX_OVERHEAD + spec.overhead_bytes
+    return max(BURST_S, 2 * frame * 8 / (spec.rate_mbps * 1e6))
+
+
+def flow_report(flow: ReplayFlow, builder: FrameBuilder, pmtu: int, starts: list[int], *,
+                first_seq: int, first_psn: int, next_psn: int, end_ns: int,
+                done: bool) -> dict[str, Any]:
+    """One flow entry's row of ``SENT.json``; after an interruption the counts cover the
+    messages sent completely (``starts`` holds their send times)."""
+    sizes = flow.sizes()[:len(starts)]
+    return {"flow_id": flow.flow_id, "dst_ip": flow.dst_ip, "qp": flow.qp,
+            "sport": flow.sport, "dscp": flow.dscp, "traffic_class": flow.traffic_class,
+            "messages": len(sizes), "message_bytes": flow.message_bytes, "bytes": sum(sizes),
+            "packets": sum(packets_for(s, pmtu) for s in sizes),
+            "wire_bytes": sum(builder.prepare(s) for s in sizes),
+            "first_seq": first_seq, "first_psn": first_psn,
+            "next_psn": next_psn if done else None,
+            "start_ns": starts[0] if starts else None, "end_ns": end_ns or None,
+            "complete": bool(done), "message_start_ns": starts}
 
 
 def sender_report(spec: ReplaySpec, flows: list[dict[str, Any]], *, start_at: float,

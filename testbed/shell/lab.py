@@ -61,14 +61,9 @@ from testbed.shell.machine import (
     lock_holder,
 )
 from testbed.shell.mntopo import OF_PROTOCOLS
-from traffic.roce import mtu_for
+from traffic.roce import LAB_PMTU, mtu_for
 
 OVS_PORT_RCVBUF = 4 << 20  # bytes of receive buffer per switch port (see _create_bridges)
-
-
-#: RoCE path MTU of a lab on one machine: AI fabrics run 4,096 (every interface gets an
-#: MTU that carries it); cluster mode keeps what its tunnels carry
-LAB_PMTU = 4096
 
 
 class Lab:

@@ -81,6 +81,7 @@ from typing import Any
 from controllers.flows import ROCE_PORT
 from controllers.plan import write_json_atomic
 from traffic.roce import (
+    BURST_S,  # noqa: F401  (re-exported: a message latency floor is one bucket less)
     ECN_ECT0,
     MAX_OVERHEAD,
     PSN_MASK,
@@ -88,7 +89,8 @@ from traffic.roce import (
     FrameBuilder,
     ReplayFlow,
     ReplaySpec,
-    packets_for,
+    burst_s,
+    flow_report,
     sender_report,
 )
 from traffic.rxstate import _F_LAST, fold, new_flow, receiver_report
@@ -103,7 +105,6 @@ DEFAULT_RCVBUF = 256 << 20
 RETRY_SLEEP_S = 100e-6
 RETRY_GIVE_UP_S = 10.0
 MIN_SLEEP_S = 50e-6
-BURST_S = 200e-6
 
 
 # --- sender ------------------------------------------------------------------------------------
@@ -135,18 +136,9 @@ class _Job:
 
     def report(self, pmtu: int) -> dict[str, Any]:
         """What was sent; after an interruption, counts cover the messages sent completely."""
-        f = self.flow
-        sizes = f.sizes()[:len(self.message_start_ns)]
-        return {"flow_id": f.flow_id, "dst_ip": f.dst_ip, "qp": f.qp, "sport": f.sport,
-                "dscp": f.dscp, "traffic_class": f.traffic_class, "messages": len(sizes),
-                "message_bytes": f.message_bytes, "bytes": sum(sizes),
-                "packets": sum(packets_for(s, pmtu) for s in sizes),
-                "wire_bytes": sum(self.builder.prepare(s) for s in sizes),
-                "first_seq": self.first_seq, "first_psn": self.first_psn,
-                "next_psn": self.builder.psn if self.done else None,
-                "start_ns": self.message_start_ns[0] if self.message_start_ns else None,
-                "end_ns": self.end_ns or None, "complete": self.done,
-                "message_start_ns": self.message_start_ns}
+        return flow_report(self.flow, self.builder, pmtu, self.message_start_ns,
+                           first_seq=self.first_seq, first_psn=self.first_psn,
+                           next_psn=self.builder.psn, end_ns=self.end_ns, done=self.done)
 
 
 def interface_mtu(sock: socket.socket, intf: str) -> int:
@@ -233,7 +225,7 @@ def _run(lanes: dict[tuple[str, int], list[_Job]], t0: float, sock: socket.socke
     sleep = time.sleep
     spb = 8.0 / (spec.rate_mbps * 1e6) if spec.rate_mbps > 0 else 0.0  # seconds per byte
     ovh = spec.overhead_bytes
-    burst = max(BURST_S, 2 * (spec.pmtu + MAX_OVERHEAD + ovh) * spb)
+    burst = burst_s(spec)
     t_next = mono()
     retries = 0
     while active or pending:

@@ -51,14 +51,6 @@ def stale(binary: Path) -> bool:
         return True
 
 
-def available() -> bool:
-    try:
-        path()
-    except HelperMissing:
-        return False
-    return True
-
-
 def build(out: Path | None = None, force: bool = False) -> Path:
     """Compile the helper to ``out`` (default: beside the interpreter) unless it is current."""
     out = out or default_path()
