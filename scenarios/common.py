@@ -9,6 +9,7 @@ interface transmitting toward ``b`` and "down" is ``b``'s toward ``a``.
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import defaultdict
 from contextvars import ContextVar
@@ -300,36 +301,32 @@ class _Message:
 
 
 def message_latencies(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
-                      unit: str = "mbps", max_iter: int = 50) -> list[float]:
+                      unit: str = "mbps") -> list[float]:
     """The flow model's latency of every message (seconds; flows in order, then messages).
 
     A QP sends its messages one after another while the host's QPs share the NIC, which is
-    what the replay's senders do. So each message is a flow of its own (wire bytes, its
-    QP's 5-tuple, hence its path) that starts when the previous message of its QP ends.
-    Those starts depend on the rates they change, so they are found by iteration: causal
-    (a start depends only on what happened before it), it settles in at most as many
-    rounds as the longest QP has messages; the answer is the fixed point, not an estimate.
+    what the replay's senders do: message k starts when message k-1 ends, on the same
+    5-tuple, hence the same path. In a fluid model that is exactly one flow per QP of all
+    its wire bytes, whose message ends are the times it had sent each running total
+    (``model_flows(marks=...)``): one simulation, no iteration over message starts.
     """
     from testbed.models.flowmodel import model_flows
     from traffic.roce import message_wire_bytes
 
     pmtu = WIRE_PMTU.get()
-    index = [(i, message_wire_bytes(s, pmtu)) for i, f in enumerate(flows)
-             for s in message_sizes(f)]
-    starts = [flows[i].start for i, _ in index]
-    finish: list[float] = starts
-    for _ in range(max(1, max_iter)):
-        msgs = [_Message(flows[i].src, flows[i].dst, flows[i].sport, b, s)
-                for (i, b), s in zip(index, starts, strict=True)]
-        res = model_flows(plan, msgs, policy, unit=unit)
-        finish = [float(x) for x in res.flow_finish_s]
-        nxt = [flows[i].start if k == 0 or index[k - 1][0] != i else finish[k - 1]
-               for k, (i, _b) in enumerate(index)]
-        if all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(nxt, starts,
-                                                                       strict=True)):
-            break
-        starts = nxt
-    return [f - s for f, s in zip(finish, starts, strict=True)]
+    sizes = [[message_wire_bytes(s, pmtu) for s in message_sizes(f)] for f in flows]
+    qps = [_Message(f.src, f.dst, f.sport, sum(b), f.start)
+           for f, b in zip(flows, sizes, strict=True)]
+    marks = [list(itertools.accumulate(b)) for b in sizes]
+    res = model_flows(plan, qps, policy, unit=unit, marks=marks)
+    assert res.flow_mark_s is not None
+    out: list[float] = []
+    for f, ends in zip(flows, res.flow_mark_s, strict=True):
+        prev = f.start
+        for e in ends.tolist():
+            out.append(e - prev)
+            prev = e
+    return out
 
 
 def replay_lead(flows: list[FlowSpec]) -> float:

@@ -71,6 +71,8 @@ DEEPEP_US = {
 }
 DEEPEP_SOURCE = ("DeepEP V1 docs/legacy.md (github.com/deepseek-ai/DeepEP), low-latency "
                  "kernels, H800 + CX7 IB 400 Gb/s, 128 tokens, top-8")
+#: tokens per GPU in DeepEP's low-latency benchmark
+DEEPEP_TOKENS = 128
 CASES = ("alone", "background", "isolated")
 CASE_LABEL = {"alone": "no background", "background": "background, one FIFO",
               "isolated": "background + isolation"}
@@ -86,21 +88,20 @@ DRAW_QP_STRIDE = 1000
     "decode-latency",
     "decode dispatch/combine latency vs EP size, with background bulk traffic, "
     "with and without traffic-class isolation",
-    Param("ep_sizes", [4, 8, 16], "EP sizes in GPUs, one fabric each; each a multiple of "
+    Param("ep_sizes", [8, 16, 32], "EP sizes in GPUs, one fabric each; each a multiple of "
           "2 x gpus-per-server (astral3 pairs servers in blocks)", quick=[4, 8]),
-    Param("background_eps", [4, 8, 16], "EP sizes that also run the background and isolated "
+    Param("background_eps", [8], "EP sizes that also run the background and isolated "
           "cases (the others run the decode step alone)", quick=[4]),
     Param("gpus_per_server", 2, "GPUs (NICs, rails) per server"),
-    Param("tokens", 4, "decode tokens per GPU (DeepEP's benchmark uses 128; scaled down to "
-          "fit this machine)", quick=2),
-    Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)"),
+    Param("tokens", 128, "decode tokens per GPU (128: DeepEP's benchmark)", quick=2),
+    Param("scale", 2e-5, "emulated rate = real rate x scale (2e-5: a 400G NIC is 8 Mb/s)",
+          quick=1e-5),
     Param("fill_s", 0.5, "seconds the background runs before the decode burst (emulated)"),
     Param("intra_server", "nvlink", "same-server copies: nvlink (DeepEP default, off the "
           "fabric) or fabric (through the NICs, V1 pure RDMA)", choices=("nvlink", "fabric")),
     Param("model", "deepseek-v3", "model preset (traffic.workload.preset)"),
-    Param("draws", 5, "emulated draws per case (gating seed, permutation, source ports)",
-          quick=3),
-    Param("model_draws", 60, "flow-model draws per case beside them", quick=30),
+    Param("draws", 3, "emulated draws per case (gating seed, permutation, source ports)"),
+    Param("model_draws", 30, "flow-model draws per case beside them"),
     Param("seed", 0, "first routing and permutation seed (draw k uses seed + k)"),
 )
 def decode_latency(run: Run) -> None:
@@ -120,6 +121,14 @@ def decode_latency(run: Run) -> None:
     run.save_json("runs.json", {"cases": results, "qos_classes": classes})
     _plots(run, latencies, results)
     _report(run, classes, results)
+
+
+def _tokens_note(tokens: int) -> str:
+    """How the run's batch compares with DeepEP's benchmark (128 tokens per GPU)."""
+    if tokens == DEEPEP_TOKENS:
+        return "DeepEP's benchmark shape"
+    return (f"DeepEP's benchmark uses {DEEPEP_TOKENS}, so the step moves "
+            f"{tokens}/{DEEPEP_TOKENS} of its bytes per GPU")
 
 
 def _check_params(p: dict[str, Any]) -> None:
@@ -462,9 +471,8 @@ def _report(run: Run, classes: dict[int, dict[str, Any]], cases: list[dict[str, 
 One `astral3` fabric per EP size ({', '.join(f'EP{e}' for e in eps)}: EP/{p['gpus_per_server']}
 servers of {p['gpus_per_server']} GPUs, two servers per block), at scale {scale:g}: a 400G NIC is
 {nic:g} Mb/s and a 200G lane {nic / 2:g} Mb/s. Workload: one {p['model']} decode step,
-**{p['tokens']} tokens per GPU** (DeepEP's benchmark uses 128; fewer fit this machine's
-packet budget, so the lab's step moves {p['tokens']}/128 of DeepEP's bytes per GPU),
-low-latency kernel model, same-server copies over {p['intra_server']}
+**{p['tokens']} tokens per GPU** ({_tokens_note(p['tokens'])}), top-8, low-latency kernel
+model (FP8 dispatch, BF16 combine), same-server copies over {p['intra_server']}
 ({'NVLink: not on the fabric, as DeepEP does by default' if p['intra_server'] == 'nvlink'
   else 'through the NICs, as the V1 pure-RDMA kernels'}). Dispatch and combine are replayed
 one after the other. **{p['draws']} draws per case**: draw k uses gating and permutation
@@ -609,8 +617,9 @@ def _finding_growth(run: Run) -> None:
         "and the 400G NIC bound per GPU no longer grows. The lab's smallest EP is smaller "
         f"than DeepEP's ({p['gpus_per_server']} GPUs per server instead of 8, to fit this "
         "machine), so its curve covers DeepEP's steep part, not its plateau; compare the "
-        "growth per doubling, not the absolute times (the lab's step is "
-        f"{p['tokens']}/128 of DeepEP's bytes, and the lab has no GPU-side work: DeepEP's "
+        "growth per doubling, not the absolute times (the lab's step moves "
+        f"{p['tokens']}/{DEEPEP_TOKENS} of DeepEP's bytes at scaled rates, and the lab has "
+        "no GPU-side work: DeepEP's "
         "time includes FP8 casting, kernel launch and the receiver's copy-out). Last, "
         + phases + ".")
     run.report.finding("1. Decode latency growth with EP size", measured="; ".join(meas),

@@ -289,11 +289,14 @@ def _by_link(n_links: int, rptr: np.ndarray, col: np.ndarray, done: np.ndarray
 
 @njit(cache=True, error_model="numpy")
 def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
-           bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+           bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float, trace: bool
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray,
+                      np.ndarray]:
     """The event loop on one component: rows in CSR (``rptr``, ``col``, ``coef`` =
     multiplicity x weight). Returns finish time and first rate per row, the times at which
-    an allocation was computed, and the filling rounds. Semantics: ``solver.simulate``.
+    an allocation was computed, the filling rounds, and (``trace``) every rate a row was
+    given, as (row, time, rate) columns in time order, a row's finish recorded as rate 0:
+    enough to say when a row had sent any number of its bits. Semantics: ``solver.simulate``.
     """
     n, n_links = bits.size, cap.size
     finish = np.full(n, np.nan)
@@ -329,6 +332,10 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
         size *= 2
     tree = np.full(2 * size, _INF)
     times = np.empty(2 * n + 2)
+    tr_row = np.empty(4 * n + 16 if trace else 0, dtype=np.int64)
+    tr_t = np.empty(tr_row.size)
+    tr_rate = np.empty(tr_row.size)
+    ntr = 0
     nt = rounds = nxt = nseq = nfin = 0
     t = 0.0
     while nxt < order.size or nseq - nfin > 0:
@@ -367,6 +374,9 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
                 proj[r] = t + remaining[r] / rate[r]
                 if np.isnan(start_rate[r]):
                     start_rate[r] = rate[r]
+            if trace:
+                tr_row, tr_t, tr_rate, ntr = _record(tr_row, tr_t, tr_rate, ntr, seq, 0, nu,
+                                                     t, rate)
             _tree_update(tree, size, proj, seq, 0, max(old, nseq), nseq)
         else:
             # warm (module docstring): refill the suffix of seq at or above x_F
@@ -404,6 +414,9 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
             for p in range(s, nseq):
                 r = seq[p]
                 proj[r] = t + remaining[r] / rate[r]
+            if trace:
+                tr_row, tr_t, tr_rate, ntr = _record(tr_row, tr_t, tr_rate, ntr, seq, s, nseq,
+                                                     t, rate)
             _tree_update(tree, size, proj, seq, s, old, nseq)
         times[nt] = t
         nt += 1
@@ -441,23 +454,53 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
             done[r] = True
             proj[r] = _INF
             _join(groups, r, -1)
+        if trace:
+            tr_row, tr_t, tr_rate, ntr = _record(tr_row, tr_t, tr_rate, ntr, fin, 0, nfin,
+                                                 -1.0, finish)
         dropped += nfin
         t = t_next
     for r in range(n):
         if np.isnan(start_rate[r]):
             start_rate[r] = 0.0
-    return finish, start_rate, times[:nt], rounds
+    return finish, start_rate, times[:nt], rounds, tr_row[:ntr], tr_t[:ntr], tr_rate[:ntr]
+
+
+@njit(cache=True)
+def _record(tr_row: np.ndarray, tr_t: np.ndarray, tr_rate: np.ndarray, ntr: int,
+            rows: np.ndarray, lo: int, hi: int, t: float, value: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Append ``rows[lo:hi]`` to the trace, growing it by doubling. ``t`` >= 0: each row
+    got ``value[row]`` as its rate at ``t``; ``t`` < 0: each row finished at ``value[row]``
+    (its rate is 0 from then on)."""
+    need = ntr + hi - lo
+    if need > tr_row.size:
+        grow = max(need, 2 * tr_row.size)
+        r2, t2, x2 = np.empty(grow, dtype=np.int64), np.empty(grow), np.empty(grow)
+        r2[:ntr], t2[:ntr], x2[:ntr] = tr_row[:ntr], tr_t[:ntr], tr_rate[:ntr]
+        tr_row, tr_t, tr_rate = r2, t2, x2
+    for i in range(lo, hi):
+        r = rows[i]
+        tr_row[ntr] = r
+        if t >= 0:
+            tr_t[ntr] = t
+            tr_rate[ntr] = value[r]
+        else:
+            tr_t[ntr] = value[r]
+            tr_rate[ntr] = 0.0
+        ntr += 1
+    return tr_row, tr_t, tr_rate, ntr
 
 
 def run(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
-        bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float
-        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float, trace: bool = False
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray,
+                   np.ndarray]:
     """``events`` with its arguments in the one layout it is compiled (and cached) for:
     another dtype or a strided view would cost a second compilation."""
     f8, i8 = np.float64, np.int64
     return events(*(np.ascontiguousarray(a, dtype=d) for a, d in
                     ((cap, f8), (rptr, i8), (col, i8), (coef, f8), (bits, f8), (start, f8))),
-                  float(tolerance), float(tie))
+                  float(tolerance), float(tie), bool(trace))
 
 
 def warm() -> None:

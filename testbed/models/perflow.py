@@ -206,7 +206,8 @@ class _Prepared:
 def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
                 policy: str = "ecmp", *, seed: int = 0, unit: str = "gbps",
                 adaptive: dict[str, Any] | None = None, merge: bool = True,
-                bound: dict[str, float] | None = None, tolerance: float = 0.0) -> ModelResult:
+                bound: dict[str, float] | None = None, tolerance: float = 0.0,
+                marks: Sequence[Sequence[float]] | None = None) -> ModelResult:
     """Route ``flows`` on a plan with ``policy`` and run event-driven max-min; per-flow exact.
 
     ``flows``: ``controllers.flows.Flow`` or ``traffic.kernels.FlowSpec`` objects (anything
@@ -216,19 +217,24 @@ def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
     the real fabric, ``mbps`` for the emulated one (what Mininet will take). ``merge=False``
     turns off the parallel-link merging of ecmp-fluid (tests compare both). ``tolerance``:
     see ``simulate`` (0 = exact). A PathFinder with ``down`` links models a failed fabric.
+    ``marks``: per flow, byte counts at which to report when the flow had sent that much
+    (``flow_mark_s``): the ends of the messages a QP sends back to back, from one simulation.
     """
     _check_policy(policy)
     t0 = time.perf_counter()
     finder = plan_or_finder if isinstance(plan_or_finder, PathFinder) else \
         PathFinder(plan_or_finder)
     prep = _Prepared(finder, flows, unit)
+    if marks is not None and len(marks) != len(prep.fl):
+        raise ValueError(f"marks: one list per flow ({len(prep.fl)}), got {len(marks)}")
     return _model_prepared(prep, policy, seed=seed, adaptive=adaptive, merge=merge,
-                           bound=bound, tolerance=tolerance, t0=t0)
+                           bound=bound, tolerance=tolerance, t0=t0, marks=marks)
 
 
 def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[str, Any] | None,
                     merge: bool, bound: dict[str, float] | None, tolerance: float,
-                    t0: float | None = None) -> ModelResult:
+                    t0: float | None = None, marks: Sequence[Sequence[float]] | None = None
+                    ) -> ModelResult:
     """``model_flows`` on a prepared flow list."""
     pol = _check_policy(policy)
     t0 = time.perf_counter() if t0 is None else t0
@@ -287,8 +293,15 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
     col = np.array(flat_c, dtype=np.int64)[ent]
     wt = np.array(flat_w, dtype=np.float64)[ent]
     tl = simulate(links.capacity, row, col, wt, mult.astype(np.float64), uniq[:, 1] * 8,
-                  uniq[:, 2], tolerance)
+                  uniq[:, 2], tolerance, trace=marks is not None)
     finish = tl.finish[cls]
+    mark_s = None
+    if marks is not None:
+        counts = [len(m) for m in marks]
+        at = tl.sent_by(np.repeat(cls, counts),
+                        np.concatenate([np.asarray(m, dtype=np.float64) for m in marks]
+                                       or [np.empty(0)]) * 8, uniq[:, 2])
+        mark_s = np.split(at, np.cumsum(counts)[:-1])
     load = np.bincount(col, wt * mult[row] * uniq[row, 1], minlength=links.count.size)
     completion = float(finish.max())
     bnd = bound if bound is not None else bounds(finder, fl, unit)
@@ -304,7 +317,7 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
         bottlenecks=_bottlenecks(links, load, tl.saturated),
         flow_completion=_quantiles(tl.finish, mult.astype(np.float64)),
         compute_s=time.perf_counter() - t0, flow_finish_s=finish,
-        flow_start_rate_bps=tl.start_rate[cls])
+        flow_start_rate_bps=tl.start_rate[cls], flow_mark_s=mark_s)
 
 
 #: The prepared flow list that forked policy workers model (set only around the fork).

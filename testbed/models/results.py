@@ -62,6 +62,8 @@ class ModelResult:
     #: flow of ONE group (every group's copy of a flow finishes with it), ecmp-fluid only
     flow_finish_s: np.ndarray | None = None
     flow_start_rate_bps: np.ndarray | None = None
+    #: ``model_flows(marks=...)`` only: per input flow, when it had sent each of its marks
+    flow_mark_s: list[np.ndarray] | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -72,7 +74,7 @@ class ModelResult:
 
     def to_dict(self, per_flow_limit: int = 10_000) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self)
-             if f.name not in ("flow_finish_s", "flow_start_rate_bps")}
+             if f.name not in ("flow_finish_s", "flow_start_rate_bps", "flow_mark_s")}
         d["ratio_to_bound"] = None if self.ratio is None else round(self.ratio, 6)
         if self.flow_finish_s is not None and self.flow_finish_s.size <= per_flow_limit:
             d["flow_finish_s"] = [float(x) for x in self.flow_finish_s]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,44 @@ class Timeline:
     saturated: np.ndarray  # bool per link: full in the first allocation
     events: int  # distinct times at which an allocation was computed (a start or finish)
     rounds: int  # progressive-filling rounds over all events (identical components once)
+    #: ``simulate(trace=True)`` only: every rate each class was given, (class, time, rate)
+    #: columns, each class's records in time order, its finish as rate 0
+    trace: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def sent_by(self, cls: np.ndarray, bits: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """When class ``cls[i]`` (one of its flows) had sent ``bits[i]`` of its bits: the
+        rate history of the trace integrated, so a flow's intermediate marks (the end of
+        each message a QP sends back to back) cost no extra simulation. ``start``: every
+        class's start (a mark at or below 0 bits is reached then)."""
+        if self.trace is None:
+            raise ValueError("sent_by needs simulate(..., trace=True)")
+        row, t, rate = self.trace
+        order = np.argsort(row, kind="stable")  # by class, each in time order
+        row, t, rate = row[order], t[order], rate[order]
+        last = np.r_[row[1:] != row[:-1], True]
+        dt = np.where(last, 0.0, np.diff(t, append=0.0))
+        sent = rate * dt
+        cum = np.cumsum(sent)
+        lo = np.searchsorted(row, np.arange(self.finish.size), side="left")
+        hi = np.searchsorted(row, np.arange(self.finish.size), side="right")
+        cls = np.asarray(cls, dtype=np.int64)
+        bits = np.asarray(bits, dtype=np.float64)
+        out = np.empty(cls.size)
+        for c in np.unique(cls):
+            q = np.flatnonzero(cls == c)
+            a, b = lo[c], hi[c]
+            if a == b:  # never sent (zero bits): everything reached at its start
+                out[q] = start[c]
+                continue
+            base = cum[a - 1] if a else 0.0
+            seg_end = cum[a:b] - base  # bits sent by the end of each record's interval
+            k = np.minimum(np.searchsorted(seg_end, bits[q] * (1 - 1e-12), side="left"),
+                           b - a - 1)
+            before = np.where(k > 0, seg_end[np.maximum(k - 1, 0)], 0.0)
+            r = rate[a + k]
+            when = t[a + k] + np.where(r > 0, (bits[q] - before) / np.where(r > 0, r, 1), 0)
+            out[q] = np.where(bits[q] <= 0, start[c], np.minimum(when, self.finish[c]))
+        return out
 
 
 def _never_binding(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef: np.ndarray,
@@ -124,8 +163,7 @@ def _components(n_links: int, row: np.ndarray, col: np.ndarray,
 
 #: Results of recently simulated components, by a digest of their canonical arrays
 #: (``simulate``, reduction 3). Bounded by the classes it holds.
-_COMPONENT_CACHE: OrderedDict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, int]] = \
-    OrderedDict()
+_COMPONENT_CACHE: OrderedDict[bytes, tuple[Any, ...]] = OrderedDict()
 _CACHE_CLASSES = 2_000_000
 
 
@@ -139,15 +177,15 @@ def _digest(*arrays: np.ndarray | float) -> bytes:
 
 
 def _cached_component(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef: np.ndarray,
-                      bits: np.ndarray, start: np.ndarray, tolerance: float
-                      ) -> tuple[bytes, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+                      bits: np.ndarray, start: np.ndarray, tolerance: float, trace: bool
+                      ) -> tuple[bytes, tuple[Any, ...]]:
     """``_simulate_component`` through the cache; returns the component's key and result."""
-    key = _digest(cap, row, col, coef, bits, start, np.float64(tolerance))
+    key = _digest(cap, row, col, coef, bits, start, np.float64(tolerance), np.int8(trace))
     hit = _COMPONENT_CACHE.get(key)
     if hit is not None:
         _COMPONENT_CACHE.move_to_end(key)
         return key, hit
-    out = _simulate_component(cap, row, col, coef, bits, start, tolerance)
+    out = _simulate_component(cap, row, col, coef, bits, start, tolerance, trace)
     if bits.size <= _CACHE_CLASSES:
         _COMPONENT_CACHE[key] = out
         held = sum(v[0].size for v in _COMPONENT_CACHE.values())
@@ -159,7 +197,7 @@ def _cached_component(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef: n
 
 def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.ndarray,
              mult: np.ndarray, bits: np.ndarray, start: np.ndarray | None = None,
-             tolerance: float = 0.0) -> Timeline:
+             tolerance: float = 0.0, trace: bool = False) -> Timeline:
     """Event-driven max-min: completion time of every class of flows.
 
     ``capacity[l]`` bits/s; incidence entries ``(row[i], col[i], weight[i])`` say that a flow
@@ -176,6 +214,9 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
     projected finish, but leaves the allocation early, so the others get its bandwidth up to
     ``tolerance`` (relative) early: slightly optimistic, not bounded by a theorem (max-min
     rates are not monotone in departures). 0 (the default) is exact.
+
+    ``trace`` keeps every rate each class was given (``Timeline.trace``), from which
+    ``Timeline.sent_by`` says when a class had sent any part of its bits.
 
     The event loop costs work per rate level per event, so three exact
     reductions come first:
@@ -208,7 +249,8 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
     if not (row.size == col.size == w.size) or mult.size != n or start.size != n:
         raise ValueError("incidence arrays and per-class arrays must have matching lengths")
     if n == 0:
-        return Timeline(np.empty(0), np.empty(0), np.zeros(cap.size, bool), 0, 0)
+        empty = (np.empty(0, dtype=np.int64), np.empty(0), np.empty(0)) if trace else None
+        return Timeline(np.empty(0), np.empty(0), np.zeros(cap.size, bool), 0, 0, empty)
     if np.any(cap <= 0) or np.any(w <= 0) or np.any(mult <= 0):
         raise ValueError("capacities, weights and multiplicities must be > 0")
     if np.any(bits < 0) or np.any(start < 0):
@@ -233,6 +275,7 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
     finish = np.empty(n)
     start_rate = np.empty(n)
     times: list[np.ndarray] = []
+    traces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     rounds = 0
     seen: set[bytes] = set()
     by_comp = np.argsort(comp, kind="stable")
@@ -247,10 +290,12 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
         lcol = rank[inv.ravel()]
         lcap = np.empty(links.size)
         lcap[lcol] = cap[col_k[ent]]
-        key, (f, sr, t, r) = _cached_component(
+        key, (f, sr, t, r, tr) = _cached_component(
             lcap, np.repeat(np.arange(ids.size), lens), lcol, coef_k[ent], bits[ids],
-            start[ids], tolerance)
+            start[ids], tolerance, trace)
         finish[ids], start_rate[ids] = f, sr
+        if trace:
+            traces.append((ids[tr[0]], tr[1], tr[2]))
         if key not in seen:  # identical components count once, cached or not
             seen.add(key)
             times.append(t)
@@ -266,7 +311,12 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
         load = np.bincount(col_all[on], coef_all[on] * start_rate[row_all[on]],
                            minlength=n_links)
         saturated = cap - load <= REL_TIE * cap
-    return Timeline(finish, start_rate, saturated, events, rounds)
+    tr_all = None
+    if trace:
+        tr_all = tuple(np.concatenate([x[i] for x in traces]) if traces else
+                       np.empty(0, dtype=np.int64 if i == 0 else np.float64)
+                       for i in range(3))
+    return Timeline(finish, start_rate, saturated, events, rounds, tr_all)
 
 
 def _distinct(times: np.ndarray) -> int:
@@ -278,12 +328,14 @@ def _distinct(times: np.ndarray) -> int:
 
 
 def _simulate_component(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef: np.ndarray,
-                        bits: np.ndarray, start: np.ndarray, tolerance: float
-                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+                        bits: np.ndarray, start: np.ndarray, tolerance: float,
+                        trace: bool = False) -> tuple[Any, ...]:
     """The event loop of ``simulate`` on one component (CSR rows, ``coef`` = mult x weight):
     finish and first rate per class, the times at which an allocation was computed, and the
     filling rounds. The loop (warm start after departures, next finish from a segment tree)
     is compiled: ``testbed.models.maxmin``."""
     rptr = np.zeros(bits.size + 1, dtype=np.int64)
     np.cumsum(np.bincount(row, minlength=bits.size), out=rptr[1:])
-    return maxmin.run(cap, rptr, col, coef, bits, start, tolerance, REL_TIE)
+    f, sr, t, r, tr_row, tr_t, tr_rate = maxmin.run(cap, rptr, col, coef, bits, start,
+                                                    tolerance, REL_TIE, trace)
+    return f, sr, t, r, ((tr_row, tr_t, tr_rate) if trace else None)

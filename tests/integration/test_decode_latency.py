@@ -203,7 +203,7 @@ def test_decode_latency_quick_writes_a_complete_report(tmp_path: str,
         assert status["mode"] == "isolated" and status["classes"]["decode"]["packets"] > 0
     # one fabric per EP size (a first-time calibration would add one at scale 1e-3), and
     # nothing of them left on the machine
-    assert len([lab for lab in labs if lab.plan.scale == 1e-5]) == len(eps)
+    assert len([lab for lab in labs if lab.plan.scale == p["scale"]]) == len(eps)
     assert not _left_by(labs)
 
 
