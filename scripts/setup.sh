@@ -130,6 +130,9 @@ if [ "$CHECK" -eq 1 ]; then
     else
         stamp_ok || MISSING+=("venv: '.[dev]' not installed or older than pyproject.toml")
         verify_python 2>/dev/null || MISSING+=("venv: '$VERIFY_IMPORTS' fails")
+        PYTHONDONTWRITEBYTECODE=1 "$VENV/bin/python" -c \
+            'from traffic.shell.native import path; path()' >/dev/null 2>&1 \
+            || MISSING+=("the compiled traffic plane (astral-pktio) is missing or older than traffic/csrc/pktio.c")
     fi
     if [ "${#MISSING[@]}" -eq 0 ]; then
         say "check: everything is in place (datapath: $(datapath_name))"
