@@ -9,7 +9,6 @@ interface transmitting toward ``b`` and "down" is ``b``'s toward ``a``.
 
 from __future__ import annotations
 
-import itertools
 import random
 from collections import defaultdict
 from contextvars import ContextVar
@@ -302,30 +301,50 @@ class _Message:
 
 def message_latencies(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
                       unit: str = "mbps") -> list[float]:
-    """The flow model's latency of every message (seconds; flows in order, then messages).
+    """The flow model's latency of every message (seconds; flows in order, then messages),
+    over the span the replay measures: first frame sent to last frame received.
 
     A QP sends its messages one after another while the host's QPs share the NIC, which is
     what the replay's senders do: message k starts when message k-1 ends, on the same
     5-tuple, hence the same path. In a fluid model that is exactly one flow per QP of all
-    its wire bytes, whose message ends are the times it had sent each running total
-    (``model_flows(marks=...)``): one simulation, no iteration over message starts.
+    its wire bytes; when it had sent any running total comes from one simulation
+    (``model_flows(marks=...)``), no iteration over message starts.
+
+    A fluid has no frames, but the measured span starts when the message's first frame
+    goes out whole at the NIC's rate, not when the QP's share of the NIC reaches it (a QP
+    sharing the NIC with N others sends one frame per round of N). So the span is taken
+    between the fluid times at which the QP had sent the message's first frame and all of
+    it (the same phase of the sender's rounds at both ends), plus that first frame's time
+    at the NIC rate and the last frame's store-and-forward at every switch egress of the
+    path: a message of one frame then costs its serialisation hop by hop, as on the wire.
     """
+    from controllers.paths import UNITS, PathFinder
     from testbed.models.flowmodel import model_flows
-    from traffic.roce import message_wire_bytes
+    from traffic.roce import frame_len, segment
 
     pmtu = WIRE_PMTU.get()
-    sizes = [[message_wire_bytes(s, pmtu) for s in message_sizes(f)] for f in flows]
-    qps = [_Message(f.src, f.dst, f.sport, sum(b), f.start)
-           for f, b in zip(flows, sizes, strict=True)]
-    marks = [list(itertools.accumulate(b)) for b in sizes]
-    res = model_flows(plan, qps, policy, unit=unit, marks=marks)
+    finder = PathFinder(plan)
+    cap = finder.capacity(unit)
+    to_bps = UNITS[unit]
+    qps, marks, extra = [], [], []
+    for f in flows:
+        nic = finder.nic_capacity(f.src, unit) * to_bps
+        per_bit = sum(1 / (cap[h] * to_bps) for h in finder.candidates(f.src, f.dst)[0])
+        sent, m, x = 0, [], []
+        for size in message_sizes(f):
+            frames = [frame_len(op, n) for op, n in segment(size, pmtu)]
+            m += [sent + frames[0], sent + sum(frames)]
+            x.append(frames[0] * 8 / nic + frames[-1] * 8 * per_bit)
+            sent += sum(frames)
+        qps.append(_Message(f.src, f.dst, f.sport, sent, f.start))
+        marks.append(m)
+        extra.append(x)
+    res = model_flows(finder, qps, policy, unit=unit, marks=marks)
     assert res.flow_mark_s is not None
     out: list[float] = []
-    for f, ends in zip(flows, res.flow_mark_s, strict=True):
-        prev = f.start
-        for e in ends.tolist():
-            out.append(e - prev)
-            prev = e
+    for at, x in zip(res.flow_mark_s, extra, strict=True):
+        ends = at.tolist()
+        out += [b - a + e for a, b, e in zip(ends[0::2], ends[1::2], x, strict=True)]
     return out
 
 

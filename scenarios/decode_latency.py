@@ -31,9 +31,9 @@ decode or bulk QP takes on its UDP source port (the ECMP hash). Every case is re
 k x 1000 (new source ports), and p50/p99 are quoted as median [p25-p75] over the draws. The
 background cases are the expensive ones (the bulk flows fill queues for ``fill_s``), so they
 run on the EP sizes in ``background_eps`` (quick: the smallest). **Ideal**: the flow model's
-latency of every message of the same flows (``scenarios.common.message_latencies``: each
-message a flow of its own, started when its QP's previous message ends, on the frame bytes
-the shapers count), under the ECMP hash the controller runs, over ``model_draws`` draws
+latency of every message of the same flows (``scenarios.common.message_latencies``: a
+QP's messages back to back on the frame bytes the shapers count, over the span the
+receiver measures, first frame sent to last frame received), under the ECMP hash the controller runs, over ``model_draws`` draws
 (gating seed ``seed + j``, source ports shifted by j x 1000); its p50/p99 per draw, median
 over draws. The model shares every link max-min fairly and has no queues and no priorities,
 so with background it predicts fair sharing: FIFO queueing shows up as a ratio far above 1,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from controllers.flows import sport_for_qp
-from scenarios.common import message_latencies, message_sizes
+from scenarios.common import message_sizes
 from testbed import flowmodel as fm
 from testbed.models.perflow import model_flows
 from tests.unit.test_flowmodel import coupled_groups, plain_filling, sim
@@ -163,7 +163,9 @@ def chained(plan, flows, policy, pmtu):
 
 
 @pytest.mark.parametrize("policy", ["ecmp", "ecmp-fluid"])
-def test_message_latencies_equal_each_message_chained_as_its_own_flow(policy):
+def test_message_ends_equal_each_message_chained_as_its_own_flow(policy):
+    """One flow per QP with its message ends as marks is the fixed point of chaining each
+    message as a flow of its own that starts when the previous one ends."""
     plan = fm_plan()
     gpus = sorted(plan.rdma_nic())
     rng = random.Random(3)
@@ -175,7 +177,12 @@ def test_message_latencies_equal_each_message_chained_as_its_own_flow(policy):
                               sport=sport_for_qp(qp), messages=msgs, message_bytes=size,
                               start=rng.choice([0.0, 0.0, 0.01])))
     flows.append(dataclasses.replace(flows[0], qp=99, sport=sport_for_qp(99), start=0.02))
-    got = message_latencies(plan, flows, policy)
-    want = chained(plan, flows, policy, 4096)
-    assert len(got) == sum(len(message_sizes(f)) for f in flows)
-    assert got == pytest.approx(want, rel=1e-7)
+    wire = [[message_wire_bytes(s, 4096) for s in message_sizes(f)] for f in flows]
+    qps = [Msg(f.src, f.dst, f.sport, sum(w), f.start) for f, w in zip(flows, wire, strict=True)]
+    res = model_flows(plan, qps, policy, unit="mbps",
+                      marks=[np.cumsum(w).tolist() for w in wire])
+    got = []
+    for f, ends in zip(flows, res.flow_mark_s, strict=True):
+        got += np.diff(np.r_[f.start, ends]).tolist()
+    assert len(got) == sum(len(w) for w in wire)
+    assert got == pytest.approx(chained(plan, flows, policy, 4096), rel=1e-7)

@@ -97,11 +97,14 @@ def test_summary_entries_carry_measured_ideal_ratio_and_quartiles() -> None:
 
 def test_message_latencies_follow_each_qp_in_order(plans: dict[str, Any]) -> None:
     """A's one message and B's first share the NIC (half rate each); B's second then has it
-    alone: 2m/R, 2m/R and m/R, found by the fixed point and not by a guess."""
+    alone. Each span runs, as the replay measures it, from the first frame sent to the last
+    received: the fluid time from the QP having sent the first frame to having sent all,
+    plus the first frame at the NIC rate and the last frame's store-and-forward per hop."""
     from controllers.flows import sport_for_qp
+    from controllers.paths import PathFinder
     from scenarios.common import message_latencies
     from traffic.kernels import FlowSpec
-    from traffic.roce import message_wire_bytes
+    from traffic.roce import frame_len, segment
 
     plan = plans["astral3"]
     m = 20 * 1024
@@ -110,6 +113,19 @@ def test_message_latencies_follow_each_qp_in_order(plans: dict[str, Any]) -> Non
     b = FlowSpec("s0g0", "s1g1", bytes=2 * m, qp=2, sport=sport_for_qp(2), message_bytes=m,
                  messages=2)
     rate = plan.rdma_nic()["s0g0"] * 1e6
-    t = message_wire_bytes(m, 4096) * 8 / rate  # the framing of a run at the default pmtu
+    fr = [frame_len(op, n) for op, n in segment(m, 4096)]  # a run at the default pmtu
+    w = sum(fr)
+    finder = PathFinder(plan)
+    cap = finder.capacity("mbps")
+
+    def store_forward(dst: str) -> float:
+        return sum(fr[-1] * 8 / (cap[h] * 1e6) for h in finder.candidates("s0g0", dst)[0])
+
+    shared = (w - fr[0]) * 8 / (rate / 2)
+    first = fr[0] * 8 / rate
     lat = message_latencies(plan, [a, b], "ecmp-fluid")
-    assert lat == pytest.approx([2 * t, 2 * t, t], rel=1e-6)
+    assert lat == pytest.approx([shared + first + store_forward("s1g0"),
+                                 shared + first + store_forward("s1g1"),
+                                 (w - fr[0]) * 8 / rate + first + store_forward("s1g1")],
+                                rel=1e-6)
+    assert store_forward("s1g1") > store_forward("s1g0")  # 3 hops over 200G lanes vs 1
