@@ -44,8 +44,8 @@ GOAL_OLD = 4.0
 GOAL_CEILING = 0.8
 
 
-def _cpu_of(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
+def _cpu_of(pid: int, tid: str | None = None) -> float:
+    with open(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -79,15 +79,35 @@ class _Meter:
         self.orchestrator = t.user + t.system - self.me0
 
 
+def _forwarding_cpu(pids: list[int]) -> float:
+    """CPU seconds of the switch's threads except PMD threads (``pmd-c01/id:N``), which
+    busy-poll a core whether or not there is traffic, so they never look idle."""
+    total = 0.0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if f.read().startswith("pmd"):
+                        continue
+                total += _cpu_of(pid, tid)
+            except OSError:
+                pass
+    return total
+
+
 def _settle(limit_s: float = 30.0) -> None:
     """Wait until the switch is idle: a trial that was not held leaves deep queues behind,
     and the next trial must not pay for draining them."""
     pids = _switch_pids()
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
-        c0 = sum(_cpu_of(p) for p in pids)
+        c0 = _forwarding_cpu(pids)
         time.sleep(0.3)
-        if sum(_cpu_of(p) for p in pids) - c0 < 0.03:  # under 10% of a core
+        if _forwarding_cpu(pids) - c0 < 0.03:  # under 10% of a core
             return
 
 
