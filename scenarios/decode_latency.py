@@ -33,13 +33,14 @@ background cases are the expensive ones (the bulk flows fill queues for ``fill_s
 run on the EP sizes in ``background_eps`` (quick: the smallest). **Ideal**: the flow model's
 latency of every message of the same flows (``scenarios.common.message_latencies``: a
 QP's messages back to back on the frame bytes the shapers count, over the span the
-receiver measures, first frame sent to last frame received), under the ECMP hash the controller runs, over ``model_draws`` draws
-(gating seed ``seed + j``, source ports shifted by j x 1000); its p50/p99 per draw, median
-over draws. The model shares every link max-min fairly and has no queues and no priorities,
-so with background it predicts fair sharing: FIFO queueing shows up as a ratio far above 1,
-strict priority as one at or below 1. **Bound**: one message's serialisation at the NIC.
-DeepEP's published low-latency figures are compared by *shape* (growth normalised to the
-smallest EP), since the lab's tokens and rates are scaled.
+receiver measures, first frame sent to last frame received), under the ECMP hash the
+controller runs, over ``model_draws`` draws (gating seed ``seed + j``, source ports shifted
+by j x 1000); its p50/p99 per draw, median over draws. The model shares every link max-min
+fairly and has no queues and no priorities, so with background it predicts fair sharing:
+FIFO queueing shows up as a ratio far above 1, strict priority as one at or below 1.
+**Bound**: one message's serialisation at the NIC. DeepEP's published low-latency figures
+are compared by *shape* (growth normalised to the smallest EP), since the lab's rates are
+scaled.
 """
 
 from __future__ import annotations
@@ -207,10 +208,11 @@ def model_case(plan: Any, p: dict[str, Any], case: str, phase: str, draws: int,
                bulk_s: float) -> dict[str, Any]:
     """The flow model's decode message latencies for one case and phase, over ``draws``
     draws (gating seed ``seed + j``, QPs shifted by j x 1000 under the ECMP hash): per draw
-    the p50/p99 (us) of the decode messages and the phase's completion (s)."""
+    the p50/p99 (us) of the decode messages, the phase's completion (s) and when the last
+    byte of any flow, bulk included, arrived (s)."""
     from traffic.shell.replay import percentile
 
-    p50, p99, done = [], [], []
+    p50, p99, done, last = [], [], [], []
     for j in range(max(1, draws)):
         decode = _decode_flows(plan, p, j)[phase]
         if case == "alone":
@@ -221,17 +223,21 @@ def model_case(plan: Any, p: dict[str, Any], case: str, phase: str, draws: int,
         lat = message_latencies(plan, flows, "ecmp")
         dec, k = [], 0
         ends = []
+        every = []
         for f in flows:
             n = max(1, f.messages)
+            end = f.start + sum(lat[k:k + n])  # a QP's messages run back to back
             if f.traffic_class == "decode":
                 dec += [x * 1e6 for x in lat[k:k + n]]
-                ends.append(sum(lat[k:k + n]))  # a QP's messages run back to back
+                ends.append(end - f.start)
+            every.append(end)
             k += n
         p50.append(percentile(sorted(dec), 50))
         p99.append(percentile(sorted(dec), 99))
         done.append(max(ends) if ends else math.nan)
+        last.append(max(every))
     return {"p50_us": distribution(p50), "p99_us": distribution(p99),
-            "completion_s": distribution(done)}
+            "completion_s": distribution(done), "last_byte_s": distribution(last)}
 
 
 def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[list[float]]],
@@ -274,8 +280,13 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
                 for ph in PHASES:
                     flows = decode[k][ph] if case == "alone" else bulk + [
                         dataclasses.replace(f, start=p["fill_s"]) for f in decode[k][ph]]
+                    # what bulk flows queued on a lane drains after the senders stop (in
+                    # FIFO order, the decode messages behind it): give the receivers that
+                    # long, by the model's last byte, before they are stopped
+                    grace = 10 + 1.5 * model[(case, ph)]["last_byte_s"]["max"]
                     res = replay(lab, flows, label=f"EP{ep} {case} {ph} {k + 1}/{n}",
-                                 progress=False, lead_s=replay_lead(flows))
+                                 progress=False, lead_s=replay_lead(flows),
+                                 recv_grace_s=grace)
                     msgs, st = _decode_stats(res, flows)
                     lat[f"{ep}/{case}/{ph}"].append(msgs)
                     per[(case, ph)].append({**st, "draw": k, "seed": p["seed"] + k,
