@@ -302,7 +302,17 @@ class _Message:
 def message_latencies(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
                       unit: str = "mbps") -> list[float]:
     """The flow model's latency of every message (seconds; flows in order, then messages),
-    over the span the replay measures: first frame sent to last frame received.
+    over the span the replay measures: first frame sent to last frame received
+    (``message_times``)."""
+    return message_times(plan, flows, policy, unit=unit)[0]
+
+
+def message_times(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
+                  unit: str = "mbps") -> tuple[list[float], list[float]]:
+    """The flow model's latency and end time of every message (seconds; flows in order,
+    then messages): latency over the span the replay measures, first frame sent to last
+    frame received; end when the QP had sent the whole message (its last message's end is
+    the QP's finish).
 
     A QP sends its messages one after another while the host's QPs share the NIC, which is
     what the replay's senders do: message k starts when message k-1 ends, on the same
@@ -342,10 +352,12 @@ def message_latencies(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
     res = model_flows(finder, qps, policy, unit=unit, marks=marks)
     assert res.flow_mark_s is not None
     out: list[float] = []
+    done: list[float] = []
     for at, x in zip(res.flow_mark_s, extra, strict=True):
         ends = at.tolist()
         out += [b - a + e for a, b, e in zip(ends[0::2], ends[1::2], x, strict=True)]
-    return out
+        done += ends[1::2]
+    return out, done
 
 
 def replay_lead(flows: list[FlowSpec]) -> float:

@@ -129,3 +129,10 @@ def test_message_latencies_follow_each_qp_in_order(plans: dict[str, Any]) -> Non
                                  (w - fr[0]) * 8 / rate + first + store_forward("s1g1")],
                                 rel=1e-6)
     assert store_forward("s1g1") > store_forward("s1g0")  # 3 hops over 200G lanes vs 1
+    from scenarios.common import message_times
+
+    # each message ends when its QP had sent all of it: A and B's first together at half
+    # the NIC each, B's second alone after them
+    _lat, ends = message_times(plan, [a, b], "ecmp-fluid")
+    assert ends == pytest.approx([2 * w * 8 / rate, 2 * w * 8 / rate, 3 * w * 8 / rate],
+                                 rel=1e-6)
