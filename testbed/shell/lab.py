@@ -43,14 +43,15 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from controllers.plan import Link, WiringPlan
 from controllers.shell.client import ControllerClient
+from testbed.capture import resolve as capture_ports
 from testbed.reachability import Reachability, _fping_unreached
 from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
-from testbed.shell import cleanup, ovsbuf, preflight
+from testbed.shell import cleanup, ovsbuf, preflight, sidecars
 from testbed.shell.machine import (
     LOCK_PATH,
     _socket_buffers,
@@ -74,8 +75,23 @@ class Lab:
                  shape: bool = True, lossless: bool = True, converge_timeout: float = 120.0,
                  select_method: str = "dp_hash", lb: str = "ecmp", poll_interval: float = 1.0,
                  static_arp: bool = True, pmtu: int = LAB_PMTU,
+                 dashboard: bool = False, dashboard_port: int | None = None,
+                 dashboard_progress: str | None = None, capture: Sequence[str] = (),
+                 capture_dir: str | None = None,
                  log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
+        # the live view (testbed.shell.sidecars): its port, a scenario's progress.json
+        self.dashboard = dashboard
+        self.dashboard_port = dashboard_port
+        self.dashboard_progress = dashboard_progress
+        self.dashboard_url: str | None = None
+        # switch ports to capture (testbed.capture), checked now: before anything is built
+        self.capture = capture_ports(plan, capture)
+        if self.capture and not capture_dir:
+            raise ValueError("capture needs capture_dir: the folder the pcaps go to")
+        self.capture_dir = capture_dir or ""
+        self._sidecars: dict[str, list[subprocess.Popen[bytes]]] = {"dashboard": [],
+                                                                      "capture": []}
         self.pmtu = pmtu  # the RoCE path MTU replays use by default
         self.mtu = mtu_for(pmtu)  # every emulated interface's MTU (None: the kernel's 1,500)
         self.datapath_request = datapath
@@ -147,10 +163,16 @@ class Lab:
             self._step("configure", self._configure_interfaces)
             self._step("switches", self._create_bridges)
             self._step("mininet", self._assemble_mininet)
+            if self.capture:
+                self._step("capture", lambda: self._sidecars["capture"].extend(
+                    sidecars.start_captures(self)))
             if self.use_controller:
                 self._step("converge", self.wait_converged)
                 if self.datapath == "user" and self.lossless and self.shape:
                     self._step("tx-buffer", self._deepen_ovs_tx_buffer)
+            if self.dashboard:
+                self._step("dashboard", lambda: self._sidecars["dashboard"].append(
+                    sidecars.start_dashboard(self)))
         except BaseException:
             self.stop()
             raise
@@ -638,7 +660,13 @@ class Lab:
         namespaces down, taking the host links with them, in one batch), then the
         switch-to-switch veths are deleted, we wait until the host links are really
         gone so a caller can rebuild at once, and the bridges go in one transaction.
+        The live view and the captures go first: a capture flushes its pcap on SIGINT
+        while its port still exists.
         """
+        sidecars.stop(self._sidecars.pop("dashboard", []))
+        sidecars.stop(self._sidecars.pop("capture", []), sig=signal.SIGINT)
+        self._sidecars = {"dashboard": [], "capture": []}
+        self.dashboard_url = None
         if self.controller_proc is not None:
             cleanup.kill_pids([self.controller_proc.pid])
             with contextlib.suppress(subprocess.TimeoutExpired):
