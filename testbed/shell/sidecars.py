@@ -10,6 +10,7 @@ run record first, so ``astral-lab clean`` finds them if the Lab itself is killed
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -50,12 +51,11 @@ def start_dashboard(lab: Any) -> subprocess.Popen[bytes]:
     lab._save_record()
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), open(url_file, encoding="utf-8") as f:
-            url = f.read().strip()
-            if url:
-                lab.dashboard_url = url
-                lab.log(f"live view: {url}")
-                return proc
+        with contextlib.suppress(OSError, ValueError), open(url_file, encoding="utf-8") as f:
+            url = json.load(f)["url"]  # written atomically: complete once it exists
+            lab.dashboard_url = url
+            lab.log(f"live view: {url}")
+            return proc
         if proc.poll() is not None:
             raise LabError(f"the dashboard exited at start:\n{_tail(log_path)}")
         time.sleep(0.05)
