@@ -110,3 +110,17 @@ def test_samples_carry_the_states_values_and_the_links_labels() -> None:
 
 def test_label_values_are_escaped() -> None:
     assert escape('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
+
+
+def test_the_grafana_dashboard_uses_only_metrics_the_exposition_has() -> None:
+    """docs/grafana-astral-lab.json must not drift from ops.metrics' names."""
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "grafana-astral-lab.json"
+    dash = json.loads(path.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    used = {n for e in exprs for n in re.findall(r"\bastral_[a-z_]+", e)}
+    state, lay = synthetic_state()
+    have = set(parse(exposition(state, lay)))
+    assert used and used <= have, used - have
