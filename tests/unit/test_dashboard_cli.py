@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 import types
 import urllib.request
 from typing import Any
@@ -21,7 +18,7 @@ from testbed import capture
 from testbed.shell import cleanup, sidecars
 from testbed.shell.lab import Lab
 from tests.unit.dash_fakes import demo_plan
-from tests.unit.test_cleanup import _gone, _record, state_dir  # noqa: F401 (a fixture)
+from tests.unit.test_cleanup import _gone, _record, _spawn, state_dir  # noqa: F401 (fixture)
 
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -211,29 +208,10 @@ def test_a_labs_dashboard_process_prints_its_url_serves_and_stops(tmp_path: Any)
 
 
 # --- astral-lab clean ---------------------------------------------------------------------------
-def _spawn_as(argv: list[str]) -> subprocess.Popen[bytes]:
-    """A sleeping process whose command line is exactly ``argv`` (argv[0] included)."""
-    p = subprocess.Popen([argv[0], "-c", "import time; time.sleep(60)", *argv[1:]],
-                         executable=sys.executable)
-    want = "\0".join([argv[0], "-c", "import time; time.sleep(60)", *argv[1:]]).encode()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{p.pid}/cmdline", "rb") as f:
-                if f.read().rstrip(b"\0") == want:
-                    return p
-        except OSError:
-            pass
-        time.sleep(0.01)
-    p.kill()
-    p.wait()
-    raise AssertionError(f"spawned process never showed command line {argv}")
-
-
 def test_clean_kills_a_dead_runs_dashboard_and_captures(state_dir: str) -> None:  # noqa: F811
-    dash = _spawn_as([sys.executable, "-m", "astral_lab.dashboard_cli", "--run-id", "dead2"])
-    cap = _spawn_as(["tcpdump", "-i", "lf0r0-eth3", "-w", "/tmp/x.pcap"])
-    stranger = _spawn_as(["tcpdump", "-i", "eth0", "-w", "/tmp/y.pcap"])  # not the lab's
+    dash = _spawn("-m", "astral_lab.dashboard_cli", "--run-id", "dead2")
+    cap = _spawn("-i", "lf0r0-eth3", "-w", "/tmp/x.pcap", argv0="tcpdump")
+    stranger = _spawn("-i", "eth0", "-w", "/tmp/y.pcap", argv0="tcpdump")  # not the lab's
     try:
         _record(state_dir, "dead2", [dash.pid, cap.pid, stranger.pid])
         done = cleanup.clean(verbose=False)
@@ -246,9 +224,9 @@ def test_clean_kills_a_dead_runs_dashboard_and_captures(state_dir: str) -> None:
 
 
 def test_unrecorded_dashboards_and_captures_are_found_but_a_live_runs_are_spared() -> None:
-    dash = _spawn_as([sys.executable, "-m", "astral_lab.dashboard_cli", "--run-id", "x1"])
-    cap = _spawn_as(["tcpdump", "-i", "spine0-eth2", "-w", "/tmp/z.pcap"])
-    plain = _spawn_as([sys.executable, "-m", "astral_lab.dashboard_cli"])  # by hand: no run
+    dash = _spawn("-m", "astral_lab.dashboard_cli", "--run-id", "x1")
+    cap = _spawn("-i", "spine0-eth2", "-w", "/tmp/z.pcap", argv0="tcpdump")
+    plain = _spawn("-m", "astral_lab.dashboard_cli")  # by hand: no run
     try:
         found = cleanup.our_processes()
         assert dash.pid in found and cap.pid in found and plain.pid not in found
