@@ -27,7 +27,9 @@ run-time changes and teardown. The ``tc`` lines of the shaping (``htb_commands``
 ``queue_packets``, ``root_ends``) are in ``testbed.shaping`` and the all-pairs ping's
 result and fping parsing (``Reachability``) in ``testbed.reachability``, both pure; the
 direct kernel calls (``free_port``, ``disable_offloads``, ``in_netns``, the machine's
-``fabric_lock``) are in ``testbed.shell.machine``.
+``fabric_lock``) are in ``testbed.shell.machine``. What runs beside the fabric on request,
+the live view (``dashboard=True``) and per-port captures (``capture=[...]``), is started and
+stopped by ``testbed.shell.sidecars``.
 """
 
 from __future__ import annotations
