@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.plan import WiringPlan, write_json_atomic
+from controllers.plan import WiringPlan, finite, write_json_atomic
 from testbed.results import output_dir
 
 #: name -> Scenario, filled by the ``@scenario`` decorator when scenario modules import.
@@ -184,7 +184,7 @@ class Run:
     # --- files ------------------------------------------------------------------------
     def _save_config(self) -> None:
         """config.json as strict JSON: a NaN (an unguarded phase's margin) is written null."""
-        write_json_atomic(self.path("config.json"), _finite(self.config))
+        write_json_atomic(self.path("config.json"), finite(self.config))
 
     def path(self, filename: str) -> str:
         return os.path.join(self.dir, filename)
@@ -484,17 +484,6 @@ def get(name: str) -> Scenario:
 
 
 # --- helpers ---------------------------------------------------------------------------
-def _finite(v: Any) -> Any:
-    """``v`` with NaN and infinities replaced by None (JSON has neither)."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
-
-
 def _cell(v: Any) -> Any:
     if isinstance(v, float):
         return f"{v:.6g}"

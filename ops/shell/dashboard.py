@@ -29,7 +29,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from controllers.plan import WiringPlan
+from controllers.plan import WiringPlan, finite
 from controllers.shell.client import ControllerClient, ControllerError
 from ops import metrics
 from ops.dashboard import DashboardState, layout, read_progress
@@ -162,8 +162,11 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(body)
 
         def _json(self, status: int, data: Any) -> None:
-            self._send(status, json.dumps(data, allow_nan=False, default=str).encode(),
-                       "application/json")
+            try:
+                text = json.dumps(data, allow_nan=False, default=str)
+            except ValueError:  # a NaN somewhere (alert evidence): JSON has no NaN, say null
+                text = json.dumps(finite(data), default=str)
+            self._send(status, text.encode(), "application/json")
 
         def _error(self, status: int, message: str) -> None:
             self._json(status, {"error": message, "status": status})

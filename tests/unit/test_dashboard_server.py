@@ -154,3 +154,13 @@ def test_live_backend_folds_each_poll_into_the_state(tmp_path: Any) -> None:
     assert state["links"]["lf0r0~spine1#0"]["state"] == "down"
     assert [a["detector"] for a in state["alerts"]] == ["link-down"]  # the ops detector's
     assert state["progress"]["stage"] == "ecmp round 1"
+
+
+def test_a_nan_in_the_state_is_sent_as_null(server: Any) -> None:
+    srv, backend = server
+    backend.st.set_alerts([{"detector": "degraded", "component": "s0g0~lf0r0#0",
+                            "severity": "warning", "summary": "slow", "first_seen": 1.0,
+                            "cleared": None, "evidence": {"ratio": float("nan")}}])
+    status, _, body = request(srv, "GET", "/api/state")
+    assert status == 200 and b"NaN" not in body
+    assert json.loads(body)["alerts"][0]["evidence"] == {"ratio": None}
