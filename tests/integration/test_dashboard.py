@@ -151,3 +151,31 @@ def test_dashboard_demo_in_a_browser(results_root: Any, assert_clean: Any) -> No
     assert not mine, f"scratch folders left: {mine}"
     assert not glob.glob(os.path.join(cleanup.scratch_root(), "astral-browser-*"))
     assert_clean(plan)
+
+
+def test_capture_writes_pcaps_that_tshark_decodes_as_roce(tmp_path: Any,
+                                                          assert_clean: Any) -> None:
+    """``Lab(capture=...)`` (what ``--capture`` gives): one pcap per port, flushed on
+    teardown, RoCE frames in it; no capture process outlives the Lab."""
+    from scenarios.common import permutation_flows
+    from testbed.shell.lab import Lab
+    from traffic.shell.replay import replay
+
+    plan = build("astral3", **DEMO_FABRIC)
+    folder = tmp_path / "capture"
+    ports = ["lf0r0-eth1", "lf0r0:3"]  # s0g0's NIC, switch end; a lane to spine0
+    with Lab(plan, capture=ports, capture_dir=str(folder)) as lab:
+        assert lab.capture == ["lf0r0-eth1", "lf0r0-eth3"]
+        replay(lab, permutation_flows(plan, 200_000, qps=1), progress=False)
+    for intf in lab.capture:
+        proc = subprocess.run(["tshark", "-r", str(folder / f"{intf}.pcap"), "-Y", "udp",
+                               "-T", "fields", "-e", "infiniband.bth.opcode",
+                               "-e", "infiniband.bth.destqp"],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr  # a whole, readable pcap
+        if intf == "lf0r0-eth1":  # s0g0 sends on every permutation: RoCE frames are here
+            opcodes = [ln.split("\t")[0] for ln in proc.stdout.splitlines() if ln.strip()]
+            assert opcodes and all(op for op in opcodes), proc.stdout[:500]
+    left = subprocess.run(["pgrep", "-f", "tcpdump -i lf0r0-"], capture_output=True, text=True)
+    assert not left.stdout.strip(), "a capture outlived its Lab"
+    assert_clean(plan)
