@@ -645,15 +645,27 @@ class Lab:
     def stop(self) -> None:
         """Remove everything this Lab made. Idempotent; never raises for a half-built lab.
 
-        The fabric first (``_teardown``), then the scratch folder and the fabric lock,
-        whatever happened before (a failing step, a second Ctrl-C during teardown).
+        The live view and captures, the fabric (``_teardown``), then the scratch folder and
+        the fabric lock, whatever happened before (a failing step, a second Ctrl-C).
         """
         try:
-            self._teardown()
+            try:
+                self._stop_sidecars()
+            finally:
+                self._teardown()
         finally:
             self._drop_workdir()
             self.net = None
             self._release_lock()
+
+    def _stop_sidecars(self) -> None:
+        """The live view and the captures go before the fabric (here, not in ``_teardown``,
+        which a ClusterLab replaces): a capture flushes its pcap on SIGINT while its port
+        still exists."""
+        sidecars.stop(self._sidecars["dashboard"])
+        sidecars.stop(self._sidecars["capture"], sig=signal.SIGINT)
+        self._sidecars = {"dashboard": [], "capture": []}
+        self.dashboard_url = None
 
     def _teardown(self) -> None:
         """Controller, host shells, veths, bridges, QoS rows, run record.
@@ -662,13 +674,7 @@ class Lab:
         namespaces down, taking the host links with them, in one batch), then the
         switch-to-switch veths are deleted, we wait until the host links are really
         gone so a caller can rebuild at once, and the bridges go in one transaction.
-        The live view and the captures go first: a capture flushes its pcap on SIGINT
-        while its port still exists.
         """
-        sidecars.stop(self._sidecars.pop("dashboard", []))
-        sidecars.stop(self._sidecars.pop("capture", []), sig=signal.SIGINT)
-        self._sidecars = {"dashboard": [], "capture": []}
-        self.dashboard_url = None
         if self.controller_proc is not None:
             cleanup.kill_pids([self.controller_proc.pid])
             with contextlib.suppress(subprocess.TimeoutExpired):

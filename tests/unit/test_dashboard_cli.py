@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 import types
 import urllib.request
 from typing import Any
@@ -124,6 +128,48 @@ def test_lab_checks_capture_ports_when_made_before_building() -> None:
     assert not lab.workdir  # nothing was made
 
 
+#: a process that writes the number of the signal that ended it into argv[1]
+_SIGNALLED = """import signal, sys, time
+def got(n, _f):
+    open(sys.argv[1], "w").write(str(n)); sys.exit(0)
+signal.signal(signal.SIGINT, got); signal.signal(signal.SIGTERM, got)
+open(sys.argv[1] + ".ready", "w").close(); time.sleep(60)
+"""
+
+
+def test_lab_stop_ends_its_dashboard_by_sigterm_and_captures_by_sigint_first(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Before the fabric goes (a capture must flush while its port exists), and also when
+    a subclass (ClusterLab) replaces the fabric's teardown."""
+    lab = Lab(demo_plan(), capture=["lf0r0:3"], capture_dir="/r", dashboard=True)
+    order: list[str] = []
+    procs = {k: subprocess.Popen([sys.executable, "-c", _SIGNALLED, str(tmp_path / k)])
+             for k in ("dashboard", "capture")}
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"{k}.ready").exists() for k in procs):
+        assert time.monotonic() < deadline, "the stand-in processes never got ready"
+        time.sleep(0.02)
+    lab._sidecars = {k: [p] for k, p in procs.items()}
+    lab.dashboard_url = "http://127.0.0.1:1/"
+
+    def teardown() -> None:
+        order.append("teardown")
+        assert all(p.poll() is not None for p in procs.values()), "fabric went first"
+
+    monkeypatch.setattr(lab, "_teardown", teardown)
+    monkeypatch.setattr(lab, "_drop_workdir", lambda: None)
+    try:
+        lab.stop()
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    assert order == ["teardown"]
+    assert (tmp_path / "dashboard").read_text() == str(int(signal.SIGTERM))
+    assert (tmp_path / "capture").read_text() == str(int(signal.SIGINT))
+    assert lab.dashboard_url is None and lab._sidecars == {"dashboard": [], "capture": []}
+
+
 # --- scenario runs: options reach every Lab, progress.json is written ---------------------------
 def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,9 +248,11 @@ def test_a_labs_dashboard_process_prints_its_url_serves_and_stops(tmp_path: Any)
             assert cleanup._is_sidecar(f.read().split("\0"))
     finally:
         sidecars.stop([proc])
-    assert proc.returncode == 0  # SIGTERM ends it cleanly, not by a kill
+    assert proc.poll() is not None and not os.path.exists(f"/proc/{proc.pid}")
     with open(tmp_path / "dashboard.log") as f:
-        assert f.readline().strip() == lab.dashboard_url  # the URL is its first line
+        log = f.read()
+    assert log.splitlines()[0] == lab.dashboard_url  # the URL is its first line
+    assert "Traceback" not in log  # SIGTERM ended it through its own handler
 
 
 # --- astral-lab clean ---------------------------------------------------------------------------
