@@ -7,6 +7,8 @@
     astral-lab policies                          the load-balancing policies, one line each
     sudo astral-lab run lb-compare --quick       run one scenario; results/<time>-<name>/
     sudo astral-lab ops diagnose --ask "..."     ask the diagnosis agent about a live fabric
+    sudo astral-lab dashboard --demo             live view in the browser (also: up/run
+                                                 --dashboard; --capture PORT writes pcaps)
     astral-lab controller --plan plan.json       the controller alone (for plain `mn`)
     sudo astral-lab clean                        remove leftovers of a crashed run
 
@@ -32,6 +34,7 @@ from typing import Any
 
 from astral_lab import __version__
 from astral_lab.cluster_cli import add_cluster_option
+from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
 from testbed import topologies
 from testbed.results import results_dir, results_root
@@ -82,12 +85,14 @@ def cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lab_from_args(args: argparse.Namespace) -> Any:
+def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Any:
     from testbed.shell.cluster import make_lab
 
     plan = build(args.topology, **_spec_params(args))
     return make_lab(plan, args.cluster, tunnel=args.tunnel, datapath=args.datapath, lb=args.lb,
-                    pmtu=args.pmtu)
+                    pmtu=args.pmtu, dashboard=args.dashboard,
+                    dashboard_port=args.dashboard_port, capture=args.capture,
+                    capture_dir=capture_dir)
 
 
 def _print_bringup(lab: Any) -> None:
@@ -100,11 +105,34 @@ def _print_bringup(lab: Any) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    """Bring up, open the Mininet CLI; with ``--capture``, pcaps go to results/<time>-up-*/."""
+    if not args.capture:
+        return _up(args, None)
+    import shutil
+
+    from testbed.capture import resolve
+
+    resolve(build(args.topology, **_spec_params(args)), args.capture)  # before any folder
+    partial, final = results_dir(f"up-{args.topology}")
+    pcaps = os.path.join(partial, "capture")
+    try:
+        return _up(args, pcaps)
+    finally:
+        if os.path.isdir(pcaps) and os.listdir(pcaps):
+            os.replace(partial, final)
+            print(f"pcaps: {os.path.join(final, 'capture')}/")
+        else:  # the fabric never came up: nothing to keep
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _up(args: argparse.Namespace, capture_dir: str | None) -> int:
     from mininet.cli import CLI
     from mininet.log import setLogLevel
 
-    with _lab_from_args(args) as lab:
+    with _lab_from_args(args, capture_dir) as lab:
         _print_bringup(lab)
+        if lab.dashboard_url:
+            print(f"live view: {lab.dashboard_url}  (/metrics for Prometheus)")
         if not args.no_check:
             print(lab.reachability())
         if args.cluster:
@@ -180,6 +208,7 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="results folder (default results/<time>-<name>/)")
     add_pmtu_option(p)
     add_cluster_option(p)
+    add_live_options(p)
     for prm in sc.params:
         quick = f" [{prm.quick}]" if prm.quick is not None else ""
         choices = f" (one or more of {', '.join(map(str, prm.choices))})" if prm.choices else ""
@@ -203,7 +232,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         result = sc(quick=opts.quick, output=opts.output, force=opts.force,
-                    cluster=opts.cluster, tunnel=opts.tunnel, pmtu=opts.pmtu, **overrides)
+                    cluster=opts.cluster, tunnel=opts.tunnel, pmtu=opts.pmtu,
+                    dashboard=opts.dashboard, dashboard_port=opts.dashboard_port,
+                    capture=opts.capture, **overrides)
     except KeyboardInterrupt as exc:
         where = "; ".join(getattr(exc, "__notes__", [])) or \
             f"partial results kept in {RESULTS}/*-{args.scenario}.partial/"
@@ -266,6 +297,7 @@ def parser() -> argparse.ArgumentParser:
                    help="load-balancing mode (switch later: PUT /lb on the controller's API; "
                         "`astral-lab policies` lists them)")
     add_cluster_option(u)
+    add_live_options(u)
     _add_spec_options(u)
     u.set_defaults(fn=cmd_up)
 
@@ -304,6 +336,7 @@ def parser() -> argparse.ArgumentParser:
     from astral_lab.ops_cli import add_ops_parser
 
     add_ops_parser(sub)
+    add_dashboard_parser(sub)
 
     k = sub.add_parser("clean", help="remove leftovers of crashed runs (never touches results)")
     k.set_defaults(fn=cmd_clean)

@@ -16,6 +16,7 @@ of the block; a DPID's top 16 bits name the tier (see ``dpid_for``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -260,6 +261,18 @@ class WiringPlan:
     def load(cls, path: str | os.PathLike[str]) -> WiringPlan:
         with open(path, encoding="utf-8") as f:
             return cls.from_dict(json.load(f))
+
+
+def finite(v: Any) -> Any:
+    """``v`` with NaN and infinities replaced by None (JSON has neither; browsers and
+    strict parsers refuse them)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [finite(x) for x in v]
+    return v
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.plan import WiringPlan, write_json_atomic
+from controllers.plan import WiringPlan, finite, write_json_atomic
 from testbed.results import output_dir
 
 #: name -> Scenario, filled by the ``@scenario`` decorator when scenario modules import.
@@ -144,11 +144,16 @@ class Run:
     def __init__(self, sc: Scenario, params: dict[str, Any], quick: bool,
                  output: str | None = None, log: Callable[[str], None] | None = None,
                  force: bool = False, cluster: list[str] | None = None,
-                 tunnel: str = "gre", pmtu: int | None = None) -> None:
+                 tunnel: str = "gre", pmtu: int | None = None, dashboard: bool = False,
+                 dashboard_port: int | None = None, capture: list[str] | None = None) -> None:
+        from testbed.capture import parse_ports
         from testbed.shell.lab import LAB_PMTU
         from traffic.roce import largest_roce_pmtu, mtu_for
 
         mtu_for(pmtu or LAB_PMTU)  # a bad pmtu fails here, before any folder is made
+        # the live view of every fabric the run brings up, and switch ports to capture
+        self.dashboard, self.dashboard_port = dashboard, dashboard_port
+        self.capture = parse_ports(capture)
         self.scenario = sc
         self.cluster = cluster  # servers for Mininet Cluster Edition (testbed.shell.cluster)
         self.tunnel = tunnel
@@ -179,7 +184,7 @@ class Run:
     # --- files ------------------------------------------------------------------------
     def _save_config(self) -> None:
         """config.json as strict JSON: a NaN (an unguarded phase's margin) is written null."""
-        write_json_atomic(self.path("config.json"), _finite(self.config))
+        write_json_atomic(self.path("config.json"), finite(self.config))
 
     def path(self, filename: str) -> str:
         return os.path.join(self.dir, filename)
@@ -207,6 +212,13 @@ class Run:
         """Mark a part of the run as finished (listed in INTERRUPTED.md if stopped later)."""
         self.stages.append(what)
         self.log(f"[{self.elapsed():6.1f} s] {what}")
+        self._progress(what)
+
+    def _progress(self, what: str) -> None:
+        """``progress.json``: the last finished stage, for the live view (replaced whole)."""
+        write_json_atomic(self.path("progress.json"), {
+            "scenario": self.scenario.name, "stage": what, "done": len(self.stages),
+            "elapsed_s": round(self.elapsed(), 1), "updated": time.time()})
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -235,6 +247,7 @@ class Run:
         self.log(f"bringing up {label}: {len(plan.hosts)} GPUs, {len(plan.switches)} "
                  f"switches, {len(plan.links)} links (scale {plan.scale:g})")
         kw.setdefault("pmtu", self.pmtu)
+        kw.update(self._live_options(plan, label))
         with make_lab(plan, self.cluster, tunnel=self.tunnel, log=self.log, **kw) as lab:
             self.config["fabrics"][label] = {
                 "topology": plan.topology, "gpus": len(plan.hosts),
@@ -245,6 +258,26 @@ class Run:
                 "servers": sorted({n.server for n in lab.plan.nodes if n.server}) or None}
             self._save_config()
             yield lab
+
+    def _live_options(self, plan: WiringPlan, label: str) -> dict[str, Any]:
+        """The Lab's dashboard and capture options for this fabric. A scenario brings up
+        several fabrics; a requested port that one of them lacks is skipped (and said)."""
+        from testbed.capture import resolve
+
+        out: dict[str, Any] = {}
+        if self.dashboard:
+            out.update(dashboard=True, dashboard_port=self.dashboard_port,
+                       dashboard_progress=self.path("progress.json"))
+        ports = []
+        for p in self.capture:
+            try:
+                ports += resolve(plan, [p])
+            except ValueError as exc:
+                self.log(f"note: not capturing {p} on {label}: {exc}")
+        if ports:
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+            out.update(capture=ports, capture_dir=os.path.join(self.dir, "capture", safe))
+        return out
 
     def _unguard(self, reason: str) -> None:
         """Turn the fidelity guard off for this run (``--force`` after a failed calibration)."""
@@ -383,10 +416,13 @@ class Scenario:
     def __call__(self, quick: bool = False, output: str | None = None,
                  log: Callable[[str], None] | None = None, force: bool = False,
                  cluster: list[str] | None = None, tunnel: str = "gre",
-                 pmtu: int | None = None, **overrides: Any) -> RunResult:
+                 pmtu: int | None = None, dashboard: bool = False,
+                 dashboard_port: int | None = None, capture: list[str] | None = None,
+                 **overrides: Any) -> RunResult:
         params = self.resolve(quick, overrides)  # bad input fails before anything is made
         run = Run(self, params, quick, output=output, log=log, force=force, cluster=cluster,
-                  tunnel=tunnel, pmtu=pmtu)
+                  tunnel=tunnel, pmtu=pmtu, dashboard=dashboard,
+                  dashboard_port=dashboard_port, capture=capture)
         from scenarios.common import WIRE_PMTU
 
         token = WIRE_PMTU.set(run.pmtu)  # the flow model's frames are the replay's
@@ -448,17 +484,6 @@ def get(name: str) -> Scenario:
 
 
 # --- helpers ---------------------------------------------------------------------------
-def _finite(v: Any) -> Any:
-    """``v`` with NaN and infinities replaced by None (JSON has neither)."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
-
-
 def _cell(v: Any) -> Any:
     if isinstance(v, float):
         return f"{v:.6g}"

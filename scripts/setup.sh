@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install and start everything astral-lab needs on a Debian 12 / Ubuntu 22.04+ machine:
-#   1. apt packages (Mininet, Open vSwitch, iperf3, tshark, ...)
+#   1. apt packages (Mininet, Open vSwitch, iperf3, tshark, tcpdump, and for the live view's
+#      tests headless Chromium and promtool (package prometheus), ...)
 #   2. the Open vSwitch daemons (kernel datapath if the module loads, else userspace)
 #   3. a Python venv at .venv (Debian's python3, with system site packages so the apt Mininet
 #      is importable) holding `pip install -e '.[dev]'`
@@ -18,7 +19,7 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 APT_PACKAGES=(
     mininet openvswitch-switch openvswitch-common iperf3 tcpdump tshark ethtool iputils-ping
     iproute2 fping nftables iptables kmod procps psmisc python3-venv python3-dev gcc make
-    zlib1g-dev netsniff-ng sysstat
+    zlib1g-dev netsniff-ng sysstat chromium prometheus
 )
 
 die() { echo "$PROG: error: $*" >&2; exit 1; }

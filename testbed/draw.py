@@ -128,6 +128,23 @@ def draw_plan(plan: WiringPlan, path: str, title: str | None = None) -> str:
 
 
 # --- layout ---------------------------------------------------------------------------
+def plan_layout(plan: WiringPlan) -> _Layout:
+    """The drawing's geometry (rows, node positions in 0..1, shuffle boxes), for other
+    renderers: the live dashboard (``ops.dashboard``) places every node where this picture
+    does, so the two views of one fabric read the same."""
+    return _layout(plan)
+
+
+def lane_links(plan: WiringPlan) -> list[Link]:
+    """The lanes drawn through the shuffle boxes (see ``_lane_links``)."""
+    return _lane_links(plan)
+
+
+def link_rail(link: Link, nodes: dict[str, Node]) -> int | None:
+    """The rail a link stays on, if any (see ``_link_rail``)."""
+    return _link_rail(link, nodes)
+
+
 def _order_key(node: Node) -> tuple[int | str, ...]:
     """Sort key from location numbers, so neighbours on a row are neighbours in the fabric."""
     return (*(node.loc.get(k, -1) for k in _ORDER_KEYS), node.name)

@@ -38,6 +38,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from controllers.plan import write_json_atomic
+from testbed.capture import is_capture
 from testbed.faultmarks import ENV_MARK, IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK
 
 STATE_DIR = os.environ.get("ASTRAL_LAB_STATE_DIR", "/run/astral-lab")
@@ -58,11 +59,19 @@ INTF_RE = re.compile(rf"(?:{NODE_RE.pattern})-eth\d+")
 
 #: how a controller process is started (``python -m MODULE``), now and by earlier versions
 CONTROLLER_MODULES = ("astral_lab.controller_cli", "controllers.shell.run")
+#: how a Lab starts its live view (``testbed.shell.sidecars.DASHBOARD_MODULE``)
+DASHBOARD_MODULES = ("astral_lab.dashboard_cli",)
 
 
 def _is_controller(argv: list[str]) -> bool:
     """Whether a process's command line is a lab controller's."""
     return any(m in argv for m in CONTROLLER_MODULES)
+
+
+def _is_sidecar(argv: list[str]) -> bool:
+    """Whether a command line is a Lab's live view or one of its port captures
+    (``testbed.shell.sidecars``): a tcpdump on an interface named like the lab's."""
+    return any(m in argv for m in DASHBOARD_MODULES) or is_capture(argv, INTF_RE)
 
 
 def record_path(run_id: str) -> str:
@@ -337,12 +346,16 @@ def delete_qos(uuids: list[str]) -> None:
 
 
 def our_processes() -> list[int]:
-    """PIDs of lab controllers (``astral_lab.controller_cli ... --run-id``), found via /proc."""
+    """PIDs of lab controllers and live views (``... --run-id``) and of lab port captures
+    (which name no run: ``clean`` spares those a live run's record lists), via /proc."""
     pids = []
     for path in glob.glob("/proc/[0-9]*/cmdline"):
         pid = int(path.split("/")[2])
         argv = _cmdline(pid).split("\0")
-        if _is_controller(argv) and "--run-id" in argv and pid != os.getpid():
+        if pid == os.getpid():
+            continue
+        if ((_is_controller(argv) or _is_sidecar(argv)) and "--run-id" in argv) \
+                or is_capture(argv, INTF_RE):
             pids.append(pid)
     return pids
 
@@ -393,8 +406,10 @@ def clean(verbose: bool = True) -> dict[str, int]:
         delete_bridges(stray)
         done["bridges"] += len(stray)
     delete_qos([q for q, run_id in tagged_qos().items() if run_id not in live_runs])
-    procs = [p for p in our_processes() if not any(f"--run-id\0{r}" in _cmdline(p)
-                                                   for r in live_runs)]
+    live_pids = {int(p) for rec in _records() if rec.get("run_id") in live_runs
+                 for p in rec.get("pids", [])}
+    procs = [p for p in our_processes() if p not in live_pids
+             and not any(f"--run-id\0{r}" in _cmdline(p) for r in live_runs)]
     if procs:
         kill_pids(procs)
         done["processes"] += len(procs)
@@ -459,7 +474,8 @@ def _records() -> list[dict[str, Any]]:
 
 def _looks_like_ours(pid: int) -> bool:
     argv = _cmdline(pid).split("\0")
-    return _is_controller(argv) or any(a.startswith("mininet:") for a in argv)
+    return (_is_controller(argv) or _is_sidecar(argv)
+            or any(a.startswith("mininet:") for a in argv))
 
 
 def _cmdline(pid: int) -> str:
@@ -489,6 +505,8 @@ def leftovers(plan: Any) -> list[str]:
             found.append(f"host shell pid {pid} ({argv[-2] if len(argv) > 1 else ''})")
         if _is_controller(argv) and int(pid) != os.getpid():
             found.append(f"controller process pid {pid}")
+        if _is_sidecar(argv) and int(pid) != os.getpid():
+            found.append(f"dashboard or capture process pid {pid}")
     found += [f"run record {r}" for r in glob.glob(os.path.join(STATE_DIR, "*.json"))]
     live = {rec.get("run_id", "") for rec in _records()
             if rec.get("owner_pid") and _alive(int(rec["owner_pid"]))}

@@ -27,7 +27,9 @@ run-time changes and teardown. The ``tc`` lines of the shaping (``htb_commands``
 ``queue_packets``, ``root_ends``) are in ``testbed.shaping`` and the all-pairs ping's
 result and fping parsing (``Reachability``) in ``testbed.reachability``, both pure; the
 direct kernel calls (``free_port``, ``disable_offloads``, ``in_netns``, the machine's
-``fabric_lock``) are in ``testbed.shell.machine``.
+``fabric_lock``) are in ``testbed.shell.machine``. What runs beside the fabric on request,
+the live view (``dashboard=True``) and per-port captures (``capture=[...]``), is started and
+stopped by ``testbed.shell.sidecars``.
 """
 
 from __future__ import annotations
@@ -43,14 +45,15 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from controllers.plan import Link, WiringPlan
 from controllers.shell.client import ControllerClient
+from testbed.capture import resolve as capture_ports
 from testbed.reachability import Reachability, _fping_unreached
 from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
-from testbed.shell import cleanup, ovsbuf, preflight
+from testbed.shell import cleanup, ovsbuf, preflight, sidecars
 from testbed.shell.machine import (
     LOCK_PATH,
     _socket_buffers,
@@ -74,8 +77,23 @@ class Lab:
                  shape: bool = True, lossless: bool = True, converge_timeout: float = 120.0,
                  select_method: str = "dp_hash", lb: str = "ecmp", poll_interval: float = 1.0,
                  static_arp: bool = True, pmtu: int = LAB_PMTU,
+                 dashboard: bool = False, dashboard_port: int | None = None,
+                 dashboard_progress: str | None = None, capture: Sequence[str] = (),
+                 capture_dir: str | None = None,
                  log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
+        # the live view (testbed.shell.sidecars): its port, a scenario's progress.json
+        self.dashboard = dashboard
+        self.dashboard_port = dashboard_port
+        self.dashboard_progress = dashboard_progress
+        self.dashboard_url: str | None = None
+        # switch ports to capture (testbed.capture), checked now: before anything is built
+        self.capture = capture_ports(plan, capture)
+        if self.capture and not capture_dir:
+            raise ValueError("capture needs capture_dir: the folder the pcaps go to")
+        self.capture_dir = capture_dir or ""
+        self._sidecars: dict[str, list[subprocess.Popen[bytes]]] = {"dashboard": [],
+                                                                      "capture": []}
         self.pmtu = pmtu  # the RoCE path MTU replays use by default
         self.mtu = mtu_for(pmtu)  # every emulated interface's MTU (None: the kernel's 1,500)
         self.datapath_request = datapath
@@ -147,10 +165,16 @@ class Lab:
             self._step("configure", self._configure_interfaces)
             self._step("switches", self._create_bridges)
             self._step("mininet", self._assemble_mininet)
+            if self.capture:
+                self._step("capture", lambda: self._sidecars["capture"].extend(
+                    sidecars.start_captures(self)))
             if self.use_controller:
                 self._step("converge", self.wait_converged)
                 if self.datapath == "user" and self.lossless and self.shape:
                     self._step("tx-buffer", self._deepen_ovs_tx_buffer)
+            if self.dashboard:
+                self._step("dashboard", lambda: self._sidecars["dashboard"].append(
+                    sidecars.start_dashboard(self)))
         except BaseException:
             self.stop()
             raise
@@ -621,15 +645,27 @@ class Lab:
     def stop(self) -> None:
         """Remove everything this Lab made. Idempotent; never raises for a half-built lab.
 
-        The fabric first (``_teardown``), then the scratch folder and the fabric lock,
-        whatever happened before (a failing step, a second Ctrl-C during teardown).
+        The live view and captures, the fabric (``_teardown``), then the scratch folder and
+        the fabric lock, whatever happened before (a failing step, a second Ctrl-C).
         """
         try:
-            self._teardown()
+            try:
+                self._stop_sidecars()
+            finally:
+                self._teardown()
         finally:
             self._drop_workdir()
             self.net = None
             self._release_lock()
+
+    def _stop_sidecars(self) -> None:
+        """The live view and the captures go before the fabric (here, not in ``_teardown``,
+        which a ClusterLab replaces): a capture flushes its pcap on SIGINT while its port
+        still exists."""
+        sidecars.stop(self._sidecars["dashboard"])
+        sidecars.stop(self._sidecars["capture"], sig=signal.SIGINT)
+        self._sidecars = {"dashboard": [], "capture": []}
+        self.dashboard_url = None
 
     def _teardown(self) -> None:
         """Controller, host shells, veths, bridges, QoS rows, run record.

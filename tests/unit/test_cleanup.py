@@ -38,13 +38,15 @@ def state_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     return d
 
 
-def _spawn(*argv: str) -> subprocess.Popen[bytes]:
-    """A sleeping Python process whose command line ends with ``argv`` (how ps sees it).
+def _spawn(*argv: str, argv0: str | None = None) -> subprocess.Popen[bytes]:
+    """A sleeping Python process whose command line ends with ``argv`` (how ps sees it);
+    ``argv0`` names the program as ps shows it (default: the Python binary).
 
     Returns once the kernel shows that command line: until the child has exec'd, its
     /proc entry still reads like the parent's, and a busy machine can take a while.
     """
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    p = subprocess.Popen([argv0 or sys.executable, "-c", "import time; time.sleep(60)", *argv],
+                         executable=sys.executable)
     want = "\0".join(argv).encode()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -38,7 +38,7 @@ PURE = (
     "testbed.faultkinds.controller_restart", "testbed.faultkinds.hot_receiver",
     "controllers.flows", "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
-    "scenarios.link_failure_metrics",
+    "scenarios.link_failure_metrics", "testbed.capture", "ops.dashboard", "ops.metrics",
 )
 
 Graph = dict[str, set[str]]
