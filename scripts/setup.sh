@@ -157,6 +157,13 @@ if [ "${#missing_pkgs[@]}" -gt 0 ]; then
     mapfile -t still_missing < <(missing_apt_packages)
     [ "${#still_missing[@]}" -eq 0 ] || die "apt packages still missing: ${still_missing[*]}"
     SUMMARY+=("apt: installed ${#missing_pkgs[@]} package(s)")
+    # prometheus is here for promtool (the /metrics test); its server, which the package
+    # enables on systemd machines, is not the lab's to run
+    if printf '%s\n' "${missing_pkgs[@]}" | grep -qx prometheus \
+            && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+        systemctl disable --now prometheus >/dev/null 2>&1 || true
+        SUMMARY+=("prometheus: installed for promtool; its server is disabled")
+    fi
 else
     SUMMARY+=("apt: all ${#APT_PACKAGES[@]} packages present")
 fi

@@ -30,6 +30,7 @@ from ops.telemetry import (
     parse_snmp,
     parse_tc_qdisc,
 )
+from traffic import rxsink
 
 
 def _read(path: str) -> str | None:
@@ -207,7 +208,8 @@ class Collector:
             r = {k: float(v) for k, v in rates.items()}  # type: ignore[arg-type]
             values[(host, "in_pps")] = r["rx"]
             values[(host, "out_pps")] = r["req"]
-            values[(host, "in_drop_pps")] = max(0.0, r["rx"] - r["deliver"])
+            if not rxsink.sinking(pid):  # a compiled receiver's own drop is not NIC loss
+                values[(host, "in_drop_pps")] = max(0.0, r["rx"] - r["deliver"])
             values[(host, "out_drop_pps")] = max(0.0, r["req"] - r["tx"])
 
     def _poll_controller(self, t: float, values: dict[tuple[str, str], float]) -> None:

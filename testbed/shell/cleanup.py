@@ -40,6 +40,7 @@ from typing import Any
 from controllers.plan import write_json_atomic
 from testbed.capture import is_capture
 from testbed.faultmarks import ENV_MARK, IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK
+from traffic import rxsink
 
 STATE_DIR = os.environ.get("ASTRAL_LAB_STATE_DIR", "/run/astral-lab")
 BRIDGE_TAG = "astral-lab-run"
@@ -420,6 +421,8 @@ def clean(verbose: bool = True) -> dict[str, int]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
             done["scratch"] += 1
+    for pid in rxsink.stale():  # a killed replay's note that its receivers drop RoCE
+        rxsink.unmark(pid)
     # Plain Mininet on the lab's plans: no record, no tags, only names (after the runs above
     # are gone, so their names no longer count as someone's).
     tagged = tagged_bridges()

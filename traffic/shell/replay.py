@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers.flows import ROCE_PORT
-from traffic import native
+from traffic import native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import ReplaySpec
 from traffic.shell import native as helper
@@ -278,9 +278,11 @@ def drop_roce(lab: Any, hosts: list[str], undo: bool = False) -> None:
     """Drop RoCE frames at each host's ingress hook (after packet taps, before IP), or stop.
 
     Every host's shell gets its command first, then every answer is read: one round trip
-    for the lot instead of one per host.
+    for the lot instead of one per host. Telemetry is told (``traffic.rxsink``), so the
+    deliberate drop is not read as a NIC losing packets.
     """
     for name in hosts:
+        (rxsink.unmark if undo else rxsink.mark)(lab.hosts[name].pid)
         if undo:
             cmd = f"nft delete table netdev {_RX_TABLE} 2>/dev/null; true"
         else:
