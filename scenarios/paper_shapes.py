@@ -100,9 +100,8 @@ def _check_params(p: dict[str, Any]) -> None:
           "8 and 16, optionally 32 (DeepEP's points); one the fidelity guard would refuse here "
           "is skipped, and its row says so"),
     Param("ep_gpus_per_server", 4, "GPUs per server of the EP fabrics"),
-    Param("ep_tokens", 128, "decode tokens per GPU (128: DeepEP's benchmark)", quick=2),
-    Param("ep_scale", 2e-5, "emulated rate = real rate x scale for the EP fabrics",
-          quick=5e-6),
+    Param("ep_tokens", 4, "decode tokens per GPU (DeepEP's benchmark uses 128)", quick=2),
+    Param("ep_scale", 5e-6, "emulated rate = real rate x scale for the EP fabrics"),
     Param("ep_seeds", 4, "emulated gating seeds per EP size", quick=2),
     Param("ep_model_draws", 50, "flow-model seeds per EP size", quick=20),
     Param("eplb_tokens", 4096, "tokens per GPU of the EPLB step (DeepSeek-V3 prefill batch)"),
