@@ -153,16 +153,22 @@ def reference(cap, rows, bits, start):
     return finish
 
 
+def random_instance(rng, max_links=8, max_flows=14, weights=(1.0, 1.0, 0.5, 0.25)):
+    """A small random job: link capacities, each class's (link, weight) row, sizes, starts."""
+    n_links, n = rng.randint(1, max_links), rng.randint(1, max_flows)
+    cap = [float(rng.choice([1, 2, 3, 5, 10])) for _ in range(n_links)]
+    rows = [[(lk, rng.choice(weights))
+             for lk in rng.sample(range(n_links), rng.randint(1, min(n_links, 3)))]
+            for _ in range(n)]
+    bits = [float(rng.choice([1, 2, 3, 7, 10])) for _ in range(n)]
+    start = [float(rng.choice([0, 0, 0, 1, 2.5])) for _ in range(n)]
+    return cap, rows, bits, start
+
+
 def test_matches_plain_reference_on_random_instances():
     rng = random.Random(7)
     for _ in range(150):
-        n_links, n = rng.randint(1, 8), rng.randint(1, 14)
-        cap = [float(rng.choice([1, 2, 3, 5, 10])) for _ in range(n_links)]
-        rows = [[(lk, rng.choice([1.0, 1.0, 0.5, 0.25]))
-                 for lk in rng.sample(range(n_links), rng.randint(1, min(n_links, 3)))]
-                for _ in range(n)]
-        bits = [float(rng.choice([1, 2, 3, 7, 10])) for _ in range(n)]
-        start = [float(rng.choice([0, 0, 0, 1, 2.5])) for _ in range(n)]
+        cap, rows, bits, start = random_instance(rng)
         got = sim(cap, rows, bits, start).finish
         assert got.tolist() == pytest.approx(reference(cap, rows, bits, start), rel=1e-9)
 

@@ -19,7 +19,7 @@ from controllers.flows import sport_for_qp
 from scenarios.common import message_sizes
 from testbed import flowmodel as fm
 from testbed.models.perflow import model_flows
-from tests.unit.test_flowmodel import coupled_groups, plain_filling, sim
+from tests.unit.test_flowmodel import coupled_groups, plain_filling, random_instance, sim
 from traffic.kernels import FlowSpec
 from traffic.roce import message_wire_bytes
 
@@ -65,13 +65,8 @@ def _random_marks(rng, bits):
 def test_marks_match_a_plain_filling_on_random_instances():
     rng = random.Random(11)
     for _ in range(120):
-        n_links, n = rng.randint(1, 7), rng.randint(1, 12)
-        cap = [float(rng.choice([1, 2, 3, 5, 10])) for _ in range(n_links)]
-        rows = [[(lk, rng.choice([1.0, 1.0, 0.5]))
-                 for lk in rng.sample(range(n_links), rng.randint(1, min(n_links, 3)))]
-                for _ in range(n)]
-        bits = [float(rng.choice([1, 2, 3, 7, 10])) for _ in range(n)]
-        start = [float(rng.choice([0, 0, 0, 1, 2.5])) for _ in range(n)]
+        cap, rows, bits, start = random_instance(rng, 7, 12, (1.0, 1.0, 0.5))
+        n = len(bits)
         marks = _random_marks(rng, bits)
         row = [c for c, r in enumerate(rows) for _ in r]
         tl = fm.simulate(np.array(cap), row, [lk for r in rows for lk, _ in r],
