@@ -81,8 +81,13 @@ class Timeline:
         cls = np.asarray(cls, dtype=np.int64)
         bits = np.asarray(bits, dtype=np.float64)
         out = np.empty(cls.size)
-        for c in np.unique(cls):
-            q = np.flatnonzero(cls == c)
+        if not cls.size:
+            return out
+        by_cls = np.argsort(cls, kind="stable")  # the queries of each class, in one pass
+        cut = np.flatnonzero(np.r_[True, cls[by_cls][1:] != cls[by_cls][:-1], True])
+        for s, e in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
+            q = by_cls[s:e]
+            c = cls[q[0]]
             a, b = lo[c], hi[c]
             if a == b:  # never sent (zero bits): everything reached at its start
                 out[q] = start[c]
