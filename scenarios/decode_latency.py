@@ -260,8 +260,11 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
     # queued by then drains at the lane rate before the replay returns
     bulk_s = p["fill_s"] + max(phase_s.values()) + 0.1
     cases = CASES if ep in p["background_eps"] else ("alone",)
-    model = {(c, ph): model_case(plan, p, c, ph, max(n, int(p["model_draws"])), bulk_s)
-             for c in cases for ph in PHASES}
+    model: dict[tuple[str, str], dict[str, Any]] = {}
+    for c in cases:  # the model has no priorities: isolation is the background case to it
+        for ph in PHASES:
+            model[(c, ph)] = model[("background", ph)] if c == "isolated" else \
+                model_case(plan, p, c, ph, max(n, int(p["model_draws"])), bulk_s)
     run.stage(f"EP{ep}: modelled {max(n, int(p['model_draws']))} draws per case and phase")
     per: dict[tuple[str, str], list[dict[str, Any]]] = {(c, ph): [] for c in cases
                                                          for ph in PHASES}
