@@ -34,27 +34,47 @@ What a module declares (plain module attributes, read by ``Policy``):
     which closed form the flow model's aggregate what-if (64K GPUs) uses: ``"fluid"``,
     ``"lanes"`` (a collision-free lane colouring), ``"hash"`` (exact lane loads of the
     hash), or None (not computed there).
+
+Host-side balancing (the switches only hash; the sender changes what they hash):
+
+``ENTROPY``
+    how a sender picks each packet's UDP source port, the entropy RoCEv2 switches hash
+    (``ENTROPY_MODES``): ``"qp"`` (default: one port per QP, what a NIC does unaided),
+    ``"packet"`` (every packet its own value: spraying), ``"flowlet"`` (a new value after
+    an idle gap), ``"plb"`` (a new value after the receiver reported congestion for
+    some rounds in a row).
+``OPTIONS``
+    the policy's options and their defaults (numbers); ``parse("name:key=value")`` sets
+    them, e.g. ``qp-scaling:qps=8``.
+``expand(flows, options)``
+    the flows the host actually opens for ``flows`` (default: the same): QP scaling
+    stripes each flow over several QPs. The replay and the flow model both call it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from types import ModuleType
 from typing import Any
 
-from controllers.flows import Flow
+from controllers.flows import QP_SPORT_BASE, QP_SPORTS, Flow, sport_for_qp
 from controllers.paths import Path, PathFinder
 from controllers.plugins import discover
+
+#: how a sender may pick a packet's UDP source port (see ``ENTROPY`` above)
+ENTROPY_MODES = ("qp", "packet", "flowlet", "plb")
 
 
 @dataclass(frozen=True)
 class Policy:
-    """A policy module, with its declarations defaulted."""
+    """A policy module, with its declarations defaulted (``options``: set by ``parse``)."""
 
     name: str
     module: ModuleType
+    options: Mapping[str, float] = field(default_factory=dict)
 
     def _get(self, attr: str, default: Any) -> Any:
         return getattr(self.module, attr, default)
@@ -96,6 +116,32 @@ class Policy:
     @property
     def whatif(self) -> str | None:
         return self._get("WHATIF", None)
+
+    @property
+    def entropy(self) -> str:
+        return str(self._get("ENTROPY", "qp"))
+
+    @property
+    def defaults(self) -> dict[str, float]:
+        """The module's options with their default values."""
+        return dict(self._get("OPTIONS", {}))
+
+    def option(self, key: str) -> float:
+        """An option's value: set by ``parse``, else the module's default."""
+        return self.options.get(key, self.defaults[key])
+
+    @property
+    def label(self) -> str:
+        """The name with the options that differ from the defaults (``qp-scaling:qps=8``)."""
+        extra = [f"{k}={v:g}" for k, v in sorted(self.options.items())
+                 if v != self.defaults.get(k)]
+        return ":".join([self.name] + extra)
+
+    def expand(self, flows: Sequence[Any]) -> list[Any]:
+        """The flows the host opens for ``flows`` (``expand`` of the module, if any)."""
+        fn = getattr(self.module, "expand", None)
+        merged = {**self.defaults, **self.options}
+        return list(fn(flows, merged)) if fn else list(flows)
 
     @property
     def module_name(self) -> str:
@@ -163,6 +209,62 @@ def get(name: str, controller: bool = False) -> Policy:
     return pols[name]
 
 
+def parse(spec: str, controller: bool = False) -> Policy:
+    """A policy with options: ``"name"`` or ``"name:key=value:key=value"``.
+
+    One ``ValueError`` for an unknown name, an unknown option (naming the known ones) or
+    a value that is not a positive number.
+    """
+    name, *pairs = spec.strip().split(":")
+    pol = get(name, controller)
+    opts: dict[str, float] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if key not in pol.defaults:
+            known = ", ".join(pol.defaults) or "none"
+            raise ValueError(f"policy {name} has no option {key!r} (options: {known})")
+        try:
+            num = float(value) if eq else float("nan")
+        except ValueError:
+            num = float("nan")
+        if not num > 0:
+            raise ValueError(f"{name}:{key} must be a positive number (got {value!r})")
+        opts[key] = int(num) if isinstance(pol.defaults[key], int) and num == int(num) else num
+        if isinstance(pol.defaults[key], int) and num != int(num):
+            raise ValueError(f"{name}:{key} must be a whole number (got {value!r})")
+    return dataclasses.replace(pol, options=opts)
+
+
+def stripe(flows: Sequence[Any], n: int) -> list[Any]:
+    """Each flow as ``n`` flows on their own QPs (source ports), its bytes split evenly.
+
+    Works on ``controllers.flows.Flow`` (a new source port per stripe) and on
+    ``traffic.kernels.FlowSpec`` (a new QP and its port; each message striped, so a
+    stripe carries ``ceil(message_bytes / n)``-byte messages). QP ``q``'s stripes are
+    QPs ``q * n .. q * n + n - 1``, so stripes of different flows never share a QP.
+    """
+    if n < 1:
+        raise ValueError(f"qps must be >= 1 (got {n})")
+    if n == 1:
+        return list(flows)
+    out = []
+    for f in flows:
+        for k in range(n):
+            share = f.bytes // n + (k < f.bytes % n)
+            if share <= 0 and f.bytes > 0:
+                continue
+            if hasattr(f, "qp"):
+                qp = f.qp * n + k
+                mb = -(-f.message_bytes // n) if f.message_bytes else 0
+                msgs = -(-share // mb) if mb and share else 0
+                out.append(dataclasses.replace(f, bytes=share, qp=qp, sport=sport_for_qp(qp),
+                                               message_bytes=mb, messages=msgs))
+            else:
+                port = QP_SPORT_BASE + ((f.sport - QP_SPORT_BASE) * n + k) % QP_SPORTS
+                out.append(dataclasses.replace(f, bytes=share, sport=port))
+    return out
+
+
 def random_names(policies: Iterable[str] | None = None) -> tuple[str, ...]:
     """The policies (of ``policies``, default all) whose paths depend on a hash draw."""
     pols = available()
@@ -176,7 +278,10 @@ def table() -> list[dict[str, Any]]:
     for p in available().values():
         where = ["model"] + (["controller"] if p.controller else [])
         traits = [t for t, on in (("pins flows", p.pins), ("polls counters", p.polls),
-                                  ("hash-dependent", p.random), ("fluid split", p.split)) if on]
+                                  ("hash-dependent", p.random), ("fluid split", p.split),
+                                  (f"entropy per {p.entropy}", p.entropy != "qp"),
+                                  ("expands flows", hasattr(p.module, "expand"))) if on]
         rows.append({"name": p.name, "runs_in": where, "traits": traits,
-                     "summary": p.summary, "module": p.module.__name__})
+                     "options": p.defaults, "summary": p.summary,
+                     "module": p.module.__name__})
     return rows

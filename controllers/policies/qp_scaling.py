@@ -1,0 +1,32 @@
+"""Each peer gets ``qps`` QPs and every message is striped over them; switches hash each QP.
+
+QP scaling, as DeepEP's ``num_qps_per_rank`` or Meta's RoCE fabric with E-ECMP do it:
+more flows with their own source ports give the hash more chances, so the biggest
+collision shrinks roughly as balls-into-bins with ``qps`` times as many balls. Nothing
+changes in the switches; the host opens more QPs (``expand``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from controllers.flows import Flow
+from controllers.paths import Path, PathFinder
+from controllers.policies import ModelContext, stripe
+
+PINS = False
+RANDOM = True
+OPTIONS = {"qps": 4}
+METHOD = "lb.ecmp_assign over the striped QPs (hash per QP)"
+WHATIF = None
+
+
+def expand(flows: Sequence[Any], options: Mapping[str, float]) -> list[Any]:
+    """Every flow striped over ``qps`` QPs with their own source ports."""
+    return stripe(flows, int(options["qps"]))
+
+
+def model(flows: list[Flow], finder: PathFinder, ctx: ModelContext) -> Mapping[Flow, Path]:
+    """The hash of every striped QP (the flow model passes the expanded flows)."""
+    return ctx.ecmp()
