@@ -30,6 +30,8 @@ ROCE_PORT = 4791
 QP_SPORT_BASE = 49152
 QP_SPORTS = 16384
 PROTOS = {"udp": 17, "tcp": 6}
+#: how a sender may pick each packet's UDP source port (``controllers.policies`` ENTROPY)
+ENTROPY_MODES = ("qp", "packet", "flowlet", "plb")
 MAX_FLOWS = 200_000  # a 256-GPU all-to-all with 2 QPs per pair is 130K; beyond is a mistake
 
 

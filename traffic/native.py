@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from controllers.flows import ENTROPY_MODES
 from traffic.roce import (
     ECN_ECT0,
     Endpoints,
@@ -37,7 +38,7 @@ from traffic.roce import (
 )
 from traffic.rxstate import fold, new_flow, receiver_report
 
-PLAN_MAGIC, SENT_MAGIC, REC_MAGIC, VERSION = 0x534B5041, 0x524B5041, 0x434B5041, 1
+PLAN_MAGIC, SENT_MAGIC, REC_MAGIC, VERSION = 0x534B5041, 0x524B5041, 0x434B5041, 2
 #: one record per received packet, as ``pktio.c`` writes it (little-endian, packed)
 RECORD = np.dtype([("stamp_ns", "<u8"), ("start_ns", "<u8"), ("src_ip", "<u4"),
                    ("psn", "<u4"), ("seq", "<u4"), ("plen", "<u4"), ("dma", "<u4"),
@@ -91,7 +92,9 @@ class _Plan:
         spec = self.spec
         out = [struct.pack("<IIIIddIII", PLAN_MAGIC, VERSION, spec.pmtu, spec.overhead_bytes,
                            spec.rate_mbps * 1e6, burst_s(spec), len(self.kinds),
-                           len(self.plans), len(self.jobs))]
+                           len(self.plans), len(self.jobs)),
+               struct.pack("<IIdII", ENTROPY_MODES.index(spec.entropy), spec.entropies,
+                           spec.flowlet_gap_us / 1e6, spec.plb_rounds, 0)]
         for frame, reth, ack, crc0 in self.kinds:
             out.append(struct.pack("<IIII", len(frame), reth, ack, crc0) + frame)
         for size, kinds in self.plans:
@@ -126,11 +129,14 @@ def read_sent(path: str, plan: _Plan, start_at: float | None) -> dict[str, Any]:
     for index, (_lane, f, b, _runs) in zip(plan.order, plan.jobs, strict=True):
         first_seq, first_psn, next_psn, done, nstarts = struct.unpack_from("<5I", data, off)
         (end_ns,) = struct.unpack_from("<q", data, off + 20)
-        starts = list(struct.unpack_from(f"<{nstarts}q", data, off + 28))
-        off += 28 + 8 * nstarts
+        moves, acks, cnps, _pad, first_move = struct.unpack_from("<4Iq", data, off + 28)
+        starts = list(struct.unpack_from(f"<{nstarts}q", data, off + 52))
+        off += 52 + 8 * nstarts
         rows[index] = flow_report(f, b, spec.pmtu, starts, first_seq=first_seq,
                                   first_psn=first_psn, next_psn=next_psn, end_ns=end_ns,
                                   done=bool(done))
+        rows[index]["entropy"] = {"moves": moves, "first_move_ns": first_move or None,
+                                  "acks": acks, "cnps": cnps}
     flows = [rows[i] for i in range(len(spec.flows))]
     return sender_report(spec, flows, start_at=start_at if start_at is not None
                          else started_ns / 1e9, started_ns=started_ns, finished_ns=finished_ns,
@@ -153,11 +159,11 @@ def fold_records(recs: np.ndarray) -> dict[tuple[str, int], list[Any]]:
     cols = [recs[c].tolist() for c in ("src_ip", "sport", "op", "psn", "seq", "plen", "dma",
                                        "start_ns", "stamp_ns", "qp")]
     for ip, sport, op, psn, seq, plen, dma, sent, stamp, qp in zip(*cols, strict=True):
-        f = flows.get((ip, sport))
+        f = flows.get((ip, qp))
         if f is None:
-            f = flows[(ip, sport)] = new_flow(psn, qp, stamp)
+            f = flows[(ip, qp)] = new_flow(psn, qp, stamp, sport)
         fold(f, op, psn, seq, plen, dma, sent, stamp)
-    return {(str(ipaddress.IPv4Address(ip)), sport): f for (ip, sport), f in flows.items()}
+    return {(str(ipaddress.IPv4Address(ip)), qp): f for (ip, qp), f in flows.items()}
 
 
 def read_received(path: str, port: int) -> dict[str, Any]:
@@ -168,6 +174,7 @@ def read_received(path: str, port: int) -> dict[str, Any]:
     result = receiver_report(flows, port, True, meta["stop_reason"], meta["stopped_ns"],
                              meta["malformed"])
     result["kernel_drops"] = {"ring": meta["ring_drops"], "ring_freezes": meta["ring_freezes"]}
+    result["feedback"] = meta.get("feedback", {})
     result["plane"] = "native"
     result["cpu_s"] = meta.get("cpu_s")
     return result

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from time import time_ns
 from typing import Any, NamedTuple
 
-from controllers.flows import ROCE_PORT, sport_for_qp
+from controllers.flows import ENTROPY_MODES, QP_SPORTS, ROCE_PORT, sport_for_qp
 
 # --- wire constants ----------------------------------------------------------------------------
 OP_WRITE_FIRST = 0x06
@@ -502,6 +502,13 @@ class ReplaySpec:
     flows: tuple[ReplayFlow, ...] = field(default_factory=tuple)
     overhead_bytes: int = 0
     ecn: bool = True
+    #: how each packet's UDP source port is picked (``controllers.policies.ENTROPY_MODES``),
+    #: from a set of ``entropies`` ports per QP; ``flowlet_gap_us``: the flowlet mode's idle
+    #: gap; ``plb_rounds``: congested rounds in a row before the plb mode re-draws
+    entropy: str = "qp"
+    entropies: int = 256
+    flowlet_gap_us: float = 0.0
+    plb_rounds: int = 3
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -540,7 +547,14 @@ class ReplaySpec:
                 raise ValueError(f"flows[{i}].sport {flow.sport} to {flow.dst_ip} is already "
                                  f"QP {other[1]}'s (flows[{other[0]}]); one source port per QP")
             flows.append(flow)
-        return cls(intf, src_mac, src_ip, float(rate), pmtu, tuple(flows), overhead, ecn)
+        entropy = data.get("entropy", "qp")
+        if entropy not in ENTROPY_MODES:
+            raise ValueError(f"entropy must be one of {ENTROPY_MODES} (got {entropy!r})")
+        entropies = int(_num(data, "entropies", "", 1, QP_SPORTS, 256, integer=True))
+        gap = float(_num(data, "flowlet_gap_us", "", 0.0, 1e9, 0.0))
+        rounds = int(_num(data, "plb_rounds", "", 1, 1 << 16, 3, integer=True))
+        return cls(intf, src_mac, src_ip, float(rate), pmtu, tuple(flows), overhead, ecn,
+                   entropy, entropies, gap, rounds)
 
 
 def _where(name: str, ctx: str) -> str:

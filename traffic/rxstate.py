@@ -4,9 +4,14 @@ Shared by the Python receiver (which folds packets as they arrive) and the compi
 (whose receiver only records packets; ``traffic.native`` folds the records afterwards), so
 both give the same loss, reordering and latency figures for the same packets.
 
-Per QP (source IP, UDP source port) the PSN is followed: a gap is counted lost until the
+Per QP (source IP, destination QP number: a sprayed QP changes its UDP source port every
+packet, so the port cannot name it) the PSN is followed: a gap is counted lost until the
 missing PSN shows up late (then it is reordered); a PSN seen twice is a duplicate and not
-counted as data. Per message (QP, message number) the send time from the payload, first and
+counted as data. For reordering the QP also keeps how far behind the newest PSN a late
+packet came (its reorder distance) and the widest window between the oldest hole and the
+newest PSN (what an out-of-order receiver's bitmap or buffer must span).
+
+Per message (QP, message number) the send time from the payload, first and
 last arrival, bytes and packets are kept; a message is complete when its RETH DMA length was
 seen and that many bytes arrived including the LAST/ONLY packet.
 """
@@ -20,7 +25,7 @@ from traffic.roce import OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_MIDDLE, PSN_MAS
 
 # Per-QP state is a list (index constants below): attribute access costs more per packet.
 _F_BYTES, _F_PKTS, _F_EXP, _F_LOST, _F_REORD, _F_DUP, _F_FIRST, _F_LAST, _F_MSGS = range(9)
-_F_QP, _F_PSN0, _F_MISSING, _F_UNTRACKED = range(9, 13)
+_F_QP, _F_PSN0, _F_MISSING, _F_UNTRACKED, _F_SPORT, _F_HOLE, _F_RDIST, _F_RWIN = range(9, 17)
 # Per-message state: send ns (payload), bytes, packets, first stamp, last stamp, DMA length, last?
 _M_SENT, _M_BYTES, _M_PKTS, _M_FIRST, _M_LAST, _M_DMA, _M_END = range(7)
 MAX_TRACKED_GAP = 4096  # PSNs of a larger gap are counted lost but not remembered one by one
@@ -41,20 +46,37 @@ def psn_event(f: list[Any], psn: int) -> bool:
             missing.update((exp + k) & PSN_MASK for k in range(ahead))
         else:
             f[_F_UNTRACKED] += ahead
+        if f[_F_HOLE] < 0:
+            f[_F_HOLE] = exp
         f[_F_EXP] = (psn + 1) & PSN_MASK
+        _window(f)
         return True
-    if psn in f[_F_MISSING]:  # a late packet fills an old gap: reordered, not lost
-        f[_F_MISSING].discard(psn)
+    missing = f[_F_MISSING]
+    if psn in missing:  # a late packet fills an old gap: reordered, not lost
+        missing.discard(psn)
         f[_F_LOST] -= 1
         f[_F_REORD] += 1
+        dist = (exp - 1 - psn) & PSN_MASK  # newer packets that overtook it
+        if dist > f[_F_RDIST]:
+            f[_F_RDIST] = dist
+        if psn == f[_F_HOLE]:  # the oldest hole filled: the next oldest (wrap-aware)
+            f[_F_HOLE] = max(missing, key=lambda x: (exp - x) & PSN_MASK) if missing else -1
         return True
     f[_F_DUP] += 1
     return False
 
 
-def new_flow(psn: int, qp: int, stamp: Any) -> list[Any]:
-    """The state of a QP first seen with ``psn`` at ``stamp``."""
-    return [0, 0, psn, 0, 0, 0, stamp, stamp, {}, qp, psn, set(), 0]
+def _window(f: list[Any]) -> None:
+    """Widen the QP's reorder window to span its oldest hole .. newest PSN, if wider."""
+    if f[_F_HOLE] >= 0:
+        win = (f[_F_EXP] - f[_F_HOLE]) & PSN_MASK
+        if win > f[_F_RWIN]:
+            f[_F_RWIN] = win
+
+
+def new_flow(psn: int, qp: int, stamp: Any, sport: int = 0) -> list[Any]:
+    """The state of a QP first seen with ``psn`` at ``stamp`` (from UDP port ``sport``)."""
+    return [0, 0, psn, 0, 0, 0, stamp, stamp, {}, qp, psn, set(), 0, sport, -1, 0, 0]
 
 
 def fold(f: list[Any], op: int, psn: int, seq: int, plen: int, dma: int, sent_ns: int,
@@ -62,6 +84,8 @@ def fold(f: list[Any], op: int, psn: int, seq: int, plen: int, dma: int, sent_ns
     """Add one packet to its QP's state; return the payload bytes it counts (0: duplicate)."""
     if psn == f[_F_EXP]:
         f[_F_EXP] = (psn + 1) & PSN_MASK
+        if f[_F_HOLE] >= 0:
+            _window(f)
     elif not psn_event(f, psn):
         return 0
     f[_F_BYTES] += plen
@@ -71,6 +95,8 @@ def fold(f: list[Any], op: int, psn: int, seq: int, plen: int, dma: int, sent_ns
     m = msgs.get(seq)
     if m is None:
         m = msgs[seq] = [sent_ns, 0, 0, stamp, stamp, -1, False]
+    elif sent_ns < m[_M_SENT]:  # packets carry their own send time: the message's is the first
+        m[_M_SENT] = sent_ns
     m[_M_BYTES] += plen
     m[_M_PKTS] += 1
     m[_M_LAST] = stamp
@@ -82,6 +108,11 @@ def fold(f: list[Any], op: int, psn: int, seq: int, plen: int, dma: int, sent_ns
     return plen
 
 
+def flow_key(ip: str, qp: int) -> str:
+    """How reports name a QP: its source IP and QP number."""
+    return f"{ip}/{qp}"
+
+
 def _int_stamp(stamp: Any) -> int | None:
     return stamp
 
@@ -89,11 +120,12 @@ def _int_stamp(stamp: Any) -> int | None:
 def receiver_report(flows: dict[tuple[str, int], list[Any]], port: int, kernel_ts: bool,
                     reason: str, stopped_ns: int, malformed: int,
                     stamp_ns: Callable[[Any], int | None] = _int_stamp) -> dict[str, Any]:
-    """The receiver's JSON: per QP (``"IP:SPORT"``) and per message, from the folded state."""
+    """The receiver's JSON: per QP (``"IP/QP"``, ``flows`` keyed by (source IP, QP number))
+    and per message, from the folded state."""
     out_flows: dict[str, Any] = {}
     messages: list[dict[str, Any]] = []
-    for (ip, sport), f in sorted(flows.items()):
-        key = f"{ip}:{sport}"
+    for (ip, qp), f in sorted(flows.items()):
+        key = flow_key(ip, qp)
         done = 0
         for seq, m in sorted(f[_F_MSGS].items()):
             end = stamp_ns(m[_M_LAST])
@@ -106,8 +138,9 @@ def receiver_report(flows: dict[tuple[str, int], list[Any]], port: int, kernel_t
                 "latency_ns": end - m[_M_SENT] if end is not None else None,
                 "complete": bool(complete)})
         out_flows[key] = {
-            "src_ip": ip, "sport": sport, "qp": f[_F_QP], "bytes": f[_F_BYTES],
+            "src_ip": ip, "sport": f[_F_SPORT], "qp": f[_F_QP], "bytes": f[_F_BYTES],
             "packets": f[_F_PKTS], "lost": f[_F_LOST], "reordered": f[_F_REORD],
+            "reorder_distance_max": f[_F_RDIST], "reorder_window_max": f[_F_RWIN],
             "duplicates": f[_F_DUP], "lost_untracked": f[_F_UNTRACKED],
             "first_psn": f[_F_PSN0], "next_psn": f[_F_EXP],
             "first_ns": stamp_ns(f[_F_FIRST]), "last_ns": stamp_ns(f[_F_LAST]),

@@ -60,12 +60,9 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from controllers.flows import QP_SPORT_BASE, QP_SPORTS, Flow, sport_for_qp
+from controllers.flows import ENTROPY_MODES, QP_SPORT_BASE, QP_SPORTS, Flow, sport_for_qp
 from controllers.paths import Path, PathFinder
 from controllers.plugins import discover
-
-#: how a sender may pick a packet's UDP source port (see ``ENTROPY`` above)
-ENTROPY_MODES = ("qp", "packet", "flowlet", "plb")
 
 
 @dataclass(frozen=True)
@@ -187,6 +184,10 @@ _FIRST = ("ecmp", "ecmp-fluid", "planned", "adaptive")
 @cache
 def _all() -> dict[str, Policy]:
     return {n: Policy(n, m) for n, m in discover(__name__, __path__, _FIRST).items()}
+
+
+__all__ = ["ENTROPY_MODES", "ModelContext", "Policy", "available", "get", "names", "parse",
+           "random_names", "stripe", "table"]
 
 
 def available(controller: bool | None = None) -> dict[str, Policy]:

@@ -31,6 +31,7 @@ from traffic.roce import (
     Endpoints,
     FrameBuilder,
     ReplaySpec,
+    icrc,
     verify_icrc,
 )
 from traffic.shell import native as helper
@@ -41,10 +42,25 @@ def exe(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(helper.build(tmp_path_factory.mktemp("pktio") / "astral-pktio", force=True))
 
 
-def spec(flows: list[dict[str, Any]], rate: float = 0.0, pmtu: int = 1024) -> ReplaySpec:
+def spec(flows: list[dict[str, Any]], rate: float = 0.0, pmtu: int = 1024,
+         **kw: Any) -> ReplaySpec:
     return ReplaySpec.from_dict({"intf": "h-eth0", "src_mac": "02:00:00:00:00:01",
                                  "src_ip": "10.0.0.1", "rate_mbps": rate, "pmtu": pmtu,
-                                 "flows": flows})
+                                 "flows": flows, **kw})
+
+
+def send_ns(frame: bytes) -> int:
+    """The send time a replay frame carries (after the RETH on FIRST/ONLY)."""
+    return struct.unpack_from(">Q", frame, 78 if frame[42] in (OP_WRITE_FIRST, OP_WRITE_ONLY)
+                              else 62)[0]
+
+
+def with_send_ns(frame: bytes, t: int) -> bytes:
+    """``frame`` carrying send time ``t``, its ICRC recomputed."""
+    buf = bytearray(frame)
+    struct.pack_into(">Q", buf, 78 if buf[42] in (OP_WRITE_FIRST, OP_WRITE_ONLY) else 62, t)
+    struct.pack_into("<I", buf, len(buf) - 4, icrc(buf))
+    return bytes(buf)
 
 
 def flow(dst: int, qp: int, messages: int, size: int, **kw: Any) -> dict[str, Any]:
@@ -77,8 +93,10 @@ def qp_of(frame: bytes) -> int:
 
 
 def test_c_frames_are_pythons_frames_byte_for_byte(exe: str, tmp_path: Path) -> None:
-    """Every frame equals what FrameBuilder builds for the same message number and send time;
-    a QP's second work request continues its PSNs and message numbers; PSNs wrap at 2^24."""
+    """Every frame equals what FrameBuilder builds for the same message number, except that
+    each packet carries its own send time (the first packet's is the message's, later ones
+    are not earlier); a QP's second work request continues its PSNs and message numbers;
+    PSNs wrap at 2^24."""
     sp = spec([flow(2, 7, 3, 5000), flow(3, 8, 2, 700, psn=PSN_MASK - 1),
                flow(2, 7, 1, 3000, start=0.001), flow(4, 9, 1, 2500, bytes=2100)])
     sent, frames = run(exe, sp, tmp_path)
@@ -96,7 +114,11 @@ def test_c_frames_are_pythons_frames_byte_for_byte(exe: str, tmp_path: Path) -> 
             for k, size in enumerate(f.sizes()):
                 want += [bytes(x) for x in b.frames(size, row["first_seq"] + k,
                                                     row["message_start_ns"][k])]
-        assert by_qp[qp] == want, qp
+        got = by_qp[qp]
+        assert [with_send_ns(w, send_ns(g)) for w, g in zip(want, got, strict=True)] == got
+        firsts = [i for i, w in enumerate(want) if w[42] in (OP_WRITE_FIRST, OP_WRITE_ONLY)]
+        assert [send_ns(got[i]) for i in firsts] == [send_ns(want[i]) for i in firsts], qp
+        assert all(send_ns(a) <= send_ns(b) for a, b in zip(got, got[1:], strict=False)), qp
     assert [r["first_seq"] for r in sent["flows"]] == [0, 0, 3, 0]
     assert sent["flows"][2]["first_psn"] == sent["flows"][0]["next_psn"] == 15
     assert sent["flows"][1]["next_psn"] == 0  # 2^24 - 2, 2^24 - 1, then 0
@@ -182,17 +204,40 @@ def test_records_fold_into_loss_reordering_duplicates_and_latency() -> None:
                     (130, 6, 0, m, 1024, 0, 50),  # again: a duplicate
                     (140, 9, 1, OP_WRITE_ONLY, 100, 100, 60)])  # PSN 8 never comes
     flows = native.fold_records(recs)
-    state = flows[("10.0.0.1", 49153)]
+    state = flows[("10.0.0.1", 7)]  # a QP is named by its number, not its port
     from traffic.rxstate import receiver_report
     rep = receiver_report(flows, 4791, True, "idle", 200, 0)
-    row = rep["flows"]["10.0.0.1:49153"]
+    row = rep["flows"]["10.0.0.1/7"]
     assert (row["lost"], row["reordered"], row["duplicates"]) == (1, 1, 1)
+    assert row["sport"] == 49153
+    # PSN 6 came after 7 (one packet overtook it); the window spanned the hole at 6 up to 7,
+    # then from the hole at 8 (never filled) to 9
+    assert (row["reorder_distance_max"], row["reorder_window_max"]) == (1, 2)
     assert row["bytes"] == 3000 + 100 and row["packets"] == 4 and row["qp"] == 7
     assert (row["first_psn"], row["next_psn"]) == (5, 10)
     msgs = {x["seq"]: x for x in rep["messages"]}
     assert msgs[0]["complete"] and msgs[0]["latency_ns"] == 120 - 50
     assert msgs[1]["complete"] and msgs[1]["latency_ns"] == 140 - 60
     assert state[0] == 3100
+
+
+def test_a_sprayed_qp_is_one_flow_whatever_its_ports_and_completes_out_of_order() -> None:
+    """Packets of one QP from several source ports fold into one QP; a message whose LAST
+    packet arrives before its MIDDLE ones is complete once every byte is in; its send time is
+    the earliest any of its packets carries."""
+    f, m, last = OP_WRITE_FIRST, OP_WRITE_MIDDLE, OP_WRITE_LAST
+    recs = records([(100, 0, 0, f, 1000, 4000, 50), (101, 3, 0, last, 1000, 0, 80),
+                    (102, 2, 0, m, 1000, 0, 70), (103, 1, 0, m, 1000, 0, 60)])
+    recs["sport"] = [49153, 49160, 49170, 49180]
+    flows = native.fold_records(recs)
+    assert list(flows) == [("10.0.0.1", 7)]
+    from traffic.rxstate import receiver_report
+    rep = receiver_report(flows, 4791, True, "idle", 200, 0)
+    row = rep["flows"]["10.0.0.1/7"]
+    assert (row["lost"], row["reordered"], row["packets"]) == (0, 2, 4)
+    assert (row["reorder_distance_max"], row["reorder_window_max"]) == (2, 3)
+    (msg,) = rep["messages"]
+    assert msg["complete"] and msg["latency_ns"] == 103 - 50
 
 
 def test_read_received_joins_the_metadata_and_the_records(tmp_path: Path) -> None:
@@ -227,3 +272,50 @@ def test_the_helper_is_found_only_when_current(tmp_path: Path,
         helper.path()
     os.utime(fake.parent / helper.NAME)
     assert helper.path() == str(fake.parent / helper.NAME)
+
+
+def sport_of(frame: bytes) -> int:
+    return struct.unpack_from(">H", frame, 34)[0]
+
+
+def test_spray_gives_each_packet_the_next_port_of_its_qps_set(exe: str, tmp_path: Path) -> None:
+    """spray: packet i of a QP carries port i mod N of the QP's set (every port distinct,
+    in the QP's source-port range); every frame's ICRC is right for the port it carries."""
+    sp = spec([flow(2, 7, 2, 20 * 1024), flow(3, 9, 1, 10 * 1024)], entropy="packet",
+              entropies=8)
+    _sent, frames = run(exe, sp, tmp_path)
+    assert all(verify_icrc(f) for f in frames)
+    by_qp: dict[int, list[int]] = defaultdict(list)
+    for f in frames:
+        by_qp[qp_of(f)].append(sport_of(f))
+    for qp, ports in by_qp.items():
+        assert ports[0] == 49152 + qp  # the first value is the QP's own port
+        assert len(set(ports[:8])) == 8 and ports[8:16] == ports[:len(ports[8:16])], qp
+        assert all(49152 <= p < 65536 for p in ports)
+    assert len(by_qp[7]) == 40 and len(by_qp[9]) == 10
+
+
+def test_one_port_per_qp_unless_told(exe: str, tmp_path: Path) -> None:
+    _sent, frames = run(exe, spec([flow(2, 7, 3, 5000)]), tmp_path)
+    assert {sport_of(f) for f in frames} == {49152 + 7}
+
+
+def test_flowlet_moves_a_qp_only_after_an_idle_gap(exe: str, tmp_path: Path) -> None:
+    """flowlet: back-to-back packets keep their port; a work request that starts after a
+    pause longer than the gap starts on another port of the set, and the report counts it."""
+    sp = spec([flow(2, 7, 2, 4096), flow(2, 7, 2, 4096, start=0.3)], entropy="flowlet",
+              entropies=16, flowlet_gap_us=100_000)
+    sent, frames = run(exe, sp, tmp_path)
+    assert all(verify_icrc(f) for f in frames)
+    ports = [sport_of(f) for f in frames]
+    assert len(set(ports[:8])) == 1 and len(set(ports[8:])) == 1 and ports[8] != ports[0]
+    moves = [r["entropy"]["moves"] for r in sent["flows"]]
+    assert moves == [1, 1]  # one lane: its one move, reported on both work requests
+    assert sent["flows"][0]["entropy"]["first_move_ns"] >= sent["first_ns"] + 0.29e9
+
+
+def test_bad_entropy_settings_are_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="entropy must be one of"):
+        spec([flow(2, 7, 1, 100)], entropy="sprinkle")
+    with pytest.raises(ValueError, match="entropies must be"):
+        spec([flow(2, 7, 1, 100)], entropy="packet", entropies=0)

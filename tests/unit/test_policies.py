@@ -27,16 +27,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_shipped_policies_and_what_they_declare() -> None:
-    assert policies.names() == ("ecmp", "ecmp-fluid", "planned", "adaptive")
-    assert policies.names(controller=True) == ("ecmp", "planned", "adaptive")
+    host = ("flowlet", "plb", "qp-scaling", "spray")
+    assert policies.names() == ("ecmp", "ecmp-fluid", "planned", "adaptive", *host)
+    assert policies.names(controller=True) == ("ecmp", "planned", "adaptive", *host)
     assert policies.names(controller=False) == ("ecmp-fluid",)
-    got = {n: (p.pins, p.polls, p.random, p.split, p.whatif)
+    got = {n: (p.pins, p.polls, p.random, p.entropy, p.whatif)
            for n, p in policies.available().items()}
-    assert got == {"ecmp": (False, False, True, False, "hash"),
-                   "ecmp-fluid": (False, False, False, True, "fluid"),
-                   "planned": (True, False, False, False, "lanes"),
-                   "adaptive": (True, True, True, False, None)}
-    assert policies.random_names() == ("ecmp", "adaptive")
+    assert got == {"ecmp": (False, False, True, "qp", "hash"),
+                   "ecmp-fluid": (False, False, False, "qp", "fluid"),
+                   "planned": (True, False, False, "qp", "lanes"),
+                   "adaptive": (True, True, True, "qp", None),
+                   "flowlet": (False, False, True, "flowlet", None),
+                   "plb": (False, False, True, "plb", None),
+                   "qp-scaling": (False, False, True, "qp", None),
+                   "spray": (False, False, True, "packet", "fluid")}
+    assert policies.random_names() == ("ecmp", "adaptive", *host)
     assert policies.get("ecmp-fluid").module.__name__ == "controllers.policies.ecmp_fluid"
     for row in policies.table():
         assert row["summary"] and "\n" not in row["summary"], row
@@ -46,7 +51,7 @@ def test_an_unknown_or_model_only_policy_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown policy 'nope'; choose from ecmp, ecmp-fluid"):
         policies.get("nope")
     plan = build("astral3", servers=4, gpus=2, servers_per_block=2)
-    with pytest.raises(ValueError, match=r"mode must be one of \['ecmp', 'planned', 'adaptive'\]"):
+    with pytest.raises(ValueError, match=r"mode must be one of \['ecmp', 'planned', 'adaptive', "):
         FabricLogic(plan, "ecmp-fluid")
     logic = FabricLogic(plan, "ecmp")
     with pytest.raises(ValueError, match="mode must be one of"):

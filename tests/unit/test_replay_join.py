@@ -48,26 +48,26 @@ def test_sender_spec_names_the_plan_addresses_and_the_nic_rate(lab: SimpleNamesp
                                                                   sport_for_qp(5), 46)
 
 
-def test_results_join_receivers_to_flows_by_source_ip_and_port(lab: SimpleNamespace) -> None:
+def test_results_join_receivers_to_flows_by_source_ip_and_qp(lab: SimpleNamespace) -> None:
     flows = [flow("s0g0", "s2g1", 1), flow("s1g0", "s2g1", 2, traffic_class="decode",
                                                  dscp=46)]
     ip0, ip1 = lab.plan.node("s0g0").ip, lab.plan.node("s1g0").ip
     t0 = 1_000_000_000_000
     received = {"s2g1": {
         "flows": {
-            f"{ip0}:{sport_for_qp(1)}": {"src_ip": ip0, "sport": sport_for_qp(1), "bytes": 2000,
-                                         "lost": 0, "reordered": 0, "last_ns": t0 + 5_000_000},
-            f"{ip1}:{sport_for_qp(2)}": {"src_ip": ip1, "sport": sport_for_qp(2), "bytes": 1000,
-                                         "lost": 1, "reordered": 0, "last_ns": t0 + 9_000_000},
+            f"{ip0}/1": {"src_ip": ip0, "sport": sport_for_qp(1) + 64, "qp": 1, "bytes": 2000,
+                         "lost": 0, "reordered": 0, "last_ns": t0 + 5_000_000},
+            f"{ip1}/2": {"src_ip": ip1, "sport": sport_for_qp(2), "qp": 2, "bytes": 1000,
+                         "lost": 1, "reordered": 0, "last_ns": t0 + 9_000_000},
         },
         "messages": [
-            {"flow": f"{ip0}:{sport_for_qp(1)}", "seq": 0, "bytes": 1000, "complete": True,
+            {"flow": f"{ip0}/1", "seq": 0, "bytes": 1000, "complete": True,
              "latency_ns": 2_000_000},
-            {"flow": f"{ip0}:{sport_for_qp(1)}", "seq": 1, "bytes": 1000, "complete": True,
+            {"flow": f"{ip0}/1", "seq": 1, "bytes": 1000, "complete": True,
              "latency_ns": 4_000_000},
-            {"flow": f"{ip1}:{sport_for_qp(2)}", "seq": 0, "bytes": 1000, "complete": True,
+            {"flow": f"{ip1}/2", "seq": 0, "bytes": 1000, "complete": True,
              "latency_ns": 7_000_000},
-            {"flow": f"{ip1}:{sport_for_qp(2)}", "seq": 1, "bytes": 0, "complete": False,
+            {"flow": f"{ip1}/2", "seq": 1, "bytes": 0, "complete": False,
              "latency_ns": None},
         ]}}
     r = _result(lab, flows, {}, received, t0, "planned")

@@ -242,7 +242,11 @@ def test_spec_must_be_an_object() -> None:
 
 # --- the receiver's PSN bookkeeping (pure) ------------------------------------------------------
 def _flow_state(expected: int) -> list[Any]:
-    return [0, 0, expected, 0, 0, 0, None, None, {}, 7, expected, set(), 0]
+    from traffic.rxstate import new_flow
+
+    f = new_flow(expected, 7, None)
+    assert f[2] == expected and f[9] == 7
+    return f
 
 
 def test_psn_gap_then_late_packet_is_reordered_not_lost() -> None:

@@ -149,7 +149,7 @@ def test_bad_parameters_fail_before_any_fabric(tmp_path: str) -> None:
     with pytest.raises(ValueError, match="--cut-fraction"):
         lf.link_failure(cut_fraction=1.5, output=str(tmp_path))
     with pytest.raises(ValueError, match="--modes"):
-        lf.link_failure.resolve(True, {"modes": ["ecmp", "spray"]})
+        lf.link_failure.resolve(True, {"modes": ["ecmp", "sprinkle"]})
 
 
 def _fake_run(run, lab, flows, mode, case, links, delay_s, probe, draw=0):  # type: ignore

@@ -53,7 +53,7 @@
 #define PLAN_MAGIC 0x534b5041u   /* "APKS" little-endian */
 #define SENT_MAGIC 0x524b5041u   /* "APKR" */
 #define REC_MAGIC 0x434b5041u    /* "APKC" */
-#define VERSION 1u
+#define VERSION 2u
 #define OFF_PSN 50               /* traffic/roce.py OFF_PSN: first byte the ICRC covers as is */
 #define HDR_END_PLAIN 70         /* PSN word, seq, index, send ns (roce._PACK_PLAIN) */
 #define HDR_END_RETH 86          /* PSN word, VA, rkey, DMA length, seq, index, ns (_PACK_RETH) */
@@ -64,6 +64,13 @@
 #define RETRY_GIVE_UP_NS 10000000000LL
 #define ROCE_PORT 4791
 #define DRAIN_NS 2000000000LL
+#define QP_SPORT_BASE 49152      /* controllers/flows.py: QP source ports are 49152 + 0..16383 */
+#define QP_SPORTS 16384
+#define OP_ACK 0x11              /* RC ACKNOWLEDGE: BTH + AETH (the round was fine) */
+#define OP_CNP 0x81              /* congestion notification: BTH + 16 reserved bytes */
+
+/* how a sender picks each packet's UDP source port (controllers.flows.ENTROPY_MODES) */
+enum { E_QP, E_PACKET, E_FLOWLET, E_PLB };
 
 static volatile sig_atomic_t stop_flag;
 static void on_signal(int sig) { stop_flag = sig; }
@@ -103,6 +110,21 @@ static uint32_t rd32be(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 static uint64_t rd64be(const uint8_t *p) { return (uint64_t)rd32be(p) << 32 | rd32be(p + 4); }
+static uint32_t rd24be(const uint8_t *p) { return (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2]; }
+
+/* The ICRC's masked pseudo-header (roce._invariant_prefix): 8 bytes of ones, then IP, UDP
+ * and the BTH's first 8 bytes with the fields switches may rewrite set to ones. */
+static uLong prefix_crc(const uint8_t *frame) {
+    uint8_t m[44];
+    memset(m, 0xFF, 8);
+    memcpy(m + 8, frame + 14, 36);
+    m[8 + 1] = 0xFF;                    /* TOS */
+    m[8 + 8] = 0xFF;                    /* TTL */
+    m[8 + 10] = m[8 + 11] = 0xFF;       /* IP checksum */
+    m[8 + 26] = m[8 + 27] = 0xFF;       /* UDP checksum */
+    m[8 + 32] = 0xFF;                   /* BTH FECN/BECN/reserved */
+    return crc32(0, m, sizeof m);
+}
 
 /* An output file written under PATH.tmp and renamed into place when complete, so a reader
  * never sees half of one (the Python side reads these as soon as they exist). */
@@ -144,13 +166,36 @@ typedef struct {
     int next;                     /* the lane's next job, -1 if none */
 } Job;
 
+/* A lane (one destination QP): where its entropy stands and what feedback it had. */
 typedef struct {
-    uint32_t pmtu, overhead, nkinds, nplans, njobs;
-    double rate_bps, burst_s;
+    uint32_t k, cong, moves, acks, cnps, moved, move_psn, next_psn, ip, qp;
+    uint64_t pkts, rng;
+    int64_t last_ns, first_move_ns;
+} Lane;
+
+typedef struct {
+    uint32_t pmtu, overhead, nkinds, nplans, njobs, nlanes;
+    uint32_t mode, entropies, stride, rounds;
+    double rate_bps, burst_s, gap_s;
     Kind *kinds;
     Plan *plans;
     Job *jobs;
+    Lane *lanes;
+    uint32_t *lane_hash, hash_mask;  /* (destination IP, QP) -> lane + 1, open addressing */
 } Spec;
+
+static uint32_t lane_slot(const Spec *s, uint32_t ip, uint32_t qp) {
+    return ((ip * 2654435761u) ^ (qp * 40503u)) & s->hash_mask;
+}
+
+static Lane *find_lane(Spec *s, uint32_t ip, uint32_t qp) {
+    for (uint32_t h = lane_slot(s, ip, qp);; h = (h + 1) & s->hash_mask) {
+        uint32_t v = s->lane_hash[h];
+        if (!v) return NULL;
+        Lane *l = &s->lanes[v - 1];
+        if (l->ip == ip && l->qp == qp) return l;
+    }
+}
 
 static void rd(FILE *f, void *p, size_t n, const char *path) {
     if (fread(p, 1, n, f) != n) die("truncated plan file %s", path);
@@ -169,6 +214,14 @@ static void load_plan(const char *path, Spec *s) {
     s->nkinds = rd32(f, path);
     s->nplans = rd32(f, path);
     s->njobs = rd32(f, path);
+    s->mode = rd32(f, path);
+    s->entropies = rd32(f, path);
+    rd(f, &s->gap_s, 8, path);
+    s->rounds = rd32(f, path);
+    (void)rd32(f, path);
+    if (s->mode > E_PLB || s->entropies < 1 || s->entropies > QP_SPORTS || s->rounds < 1)
+        die("bad entropy settings in %s", path);
+    s->stride = QP_SPORTS / s->entropies;
     s->kinds = calloc(s->nkinds, sizeof(Kind));
     s->plans = calloc(s->nplans, sizeof(Plan));
     s->jobs = calloc(s->njobs, sizeof(Job));
@@ -219,8 +272,37 @@ static void load_plan(const char *path, Spec *s) {
         j->next = -1;
         if (last_of_lane[j->lane] >= 0) s->jobs[last_of_lane[j->lane]].next = (int)i;
         last_of_lane[j->lane] = (int)i;
+        if (j->lane + 1 > s->nlanes) s->nlanes = j->lane + 1;
     }
     fclose(f);
+    s->lanes = calloc(s->nlanes ? s->nlanes : 1, sizeof(Lane));
+    uint32_t size = 2;
+    while (size < 2 * s->nlanes) size <<= 1;
+    s->hash_mask = size - 1;
+    s->lane_hash = calloc(size, sizeof(uint32_t));
+    for (uint32_t i = 0; i < s->njobs; i++) {
+        Job *j = &s->jobs[i];
+        Lane *l = &s->lanes[j->lane];
+        if (l->rng || !j->nruns || !s->plans[j->runs[0].plan].nframes) continue;
+        const uint8_t *b = s->kinds[s->plans[j->runs[0].plan].kinds[0]].buf;
+        l->ip = rd32be(b + 30);
+        l->qp = rd24be(b + 47);
+        l->rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)l->ip << 24 | l->qp);
+        uint32_t h = lane_slot(s, l->ip, l->qp);
+        while (s->lane_hash[h]) h = (h + 1) & s->hash_mask;
+        s->lane_hash[h] = j->lane + 1;
+    }
+}
+
+/* Another of the lane's entropy values, at random: the flowlet and plb modes' re-path. */
+static void move_lane(Spec *s, Lane *l) {
+    l->rng ^= l->rng << 13; l->rng ^= l->rng >> 7; l->rng ^= l->rng << 17;
+    if (s->entropies > 1) l->k = (l->k + 1 + (uint32_t)(l->rng % (s->entropies - 1))) % s->entropies;
+    l->moves++;
+    l->cong = 0;
+    l->moved = 1;
+    l->move_psn = l->next_psn;
+    if (!l->first_move_ns) l->first_move_ns = now_ns(CLOCK_REALTIME);
 }
 
 /* --- send ---------------------------------------------------------------------------------- */
@@ -269,7 +351,8 @@ static uint32_t produce(Spec *s, Job *j, Out *o) {
     Plan *p = &s->plans[run->plan];
     Kind *k = &s->kinds[p->kinds[j->frame]];
     uint8_t *b = o->bufs[o->n];
-    if (j->frame == 0) j->t_ns = now_ns(CLOCK_REALTIME);
+    int64_t t = now_ns(CLOCK_REALTIME);  /* each packet carries its own send time */
+    if (j->frame == 0) j->t_ns = t;      /* the message's: its first packet's */
     memcpy(b, k->buf, k->len);
     be32(b + OFF_PSN, j->psn | k->ack);
     if (k->reth) {
@@ -278,13 +361,30 @@ static uint32_t produce(Spec *s, Job *j, Out *o) {
         be32(b + 66, p->size);
         be32(b + 70, j->seq);
         be32(b + 74, j->frame);
-        be64(b + 78, (uint64_t)j->t_ns);
+        be64(b + 78, (uint64_t)t);
     } else {
         be32(b + 54, j->seq);
         be32(b + 58, j->frame);
-        be64(b + 62, (uint64_t)j->t_ns);
+        be64(b + 62, (uint64_t)t);
     }
-    uLong c = crc32(k->crc0, b + OFF_PSN, k->hdr_end - OFF_PSN);
+    Lane *l = &s->lanes[j->lane];
+    if (s->mode == E_PACKET) {
+        l->k = (uint32_t)(l->pkts % s->entropies);
+    } else if (s->mode == E_FLOWLET) {
+        int64_t m = now_ns(CLOCK_MONOTONIC);
+        if (l->pkts && (double)(m - l->last_ns) >= s->gap_s * 1e9) move_lane(s, l);
+        l->last_ns = m;
+    }
+    l->pkts++;
+    uLong crc0 = k->crc0;
+    if (l->k) {  /* another entropy value of this QP's set: the ICRC's prefix changes too */
+        uint32_t base = (uint32_t)(b[34] << 8 | b[35]) - QP_SPORT_BASE;
+        uint32_t port = QP_SPORT_BASE + (base + l->k * s->stride) % QP_SPORTS;
+        b[34] = (uint8_t)(port >> 8);
+        b[35] = (uint8_t)port;
+        crc0 = prefix_crc(b);
+    }
+    uLong c = crc32(crc0, b + OFF_PSN, k->hdr_end - OFF_PSN);
 #if ZLIB_VERNUM >= 0x12c0
     c = crc32_combine_op(c, k->tail_crc, k->tail_op);
 #else
@@ -296,6 +396,7 @@ static uint32_t produce(Spec *s, Job *j, Out *o) {
     o->iov[o->n].iov_len = k->len;
     o->n++;
     j->psn = (j->psn + 1) & 0xFFFFFF;
+    l->next_psn = j->psn;
     if (++j->frame == p->nframes) {  /* the message's last frame */
         j->frame = 0;
         if (j->nstarts == j->cap) {
@@ -310,6 +411,49 @@ static uint32_t produce(Spec *s, Job *j, Out *o) {
         }
     }
     return k->len;
+}
+
+/* A socket that sees only RoCE ACKs and CNPs arriving on `intf` (classic BPF on the
+ * Ethernet frame: UDP 4791, BTH opcode ACKNOWLEDGE or CNP), for the plb mode's feedback. */
+static int feedback_socket(const char *intf) {
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_IP));
+    if (fd < 0) { perror("astral-pktio: feedback socket"); exit(1); }
+    struct sock_filter code[] = {
+        {BPF_LD | BPF_H | BPF_ABS, 0, 0, 12}, {BPF_JMP | BPF_JEQ | BPF_K, 0, 8, 0x0800},
+        {BPF_LD | BPF_B | BPF_ABS, 0, 0, 23}, {BPF_JMP | BPF_JEQ | BPF_K, 0, 6, 17},
+        {BPF_LD | BPF_H | BPF_ABS, 0, 0, 36}, {BPF_JMP | BPF_JEQ | BPF_K, 0, 4, ROCE_PORT},
+        {BPF_LD | BPF_B | BPF_ABS, 0, 0, 42}, {BPF_JMP | BPF_JEQ | BPF_K, 1, 0, OP_ACK},
+        {BPF_JMP | BPF_JEQ | BPF_K, 0, 1, OP_CNP},
+        {BPF_RET | BPF_K, 0, 0, 64}, {BPF_RET | BPF_K, 0, 0, 0},
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) < 0)
+        die("%s", "cannot attach the feedback filter");
+#ifdef PACKET_IGNORE_OUTGOING
+    int one = 1;
+    setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
+#endif
+    struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP),
+                              .sll_ifindex = if_nametoindex(intf)};
+    if (bind(fd, (struct sockaddr *)&sll, sizeof sll) < 0) die("cannot bind %s", intf);
+    return fd;
+}
+
+/* Read every ACK/CNP waiting: a CNP counts a congested round, an ACK ends a congested run;
+ * `rounds` CNPs in a row re-draw the lane's entropy. Feedback about packets sent before the
+ * lane's last move is about the old path and is ignored. */
+static void take_feedback(Spec *s, int fd) {
+    uint8_t b[64];
+    ssize_t n;
+    while ((n = recv(fd, b, sizeof b, MSG_DONTWAIT)) >= 54) {
+        Lane *l = find_lane(s, rd32be(b + 26), rd24be(b + 47));
+        if (!l) continue;
+        uint32_t psn = rd24be(b + 51);
+        if (l->moved && ((l->move_psn - psn - 1) & 0xFFFFFF) < (1u << 23)) continue;
+        if (b[42] == OP_ACK) { l->acks++; l->cong = 0; continue; }
+        l->cnps++;
+        if (++l->cong >= s->rounds) move_lane(s, l);
+    }
 }
 
 static void begin(Job *j) {
@@ -338,6 +482,10 @@ static void write_sent(const char *path, Spec *s, int64_t started, int64_t finis
         uint32_t v[5] = {j->first_seq, j->first_psn, j->psn, j->done, j->nstarts};
         fwrite(v, 4, 5, f);
         fwrite(&j->end_ns, 8, 1, f);
+        Lane *l = &s->lanes[j->lane];  /* the lane's entropy moves and feedback */
+        uint32_t e[4] = {l->moves, l->acks, l->cnps, 0};
+        fwrite(e, 4, 4, f);
+        fwrite(&l->first_move_ns, 8, 1, f);
         fwrite(j->starts, 8, j->nstarts, f);
     }
     atomic_commit(&out);
@@ -359,10 +507,12 @@ static int cmd_send(int argc, char **argv) {
     static Spec s;
     load_plan(plan, &s);
     static Out o;
+    int fb = -1;
     if (dump) {
         o.dump = fopen(dump, "wb");
         if (!o.dump) die("cannot write %s", dump);
     } else {
+        if (s.mode == E_PLB) fb = feedback_socket(intf);
         o.fd = socket(AF_PACKET, SOCK_RAW, 0);
         if (o.fd < 0) { perror("astral-pktio: socket"); return 1; }
         struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_ifindex = if_nametoindex(intf)};
@@ -445,6 +595,7 @@ static int cmd_send(int argc, char **argv) {
                 double d = t_next - (double)now_ns(CLOCK_MONOTONIC);
                 if (d > MIN_SLEEP_NS) {
                     flush(&o);
+                    if (fb >= 0) take_feedback(&s, fb);
                     sleep_until(CLOCK_MONOTONIC, (int64_t)t_next);
                 } else if (d < -burst) {
                     t_next -= d + burst;  /* idle or late: give back at most one bucket */
@@ -454,6 +605,7 @@ static int cmd_send(int argc, char **argv) {
             if (stop_flag) { interrupted = 1; break; }
         }
         flush(&o);
+        if (fb >= 0) take_feedback(&s, fb);
         if (finished) {
             int k = 0;
             int64_t now = now_ns(CLOCK_MONOTONIC);
@@ -473,6 +625,7 @@ static int cmd_send(int argc, char **argv) {
         }
     }
     flush(&o);
+    if (fb >= 0) { take_feedback(&s, fb); close(fb); }
     int64_t finished_ns = now_ns(CLOCK_REALTIME);
     if (o.dump) fclose(o.dump);
     else close(o.fd);
@@ -490,7 +643,68 @@ typedef struct __attribute__((packed)) {
 } Rec;
 _Static_assert(sizeof(Rec) == 48, "record layout is shared with traffic/pktplan.py");
 
-typedef struct { FILE *f; uint64_t packets, bytes, malformed, other; int64_t last_ns; } Sink;
+/* The plb mode's receiver side: per QP, packets of the current round and how many of them
+ * queued (one-way delay above `delay_ns`). */
+#define FB_SLOTS 65536
+typedef struct { uint32_t ip, qp, n, cong, used; } FbQp;
+
+typedef struct {
+    FILE *f;
+    uint64_t packets, bytes, malformed, other, feedback_in, acks, cnps;
+    int64_t last_ns;
+    int fb_fd;                    /* -1: no feedback */
+    uint32_t fb_every;
+    int64_t fb_delay_ns;
+    FbQp *fb;
+} Sink;
+
+/* Answer the round that just ended on this QP: a CNP when at least half of its packets
+ * queued, an RC ACKNOWLEDGE otherwise. Addresses are the data packet's, reversed; the
+ * frame goes out through the host's queue and the fabric like any other. */
+static void send_feedback(Sink *k, const uint8_t *p, const uint8_t *ip, const uint8_t *bth,
+                          uint32_t seq, int congested) {
+    uint8_t f[80] = {0};
+    uint32_t len = congested ? 74 : 62;
+    memcpy(f, p + 6, 6);
+    memcpy(f + 6, p, 6);
+    f[12] = 0x08;
+    uint8_t *h = f + 14;
+    h[0] = 0x45;
+    h[1] = ip[1] & 0xFC;          /* the data's DSCP, no ECN */
+    h[2] = (uint8_t)((len - 14) >> 8); h[3] = (uint8_t)(len - 14);
+    h[6] = 0x40;                  /* DF */
+    h[8] = 64;
+    h[9] = 17;
+    memcpy(h + 12, ip + 16, 4);
+    memcpy(h + 16, ip + 12, 4);
+    uint32_t sum = 0;
+    for (int i = 0; i < 20; i += 2) sum += (uint32_t)(h[i] << 8 | h[i + 1]);
+    while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+    h[10] = (uint8_t)(~sum >> 8); h[11] = (uint8_t)~sum;
+    uint8_t *u = f + 34;
+    memcpy(u, ip + 20, 2);        /* the data's source port */
+    u[2] = ROCE_PORT >> 8; u[3] = ROCE_PORT & 0xFF;
+    u[4] = (uint8_t)((len - 34) >> 8); u[5] = (uint8_t)(len - 34);
+    uint8_t *t = f + 42;
+    t[0] = congested ? OP_CNP : OP_ACK;
+    t[2] = t[3] = 0xFF;           /* default P_Key */
+    t[4] = congested ? 0x40 : 0;  /* BECN on a CNP */
+    memcpy(t + 5, bth + 5, 3);    /* the data's destination QP */
+    memcpy(t + 9, bth + 9, 3);    /* the last PSN of the round */
+    if (!congested) {             /* AETH: syndrome ACK (credits not used), MSN */
+        t[12] = 0x1F;
+        t[13] = (uint8_t)(seq >> 16); t[14] = (uint8_t)(seq >> 8); t[15] = (uint8_t)seq;
+    }
+    uint32_t icrc = (uint32_t)crc32(prefix_crc(f), f + OFF_PSN, len - 4 - OFF_PSN);
+    memcpy(f + len - 4, &icrc, 4);
+    if (send(k->fb_fd, f, len, MSG_DONTWAIT) == (ssize_t)len) {
+        if (congested) k->cnps++;
+        else k->acks++;
+    }
+}
+
+static void count_round(Sink *k, const uint8_t *p, const uint8_t *ip, const uint8_t *bth,
+                        const void *rec);
 
 /* The ring keeps only each frame's first SNAP bytes (headers, RETH, replay header): copying
  * whole frames would be done in the softirq of whoever delivers them, here the switch. */
@@ -511,6 +725,7 @@ static void take(Sink *k, const uint8_t *p, uint32_t snap, uint32_t len, int64_t
     uint32_t n = (uint32_t)(udp[4] << 8 | udp[5]);
     const uint8_t *bth = udp + 8;
     if (n < 8 || 14 + ihl + n > len) { k->malformed++; return; }
+    if (n >= 20 && (bth[0] == OP_ACK || bth[0] == OP_CNP)) { k->feedback_in++; return; }
     n -= 8;  /* UDP payload, as a UDP socket would return it */
     Rec r = {0};
     r.stamp_ns = (uint64_t)stamp;
@@ -538,6 +753,24 @@ static void take(Sink *k, const uint8_t *p, uint32_t snap, uint32_t len, int64_t
     k->packets++;
     k->bytes += r.plen;
     k->last_ns = stamp;
+    if (k->fb_fd >= 0 && ihl == 20) count_round(k, p, ip, bth, &r);
+}
+
+static void count_round(Sink *k, const uint8_t *p, const uint8_t *ip, const uint8_t *bth,
+                        const void *rec) {
+    const Rec *r = rec;
+    uint32_t h = ((r->src_ip * 2654435761u) ^ (r->qp * 40503u)) & (FB_SLOTS - 1);
+    for (uint32_t probe = 0; probe < FB_SLOTS; probe++, h = (h + 1) & (FB_SLOTS - 1)) {
+        FbQp *q = &k->fb[h];
+        if (!q->used) { q->used = 1; q->ip = r->src_ip; q->qp = r->qp; }
+        else if (q->ip != r->src_ip || q->qp != r->qp) continue;
+        q->cong += (int64_t)(r->stamp_ns - r->start_ns) > k->fb_delay_ns;
+        if (++q->n >= k->fb_every) {
+            send_feedback(k, p, ip, bth, r->seq & 0xFFFFFF, 2 * q->cong >= q->n);
+            q->n = q->cong = 0;
+        }
+        return;
+    }
 }
 
 static void write_file_atomic(const char *path, const char *text) {
@@ -550,7 +783,8 @@ static int cmd_recv(int argc, char **argv) {
     const char *intf = NULL, *out = NULL, *ready = NULL;
     uint64_t expect = 0;
     double idle = 0, timeout = 0;
-    unsigned ring_mb = 8;
+    unsigned ring_mb = 8, fb_every = 0;
+    double fb_delay_us = 0;
     for (int i = 0; i < argc; i++) {
         if (i + 1 >= argc) die("option %s needs a value", argv[i]);
         if (!strcmp(argv[i], "--intf")) intf = argv[++i];
@@ -560,10 +794,13 @@ static int cmd_recv(int argc, char **argv) {
         else if (!strcmp(argv[i], "--idle-timeout")) idle = atof(argv[++i]);
         else if (!strcmp(argv[i], "--timeout")) timeout = atof(argv[++i]);
         else if (!strcmp(argv[i], "--ring-mb")) ring_mb = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--feedback-every")) fb_every = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--feedback-delay-us")) fb_delay_us = atof(argv[++i]);
         else die("unknown recv option %s", argv[i]);
     }
     if (!intf || !out) die("%s", "recv needs --intf and --out");
     if (ring_mb < 1 || ring_mb > 1024) die("%s", "--ring-mb must be 1..1024");
+    if (fb_every > 65536 || fb_delay_us < 0) die("%s", "--feedback-every must be 0..65536 and --feedback-delay-us >= 0");
     int fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
     if (fd < 0) { perror("astral-pktio: socket"); return 1; }
     int v3 = TPACKET_V3, one = 1;
@@ -591,7 +828,15 @@ static int cmd_recv(int argc, char **argv) {
     char recs[4096];
     snprintf(recs, sizeof recs, "%s.bin", out);  /* RECS.json.bin: what Python reads */
     Atomic rec;
-    Sink k = {.f = atomic_open(&rec, recs, "wb")};
+    Sink k = {.f = atomic_open(&rec, recs, "wb"), .fb_fd = -1, .fb_every = fb_every,
+              .fb_delay_ns = (int64_t)(fb_delay_us * 1e3)};
+    if (fb_every) {  /* plb: answer rounds of packets with ACK/CNP frames */
+        k.fb = calloc(FB_SLOTS, sizeof(FbQp));
+        k.fb_fd = socket(AF_PACKET, SOCK_RAW, 0);
+        struct sockaddr_ll out = {.sll_family = AF_PACKET, .sll_ifindex = sll.sll_ifindex};
+        if (k.fb_fd < 0 || bind(k.fb_fd, (struct sockaddr *)&out, sizeof out) < 0)
+            die("cannot open a feedback socket on %s", intf);
+    }
     setvbuf(k.f, NULL, _IOFBF, 1 << 20);
     uint32_t head[2] = {REC_MAGIC, VERSION};
     fwrite(head, 4, 2, k.f);
@@ -649,11 +894,13 @@ static int cmd_recv(int argc, char **argv) {
              "{\"stop_reason\": \"%s\", \"stopped_ns\": %lld, "
              "\"packets\": %llu, \"bytes\": %llu, \"malformed\": %llu, \"other\": %llu, "
              "\"ring_packets\": %u, \"ring_drops\": %u, \"ring_freezes\": %u, "
+             "\"feedback\": {\"acks_sent\": %llu, \"cnps_sent\": %llu, \"seen\": %llu}, "
              "\"cpu_s\": %.6f}\n",
              reason, (long long)stopped, (unsigned long long)k.packets,
              (unsigned long long)k.bytes, (unsigned long long)k.malformed,
              (unsigned long long)k.other, st.tp_packets, st.tp_drops, st.tp_freeze_q_cnt,
-             cpu_ns() / 1e9);
+             (unsigned long long)k.acks, (unsigned long long)k.cnps,
+             (unsigned long long)k.feedback_in, cpu_ns() / 1e9);
     write_file_atomic(out, text);
     return 0;
 }

@@ -436,10 +436,10 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
             continue
         stamp = anc if kernel_ts else time_ns()
         psn = psnw & 0xFFFFFF
-        f = flows.get(addr)
+        qp = struct.unpack_from(">I", buf, 4)[0] & PSN_MASK
+        f = flows.get((addr[0], qp))
         if f is None:
-            f = flows[addr] = new_flow(psn, struct.unpack_from(">I", buf, 4)[0] & PSN_MASK,
-                                       stamp)
+            f = flows[(addr[0], qp)] = new_flow(psn, qp, stamp, addr[1])
         plen = fold(f, op, psn, seq, plen, dma, t, stamp)
         if not plen:
             continue

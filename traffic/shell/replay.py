@@ -35,8 +35,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controllers import policies
 from controllers.flows import ROCE_PORT
-from traffic import native, rxsink
+from traffic import hostlb, native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import ReplaySpec
 from traffic.shell import native as helper
@@ -127,7 +128,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
            lead_s: float | None = None,
            timeout: float | None = None, progress: bool = True,
            label: str = "replay", recv_idle_s: float = 5.0,
-           recv_grace_s: float = 10.0, plane: str | None = None) -> ReplayResult:
+           recv_grace_s: float = 10.0, plane: str | None = None,
+           policy: str | policies.Policy | None = None) -> ReplayResult:
     """Replay ``flows`` on ``lab`` and measure them (see the module docstring).
 
     ``rate_mbps`` overrides the senders' pacing (default: each source NIC's
@@ -142,6 +144,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     may need longer: raise it). ``plane`` picks the traffic plane (``PLANES``; default the
     compiled ``native`` one, ``python`` for the Python agents): same frames, same report.
     ``pmtu`` defaults to the lab's (``Lab(pmtu=...)``, 4,096 on one machine).
+    ``policy`` (a name with options, ``"qp-scaling:qps=8"``) is what the hosts do: which QPs
+    they open (``expand``) and how they pick source ports; default the controller's mode.
     """
     flows = [f for f in flows if f.bytes > 0]
     if not flows:
@@ -150,14 +154,20 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     client = lab.client()
     state = client.lb()
     mode = state["mode"]
+    pol = policy if isinstance(policy, policies.Policy) else policies.parse(policy or mode)
+    plane = plane or DEFAULT_PLANE
+    if plane not in PLANES:
+        raise ValueError(f"plane must be one of {PLANES} (got {plane!r})")
+    if plane == "python" and pol.entropy != "qp":
+        raise ValueError(f"{pol.name} changes source ports per packet or path; only the "
+                         "native plane does that (plane='native')")
+    flows = pol.expand(flows)
+    _check(flows, lab)  # the QPs the hosts open must still be distinct
     if post if post is not None else state["pins"]:  # the mode gives flows their own paths
         client.post_traffic(controller_body(flows)["flows"])
         client.wait_converged(timeout=60)
 
     pmtu = pmtu or getattr(lab, "pmtu", DEFAULT_PMTU)  # the lab's interfaces carry its pmtu
-    plane = plane or DEFAULT_PLANE
-    if plane not in PLANES:
-        raise ValueError(f"plane must be one of {PLANES} (got {plane!r})")
     exe = helper.path() if plane == "native" else ""
     work = os.path.join(lab.workdir, f"replay-{time.time_ns()}")
     os.makedirs(work)
@@ -175,17 +185,20 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     dropping: list[str] = []
     nic = lab.plan.rdma_nic()
     slowest = max(f.bytes / ((rate_mbps or nic[f.src]) * 1e6 / 8) + f.start for f in flows)
+    entropy = hostlb.sender_settings(pol, lab.plan, pmtu)
+    feedback = hostlb.receiver_args(pol, lab.plan, pmtu) if plane == "native" else []
     timeout = timeout if timeout is not None else 4 * slowest + 30
     bar = _Progress(len(by_src), label, progress)
     try:
-        if plane == "native":
-            dropping = dsts
-            drop_roce(lab, dsts)
+        if plane == "native":  # feedback goes to senders: their stacks must not answer it
+            dropping = sorted(set(dsts) | (set(by_src) if feedback else set()))
+            drop_roce(lab, dropping)
         for dst in dsts:
             out = os.path.join(work, f"recv-{dst}.json")
             ready = out + ".ready"
             if plane == "native":
-                cmd = [exe, "recv", "--intf", f"{dst}-eth0", "--out", out, "--ready", ready]
+                cmd = [exe, "recv", "--intf", f"{dst}-eth0", "--out", out, "--ready", ready,
+                       *feedback]
             else:
                 cmd = AGENT + ["recv", "--out", out, "--ready", ready]
             p = lab.hosts[dst].popen(cmd + ["--expect-bytes", str(expect[dst]),
@@ -201,7 +214,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
                 time.sleep(0.02)
         spec_paths = {}
         for src, mine in sorted(by_src.items()):
-            spec = _spec(lab, src, mine, pmtu, rate_mbps)
+            spec = _spec(lab, src, mine, pmtu, rate_mbps) | entropy
             sent_files[src] = os.path.join(work, f"sent-{src}.json")
             if plane == "native":  # frames are built here, before the clock starts
                 spec_paths[src] = os.path.join(work, f"plan-{src}.bin")
@@ -266,7 +279,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
                 p.kill()
                 p.wait()
         drop_roce(lab, dropping, undo=True)
-    result = _result(lab, flows, sent, received, int(start_at * 1e9), mode)
+    result = _result(lab, flows, sent, received, int(start_at * 1e9), pol.label
+                     if pol.name != mode or pol.options else mode)
     result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
     result.plane = plane
     result.cpu_s = {"senders": round(sum(d.get("cpu_s") or 0.0 for d in sent.values()), 3),
@@ -321,22 +335,22 @@ def _spec(lab: Any, src: str, flows: list[FlowSpec], pmtu: int,
 
 def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
             received: dict[str, Any], start_ns: int, mode: str) -> ReplayResult:
-    """Join what senders sent and receivers got, by (source IP, UDP source port)."""
+    """Join what senders sent and receivers got, by (source IP, QP number)."""
     ip_of = {h.name: h.ip for h in lab.plan.hosts}
     rx_flows: dict[tuple[str, int], dict[str, Any]] = {}
     rx_msgs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for data in received.values():  # the receiver keys flows and messages by "ip:sport"
+    for data in received.values():  # the receiver keys flows and messages by "ip/qp"
         for rf in data.get("flows", {}).values():
-            rx_flows[(rf["src_ip"], int(rf["sport"]))] = rf
+            rx_flows[(rf["src_ip"], int(rf["qp"]))] = rf
         for m in data.get("messages", []):
-            ip, _, sport = m["flow"].rpartition(":")
-            rx_msgs[(ip, int(sport))].append(m)
+            ip, _, qp = m["flow"].rpartition("/")
+            rx_msgs[(ip, int(qp))].append(m)
     rows, messages = [], []
     lat: dict[str, list[float]] = defaultdict(list)
     lost = 0
     job_end = start_ns
     for f in flows:
-        key = (ip_of[f.src], f.sport)
+        key = (ip_of[f.src], f.qp)
         rf = rx_flows.get(key, {})
         got = int(rf.get("bytes", 0))
         lost += int(rf.get("lost", 0))
@@ -345,6 +359,8 @@ def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
         row = {"src": f.src, "dst": f.dst, "qp": f.qp, "sport": f.sport,
                "traffic_class": f.traffic_class, "bytes": f.bytes, "received": got,
                "lost_packets": int(rf.get("lost", 0)), "reordered": int(rf.get("reordered", 0)),
+               "reorder_distance_max": int(rf.get("reorder_distance_max", 0)),
+               "reorder_window_max": int(rf.get("reorder_window_max", 0)),
                "fct_s": (end - begin) / 1e9 if end else None}
         rows.append(row)
         if end:

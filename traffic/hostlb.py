@@ -1,0 +1,55 @@
+"""What a host-side balancing policy asks of the replay's senders and receivers. Pure.
+
+The switches only hash; policies such as spraying, flowlets and PLB change what they
+hash, the UDP source port, per packet or per QP (``controllers.policies`` ``ENTROPY``).
+This module turns a policy and the fabric's rates into the senders' settings
+(``ReplaySpec`` fields) and the receivers' feedback options, so the replay's code stays
+about running agents. Times follow from the emulated rates: a frame's time on the
+slowest fabric link, and a path's base one-way delay as that many store-and-forward hops.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controllers.policies import Policy
+from traffic.roce import MAX_OVERHEAD
+
+
+def frame_s(plan: Any, pmtu: int) -> float:
+    """Seconds a full frame takes on the slowest link between switches (or any link)."""
+    kinds = {n.name: n.kind for n in plan.nodes}
+    fabric = [ln.mbps for ln in plan.links if kinds.get(ln.a) == kinds.get(ln.b) == "switch"]
+    rate = min(fabric or [ln.mbps for ln in plan.links]) * 1e6
+    return (pmtu + MAX_OVERHEAD) * 8 / rate
+
+
+def base_one_way_s(plan: Any, pmtu: int) -> float:
+    """A full frame's unloaded one-way delay over the longest minimal path: every link of
+    it stores and forwards the frame once (switch hops + 1 links)."""
+    hops = int(plan.counts.get("max_switch_hops", 3))
+    return (hops + 1) * frame_s(plan, pmtu)
+
+
+def sender_settings(policy: Policy, plan: Any, pmtu: int) -> dict[str, Any]:
+    """The ``ReplaySpec`` fields of ``policy``'s entropy rule (empty for one port per QP)."""
+    mode = policy.entropy
+    if mode == "qp":
+        return {}
+    out: dict[str, Any] = {"entropy": mode}
+    if "entropies" in policy.defaults:
+        out["entropies"] = int(policy.option("entropies"))
+    if mode == "flowlet":  # an RTT: the data's one-way delay plus the (tiny) ACK's
+        out["flowlet_gap_us"] = policy.option("gap_rtts") * base_one_way_s(plan, pmtu) * 1e6
+    if mode == "plb":
+        out["plb_rounds"] = int(policy.option("rounds"))
+    return out
+
+
+def receiver_args(policy: Policy, plan: Any, pmtu: int) -> list[str]:
+    """``astral-pktio recv`` options for ``policy`` (plb: answer rounds with ACK/CNP)."""
+    if policy.entropy != "plb":
+        return []
+    delay = base_one_way_s(plan, pmtu) + policy.option("delay_frames") * frame_s(plan, pmtu)
+    return ["--feedback-every", str(int(policy.option("round_packets"))),
+            "--feedback-delay-us", f"{delay * 1e6:.1f}"]
