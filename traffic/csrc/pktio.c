@@ -416,7 +416,9 @@ static uint32_t produce(Spec *s, Job *j, Out *o) {
 /* A socket that sees only RoCE ACKs and CNPs arriving on `intf` (classic BPF on the
  * Ethernet frame: UDP 4791, BTH opcode ACKNOWLEDGE or CNP), for the plb mode's feedback. */
 static int feedback_socket(const char *intf) {
-    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_IP));
+    /* ETH_P_ALL: a tap sees frames before the host's ingress hook, which drops RoCE during
+     * a replay (a socket for ETH_P_IP alone would be handed them after it) */
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_ALL));
     if (fd < 0) { perror("astral-pktio: feedback socket"); exit(1); }
     struct sock_filter code[] = {
         {BPF_LD | BPF_H | BPF_ABS, 0, 0, 12}, {BPF_JMP | BPF_JEQ | BPF_K, 0, 8, 0x0800},
@@ -433,7 +435,7 @@ static int feedback_socket(const char *intf) {
     int one = 1;
     setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
 #endif
-    struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP),
+    struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL),
                               .sll_ifindex = if_nametoindex(intf)};
     if (bind(fd, (struct sockaddr *)&sll, sizeof sll) < 0) die("cannot bind %s", intf);
     return fd;

@@ -68,6 +68,7 @@ class ReplayResult:
     start_skew_s: float = 0.0  # how late the last sender started after the common instant
     plane: str = "native"
     cpu_s: dict[str, float] = field(default_factory=dict)  # senders / receivers, summed
+    feedback: dict[str, int] = field(default_factory=dict)  # ACK/CNP frames receivers sent
 
     def summary(self) -> dict[str, Any]:
         return {"flows": len(self.flows), "messages": len(self.messages),
@@ -76,7 +77,7 @@ class ReplayResult:
                 "job_completion_s": round(self.job_completion_s, 6),
                 "latency_us": self.latency_us, "mode": self.mode,
                 "start_skew_s": round(self.start_skew_s, 4), "plane": self.plane,
-                "cpu_s": self.cpu_s}
+                "cpu_s": self.cpu_s, **({"feedback": self.feedback} if self.feedback else {})}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -283,6 +284,10 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
                      if pol.name != mode or pol.options else mode)
     result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
     result.plane = plane
+    fb = [d.get("feedback") or {} for d in received.values()]
+    if any(fb):
+        result.feedback = {k: sum(int(x.get(k, 0)) for x in fb)
+                           for k in ("acks_sent", "cnps_sent", "seen")}
     result.cpu_s = {"senders": round(sum(d.get("cpu_s") or 0.0 for d in sent.values()), 3),
                     "receivers": round(sum(d.get("cpu_s") or 0.0 for d in received.values()), 3)}
     return result
@@ -345,6 +350,8 @@ def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
         for m in data.get("messages", []):
             ip, _, qp = m["flow"].rpartition("/")
             rx_msgs[(ip, int(qp))].append(m)
+    moves = {(src, int(row["qp"])): row["entropy"] for src, data in sent.items()
+             for row in data.get("flows", []) if "entropy" in row}
     rows, messages = [], []
     lat: dict[str, list[float]] = defaultdict(list)
     lost = 0
@@ -362,6 +369,12 @@ def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
                "reorder_distance_max": int(rf.get("reorder_distance_max", 0)),
                "reorder_window_max": int(rf.get("reorder_window_max", 0)),
                "fct_s": (end - begin) / 1e9 if end else None}
+        if (f.src, f.qp) in moves:  # the sender's entropy moves and the feedback it had
+            e = moves[(f.src, f.qp)]
+            row["entropy_moves"] = e["moves"]
+            row["first_move_s"] = (e["first_move_ns"] - begin) / 1e9 \
+                if e["first_move_ns"] else None
+            row["feedback"] = {"acks": e["acks"], "cnps": e["cnps"]}
         rows.append(row)
         if end:
             job_end = max(job_end, end)

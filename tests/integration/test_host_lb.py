@@ -1,0 +1,116 @@
+"""Host-side load balancing on real packets: a sprayed message over every spine, and flowlet
+and PLB moving QPs off a slow lane that ECMP's hash put them on.
+
+One pair of NICs on different rails of one server (``s0g0 -> s0g1``): every packet goes
+leaf ``lf0r0`` -> one of four spines -> leaf ``lf0r1``, so the four uplinks of ``lf0r0``
+are the four paths and their transmit counters say which paths a QP used.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+from collections.abc import Callable
+
+from controllers.plan import WiringPlan
+from testbed.shell.faults import Fault, FaultInjector
+from testbed.shell.lab import Lab
+from testbed.topologies import build
+from traffic.kernels import FlowSpec
+from traffic.shell.replay import replay
+
+SRC, DST, LEAF = "s0g0", "s0g1", "lf0r0"
+#: PLB's promise here: a QP on the slow lane re-paths within this many seconds of its start
+#: (3 congested rounds of 8 packets at the slow lane's rate, plus the feedback's way back)
+PLB_MOVE_S = 1.5
+#: a QP whose packets are always spaced more than the flowlet gap moves at its second packet
+FLOWLET_MOVE_S = 0.1
+
+
+def plan_() -> WiringPlan:
+    return build("astral3", servers=4, gpus=2)
+
+
+def tx_packets(bridge: str) -> dict[int, int]:
+    """Transmitted packets per OpenFlow port, from ``ovs-ofctl dump-ports``."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge],
+                         capture_output=True, text=True, check=True).stdout
+    counts, port = {}, None
+    for line in out.splitlines():
+        if m := re.match(r"\s*port\s+(\d+):", line):
+            port = int(m.group(1))
+        if (m := re.search(r"tx pkts=(\d+)", line)) and port is not None:
+            counts[port] = int(m.group(1))
+    return counts
+
+
+def uplinks(plan: WiringPlan) -> dict[int, str]:
+    """``lf0r0``'s uplink ports and the spine each reaches."""
+    return {ln.a_port: ln.b for ln in plan.links if ln.a == LEAF and ln.kind == "lane"}
+
+
+def test_a_sprayed_message_crosses_every_spine_and_arrives_complete(
+        assert_clean: Callable[[WiringPlan], None]) -> None:
+    plan = plan_()
+    ups = uplinks(plan)
+    assert len(ups) == 4
+    flows = [FlowSpec.make(SRC, DST, 2_000_000, qp=1, message_bytes=500_000)]
+    with Lab(plan, lb="spray") as lab:
+        before = tx_packets(LEAF)
+        r = replay(lab, flows, progress=False)
+        after = tx_packets(LEAF)
+    per_spine = {ups[p]: after[p] - before[p] for p in ups}
+    sent = sum(per_spine.values())
+    print(f"spray: packets per spine {per_spine}, {r.flows[0]}")
+    assert r.mode == "spray"
+    assert sent >= 2_000_000 // 4096  # every data packet went up one of them
+    assert all(n >= 0.15 * sent for n in per_spine.values()), per_spine
+    (row,) = r.flows
+    assert r.lost_packets == 0 and row["received"] == row["bytes"] == 2_000_000
+    assert all(m["complete"] for m in r.messages) and len(r.messages) == 4
+    assert row["reordered"] >= 0 and row["reorder_window_max"] >= row["reorder_distance_max"]
+    assert_clean(plan)
+
+
+def test_flowlet_and_plb_move_qps_off_the_slow_lane_ecmp_left_them_on(
+        assert_clean: Callable[[WiringPlan], None]) -> None:
+    """ECMP hashes 8 QPs onto the four uplinks; the busiest uplink is then cut to a tenth
+    of its rate. Under ECMP its QPs crawl. PLB's receivers report their queueing (CNPs) and
+    the senders re-draw those QPs' ports within ``PLB_MOVE_S``, so the job ends well before
+    ECMP's. Flowlet re-draws a QP whose packets are spaced more than its gap: with the
+    default gap (2 RTTs) the sender's round-robin over 8 QPs leaves no such gap and no QP
+    moves; with a gap of half an RTT every QP moves within ``FLOWLET_MOVE_S``."""
+    plan = plan_()
+    ups = uplinks(plan)
+    flows = [FlowSpec.make(SRC, DST, 400_000, qp=q, message_bytes=100_000) for q in range(1, 9)]
+    with Lab(plan) as lab, FaultInjector(lab) as inj:
+        before = tx_packets(LEAF)
+        replay(lab, flows, progress=False)
+        after = tx_packets(LEAF)
+        busiest = max(ups, key=lambda p: after[p] - before[p])
+        inj.inject(Fault("link-degrade", f"{LEAF}~{ups[busiest]}#0", fraction=0.1))
+        got = {pol: replay(lab, flows, policy=pol, progress=False, recv_grace_s=60)
+               for pol in ("ecmp", "plb", "flowlet", "flowlet:gap_rtts=0.5")}
+    ecmp, plb = got["ecmp"], got["plb"]
+    fct = {f["qp"]: f["fct_s"] for f in ecmp.flows}
+    slow = [q for q, t in fct.items() if t > 2 * statistics.median(fct.values())]
+    print(f"slow lane {ups[busiest]}: QPs {slow}; completion "
+          + ", ".join(f"{p} {r.job_completion_s:.2f} s" for p, r in got.items())
+          + f"; plb feedback {plb.feedback}")
+    assert slow, fct  # the busiest lane carried at least one QP
+    for r in got.values():
+        assert r.lost_packets == 0 and r.bytes_received == r.bytes_sent
+    rows = {f["qp"]: f for f in plb.flows}
+    for q in slow:
+        assert rows[q]["entropy_moves"] >= 1, rows[q]
+        assert rows[q]["first_move_s"] < PLB_MOVE_S, rows[q]
+        assert rows[q]["feedback"]["cnps"] >= 3, rows[q]
+    assert plb.feedback["acks_sent"] > 0 and plb.feedback["cnps_sent"] > 0
+    assert plb.job_completion_s < 0.75 * ecmp.job_completion_s
+    assert all(f["entropy_moves"] == 0 for f in got["flowlet"].flows)
+    short = {f["qp"]: f for f in got["flowlet:gap_rtts=0.5"].flows}
+    assert got["flowlet:gap_rtts=0.5"].mode == "flowlet:gap_rtts=0.5"
+    for q in slow:
+        assert short[q]["entropy_moves"] >= 1 and short[q]["first_move_s"] < FLOWLET_MOVE_S
+    assert_clean(plan)
