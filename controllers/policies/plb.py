@@ -20,7 +20,7 @@ from controllers.policies import ModelContext
 PINS = False
 RANDOM = True
 ENTROPY = "plb"
-OPTIONS = {"rounds": 3, "round_packets": 8, "delay_frames": 4.0}
+OPTIONS = {"rounds": 3, "round_packets": 1, "delay_frames": 4.0}
 WHATIF = None
 
 
