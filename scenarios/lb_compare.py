@@ -154,6 +154,7 @@ def lb_compare(run: Run) -> None:
                         exact = model_draws(plan, flows, MODEL_POLICY[mode], 1)[0]
                     per_draw.append({"draw": k, "completion_s": t, "loads": loads,
                                      "lane_skew": lane_skew(loads), "lost": res.lost_packets,
+                                     "host": host_effects(res),
                                      "start_skew_s": res.start_skew_s,
                                      "model_s": exact.completion_s if exact else None,
                                      "sports": [min(f.sport for f in flows),
@@ -198,6 +199,17 @@ def _summarise(workload: str, mode: str, per_draw: list[dict[str, Any]], models:
                                         if d["model_s"]]),
         "per_draw": per_draw,
     }
+
+
+def host_effects(res: Any) -> dict[str, Any]:
+    """What a host-side policy did in one run: QPs opened, packets that arrived out of order
+    (and the widest reorder window a receiver needed), entropy moves, ACK/CNP feedback."""
+    rows = res.flows
+    return {"qps": len(rows), "reordered": sum(r.get("reordered", 0) for r in rows),
+            "reorder_window_max": max((r.get("reorder_window_max", 0) for r in rows),
+                                      default=0),
+            "moves": sum(r.get("entropy_moves", 0) or 0 for r in rows),
+            "feedback": dict(res.feedback)}
 
 
 def _without_loads(r: dict[str, Any]) -> dict[str, Any]:
@@ -342,6 +354,7 @@ lossless (deep) queues.""")
              "*ratio* = measured median / ideal median; *bound*: the analytic floor (NIC and "
              "leaf-uplink capacity, flows unsplit) that no routing beats. Per-draw numbers "
              "are in draws.json; raw flows and messages in runs.json.")
+    _published(run, results)
     rep.image("completion.png", "Completion per mode: emulated draws (dots) beside the flow "
               "model's distribution over hash draws (box) and the lower bound (dashed)")
     rep.image("spine_load.png", "Bytes each spine forwarded, every draw of every mode")
@@ -374,6 +387,41 @@ model predicts for these flows under this policy. `vs bound` is measured over th
 bound. `busiest lane / mean` is the bytes on the busiest leaf-spine lane (either direction)
 over the mean lane: 1.0 is perfect balance; the model's column is the same quantity on its
 paths. A ratio outside 0.7-1.3 has its own finding with the evidence.""")
+
+
+def _published(run: Run, results: dict[str, dict[str, Any]]) -> None:
+    """Each policy beside the shape its source published, and what the lab saw besides
+    completion (reordering, moves, feedback) that explains where it differs."""
+    rows = []
+    for r in results.values():
+        pol = policies.get(r["mode"])
+        m, b = r["measured"]["median"], r["bound_s"]
+        host = [d.get("host", {}) for d in r["per_draw"]]
+        seen = []
+        if any(h.get("reordered") for h in host):
+            seen.append(f"{max(h['reordered'] for h in host)} packets out of order, window "
+                        f"<= {max(h['reorder_window_max'] for h in host)} packets")
+        if any(h.get("moves") for h in host):
+            seen.append(f"{max(h['moves'] for h in host)} entropy moves")
+        fb = [h.get("feedback") or {} for h in host]
+        if any(fb):
+            seen.append(f"{max(f.get('acks_sent', 0) for f in fb)} ACKs / "
+                        f"{max(f.get('cnps_sent', 0) for f in fb)} CNPs")
+        if host and hasattr(pol.module, "expand"):
+            seen.append(f"{host[0].get('qps')} QPs opened")
+        rows.append({"workload": r["workload"], "policy": r["mode"],
+                     "measured / bound": m / b if m is not None and b else None,
+                     "model / bound": r["model"]["median"] / b if b else None,
+                     "published": pol.published or "-", "source": pol.source or "-",
+                     "the lab saw": "; ".join(seen) or "-"})
+    run.report.text("Each policy beside its published shape (medians over the draws; "
+                    "*the lab saw*: the worst draw):")
+    run.report.table(rows)
+    notes = [f"**{n}**: {policies.get(n).differs}" for n in run.params["modes"]
+             if policies.get(n).differs]
+    if notes:
+        run.report.text("Where the lab differs from the published shape, and why: "
+                        + " ".join(notes))
 
 
 def _finding_ecmp(run: Run, results: dict[str, dict[str, Any]], wl: str) -> None:

@@ -375,7 +375,9 @@ def _one_run(run: Run, lab: Any, flows: list[FlowSpec], mode: str, case: str,
            "summary": res.summary(), "start_ns": res.start_ns, "samples": sampler.samples,
            "watched": sampler.watched, "action_ns": sampler.action_ns,
            "links": [f"{ln.a}:{ln.a_port}-{ln.b}:{ln.b_port}" for ln in links],
-           "health": health, "probe": probe_result}
+           "health": health, "probe": probe_result,
+           "messages": len(res.messages),
+           "incomplete_messages": sum(1 for m in res.messages if not m.get("complete"))}
     run.save_json(f"run-{mode}-{case}-{draw}.json", out)
     run.stage(f"{mode} draw {draw + 1} {case}: {res.job_completion_s:.2f} s, "
               f"{res.lost_packets} packets lost")

@@ -15,6 +15,7 @@ import json
 import os
 from typing import Any
 
+from controllers import policies
 from controllers.paths import PathFinder
 from controllers.plan import Link, WiringPlan
 from scenarios.base import Run
@@ -95,6 +96,11 @@ def _analyse(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
                 "lost": sum(r["lost_packets"] for r in runs),
                 "start_skew_s": max(r["start_skew_s"] for r in runs),
                 "margin": margin.get(mode)}
+    for mode in modes:  # what each failure did to whole messages (no retransmission)
+        for case in ("baseline", "lane", "spine"):
+            rs = [results[f"{mode}/{k}/{case}"] for k in range(agg[f"{mode}/{case}"]["draws"])]
+            agg[f"{mode}/{case}"]["incomplete"] = distribution(
+                [r.get("incomplete_messages", 0) / max(r.get("messages", 0), 1) for r in rs])
     for key, a in agg.items():
         _row(run, a)
         _summary_entry(run, key, a)
@@ -395,3 +401,25 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
              "mode, and testbed.shell.probe keeps only each port's longest silence: '-' means no "
              "port's longest silence began at the cut (none crossed the failed link, or a "
              "longer queueing gap happened elsewhere)."))
+    host = [m for m in modes if policies.get(m).entropy != "qp"
+            or hasattr(policies.get(m).module, "expand")]
+    if host:
+        rep.finding(
+            "Whole messages under host-side balancing",
+            measured="; ".join(
+                f"{m}: messages incomplete (lost packets, never retransmitted) baseline "
+                f"{dt(agg[f'{m}/baseline']['incomplete'], '', 3)}, lane "
+                f"{dt(agg[f'{m}/lane']['incomplete'], '', 3)}, spine "
+                f"{dt(agg[f'{m}/spine']['incomplete'], '', 3)} (fraction of messages)"
+                for m in ["ecmp", *host] if f"{m}/lane" in agg),
+            ideal="0: the flow model moves bytes, not packets, and loses none",
+            published="; ".join(f"{m}: {policies.get(m).published} ({policies.get(m).source})"
+                                for m in host),
+            why=("A hashed QP loses packets only if it crossed the dead link in the moment "
+                 "before its leaf dropped the bucket; a sprayed QP puts a packet of every "
+                 "message on every lane, so while a select group still lists the dead lane "
+                 "(until the leaf's own port goes down, and at the far leaves until the "
+                 "controller's reroute) every message in flight loses packets, and with no "
+                 "retransmission in the replay those messages never complete. "
+                 + " ".join(f"{m}: {policies.get(m).differs}" for m in host
+                            if policies.get(m).differs)))

@@ -30,6 +30,9 @@ What a module declares (plain module attributes, read by ``Policy``):
     flow model splits each flow evenly over every switch's equal-cost ports (no paths).
 ``METHOD``, ``NOTE``
     how the flow model computes it and what that leaves out, for its report.
+``PUBLISHED``, ``SOURCE``, ``DIFFERS``
+    the shape the policy's source reported, where, and where the lab's version differs
+    and why: the scenarios' reports put each policy beside them.
 ``WHATIF``
     which closed form the flow model's aggregate what-if (64K GPUs) uses: ``"fluid"``,
     ``"lanes"`` (a collision-free lane colouring), ``"hash"`` (exact lane loads of the
@@ -109,6 +112,21 @@ class Policy:
     @property
     def note(self) -> str:
         return str(self._get("NOTE", ""))
+
+    @property
+    def published(self) -> str:
+        """The shape its source reported (``PUBLISHED``), for the scenarios' reports."""
+        return str(self._get("PUBLISHED", ""))
+
+    @property
+    def source(self) -> str:
+        """Where that was published (``SOURCE``)."""
+        return str(self._get("SOURCE", ""))
+
+    @property
+    def differs(self) -> str:
+        """Where the lab's version differs from the published one, and why (``DIFFERS``)."""
+        return str(self._get("DIFFERS", ""))
 
     @property
     def whatif(self) -> str | None:

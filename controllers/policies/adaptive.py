@@ -21,6 +21,10 @@ RANDOM = True
 METHOD = "lb.simulate_adaptive (final paths)"
 NOTE = "paths where the adaptive policy settles (fluid, from ECMP); moves during the job are " \
        "not modelled"
+PUBLISHED = ("global first fit recovers most of ECMP's loss for long flows")
+SOURCE = ('Hedera (NSDI 2010)')
+DIFFERS = ("moves come after the controller's 1 s polls (hold 3 polls): a job of a few "
+           'seconds runs its first seconds at ECMP speed')
 WHATIF = None
 
 

@@ -16,6 +16,11 @@ from controllers.policies import ModelContext
 PINS = False
 RANDOM = True
 METHOD = "lb.ecmp_assign (hash per flow)"
+PUBLISHED = ('random hashing of n flows onto n paths leaves about 1/e of them idle; DeepEP '
+             'users on RoCE saw "huge" degradation with default ECMP')
+SOURCE = ('Hedera (NSDI 2010); DeepEP issue #82')
+DIFFERS = ("OVS dp_hash is another hash than the model's, so they agree in distribution, not "
+           'draw by draw')
 WHATIF = "hash"
 
 

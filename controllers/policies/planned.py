@@ -17,6 +17,8 @@ from controllers.policies import ModelContext
 
 PINS = True
 METHOD = "lb.plan_assign"
+PUBLISHED = ('static routes on RoCE gave DeepEP near-InfiniBand results')
+SOURCE = ('DeepEP issue #82')
 WHATIF = "lanes"
 
 

@@ -18,4 +18,10 @@ OPTIONS = {"entropies": 256}
 SPLIT = True  # the flow model: the fluid limit of spraying
 METHOD = "per-hop equal split (next_hops): spraying's fluid limit"
 NOTE = "fluid limit of spraying: no reordering cost, no imbalance of hashing a finite set"
+PUBLISHED = ('per-packet spraying over every path, with out-of-order delivery at the receiver, '
+             'uses the whole fabric')
+SOURCE = ('Ultra Ethernet 1.0 (2025)')
+DIFFERS = ('no congestion control here: a slow lane gets its share of every message, and a '
+           'dead lane still in a select group takes a packet of every message until the '
+           'controller drops its bucket, with nothing to retransmit it')
 WHATIF = "fluid"
