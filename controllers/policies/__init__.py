@@ -28,6 +28,9 @@ What a module declares (plain module attributes, read by ``Policy``):
     the flow model's view: the path of every flow (``ctx.seed``, ``ctx.options``,
     ``ctx.ecmp()`` = the seed's cached ECMP assignment). ``SPLIT = True`` instead says the
     flow model splits each flow evenly over every switch's equal-cost ports (no paths).
+    ``SPLIT`` may also be a function ``(flows, finder, ctx) -> bool`` that decides per job
+    (``ctx.options`` then holds the policy's options too); when it says False the flow
+    model asks ``model`` for paths.
 ``METHOD``, ``NOTE``
     how the flow model computes it and what that leaves out, for its report.
 ``PUBLISHED``, ``SOURCE``, ``DIFFERS``
@@ -103,7 +106,28 @@ class Policy:
 
     @property
     def split(self) -> bool:
-        return bool(self._get("SPLIT", False))
+        """True when the flow model always splits (a ``SPLIT`` rule decides per job: False
+        here, see ``split_rule`` and ``splits``)."""
+        rule = self._get("SPLIT", False)
+        return False if callable(rule) else bool(rule)
+
+    @property
+    def split_rule(self) -> bool:
+        """True when ``SPLIT`` is a function that decides per job whether to split."""
+        return callable(self._get("SPLIT", False))
+
+    def splits(self, flows: list[Flow], finder: PathFinder, ctx: ModelContext) -> bool:
+        """Whether the flow model splits ``flows``: ``SPLIT`` itself, or its rule's answer.
+
+        The rule sees ``ctx`` with the policy's options (defaults, then ``parse``'s) laid
+        over ``ctx.options``, since a rule such as flowlet's gap depends on them.
+        """
+        rule = self._get("SPLIT", False)
+        if not callable(rule):
+            return bool(rule)
+        opts = {**ctx.options, **self.defaults, **self.options}
+        sub = ModelContext(ctx.finder, ctx.flows, ctx.seed, opts, ctx._cache)
+        return bool(rule(flows, finder, sub))
 
     @property
     def method(self) -> str:
@@ -298,6 +322,7 @@ def table() -> list[dict[str, Any]]:
         where = ["model"] + (["controller"] if p.controller else [])
         traits = [t for t, on in (("pins flows", p.pins), ("polls counters", p.polls),
                                   ("hash-dependent", p.random), ("fluid split", p.split),
+                                  ("split or hash by a rule per job", p.split_rule),
                                   (f"entropy per {p.entropy}", p.entropy != "qp"),
                                   ("expands flows", hasattr(p.module, "expand"))) if on]
         rows.append({"name": p.name, "runs_in": where, "traits": traits,

@@ -10,6 +10,7 @@ with few packets in flight per path those spaces are already gaps.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from controllers.flows import Flow
 from controllers.paths import Path, PathFinder
@@ -20,7 +21,56 @@ RANDOM = True
 ENTROPY = "flowlet"
 OPTIONS = {"gap_rtts": 2.0}
 WHATIF = None
+#: the flow model puts the bytes of one full-size frame (payload at its path MTU plus
+#: headers) under this key of ``ctx.options``: the rule is about packets, the model is not
+FRAME_BYTES = "frame_bytes"
+METHOD = "flowlet rule per job: fluid split (next_hops) if the median sender's packet " \
+         "spacing >= the gap, else lb.ecmp_assign (hash per QP)"
+NOTE = "decided once per job at the median sender: a QP's packets are spaced by its " \
+       "sender's QPs (all counted as active together) x the frame time at its NIC rate; " \
+       "the gap is gap_rtts x base RTT, 2 x (switch hops of the longest minimal path + 1) x " \
+       "the frame time at the slowest fabric link; spacing >= gap: every packet a new " \
+       "flowlet, modelled as the fluid split (no reordering, no hashing of finite " \
+       "flowlets); else one hash per QP (re-hashes at idle gaps between messages are not " \
+       "modelled)"
+
+
+def rule(flows: list[Flow], finder: PathFinder, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The numbers the decision rests on (seconds): the median sender's packet spacing,
+    the base RTT, the gap, and ``split`` = spacing >= gap.
+
+    Per job rather than per QP because the fluid model either splits a job or routes it;
+    the median sender stands for the job (most of an all-to-all's senders look alike).
+    """
+    if FRAME_BYTES not in options:
+        raise ValueError(f"flowlet's rule needs ctx.options[{FRAME_BYTES!r}] (the flow model "
+                         "sets it)")
+    frame_bits = float(options[FRAME_BYTES]) * 8
+    qps: dict[str, int] = {}
+    pairs: dict[tuple[str, str], Flow] = {}
+    for f in {f.key: f for f in flows}.values():  # a 5-tuple is one QP however many specs
+        qps[f.src] = qps.get(f.src, 0) + 1
+        pairs.setdefault((finder.attach(f.src), finder.attach(f.dst)), f)
+    if not qps:
+        return {"spacing_s": 0.0, "rtt_s": 0.0, "gap_s": 0.0, "split": False}
+    spacing = sorted(n * frame_bits / (finder.nic_capacity(h) * 1e9) for h, n in qps.items())
+    median = spacing[(len(spacing) - 1) // 2]
+    hops = max(len(finder.candidates(f.src, f.dst)[0]) for f in pairs.values())
+    cap = finder.capacity()
+    fabric = [c for h, c in cap.items() if finder.is_fabric(h)] or list(cap.values())
+    rtt = 2 * (hops + 1) * frame_bits / (min(fabric) * 1e9)
+    gap = float(options["gap_rtts"]) * rtt
+    return {"spacing_s": median, "rtt_s": rtt, "gap_s": gap, "split": median >= gap}
+
+
+def split(flows: list[Flow], finder: PathFinder, ctx: ModelContext) -> bool:
+    """The flow model's ``SPLIT`` for this job: ``rule``'s answer."""
+    return bool(rule(flows, finder, ctx.options)["split"])
+
+
+SPLIT = split
 
 
 def model(flows: list[Flow], finder: PathFinder, ctx: ModelContext) -> Mapping[Flow, Path]:
-    raise NotImplementedError("flowlet's flow model is being written")
+    """When the rule says the QPs keep their paths: one hash per QP, as ``ecmp``."""
+    return ctx.ecmp()

@@ -11,9 +11,13 @@ stays put.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import random
 from collections.abc import Mapping
 
-from controllers.flows import Flow
+from controllers import lb
+from controllers.flows import QP_SPORT_BASE, QP_SPORTS, Flow
 from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext
 
@@ -22,7 +26,64 @@ RANDOM = True
 ENTROPY = "plb"
 OPTIONS = {"rounds": 3, "round_packets": 1, "delay_frames": 4.0}
 WHATIF = None
+#: re-draw passes of the flow model at most
+PASSES = 8
+#: a link is hot when its load time exceeds the job's NIC bound by more than this factor
+HOT = 1.05
+METHOD = f"lb.ecmp_assign, then up to {PASSES} passes: a QP on a link whose load time is " \
+         f"> {HOT:g} x the NIC bound when its turn comes re-draws its source port"
+NOTE = "PLB's steady state under the fluid model's loads (link bytes / capacity against " \
+       f"{HOT:g} x the host tx/rx bound), from the seed's ECMP draw; QPs take turns in an " \
+       "order fixed by the seed and each sees the loads the moves before it left (a link " \
+       "that cooled stops signalling), the last pass's paths are kept if links stay hot; " \
+       "the time moving takes (rounds of CNPs before a re-draw, queues meanwhile) and the " \
+       "rounds themselves are not modelled, and the paths found are kept for the whole job"
+
+
+def _port(flow: Flow, seed: int, step: int) -> int:
+    """Another source port for ``flow`` in pass ``step``: fixed by seed, flow and pass."""
+    data = f"plb|{seed}|{step}|{flow.src}|{flow.dst}|{flow.proto}|{flow.sport}|{flow.dport}"
+    h = int.from_bytes(hashlib.blake2b(data.encode(), digest_size=8).digest(), "big")
+    port = QP_SPORT_BASE + h % QP_SPORTS
+    return port if port != flow.sport else QP_SPORT_BASE + (h + 1) % QP_SPORTS
+
+
+def nic_limit(flows: list[Flow], finder: PathFinder) -> float:
+    """The load time (seconds at real rates) above which a link is hot: ``HOT`` x the
+    job's NIC bound (``lb.lower_bounds`` host_tx / host_rx, what the flow model reports)."""
+    bnd = lb.lower_bounds(finder, flows)
+    return HOT * max(bnd["host_tx"], bnd["host_rx"])
 
 
 def model(flows: list[Flow], finder: PathFinder, ctx: ModelContext) -> Mapping[Flow, Path]:
-    raise NotImplementedError("plb's flow model is being written")
+    """Where re-drawing settles: QPs on links hotter than the NIC bound move, pass by pass.
+
+    A QP's new path is the ECMP hash of the same 5-tuple with the new source port, so a
+    re-draw can land on a hot link again. Loads follow every move: moving every QP of
+    every hot link at once would pile them onto the links that were cool (a herd that
+    real PLB avoids because a cooled link stops sending CNPs), so QPs take turns.
+    """
+    assign = dict(ctx.ecmp())
+    limit = nic_limit(flows, finder)
+    room = {h: c * 1e9 / 8 * limit for h, c in finder.capacity().items()}  # bytes at limit
+    load = dict.fromkeys(room, 0.0)
+    for hop, b in lb.link_loads(assign).items():
+        load[hop] = b
+    for step in range(PASSES):
+        if all(load[h] <= room[h] for h in room):
+            break
+        order = list(range(len(flows)))
+        random.Random(f"plb|{ctx.seed}|{step}").shuffle(order)
+        for i in order:
+            f = flows[i]
+            path = assign[f]
+            if all(load[h] <= room[h] for h in path):
+                continue
+            new = lb.ecmp_path(dataclasses.replace(f, sport=_port(f, ctx.seed, step)),
+                               finder, ctx.seed)
+            for h in path:
+                load[h] -= f.bytes
+            for h in new:
+                load[h] += f.bytes
+            assign[f] = new
+    return assign

@@ -17,7 +17,8 @@ call), ``format_report``, and the public API of the modules behind it:
              ``ecmp_lanes``), including the 64K-GPU fabric it describes
 
 Routing: the SAME policy modules the controller runs (``controllers.policies``: each
-module's ``model`` gives the paths, or ``SPLIT`` asks for the fluid split below), on the
+module's ``model`` gives the paths, or ``SPLIT`` asks for the fluid split below, or decides
+per job), on the
 same paths (``controllers.paths.PathFinder``), so model and emulation route identically.
 The shipped ones:
 
@@ -32,6 +33,16 @@ The shipped ones:
 ``adaptive``    ``lb.simulate_adaptive``: where the Hedera-style policy ends up, started from
                 ECMP. The model keeps those final paths for the whole job; the controller's
                 moves *during* a job (one per poll interval) are not modelled.
+``spray``       the fluid split, as ``ecmp-fluid``: spraying's limit.
+``qp-scaling``  every flow striped over ``qps`` QPs (the module's ``expand``), each hashed as
+                ``ecmp``; simulated on the QPs, reported per input flow (its latest QP).
+``flowlet``     a rule per job (``SPLIT`` is a function): the fluid split when the median
+                sender's packet spacing reaches the flowlet gap, else ``ecmp``.
+``plb``         ``ecmp``, then QPs on links hotter than 1.05 x the NIC bound re-draw their
+                source port, in turns, until no link is (at most 8 passes).
+
+A policy is named with its options where it has any: ``qp-scaling:qps=8``
+(``controllers.policies.parse``); results carry that label.
 
 Aggregation, and why each kind is exact (the answer is identical to per-flow, not close):
 
@@ -262,12 +273,19 @@ def format_report(doc: dict[str, Any]) -> str:
                 f", {w.get('kernel')} {w.get('phase')}"),
              f"mode: {doc['mode']} ({doc['mode_reason']}); times at "
              f"{'real' if doc['unit'] == 'gbps' else 'emulated'} link rates", ""]
-    head = f"{'policy':<11} {'completion':>13} {'x bound':>8}  {'kind':<12} method"
+    width = max([11] + [len(r["policy"]) for r in doc["results"]])
+    qps = any(r.get("qps") not in (None, r["flows"]) for r in doc["results"])
+    head = f"{'policy':<{width}} {'completion':>13} {'x bound':>8}  " + \
+        (f"{'QPs':>9}  " if qps else "") + f"{'kind':<12} method"
     lines.append(head)
     for r in doc["results"]:
         ratio = "" if r["ratio_to_bound"] is None else f"{r['ratio_to_bound']:.3f}"
-        lines.append(f"{r['policy']:<11} {_ms(r['completion_s']):>13} {ratio:>8}  "
-                     f"{r['kind']:<12} {r['method']}")
+        opened = "" if r.get("qps") is None else f"{r['qps']:,}"
+        lines.append(f"{r['policy']:<{width}} {_ms(r['completion_s']):>13} {ratio:>8}  "
+                     + (f"{opened:>9}  " if qps else "") + f"{r['kind']:<12} {r['method']}")
+    if qps:
+        lines.append(f"(QPs: what the hosts open for the {w['flows']:,} flows; a policy that "
+                     "stripes flows is modelled on its QPs, its times given per flow)")
     b = doc["bounds_s"]
     names = [("host_tx", "NIC tx"), ("host_rx", "NIC rx"), ("host_start", "NIC w/ starts"),
              ("fabric_out", "leaf out (unsplit)"), ("fabric_in", "leaf in (unsplit)"),

@@ -19,7 +19,8 @@ POLICIES = registry.names()
 
 
 def _check_policy(policy: str) -> registry.Policy:
-    return registry.get(policy)
+    """The policy a spec names, with its options (``registry.parse``: ``qp-scaling:qps=8``)."""
+    return registry.parse(policy)
 
 
 @dataclass

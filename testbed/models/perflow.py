@@ -6,6 +6,10 @@ list through ``_Prepared`` (normalised, checked and hashed once) and ``_model_po
 (the policies side by side in forked workers, ``auto_jobs`` of them). Why merging identical
 flows and, under ecmp-fluid, parallel links is exact: ``testbed.models.flowmodel``,
 aggregation points 1 and 2.
+
+A policy that changes what the hosts open (``expand``: qp-scaling's QPs) is modelled on
+the flows it opens, and its answer is mapped back to the flows it was given, so a caller
+compares policies flow by flow whatever each one does to them.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import signal
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,6 +40,12 @@ from testbed.models.results import (
     _tolerance_note,
 )
 from testbed.models.solver import _ranges, simulate
+from traffic.roce import LAB_PMTU, OP_WRITE_MIDDLE, frame_len
+
+#: ``ctx.options`` key of a ``SPLIT`` rule: the bytes of one full-size frame on the wire, at
+#: the path MTU the lab replays at (``scenarios.common.WIRE_PMTU``'s default)
+FRAME_KEY = "frame_bytes"
+FRAME_BYTES = frame_len(OP_WRITE_MIDDLE, LAB_PMTU)
 
 
 class _PlanLinks:
@@ -156,6 +167,22 @@ def _fluid_links(finder: PathFinder, pl: _PlanLinks, pairs: list[tuple[str, str]
     return links, rows, host_ids, last_ids
 
 
+@dataclass(frozen=True)
+class _Opened:
+    """An input flow as a policy's ``expand`` sees it: no QP number, so
+    ``controllers.policies.stripe`` gives each stripe a source port of its own
+    (the port the replay's striped QP gets), and ``origin`` (its index) rides along."""
+
+    src: str
+    dst: str
+    sport: int
+    bytes: int
+    start: float
+    dport: int
+    proto: str
+    origin: int
+
+
 class _Prepared:
     """A flow list made ready for routing, shared by the policies of one ``run``.
 
@@ -177,6 +204,49 @@ class _Prepared:
         self.start = np.array([f.start for f in self.fl], dtype=np.float64)
         self._unique: tuple[list[Flow], np.ndarray] | None = None
         self._ecmp: dict[int, dict[Flow, Path]] = {}
+        self._opened: dict[Any, tuple[_Prepared, np.ndarray | None]] = {}
+        self._bounds: dict[str, float] | None = None
+
+    def bounds(self) -> dict[str, float]:
+        """``bounds`` of these flows (computed once)."""
+        if self._bounds is None:
+            self._bounds = bounds(self.finder, self.fl, self.unit)
+        return self._bounds
+
+    def opened(self, policy: registry.Policy) -> tuple[_Prepared, np.ndarray | None]:
+        """The flows the hosts open under ``policy`` (``Policy.expand``), prepared, and the
+        input flow each came from; ``(self, None)`` when the policy opens the flows given.
+
+        Checked: every input flow is opened at least once and its bytes are conserved.
+        """
+        if not hasattr(policy.module, "expand"):
+            return self, None
+        key = (policy.module.__name__, tuple(sorted({**policy.defaults,
+                                                     **policy.options}.items())))
+        if key not in self._opened:
+            views = [_Opened(f.src, f.dst, f.sport, f.bytes, f.start, f.dport, f.proto, i)
+                     for i, f in enumerate(self.fl)]
+            out = policy.expand(views)
+            try:
+                origin = np.array([g.origin for g in out], dtype=np.int64)
+            except AttributeError:
+                raise ValueError(f"{policy.name}: expand must keep the other fields of each "
+                                 "flow it opens (dataclasses.replace)") from None
+            n = len(self.fl)
+            if len(out) == n and np.array_equal(origin, np.arange(n)) and all(
+                    g.bytes == f.bytes and g.sport == f.sport for g, f in zip(out, self.fl,
+                                                                              strict=True)):
+                self._opened[key] = (self, None)
+            else:
+                sizes = np.array([g.bytes for g in out], dtype=np.float64)
+                if origin.size and (origin.min() < 0 or origin.max() >= n):
+                    raise ValueError(f"{policy.name}: expand opened a flow of no input flow")
+                if not np.array_equal(np.bincount(origin, sizes, minlength=n), self.size) or \
+                        (np.bincount(origin, minlength=n) == 0).any():
+                    raise ValueError(f"{policy.name}: expand must open every flow and keep "
+                                     "its bytes")
+                self._opened[key] = (_Prepared(self.finder, out, self.unit), origin)
+        return self._opened[key]
 
     def unique(self) -> tuple[list[Flow], np.ndarray]:
         """One ``Flow`` per 5-tuple (bytes summed), and each input flow's index in it."""
@@ -202,6 +272,17 @@ class _Prepared:
         ctx = registry.ModelContext(self.finder, unique, seed, adaptive, self._ecmp)
         return unique, idx, policy.model(unique, self.finder, ctx)
 
+    def splits(self, policy: registry.Policy, seed: int, adaptive: dict[str, Any] | None
+               ) -> bool:
+        """Whether the policy's flows are split here (its ``SPLIT``, or its rule's answer for
+        these flows, which also sees ``FRAME_KEY``)."""
+        if not policy.split_rule:
+            return policy.split
+        unique, _ = self.unique()
+        opts = {**(adaptive or {}), FRAME_KEY: FRAME_BYTES}
+        ctx = registry.ModelContext(self.finder, unique, seed, opts, self._ecmp)
+        return policy.splits(unique, self.finder, ctx)
+
 
 def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
                 policy: str = "ecmp", *, seed: int = 0, unit: str = "gbps",
@@ -219,6 +300,13 @@ def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
     see ``simulate`` (0 = exact). A PathFinder with ``down`` links models a failed fabric.
     ``marks``: per flow, byte counts at which to report when the flow had sent that much
     (``flow_mark_s``): the ends of the messages a QP sends back to back, from one simulation.
+
+    ``policy`` is a spec with options (``qp-scaling:qps=8``, ``controllers.policies.parse``);
+    the result's ``policy`` is its label. A policy that opens other flows than it is given
+    (``expand``) is simulated on those, and each input flow gets back the latest finish of
+    its stripes, the sum of their first rates and, per mark, the latest stripe to reach its
+    share of the mark (marks scaled by the stripe's share of the flow's bytes); its bound
+    is the one of the flows opened (``qps`` counts them).
     """
     _check_policy(policy)
     t0 = time.perf_counter()
@@ -238,6 +326,16 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
     """``model_flows`` on a prepared flow list."""
     pol = _check_policy(policy)
     t0 = time.perf_counter() if t0 is None else t0
+    given = prep
+    prep, origin = given.opened(pol)
+    if origin is not None:
+        bound = prep.bounds()  # smaller flows: the unsplit bounds of the QPs opened are lower
+        if marks is not None:
+            share = np.divide(prep.size, given.size[origin], out=np.zeros(prep.size.size),
+                              where=given.size[origin] > 0)
+            marks = [np.asarray(marks[o], dtype=np.float64) * x
+                     for o, x in zip(origin.tolist(), share.tolist(), strict=True)]
+    split = prep.splits(pol, seed, adaptive)
     finder, fl, pl, unit = prep.finder, prep.fl, prep.pl, prep.unit
     n = len(fl)
     rowkey = np.empty(n, dtype=np.int64)
@@ -246,7 +344,7 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
     flat_w: list[float] = []
     ptr = [0]
     seen: dict[Any, int] = {}
-    if pol.split:
+    if split:
         pairs = sorted({(finder.attach(f.src), finder.attach(f.dst)) for f in fl})
         links, pair_rows, tx_ids, last_ids = _fluid_links(finder, pl, pairs, merge)
         for i, f in enumerate(fl):
@@ -295,6 +393,7 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
     tl = simulate(links.capacity, row, col, wt, mult.astype(np.float64), uniq[:, 1] * 8,
                   uniq[:, 2], tolerance, trace=marks is not None)
     finish = tl.finish[cls]
+    start_rate = tl.start_rate[cls]
     mark_s = None
     if marks is not None:
         counts = [len(m) for m in marks]
@@ -302,22 +401,57 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
                         np.concatenate([np.asarray(m, dtype=np.float64) for m in marks]
                                        or [np.empty(0)]) * 8, uniq[:, 2])
         mark_s = np.split(at, np.cumsum(counts)[:-1])
+    quantiles = _quantiles(tl.finish, mult.astype(np.float64))
+    if origin is not None:
+        finish, start_rate, mark_s = _map_back(origin, len(given.fl), finish, start_rate,
+                                               mark_s)
+        quantiles = _quantiles(finish, np.ones(finish.size))
     load = np.bincount(col, wt * mult[row] * uniq[row, 1], minlength=links.count.size)
     completion = float(finish.max())
     bnd = bound if bound is not None else bounds(finder, fl, unit)
-    bname = "splittable" if pol.split else "unsplit"
+    bname = "splittable" if split else "unsplit"
     method = pol.method + ", per-flow max-min"
-    kind, note = _tolerance_note(tolerance, pol.note)
+    if pol.split_rule:
+        method += "; this job: " + ("split" if split else "paths")
+    note = pol.note
+    if origin is not None:
+        note = (f"{note}; " if note else "") + f"{n:,} QPs for {len(given.fl):,} flows, " \
+            "bound over the QPs"
+    kind, note = _tolerance_note(tolerance, note)
     return ModelResult(
-        policy=policy, method=method, kind=kind, completion_s=completion, flows=n,
-        classes=int(uniq.shape[0]), events=tl.events, rounds=tl.rounds,
+        policy=pol.label, method=method, kind=kind, completion_s=completion,
+        flows=len(given.fl), classes=int(uniq.shape[0]), events=tl.events, rounds=tl.rounds,
         max_link_time_s=float((load * 8 / links.capacity).max()),
         bound_s=bnd[bname], bound_name=bname, note=note, unit=unit,
         tiers=_tier_summary(links, load, completion),
         bottlenecks=_bottlenecks(links, load, tl.saturated),
-        flow_completion=_quantiles(tl.finish, mult.astype(np.float64)),
-        compute_s=time.perf_counter() - t0, flow_finish_s=finish,
-        flow_start_rate_bps=tl.start_rate[cls], flow_mark_s=mark_s)
+        flow_completion=quantiles,
+        compute_s=time.perf_counter() - t0, qps=n, flow_finish_s=finish,
+        flow_start_rate_bps=start_rate, flow_mark_s=mark_s)
+
+
+def _map_back(origin: np.ndarray, n: int, finish: np.ndarray, start_rate: np.ndarray,
+              mark_s: list[np.ndarray] | None
+              ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray] | None]:
+    """Per input flow from its stripes (``origin``: each stripe's input flow): the latest
+    finish, the summed first rate, and per mark the latest stripe (a message is done when
+    its last stripe is)."""
+    done = np.full(n, -np.inf)
+    np.maximum.at(done, origin, finish)
+    rate = np.bincount(origin, start_rate, minlength=n)
+    if mark_s is None:
+        return done, rate, None
+    per = np.zeros(n, dtype=np.int64)
+    for o, m in zip(origin.tolist(), mark_s, strict=True):
+        per[o] = m.size  # every stripe of a flow has as many marks as the flow
+    off = np.concatenate(([0], np.cumsum(per)))
+    counts = per[origin]
+    flat = np.concatenate(mark_s) if mark_s else np.empty(0)
+    within = np.arange(flat.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    idx = np.repeat(off[:-1][origin], counts) + within
+    out = np.full(int(off[-1]), -np.inf)
+    np.maximum.at(out, idx, flat)
+    return done, rate, np.split(out, off[1:-1])
 
 
 #: The prepared flow list that forked policy workers model (set only around the fork).

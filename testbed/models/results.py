@@ -58,6 +58,9 @@ class ModelResult:
     bottlenecks: list[dict[str, Any]] = field(default_factory=list)
     flow_completion: dict[str, float] = field(default_factory=dict)
     compute_s: float = 0.0
+    #: the QPs (flows on the wire) the hosts open for ``flows``: more when the policy's
+    #: ``expand`` stripes them (qp-scaling); None where not counted (the what-if)
+    qps: int | None = None
     #: per input flow: completion time and first rate (bits/s); in the aggregate what-if, per
     #: flow of ONE group (every group's copy of a flow finishes with it), ecmp-fluid only
     flow_finish_s: np.ndarray | None = None

@@ -512,5 +512,5 @@ def whatif(tt: TwoTier, job: Job, policies: Sequence[str] = POLICIES, seed: int 
                 bound_name="splittable" if p.split else "unsplit",
                 note=f"the {p.name} policy has no aggregate form (its module sets no WHATIF); "
                      "use --mode per-flow on a smaller fabric")
-        out.append(dataclasses.replace(res, policy=p.name))
+        out.append(dataclasses.replace(res, policy=p.label))
     return out, bnd
