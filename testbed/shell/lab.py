@@ -48,6 +48,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from controllers import policies
 from controllers.plan import Link, WiringPlan
 from controllers.shell.client import ControllerClient
 from testbed.capture import resolve as capture_ports
@@ -105,7 +106,9 @@ class Lab:
         self.lossless = lossless  # deep port queues instead of drop-tail (see htb_commands)
         self.static_arp = static_arp  # permanent neighbour entries (see _neighbour_file)
         self.select_method = select_method
-        self.lb = lb
+        # "qp-scaling:qps=8": the controller runs the mode, the hosts' replays its options
+        self.lb_policy = policies.parse(lb, controller=True)
+        self.lb = self.lb_policy.name
         self.poll_interval = poll_interval
         self.converge_timeout = converge_timeout
         self.log = log or (lambda msg: print(msg, file=sys.stderr))

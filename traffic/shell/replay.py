@@ -155,7 +155,9 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     client = lab.client()
     state = client.lb()
     mode = state["mode"]
-    pol = policy if isinstance(policy, policies.Policy) else policies.parse(policy or mode)
+    own = getattr(lab, "lb_policy", None)  # Lab(lb="name:key=value"): the lab's options
+    pol = policy if isinstance(policy, policies.Policy) else policies.parse(policy) \
+        if policy else own if own is not None and own.name == mode else policies.parse(mode)
     plane = plane or DEFAULT_PLANE
     if plane not in PLANES:
         raise ValueError(f"plane must be one of {PLANES} (got {plane!r})")

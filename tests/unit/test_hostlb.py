@@ -1,0 +1,75 @@
+"""Host-side balancing, the pure half: what each policy asks of senders and receivers, and
+QP scaling's stripes of the replay's flows (the C sender's per-packet choice is tested in
+test_native.py from its dumped frames)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controllers import policies
+from controllers.flows import sport_for_qp
+from testbed.topologies import build
+from traffic import hostlb
+from traffic.kernels import FlowSpec
+from traffic.roce import MAX_OVERHEAD, ReplaySpec
+
+
+@pytest.fixture(scope="module")
+def plan():  # type: ignore[no-untyped-def]
+    return build("astral3", servers=4, gpus=2)
+
+
+def test_frame_time_and_base_delay_follow_the_slowest_fabric_link(plan) -> None:  # type: ignore[no-untyped-def]
+    lane = min(ln.mbps for ln in plan.links if ln.kind == "lane")
+    assert hostlb.frame_s(plan, 4096) == pytest.approx((4096 + MAX_OVERHEAD) * 8 / (lane * 1e6))
+    hops = plan.counts["max_switch_hops"]
+    assert hostlb.base_one_way_s(plan, 4096) == pytest.approx((hops + 1) *
+                                                              hostlb.frame_s(plan, 4096))
+
+
+def test_each_policy_asks_the_sender_for_its_entropy_rule(plan) -> None:  # type: ignore[no-untyped-def]
+    assert hostlb.sender_settings(policies.get("ecmp"), plan, 4096) == {}
+    assert hostlb.sender_settings(policies.get("qp-scaling"), plan, 4096) == {}
+    assert hostlb.sender_settings(policies.parse("spray:entropies=16"), plan, 4096) == \
+        {"entropy": "packet", "entropies": 16}
+    fl = hostlb.sender_settings(policies.parse("flowlet:gap_rtts=3"), plan, 4096)
+    assert fl["entropy"] == "flowlet"
+    assert fl["flowlet_gap_us"] == pytest.approx(3e6 * hostlb.base_one_way_s(plan, 4096))
+    assert hostlb.sender_settings(policies.parse("plb:rounds=5"), plan, 4096) == \
+        {"entropy": "plb", "plb_rounds": 5}
+    for name in policies.names():  # whatever a policy asks, a sender's spec accepts
+        extra = hostlb.sender_settings(policies.get(name), plan, 4096)
+        ReplaySpec.from_dict({"intf": "h-eth0", "src_mac": "02:00:00:00:00:01",
+                              "src_ip": "10.0.0.1", "rate_mbps": 1.0, "flows": [], **extra})
+
+
+def test_only_plb_receivers_answer_with_feedback(plan) -> None:  # type: ignore[no-untyped-def]
+    for name in ("ecmp", "spray", "flowlet", "qp-scaling", "planned"):
+        assert hostlb.receiver_args(policies.get(name), plan, 4096) == []
+    args = hostlb.receiver_args(policies.parse("plb:round_packets=4:delay_frames=2"), plan,
+                                4096)
+    want = (hostlb.base_one_way_s(plan, 4096) + 2 * hostlb.frame_s(plan, 4096)) * 1e6
+    assert args[:2] == ["--feedback-every", "4"] and args[2] == "--feedback-delay-us"
+    assert float(args[3]) == pytest.approx(want, abs=0.1)
+
+
+def test_qp_scaling_stripes_every_message_over_its_own_qps() -> None:
+    f = FlowSpec.make("s0g0", "s1g0", 1_000_003, qp=5, message_bytes=100_000)
+    got = policies.parse("qp-scaling:qps=3").expand([f])
+    assert [g.qp for g in got] == [15, 16, 17]
+    assert all(g.sport == sport_for_qp(g.qp) for g in got)
+    assert sum(g.bytes for g in got) == f.bytes
+    assert {g.message_bytes for g in got} == {33_334}
+    assert all(g.messages == -(-g.bytes // g.message_bytes) for g in got)
+    assert policies.get("spray").expand([f]) == [f]
+
+
+def test_policy_options_are_checked_once() -> None:
+    with pytest.raises(ValueError, match="has no option 'qp'"):
+        policies.parse("qp-scaling:qp=2")
+    with pytest.raises(ValueError, match="whole number"):
+        policies.parse("qp-scaling:qps=2.5")
+    with pytest.raises(ValueError, match="positive number"):
+        policies.parse("spray:entropies=-1")
+    assert policies.parse("plb:rounds=2").label == "plb:rounds=2"
+    assert policies.parse("plb:rounds=3").label == "plb"  # the default is not repeated
