@@ -180,10 +180,22 @@ def cmd_policies(args: argparse.Namespace) -> int:
     for r in rows:
         traits = f" ({', '.join(r['traits'])})" if r["traits"] else ""
         print(f"{r['name']:<{width}}  {' + '.join(r['runs_in']):<{where}}  {r['summary']}{traits}")
+        if r["options"]:
+            opts = ", ".join(f"{k}={v:g}" for k, v in r["options"].items())
+            print(f"{'':<{width}}  {'':<{where}}  options: {opts}")
     print("\nuse one: astral-lab model ... --lb NAME[,NAME]; sudo astral-lab up ... --lb NAME; "
-          "PUT /lb {\"mode\": NAME}. Add one: a new file in controllers/policies/ (README, "
-          "Extending)")
+          "PUT /lb {\"mode\": NAME}; options as NAME:KEY=VALUE (qp-scaling:qps=8). Add one: "
+          "a new file in controllers/policies/ (README, Extending)")
     return 0
+
+
+def controller_policy(spec: str) -> str:
+    """``--lb``: a mode the controller runs, with options (``qp-scaling:qps=8``)."""
+    try:
+        policies.parse(spec, controller=True)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return spec
 
 
 def add_pmtu_option(p: argparse.ArgumentParser) -> None:
@@ -293,9 +305,9 @@ def parser() -> argparse.ArgumentParser:
     add_pmtu_option(u)
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
-    u.add_argument("--lb", default="ecmp", choices=policies.names(controller=True),
-                   help="load-balancing mode (switch later: PUT /lb on the controller's API; "
-                        "`astral-lab policies` lists them)")
+    u.add_argument("--lb", default="ecmp", type=controller_policy, metavar="MODE",
+                   help="load-balancing mode, options as MODE:KEY=VALUE (switch later: PUT "
+                        "/lb on the controller's API; `astral-lab policies` lists them)")
     add_cluster_option(u)
     add_live_options(u)
     _add_spec_options(u)

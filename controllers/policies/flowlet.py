@@ -1,4 +1,4 @@
-"""A QP takes a new entropy value after an idle gap of at least ``gap_rtts`` base RTTs.
+"""A QP takes a new entropy value after an idle gap of at least gap_rtts base RTTs (LetFlow).
 
 LetFlow at the host: packets of a burst keep one path (no reordering as long as the gap
 exceeds the difference between paths' delays); after a pause long enough for the old

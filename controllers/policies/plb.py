@@ -1,4 +1,4 @@
-"""A QP takes a new entropy value when the receiver reports congestion ``rounds`` rounds in a row.
+"""A QP takes a new entropy value when the receiver reports congestion rounds in a row (PLB).
 
 Protective Load Balancing (Google, SIGCOMM 2022) for RoCE: the receiver measures each
 packet's one-way delay (all hosts of the lab share one clock) and, every

@@ -1,4 +1,4 @@
-"""Each peer gets ``qps`` QPs and every message is striped over them; switches hash each QP.
+"""Each peer gets several QPs (qps) and every message is striped over them; switches hash each QP.
 
 QP scaling, as DeepEP's ``num_qps_per_rank`` or Meta's RoCE fabric with E-ECMP do it:
 more flows with their own source ports give the hash more chances, so the biggest

@@ -116,3 +116,52 @@ def test_flowlet_and_plb_move_qps_off_the_slow_lane_ecmp_left_them_on(
     for q in slow:
         assert short[q]["entropy_moves"] >= 1 and short[q]["first_move_s"] < FLOWLET_MOVE_S
     assert_clean(plan)
+
+
+def test_plb_feedback_is_roce_that_tshark_decodes(assert_clean: Callable[[WiringPlan], None],
+                                                  tmp_path: str) -> None:
+    """The receivers' ACKs and CNPs, captured on the sender's NIC: RC ACKNOWLEDGE (opcode 17)
+    with an AETH, CNP (opcode 0x81) with BECN, the data's QP, a correct ICRC; two QPs at the
+    NIC's rate fill their lanes, so both kinds occur."""
+    import os
+    import signal
+
+    from scapy.utils import rdpcap
+
+    from traffic.roce import verify_icrc
+
+    plan = plan_()
+    pcap = os.path.join(str(tmp_path), "feedback.pcap")
+    flows = [FlowSpec.make(SRC, DST, 400_000, qp=q, message_bytes=100_000) for q in (1, 2)]
+    with Lab(plan, lb="plb") as lab:
+        dump = lab.hosts[SRC].popen(["tcpdump", "-i", f"{SRC}-eth0", "-Q", "in", "-U", "-s",
+                                     "128", "-w", pcap, "udp", "dst", "port", "4791"])
+        try:
+            _wait_for(lambda: os.path.exists(pcap))
+            r = replay(lab, flows, progress=False)
+        finally:
+            dump.send_signal(signal.SIGINT)
+            dump.wait(timeout=10)
+    out = subprocess.run(["tshark", "-r", pcap, "-T", "fields", "-e", "infiniband.bth.opcode",
+                          "-e", "infiniband.bth.destqp", "-e", "infiniband.aeth.syndrome"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line.split("\t") for line in out.splitlines() if line.strip()]
+    kinds = {row[0] for row in rows}
+    print(f"feedback frames: {len(rows)}, opcodes {sorted(kinds)}, replay {r.feedback}")
+    assert {"17", "129"} <= kinds, rows[:5]
+    assert {int(row[1], 16) for row in rows} <= {1, 2}
+    assert all(row[2] == "31" for row in rows if row[0] == "17")  # ACK, credits not used
+    frames = [bytes(p) for p in rdpcap(pcap)]
+    assert frames and all(verify_icrc(f) for f in frames)
+    assert all(f[46] & 0x40 for f in frames if f[42] == 0x81)  # BECN set on a CNP
+    assert len(rows) == r.feedback["acks_sent"] + r.feedback["cnps_sent"]
+    assert_clean(plan)
+
+
+def _wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
