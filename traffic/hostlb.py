@@ -12,8 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from controllers.flows import QP_SPORT_BASE, QP_SPORTS
 from controllers.policies import Policy
 from traffic.roce import MAX_OVERHEAD
+
+
+def entropy_ports(sport: int, n: int) -> list[int]:
+    """The ``n`` source ports a QP whose own port is ``sport`` may carry, in the order the
+    compiled sender uses them (value 0 is the QP's own port; ``pktio.c`` computes the same:
+    its tests compare). Spread over the QP port range so every value hashes afresh."""
+    stride = QP_SPORTS // n
+    return [QP_SPORT_BASE + (sport - QP_SPORT_BASE + k * stride) % QP_SPORTS
+            for k in range(n)]
 
 
 def frame_s(plan: Any, pmtu: int) -> float:

@@ -10,6 +10,7 @@ from controllers import policies
 from controllers.flows import sport_for_qp
 from testbed.topologies import build
 from traffic import hostlb
+from traffic.hostlb import entropy_ports
 from traffic.kernels import FlowSpec
 from traffic.roce import MAX_OVERHEAD, ReplaySpec
 
@@ -73,3 +74,41 @@ def test_policy_options_are_checked_once() -> None:
         policies.parse("spray:entropies=-1")
     assert policies.parse("plb:rounds=2").label == "plb:rounds=2"
     assert policies.parse("plb:rounds=3").label == "plb"  # the default is not repeated
+
+
+def test_host_side_policies_leave_the_switches_as_ecmp_does(plan) -> None:  # type: ignore[no-untyped-def]
+    """The controller's flow tables under spray, qp-scaling, flowlet and plb are ECMP's: the
+    hosts balance, the switches only hash (no pins even for posted flows)."""
+    from controllers.fabric import FabricLogic
+    from controllers.flows import Flow
+
+    hosts = [h.name for h in plan.hosts]
+    flows = [Flow(hosts[0], hosts[-1], 49152 + q, bytes=1 << 20) for q in range(4)]
+    ecmp = FabricLogic(plan, "ecmp")
+    ecmp.set_flows(flows)
+    for name in ("spray", "qp-scaling", "flowlet", "plb"):
+        logic = FabricLogic(plan, name)
+        logic.set_flows(flows)
+        assert not logic.assign, name
+        assert all(logic.table(s) == ecmp.table(s) for s in logic.switch_names), name
+
+
+def test_a_sprayed_qp_reaches_every_equal_cost_port_of_its_leaf(plan) -> None:  # type: ignore[no-untyped-def]
+    """The entropy set of one QP, through the controller's hash model of the switches: its
+    packets leave the source leaf by every uplink, in near-equal shares; one port (what
+    ecmp and the QP's first packet use) takes one uplink."""
+    from collections import Counter
+
+    from controllers import lb
+    from controllers.flows import Flow
+    from controllers.paths import PathFinder
+
+    finder = PathFinder(plan)
+    src, dst = "s0g0", "s0g1"  # different rails: leaf, one of the spines, leaf
+    ups = {h for p in finder.candidates(src, dst) for h in p[:1]}
+    assert len(ups) == 4
+    ports = entropy_ports(sport_for_qp(3), 256)
+    assert len(set(ports)) == 256
+    first = Counter(lb.ecmp_path(Flow(src, dst, p), finder)[0] for p in ports)
+    assert set(first) == ups
+    assert max(first.values()) / min(first.values()) < 1.6, first

@@ -288,8 +288,11 @@ def test_spray_gives_each_packet_the_next_port_of_its_qps_set(exe: str, tmp_path
     by_qp: dict[int, list[int]] = defaultdict(list)
     for f in frames:
         by_qp[qp_of(f)].append(sport_of(f))
+    from traffic.hostlb import entropy_ports
+
     for qp, ports in by_qp.items():
         assert ports[0] == 49152 + qp  # the first value is the QP's own port
+        assert ports[:8] == entropy_ports(49152 + qp, 8)[:len(ports[:8])]
         assert len(set(ports[:8])) == 8 and ports[8:16] == ports[:len(ports[8:16])], qp
         assert all(49152 <= p < 65536 for p in ports)
     assert len(by_qp[7]) == 40 and len(by_qp[9]) == 10
