@@ -60,6 +60,7 @@ def receiver_args(policy: Policy, plan: Any, pmtu: int) -> list[str]:
     """``astral-pktio recv`` options for ``policy`` (plb: answer rounds with ACK/CNP)."""
     if policy.entropy != "plb":
         return []
-    delay = base_one_way_s(plan, pmtu) + policy.option("delay_frames") * frame_s(plan, pmtu)
-    return ["--feedback-every", str(int(policy.option("round_packets"))),
+    base = base_one_way_s(plan, pmtu)  # also the RTT: the ACK's way back is a tiny frame
+    delay = base + policy.option("delay_frames") * frame_s(plan, pmtu)
+    return ["--feedback-round-us", f"{policy.option('round_rtts') * base * 1e6:.1f}",
             "--feedback-delay-us", f"{delay * 1e6:.1f}"]

@@ -1,12 +1,12 @@
 """A QP takes a new entropy value when the receiver reports congestion rounds in a row (PLB).
 
 Protective Load Balancing (Google, SIGCOMM 2022) for RoCE: the receiver measures each
-packet's one-way delay (all hosts of the lab share one clock) and, every
-``round_packets`` packets of a QP, answers with an RC ACKNOWLEDGE (the round was fine)
-or a CNP (most of its packets queued more than ``delay_frames`` frame times); the
-feedback crosses the fabric like real ACKs. After ``rounds`` CNPs in a row the sender
-re-draws the QP's source port, so a flow stuck on a hot lane moves and a healthy one
-stays put.
+packet's one-way delay (all hosts of the lab share one clock) and, at the end of each
+round of a QP (``round_rtts`` base RTTs of arrivals, as PLB's rounds are RTTs), answers
+with an RC ACKNOWLEDGE (the round was fine) or a CNP (at least half of its packets queued
+more than ``delay_frames`` frame times); the feedback crosses the fabric like real ACKs.
+After ``rounds`` CNPs in a row the sender re-draws the QP's source port, so a flow stuck
+on a hot lane moves and a healthy one stays put.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from controllers.policies import ModelContext
 PINS = False
 RANDOM = True
 ENTROPY = "plb"
-OPTIONS = {"rounds": 3, "round_packets": 1, "delay_frames": 4.0}
+OPTIONS = {"rounds": 3, "round_rtts": 1.0, "delay_frames": 4.0}
 WHATIF = None
 #: re-draw passes of the flow model at most
 PASSES = 8

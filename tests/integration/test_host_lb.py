@@ -21,7 +21,7 @@ from traffic.shell.replay import replay
 
 SRC, DST, LEAF = "s0g0", "s0g1", "lf0r0"
 #: PLB's promise here: a QP on the slow lane re-paths within this many seconds of its start
-#: (3 congested packets in a row at the slow lane's rate, plus the feedback's way back)
+#: (3 congested rounds of one RTT each, plus the queue the feedback waits behind)
 PLB_MOVE_S = 1.5
 #: a QP whose packets are always spaced more than the flowlet gap moves at its second packet
 FLOWLET_MOVE_S = 0.1
@@ -125,6 +125,7 @@ def test_plb_feedback_is_roce_that_tshark_decodes(assert_clean: Callable[[Wiring
     NIC's rate fill their lanes, so both kinds occur."""
     import os
     import signal
+    import time
 
     from scapy.utils import rdpcap
 
@@ -134,11 +135,15 @@ def test_plb_feedback_is_roce_that_tshark_decodes(assert_clean: Callable[[Wiring
     pcap = os.path.join(str(tmp_path), "feedback.pcap")
     flows = [FlowSpec.make(SRC, DST, 400_000, qp=q, message_bytes=100_000) for q in (1, 2)]
     with Lab(plan, lb="plb") as lab:
-        dump = lab.hosts[SRC].popen(["tcpdump", "-i", f"{SRC}-eth0", "-Q", "in", "-U", "-s",
-                                     "128", "-w", pcap, "udp", "dst", "port", "4791"])
+        # the ACK/CNP opcodes (the first byte after the UDP header): feedback, not data
+        dump = lab.hosts[SRC].popen(["tcpdump", "-i", f"{SRC}-eth0", "--immediate-mode", "-U",
+                                     "-s", "128", "-w", pcap,
+                                     "udp dst port 4791 and (udp[8] == 0x11 or udp[8] == 0x81)"])
         try:
             _wait_for(lambda: os.path.exists(pcap))
+            time.sleep(1.0)  # the file exists before the capture runs
             r = replay(lab, flows, progress=False)
+            time.sleep(0.5)
         finally:
             dump.send_signal(signal.SIGINT)
             dump.wait(timeout=10)

@@ -47,10 +47,11 @@ def test_each_policy_asks_the_sender_for_its_entropy_rule(plan) -> None:  # type
 def test_only_plb_receivers_answer_with_feedback(plan) -> None:  # type: ignore[no-untyped-def]
     for name in ("ecmp", "spray", "flowlet", "qp-scaling", "planned"):
         assert hostlb.receiver_args(policies.get(name), plan, 4096) == []
-    args = hostlb.receiver_args(policies.parse("plb:round_packets=4:delay_frames=2"), plan,
-                                4096)
-    want = (hostlb.base_one_way_s(plan, 4096) + 2 * hostlb.frame_s(plan, 4096)) * 1e6
-    assert args[:2] == ["--feedback-every", "4"] and args[2] == "--feedback-delay-us"
+    args = hostlb.receiver_args(policies.parse("plb:round_rtts=2:delay_frames=2"), plan, 4096)
+    base = hostlb.base_one_way_s(plan, 4096)
+    want = (base + 2 * hostlb.frame_s(plan, 4096)) * 1e6
+    assert args[0] == "--feedback-round-us" and args[2] == "--feedback-delay-us"
+    assert float(args[1]) == pytest.approx(2 * base * 1e6, abs=0.1)
     assert float(args[3]) == pytest.approx(want, abs=0.1)
 
 

@@ -10,6 +10,7 @@
  *   astral-pktio send --plan PLAN --out SENT [--intf IFACE | --dump FRAMES] [--start-at NS]
  *   astral-pktio recv --intf IFACE --out RECS [--ready FILE] [--expect-bytes N]
  *                     [--idle-timeout S] [--timeout S] [--ring-mb M]
+ *                     [--feedback-round-us R --feedback-delay-us D]
  *
  * send: frames come from templates the plan carries (one per QP, opcode and length); per
  * packet it writes the PSN word, the RETH or the replay header (message number, packet
@@ -19,11 +20,17 @@
  * requests in order with PSN and message numbers continuing. Pacing is a token bucket at
  * the plan's rate holding `burst` seconds of credit. `--dump` writes the frames to a file
  * (u32 length, bytes) instead of a socket: the unit tests compare them with Python's.
+ * Every packet carries its own send time. The plan's entropy mode picks each packet's UDP
+ * source port from the QP's set (traffic/hostlb.py entropy_ports): the QP's own (qp), the
+ * next of the set each packet (packet: spraying), another after an idle gap (flowlet), or
+ * another after `rounds` CNPs in a row from the receiver (plb; a filtered tap reads them).
  *
  * recv: a TPACKET_V3 ring on the interface (kernel timestamps, the first 128 bytes of each
  * frame), RoCEv2 frames to UDP 4791 kept as fixed 48-byte records for Python to account;
  * stops at `--expect-bytes` of payload, `--idle-timeout` seconds after the last packet,
  * `--timeout`, SIGTERM/SIGINT (after draining the ring) or when its interface is gone.
+ * With --feedback-round-us it answers each QP's rounds (R us of arrivals) with an RC ACK,
+ * or a CNP when at least half the round's packets had a one-way delay above D us.
  * Both modes stop when the process that started them dies. The last line of RECS.json says why, with
  * the ring's own drop count; the records are in RECS.json.bin.
  */
@@ -645,18 +652,18 @@ typedef struct __attribute__((packed)) {
 } Rec;
 _Static_assert(sizeof(Rec) == 48, "record layout is shared with traffic/pktplan.py");
 
-/* The plb mode's receiver side: per QP, packets of the current round and how many of them
- * queued (one-way delay above `delay_ns`). */
+/* The plb mode's receiver side: per QP, the current round (it began at `start`, lasts
+ * `round_ns`: about one RTT, as PLB's rounds do), its packets and how many of them queued
+ * (one-way delay above `delay_ns`). */
 #define FB_SLOTS 65536
-typedef struct { uint32_t ip, qp, n, cong, used; } FbQp;
+typedef struct { uint32_t ip, qp, n, cong, used; int64_t start; } FbQp;
 
 typedef struct {
     FILE *f;
     uint64_t packets, bytes, malformed, other, feedback_in, acks, cnps;
     int64_t last_ns;
     int fb_fd;                    /* -1: no feedback */
-    uint32_t fb_every;
-    int64_t fb_delay_ns;
+    int64_t fb_round_ns, fb_delay_ns;
     FbQp *fb;
 } Sink;
 
@@ -766,8 +773,10 @@ static void count_round(Sink *k, const uint8_t *p, const uint8_t *ip, const uint
         FbQp *q = &k->fb[h];
         if (!q->used) { q->used = 1; q->ip = r->src_ip; q->qp = r->qp; }
         else if (q->ip != r->src_ip || q->qp != r->qp) continue;
+        if (!q->n) q->start = (int64_t)r->stamp_ns;
         q->cong += (int64_t)(r->stamp_ns - r->start_ns) > k->fb_delay_ns;
-        if (++q->n >= k->fb_every) {
+        q->n++;
+        if ((int64_t)r->stamp_ns - q->start >= k->fb_round_ns) {  /* the round is over */
             send_feedback(k, p, ip, bth, r->seq & 0xFFFFFF, 2 * q->cong >= q->n);
             q->n = q->cong = 0;
         }
@@ -785,8 +794,8 @@ static int cmd_recv(int argc, char **argv) {
     const char *intf = NULL, *out = NULL, *ready = NULL;
     uint64_t expect = 0;
     double idle = 0, timeout = 0;
-    unsigned ring_mb = 8, fb_every = 0;
-    double fb_delay_us = 0;
+    unsigned ring_mb = 8;
+    double fb_round_us = 0, fb_delay_us = 0;
     for (int i = 0; i < argc; i++) {
         if (i + 1 >= argc) die("option %s needs a value", argv[i]);
         if (!strcmp(argv[i], "--intf")) intf = argv[++i];
@@ -796,13 +805,14 @@ static int cmd_recv(int argc, char **argv) {
         else if (!strcmp(argv[i], "--idle-timeout")) idle = atof(argv[++i]);
         else if (!strcmp(argv[i], "--timeout")) timeout = atof(argv[++i]);
         else if (!strcmp(argv[i], "--ring-mb")) ring_mb = (unsigned)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--feedback-every")) fb_every = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--feedback-round-us")) fb_round_us = atof(argv[++i]);
         else if (!strcmp(argv[i], "--feedback-delay-us")) fb_delay_us = atof(argv[++i]);
         else die("unknown recv option %s", argv[i]);
     }
     if (!intf || !out) die("%s", "recv needs --intf and --out");
     if (ring_mb < 1 || ring_mb > 1024) die("%s", "--ring-mb must be 1..1024");
-    if (fb_every > 65536 || fb_delay_us < 0) die("%s", "--feedback-every must be 0..65536 and --feedback-delay-us >= 0");
+    if (fb_round_us < 0 || fb_delay_us < 0)
+        die("%s", "--feedback-round-us and --feedback-delay-us must be >= 0");
     int fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
     if (fd < 0) { perror("astral-pktio: socket"); return 1; }
     int v3 = TPACKET_V3, one = 1;
@@ -830,9 +840,9 @@ static int cmd_recv(int argc, char **argv) {
     char recs[4096];
     snprintf(recs, sizeof recs, "%s.bin", out);  /* RECS.json.bin: what Python reads */
     Atomic rec;
-    Sink k = {.f = atomic_open(&rec, recs, "wb"), .fb_fd = -1, .fb_every = fb_every,
-              .fb_delay_ns = (int64_t)(fb_delay_us * 1e3)};
-    if (fb_every) {  /* plb: answer rounds of packets with ACK/CNP frames */
+    Sink k = {.f = atomic_open(&rec, recs, "wb"), .fb_fd = -1,
+              .fb_round_ns = (int64_t)(fb_round_us * 1e3), .fb_delay_ns = (int64_t)(fb_delay_us * 1e3)};
+    if (fb_round_us > 0) {  /* plb: answer rounds of packets with ACK/CNP frames */
         k.fb = calloc(FB_SLOTS, sizeof(FbQp));
         k.fb_fd = socket(AF_PACKET, SOCK_RAW, 0);
         struct sockaddr_ll out = {.sll_family = AF_PACKET, .sll_ifindex = sll.sll_ifindex};
@@ -913,6 +923,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: astral-pktio send --plan PLAN --out SENT (--intf IFACE | --dump FILE) "
                     "[--start-at NS]\n       astral-pktio recv --intf IFACE --out RECS.json "
                     "[--ready FILE] [--expect-bytes N] [--idle-timeout S] [--timeout S] "
-                    "[--ring-mb M]\n");
+                    "[--ring-mb M] [--feedback-round-us R --feedback-delay-us D]\n");
     return 2;
 }
