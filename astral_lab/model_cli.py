@@ -16,6 +16,7 @@ from testbed import topologies
 from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
     DEFAULT_PAIR_BYTES,
+    DEFAULT_POLICIES,
     FABRIC_FIELDS,
     MODES,
     PLACEMENTS,
@@ -44,8 +45,9 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--workload", default="alltoall", choices=WORKLOADS,
                    help="alltoall: equal bytes per GPU pair; prefill/decode: one MoE step "
                         "through the high-bandwidth / low-latency kernel (default alltoall)")
-    p.add_argument("--lb", default=",".join(POLICIES), metavar="P[,P...]",
-                   help=f"policies (default {','.join(POLICIES)})")
+    p.add_argument("--lb", default=",".join(DEFAULT_POLICIES), metavar="P[,P...]",
+                   help=f"policies, options as P:KEY=VALUE (default {','.join(DEFAULT_POLICIES)};"
+                        f" all: {','.join(POLICIES)})")
     p.add_argument("--groups", type=int, default=0, metavar="G",
                    help="expert-parallel groups (default: as many as fit)")
     p.add_argument("--group-size", type=int, default=0, metavar="N",

@@ -296,7 +296,7 @@ def stripe(flows: Sequence[Any], n: int) -> list[Any]:
             share = f.bytes // n + (k < f.bytes % n)
             if share <= 0 and f.bytes > 0:
                 continue
-            if hasattr(f, "qp"):
+            if hasattr(f, "message_bytes"):  # a replay's FlowSpec: QPs and messages
                 qp = f.qp * n + k
                 mb = -(-f.message_bytes // n) if f.message_bytes else 0
                 msgs = -(-share // mb) if mb and share else 0

@@ -120,7 +120,7 @@ from typing import Any
 from controllers.paths import UNITS, PathFinder
 from testbed import topologies
 from testbed.models.bounds import bounds
-from testbed.models.inputs import POLICIES, _check_policy
+from testbed.models.inputs import DEFAULT_POLICIES, POLICIES, _check_policy
 from testbed.models.jobs import DEFAULT_PAIR_BYTES, PLACEMENTS, WORKLOADS, Job, make_job
 from testbed.models.perflow import _model_policies, _Prepared, auto_jobs, model_flows
 from testbed.models.results import ModelResult
@@ -171,7 +171,7 @@ def _spec(topology: str, servers: int, gps: int, fabric: dict[str, Any]) -> Fabr
 
 
 def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "alltoall",
-        policies: Sequence[str] = POLICIES, groups: int = 0, group_size: int = 0,
+        policies: Sequence[str] = DEFAULT_POLICIES, groups: int = 0, group_size: int = 0,
         placement: str = "packed", seed: int = 0, pair_bytes: int = DEFAULT_PAIR_BYTES,
         qps: int = 1, phase: str = "dispatch", tokens: int = 0, model: str = "deepseek-v3",
         mode: str = "auto", exact_flows: int = DEFAULT_EXACT_FLOWS, unit: str = "gbps",
@@ -322,7 +322,8 @@ def format_report(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 __all__ = [
-    "POLICIES", "WORKLOADS", "PLACEMENTS", "MODES", "DEFAULT_EXACT_FLOWS", "Timeline",
+    "POLICIES", "DEFAULT_POLICIES", "WORKLOADS", "PLACEMENTS", "MODES", "DEFAULT_EXACT_FLOWS",
+    "Timeline",
     "ModelResult", "TwoTier", "Job", "simulate", "model_flows", "bounds", "make_job", "whatif",
     "ecmp_lanes", "auto_servers_per_block", "auto_jobs", "run", "format_report",
 ]

@@ -31,7 +31,7 @@ import numpy as np
 from controllers.flows import ROCE_PORT, sport_for_qp
 from testbed import topologies
 from testbed.models.bounds import _finish_bounds, _funnel, _start_aware
-from testbed.models.inputs import POLICIES, _check_policy
+from testbed.models.inputs import DEFAULT_POLICIES, _check_policy
 from testbed.models.jobs import Job
 from testbed.models.results import (
     ModelResult,
@@ -488,7 +488,7 @@ def _whatif_bounds(q: _Quotient) -> dict[str, float]:
     return _finish_bounds(out, ideal)
 
 
-def whatif(tt: TwoTier, job: Job, policies: Sequence[str] = POLICIES, seed: int = 0,
+def whatif(tt: TwoTier, job: Job, policies: Sequence[str] = DEFAULT_POLICIES, seed: int = 0,
            tolerance: float = 0.0) -> tuple[list[ModelResult], dict[str, float]]:
     """The aggregate model of ``job`` on ``tt`` for each policy, and the bounds.
 

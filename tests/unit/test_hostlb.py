@@ -113,3 +113,11 @@ def test_a_sprayed_qp_reaches_every_equal_cost_port_of_its_leaf(plan) -> None:  
     first = Counter(lb.ecmp_path(Flow(src, dst, p), finder)[0] for p in ports)
     assert set(first) == ups
     assert max(first.values()) / min(first.values()) < 1.6, first
+
+
+def test_stripes_of_a_plain_flow_take_their_own_source_ports() -> None:
+    from controllers.flows import Flow
+
+    got = policies.stripe([Flow("a", "b", sport_for_qp(1), bytes=10)], 3)
+    assert [g.bytes for g in got] == [4, 3, 3]
+    assert [g.sport for g in got] == [sport_for_qp(3), sport_for_qp(4), sport_for_qp(5)]

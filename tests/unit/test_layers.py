@@ -27,7 +27,10 @@ IMPURE = ("mininet", "os_ken", "subprocess", "socket")
 PURE = (
     "controllers.plan", "controllers.plugins", "controllers.policies", "controllers.policies.ecmp",
     "controllers.policies.ecmp_fluid", "controllers.policies.planned",
-    "controllers.policies.adaptive", "testbed.topologies.astral3", "testbed.topologies.rail3",
+    "controllers.policies.adaptive", "controllers.policies.spray",
+    "controllers.policies.qp_scaling", "controllers.policies.flowlet",
+    "controllers.policies.plb", "traffic.hostlb", "testbed.topologies.astral3",
+    "testbed.topologies.rail3",
     "testbed.topologies.railonly", "testbed.topologies.fattree",
     "testbed.plan", "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.cost",
     "testbed.flowmodel", "testbed.maxmin", "testbed.faultmarks", "testbed.faultspec",
