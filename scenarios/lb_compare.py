@@ -420,8 +420,8 @@ def _published(run: Run, results: dict[str, dict[str, Any]]) -> None:
     notes = [f"**{n}**: {policies.get(n).differs}" for n in run.params["modes"]
              if policies.get(n).differs]
     if notes:
-        run.report.text("Where the lab differs from the published shape, and why: "
-                        + " ".join(notes))
+        run.report.text("Where the lab differs from the published shape, and why:\n\n"
+                        + "\n".join(f"* {n}" for n in notes))
 
 
 def _finding_ecmp(run: Run, results: dict[str, dict[str, Any]], wl: str) -> None:

@@ -20,6 +20,14 @@ PINS = False
 RANDOM = True
 ENTROPY = "flowlet"
 OPTIONS = {"gap_rtts": 2.0}
+PUBLISHED = ('re-pathing flowlets at random after idle gaps performs close to congestion-aware '
+             'balancing (CONGA) in symmetric and asymmetric fabrics')
+SOURCE = ('LetFlow (NSDI 2017)')
+DIFFERS = ("the senders here pace open-loop and serve their QPs round-robin, so a QP's "
+           'packets are evenly spaced by (QPs at its sender) x frame time: with fewer QPs '
+           'than the gap spans no gap opens and flowlet is ECMP, with more every packet is a '
+           "flowlet and it is spraying; LetFlow's elasticity comes from TCP's ACK-clocked "
+           'bursts, which these senders do not have')
 WHATIF = None
 #: the flow model puts the bytes of one full-size frame (payload at its path MTU plus
 #: headers) under this key of ``ctx.options``: the rule is about packets, the model is not

@@ -25,6 +25,13 @@ PINS = False
 RANDOM = True
 ENTROPY = "plb"
 OPTIONS = {"rounds": 3, "round_rtts": 1.0, "delay_frames": 4.0}
+PUBLISHED = ('re-pathing a connection after a few congested rounds (ECN) evens out link load '
+             'and cuts tail latency in a production fabric')
+SOURCE = ('PLB (SIGCOMM 2022)')
+DIFFERS = ('the senders here have no congestion control: until a QP moves it keeps its full '
+           'rate into the hot lane, and what queued there before the move drains at that '
+           "lane's rate; a move is a random re-draw, which in a fully loaded fabric often "
+           'lands on another busy lane and moves again')
 WHATIF = None
 #: re-draw passes of the flow model at most
 PASSES = 8

@@ -60,7 +60,9 @@ def fake_replay(lab: FakeLab, flows: Any, **_kw: Any) -> ReplayResult:
     flows = [f for f in flows if f.bytes > 0]
     lab.replays.append(flows)
     seed = zlib.crc32(",".join(str(f.sport) for f in flows).encode())
-    mode = lab.lb if lab.lb in ("ecmp", "planned", "adaptive") else "ecmp"
+    from controllers import policies
+
+    mode = lab.lb if lab.lb in policies.names(controller=True) else "ecmp"
     res = model_flows(lab.plan, flows, mode, seed=seed, unit="mbps")
     rows, messages = [], []
     for f, t in zip(flows, res.flow_finish_s, strict=True):

@@ -78,3 +78,26 @@ def test_a_run_reports_distributions_beside_the_model(tmp_path: Any,
         assert os.path.getsize(os.path.join(out, png)) > 1000 and f"]({png})" in report
     draws = read_json(out, "draws.json")
     assert len(draws["permutation/ecmp"]["per_draw"]) == n
+
+
+def test_host_side_policies_stand_beside_their_published_shapes(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every policy run gets a row beside what its source published, and the host-side
+    ones say where the lab differs; spray's fluid model is at the bound."""
+    from controllers import policies
+
+    install(monkeypatch, lc)
+    out = os.path.join(str(tmp_path), "run")
+    modes = ["ecmp", "spray", "qp-scaling", "flowlet", "plb"]
+    lc.lb_compare(quick=True, output=out, log=lambda _m: None, model_draws=10, modes=modes,
+                  workloads=["alltoall"], ecmp_samples=1)
+    report = read_text(out, "REPORT.md")
+    table = report[report.index("| workload | policy | measured / bound"):]
+    for mode in modes:
+        pol = policies.get(mode)
+        row = next(line for line in table.splitlines() if line.startswith(f"| alltoall | {mode} |"))
+        assert pol.published[:40] in row and pol.source in row, mode
+        if pol.differs:
+            assert f"* **{mode}**: {pol.differs}" in report
+    spray = read_json(out, "summary.json")["alltoall/spray"]
+    assert spray["model"]["median"] / spray["bound"] < 1.1

@@ -287,7 +287,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
     result.plane = plane
     fb = [d.get("feedback") or {} for d in received.values()]
-    if any(fb):
+    if feedback:  # the receivers answered rounds (plb)
         result.feedback = {k: sum(int(x.get(k, 0)) for x in fb)
                            for k in ("acks_sent", "cnps_sent", "seen")}
     result.cpu_s = {"senders": round(sum(d.get("cpu_s") or 0.0 for d in sent.values()), 3),
