@@ -121,3 +121,20 @@ def test_stripes_of_a_plain_flow_take_their_own_source_ports() -> None:
     got = policies.stripe([Flow("a", "b", sport_for_qp(1), bytes=10)], 3)
     assert [g.bytes for g in got] == [4, 3, 3]
     assert [g.sport for g in got] == [sport_for_qp(3), sport_for_qp(4), sport_for_qp(5)]
+
+
+def test_the_python_plane_refuses_a_host_side_policy_before_anything_starts(
+        tmp_path, plan) -> None:  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from traffic.shell.replay import replay
+
+    client = SimpleNamespace(lb=lambda: {"mode": "spray", "pins": False})
+    lab = SimpleNamespace(plan=plan, client=lambda: client, workdir=str(tmp_path),
+                          lb_policy=policies.get("spray"))
+    flows = [FlowSpec.make("s0g0", "s0g1", 10_000, qp=1, message_bytes=5_000)]
+    with pytest.raises(ValueError, match="only the native plane"):
+        replay(lab, flows, plane="python")
+    with pytest.raises(ValueError, match="has no option"):
+        replay(lab, flows, policy="spray:qps=2")
+    assert list(tmp_path.iterdir()) == []  # no replay folder, no agents
