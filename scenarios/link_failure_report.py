@@ -404,6 +404,8 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
     host = [m for m in modes if policies.get(m).entropy != "qp"
             or hasattr(policies.get(m).module, "expand")]
     if host:
+        from scenarios.link_failure import MESSAGE_BYTES as msg
+
         rep.finding(
             "Whole messages under host-side balancing",
             measured="; ".join(
@@ -415,11 +417,29 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
             ideal="0: the flow model moves bytes, not packets, and loses none",
             published="; ".join(f"{m}: {policies.get(m).published} ({policies.get(m).source})"
                                 for m in host),
-            why=("A hashed QP loses packets only if it crossed the dead link in the moment "
-                 "before its leaf dropped the bucket; a sprayed QP puts a packet of every "
-                 "message on every lane, so while a select group still lists the dead lane "
-                 "(until the leaf's own port goes down, and at the far leaves until the "
-                 "controller's reroute) every message in flight loses packets, and with no "
-                 "retransmission in the replay those messages never complete. "
-                 + " ".join(f"{m}: {policies.get(m).differs}" for m in host
+            why=(f"A message missing one packet never completes (the replay does not "
+                 f"retransmit), and the packets lost are those queued on the dead link at the "
+                 f"cut plus those sent into it before each switch stopped using it: the leaf "
+                 f"skips its own dead port at once, the far leaves keep sending toward the dead "
+                 f"spine port until the controller's reroute. A hashed QP loses only if it used "
+                 f"that lane; a sprayed {msg // 1024} KiB message "
+                 f"({-(-msg // run.pmtu)} packets) has packets on every lane, so "
+                 f"every message in flight in that window is exposed. "
+                 + _host_loss_verdict(agg, host) + " "
+                 + " ".join(f"{m}: {policies.get(m).differs}." for m in host
                             if policies.get(m).differs)))
+
+
+def _host_loss_verdict(agg: dict[str, dict[str, Any]], host: list[str]) -> str:
+    """What the measured incomplete fractions say, sprayed against hashed, lane case."""
+    if "ecmp/lane" not in agg:
+        return ""
+    e = agg["ecmp/lane"]["incomplete"]["median"] or 0.0
+    out = []
+    for m in host:
+        x = agg[f"{m}/lane"]["incomplete"]["median"] or 0.0
+        word = ("more than" if x > 1.5 * e + 1e-9 else "fewer than" if x < e / 1.5 - 1e-9
+                else "about as many as")
+        out.append(f"Measured with a lane cut: {m} lost whole messages at {x:.3f} of its "
+                   f"messages, {word} ECMP ({e:.3f}).")
+    return " ".join(out)

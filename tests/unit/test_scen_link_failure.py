@@ -162,7 +162,10 @@ def _fake_run(run, lab, flows, mode, case, links, delay_s, probe, draw=0):  # ty
                                                               k * 0.1 > delay_s else 1)))
                for k in range(int(done * 10) + 2)]
     cut = start + int((delay_s or 0) * 1e9)
+    # a sprayed message crosses every lane: more of them lose a packet at a cut
+    incomplete = 0 if case == "baseline" else 30 if mode == "spray" else 10
     return {"mode": mode, "case": case, "draw": draw, "completion_s": done,
+            "messages": 1000, "incomplete_messages": incomplete,
             "summary": {"lost_packets": 0, "bytes_received": 10, "bytes_sent": 10,
                         "start_skew_s": 0.001},
             "start_ns": start, "samples": samples, "watched": [],
@@ -220,3 +223,21 @@ def test_model_penalty_follows_the_policy(plan) -> None:  # type: ignore
     assert all(0.5 < x["penalty"] < 2.0 for x in ecmp)
     # the hash's baseline is slower than the planned one: collisions
     assert min(x["baseline_s"] for x in ecmp) >= planned[0]["baseline_s"] * 0.999
+
+
+def test_host_side_policies_report_the_whole_messages_a_failure_cost(
+        tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from scen_fakes import install, read_text
+
+    install(monkeypatch, lf)
+    monkeypatch.setattr(lf, "_one_run", _fake_run)
+    out = os.path.join(str(tmp_path), "run")
+    lf.link_failure(quick=True, output=out, log=lambda _m: None, model_draws=4,
+                    modes=["ecmp", "spray"], draws=1)
+    report = read_text(out, "REPORT.md")
+    part = report[report.index("### Whole messages under host-side balancing"):]
+    assert "spray: messages incomplete" in part and "lane 0.030" in part
+    assert "spray lost whole messages at 0.030 of its messages, more than ECMP (0.010)" in part
+    assert "Ultra Ethernet" in part
