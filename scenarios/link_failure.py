@@ -79,6 +79,7 @@ from scenarios.common import (
 )
 from scenarios.link_failure_metrics import (
     DRAW_QP_STRIDE,
+    MESSAGE_BYTES,
     SMOOTH,
     TAIL_FRACTION,
     down_hops,
@@ -102,7 +103,6 @@ from traffic.workload import preset, simulate_step, uniform
 
 #: every policy the controller runs (controllers/policies/)
 MODES = policies.names(controller=True)
-MESSAGE_BYTES = 64 * 1024
 PROBE_PORT = 4792  # the replay's receivers own 4791
 PROBE_SPORTS = range(50100, 50108)
 PROBE_PPS = 40.0  # per source port: 8 x 40 x ~110 B frames = 0.28 Mb/s in all

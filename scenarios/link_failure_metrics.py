@@ -29,6 +29,8 @@ SMOOTH = 3  # samples averaged, and samples held, for the recovery rule
 TAIL_FRACTION = 0.9  # recovery is searched until this share of the bytes has arrived
 #: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
 DRAW_QP_STRIDE = 1000
+#: the All-to-All's RDMA WRITE size (a message missing a packet never completes)
+MESSAGE_BYTES = 64 * 1024
 
 
 def draws_for(mode: str, draws: int) -> int:

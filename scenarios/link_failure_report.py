@@ -30,6 +30,7 @@ from scenarios.common import (
 )
 from scenarios.link_failure_metrics import (
     DRAW_QP_STRIDE,
+    MESSAGE_BYTES,
     _failure_metrics,
     _model_baselines,
     draws_for,
@@ -404,8 +405,7 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
     host = [m for m in modes if policies.get(m).entropy != "qp"
             or hasattr(policies.get(m).module, "expand")]
     if host:
-        from scenarios.link_failure import MESSAGE_BYTES as msg
-
+        msg = MESSAGE_BYTES
         rep.finding(
             "Whole messages under host-side balancing",
             measured="; ".join(
