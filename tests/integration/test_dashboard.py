@@ -111,6 +111,7 @@ def _wait_traffic_start(browser: Browser, timeout: float = 240.0) -> tuple[float
 def test_dashboard_demo_in_a_browser(results_root: Any, assert_clean: Any) -> None:
     plan = build("astral3", **DEMO_FABRIC)
     port = _free_port()
+    browsers_before = set(glob.glob(os.path.join(cleanup.scratch_root(), "astral-browser-*")))
     env = dict(os.environ, ASTRAL_LAB_RESULTS=str(results_root))
     proc = subprocess.Popen([sys.executable, "-m", "astral_lab.cli", "dashboard", "--demo",
                              "--port", str(port), "--seconds", "8"], env=env,
@@ -156,7 +157,9 @@ def test_dashboard_demo_in_a_browser(results_root: Any, assert_clean: Any) -> No
     mine = [p for p in glob.glob(os.path.join(cleanup.scratch_root(), "astral-lab-*"))
             if f"-p{proc.pid}-" in os.path.basename(p)]
     assert not mine, f"scratch folders left: {mine}"
-    assert not glob.glob(os.path.join(cleanup.scratch_root(), "astral-browser-*"))
+    # the browser's profile folders of this test are gone (another run's are not ours)
+    browsers = set(glob.glob(os.path.join(cleanup.scratch_root(), "astral-browser-*")))
+    assert not browsers - browsers_before, browsers - browsers_before
     assert_clean(plan)
 
 

@@ -10,9 +10,11 @@ Shared by the unit test (fake backend) and the integration test (a real fabric).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -114,7 +116,8 @@ class Browser:
              "--hide-scrollbars", f"--window-size={width},{height}",
              "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
              f"--user-data-dir={self.profile}", url],
-            stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL,
+            start_new_session=True)  # its helpers in one group: close() stops them all
         log.close()
         self._id = 0
         try:
@@ -217,6 +220,13 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # Chromium's helper processes outlive the browser for a moment and keep writing
+        # into the profile: stop the whole group, wait until it is gone, then remove it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _group_alive(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
         shutil.rmtree(self.profile, ignore_errors=True)
 
     def __enter__(self) -> Browser:
@@ -224,3 +234,18 @@ class Browser:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies waiting to be reaped do not)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
