@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from controllers.flows import QP_SPORT_BASE, QP_SPORTS
-from controllers.policies import Policy
-from traffic.roce import MAX_OVERHEAD
+from controllers.policies import Policy, base_rtt_s
+from traffic.roce import OP_WRITE_MIDDLE, frame_len
 
 
 def entropy_ports(sport: int, n: int) -> list[int]:
@@ -26,19 +26,22 @@ def entropy_ports(sport: int, n: int) -> list[int]:
             for k in range(n)]
 
 
-def frame_s(plan: Any, pmtu: int) -> float:
-    """Seconds a full frame takes on the slowest link between switches (or any link)."""
+def _slowest_fabric_bps(plan: Any) -> float:
     kinds = {n.name: n.kind for n in plan.nodes}
     fabric = [ln.mbps for ln in plan.links if kinds.get(ln.a) == kinds.get(ln.b) == "switch"]
-    rate = min(fabric or [ln.mbps for ln in plan.links]) * 1e6
-    return (pmtu + MAX_OVERHEAD) * 8 / rate
+    return min(fabric or [ln.mbps for ln in plan.links]) * 1e6
+
+
+def frame_s(plan: Any, pmtu: int) -> float:
+    """Seconds a full frame takes on the slowest link between switches (or any link)."""
+    return base_rtt_s(1, frame_len(OP_WRITE_MIDDLE, pmtu), _slowest_fabric_bps(plan))
 
 
 def base_one_way_s(plan: Any, pmtu: int) -> float:
-    """A full frame's unloaded one-way delay over the longest minimal path: every link of
-    it stores and forwards the frame once (switch hops + 1 links)."""
+    """A full frame's unloaded one-way delay over the longest minimal path, which is also
+    the base RTT (``policies.base_rtt_s``: switch hops + 1 links, the ACK left out)."""
     hops = int(plan.counts.get("max_switch_hops", 3))
-    return (hops + 1) * frame_s(plan, pmtu)
+    return base_rtt_s(hops + 1, frame_len(OP_WRITE_MIDDLE, pmtu), _slowest_fabric_bps(plan))
 
 
 def sender_settings(policy: Policy, plan: Any, pmtu: int) -> dict[str, Any]:

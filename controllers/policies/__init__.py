@@ -228,8 +228,8 @@ def _all() -> dict[str, Policy]:
     return {n: Policy(n, m) for n, m in discover(__name__, __path__, _FIRST).items()}
 
 
-__all__ = ["ENTROPY_MODES", "ModelContext", "Policy", "available", "get", "names", "parse",
-           "random_names", "stripe", "table"]
+__all__ = ["ENTROPY_MODES", "ModelContext", "Policy", "available", "base_rtt_s", "get", "names",
+           "parse", "random_names", "stripe", "table"]
 
 
 def available(controller: bool | None = None) -> dict[str, Policy]:
@@ -276,6 +276,13 @@ def parse(spec: str, controller: bool = False) -> Policy:
         if isinstance(pol.defaults[key], int) and num != int(num):
             raise ValueError(f"{name}:{key} must be a whole number (got {value!r})")
     return dataclasses.replace(pol, options=opts)
+
+
+def base_rtt_s(links: int, frame_bytes: float, rate_bps: float) -> float:
+    """A host-side policy's unit of time: a full frame stored and forwarded by each of the
+    ``links`` links of a path at ``rate_bps``, the ACK's way back (a tiny frame) left out.
+    The replay's senders (flowlet gap, plb rounds) and the flow model use this one."""
+    return links * frame_bytes * 8 / rate_bps
 
 
 def stripe(flows: Sequence[Any], n: int) -> list[Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from controllers.flows import Flow
 from controllers.paths import Path, PathFinder
-from controllers.policies import ModelContext
+from controllers.policies import ModelContext, base_rtt_s
 
 PINS = False
 RANDOM = True
@@ -36,11 +36,11 @@ METHOD = "flowlet rule per job: fluid split (next_hops) if the median sender's p
          "spacing >= the gap, else lb.ecmp_assign (hash per QP)"
 NOTE = "decided once per job at the median sender: a QP's packets are spaced by its " \
        "sender's QPs (all counted as active together) x the frame time at its NIC rate; " \
-       "the gap is gap_rtts x base RTT, 2 x (switch hops of the longest minimal path + 1) x " \
-       "the frame time at the slowest fabric link; spacing >= gap: every packet a new " \
-       "flowlet, modelled as the fluid split (no reordering, no hashing of finite " \
-       "flowlets); else one hash per QP (re-hashes at idle gaps between messages are not " \
-       "modelled)"
+       "the gap is gap_rtts x base RTT, (switch hops of the longest minimal path + 1) x " \
+       "the frame time at the slowest fabric link (policies.base_rtt_s, as the replay); " \
+       "spacing >= gap: every packet a new flowlet, modelled as the fluid split (no " \
+       "reordering, no hashing of finite flowlets); else one hash per QP (re-hashes at " \
+       "idle gaps between messages are not modelled)"
 
 
 def rule(flows: list[Flow], finder: PathFinder, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,7 +66,7 @@ def rule(flows: list[Flow], finder: PathFinder, options: Mapping[str, Any]) -> d
     hops = max(len(finder.candidates(f.src, f.dst)[0]) for f in pairs.values())
     cap = finder.capacity()
     fabric = [c for h, c in cap.items() if finder.is_fabric(h)] or list(cap.values())
-    rtt = 2 * (hops + 1) * frame_bits / (min(fabric) * 1e9)
+    rtt = base_rtt_s(hops + 1, frame_bits / 8, min(fabric) * 1e9)
     gap = float(options["gap_rtts"]) * rtt
     return {"spacing_s": median, "rtt_s": rtt, "gap_s": gap, "split": median >= gap}
 

@@ -12,7 +12,7 @@ from testbed.topologies import build
 from traffic import hostlb
 from traffic.hostlb import entropy_ports
 from traffic.kernels import FlowSpec
-from traffic.roce import MAX_OVERHEAD, ReplaySpec
+from traffic.roce import OP_WRITE_MIDDLE, ReplaySpec, frame_len
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,8 @@ def plan():  # type: ignore[no-untyped-def]
 
 def test_frame_time_and_base_delay_follow_the_slowest_fabric_link(plan) -> None:  # type: ignore[no-untyped-def]
     lane = min(ln.mbps for ln in plan.links if ln.kind == "lane")
-    assert hostlb.frame_s(plan, 4096) == pytest.approx((4096 + MAX_OVERHEAD) * 8 / (lane * 1e6))
+    frame = frame_len(OP_WRITE_MIDDLE, 4096)  # a full MIDDLE frame, headers and ICRC
+    assert hostlb.frame_s(plan, 4096) == pytest.approx(frame * 8 / (lane * 1e6))
     hops = plan.counts["max_switch_hops"]
     assert hostlb.base_one_way_s(plan, 4096) == pytest.approx((hops + 1) *
                                                               hostlb.frame_s(plan, 4096))
