@@ -407,7 +407,7 @@ def _published(run: Run, results: dict[str, dict[str, Any]]) -> None:
         if any(fb):
             seen.append(f"{max(f.get('acks_sent', 0) for f in fb)} ACKs / "
                         f"{max(f.get('cnps_sent', 0) for f in fb)} CNPs")
-        if host and hasattr(pol.module, "expand"):
+        if host and pol.expands:
             seen.append(f"{host[0].get('qps')} QPs opened")
         rows.append({"workload": r["workload"], "policy": r["mode"],
                      "measured / bound": m / b if m is not None and b else None,

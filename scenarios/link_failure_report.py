@@ -402,8 +402,7 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
              "mode, and testbed.shell.probe keeps only each port's longest silence: '-' means no "
              "port's longest silence began at the cut (none crossed the failed link, or a "
              "longer queueing gap happened elsewhere)."))
-    host = [m for m in modes if policies.get(m).entropy != "qp"
-            or hasattr(policies.get(m).module, "expand")]
+    host = [m for m in modes if policies.get(m).entropy != "qp" or policies.get(m).expands]
     if host:
         msg = MESSAGE_BYTES
         rep.finding(

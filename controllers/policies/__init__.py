@@ -66,7 +66,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from controllers.flows import ENTROPY_MODES, QP_SPORT_BASE, QP_SPORTS, Flow, sport_for_qp
+from controllers.flows import ENTROPY_MODES, QP_SPORT_BASE, Flow, sport_for_qp
 from controllers.paths import Path, PathFinder
 from controllers.plugins import discover
 
@@ -176,11 +176,17 @@ class Policy:
                  if v != self.defaults.get(k)]
         return ":".join([self.name] + extra)
 
+    @property
+    def expands(self) -> bool:
+        """Whether the hosts open other flows than they are given (the module has
+        ``expand``)."""
+        return hasattr(self.module, "expand")
+
     def expand(self, flows: Sequence[Any]) -> list[Any]:
         """The flows the host opens for ``flows`` (``expand`` of the module, if any)."""
-        fn = getattr(self.module, "expand", None)
-        merged = {**self.defaults, **self.options}
-        return list(fn(flows, merged)) if fn else list(flows)
+        if not self.expands:
+            return list(flows)
+        return list(self.module.expand(flows, {**self.defaults, **self.options}))
 
     @property
     def module_name(self) -> str:
@@ -272,9 +278,10 @@ def parse(spec: str, controller: bool = False) -> Policy:
             num = float("nan")
         if not num > 0:
             raise ValueError(f"{name}:{key} must be a positive number (got {value!r})")
-        opts[key] = int(num) if isinstance(pol.defaults[key], int) and num == int(num) else num
-        if isinstance(pol.defaults[key], int) and num != int(num):
+        whole = isinstance(pol.defaults[key], int)
+        if whole and num != int(num):
             raise ValueError(f"{name}:{key} must be a whole number (got {value!r})")
+        opts[key] = int(num) if whole else num
     return dataclasses.replace(pol, options=opts)
 
 
@@ -310,7 +317,7 @@ def stripe(flows: Sequence[Any], n: int) -> list[Any]:
                 out.append(dataclasses.replace(f, bytes=share, qp=qp, sport=sport_for_qp(qp),
                                                message_bytes=mb, messages=msgs))
             else:
-                port = QP_SPORT_BASE + ((f.sport - QP_SPORT_BASE) * n + k) % QP_SPORTS
+                port = sport_for_qp((f.sport - QP_SPORT_BASE) * n + k)
                 out.append(dataclasses.replace(f, bytes=share, sport=port))
     return out
 
@@ -331,7 +338,7 @@ def table() -> list[dict[str, Any]]:
                                   ("hash-dependent", p.random), ("fluid split", p.split),
                                   ("split or hash by a rule per job", p.split_rule),
                                   (f"entropy per {p.entropy}", p.entropy != "qp"),
-                                  ("expands flows", hasattr(p.module, "expand"))) if on]
+                                  ("expands flows", p.expands)) if on]
         rows.append({"name": p.name, "runs_in": where, "traits": traits,
                      "options": p.defaults, "summary": p.summary,
                      "module": p.module.__name__})

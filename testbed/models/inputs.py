@@ -19,7 +19,7 @@ POLICIES = registry.names()
 #: what the CLI and ``run`` model unless told: the switch-side policies (the host-side ones,
 #: which open more QPs or decide per job, are asked for by name: ``--lb spray,plb``)
 DEFAULT_POLICIES = tuple(n for n in POLICIES if registry.get(n).entropy == "qp"
-                         and not hasattr(registry.get(n).module, "expand"))
+                         and not registry.get(n).expands)
 
 
 def _check_policy(policy: str) -> registry.Policy:

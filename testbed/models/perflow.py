@@ -219,7 +219,7 @@ class _Prepared:
 
         Checked: every input flow is opened at least once and its bytes are conserved.
         """
-        if not hasattr(policy.module, "expand"):
+        if not policy.expands:
             return self, None
         key = (policy.module.__name__, tuple(sorted({**policy.defaults,
                                                      **policy.options}.items())))

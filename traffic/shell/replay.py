@@ -164,8 +164,9 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     if plane == "python" and pol.entropy != "qp":
         raise ValueError(f"{pol.name} changes source ports per packet or path; only the "
                          "native plane does that (plane='native')")
-    flows = pol.expand(flows)
-    _check(flows, lab)  # the QPs the hosts open must still be distinct
+    if pol.expands:
+        flows = pol.expand(flows)
+        _check(flows, lab)  # the QPs the hosts open must still be distinct
     if post if post is not None else state["pins"]:  # the mode gives flows their own paths
         client.post_traffic(controller_body(flows)["flows"])
         client.wait_converged(timeout=60)
