@@ -227,8 +227,21 @@ async function switchLb(ev) {
 }
 
 async function main() {
-  const r = await fetch("/api/layout", {cache: "no-store"});
-  drawLayout(await r.json());
+  // the layout is drawn once; a page opened while the server is busy or restarting waits
+  // for it instead of staying blank
+  for (;;) {
+    try {
+      const r = await fetch("/api/layout", {cache: "no-store"});
+      if (!r.ok) throw new Error(`HTTP ${r.status}`);
+      drawLayout(await r.json());
+      break;
+    } catch (err) {
+      const st = document.getElementById("status");
+      st.className = "status bad";
+      st.textContent = `no layout yet: ${err.message}; retrying`;
+      await new Promise((done) => setTimeout(done, 1000));
+    }
+  }
   document.getElementById("lb-mode").addEventListener("change", switchLb);
   await refresh();
   document.body.dataset.ready = "1";
