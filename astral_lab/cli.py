@@ -17,8 +17,8 @@ run's partial results are), never a traceback; the exit status says which kind:
 
     0  done                     2  bad input (arguments, parameters)
     1  the lab cannot run here  3  refused by the fidelity guard (or its calibration failed)
-       (preflight: root, OVS,   130 interrupted (Ctrl-C); everything was torn down
-       another fabric, ...)
+       (preflight: root, OVS,   130 interrupted (Ctrl-C); 143 SIGTERM, 129 SIGHUP:
+       another fabric, ...)         everything was torn down first
 
 Anything else is a bug and keeps its traceback.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
 import sys
 from typing import Any
 
@@ -38,6 +37,7 @@ from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
 from testbed import topologies
 from testbed.results import results_dir, results_root
+from testbed.shell.signals import stop_on_signals
 from testbed.topologies import FabricSpec, build, describe
 
 RESULTS = results_root()
@@ -355,28 +355,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminate(signum: int, _frame: Any) -> None:
-    # Turn SIGTERM/SIGHUP into an exception so `with Lab(...)` tears the fabric down.
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = parser()
-    args, extra = p.parse_known_args(argv)
-    if extra and args.verb != "demo":  # demo passes its options on to the scenario
-        p.error(f"unrecognized arguments: {' '.join(extra)}")
-    if args.verb == "demo":
-        args.rest = extra
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGHUP, _terminate)
+    # Signals first: a Ctrl-C or SIGTERM while the parsers import their modules is still a
+    # clean stop with the shell's status, not a traceback.
+    stop_on_signals()
+    args = None
     try:
+        p = parser()
+        args, extra = p.parse_known_args(argv)
+        if extra and args.verb != "demo":  # demo passes its options on to the scenario
+            p.error(f"unrecognized arguments: {' '.join(extra)}")
+        if args.verb == "demo":
+            args.rest = extra
         return int(args.fn(args) or 0)
     except KeyboardInterrupt:
-        print(f"astral-lab {args.verb}: interrupted; everything was torn down", file=sys.stderr)
+        verb = getattr(args, "verb", None) or "command"
+        print(f"astral-lab {verb}: interrupted; everything was torn down", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
         status = expected_status(exc)
-        if status is None:  # a bug: keep the traceback
+        if status is None or args is None:  # a bug: keep the traceback
             raise
         report_error(args.verb, exc)
         return status

@@ -26,6 +26,7 @@ from typing import Any
 from controllers.plan import WiringPlan, write_json_atomic
 from controllers.shell.client import ControllerClient
 from ops.telemetry import DEFAULT_INTERVAL_S
+from testbed.shell.signals import STOPPING, exit_status
 
 #: what a dashboard process's command line contains (``testbed.shell.cleanup`` finds it by it)
 MODULE = "astral_lab.dashboard_cli"
@@ -91,7 +92,8 @@ def serve(plan: WiringPlan, client: ControllerClient | None, *, port: int,
           interval: float = DEFAULT_INTERVAL_S, host_pids: dict[str, int] | None = None,
           progress: str | None = None, url_file: str | None = None,
           stop: threading.Event | None = None) -> int:
-    """Serve the live view until ``stop`` is set, SIGINT or SIGTERM; print the URL first."""
+    """Serve the live view until ``stop`` is set or a signal stops it (then the status is
+    128 + the signal, as for every verb); print the URL first."""
     from ops.shell.collector import host_pids_from_processes
     from ops.shell.dashboard import LiveBackend, serve_until
 
@@ -99,9 +101,14 @@ def serve(plan: WiringPlan, client: ControllerClient | None, *, port: int,
         names = {h.name for h in plan.hosts}
         host_pids = {h: p for h, p in host_pids_from_processes().items() if h in names}
     stop = stop or threading.Event()
+    stopped_by: list[int] = []
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_a: stop.set())
+        def on_signal(signum: int, _frame: Any) -> None:
+            stopped_by.append(signum)
+            stop.set()
+
+        for sig in STOPPING:
+            signal.signal(sig, on_signal)
     backend = LiveBackend(plan, client, host_pids=host_pids, interval=interval,
                           progress=progress)
 
@@ -111,7 +118,7 @@ def serve(plan: WiringPlan, client: ControllerClient | None, *, port: int,
             write_json_atomic(url_file, {"url": url, "pid": os.getpid()})
 
     serve_until(stop, backend, port, on_url=announce)
-    return 0
+    return exit_status(stopped_by[0]) if stopped_by else 0
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -160,6 +167,7 @@ def run_demo(args: argparse.Namespace) -> int:
             alternate(lab, progress, seconds=args.seconds, stop=stop)
     except KeyboardInterrupt:
         print("astral-lab dashboard: stopped; the fabric was torn down", file=sys.stderr)
+        return exit_status(signal.SIGINT)
     finally:
         if os.path.isdir(partial):
             os.replace(partial, final)

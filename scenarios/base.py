@@ -44,6 +44,7 @@ from typing import Any
 
 from controllers.plan import WiringPlan, finite, write_json_atomic
 from testbed.results import output_dir
+from testbed.shell.signals import held
 
 #: name -> Scenario, filled by the ``@scenario`` decorator when scenario modules import.
 REGISTRY: dict[str, Scenario] = {}
@@ -376,8 +377,12 @@ class Run:
 
     def abandon(self, exc: BaseException) -> None:
         """Keep what was written, marked: the folder stays ``.partial`` with INTERRUPTED.md."""
-        how = ("interrupted by the user" if isinstance(exc, KeyboardInterrupt)
-               else f"stopped by an error: {type(exc).__name__}: {exc}")
+        if isinstance(exc, KeyboardInterrupt):
+            how = "interrupted by the user"
+        elif isinstance(exc, SystemExit):
+            how = f"stopped by a signal (exit status {exc.code})"
+        else:
+            how = f"stopped by an error: {type(exc).__name__}: {exc}"
         done = "\n".join(f"- {s}" for s in self.stages) or "- nothing had finished"
         text = (f"# {self.scenario.name}: partial result\n\nThis run was {how} after "
                 f"{self.elapsed():.0f} s. The fabric was torn down; the files here are what "
@@ -430,11 +435,12 @@ class Scenario:
             self.fn(run)
             return run.finish()
         except BaseException as exc:
-            if _refused_before_start(run, exc):
-                shutil.rmtree(run.dir, ignore_errors=True)
-                raise
-            run.abandon(exc)
-            run.note_partial(exc)
+            with held():  # a second Ctrl-C must not cut the partial folder's record short
+                if _refused_before_start(run, exc):
+                    shutil.rmtree(run.dir, ignore_errors=True)
+                    raise
+                run.abandon(exc)
+                run.note_partial(exc)
             raise
         finally:
             WIRE_PMTU.reset(token)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,3 +23,17 @@ def _integration_needs_root(request: pytest.FixtureRequest) -> None:
         pytest.fail("integration tests bring up real Mininet fabrics and need root: "
                     "run `sudo make test`, or `pytest -m 'not integration'` for unit tests only",
                     pytrace=False)
+
+
+@pytest.fixture
+def busy_machine() -> Iterator[None]:
+    """Two CPU-bound processes beside the test, one of them at nice 19: CI's machine is not
+    always quiet, and a signal race usually shows only when the CPU is contended."""
+    spin = [sys.executable, "-c", "while 1: pass"]
+    procs = [subprocess.Popen(spin), subprocess.Popen(["nice", "-n", "19", *spin])]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -54,7 +54,7 @@ from controllers.shell.client import ControllerClient
 from testbed.capture import resolve as capture_ports
 from testbed.reachability import Reachability, _fping_unreached
 from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
-from testbed.shell import cleanup, ovsbuf, preflight, sidecars
+from testbed.shell import cleanup, ovsbuf, preflight, sidecars, signals
 from testbed.shell.machine import (
     LOCK_PATH,
     _socket_buffers,
@@ -649,17 +649,19 @@ class Lab:
         """Remove everything this Lab made. Idempotent; never raises for a half-built lab.
 
         The live view and captures, the fabric (``_teardown``), then the scratch folder and
-        the fabric lock, whatever happened before (a failing step, a second Ctrl-C).
+        the fabric lock, whatever happened before (a failing step, a second Ctrl-C). Signals
+        that arrive meanwhile wait until it is done (``signals.held``).
         """
-        try:
+        with signals.held():
             try:
-                self._stop_sidecars()
+                try:
+                    self._stop_sidecars()
+                finally:
+                    self._teardown()
             finally:
-                self._teardown()
-        finally:
-            self._drop_workdir()
-            self.net = None
-            self._release_lock()
+                self._drop_workdir()
+                self.net = None
+                self._release_lock()
 
     def _stop_sidecars(self) -> None:
         """The live view and the captures go before the fabric (here, not in ``_teardown``,
