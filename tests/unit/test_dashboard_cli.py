@@ -21,6 +21,7 @@ from scenarios.base import Run, scenario
 from testbed import capture
 from testbed.shell import cleanup, sidecars
 from testbed.shell.lab import Lab
+from tests.stopping import stop_command, stopped_as_asked
 from tests.unit.dash_fakes import demo_plan
 from tests.unit.test_cleanup import _gone, _record, _spawn, state_dir  # noqa: F401 (fixture)
 
@@ -253,6 +254,25 @@ def test_a_labs_dashboard_process_prints_its_url_serves_and_stops(tmp_path: Any)
         log = f.read()
     assert log.splitlines()[0] == lab.dashboard_url  # the URL is its first line
     assert "Traceback" not in log  # SIGTERM ended it through its own handler
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("after", [0.05, 0.5, None])
+def test_the_dashboard_verb_stops_on_a_signal_at_any_moment(
+        tmp_path: Any, sig: int, after: float | None, busy_machine: None) -> None:
+    """`astral-lab dashboard --plan` stopped while it starts and while it serves, with the
+    CPU contended: the shell's status (130 Ctrl-C, 143 SIGTERM), soon, no traceback."""
+    plan_path = tmp_path / "plan.json"
+    demo_plan().save(str(plan_path))
+    argv = [sys.executable, "-m", "astral_lab", "dashboard", "--plan", str(plan_path),
+            "--port", "0", "--interval", "0.5"]
+    how = stop_command(argv, sig, after=after, after_line="http://" if after is None else None,
+                       env=dict(os.environ, ASTRAL_LAB_RESULTS=str(tmp_path / "results")),
+                       bound=60)
+    assert stopped_as_asked(sig, how), how
+    assert how.seconds < 30, how
+    if after is None:
+        assert "http://" in how.before and "Traceback" not in how.stderr, how.stderr
 
 
 # --- astral-lab clean ---------------------------------------------------------------------------
