@@ -30,7 +30,7 @@ def stop_command(argv: list[str], sig: int, *, after: float | None = None,
     appeared on its output, when given) and wait at most ``bound`` seconds for it to go.
 
     SIGINT goes to the whole process group, as a terminal's Ctrl-C does; other signals to
-    the process, as ``kill`` does. Its standard input stays open until the signal. A command
+    the process, as ``kill`` does. Its standard input is closed right after the signal. A command
     still running after ``bound`` is killed and reported with status -9.
     """
     proc = subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True, text=True,
@@ -61,6 +61,8 @@ def stop_command(argv: list[str], sig: int, *, after: float | None = None,
                 os.killpg(proc.pid, sig)
             else:
                 proc.send_signal(sig)
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # a Mininet CLI that kept the Ctrl-C (as `mn` does) ends here
         try:
             status = proc.wait(timeout=bound)
         except subprocess.TimeoutExpired:
@@ -68,8 +70,6 @@ def stop_command(argv: list[str], sig: int, *, after: float | None = None,
             proc.wait()
             status = -9
         seconds = time.monotonic() - t0
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
         reader.join(timeout=10)
         return Stopped(status, seconds, "".join(lines), before)
     finally:

@@ -183,21 +183,32 @@ def run(cmd: list[str], stdin: str | None = None, check: bool = False,
     return proc
 
 
-def kill_pids(pids: list[int], grace: float = 2.0, sig: int = signal.SIGTERM) -> None:
-    """Send ``sig``, wait up to ``grace`` seconds, then SIGKILL whatever is left."""
+def kill_pids(pids: list[int], grace: float = 2.0, sig: int = signal.SIGTERM,
+              reap: float = 10.0) -> None:
+    """Send ``sig``, wait up to ``grace`` seconds, then SIGKILL whatever is left and wait up
+    to ``reap`` seconds for it to be gone: a killed process still exists until the kernel
+    has run its exit, which on a busy machine is not at once, and whoever looks next must
+    not find it."""
     alive = []
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
             alive.append(pid)
-    deadline = time.time() + grace
-    while alive and time.time() < deadline:
-        alive = [p for p in alive if _alive(p)]
-        if alive:
-            time.sleep(0.05)
+    alive = _wait_gone_pids(alive, grace)
     for pid in alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    _wait_gone_pids(alive, reap)
+
+
+def _wait_gone_pids(pids: list[int], timeout: float) -> list[int]:
+    """Poll until none of ``pids`` is alive or ``timeout`` passes; the ones still alive."""
+    deadline = time.monotonic() + timeout
+    alive = [p for p in pids if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if _alive(p)]
+    return alive
 
 
 def _alive(pid: int) -> bool:
@@ -207,12 +218,16 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # a zombie child still "exists"; reap it if it is ours
+    # a zombie still "exists": reap it if it is ours; another's holds nothing any more
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def delete_bridges(bridges: list[str]) -> None:

@@ -12,10 +12,14 @@ Only the main thread can set handlers; elsewhere both are no-ops.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 #: The signals that stop a verb, and the exit status each gives (128 + the signal).
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -36,12 +40,39 @@ def _main_thread() -> bool:
 
 def stop_on_signals() -> None:
     """SIGTERM and SIGHUP raise ``SystemExit(128 + signal)``; SIGINT keeps Python's
-    ``KeyboardInterrupt``. Call it first thing in a command's ``main``."""
+    ``KeyboardInterrupt``; a stop that Python swallowed is delivered again (``_unswallow``).
+    Call it first thing in a command's ``main``."""
     if not _main_thread():
         return
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _raise_exit)
+    if getattr(sys.unraisablehook, "__name__", "") != _unswallow.__name__:
+        _unswallow.previous = sys.unraisablehook  # type: ignore[attr-defined]
+        sys.unraisablehook = _unswallow
+
+
+def _unswallow(unraisable: Any) -> None:
+    """A handler's exception raised inside a finalizer or weakref callback (an import's
+    module-lock callback, a ``__del__``) cannot propagate: Python prints "Exception ignored"
+    and goes on, and that Ctrl-C would be lost. Send the signal again instead, from another
+    thread a moment later, so its handler runs once the main thread is back in ordinary
+    code (raised here, it would only be swallowed again); if it is, this runs again."""
+    exc = unraisable.exc_value
+    sig = None
+    if isinstance(exc, KeyboardInterrupt):
+        sig = signal.SIGINT
+    elif isinstance(exc, SystemExit) and exc.code in {exit_status(s) for s in STOPPING}:
+        sig = signal.Signals(int(exc.code) - 128)  # type: ignore[arg-type]
+    if sig is None:
+        _unswallow.previous(unraisable)  # type: ignore[attr-defined]
+        return
+    threading.Thread(target=_send_later, args=(sig,), daemon=True).start()
+
+
+def _send_later(sig: int) -> None:
+    time.sleep(0.02)
+    os.kill(os.getpid(), sig)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,80 @@
+"""testbed.shell.signals: a stop is never lost, and never cuts a teardown short."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: A Ctrl-C or SIGTERM that lands inside a weakref callback (as one can inside an import's
+#: module lock): Python swallows the handler's exception ("Exception ignored").
+_SWALLOWED = """
+import os, signal, sys, threading, time, weakref
+from testbed.shell import signals
+if sys.argv[2] == "hook":
+    signals.stop_on_signals()
+else:
+    signal.signal(signal.SIGTERM, signals._raise_exit)
+class A: pass
+def slow_callback(_ref):
+    time.sleep(0.5)  # the signal lands in here
+a = A(); r = weakref.ref(a, slow_callback)
+threading.Timer(0.1, os.kill, (os.getpid(), int(sys.argv[1]))).start()
+try:
+    del a
+    time.sleep(2)
+    print("LOST")
+except KeyboardInterrupt:
+    print("CAUGHT KeyboardInterrupt")
+except SystemExit as exc:
+    print(f"CAUGHT SystemExit {exc.code}")
+"""
+
+
+def _run(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *map(str, args)],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+@pytest.mark.parametrize("sig, caught", [(signal.SIGINT, "KeyboardInterrupt"),
+                                         (signal.SIGTERM, "SystemExit 143")])
+def test_a_stop_swallowed_by_python_is_delivered_again(sig: int, caught: str) -> None:
+    without = _run(_SWALLOWED, int(sig), "plain")
+    assert without.stdout.strip() == "LOST"  # the failure this guards against is real
+    assert "Exception ignored" in without.stderr
+    got = _run(_SWALLOWED, int(sig), "hook")
+    assert got.stdout.strip() == f"CAUGHT {caught}", got.stderr
+
+
+def test_held_delays_a_stop_until_the_block_is_done() -> None:
+    got = _run("""
+        import os, signal
+        from testbed.shell import signals
+        signals.stop_on_signals()
+        steps = []
+        try:
+            with signals.held() as pending:
+                with signals.held():
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    os.kill(os.getpid(), signal.SIGINT)
+                    steps.append("inner done")
+                steps.append(f"outer done, pending {pending}")
+        except SystemExit as exc:
+            steps.append(f"then SystemExit {exc.code}")
+        print("; ".join(steps))
+        """)
+    assert got.stdout.strip() == ("inner done; outer done, pending [15]; then SystemExit 143"), \
+        got.stderr
+
+
+def test_exit_status_is_the_shells() -> None:
+    from testbed.shell.signals import exit_status
+
+    assert [exit_status(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)] == \
+        [130, 143, 129]
