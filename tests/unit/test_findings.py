@@ -1,0 +1,234 @@
+"""Every finding builder states the reason its evidence supports, branch by branch.
+
+Each test feeds a builder the evidence of one case (a thin fidelity margin, the Python
+plane, bytes on time but messages late, a collision or none, ...) and checks which reason
+the finding gives and which it must not give. Reasons that once were true of the lab (the
+senders were Python agents) must not come back where the run's own numbers say otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import pytest
+
+from scenarios import demo as dm
+from scenarios.common import distribution
+from scenarios.findings import caveat_text, margin_text, pace_caveats
+
+
+def dist(*values: float) -> dict[str, Any]:
+    return distribution(list(values))
+
+
+# --- the shared caveats ------------------------------------------------------------------
+def test_caveats_come_from_the_run_not_from_history() -> None:
+    assert pace_caveats(margin=4.67, plane="native", lost=0, start_skew_s=0.002,
+                        span_s=0.5) == []
+    thin = pace_caveats(margin=1.4, plane="native")
+    assert len(thin) == 1 and "1.40x" in thin[0] and "CPU" in thin[0]
+    off = pace_caveats(margin=math.nan)
+    assert len(off) == 1 and "guard was off" in off[0]
+    assert pace_caveats(margin=None) == []  # not recorded: nothing to say either way
+    py = pace_caveats(margin=5.0, plane="python")
+    assert len(py) == 1 and "Python agents" in py[0]
+    assert "12 packets" in pace_caveats(margin=5.0, lost=12)[0]
+    skew = pace_caveats(margin=5.0, start_skew_s=0.2, span_s=1.0)
+    assert len(skew) == 1 and "200 ms" in skew[0] and "20%" in skew[0]
+    assert pace_caveats(margin=5.0, start_skew_s=0.05, span_s=1.0) == []
+    assert caveat_text([]) == "" and caveat_text(["a", "b"]) == "In this run a; b."
+    assert margin_text(None) == "not recorded" and margin_text(math.nan) == "off (guard off)"
+    assert margin_text(2.0) == "2.00x"
+
+
+# --- demo --------------------------------------------------------------------------------
+BOUND = 2.5
+
+
+def perm(mode: str, measured: list[float], model: list[float], slow: list[float],
+         model_slow: list[float], *, hops: float = 3.0, margin: float = 5.0,
+         plane: str = "native", lost: int = 0, tier: str = "leaf-spine", mbps: float = 2.0,
+         holds: float = 1.0, bound: float = BOUND) -> dict[str, Any]:
+    """A demo permutation result with the fields the finding builders read."""
+    busiest = {"link": "x~y", "direction": "up", "tier": tier, "mbps": mbps, "qps": 2.0,
+               "holds_qps": holds, "slowdown": slow[0]}
+    return {"mode": mode, "measured": distribution(measured),
+            "model": {"completion_s": distribution(model),
+                      "slowdown": distribution(model_slow)},
+            "slowdown": distribution(slow), "bound_s": bound, "hops": hops, "lost": lost,
+            "margin": margin, "plane": plane, "start_skew_s": 0.003,
+            "draws": [{"busiest": busiest} for _ in measured]}
+
+
+def ecmp_collided(**kw: Any) -> dict[str, Any]:
+    return perm("ecmp", [7.5, 7.5, 7.5, 7.5, 10.0, 10.0, 7.5], [7.5] * 150 + [10.0] * 50,
+                [3.0, 3.0, 3.0, 3.0, 4.0, 4.0, 3.0], [3.0] * 150 + [4.0] * 50, **kw)
+
+
+def planned(measured: float = 2.53, bound: float = BOUND, **kw: Any) -> dict[str, Any]:
+    return perm("planned", [measured], [bound], [1.0], [1.0], bound=bound, **kw)
+
+
+def test_demo_ecmp_finding_with_collisions() -> None:
+    f = dm.ecmp_finding(ecmp_collided(), planned(), (4, 4))
+    assert f["title"] == "ECMP collisions vs planned placement"
+    assert "4 QPs over 4 uplink lanes" in f["why"]
+    assert "busiest link carried 3.0x its share" in f["why"]
+    assert "3.00x the bound" in f["why"] and "hash's luck" in f["why"]
+    assert "within 1% of the bound" in f["why"]
+    assert "outside" not in f["why"]  # measured and model agree here
+    assert "Python" not in f["why"]
+
+
+def test_demo_ecmp_finding_without_collisions() -> None:
+    e = perm("ecmp", [2.55] * 5, [2.55] * 20 + [5.1] * 80, [1.0] * 5, [1.0] * 20 + [2.0] * 80)
+    f = dm.ecmp_finding(e, planned(), (4, 4))
+    assert "no collision" in f["title"]
+    assert "within 2% of the bound" in f["why"] and "no costly collision" in f["why"]
+    assert "as in 20 of the model's 100 draws" in f["why"]
+    assert "about the same time" in f["why"] and "busiest link carried" not in f["why"]
+    # slow, yet the counters show no hot link: the finding says they do not explain it
+    e = perm("ecmp", [7.5] * 5, [7.5] * 100, [1.0] * 5, [3.0] * 100)
+    f = dm.ecmp_finding(e, planned(), (4, 4))
+    assert f["title"] == "ECMP vs planned placement"
+    assert "do not show where the time went" in f["why"] and "collision" not in f["why"]
+
+
+def test_demo_ecmp_finding_planned_above_the_bound() -> None:
+    thin = dm.ecmp_finding(ecmp_collided(), planned(3.2, margin=1.5), (4, 4))
+    assert "Planned placement took 1.28x the bound" in thin["why"]
+    assert "fidelity margin was 1.50x" in thin["why"]
+    assert "show nothing" not in thin["why"]
+    ample = dm.ecmp_finding(ecmp_collided(), planned(3.2), (4, 4))
+    assert "show nothing that explains" in ample["why"]
+    assert "CPU" not in ample["why"]
+
+
+def test_demo_ecmp_finding_gap_to_the_model() -> None:
+    # every emulated draw far below the model's: not the draws' luck, the hash differs
+    e = perm("ecmp", [2.6] * 5, [7.5] * 200, [1.0] * 5, [3.0] * 200)
+    f = dm.ecmp_finding(e, planned(), (4, 4))
+    assert "Measured / model = 0.35, outside 0.7-1.3" in f["why"]
+    assert "another hash function" in f["why"]
+    # one draw's median against a wide model: luck is a candidate
+    e = perm("ecmp", [2.6], [2.6] * 60 + [7.5] * 140, [1.0], [1.0] * 60 + [3.0] * 140)
+    assert "luck is a candidate" in dm.ecmp_finding(e, planned(), (4, 4))["why"]
+    # a thin margin is named before any hash story
+    e = perm("ecmp", [2.6] * 5, [7.5] * 200, [1.0] * 5, [3.0] * 200, margin=1.2)
+    why = dm.ecmp_finding(e, planned(), (4, 4))["why"]
+    assert "fidelity margin was 1.20x" in why and "hash function" not in why
+
+
+def rail3(slow: float, model_slow: float = 1.5) -> dict[str, Any]:
+    return perm("ecmp", [4.0] * 7, [3.8] * 200, [slow] * 7, [model_slow] * 200, hops=4.875,
+                tier="tor-agg", mbps=8.0, holds=4.0)
+
+
+def test_demo_fabric_finding_thin_lanes_cost_more() -> None:
+    f = dm.fabric_finding(ecmp_collided(), rail3(1.5), planned(), planned(2.6, hops=4.875))
+    assert f["title"] == "thin shuffled lanes make a collision cost more than fat uplinks"
+    assert "3.0x its share on astral3 against 1.5x on rail3" in f["why"]
+    assert "as the flow model has it" in f["why"]
+    assert "hold 1 QP at full rate" in f["why"] and "hold 4" in f["why"]
+    assert "within 4% of the same bound" in f["why"]
+    assert "3.0 switch hops per packet against 4.9" in f["why"]
+
+
+def test_demo_fabric_finding_when_rail3_collides_more_or_alike() -> None:
+    worse = dm.fabric_finding(ecmp_collided(), rail3(4.0, model_slow=1.5), planned(),
+                              planned(2.6))
+    assert "rail3's uplinks fared worse" in worse["title"]
+    assert "unlike the flow model" in worse["why"]
+    assert "price of the flat fabric" not in worse["why"]
+    alike = dm.fabric_finding(ecmp_collided(), rail3(3.0, model_slow=3.0), planned(),
+                              planned(2.6))
+    assert "alike" in alike["title"] and "thin lane" not in alike["why"]
+
+
+def test_demo_fabric_finding_planned_off_the_bound() -> None:
+    f = dm.fabric_finding(ecmp_collided(), rail3(1.5), planned(), planned(3.5, bound=3.0))
+    assert "rail3 1.17x its own (3.00 s)" in f["why"]
+    assert "neither fabric was the bottleneck" not in f["why"]
+
+
+def decode(r50: list[float], r99: list[float], done: list[float], *, margin: float = 4.67,
+           plane: str = "native", lost: int = 0, skew: float = 0.004,
+           p99_ms: float = 707.0, phase_ms: float = 760.0) -> dict[str, Any]:
+    d = {"p50": {"measured": dist(466.0), "ideal": dist(346.0), "ratio": distribution(r50)},
+         "p99": {"measured": dist(p99_ms), "ideal": dist(419.0), "ratio": distribution(r99)},
+         "completion_ratio": distribution(done), "floor_ms": 14.8, "messages": 4698,
+         "lost": lost, "incomplete": 0, "start_skew_s": skew,
+         "completion_s": dist(phase_ms / 1e3), "plane": plane}
+    return {"mode": "planned", "margin": margin, "dispatch": d}
+
+
+def test_demo_decode_finding_in_band() -> None:
+    f = dm.decode_finding(decode([1.1], [1.2], [1.02]), 8, 1e-5)
+    assert "the fluid model of the same flows predicts it" in f["why"]
+    assert "outside" not in f["why"] and "congestion control" not in f["why"]
+    assert "the burst's length" in f["why"]
+
+
+def test_demo_decode_finding_bytes_on_time_messages_late() -> None:
+    """The case REPORT.md met with the compiled plane and a margin of 4.67: the README's
+    reason (no congestion control, lane FIFOs), not the Python senders."""
+    f = dm.decode_finding(decode([1.35], [1.69], [1.03]), 8, 1e-5)
+    assert "(1.35/1.69) are outside 0.7-1.3" in f["why"]
+    assert "1.03x the model's" in f["why"] and "the bytes arrive on time" in f["why"]
+    assert "no congestion control" in f["why"] and "FIFO" in f["why"]
+    assert "fidelity margin 4.67x, native plane" in f["why"]
+    assert "Python" not in f["why"] and "CPU" not in f["why"]
+
+
+@pytest.mark.parametrize("kw,said", [
+    ({"margin": 1.5}, "fidelity margin was 1.50x"),
+    ({"margin": math.nan}, "guard was off"),
+    ({"plane": "python"}, "Python agents sent the packets"),
+    ({"lost": 40}, "40 packets were lost"),
+    ({"skew": 0.2}, "started up to 200 ms apart"),
+])
+def test_demo_decode_finding_names_the_run_when_the_run_is_the_suspect(
+        kw: dict[str, Any], said: str) -> None:
+    f = dm.decode_finding(decode([1.35], [1.69], [1.03], **kw), 8, 1e-5)
+    assert said in f["why"] and "the run itself may be the cause" in f["why"]
+    assert "congestion control" not in f["why"]
+
+
+def test_demo_decode_finding_bytes_late_too_and_low_side() -> None:
+    late = dm.decode_finding(decode([1.5], [1.9], [1.6]), 8, 1e-5)
+    assert "bytes themselves arrived late" in late["why"]
+    assert "congestion control" not in late["why"]
+    low = dm.decode_finding(decode([0.6], [0.9], [0.95]), 8, 1e-5)
+    assert "on the low side" in low["why"] and "sooner than" in low["why"]
+    assert "congestion control" not in low["why"]
+
+
+def test_demo_decode_finding_p99_against_the_phase() -> None:
+    short = dm.decode_finding(decode([1.0], [1.0], [1.0], p99_ms=200.0, phase_ms=800.0),
+                              8, 1e-5)
+    assert "p99 (200 ms) is 25% of the phase (800 ms)" in short["why"]
+    assert "burst's length" not in short["why"]
+
+
+def test_demo_run_on_fakes_reports_the_findings(tmp_path: Any,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole demo on the fake lab: the decode evidence reaches the finding."""
+    from scen_fakes import FakeLab, install, read_json, read_text
+
+    from testbed.reachability import Reachability
+
+    install(monkeypatch, dm)
+    monkeypatch.setattr(FakeLab, "reachability", lambda self: Reachability(
+        pairs=12, received=12, first_try_lost=0), raising=False)
+    out = os.path.join(str(tmp_path), "run")
+    dm.demo(quick=True, output=out, log=lambda _m: None, model_draws=20, draws=2,
+            decode_draws=1)
+    report = read_text(out, "REPORT.md")
+    assert "### decode dispatch latency" in report and "phase completion" in report
+    assert "Python senders" not in report
+    runs = read_json(out, "runs.json")
+    d = runs["decode"]["dispatch"]
+    assert d["plane"] == "native" and d["completion_ratio"]["draws"] == 1
+    assert runs["astral3/ecmp"]["margin"] == 5.0
