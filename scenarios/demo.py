@@ -33,6 +33,7 @@ from scenarios.common import (
     distribution,
     fmt_distribution,
     in_band,
+    leaf_fanout,
     link_counters,
     link_loads,
     load_stats,
@@ -354,19 +355,6 @@ def _report(run: Run, plan: Any, results: dict[str, Any]) -> None:
 #: a median within this factor of the bound "reaches" it; a busiest-link factor above
 #: 1 + this counts as a collision
 NEAR = 0.05
-
-
-def leaf_fanout(plan: Any, flows: list[Any]) -> tuple[int, int]:
-    """(QPs leaving the busiest leaf, that leaf's uplink lanes) for cross-leaf ``flows``."""
-    from controllers.paths import PathFinder
-
-    finder = PathFinder(plan)
-    per: dict[str, int] = {}
-    for f in flows:
-        leaf = finder.attach(f.src)
-        per[leaf] = per.get(leaf, 0) + 1
-    leaf = max(per, key=lambda k: per[k])
-    return per[leaf], len(finder.uplinks(leaf))
 
 
 def _caveats(r: dict[str, Any], span_s: float | None = None) -> list[str]:

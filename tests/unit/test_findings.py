@@ -232,3 +232,74 @@ def test_demo_run_on_fakes_reports_the_findings(tmp_path: Any,
     d = runs["decode"]["dispatch"]
     assert d["plane"] == "native" and d["completion_ratio"]["draws"] == 1
     assert runs["astral3/ecmp"]["margin"] == 5.0
+
+
+# --- lb-compare --------------------------------------------------------------------------
+def lbr(wl: str, mode: str, measured: list[float], model: list[float], *, bound: float = 1.5,
+        margin: float = 5.0, plane: str = "native", lost: int = 0, skew: float = 0.004,
+        lanes: float = 2.0, model_lanes: float = 2.0) -> dict[str, Any]:
+    return {"workload": wl, "mode": mode, "measured": distribution(measured),
+            "model": distribution(model), "lane_skew": dist(lanes),
+            "model_lane_skew": dist(model_lanes), "fluid_s": bound * 1.2, "bound_s": bound,
+            "margin": margin, "plane": plane, "lost": lost, "start_skew_s": skew}
+
+
+def test_lb_compare_ecmp_finding_permutation_and_alltoall() -> None:
+    from scenarios import lb_compare as lc
+
+    res = {"permutation/ecmp": lbr("permutation", "ecmp", [3.0, 4.5, 4.5],
+                                   [3.0] * 50 + [4.5] * 150),
+           "permutation/planned": lbr("permutation", "planned", [1.52], [1.5]),
+           "alltoall/ecmp": lbr("alltoall", "ecmp", [2.0, 2.1, 2.2], [2.1] * 200)}
+    f = lc.ecmp_finding(res, "permutation", 2, (4, 4))
+    assert "sends 4 QPs over 4 uplink lanes" in f["why"]
+    assert "the draws took 2x, 3x the bound" in f["why"]
+    assert "outside" not in f["why"]
+    f = lc.ecmp_finding(res, "alltoall", 2, (4, 4))
+    assert "1.40x the bound, smaller than the permutation's 3.00x" in f["why"]
+    res["permutation/ecmp"] = lbr("permutation", "ecmp", [1.5] * 3, [1.5] * 200)
+    f = lc.ecmp_finding(res, "alltoall", 2, (4, 4))
+    assert "not smaller than the permutation's 1.00x" in f["why"]
+    del res["permutation/ecmp"]
+    assert "permutation's" not in lc.ecmp_finding(res, "alltoall", 2, (4, 4))["why"]
+
+
+@pytest.mark.parametrize("measured,model,kw,said,unsaid", [
+    # below the model's whole range, the run clean: not luck, and nothing in the run
+    ([2.0] * 3, [4.5] * 200, {}, "outside the model's whole range, so not luck; this run's "
+     "fidelity margin (5.00x)", "CPU"),
+    # the same with a thin margin: the run is named, not the hash
+    ([2.0] * 3, [4.5] * 200, {"margin": 1.3}, "fidelity margin was 1.30x", "not luck"),
+    ([2.0] * 3, [4.5] * 200, {"plane": "python"}, "Python agents", "not luck"),
+    # inside the model's range, a median that far is common: luck
+    ([3.0] * 3, [3.0] * 60 + [4.5] * 140, {}, "may be the draws' luck", "Python"),
+    # inside the range but rare: the hash functions differ
+    ([3.0] * 3, [3.0] * 2 + [4.5] * 198, {}, "a different hash function", "Python"),
+])
+def test_lb_compare_ecmp_finding_out_of_band(measured: list[float], model: list[float],
+                                            kw: dict[str, Any], said: str,
+                                            unsaid: str) -> None:
+    from scenarios import lb_compare as lc
+
+    res = {"permutation/ecmp": lbr("permutation", "ecmp", measured, model, **kw)}
+    why = lc.ecmp_finding(res, "permutation", 2, (4, 4))["why"]
+    assert "is outside 0.7-1.3" in why and said in why and unsaid not in why
+
+
+def test_lb_compare_gap_and_adaptive_findings() -> None:
+    from scenarios import lb_compare as lc
+
+    e = lbr("permutation", "ecmp", [4.5] * 3, [4.5] * 200)
+    pl = lc.gap_finding(lbr("permutation", "planned", [2.5], [1.5]))
+    assert "the paths are the model's" in pl["why"] and "show nothing" in pl["why"]
+    assert "senders" not in pl["why"] and "CPU" not in pl["why"]
+    thin = lc.gap_finding(lbr("permutation", "planned", [2.5], [1.5], margin=1.1))
+    assert "fidelity margin was 1.10x" in thin["why"] and "show nothing" not in thin["why"]
+    between = lc.gap_finding(lbr("permutation", "adaptive", [3.0] * 3, [1.5] * 200), e)
+    assert "between ECMP's 4.50 s and the final paths' 1.50 s" in between["why"]
+    slow = lc.gap_finding(lbr("permutation", "adaptive", [4.6] * 3, [1.5] * 200), e)
+    assert "no faster than ECMP's 4.50 s" in slow["why"]
+    f = lc.adaptive_finding(lbr("permutation", "adaptive", [1.5] * 3, [1.5] * 200), 6.0, e)
+    assert "as fast as the final paths" in f["why"] and "sized to 6 s" in f["why"]
+    f = lc.adaptive_finding(lbr("permutation", "adaptive", [3.0] * 3, [1.5] * 200), 6.0, None)
+    assert "the first polls ran on the hash placement" in f["why"]
