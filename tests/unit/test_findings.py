@@ -303,3 +303,70 @@ def test_lb_compare_gap_and_adaptive_findings() -> None:
     assert "as fast as the final paths" in f["why"] and "sized to 6 s" in f["why"]
     f = lc.adaptive_finding(lbr("permutation", "adaptive", [3.0] * 3, [1.5] * 200), 6.0, None)
     assert "the first polls ran on the hash placement" in f["why"]
+
+
+# --- expert-skew -------------------------------------------------------------------------
+def es_case(measured: float, model: float, bound: float, *, hot: float | None = None,
+            mid: float = 0.5, margin_lost: int = 0, plane: str = "native",
+            incast: float = 1.7, incast_hb: float = 1.0) -> dict[str, Any]:
+    return {"measured_s": dist(measured, measured), "model_s": dist(model, model, model),
+            "hot_nic_bound_s": dist(bound), "hottest_done_s": dist(hot or measured),
+            "median_rx_done_s": dist(mid), "start_skew_s": 0.002, "lost": margin_lost,
+            "delivered": 1.0, "plane": plane, "incast": dist(incast),
+            "incast_hb": dist(incast_hb)}
+
+
+def es_cases(**skewed: Any) -> dict[str, dict[str, Any]]:
+    return {"uniform": es_case(1.0, 1.0, 0.95), "skewed": es_case(**{
+        "measured": 1.6, "model": 1.6, "bound": 1.5, **skewed}),
+        "skewed+eplb": es_case(1.05, 1.05, 1.0)}
+
+
+def test_expert_skew_completion_finding_branches() -> None:
+    from scenarios import expert_skew as es
+
+    ok = es.completion_finding(es_cases(), {}, "ecmp", 1e-5)
+    assert ok["title"] == "Completion follows the hottest receiver"
+    assert "back near the uniform case (1.05x" in ok["why"]
+    assert "agree within 0%" in ok["why"] and "Python" not in ok["why"]
+    cases = es_cases()
+    cases["skewed+eplb"] = es_case(1.4, 1.4, 1.0)
+    assert "from 1.60x to 1.40x the uniform median, not back" in es.completion_finding(
+        cases, {}, "ecmp", 1e-5)["why"]
+    cases["skewed+eplb"] = es_case(1.7, 1.7, 1.0)
+    f = es.completion_finding(cases, {}, "ecmp", 1e-5)
+    assert "did not shorten it" in f["why"]
+    assert f["title"] == "Completion against the hottest receiver's bound"
+
+
+@pytest.mark.parametrize("skewed,margin,said,unsaid", [
+    ({"measured": 3.2, "model": 1.6, "bound": 1.5, "hot": 3.1}, {}, "not kept busy", "Python"),
+    ({"measured": 3.2, "model": 1.6, "bound": 1.5, "hot": 1.6}, {},
+     "not what set the measured time", "FIFO"),
+    ({"measured": 3.2, "model": 1.6, "bound": 1.5, "hot": 3.1}, {"skewed": 1.2},
+     "fidelity margin was 1.20x", "FIFO"),
+    ({"measured": 3.2, "model": 1.6, "bound": 1.5, "hot": 3.1, "plane": "python"}, {},
+     "Python agents", "FIFO"),
+    ({"measured": 0.9, "model": 1.6, "bound": 0.8}, {}, "finished sooner than the model",
+     "FIFO"),
+])
+def test_expert_skew_completion_finding_out_of_band(skewed: dict[str, Any],
+                                                    margin: dict[str, float], said: str,
+                                                    unsaid: str) -> None:
+    from scenarios import expert_skew as es
+
+    why = es.completion_finding(es_cases(**skewed), margin, "ecmp", 1e-5)["why"]
+    assert "skewed: the ratio" in why and said in why and unsaid not in why
+    assert "agree within" not in why
+
+
+def test_expert_skew_incast_finding_branches() -> None:
+    from scenarios import expert_skew as es
+
+    c = es_cases(hot=1.6, mid=0.5)
+    f = es.incast_finding(c["uniform"], c["skewed"], c["skewed+eplb"], 8.0)
+    assert "the other receivers finish early" in f["why"] and "moves that hot spot" in f["why"]
+    c = es_cases(hot=0.55, mid=0.5, incast_hb=1.8)
+    f = es.incast_finding(c["uniform"], c["skewed"], c["skewed+eplb"], 8.0)
+    assert "did not leave the others idle" in f["why"]
+    assert "no lower than" in f["why"] and "moves that hot spot" not in f["why"]
