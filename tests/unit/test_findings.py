@@ -370,3 +370,70 @@ def test_expert_skew_incast_finding_branches() -> None:
     f = es.incast_finding(c["uniform"], c["skewed"], c["skewed+eplb"], 8.0)
     assert "did not leave the others idle" in f["why"]
     assert "no lower than" in f["why"] and "moves that hot spot" not in f["why"]
+
+
+# --- decode-latency ----------------------------------------------------------------------
+def dl_row(case: str, r50: float, r99: float, done: float, *, margin: float = 6.0,
+           plane: str = "native", lost: int = 0, skew: float = 0.003) -> dict[str, Any]:
+    return {"ep": 8, "case": case, "phase": "dispatch", "ratio_p50": r50, "ratio_p99": r99,
+            "measured": {"p50_us": {"median": 600e3 * r50}, "p99_us": {"median": 1e6 * r99}},
+            "ideal_p50_ms": 600.0, "ideal_p99_ms": 1000.0, "per_draw": [
+                {"start_skew_s": skew, "plane": plane}], "lost": lost, "incomplete": 0,
+            "completion_ms": 1100.0 * done, "ideal_completion_ms": 1100.0, "margin": margin}
+
+
+@pytest.mark.parametrize("row,said,unsaid", [
+    (dl_row("alone", 1.0, 1.2, 1.0), "", ""),
+    (dl_row("alone", 1.0, 1.6, 1.05), "the bytes arrive on time", "Python"),
+    (dl_row("alone", 1.0, 1.6, 1.05, margin=1.5), "fidelity margin was 1.50x",
+     "congestion control"),
+    (dl_row("alone", 1.0, 1.6, 1.05, plane="python"), "Python agents", "congestion control"),
+    (dl_row("alone", 1.0, 1.6, 1.6), "the bytes themselves arrived late", "congestion"),
+    (dl_row("background", 1.0, 3.0, 2.0), "FIFO queueing the fair-sharing model", "Python"),
+    (dl_row("background", 1.0, 3.0, 2.0, lost=9), "9 packets were lost", "FIFO queueing"),
+    (dl_row("isolated", 0.9, 0.6, 1.0), "strict priority beats fair sharing", "Python"),
+    (dl_row("alone", 0.9, 0.6, 1.0), "a candidate is the hash", "congestion"),
+])
+def test_decode_latency_gap_line(row: dict[str, Any], said: str, unsaid: str) -> None:
+    from scenarios import decode_findings as dl
+
+    line = dl.gap_line(row, 0.5)
+    if not said:
+        assert line == ""
+        return
+    assert line.startswith("EP8 ") and said in line
+    assert unsaid not in line
+
+
+def test_decode_latency_isolation_why_follows_the_numbers() -> None:
+    from scenarios import decode_findings as dl
+
+    split = dl.isolation_why(0.5, [{"p50": 1.05, "p99": 2.0, "isolated": 1.02}], [])
+    assert "the CDF splits in two" in split and "returned close to the idle-fabric" in split
+    both = dl.isolation_why(0.5, [{"p50": 1.9, "p99": 2.0, "isolated": 1.6}], ["EP8: x"])
+    assert "the median moved with the tail" in both and "CDF splits" not in both
+    assert "x1.60 of alone, not back to it" in both and "EP8: x" in both
+    calm = dl.isolation_why(0.5, [{"p50": 1.0, "p99": 1.1, "isolated": 1.0}], [])
+    assert "barely moved decode latency" in calm
+
+
+def test_decode_latency_explains_the_queueing_once_and_the_growth_by_the_numbers() -> None:
+    from scenarios import decode_findings as dl
+
+    told: set[str] = set()
+    first = dl.gap_line(dl_row("alone", 1.0, 1.6, 1.05), 0.5, told)
+    again = dl.gap_line(dl_row("alone", 1.0, 1.6, 1.05), 0.5, told)
+    assert "no congestion control" in first and "no congestion control" not in again
+    assert "the queueing explained above" in again
+    remote = {8: 0.75, 16: 0.875, 32: 0.9375}
+    deep = {"dispatch": 2.52, "combine": 3.16}
+    more = dl.growth_why(remote, {"dispatch": (1.38, 1.4), "combine": (1.35, 1.4)}, 2, 128,
+                         deep)
+    assert "x1.25 from EP8 to EP32, against the dispatch phase's x1.38" in more
+    assert "75% of the copies already cross" in more and "stops at EP32" in more
+    assert "grow alike here" in more and "the flow model's p99 grows x1.40" in more
+    assert "/128 of DeepEP" in more and "x3.16 vs x2.52" in more
+    share = dl.growth_why(remote, {"dispatch": (1.25, 1.3), "combine": (1.8, 1.3)}, 2, 8,
+                          deep)
+    assert "about the dispatch phase's whole growth" in share
+    assert "grow differently here" in share and "candidates" not in share
