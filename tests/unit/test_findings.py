@@ -437,3 +437,58 @@ def test_decode_latency_explains_the_queueing_once_and_the_growth_by_the_numbers
                           deep)
     assert "about the dispatch phase's whole growth" in share
     assert "grow differently here" in share and "candidates" not in share
+
+
+# --- link-failure ------------------------------------------------------------------------
+def lf_agg(modes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """agg entries per mode: ``base`` (measured, model) completion, ``lane``/``spine``
+    (penalty, model penalty, recovered of 3), margin, plane."""
+    out = {}
+    for m, e in modes.items():
+        common = {"mode": m, "draws": 3, "lost": 0, "start_skew_s": 0.003,
+                  "margin": e.get("margin", 5.0), "plane": e.get("plane", "native")}
+        got, model = e.get("base", (2.0, 2.0))
+        out[f"{m}/baseline"] = {**common, "case": "baseline", "completion_s": dist(got),
+                                "model_s": dist(model, model)}
+        for case in ("lane", "spine"):
+            pen, mpen, rec = e.get(case, (1.2, 1.2, 3))
+            out[f"{m}/{case}"] = {**common, "case": case, "completion_s": dist(got * pen),
+                                  "penalty": dist(pen, pen, pen),
+                                  "model_penalty": dist(mpen, mpen, mpen), "recovered": rec,
+                                  "recovery_s": dist(0.2)}
+    return out
+
+
+def test_link_failure_penalty_why_reads_the_baselines() -> None:
+    from scenarios import link_failure_report as lr
+
+    even = lr.penalty_why(lf_agg({"ecmp": {}, "planned": {}}), ["ecmp", "planned"], 4)
+    assert "ran at their model's pace (ecmp 1.00x, planned 1.00x" in even
+    assert "ran slower than its model" not in even and "Python" not in even
+    assert "re-places only the flows" in even and "Adaptive" not in even
+    slow = lr.penalty_why(lf_agg({"ecmp": {"base": (2.4, 2.0)}}), ["ecmp"], 4)
+    assert "ecmp ran slower than its model" in slow and "show nothing" in slow
+    assert "Python" not in slow and "re-places only the flows" not in slow
+    thin = lr.penalty_why(lf_agg({"ecmp": {"base": (2.4, 2.0), "margin": 1.4}}), ["ecmp"], 4)
+    assert "fidelity margin was 1.40x" in thin
+    py = lr.penalty_why(lf_agg({"ecmp": {"base": (2.4, 2.0), "plane": "python"}}), ["ecmp"],
+                        4)
+    assert "Python agents sent the packets" in py
+
+
+def test_link_failure_penalty_gaps_and_recovery() -> None:
+    from scenarios import link_failure_report as lr
+
+    gap = lr.penalty_why(lf_agg({"ecmp": {"lane": (1.1, 2.0, 3)}}), ["ecmp"], 4)
+    assert "**ecmp/lane: penalty ratio 0.55, outside 0.7-1.3.**" in gap
+    assert "nothing in the run itself" in gap and ": not luck." in gap
+    thin = lr.penalty_why(lf_agg({"ecmp": {"lane": (1.1, 2.0, 3), "margin": 1.1}}),
+                          ["ecmp"], 4)
+    assert "In this run the fidelity margin was 1.10x" in thin
+    ok = lr.recovery_why(lf_agg({"ecmp": {}}), ["ecmp"], 4, 1e-5)
+    assert "every run got back to the target (median recovery" in ok
+    assert "1/4 of every leaf's uplinks" in ok and "stayed under" not in ok
+    stuck = lr.recovery_why(lf_agg({"ecmp": {"lane": (1.2, 1.2, 1), "spine": (1.3, 1.3, 0)}}),
+                            ["ecmp"], 4, 1e-5)
+    assert "After a lane cut 1 of 3 runs got back" in stuck
+    assert "3 of 3 runs stayed under the target" in stuck
