@@ -492,3 +492,59 @@ def test_link_failure_penalty_gaps_and_recovery() -> None:
                             ["ecmp"], 4, 1e-5)
     assert "After a lane cut 1 of 3 runs got back" in stuck
     assert "3 of 3 runs stayed under the target" in stuck
+
+
+# --- topology-compare --------------------------------------------------------------------
+def tc_r(design: str, kernel: str, measured: float, model: float, *, bound: float = 1.0,
+         hops: float = 3.0, margin: float = 5.0, plane: str = "native", lost: int = 0,
+         idle: dict[str, dict[str, float]] | None = None) -> dict[str, Any]:
+    return {"design": design, "kernel": kernel, "measured": dist(measured, measured),
+            "model": dist(model, model, model), "model_bound": dist(bound), "hops": hops,
+            "margin": margin, "plane": plane, "lost": lost, "start_skew_s": 0.002,
+            "busiest_link": "lf0r0~spine0", "busiest_link_draws": 2,
+            "busiest_util": dist(0.9, 0.9), "bottleneck_tiers": ["leaf->spine"],
+            "idle_candidates": idle or {}}
+
+
+def test_topology_compare_tiers_and_railonly_findings() -> None:
+    from scenarios import topology_compare as tc
+
+    a, r3 = tc_r("astral3", "flat", 1.2, 1.2), tc_r("rail3", "flat", 1.3, 1.3, hops=4.9)
+    f = tc.tiers_finding(a, r3, "flat", 0.66)
+    assert "the same bound here" in f["why"] and "(equal: both non-blocking here)" in f["ideal"]
+    assert "3.00 switch hops per byte against rail3's 4.90" in f["why"]
+    assert "costs at 8,192 GPUs 0.66x rail3" in f["why"]
+    f = tc.tiers_finding(a, tc_r("rail3", "flat", 2.0, 2.0, bound=1.6), "flat", None)
+    assert "The bounds differ (1.00 s vs 1.60 s)" in f["why"] and "rail3 the tighter" in f["why"]
+    assert "non-blocking" not in f["ideal"]
+    paid = tc.railonly_finding(tc_r("railonly", "flat", 1.5, 1.4), a)
+    assert "1.25x astral3's time" in paid["why"] and "pays for the missing spine" in paid["why"]
+    free = tc.railonly_finding(tc_r("railonly", "flat", 1.2, 1.2), a)
+    assert "cost no completion time" in free["why"] and "pays" not in free["why"]
+
+
+def test_topology_compare_high_bandwidth_and_gap() -> None:
+    from scenarios import topology_compare as tc
+
+    res = {"astral3/flat": tc_r("astral3", "flat", 1.0, 1.0),
+           "rail3/flat": tc_r("rail3", "flat", 1.6, 1.6),
+           "astral3/high_bandwidth": tc_r("astral3", "high_bandwidth", 1.0, 1.0),
+           "rail3/high_bandwidth": tc_r("rail3", "high_bandwidth", 1.05, 1.0)}
+    f = tc.high_bandwidth_finding(res)
+    assert "varied 1.05x" in f["why"] and "1.60x for the flat kernel" in f["why"]
+    assert "mattered much less" in f["why"]
+    res["rail3/high_bandwidth"] = tc_r("rail3", "high_bandwidth", 1.5, 1.0)
+    assert "not much less" in tc.high_bandwidth_finding(res)["why"]
+    del res["rail3/flat"]
+    assert "varied" not in tc.high_bandwidth_finding(res)["why"]
+    # a gap: the run's caveats come before the fluid model's missing queues
+    assert tc._gap(tc_r("fattree", "flat", 1.0, 1.0)) == ""
+    slow = tc._gap(tc_r("fattree", "flat", 2.0, 1.0))
+    assert "queues (FIFO" in slow and "Python" not in slow
+    thin = tc._gap(tc_r("fattree", "flat", 2.0, 1.0, margin=1.5))
+    assert "fidelity margin was 1.50x" in thin and "queues (FIFO" not in thin
+    polar = tc._gap(tc_r("fattree", "flat", 2.0, 1.0, idle={
+        "agg-core up": {"candidates": 8, "idle": 4.0}}))
+    assert "hash polarization" in polar
+    fast = tc._gap(tc_r("railonly", "flat", 0.5, 1.0))
+    assert "faster than the fluid model" in fast
