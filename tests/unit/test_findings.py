@@ -548,3 +548,22 @@ def test_topology_compare_high_bandwidth_and_gap() -> None:
     assert "hash polarization" in polar
     fast = tc._gap(tc_r("railonly", "flat", 0.5, 1.0))
     assert "faster than the fluid model" in fast
+
+
+# --- paper-shapes ------------------------------------------------------------------------
+def test_paper_shapes_rows_3_4_5_follow_their_numbers() -> None:
+    from scenarios import paper_shapes as ps
+
+    assert "stays at 1.40, above 1" in ps.eplb_why({"median": 1.40}, 1.2)
+    assert "here to a max/mean of 1.02" in ps.eplb_why({"median": 1.02}, 1.2)
+    assert "The emulation agrees (1.01x)" in ps.relay_why(1.0, dist(1.01))
+    more = ps.relay_why(1.0, dist(1.2, 1.2))
+    assert "The emulation gave 1.20x, more than the model" in more
+    assert "agrees" not in ps.relay_why(1.0, None) and "(1.00x)" in ps.relay_why(1.0, None)
+    h = {"lab_hops": [3, 5], "model_hops": [3, 5], "lab_gpus": 16, "paper_gpus": 65536}
+    same = ps.tiers_why(h, {"measured": 0.66, "ideal": 0.64})
+    assert "Hops are structural: the lab's plans give 3 vs 5" in same
+    assert "it hardly moves with size (0.66x" in same
+    moved = ps.tiers_why({**h, "lab_hops": [3, 4]}, {"measured": 0.9, "ideal": 0.64})
+    assert "the structure changes with size" in moved and "it moves with size" in moved
+    assert "hardly" not in moved
