@@ -567,3 +567,16 @@ def test_paper_shapes_rows_3_4_5_follow_their_numbers() -> None:
     moved = ps.tiers_why({**h, "lab_hops": [3, 4]}, {"measured": 0.9, "ideal": 0.64})
     assert "the structure changes with size" in moved and "it moves with size" in moved
     assert "hardly" not in moved
+
+
+# --- ops-eval ----------------------------------------------------------------------------
+def test_ops_eval_steady_gap_branches() -> None:
+    from scenarios.ops_eval import steady_gap
+
+    assert steady_gap(1.0, 83.4, 83.4, 5.0) == ""
+    low = steady_gap(0.5, 83.4, 83.0, 5.0)
+    assert "fidelity margin of 5.00x the machine kept up" in low and "Python UDP" in low
+    thin = steady_gap(0.5, 83.4, 83.0, 1.3)
+    assert "fidelity margin was 1.30x" in thin and "Python UDP" not in thin
+    high = steady_gap(1.5, 83.4, 55.0, 5.0)
+    assert "delivered more than the model carries" in high and "Python" not in high
