@@ -346,8 +346,9 @@ def _report(run: Run, plan: Any, results: dict[str, Any]) -> None:
     if dec.get("dispatch"):
         rep.finding(**decode_finding(dec, run.params["decode_tokens"], rtf))
     rep.section("Where next", """
-* `astral-lab run lb-compare` adds adaptive mode and an all-to-all; `topology-compare`
-  adds rail-only and fat-tree; `decode-latency` sweeps EP size with background traffic.
+* `astral-lab run lb-compare` adds adaptive mode, the host-side policies (spray,
+  qp-scaling, flowlet, plb) and an all-to-all; `topology-compare` adds rail-only and
+  fat-tree; `decode-latency` sweeps EP size with background traffic.
 * The fabric is a plain Mininet network: `sudo astral-lab up astral3` opens the CLI.""")
 
 
