@@ -336,7 +336,10 @@ def test_expert_skew_completion_finding_branches() -> None:
     cases["skewed+eplb"] = es_case(1.7, 1.7, 1.0)
     f = es.completion_finding(cases, {}, "ecmp", 1e-5)
     assert "did not shorten it" in f["why"]
-    assert f["title"] == "Completion against the hottest receiver's bound"
+    assert f["title"] == "Completion follows the hottest receiver"
+    far = es.completion_finding(es_cases(measured=2.4, model=2.4, bound=1.5), {}, "ecmp", 1e-5)
+    assert far["title"] == "Completion against the hottest receiver's bound"
+    assert "something besides that NIC set the pace" in far["why"]
 
 
 @pytest.mark.parametrize("skewed,margin,said,unsaid", [
