@@ -53,6 +53,19 @@ def permutation_flows(plan: WiringPlan, nbytes: int, qps: int = 1, seed: int = 0
     return out
 
 
+def leaf_fanout(plan: WiringPlan, flows: list[FlowSpec]) -> tuple[int, int]:
+    """(QPs leaving the busiest leaf, that leaf's uplink lanes) for cross-leaf ``flows``."""
+    from controllers.paths import PathFinder
+
+    finder = PathFinder(plan)
+    per: dict[str, int] = {}
+    for f in flows:
+        leaf = finder.attach(f.src)
+        per[leaf] = per.get(leaf, 0) + 1
+    leaf = max(per, key=lambda k: per[k])
+    return per[leaf], len(finder.uplinks(leaf))
+
+
 def all_to_all_flows(plan: WiringPlan, nbytes_per_pair: int, qp_base: int = 0
                      ) -> list[FlowSpec]:
     """Every GPU sends ``nbytes_per_pair`` to every other GPU (one QP per pair)."""

@@ -61,6 +61,7 @@ from scenarios.common import (
     replay_lead,
     shift_qps,
 )
+from scenarios.decode_findings import DEEPEP_TOKENS, gap_line, growth_why, isolation_why
 from testbed.topologies import build
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the
@@ -72,8 +73,6 @@ DEEPEP_US = {
 }
 DEEPEP_SOURCE = ("DeepEP V1 docs/legacy.md (github.com/deepseek-ai/DeepEP), low-latency "
                  "kernels, H800 + CX7 IB 400 Gb/s, 128 tokens, top-8")
-#: tokens per GPU in DeepEP's low-latency benchmark
-DEEPEP_TOKENS = 128
 CASES = ("alone", "background", "isolated")
 CASE_LABEL = {"alone": "no background", "background": "background, one FIFO",
               "isolated": "background + isolation"}
@@ -200,7 +199,7 @@ def _decode_stats(res: Any, flows: list[Any]) -> tuple[list[float], dict[str, An
         "decode_lost_packets": sum(f["lost_packets"] for f in rows),
         "bulk_bytes": sum(f["bytes"] for f in bulk),
         "bulk_received": sum(f["received"] for f in bulk),
-        "start_skew_s": res.start_skew_s,
+        "start_skew_s": res.start_skew_s, "plane": res.plane,
     }
 
 
@@ -339,7 +338,7 @@ def _row(run: Run, ep: int, case: str, ph: str, draws: list[dict[str, Any]],
             bound=_ms(serial_s * 1e6), bound_name="one message's serialisation at the NIC",
             incomplete=row["incomplete"], lost_packets=row["lost"],
             start_skew_s=max(x["start_skew_s"] for x in draws), fidelity_margin=margin)
-    return {**row, "measured": d, "model": model}
+    return {**row, "measured": d, "model": model, "margin": margin}
 
 
 def _fmt(v: float | None) -> str:
@@ -554,45 +553,14 @@ per-case numbers (bytes, losses, start skew) in runs.json, and the qos class cou
 
 def _finding_gaps(run: Run, cases: list[dict[str, Any]]) -> None:
     """Rows whose p50 or p99 ratio is outside 0.7-1.3, and why, from their own evidence."""
-    fill = run.params["fill_s"]
-    lines = []
-    for r in cases:
-        bad = [q for q in ("p50", "p99") if not in_band(r[f"ratio_{q}"])]
-        if not bad:
-            continue
-        q = bad[-1]
-        ratio = r[f"ratio_{q}"]
-        m = r["measured"][f"{q}_us"]["median"] / 1e3
-        i = r[f"ideal_{q}_ms"]
-        if r["case"] == "background" and ratio and ratio > 1.3:
-            why = (f"FIFO queueing the fair-sharing model does not have: {m - i:.0f} ms more "
-                   "than the model, against the standing bulk queue on the messages' paths: "
-                   f"~{1e3 * fill:.0f} ms behind one bulk flow on a lane, ~{3e3 * fill:.0f} ms "
-                   "behind two (fill_s)")
-        elif r["case"] == "isolated" and ratio and ratio < 0.7:
-            why = ("strict priority beats fair sharing: decode is served before bulk on "
-                   "every port, while the model splits each link max-min between them")
-        elif ratio and ratio > 1.3:
-            done = _div(r["completion_ms"], r["ideal_completion_ms"])
-            why = (f"{m - i:.0f} ms above the model, while the phase as a whole completes at "
-                   f"{_fmt(done)}x the model's: the bytes arrive on time, the messages wait "
-                   "longer. The lab's senders have no congestion control: each QP leaves at "
-                   "its share of the NIC, and where ECMP put more than a lane's rate on a 200G "
-                   "lane the excess waits in that lane's FIFO, so a message's frames meet a "
-                   "queue built by the burst; the model's ideal transport sends each QP at its "
-                   "bottleneck share and builds none (DCQCN would keep such queues near its "
-                   "ECN threshold). Start skew up to "
-                   f"{1e3 * max(x['start_skew_s'] for x in r['per_draw']):.1f} ms, "
-                   f"{r['lost']} packets lost, {r['incomplete']} messages incomplete")
-        else:
-            why = ("below the model: the model's ECMP hash put more messages on shared "
-                   "lanes than OVS's hash did in these draws")
-        lines.append(f"EP{r['ep']} {r['case']} {r['phase']} {q}: ratio {ratio:.2f}, {why}.")
+    told: set[str] = set()
+    lines = [gap_line(r, run.params["fill_s"], told) for r in cases]
+    lines = [x for x in lines if x]
     if lines:
         run.report.finding(
             "3. Where measurement and model differ (ratio outside 0.7-1.3)",
             measured="; ".join(f"EP{r['ep']} {r['case']} {r['phase']} p50/p99 ratios "
-                               f"{r['ratio_p50']:.2f}/{r['ratio_p99']:.2f}" for r in cases
+                               f"{_fmt(r['ratio_p50'])}/{_fmt(r['ratio_p99'])}" for r in cases
                                if not (in_band(r["ratio_p50"]) and in_band(r["ratio_p99"]))),
             ideal="1.0 (the flow model's message latencies for the same flows and hash)",
             published="-", why=" ".join(lines))
@@ -617,35 +585,10 @@ def _finding_growth(run: Run) -> None:
                    f"(EP8 {d[8]} us -> EP{min(8 * 2 ** round(doublings), 256)}); "
                    f"x{d[256] / d[8]:.2f} to EP256")
     remote = {ep: _remote_share(ep, p) for ep in eps}
-    share_growth = remote[hi] / remote[lo]
-    g_d, g_c = (_growth(run, ph, "completion_ms")[-1] for ph in PHASES)
-    phases = ("the two phases grow alike here (completion x{:.2f} dispatch, x{:.2f} combine): "
-              "both move the same token copies over the same paths, combine only in larger "
-              "BF16 messages, so the flow model gives them the same growth. DeepEP's combine "
-              "grows more than its dispatch (x{:.2f} vs x{:.2f} to EP256); the lab cannot say "
-              "why, as it models no GPU-side work (such as combine's weighted sum of the "
-              "top-8 outputs), and DeepEP does not break its times down").format(
-        g_d, g_c, DEEPEP_US["combine"][256] / DEEPEP_US["combine"][8],
-        DEEPEP_US["dispatch"][256] / DEEPEP_US["dispatch"][8])
-    why = (
-        "At a fixed batch per GPU, a decode step sends the same number of token copies per "
-        "GPU whatever the EP size, so the growth comes from how many of them cross the "
-        "network and how unevenly they land. With same-server copies on NVLink, the share on "
-        f"the fabric is 1 - {p['gpus_per_server']}/EP ("
-        + ", ".join(f"EP{e}: {100 * s:.0f}%" for e, s in remote.items())
-        + f"), x{share_growth:.2f} from EP{lo} to EP{hi}; the rest of the growth is receiver "
-        "imbalance (the busiest GPU gets more copies as the EP grows, and the phase waits "
-        "for it) and ECMP collisions on the 200G lanes. DeepEP's curve has the same cause at "
-        "its start (EP8 is one 8-GPU node, all NVLink, so EP8 -> EP16 jumps x1.5 for "
-        "dispatch) and flattens from EP64 on, where nearly every copy crosses the network "
-        "and the 400G NIC bound per GPU no longer grows. The lab's smallest EP is smaller "
-        f"than DeepEP's ({p['gpus_per_server']} GPUs per server instead of 8, to fit this "
-        "machine), so its curve covers DeepEP's steep part, not its plateau; compare the "
-        "growth per doubling, not the absolute times (the lab's step moves "
-        f"{p['tokens']}/{DEEPEP_TOKENS} of DeepEP's bytes at scaled rates, and the lab has "
-        "no GPU-side work: DeepEP's "
-        "time includes FP8 casting, kernel launch and the receiver's copy-out). Last, "
-        + phases + ".")
+    grow = {ph: (_growth(run, ph, "completion_ms")[-1], _growth(run, ph, "ideal_p99_ms")[-1])
+            for ph in PHASES}
+    why = growth_why(remote, grow, p["gpus_per_server"], p["tokens"],
+                     {ph: DEEPEP_US[ph][256] / DEEPEP_US[ph][8] for ph in PHASES})
     run.report.finding("1. Decode latency growth with EP size", measured="; ".join(meas),
                        ideal="flow model (same flows, ECMP, medians of its draws) "
                              + "; ".join(ideal),
@@ -662,12 +605,12 @@ def _finding_isolation(run: Run, classes: dict[int, dict[str, Any]],
                        cases: list[dict[str, Any]]) -> None:
     p = run.params
     eps = [e for e in p["ep_sizes"] if e in p["background_eps"]]
-    parts, restored, model = [], [], []
+    parts, model, moved = [], [], []
     for ep in eps:
         for ph in PHASES:
-            a = _get(run.rows, ep, "alone", ph, "p99_ms")
-            b = _get(run.rows, ep, "background", ph, "p99_ms")
-            i = _get(run.rows, ep, "isolated", ph, "p99_ms")
+            x = {q: [_get(run.rows, ep, c, ph, f"{q}_ms") for c in CASES]
+                 for q in ("p50", "p99")}
+            a, b, i = x["p99"]
             rows = {r["case"]: r for r in cases if (r["ep"], r["phase"]) == (ep, ph)}
             parts.append(f"EP{ep} {ph}: p99 {_dt(rows['alone'], 'p99')} alone -> "
                          f"{_dt(rows['background'], 'p99')} (x{_ratio(b, a):.1f}) with "
@@ -677,7 +620,8 @@ def _finding_isolation(run: Run, classes: dict[int, dict[str, Any]],
                          f"{rows['background']['ideal_p99_ms']:.0f} ms with the bulk flows "
                          f"(ratios {rows['background']['ratio_p99']:.2f} FIFO, "
                          f"{rows['isolated']['ratio_p99']:.2f} isolated)")
-            restored.append(_ratio(i, a))
+            moved.append({"p50": _ratio(x["p50"][1], x["p50"][0]), "p99": _ratio(b, a),
+                          "isolated": _ratio(i, a)})
     counters = []
     for ep, cls in classes.items():
         c = cls.get("status", {}).get("classes", {})
@@ -686,28 +630,8 @@ def _finding_isolation(run: Run, classes: dict[int, dict[str, Any]],
                             f"class {c['bulk']['packets']:,} on {cls['status']['interfaces']} "
                             "ports")
     fill = p["fill_s"]
-    why = (
-        "With one FIFO per port, a decode packet that hashes onto a lane carrying a bulk "
-        "flow queues behind everything the bulk flow put there: a 400G bulk flow fills a "
-        f"200G lane's queue for {fill:g} s before the burst, about {fill:g} s of backlog "
-        "(three times that where ECMP put two bulk flows on one lane), and every decode "
-        "message crossing that lane inherits it. The messages on other lanes are barely "
-        "slowed, so the CDF splits in two: the median moves little, the tail by the "
-        "backlog, and the phase (which ends with its slowest message) with it. Strict "
-        "priority puts decode in its own queue that is served first: a decode packet waits "
-        "at most for the bulk frame already on the wire, so decode latency returns close to "
-        "the idle-fabric value; what remains is the NIC itself, which the lab's sender "
-        "shares round-robin between the bulk QP and the decode QPs (a real NIC would apply "
-        "its own per-class scheduling). The size of the penalty is the lab's, not a real "
-        "fabric's: the lab has no PFC and no ECN/DCQCN, so an overloaded lane's queue grows "
-        "until its deep 'lossless' FIFO is full (here, for the whole fill). On a RoCE fabric "
-        "DCQCN would slow the bulk sender to the lane rate and hold the queue near the ECN "
-        "threshold (tens of microseconds at 200G), and PFC would pause the upstream port "
-        "instead, which without a separate priority also stops decode (head-of-line "
-        "blocking one hop back): the mechanism is the same, the magnitude smaller. "
-        + ("Class counters after the isolated runs: " + "; ".join(counters) + "."
-           if counters else ""))
-    worst = max((r for r in restored if r == r), default=math.nan)
+    worst = max((m["isolated"] for m in moved if m["isolated"] == m["isolated"]),
+                default=math.nan)
     run.report.finding(
         "2. Background traffic and traffic-class isolation",
         measured="; ".join(parts),
@@ -720,4 +644,6 @@ def _finding_isolation(run: Run, classes: dict[int, dict[str, Any]],
         published=("DeepEP recommends separate InfiniBand virtual lanes for normal-kernel, "
                    "low-latency-kernel and other traffic (traffic isolation, docs/legacy.md); "
                    "no figure is published for the penalty without it"),
-        why=why)
+        why=isolation_why(fill, moved, counters))
+
+

@@ -28,18 +28,23 @@ from typing import Any
 from controllers import policies
 from scenarios.base import Param, Run, scenario
 from scenarios.common import (
+    RATIO_BAND,
     compare,
     distribution,
     fmt_distribution,
+    in_band,
+    leaf_fanout,
     link_counters,
     link_loads,
     load_stats,
     mean_hops,
-    message_latencies,
+    median_chance,
+    message_times,
     permutation_flows,
     real_time_factor,
     wire_flows,
 )
+from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
 
 #: QPs per GPU pair in the permutation (each QP is one 5-tuple, hashed on its own)
@@ -97,7 +102,7 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[s
     client.wait_converged()
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * p["seconds"])
     n = p["draws"] if policies.get(mode).random else 1
-    run.guard(lab, _flows(plan, nbytes, p["seed"], 0), label)
+    margin = run.guard(lab, _flows(plan, nbytes, p["seed"], 0), label)["margin"]
     per_draw = []
     for d in range(n):
         flows = _flows(plan, nbytes, p["seed"], d)
@@ -108,7 +113,8 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[s
                          "lost": res.lost_packets, "start_skew_s": res.start_skew_s,
                          "max_over_mean": load_stats(loads)["max_over_mean"],
                          "busiest": _busiest(plan, loads, wire_flows(flows)[0].bytes),
-                         "sports": sorted({f.sport for f in flows}), "links": loads})
+                         "sports": sorted({f.sport for f in flows}), "links": loads,
+                         "plane": res.plane})
     flows = _flows(plan, nbytes, p["seed"], 0)
     model = _model(plan, nbytes, p["seed"], mode, p["model_draws"])
     measured = distribution([r["completion_s"] for r in per_draw])
@@ -116,7 +122,8 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[s
             "slowdown": distribution([r["busiest"]["slowdown"] for r in per_draw]),
             "bound_s": bounds(plan, wire_flows(flows), unit="mbps")["unsplit"],
             "hops": mean_hops(plan, flows), "lost": sum(r["lost"] for r in per_draw),
-            "draws": per_draw}
+            "margin": margin, "plane": per_draw[-1]["plane"],
+            "start_skew_s": max(r["start_skew_s"] for r in per_draw), "draws": per_draw}
 
 
 def _permutation_row(run: Run, stop: str, fabric: str, r: dict[str, Any], note: str) -> None:
@@ -129,7 +136,8 @@ def _permutation_row(run: Run, stop: str, fabric: str, r: dict[str, Any], note: 
 
 
 def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
-    """The decode burst over ``decode_draws`` gating seeds; the model on each draw's flows."""
+    """The decode burst over ``decode_draws`` gating seeds; the model on each draw's flows
+    (its message latencies, and the phase's completion: do the bytes arrive on time?)."""
     from traffic.kernels import low_latency
     from traffic.shell.replay import percentile, replay_step
     from traffic.workload import simulate_step
@@ -144,20 +152,25 @@ def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
                              seed=seed)
         traffic = low_latency(step, plan)
         if d == 0:
-            run.guard(lab, [f for f in traffic.flows if f.phase == "dispatch"],
-                      "decode burst")
+            out["margin"] = run.guard(lab, [f for f in traffic.flows if f.phase == "dispatch"],
+                                      "decode burst")["margin"]
         res = replay_step(lab, traffic)
         draw: dict[str, Any] = {"seed": seed}
         for phase, r in res.items():
             got = [m["latency_ns"] / 1e6 for m in r.messages
                    if m.get("complete") and m.get("latency_ns") is not None]
             flows = [f for f in traffic.flows if f.phase == phase]
-            ideal = [t * 1e3 for t in message_latencies(plan, flows, mode)]
+            times, ends = message_times(plan, flows, mode)
+            ideal = [t * 1e3 for t in times]
+            start = min((f.start for f in flows), default=0.0)
             draw[phase] = {"p50": percentile(got, 50), "p99": percentile(got, 99),
                            "ideal_p50": percentile(ideal, 50),
                            "ideal_p99": percentile(ideal, 99),
                            "floor_ms": _serial_ms(flows, plan), "messages": len(got),
-                           "lost": r.lost_packets}
+                           "incomplete": sum(max(1, f.messages) for f in flows) - len(got),
+                           "lost": r.lost_packets, "completion_s": r.job_completion_s,
+                           "ideal_completion_s": max(ends, default=start) - start,
+                           "start_skew_s": r.start_skew_s, "plane": r.plane}
             lat.setdefault(phase, []).extend(got)
             if d == 0:
                 run.save_json(f"decode_{phase}_messages.json", r.messages)
@@ -169,9 +182,16 @@ def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
                           "ideal": distribution([r[f"ideal_{q}"] for r in rows]),
                           "ratio": distribution([r[q] / r[f"ideal_{q}"] for r in rows])}
                       for q in ("p50", "p99")}
+        out[phase]["completion_ratio"] = distribution(
+            [r["completion_s"] / r["ideal_completion_s"] for r in rows
+             if r["ideal_completion_s"]])
         out[phase]["floor_ms"] = max(r["floor_ms"] for r in rows)
         out[phase]["messages"] = sum(r["messages"] for r in rows)
-        out[phase]["lost"] = sum(r["lost"] for r in rows)
+        for k in ("lost", "incomplete"):
+            out[phase][k] = sum(r[k] for r in rows)
+        out[phase]["start_skew_s"] = max(r["start_skew_s"] for r in rows)
+        out[phase]["completion_s"] = distribution([r["completion_s"] for r in rows])
+        out[phase]["plane"] = rows[-1]["plane"]
     out["latencies_ms"] = {k: sorted(v) for k, v in lat.items()}
     return out
 
@@ -309,7 +329,8 @@ def _report(run: Run, plan: Any, results: dict[str, Any]) -> None:
     rep.section("Summary", "*measured*: the emulation (ECMP: median [p25-p75] over N hash "
                 "draws); *ideal*: the flow model's number for the same plan, flows and "
                 "policy (ECMP: over many more hash draws); *ratio* = measured / ideal "
-                "(medians); *bound*: the analytic floor no routing can beat.")
+                "(medians; decode: the median over gating seeds of each seed's ratio); "
+                "*bound*: the analytic floor no routing can beat.")
     rep.table(run.rows, ["stop", "fabric", "what", "measured", "ideal", "ratio", "bound",
                          "note"])
     rep.image("fabric.png", "The astral3 fabric of this run (wiring plan drawing)")
@@ -318,79 +339,237 @@ def _report(run: Run, plan: Any, results: dict[str, Any]) -> None:
     rep.image("decode_cdf.png", "Decode bursts: message latency CDF (dispatch, combine)")
     rep.section("Findings")
     e, pl = results["astral3/ecmp"], results["astral3/planned"]
-    rep.finding(
-        "ECMP collisions vs planned placement",
-        measured=f"ECMP {fmt_distribution(e['measured'], ' s')}, planned "
-                 f"{pl['measured']['median']:.2f} s",
-        ideal=f"flow model ECMP {fmt_distribution(e['model']['completion_s'], ' s')}, "
-              f"planned {pl['model']['completion_s']['median']:.2f} s; bound "
-              f"{pl['bound_s']:.2f} s",
-        published="balls into bins: hashing n flows onto n paths leaves ~37% of paths idle; "
-                  "Hedera (NSDI 2010) reports large ECMP losses for permutations",
-        why="Each leaf has as many QPs leaving as it has uplink lanes. A hash puts some on the "
-            "same lane (those run at a fraction of their rate) and leaves others idle; the "
-            "controller's planned mode gives each its own. The job ends with its slowest "
-            "QP, so the typical ECMP draw is well above the bound, and the spread across "
-            "draws is the hash's luck.")
+    rep.finding(**ecmp_finding(e, pl, leaf_fanout(plan, _flows(plan, 1, run.params["seed"], 0))))
     if "rail3/ecmp" in results:
-        r3 = results["rail3/ecmp"]
-        eb = [d["busiest"] for d in e["draws"]]
-        rb = [d["busiest"] for d in r3["draws"]]
-        rep.finding(
-            "thin shuffled lanes make a collision cost more than fat uplinks",
-            measured=f"ECMP busiest link: astral3 {fmt_distribution(e['slowdown'], 'x')} of "
-                     f"its share ({eb[0]['tier']} links of {eb[0]['mbps']:g} Mb/s hold "
-                     f"{eb[0]['holds_qps']:.0f} QP at full rate); rail3 "
-                     f"{fmt_distribution(r3['slowdown'], 'x')} ({rb[0]['tier']} links of "
-                     f"{rb[0]['mbps']:g} Mb/s hold {rb[0]['holds_qps']:.0f}). Completion "
-                     f"astral3 {e['measured']['median']:.2f} s vs rail3 "
-                     f"{r3['measured']['median']:.2f} s (medians)",
-            ideal=f"flow model busiest-link factor astral3 "
-                  f"{fmt_distribution(e['model']['slowdown'], 'x')}, rail3 "
-                  f"{fmt_distribution(r3['model']['slowdown'], 'x')}; planned 1.0x on both",
-            published="Astral 3.0: the optical shuffle splits each 1.6T leaf port into 200G "
-                      "lanes to reach every spine in two tiers; MegaScale and Meta's RoCE "
-                      "fabric report ECMP collisions on thin paths as a first-order loss",
-            why="On astral3 a QP rides one 200G lane of a shuffled leaf port: two QPs hashed "
-                "onto one lane each get half their rate, three a third. rail3's ToR uplink "
-                "is one fat 800G link that holds four QPs at full rate, so most collisions "
-                "cost nothing there. More, thinner paths are the price of the flat fabric's "
-                "reach: hashing must get better, which is what planned placement (1.0x "
-                "here) and spraying address. Both fabrics are non-blocking, so under "
-                "planned placement they finish alike, with astral3 crossing fewer hops.")
+        rep.finding(**fabric_finding(e, results["rail3/ecmp"], pl, results["rail3/planned"]))
     dec = results.get("decode", {})
-    d = dec.get("dispatch")
-    if d:
-        m50, m99 = d["p50"]["measured"], d["p99"]["measured"]
-        i50, i99 = d["p50"]["ideal"], d["p99"]["ideal"]
-        ratio = d["p99"]["ratio"]["median"]
-        gap = ("" if 0.7 <= d["p50"]["ratio"]["median"] <= 1.3 and 0.7 <= ratio <= 1.3 else
-               " The ratio is outside 0.7-1.3 here: look at the fidelity margin in the "
-               "header and the start skew in runs.json; a thin margin means the Python "
-               "senders, not the fabric, set the pace.")
-        rep.finding(
-            "decode dispatch latency",
-            measured=f"p50 {fmt_distribution(m50, ' ms', 0)}, p99 "
-                     f"{fmt_distribution(m99, ' ms', 0)} emulated (= "
-                     f"{m50['median'] * 1e3 * rtf:.2f} / {m99['median'] * 1e3 * rtf:.2f} us "
-                     "at real rates)",
-            ideal=f"flow model ({dec['mode']}, same flows) p50 {i50['median']:.0f} ms, p99 "
-                  f"{i99['median']:.0f} ms; floor {d['floor_ms']:.1f} ms (one message's "
-                  "serialisation)",
-            published="DeepEP low-latency dispatch: 77 us at EP8 (H800, 400G IB, 128 tokens "
-                      "per GPU)",
-            why="All ranks fire every token copy at once, so most messages wait behind others "
-                "at their own NIC and at the receiver: p99 is the burst's length, not one "
-                "message's, and the fluid model of the same flows predicts it. Real-rate "
-                "times are the emulated ones x the scale, for this run's "
-                f"{run.params['decode_tokens']} tokens per GPU (DeepEP's figure is for 128) "
-                "and without the GPU-side costs of the real kernel (launch, copies, "
-                "synchronisation), which dominate at this size: compare shapes, not values."
-                + gap)
+    if dec.get("dispatch"):
+        rep.finding(**decode_finding(dec, run.params["decode_tokens"], rtf))
     rep.section("Where next", """
-* `astral-lab run lb-compare` adds adaptive mode and an all-to-all; `topology-compare`
-  adds rail-only and fat-tree; `decode-latency` sweeps EP size with background traffic.
+* `astral-lab run lb-compare` adds adaptive mode, the host-side policies (spray,
+  qp-scaling, flowlet, plb) and an all-to-all; `topology-compare` adds rail-only and
+  fat-tree; `decode-latency` sweeps EP size with background traffic.
 * The fabric is a plain Mininet network: `sudo astral-lab up astral3` opens the CLI.""")
+
+
+# --- findings: each reason chosen from the run's own evidence -------------------------------
+#: a median within this factor of the bound "reaches" it; a busiest-link factor above
+#: 1 + this counts as a collision
+NEAR = 0.05
+
+
+def _caveats(r: dict[str, Any], span_s: float | None = None) -> list[str]:
+    return pace_caveats(margin=r.get("margin"), plane=r.get("plane"), lost=r.get("lost", 0),
+                        start_skew_s=r.get("start_skew_s"), span_s=span_s)
+
+
+def _vs_model(r: dict[str, Any]) -> str:
+    """A permutation's measured-vs-model gap, when its ratio is outside the band: why."""
+    m, i = r["measured"], r["model"]["completion_s"]
+    ratio = m["median"] / i["median"]
+    if in_band(ratio):
+        return ""
+    head = (f" **Measured / model = {ratio:.2f}, outside 0.7-1.3** ({r['mode']}): ")
+    caveats = _caveats(r, m["median"])
+    if caveats:
+        return head + "; ".join(caveats) + "."
+    if i["draws"] > 1:  # the placement is a hash draw
+        chance = median_chance(i["values"], m["median"], m["draws"])
+        if chance >= 0.05:
+            return head + (f"the model's own draws give a median of {m['draws']} this far "
+                           f"from theirs in {100 * chance:.0f}% of samples, so the draws' "
+                           "luck is a candidate (OVS's hash and the model's agree in "
+                           "distribution, not draw by draw).")
+        return head + (f"the model's own draws give a median of {m['draws']} this far from "
+                       f"theirs in only {100 * chance:.1f}% of samples: OVS's hash spreads "
+                       "these source ports differently from the model's (another hash "
+                       "function).")
+    return head + ("the paths are the model's (one placement), and the margin, plane, "
+                   "losses and start skew of this run show nothing that explains it.")
+
+
+def ecmp_finding(e: dict[str, Any], pl: dict[str, Any], fanout: tuple[int, int]
+                 ) -> dict[str, str]:
+    """ECMP against planned placement on astral3: the collision cost the draws show."""
+    b = pl["bound_s"]
+    m = e["measured"]
+    ex, px = m["median"] / b, pl["measured"]["median"] / b
+    slow = e["slowdown"]["median"]
+    qps, lanes = fanout
+    why = (f"The busiest leaf sends {qps} QPs over {lanes} uplink lanes; a hash can put "
+           "several on one lane (they share its rate) and leave others idle, while the "
+           "controller's planned mode spreads them, and the job ends with its slowest QP. ")
+    if ex > 1 + NEAR and slow > 1 + NEAR:
+        why += (f"Here the busiest link carried {slow:.1f}x its share (median over "
+                f"{m['draws']} draws), and the typical ECMP draw took {ex:.2f}x the bound")
+        title = "ECMP collisions vs planned placement"
+    elif ex > 1 + NEAR:
+        why += (f"Here the typical ECMP draw took {ex:.2f}x the bound, while the link "
+                f"counters show no link far above its share (busiest {slow:.2f}x): they do "
+                "not show where the time went (runs.json has every link of every draw)")
+        title = "ECMP vs planned placement"
+    else:
+        lucky = sum(v <= b * (1 + NEAR) for v in e["model"]["completion_s"]["values"])
+        why += (f"In these {m['draws']} draws ECMP came within {100 * abs(ex - 1):.0f}% of the "
+                f"bound (busiest link {slow:.2f}x its share): the hash left no costly "
+                f"collision, as in {lucky} of the model's "
+                f"{e['model']['completion_s']['draws']} draws")
+        title = "ECMP vs planned placement: no collision cost in these draws"
+    if m["draws"] > 1 and m["p75"] > m["p25"] * (1 + NEAR / 5):
+        why += (f", from {m['p25'] / b:.2f}x to {m['p75'] / b:.2f}x (p25-p75): the spread "
+                "across draws is the hash's luck. ")
+    else:
+        why += "; the draws gave about the same time. "
+    if px <= 1 + NEAR:
+        why += f"Planned placement came within {100 * abs(px - 1):.0f}% of the bound."
+    else:
+        caveats = _caveats(pl, pl["measured"]["median"])
+        why += (f"Planned placement took {px:.2f}x the bound: "
+                + ("; ".join(caveats) + "." if caveats else
+                   "its paths put no two QPs on a lane, and this run's margin, plane, losses "
+                   "and start skew show nothing that explains the rest."))
+    why += _vs_model(e) + _vs_model(pl)
+    return {
+        "title": title,
+        "measured": f"ECMP {fmt_distribution(m, ' s')}, planned "
+                    f"{pl['measured']['median']:.2f} s",
+        "ideal": f"flow model ECMP {fmt_distribution(e['model']['completion_s'], ' s')}, "
+                 f"planned {pl['model']['completion_s']['median']:.2f} s; bound {b:.2f} s",
+        "published": "balls into bins: hashing n flows onto n paths leaves ~37% of paths "
+                     "idle; Hedera (NSDI 2010) reports large ECMP losses for permutations",
+        "why": why}
+
+
+def fabric_finding(e: dict[str, Any], r3: dict[str, Any], pl: dict[str, Any],
+                   pl3: dict[str, Any]) -> dict[str, str]:
+    """astral3's thin shuffled lanes against rail3's fat uplinks, under ECMP and planned."""
+    eb, rb = e["draws"][0]["busiest"], r3["draws"][0]["busiest"]
+    a, r = e["slowdown"]["median"], r3["slowdown"]["median"]
+    ma, mr = e["model"]["slowdown"]["median"], r3["model"]["slowdown"]["median"]
+    links = (f"astral3's busiest were {eb['tier']} links of {eb['mbps']:g} Mb/s that hold "
+             f"{eb['holds_qps']:.0f} QP at full rate, rail3's {rb['tier']} links of "
+             f"{rb['mbps']:g} Mb/s that hold {rb['holds_qps']:.0f}")
+    model = "as the flow model has it" if (ma > mr) == (a > r) else "unlike the flow model"
+    model += f" ({ma:.1f}x and {mr:.1f}x over its draws)"
+    if a > r * (1 + 2 * NEAR):
+        title = "thin shuffled lanes make a collision cost more than fat uplinks"
+        why = (f"Under ECMP the busiest link carried {a:.1f}x its share on astral3 against "
+               f"{r:.1f}x on rail3, {model}: {links}. QPs hashed onto one thin lane split "
+               "its rate, while a fat uplink absorbs a collision of QPs it can all carry. "
+               "More, thinner paths are the price of the flat fabric's reach, so hashing "
+               "must get better: planned placement here, spraying and QP scaling elsewhere.")
+    elif r > a * (1 + 2 * NEAR):
+        title = "collision cost: rail3's uplinks fared worse than astral3's lanes here"
+        why = (f"Under ECMP the busiest link carried {a:.1f}x its share on astral3 against "
+               f"{r:.1f}x on rail3, {model}: {links}. In these draws rail3's hash collided "
+               "more QPs than its fat links absorb.")
+    else:
+        title = "collision cost on astral3's lanes and rail3's uplinks: alike here"
+        why = (f"Under ECMP the busiest link carried {a:.1f}x its share on astral3 and "
+               f"{r:.1f}x on rail3, {model}: {links}.")
+    b, b3 = pl["bound_s"], pl3["bound_s"]
+    pa, pr = pl["measured"]["median"] / b, pl3["measured"]["median"] / b3
+    hops = (f"astral3 crossing {e['hops']:.1f} switch hops per packet against "
+            f"{r3['hops']:.1f}")
+    off = max(abs(pa - 1), abs(pr - 1))
+    if abs(b - b3) <= NEAR * b and off <= NEAR:
+        why += (f" Under planned placement both came within {100 * off:.0f}% "
+                f"of the same bound ({b:.2f} s; {pa:.2f}x and {pr:.2f}x), so neither "
+                f"fabric was the bottleneck, with {hops}.")
+    else:
+        why += (f" Under planned placement astral3 took {pa:.2f}x its bound ({b:.2f} s) and "
+                f"rail3 {pr:.2f}x its own ({b3:.2f} s), with {hops}.")
+    completion = (f"Completion astral3 {e['measured']['median']:.2f} s vs rail3 "
+                  f"{r3['measured']['median']:.2f} s (medians)")
+    return {
+        "title": title,
+        "measured": f"ECMP busiest link: astral3 {fmt_distribution(e['slowdown'], 'x')} of "
+                    f"its share, rail3 {fmt_distribution(r3['slowdown'], 'x')}. {completion}",
+        "ideal": f"flow model busiest-link factor astral3 "
+                 f"{fmt_distribution(e['model']['slowdown'], 'x')}, rail3 "
+                 f"{fmt_distribution(r3['model']['slowdown'], 'x')}; planned "
+                 f"{pl['model']['slowdown']['median']:.1f}x and "
+                 f"{pl3['model']['slowdown']['median']:.1f}x",
+        "published": "Astral 3.0: the optical shuffle splits each 1.6T leaf port into 200G "
+                     "lanes to reach every spine in two tiers; MegaScale and Meta's RoCE "
+                     "fabric report ECMP collisions on thin paths as a first-order loss",
+        "why": why}
+
+
+def decode_gap(d: dict[str, Any], margin: float | None) -> str:
+    """Why the decode ratios are outside 0.7-1.3, from the burst's own evidence ('' inside)."""
+    r50, r99 = d["p50"]["ratio"]["median"], d["p99"]["ratio"]["median"]
+    if in_band(r50) and in_band(r99):
+        return ""
+    done = d["completion_ratio"]["median"]
+    head = f" The ratios ({r50:.2f}/{r99:.2f}) are outside 0.7-1.3"
+    caveats = pace_caveats(margin=margin, plane=d.get("plane"), lost=d.get("lost", 0),
+                           start_skew_s=d.get("start_skew_s"),
+                           span_s=d["completion_s"]["median"])
+    if caveats:
+        return head + ", and the run itself may be the cause: " + "; ".join(caveats) + "."
+    if max(r50, r99) > RATIO_BAND[1] and in_band(done):
+        return (head + f", while the phase as a whole completed at {done:.2f}x the model's: "
+                "the bytes arrive on time, the messages wait longer. The lab's senders have "
+                "no congestion control: each QP leaves at its share of the NIC, and where "
+                "QPs put more than a lane's rate on a lane the excess waits in that lane's "
+                "FIFO, so a message's frames meet a queue the burst built; the model's "
+                "ideal transport sends each QP at its bottleneck share and builds none "
+                f"(fidelity margin {margin_text(margin)}, {d.get('plane')} plane: the "
+                "senders kept their pace).")
+    if max(r50, r99) > RATIO_BAND[1]:
+        return (head + f", and the phase as a whole also completed at {done:.2f}x the "
+                "model's: the bytes themselves arrived late, which queueing inside the "
+                f"burst does not explain, and this run's margin ({margin_text(margin)}), "
+                f"plane ({d.get('plane')}), losses and start skew show nothing that would: "
+                "runs.json has every draw.")
+    return (head + f" on the low side (the phase completed at {_fmt(done)}x the model's): "
+            "the messages finished sooner than the model's max-min sharing lets them; a "
+            "candidate is placement (under hashing, OVS's hash and the model's put QPs on "
+            "different lanes draw by draw).")
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None or v != v else f"{v:.2f}"
+
+
+def decode_finding(dec: dict[str, Any], tokens: int, rtf: float) -> dict[str, str]:
+    """The decode burst's dispatch latency beside the model's, and what sets it."""
+    d = dec["dispatch"]
+    m50, m99 = d["p50"]["measured"], d["p99"]["measured"]
+    i50, i99 = d["p50"]["ideal"], d["p99"]["ideal"]
+    phase_ms = d["completion_s"]["median"] * 1e3
+    why = ("All ranks fire every token copy at once, so messages wait behind others at their "
+           "own NIC and at the receiver")
+    if m99["median"] >= 0.7 * phase_ms:
+        why += (f": p99 ({m99['median']:.0f} ms) is most of the phase ({phase_ms:.0f} ms), "
+                "the burst's length rather than one message's")
+    else:
+        why += (f"; p99 ({m99['median']:.0f} ms) is {100 * m99['median'] / phase_ms:.0f}% of "
+                f"the phase ({phase_ms:.0f} ms)")
+    gap = decode_gap(d, dec.get("margin"))
+    if not gap:
+        why += (f", and the fluid model of the same flows predicts it (ratios "
+                f"{d['p50']['ratio']['median']:.2f}/{d['p99']['ratio']['median']:.2f}).")
+    else:
+        why += "." + gap
+    why += (" Real-rate times are the emulated ones x the scale, for this run's "
+            f"{tokens} tokens per GPU (DeepEP's figure is for 128) and without the GPU-side "
+            "costs of the real kernel (launch, copies, synchronisation): compare shapes, not "
+            "values.")
+    return {
+        "title": "decode dispatch latency",
+        "measured": f"p50 {fmt_distribution(m50, ' ms', 0)}, p99 "
+                    f"{fmt_distribution(m99, ' ms', 0)} emulated (= "
+                    f"{m50['median'] * 1e3 * rtf:.2f} / {m99['median'] * 1e3 * rtf:.2f} us "
+                    "at real rates); phase completion "
+                    f"{fmt_distribution(d['completion_ratio'], 'x')} the model's",
+        "ideal": f"flow model ({dec['mode']}, same flows) p50 {i50['median']:.0f} ms, p99 "
+                 f"{i99['median']:.0f} ms; floor {d['floor_ms']:.1f} ms (one message's "
+                 "serialisation)",
+        "published": "DeepEP low-latency dispatch: 77 us at EP8 (H800, 400G IB, 128 tokens "
+                     "per GPU)",
+        "why": why}
 
 
 def _summary(run: Run, results: dict[str, Any]) -> None:
@@ -416,7 +595,8 @@ def _summary(run: Run, results: dict[str, Any]) -> None:
                 draws=m["draws"], median=m["median"], p25=m["p25"], p75=m["p75"],
                 values=m["values"], model=i, per_draw_ratio=dec[phase][q]["ratio"],
                 floor_ms=dec[phase]["floor_ms"], lost=dec[phase]["lost"],
-                policy=dec["mode"])
+                policy=dec["mode"], phase_completion_ratio=dec[phase]["completion_ratio"],
+                fidelity_margin=dec.get("margin"), plane=dec[phase]["plane"])
 
 
 def print_where(result: Any) -> None:

@@ -35,6 +35,7 @@ model and the bound.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -56,6 +57,7 @@ from scenarios.common import (
     shift_qps,
     wire_flows,
 )
+from scenarios.findings import margin_text, pace_caveats
 from testbed.models.flowmodel import bounds, model_flows
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
@@ -267,7 +269,7 @@ def _case(case: str, steps: list[dict[str, StepTraffic]], info: list[dict[str, A
             "imbalance": i["realized_imbalance"], "imbalance_after": i["imbalance_after"],
             "incast": i["incast"], "incast_hb": i["incast_hb"], "lost": res.lost_packets,
             "delivered": res.bytes_received / max(res.bytes_sent, 1),
-            "start_skew_s": res.start_skew_s, "rx_bytes_measured": got,
+            "start_skew_s": res.start_skew_s, "plane": res.plane, "rx_bytes_measured": got,
             "rx_bytes_model": i["rx_bytes"]})
     dist = {key: distribution([d[key] for d in per]) for key in
             ("measured_s", "hot_nic_bound_s", "hottest_done_s", "median_rx_done_s",
@@ -281,7 +283,7 @@ def _case(case: str, steps: list[dict[str, StepTraffic]], info: list[dict[str, A
         "model_incast": distribution([m["incast"] for m in model]),
         "imbalance_expected": distribution([d["imbalance_after"] for d in per]),
         "lost": sum(d["lost"] for d in per), "delivered": min(d["delivered"] for d in per),
-        "start_skew_s": max(d["start_skew_s"] for d in per),
+        "start_skew_s": max(d["start_skew_s"] for d in per), "plane": per[-1]["plane"],
         "per_draw_ratio": distribution([d["measured_s"] / d["model_s"] for d in per
                                         if d["model_s"]]),
     }
@@ -410,71 +412,137 @@ def _report(run: Run, plan: WiringPlan, steps: list[dict[str, StepTraffic]],
              "the hierarchical policy keeping each group's replicas on one server and the "
              "random choice among replicas (expected after balancing: "
              f"{dt(e['imbalance_expected'])})."))
-    rep.finding(
-        "A hot expert is a hot receiver NIC (incast)",
-        measured=(f"hottest receiver's bytes / mean: uniform {dt(u['incast'])}, skewed "
-                  f"{dt(s['incast'])}, skewed+EPLB {dt(e['incast'])}; skewed: the hottest "
-                  f"receiver finished at {dt(s['hottest_done_s'], ' s')} vs a median "
-                  f"receiver at {dt(s['median_rx_done_s'], ' s')}"),
-        ideal=("1.0 per GPU; with the high-bandwidth (hierarchical) kernel the NIC-level "
-               f"ratio is {dt(s['incast_hb'])} for the same skewed steps (model), because it "
-               "sends per destination server and forwards over NVLink"),
-        published=("DeepEP's low-latency kernels send each token copy directly to the "
-                   "expert's rank (traffic/kernels.py cites internode_ll.cu); no published "
-                   "incast figure was found in the stored sources"),
-        why=("With direct sends, a GPU's NIC receives in proportion to its experts' load, "
-             "so every sender's copies for the hot GPU converge on one 400G (here "
-             f"{nic:g} Mb/s) downlink while other receivers idle early. The hierarchical "
-             "kernel moves that hot spot onto NVLink inside the destination server, which is "
-             "why the lab replays the low-latency model here."))
-    why = ("The model and the bound agree when the hottest receiver's downlink is the "
-           "bottleneck: the job cannot end before that NIC has taken all its bytes. "
-           "Rebalancing brings the completion back near the uniform case because it removes "
-           "the one overloaded NIC, not because it adds capacity. ")
-    ratios = [r for r in (_ratio(c) for c in cases.values()) if r is not None]
-    if ratios:
-        off = max(abs(1 - r) for r in ratios)
-        why += (f"Measured and model medians agree within {100 * off:.0f}% here. What "
-                "separates them is the replay's own overheads (Python senders start a few ms "
-                "apart: start skew in cases.json; they pace slightly under the NIC rate; the "
-                "fluid model has no queueing or per-packet costs) and the hash: OVS's draws "
-                "and the model's agree in distribution, not draw by draw, and with few "
-                "emulated draws a median moves by a draw's luck.")
+    rep.finding(**incast_finding(u, s, e, nic))
+    rep.finding(**completion_finding(cases, margin, p["lb"], real))
+
+
+def _dt(d: dict[str, Any], unit: str = "", digits: int = 2) -> str:
+    return fmt_distribution(d, unit, digits)
+
+
+def incast_finding(u: dict[str, Any], s: dict[str, Any], e: dict[str, Any], nic: float
+                   ) -> dict[str, str]:
+    """The hot expert's NIC as a hot receiver, as far as the draws show it."""
+    hot, mid = s["hottest_done_s"]["median"], s["median_rx_done_s"]["median"]
+    why = ("With direct sends, a GPU's NIC receives in proportion to its experts' load, so "
+           "every sender's copies for the hot GPU converge on one 400G (here "
+           f"{nic:g} Mb/s) downlink")
+    if hot == hot and mid == mid and hot > 1.2 * mid:
+        why += (f", and the other receivers finish early: under the skewed gate the median "
+                f"receiver's last byte came at {mid:.2f} s, the hottest's at {hot:.2f} s.")
+    else:
+        why += (f"; here the skewed gate's median receiver finished about with the hottest "
+                f"({_fmt(mid)} s against {_fmt(hot)} s): this skew did not leave the others "
+                "idle.")
+    hb, ll = s["incast_hb"]["median"], s["incast"]["median"]
+    if hb < ll:
+        why += (f" The hierarchical kernel moves that hot spot onto NVLink inside the "
+                f"destination server (its NIC-level max/mean {hb:.2f} against {ll:.2f}), "
+                "which is why the lab replays the low-latency model here.")
+    else:
+        why += (f" The hierarchical kernel's NIC-level max/mean ({hb:.2f}) is no lower "
+                f"than the low-latency kernel's ({ll:.2f}) for these steps.")
+    return {
+        "title": "A hot expert is a hot receiver NIC (incast)",
+        "measured": (f"hottest receiver's bytes / mean: uniform {_dt(u['incast'])}, skewed "
+                     f"{_dt(s['incast'])}, skewed+EPLB {_dt(e['incast'])}; skewed: the "
+                     f"hottest receiver finished at {_dt(s['hottest_done_s'], ' s')} vs a "
+                     f"median receiver at {_dt(s['median_rx_done_s'], ' s')}"),
+        "ideal": ("1.0 per GPU; with the high-bandwidth (hierarchical) kernel the NIC-level "
+                  f"ratio is {_dt(s['incast_hb'])} for the same skewed steps (model), "
+                  "because it sends per destination server and forwards over NVLink"),
+        "published": ("DeepEP's low-latency kernels send each token copy directly to the "
+                      "expert's rank (traffic/kernels.py cites internode_ll.cu); no published "
+                      "incast figure was found in the stored sources"),
+        "why": why}
+
+
+def completion_finding(cases: dict[str, dict[str, Any]], margin: dict[str, float],
+                       lb: str, real: float) -> dict[str, str]:
+    """Dispatch completion per case against the hottest receiver's NIC bound and the model,
+    with the reasons the draws support."""
+    u, s, e = (cases[c] for c in CASES)
+    um, sm, em = (x["measured_s"]["median"] for x in (u, s, e))
+    vs = {c: r["measured_s"]["median"] / r["hot_nic_bound_s"]["median"]
+          for c, r in cases.items() if r["hot_nic_bound_s"]["median"]}
+    follows = vs.get("skewed", math.inf) <= 1.3
+    why = ("The job cannot end before the hottest receiver's NIC has taken all its bytes; "
+           "here the cases took " + ", ".join(f"{c} {v:.2f}x" for c, v in vs.items())
+           + " their hottest NIC's bound, "
+           + ("so under the skewed gate that NIC set the completion. " if follows else
+              "so even under the skewed gate something besides that NIC set the pace. "))
+    if em <= um * 1.1:
+        why += (f"Rebalancing brought completion back near the uniform case ({em / um:.2f}x "
+                f"its median, from {sm / um:.2f}x skewed): it removes the one overloaded "
+                "NIC, it adds no capacity. ")
+    elif em < sm:
+        why += (f"Rebalancing cut completion from {sm / um:.2f}x to {em / um:.2f}x the "
+                "uniform median, not back to it. ")
+    else:
+        why += (f"Rebalancing did not shorten it here ({em / um:.2f}x against "
+                f"{sm / um:.2f}x skewed, of the uniform median). ")
+    ratios = {c: _ratio(r) for c, r in cases.items()}
+    inside = [r for r in ratios.values() if r is not None and in_band(r)]
+    if inside and len(inside) == len(ratios):
+        off = max(abs(1 - r) for r in inside)
+        skew = max(r["start_skew_s"] for r in cases.values())
+        why += (f"Measured and model medians agree within {100 * off:.0f}% here. What can "
+                f"separate them: the replay's start skew (up to {1e3 * skew:.0f} ms "
+                "here), the fluid model's lack of queues and per-packet costs, and the "
+                "hash: OVS's draws and the model's agree in distribution, not draw by "
+                "draw, and with few emulated draws a median moves by a draw's luck.")
     for c, r in cases.items():
-        ratio = _ratio(r)
+        ratio = ratios[c]
         if in_band(ratio):
             continue
         at = rank_in(r["measured_s"]["median"], r["model_s"]["values"])
-        why += (f" **{c}: the ratio ({ratio:.2f}) is outside 0.7-1.3.** The measured median "
-                f"falls at the {100 * at:.0f}th percentile of the model's draws; the hottest "
-                f"receiver's last byte came at {dt(r['hottest_done_s'], ' s')} against its "
-                f"NIC bound of {dt(r['hot_nic_bound_s'], ' s')}, ")
+        why += (f" **{c}: the ratio ({_fmt(ratio)}) is outside 0.7-1.3.** The measured "
+                f"median falls at the {100 * at:.0f}th percentile of the model's draws; the "
+                f"hottest receiver's last byte came at {_dt(r['hottest_done_s'], ' s')} "
+                f"against its NIC bound of {_dt(r['hot_nic_bound_s'], ' s')}, ")
         late = (r["hottest_done_s"]["median"] or 0) / (r["hot_nic_bound_s"]["median"] or 1)
-        if ratio is not None and ratio > 1 and late > 1.3:
+        caveats = pace_caveats(margin=margin.get(c), plane=r.get("plane"), lost=r["lost"],
+                               start_skew_s=r["start_skew_s"],
+                               span_s=r["measured_s"]["median"])
+        if caveats:
+            why += "and the run itself may be the cause: " + "; ".join(caveats) + "; "
+        elif ratio is not None and ratio > 1 and late > 1.3:
             why += (f"{late:.2f}x later: the hot NIC's downlink was not kept busy, i.e. its "
                     "senders did not deliver at the model's max-min rates (a FIFO queue "
                     "upstream, shared by flows to other receivers, holds them back; the "
                     "model's fair sharing does not); ")
+        elif ratio is not None and ratio > 1:
+            why += (f"{late:.2f}x its bound, so the hot NIC was not what set the measured "
+                    "time, and this run's margin, plane, losses and start skew show "
+                    "nothing that would; ")
         else:
-            why += "so the hot NIC was not what set the measured time; "
-        why += (f"fidelity margin {margin.get(c, float('nan')):.2f}x, start skew up to "
+            why += ("the emulation finished sooner than the model: a candidate is the hash "
+                    "(OVS's draws put fewer of these flows on shared lanes than the "
+                    "model's); ")
+        why += (f"fidelity margin {margin_text(margin.get(c))}, start skew up to "
                 f"{r['start_skew_s']:.3f} s, {r['lost']} packets lost, delivered "
                 f"{100 * r['delivered']:.1f}% (worst draw).")
-    um, sm, em = (x["measured_s"]["median"] for x in (u, s, e))
-    rep.finding(
-        "Completion follows the hottest receiver",
-        measured=(f"dispatch: uniform {dt(u['measured_s'], ' s')}, skewed "
-                  f"{dt(s['measured_s'], ' s')} ({sm / um:.2f}x the uniform median), "
-                  f"skewed+EPLB {dt(e['measured_s'], ' s')} ({em / um:.2f}x); "
-                  f"{s['measured_s']['median'] * real * 1e3:.2f} ms at real rates for skewed"),
-        ideal=(f"flow model ({p['lb']}): uniform {dt(u['model_s'], ' s')}, skewed "
-               f"{dt(s['model_s'], ' s')}, skewed+EPLB {dt(e['model_s'], ' s')}; ratios "
-               f"{', '.join(f'{_ratio(r):.2f}' for r in cases.values())}; bound (hottest NIC): "
-               f"{u['hot_nic_bound_s']['median']:.2f} / {s['hot_nic_bound_s']['median']:.2f} "
-               f"/ {e['hot_nic_bound_s']['median']:.2f} s"),
-        published=("DeepSeek-V3 motivates EPLB by load balance across GPUs (EPLB README); "
-                   "no published completion-time penalty for a given skew was found"),
-        why=why)
+    return {
+        "title": ("Completion follows the hottest receiver" if follows else
+                  "Completion against the hottest receiver's bound"),
+        "measured": (f"dispatch: uniform {_dt(u['measured_s'], ' s')}, skewed "
+                     f"{_dt(s['measured_s'], ' s')} ({sm / um:.2f}x the uniform median), "
+                     f"skewed+EPLB {_dt(e['measured_s'], ' s')} ({em / um:.2f}x); "
+                     f"{s['measured_s']['median'] * real * 1e3:.2f} ms at real rates for "
+                     "skewed"),
+        "ideal": (f"flow model ({lb}): uniform {_dt(u['model_s'], ' s')}, skewed "
+                  f"{_dt(s['model_s'], ' s')}, skewed+EPLB {_dt(e['model_s'], ' s')}; ratios "
+                  f"{', '.join(_fmt(_ratio(r)) for r in cases.values())}; bound (hottest "
+                  f"NIC): {u['hot_nic_bound_s']['median']:.2f} / "
+                  f"{s['hot_nic_bound_s']['median']:.2f} / "
+                  f"{e['hot_nic_bound_s']['median']:.2f} s"),
+        "published": ("DeepSeek-V3 motivates EPLB by load balance across GPUs (EPLB README); "
+                      "no published completion-time penalty for a given skew was found"),
+        "why": why}
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None or v != v else f"{v:.2f}"
 
 
 def _gate_text(p: dict[str, Any]) -> str:

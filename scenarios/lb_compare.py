@@ -1,7 +1,9 @@
-"""``lb-compare``: ECMP vs planned vs adaptive load balancing on astral3.
+"""``lb-compare``: every load-balancing mode on astral3, switch-side and host-side.
 
 The question: how much does per-flow hashing (ECMP) lose to collisions on a rail fabric,
-and do the controller's planned and adaptive modes win it back? Two workloads:
+and do the controller's planned and adaptive modes, or the host-side policies that change
+what the switches hash (spray, qp-scaling, flowlet, plb), win it back? Every policy the
+controller runs (``controllers/policies/``) is a mode here. Two workloads:
 
 * **permutation**: every GPU sends to one partner under another leaf, over ``qps`` QPs
   (bytes split evenly). With as many QPs per leaf as uplink lanes, a perfect placement puts
@@ -43,6 +45,7 @@ from scenarios.common import (
     distribution,
     fmt_distribution,
     in_band,
+    leaf_fanout,
     link_counters,
     link_loads,
     median_chance,
@@ -54,6 +57,7 @@ from scenarios.common import (
     replay_lead,
     wire_flows,
 )
+from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
 
 #: every policy the controller runs (controllers/policies/)
@@ -101,7 +105,8 @@ def draws_for(mode: str, samples: int) -> int:
 
 
 @scenario(
-    "lb-compare", "ECMP vs planned vs adaptive on astral3: completion, lane load, spines",
+    "lb-compare", f"every load-balancing mode ({', '.join(MODES)}) on astral3: completion, "
+    "lane load, spines",
     Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2),
     Param("gpus", 4, "GPUs (NICs, rails) per server"),
     Param("scale", 2e-5, "emulated rate = real rate x scale (2e-5: a 400G NIC is 8 Mb/s)"),
@@ -155,7 +160,7 @@ def lb_compare(run: Run) -> None:
                     per_draw.append({"draw": k, "completion_s": t, "loads": loads,
                                      "lane_skew": lane_skew(loads), "lost": res.lost_packets,
                                      "host": host_effects(res),
-                                     "start_skew_s": res.start_skew_s,
+                                     "start_skew_s": res.start_skew_s, "plane": res.plane,
                                      "model_s": exact.completion_s if exact else None,
                                      "sports": [min(f.sport for f in flows),
                                                 max(f.sport for f in flows)]})
@@ -194,6 +199,7 @@ def _summarise(workload: str, mode: str, per_draw: list[dict[str, Any]], models:
         "bound_s": bound["unsplit"], "bounds": bound, "margin": margin,
         "lost": sum(d["lost"] for d in per_draw),
         "start_skew_s": max(d["start_skew_s"] for d in per_draw),
+        "plane": per_draw[-1].get("plane"),
         # measured / the model of the very same 5-tuples, where one exists (not ECMP)
         "per_draw_ratio": distribution([d["completion_s"] / d["model_s"] for d in per_draw
                                         if d["model_s"]]),
@@ -360,27 +366,17 @@ lossless (deep) queues.""")
     rep.image("spine_load.png", "Bytes each spine forwarded, every draw of every mode")
     rep.image("lane_heatmap.png", "Leaf-to-spine lane load relative to the mean, every run")
     rep.section("Findings")
+    fanout = leaf_fanout(plan, _flows(plan, "permutation", 1.0, p["qps"], p["seed"], 0))
     for wl in p["workloads"]:
         if f"{wl}/ecmp" in results:
-            _finding_ecmp(run, results, wl)
+            rep.finding(**ecmp_finding(results, wl, p["qps"], fanout))
     for r in results.values():
         if policies.get(r["mode"]).pins and not in_band(_ratio(r)):
-            _finding_gap(run, r)
+            rep.finding(**gap_finding(r, results.get(f"{r['workload']}/ecmp")))
     if "adaptive" in p["modes"]:
-        a = results[f"{p['workloads'][0]}/adaptive"]
-        rep.finding(
-            "adaptive mode",
-            measured=f"{fmt_distribution(a['measured'], ' s')} "
-                     f"({a['measured']['median'] / a['bound_s']:.2f}x the bound)",
-            ideal=f"flow model, adaptive's final paths: {fmt_distribution(a['model'], ' s')}",
-            published="Hedera's global first fit recovers most of the ECMP loss for long "
-                      "flows",
-            why="Adaptive starts from the hash placement (the controller's hash model, the "
-                "same as the flow model's seed 0 on these 5-tuples) and moves flows off "
-                "lanes above 80% after the controller's 1 s polls (hold 3 polls); with "
-                f"a {p['seconds']:g} s job, the first seconds run at ECMP speed. The model "
-                "keeps the final paths for the whole job, so it is the ideal of a long job; "
-                "short ones cannot reach it.")
+        wl = p["workloads"][0]
+        rep.finding(**adaptive_finding(results[f"{wl}/adaptive"], p["seconds"],
+                                       results.get(f"{wl}/ecmp")))
     rep.section("How to read this", """
 `ratio` is measured median over ideal median: 1.0 means the emulation did what the flow
 model predicts for these flows under this policy. `vs bound` is measured over the lower
@@ -424,8 +420,20 @@ def _published(run: Run, results: dict[str, dict[str, Any]]) -> None:
                         + "\n".join(f"* {n}" for n in notes))
 
 
-def _finding_ecmp(run: Run, results: dict[str, dict[str, Any]], wl: str) -> None:
-    p = run.params
+def _caveats(r: dict[str, Any]) -> list[str]:
+    return pace_caveats(margin=r["margin"], plane=r.get("plane"), lost=r["lost"],
+                        start_skew_s=r["start_skew_s"], span_s=r["measured"]["median"])
+
+
+def _nothing(r: dict[str, Any]) -> str:
+    return (f"this run's fidelity margin ({margin_text(r['margin'])}), plane "
+            f"({r.get('plane')}), losses ({r['lost']}) and start skew "
+            f"({r['start_skew_s']:.3f} s) show nothing that would explain it")
+
+
+def ecmp_finding(results: dict[str, dict[str, Any]], wl: str, qps: int,
+                 fanout: tuple[int, int]) -> dict[str, str]:
+    """ECMP's collision penalty on one workload, with the reasons its draws support."""
     e = results[f"{wl}/ecmp"]
     pl = results.get(f"{wl}/planned")
     m, i = e["measured"], e["model"]
@@ -440,23 +448,34 @@ def _finding_ecmp(run: Run, results: dict[str, dict[str, Any]], wl: str) -> None
              f"ecmp-fluid (the hash's expectation) {e['fluid_s']:.2f} s; bound {b:.2f} s")
     if pl is not None:
         ideal += f"; planned {pl['model']['median']:.2f} s"
+    steps = sorted({round(v / b, 1) for v in m["values"]})
+    took = ", ".join(f"{x:g}x" for x in steps)
     if wl == "permutation":
         published = ("random hashing of n flows onto n paths leaves ~1/e (37%) of paths idle "
                      "(balls into bins); Hedera (NSDI 2010) and later fabric papers report "
                      "ECMP losing a large share of bisection bandwidth to collisions")
-        why = (f"With {p['qps']} QPs per GPU and as many QPs per leaf as uplink lanes, any "
-               "two QPs the hash puts on one lane share it at half rate while another lane "
-               "idles, and the slowest QP sets the job's completion, so completion takes few "
-               "values (2x, 3x the bound) and the draws jump between them. Planned mode "
-               "colours the leaf-to-leaf flow multigraph so no lane carries two QPs.")
+        why = (f"With {qps} QPs per GPU pair the busiest leaf sends {fanout[0]} QPs over "
+               f"{fanout[1]} uplink lanes; QPs the hash puts on one lane share its rate "
+               "while another lane idles, and the slowest QP sets the job's completion, so "
+               "completion takes few values: here the draws took "
+               f"{took} the bound. Planned mode colours the leaf-to-leaf flow multigraph so "
+               "no lane carries more than its share.")
     else:
         published = ("all-to-all spreads n-1 flows per GPU: hashing averages out (the "
                      "lab's model: busiest lane 1.3-1.5x its share at 64-256 GPUs, "
                      "README 'load-balancing quality')")
         why = ("Every lane carries many flows, so the hash's imbalance is a few flows more "
-               "or less per lane rather than two on one and none on another; the penalty "
-               "is smaller than for a permutation but not zero. Flows that stay under one "
-               "leaf (same rail) never touch a lane.")
+               "or less per lane rather than two on one and none on another")
+        perm = results.get("permutation/ecmp")
+        x = m["median"] / b
+        if perm is not None:
+            px = perm["measured"]["median"] / perm["bound_s"]
+            word = "smaller than" if x < px else "not smaller than"
+            why += (f": here ECMP took {x:.2f}x the bound, {word} the permutation's "
+                    f"{px:.2f}x")
+        else:
+            why += f": here ECMP took {x:.2f}x the bound"
+        why += (". Flows that stay under one leaf (same rail) never touch a lane.")
     why += (" The emulated draws are OVS's dp_hash of the real source ports, the model's "
             "are the controller's hash model under other seeds: they agree in distribution, "
             "not draw by draw.")
@@ -469,7 +488,10 @@ def _finding_ecmp(run: Run, results: dict[str, dict[str, Any]], wl: str) -> None
                 f"{e['model_lane_skew']['median']:.2f}x: ")
         inside = i["min"] * 0.97 <= m["median"] <= i["max"] * 1.03
         chance = median_chance(i["values"], m["median"], m["draws"])
-        if inside and chance >= 0.05:
+        caveats = _caveats(e)
+        if caveats:
+            why += "the run itself may be the cause: " + "; ".join(caveats) + "."
+        elif inside and chance >= 0.05:
             why += (f"the model's own draws give a median of {m['draws']} this far from "
                     f"theirs in {100 * chance:.0f}% of samples, so with N={m['draws']} "
                     "emulated draws the gap may be the draws' luck (more --ecmp-samples "
@@ -480,37 +502,70 @@ def _finding_ecmp(run: Run, results: dict[str, dict[str, Any]], wl: str) -> None
                     "systematically, i.e. OVS's hash spreads these source ports differently "
                     "from the model's hash (a different hash function).")
         else:
-            why += (f"outside the model's whole range, so not luck: check the fidelity "
-                    f"margin ({e['margin']:.2f}x here) and the start skew "
-                    f"({e['start_skew_s']:.3f} s); a thin margin means the CPU, not the "
-                    "fabric, set the pace.")
-    run.report.finding(f"{wl}: ECMP collision penalty", measured=measured, ideal=ideal,
-                       published=published, why=why)
+            why += f"outside the model's whole range, so not luck; {_nothing(e)}."
+    return {"title": f"{wl}: ECMP collision penalty", "measured": measured, "ideal": ideal,
+            "published": published, "why": why}
 
 
-def _finding_gap(run: Run, r: dict[str, Any]) -> None:
+def gap_finding(r: dict[str, Any], ecmp: dict[str, Any] | None = None) -> dict[str, str]:
     """A deterministic (or adaptive) row whose ratio is outside the band: why."""
     ratio = _ratio(r)
     m = r["measured"]
     lanes = r["lane_skew"]["median"]
     why = (f"The emulated busiest lane carried {lanes:.2f}x the mean (model "
-           f"{r['model_lane_skew']['median']:.2f}x); fidelity margin {r['margin']:.2f}x, "
-           f"start skew {r['start_skew_s']:.3f} s, {r['lost']} packets lost. ")
-    if r["mode"] == "adaptive":
-        why += ("Adaptive moves flows only after its polls (1 s, hold 3 polls), while the "
-                "model keeps its final paths from the start: in a short job the first "
-                "seconds run on the hash placement, so the measurement sits between ECMP "
-                "and the model.")
+           f"{r['model_lane_skew']['median']:.2f}x); fidelity margin "
+           f"{margin_text(r['margin'])}, start skew {r['start_skew_s']:.3f} s, {r['lost']} "
+           "packets lost. ")
+    caveats = _caveats(r)
+    if caveats:
+        why += "The run itself may be the cause: " + "; ".join(caveats) + "."
+    elif r["mode"] == "adaptive":
+        why += _adaptive_position(r, ecmp)
     else:
-        why += ("The controller pins every flow on its planned path, so the lane loads "
-                "match the model's; a gap then comes from the senders (pacing, start skew) "
-                "or the switch (a thin margin), not from routing.")
-    run.report.finding(
-        f"{r['workload']}/{r['mode']}: measured vs model",
-        measured=_dist_text(m, " s", m["draws"] > 1),
-        ideal=f"{_dist_text(r['model'], ' s', r['model']['draws'] > 1)} (ratio "
-              f"{ratio:.2f})" if ratio else "-",
-        published="-", why=why)
+        why += ("The controller pins every flow on its planned path, so the paths are the "
+                f"model's; {_nothing(r)}.")
+    return {"title": f"{r['workload']}/{r['mode']}: measured vs model",
+            "measured": _dist_text(m, " s", m["draws"] > 1),
+            "ideal": f"{_dist_text(r['model'], ' s', r['model']['draws'] > 1)} (ratio "
+                     f"{ratio:.2f})" if ratio else "-",
+            "published": "-", "why": why}
+
+
+def _adaptive_position(a: dict[str, Any], ecmp: dict[str, Any] | None) -> str:
+    """Where adaptive's measurement sits between the hash placement and its final paths."""
+    got, final = a["measured"]["median"], a["model"]["median"]
+    hashed = ecmp["measured"]["median"] if ecmp else None
+    out = ("Adaptive moves flows only after the controller's polls (1 s, hold 3 polls), "
+           "while the model keeps its final paths from the start. ")
+    if got > final * 1.05 and hashed is not None and got < hashed * 0.95:
+        return out + (f"Here it took {got:.2f} s, between ECMP's {hashed:.2f} s and the "
+                      f"final paths' {final:.2f} s: the first polls ran on the hash "
+                      "placement.")
+    if got > final * 1.05 and hashed is not None:
+        return out + (f"Here it took {got:.2f} s, no faster than ECMP's {hashed:.2f} s: "
+                      "no move paid off within the job.")
+    if got > final * 1.05:
+        return out + (f"Here it took {got:.2f} s against the final paths' {final:.2f} s: "
+                      "the first polls ran on the hash placement.")
+    return out + (f"Here it took {got:.2f} s, as fast as the final paths ({final:.2f} s): "
+                  "the moves came early enough to pay off.")
+
+
+def adaptive_finding(a: dict[str, Any], seconds: float, ecmp: dict[str, Any] | None
+                     ) -> dict[str, str]:
+    """Adaptive mode against its final paths and the hash placement it starts from."""
+    return {
+        "title": "adaptive mode",
+        "measured": f"{fmt_distribution(a['measured'], ' s')} "
+                    f"({a['measured']['median'] / a['bound_s']:.2f}x the bound)",
+        "ideal": f"flow model, adaptive's final paths: {fmt_distribution(a['model'], ' s')}",
+        "published": "Hedera's global first fit recovers most of the ECMP loss for long "
+                     "flows",
+        "why": ("Adaptive starts from the hash placement (the controller's hash model, the "
+                "same as the flow model's seed 0 on these 5-tuples) and moves flows off "
+                f"lanes above its threshold; the job is sized to {seconds:g} s at the "
+                "bound. "
+                + _adaptive_position(a, ecmp) + " The model is the ideal of a long job.")}
 
 
 def _summary(run: Run, results: dict[str, dict[str, Any]]) -> None:

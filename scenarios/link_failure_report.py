@@ -28,6 +28,7 @@ from scenarios.common import (
     plot_draws,
     real_time_factor,
 )
+from scenarios.findings import margin_text, pace_caveats
 from scenarios.link_failure_metrics import (
     DRAW_QP_STRIDE,
     MESSAGE_BYTES,
@@ -79,7 +80,8 @@ def _analyse(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
             "model_s": distribution(base_model),
             "pace": distribution([r["pace"] for r in runs]),
             "lost": sum(r["lost_packets"] for r in runs),
-            "start_skew_s": max(r["start_skew_s"] for r in runs), "margin": margin.get(mode)}
+            "start_skew_s": max(r["start_skew_s"] for r in runs), "margin": margin.get(mode),
+            "plane": _plane(results, mode, n, "baseline")}
         for case in ("lane", "spine"):
             runs = [metrics[f"{mode}/{k}/{case}"] for k in range(n)]
             frac = distribution([r["cut_s"] / metrics[f"{mode}/{k}/baseline"]["completion_s"]
@@ -96,7 +98,7 @@ def _analyse(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
                 "recovered": sum(1 for r in runs if r["recovery_s"] is not None),
                 "lost": sum(r["lost_packets"] for r in runs),
                 "start_skew_s": max(r["start_skew_s"] for r in runs),
-                "margin": margin.get(mode)}
+                "margin": margin.get(mode), "plane": _plane(results, mode, n, case)}
     for mode in modes:  # what each failure did to whole messages (no retransmission)
         for case in ("baseline", "lane", "spine"):
             rs = [results[f"{mode}/{k}/{case}"] for k in range(agg[f"{mode}/{case}"]["draws"])]
@@ -111,6 +113,11 @@ def _analyse(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
     _plot_timeline(run, results, metrics, modes)
     _plot_completion(run, agg, modes)
     _write_report(run, plan, flows, fluid, failures, agg, lane)
+
+
+def _plane(results: dict[str, dict[str, Any]], mode: str, n: int, case: str) -> str | None:
+    """The traffic plane of a mode's runs of one case (the last draw's)."""
+    return results[f"{mode}/{n - 1}/{case}"]["summary"].get("plane")
 
 
 def _ratio(a: dict[str, Any], measured: str, ideal: str) -> float | None:
@@ -307,27 +314,6 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
     def per(case: str, key: str, unit: str = "", nd: int = 2) -> str:
         return ", ".join(f"{m} {dt(agg[f'{m}/{case}'][key], unit, nd)}" for m in modes)
 
-    paces = ", ".join(f"{m} {_ratio(agg[f'{m}/baseline'], 'completion_s', 'model_s'):.2f}x"
-                      for m in modes)
-    gaps = []
-    for key, a in agg.items():
-        ratio = _ratio(a, "completion_s", "model_s") if a["case"] == "baseline" else \
-            _ratio(a, "penalty", "model_penalty")
-        if in_band(ratio):
-            continue
-        what = "completion" if a["case"] == "baseline" else "penalty"
-        m = a["completion_s" if a["case"] == "baseline" else "penalty"]
-        i = a["model_s" if a["case"] == "baseline" else "model_penalty"]
-        luck = ""
-        if i["draws"] > 1 and m["draws"] > 1:
-            chance = median_chance(i["values"], m["median"], m["draws"])
-            luck = (f" The model's own draws give a median of {m['draws']} this far from "
-                    f"theirs in {100 * chance:.0f}% of samples"
-                    + (", so the draws' luck is a candidate." if chance >= 0.05 else
-                       ": not luck."))
-        gaps.append(f"**{key}: {what} ratio {ratio:.2f}, outside 0.7-1.3.** Fidelity margin "
-                    f"{a['margin'] or float('nan'):.2f}x, start skew up to "
-                    f"{a['start_skew_s']:.3f} s, {a['lost']} packets lost." + luck)
     rep.finding(
         "Completion-time penalty",
         measured=f"lane cut: {per('lane', 'penalty')}; spine down: {per('spine', 'penalty')}",
@@ -338,29 +324,7 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
                "leaf's)"),
         published=("no published completion penalty for a lane or spine loss in Astral 3.0 "
                    "was found in the stored sources"),
-        why=("The fluid penalty is what losing the capacity costs if traffic rebalanced "
-             "perfectly and at once: a leaf's surviving lanes carry its cross-leaf bytes. The "
-             "flat All-to-All loads a leaf's uplinks at (G-2)/(G-1) of its NICs' rate (one "
-             "peer per GPU shares the leaf), so with one lane of "
-             f"{uplinks} gone the leaf's uplinks bind and its flows finish late: the cost "
-             "lands in the job's tail, on the GPUs under the failed lane (see the timeline). "
-             "The model under the mode's own policy adds what that policy does with the "
-             "survivors: hash ECMP re-spreads the dead lane's flows unevenly, so its penalty "
-             "is a spread over hash draws (and its baseline is already above the fluid one; a "
-             "hash over fewer ports re-spreads every flow, so a draw can even collide less "
-             "after the cut than before it, a penalty below 1); "
-             "planned mode re-places every flow on the failed fabric. Two things move the "
-             "measurement away from the model. (1) The baselines took "
-             f"{paces} the model's time under the same policy (medians); a mode slower "
-             "than its model (the Python senders pacing under the NIC rate, start skew) had "
-             "that much slack before the failure, so a lost lane binds less there than in "
-             "the model: a penalty below the ideal is that slack, not a faster fabric. (2) "
-             "The controller's planned mode re-places only the flows that crossed the dead "
-             "link (onto the least loaded lanes), not all of them, and adaptive mode moves "
-             "flows one poll (1 s) at a time. Packets queued on the failed ports are "
-             "lost and not retransmitted (lost_packets), which shortens, not lengthens, the "
-             "measured time. On a shared 2-core machine expect run-to-run spread of a few "
-             "percent on top of the hash's." + (" " + " ".join(gaps) if gaps else "")))
+        why=penalty_why(agg, modes, uplinks))
     rep.finding(
         "Recovery time",
         measured=(f"lane: {per('lane', 'recovery_s', ' s')}; spine: "
@@ -370,18 +334,7 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
                               f"{c}" for m in modes for c in ("lane", "spine")) + ")"),
         ideal="0 s: the fluid model moves traffic at the instant of the failure",
         published=PUBLISHED_FAILOVER,
-        why=("Recovery is a throughput measure at the sampling resolution. The data plane "
-             "re-routes in tens of ms (next finding), and when one lane fails most flows never "
-             "used it, so the aggregate is back within the target almost at once; what does "
-             "not come back is the capacity, and the flows behind the failed lane finish late "
-             "(the penalty). A whole spine takes a quarter of every leaf's uplinks: the rate "
-             "drops to about what the surviving lanes carry and may stay under the target, "
-             "because the target is a fluid mean that assumes the leaf-local flows pick up "
-             "the slack (max-min, as congestion control would), while the replay's senders "
-             "keep their round-robin pace and let packets queue in the lossless fabric. At "
-             f"real rates every emulated second is {real * 1e3:g} ms, while the control "
-             "plane's reaction time is not scaled: at full speed the same tens of ms of "
-             f"outage would fall on a job {1 / real:g}x shorter, a relatively larger hit."))
+        why=recovery_why(agg, modes, spines, real))
     rep.finding(
         "Control plane and data-plane gap",
         measured=(f"controller reroute (port status to last barrier): lane "
@@ -397,7 +350,7 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
              "also includes queueing behind the All-to-All on the surviving, now busier "
              f"lanes (each port queues up to {LOSSLESS_QUEUE_S:g} s of its rate: the lab's "
              "lossless emulation), "
-             "so it is longer than the idle-fabric benchmark, most of all under hash ECMP. "
+             "so it can be longer than the idle-fabric benchmark. "
              "The probe (8 UDP ports, 40 packets/s each) follows the ECMP routes in every "
              "mode, and testbed.shell.probe keeps only each port's longest silence: '-' means no "
              "port's longest silence began at the cut (none crossed the failed link, or a "
@@ -427,6 +380,115 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
                  + _host_loss_verdict(agg, host) + " "
                  + " ".join(f"{m}: {policies.get(m).differs}." for m in host
                             if policies.get(m).differs)))
+
+
+def _caveats(a: dict[str, Any]) -> list[str]:
+    return pace_caveats(margin=a.get("margin"), plane=a.get("plane"), lost=a["lost"],
+                        start_skew_s=a["start_skew_s"],
+                        span_s=a["completion_s"]["median"])
+
+
+def penalty_why(agg: dict[str, dict[str, Any]], modes: list[str], uplinks: int) -> str:
+    """Why the measured penalties differ from the model's, from the runs' own evidence."""
+    why = ("The fluid penalty is what losing the capacity costs if traffic rebalanced "
+           "perfectly and at once: a leaf's surviving lanes carry its cross-leaf bytes. The "
+           "flat All-to-All loads a leaf's uplinks at (G-2)/(G-1) of its NICs' rate (one "
+           f"peer per GPU shares the leaf), so with one lane of {uplinks} gone the leaf's "
+           "uplinks bind and its flows finish late: the cost lands in the job's tail, on the "
+           "GPUs under the failed lane (see the timeline). The model under the mode's own "
+           "policy adds what that policy does with the survivors: hash ECMP re-spreads the "
+           "dead lane's flows unevenly, so its penalty is a spread over hash draws (and its "
+           "baseline is already above the fluid one; a hash over fewer ports re-spreads "
+           "every flow, so a draw can even collide less after the cut than before it, a "
+           "penalty below 1); planned mode re-places every flow on the failed fabric. ")
+    pace = {m: _ratio(agg[f"{m}/baseline"], "completion_s", "model_s") for m in modes}
+    slow = [m for m, r in pace.items() if r is not None and r > 1.05]
+    paces = ", ".join(f"{m} {_fmt(r)}x" for m, r in pace.items())
+    if slow:
+        why += (f"The baselines took {paces} the model's time under the same policy "
+                f"(medians): {', '.join(slow)} ran slower than its model before the failure, "
+                "so a lost lane binds less there than in the model, and a penalty below the "
+                "ideal there is that slack, not a faster fabric")
+        caveats = sorted({c for m in slow for c in _caveats(agg[f"{m}/baseline"])})
+        why += (" (in this run " + "; ".join(caveats) + "). " if caveats else
+                "; the runs' margins, plane, losses and start skew show nothing that "
+                "explains the slack. ")
+    else:
+        why += (f"The baselines ran at their model's pace ({paces}, medians), so no slack "
+                "before the failure hides its cost. ")
+    if "planned" in modes:
+        why += ("The controller's planned mode re-places only the flows that crossed the "
+                "dead link (onto the least loaded lanes), not all of them, as the model "
+                "does. ")
+    if "adaptive" in modes:
+        why += "Adaptive mode moves flows one poll (1 s) at a time. "
+    why += ("Packets queued on the failed ports are lost and not retransmitted "
+            "(lost_packets), which shortens, not lengthens, the measured time.")
+    gaps = []
+    for key, a in agg.items():
+        base = a["case"] == "baseline"
+        ratio = _ratio(a, "completion_s", "model_s") if base else \
+            _ratio(a, "penalty", "model_penalty")
+        if in_band(ratio):
+            continue
+        what = "completion" if base else "penalty"
+        m = a["completion_s" if base else "penalty"]
+        i = a["model_s" if base else "model_penalty"]
+        text = f"**{key}: {what} ratio {_fmt(ratio)}, outside 0.7-1.3.** "
+        caveats = _caveats(a)
+        if caveats:
+            text += "In this run " + "; ".join(caveats) + "."
+        else:
+            text += (f"Fidelity margin {margin_text(a.get('margin'))}, start skew up to "
+                     f"{a['start_skew_s']:.3f} s, {a['lost']} packets lost: nothing in the "
+                     "run itself.")
+        if i["draws"] > 1 and m["draws"] > 1:
+            chance = median_chance(i["values"], m["median"], m["draws"])
+            text += (f" The model's own draws give a median of {m['draws']} this far from "
+                     f"theirs in {100 * chance:.0f}% of samples"
+                     + (", so the draws' luck is a candidate." if chance >= 0.05 else
+                        ": not luck."))
+        gaps.append(text)
+    return why + (" " + " ".join(gaps) if gaps else "")
+
+
+def recovery_why(agg: dict[str, dict[str, Any]], modes: list[str], spines: int,
+                 real: float) -> str:
+    """What the recovery times show: how soon the aggregate got back, per failure."""
+    def back(case: str) -> tuple[int, int, float]:
+        got = sum(agg[f"{m}/{case}"]["recovered"] for m in modes)
+        of = sum(agg[f"{m}/{case}"]["draws"] for m in modes)
+        worst = max((agg[f"{m}/{case}"]["recovery_s"]["median"] or 0.0) for m in modes)
+        return got, of, worst
+
+    why = ("Recovery is a throughput measure at the sampling resolution. The data plane "
+           "re-routes in tens of ms (next finding); what does not come back is the "
+           "capacity, and the flows behind the failed lane finish late (the penalty). ")
+    got, of, worst = back("lane")
+    if got == of:
+        why += (f"After a lane cut every run got back to the target (median recovery at "
+                f"most {worst:.2f} s): most flows never used that lane. ")
+    else:
+        why += (f"After a lane cut {got} of {of} runs got back to the target before the "
+                "tail. ")
+    got, of, worst = back("spine")
+    why += (f"A whole spine takes 1/{spines} of every leaf's uplinks, and the rate drops to "
+            "about what the surviving lanes carry; ")
+    if got == of:
+        why += f"every run got back to the target (median at most {worst:.2f} s). "
+    else:
+        why += (f"{of - got} of {of} runs stayed under the target: the target is a fluid "
+                "mean that assumes the leaf-local flows pick up the slack (max-min, as "
+                "congestion control would), while the replay's senders keep their "
+                "round-robin pace and let packets queue in the lossless fabric. ")
+    why += (f"At real rates every emulated second is {real * 1e3:g} ms, while the control "
+            "plane's reaction time is not scaled: at full speed the same tens of ms of "
+            f"outage would fall on a job {1 / real:g}x shorter, a relatively larger hit.")
+    return why
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None or v != v else f"{v:.2f}"
 
 
 def _host_loss_verdict(agg: dict[str, dict[str, Any]], host: list[str]) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 
 from scenarios.base import Param, Run, scenario
 from scenarios.common import compare, distribution, fmt_distribution, in_band
+from scenarios.findings import margin_text, pace_caveats
 from testbed.faultspec import KINDS
 from testbed.topologies import build
 
@@ -183,11 +184,9 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
             "window: " + (", ".join(faults["false_alarm_list"]) or "none") + ".")
     rep.section("Findings")
     base = run.summary["baseline_mbps"]
-    gap = "" if in_band(base["ratio"]) else (
-        f" The steady rate's ratio ({base['ratio']:.2f}) is outside 0.7-1.3: the offered "
-        f"rate is {model['offered_mbps']:.1f} Mb/s and the model carries "
-        f"{model['median']:.1f}, so a lower measurement means the streams' Python senders "
-        "did not hold their pace (check the fidelity margin in the header) or lanes queued.")
+    gap = steady_gap(base["ratio"], model["offered_mbps"], model["median"],
+                     next((v["margin"] for v in run.config.get("fidelity", [])
+                           if v.get("label") == "steady probe streams"), None))
     rep.finding(
         "does the operations layer see every fault, only faults, and name the component?",
         measured=f"detection {faults['detected']}/{n} faults, "
@@ -221,6 +220,24 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
                 f"{res.get('baseline_mbps')} Mb/s received.")
     if res.get("injector_errors"):
         rep.section("Injector errors", "\n".join(f"- {e}" for e in res["injector_errors"]))
+
+
+def steady_gap(ratio: float | None, offered: float, carried: float,
+               margin: float | None) -> str:
+    """Why the steady job rate differs from the model's ('' inside 0.7-1.3)."""
+    if in_band(ratio) or ratio is None:
+        return ""
+    out = (f" The steady rate's ratio ({ratio:.2f}) is outside 0.7-1.3: the offered rate is "
+           f"{offered:.1f} Mb/s and the model carries {carried:.1f}")
+    caveats = pace_caveats(margin=margin)
+    if caveats:
+        return out + "; " + "; ".join(caveats) + "."
+    if ratio < 1:
+        return out + (f", and with a fidelity margin of {margin_text(margin)} the machine "
+                      "kept up, so the probe streams' senders (Python UDP sockets, "
+                      "testbed.shell.probe) did not hold their pace, or lanes queued.")
+    return out + (": the streams delivered more than the model carries, i.e. the model "
+                  "charged a bottleneck the streams did not meet.")
 
 
 def _plot(run: Run, res: dict[str, Any]) -> None:

@@ -96,7 +96,7 @@ PUBLISHED: dict[str, dict[str, Any]] = {
                    "raises the effective radix, so two tiers reach a scale that otherwise "
                    "needs three, with fewer switches and optics. No cost ratio is given in the "
                    "lab's sources; the cost model's prices are stated assumptions "
-                   "(testbed/cost.py)."),
+                   "(testbed/models/cost.py)."),
     },
 }
 
@@ -239,7 +239,7 @@ def build_rows(m: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, dict[
     add("5b", "network cost: 2-tier / 3-tier", f"{ca / cr:.2f}x ({t['lab_gpus']} GPUs)",
         f"{pa / pr:.2f}x ({t['paper_gpus']:,} GPUs)", "cost", "cost model",
         _entry("network cost, astral3 / rail3", ca / cr, pa / pr,
-               kind="cost model of the lab's wiring plans (testbed/cost.py counts_for_spec)",
+               kind="cost model of the lab's wiring plans (testbed/models/cost.py counts_for_spec)",
                published_key="cost", lab_cost_usd=[ca, cr], model_cost_usd=[pa, pr],
                lab_gpus=t["lab_gpus"], paper_gpus=t["paper_gpus"]))
     return rows, summary

@@ -51,6 +51,7 @@ from scenarios.common import (
     shift_qps,
     wire_flows,
 )
+from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
 
 DESIGNS = ("astral3", "rail3", "railonly", "fattree")
@@ -163,7 +164,7 @@ def topology_compare(run: Run) -> None:
                 for k in range(n):
                     traffic, flows = _phase_flows(kernel, p, plan, tokens, k)
                     before = link_counters(plan)
-                    total_t, lost, skew = 0.0, 0, 0.0
+                    total_t, lost, skew, plane = 0.0, 0, 0.0, None
                     for ph in PHASES:
                         if not flows[ph]:
                             continue
@@ -172,6 +173,7 @@ def topology_compare(run: Run) -> None:
                         total_t += res.job_completion_s
                         lost += res.lost_packets
                         skew = max(skew, res.start_skew_s)
+                        plane = res.plane
                         raw.append({"design": design, "kernel": kernel, "phase": ph,
                                     "draw": k, "summary": res.summary(), "flows": res.flows,
                                     "messages": res.messages})
@@ -181,7 +183,7 @@ def topology_compare(run: Run) -> None:
                     busiest = max(loads, key=lambda r: r["utilisation"]) if loads else None
                     per_draw.append({"draw": k, "seed": p["seed"] + k,
                                      "completion_s": total_t, "lost": lost,
-                                     "start_skew_s": skew, "loads": loads,
+                                     "start_skew_s": skew, "plane": plane, "loads": loads,
                                      "busiest_link": busiest["link"] if busiest else "-",
                                      "busiest_util": busiest["utilisation"] if busiest
                                      else None})
@@ -265,7 +267,8 @@ def _summarise(design: str, kernel: str, plan: Any, traffic: Any,
         "tier_load": {t: sum(v) / len(v) for t, v in tiers.items()},
         "idle_candidates": idle,
         "lost": sum(d["lost"] for d in per_draw), "margin": margin,
-        "start_skew_s": max(d["start_skew_s"] for d in per_draw), "per_draw": per_draw,
+        "start_skew_s": max(d["start_skew_s"] for d in per_draw),
+        "plane": per_draw[-1].get("plane"), "per_draw": per_draw,
     }
 
 
@@ -359,6 +362,8 @@ def _gap(r: dict[str, Any]) -> str:
                  "other uplinks idle. The model hashes every switch independently (salted "
                  "by switch name), as switches with per-hop seeds do, so it spreads over "
                  "all of them.")
+    caveats = pace_caveats(margin=r["margin"], plane=r.get("plane"), lost=r["lost"],
+                           start_skew_s=r["start_skew_s"], span_s=r["measured"]["median"])
     tiers = sorted(set(r["bottleneck_tiers"]), key=r["bottleneck_tiers"].count)[-1:] \
         if r["bottleneck_tiers"] else ["-"]
     return (f" **{r['design']}/{r['kernel']}: the ratio ({ratio:.2f}) is outside 0.7-1.3.** "
@@ -367,12 +372,13 @@ def _gap(r: dict[str, Any]) -> str:
             f"bottleneck is mostly on {tiers[0]} links, the emulation's busiest link was "
             f"{r['busiest_link']} ({r['busiest_link_draws']} of {r['measured']['draws']} "
             f"draws) at {r['busiest_util']['median']:.2f} utilisation; fidelity margin "
-            f"{r['margin']:.2f}x, start skew up to {r['start_skew_s']:.3f} s, {r['lost']} "
-            "packets lost. " + ("Inside the model's range, so the hash's luck over few draws "
-                                "is a candidate; " if r["model"]["min"] * 0.97 <=
-                                r["measured"]["median"] <= r["model"]["max"] * 1.03 else
-                                "Outside the model's whole range: not luck; ")
-            + (polar if polar else
+            f"{margin_text(r['margin'])}, start skew up to {r['start_skew_s']:.3f} s, "
+            f"{r['lost']} packets lost. "
+            + ("Inside the model's range, so the hash's luck over few draws is a candidate; "
+               if r["model"]["min"] * 0.97 <= r["measured"]["median"] <= r["model"]["max"]
+               * 1.03 else "Outside the model's whole range: not luck; ")
+            + ("the run itself may be the cause: " + "; ".join(caveats) + "." if caveats else
+               polar if polar else
                "the fabric's queues (FIFO, not max-min fair) and the senders' round-robin "
                "pacing are what the fluid model leaves out." if ratio and ratio > 1 else
                "a measurement faster than the fluid model means the model charged a "
@@ -425,61 +431,113 @@ switch (`nvsN`).""")
     k = "flat" if "flat" in p["kernels"] else p["kernels"][0]
     gaps = "".join(_gap(r) for r in results.values())
     if f"astral3/{k}" in results and f"rail3/{k}" in results:
-        a, r3 = results[f"astral3/{k}"], results[f"rail3/{k}"]
         c = {row["design"]: row for row in cost if row["gpus"] == 8192 and row["feasible"]}
-        rel = (f"; cost at 8,192 GPUs {c['astral3']['relative']:.2f}x rail3"
-               if "astral3" in c and c["astral3"].get("relative") else "")
-        rep.finding(
-            f"{k}: two tiers vs three",
-            measured=f"astral3 {a['hops']:.2f} switch hops per byte, {_dt(a['measured'])}; "
-                     f"rail3 {r3['hops']:.2f} hops, {_dt(r3['measured'])}",
-            ideal=f"flow model astral3 {_dt(a['model'])}, rail3 {_dt(r3['model'])} (ratios "
-                  f"{_ratio(a):.2f}, {_ratio(r3):.2f}); bounds "
-                  f"{a['model_bound']['median']:.2f} s vs {r3['model_bound']['median']:.2f} s "
-                  "(both fabrics are non-blocking: equal bound)" + rel,
-            published="Astral 3.0: cross-rail traffic in at most leaf-spine-leaf (3 hops) "
-                      "instead of 5 through aggregation and core; fewer switches and optics",
-            why="Both fabrics have full bisection here, so completion is set by the NICs "
-                "and by hash collisions, not by the tier count; the saving is hops (latency, "
-                "fewer places to collide or fail) and equipment. Collisions differ per design "
-                "because each hashes over a different number of parallel paths, which is why "
-                "each design's completion is a spread over draws." + gaps)
+        rel = c["astral3"].get("relative") if "astral3" in c else None
+        rep.finding(**tiers_finding(results[f"astral3/{k}"], results[f"rail3/{k}"], k, rel,
+                                    gaps))
         gaps = ""
     if "railonly/flat" in results and "astral3/flat" in results:
-        ro, a = results["railonly/flat"], results["astral3/flat"]
-        rep.finding(
-            "flat (cross-rail) traffic on a rail-only network",
-            measured=f"railonly {_dt(ro['measured'])} vs astral3 {_dt(a['measured'])}; "
-                     f"railonly busiest link {ro['busiest_link']} at "
-                     f"{_dt(ro['busiest_util'], '')}",
-            ideal=f"flow model railonly {_dt(ro['model'])} vs astral3 {_dt(a['model'])}; "
-                  f"bounds {ro['model_bound']['median']:.2f} s vs "
-                  f"{a['model_bound']['median']:.2f} s",
-            published="Rail-only (Wang et al., arXiv 2307.12169): cheaper, and fine when "
-                      "traffic is rail-aligned; cross-rail traffic must relay over NVLink",
-            why="Cross-rail bytes first cross NVLink inside the source server to the GPU of "
-                "the destination's rail, then the rail network: the NVLink switch and the "
-                "relaying NIC carry extra load, so an MoE dispatch that is not rail-aligned "
-                "pays for the missing spine layer." + gaps)
+        rep.finding(**railonly_finding(results["railonly/flat"], results["astral3/flat"], gaps))
         gaps = ""
     if "astral3/high_bandwidth" in results:
-        hb = results["astral3/high_bandwidth"]
-        rep.finding(
-            "high-bandwidth (rail-aligned) kernel",
-            measured=f"astral3 {hb['hops']:.2f} hops per byte, {_dt(hb['measured'])} "
-                     f"({hb['measured']['median'] / hb['model_bound']['median']:.2f}x bound)",
-            ideal=f"flow model {_dt(hb['model'])}; bound "
-                  f"{hb['model_bound']['median']:.2f} s (NIC-bound)",
-            published="DeepEP normal kernels: ~43-58 GB/s RDMA per GPU on 400G NICs "
-                      "(DeepEP README), i.e. close to the NIC",
-            why="Hierarchical dispatch sends each token once per destination server over its "
-                "own rail, so on rail fabrics most bytes stay under one leaf or cross one "
-                "spine; the design matters much less than for flat cross-rail traffic."
-                + gaps)
+        rep.finding(**high_bandwidth_finding(results, gaps))
         gaps = ""
     if gaps:
         rep.finding("measured vs model", measured="see the table", ideal="see the table",
                     published="-", why=gaps.strip())
+
+
+def _spread(results: dict[str, dict[str, Any]], kernel: str) -> float | None:
+    """Slowest design's median completion over the fastest's, for one kernel."""
+    meds = [r["measured"]["median"] for r in results.values() if r["kernel"] == kernel]
+    return max(meds) / min(meds) if len(meds) > 1 and min(meds) else None
+
+
+def tiers_finding(a: dict[str, Any], r3: dict[str, Any], kernel: str,
+                  relative_cost: float | None, gaps: str = "") -> dict[str, str]:
+    """astral3 against rail3 on one kernel: hops, completion, bounds, cost."""
+    ba, br = a["model_bound"]["median"], r3["model_bound"]["median"]
+    equal = abs(ba - br) <= 0.02 * max(ba, br)
+    rel = f"; cost at 8,192 GPUs {relative_cost:.2f}x rail3" if relative_cost else ""
+    if equal:
+        why = ("Both fabrics have the same bound here, so neither design's tiers limit "
+               "completion below it: the NICs and hash collisions set it, not the tier "
+               "count; ")
+    else:
+        why = (f"The bounds differ ({ba:.2f} s vs {br:.2f} s): at this size one fabric "
+               f"binds before the NICs, {'rail3' if br > ba else 'astral3'} the tighter; ")
+    fewer = a["hops"] < r3["hops"]
+    why += (f"astral3 crosses {a['hops']:.2f} switch hops per byte against rail3's "
+            f"{r3['hops']:.2f}" + (" (latency, fewer places to collide or fail)" if fewer
+                                   else "") + rel.replace("; cost", ", and costs")
+            + ". Collisions differ per design because each hashes over a different number "
+            "of parallel paths, which is why each design's completion is a spread over "
+            "draws." + gaps)
+    return {
+        "title": f"{kernel}: two tiers vs three",
+        "measured": f"astral3 {a['hops']:.2f} switch hops per byte, {_dt(a['measured'])}; "
+                    f"rail3 {r3['hops']:.2f} hops, {_dt(r3['measured'])}",
+        "ideal": f"flow model astral3 {_dt(a['model'])}, rail3 {_dt(r3['model'])} (ratios "
+                 f"{_fmt(_ratio(a))}, {_fmt(_ratio(r3))}); bounds {ba:.2f} s vs {br:.2f} s"
+                 + (" (equal: both non-blocking here)" if equal else "") + rel,
+        "published": "Astral 3.0: cross-rail traffic in at most leaf-spine-leaf (3 hops) "
+                     "instead of 5 through aggregation and core; fewer switches and optics",
+        "why": why}
+
+
+def railonly_finding(ro: dict[str, Any], a: dict[str, Any], gaps: str = "") -> dict[str, str]:
+    """Flat (cross-rail) traffic on railonly against astral3."""
+    x = ro["measured"]["median"] / a["measured"]["median"]
+    xm = ro["model"]["median"] / a["model"]["median"]
+    why = ("Cross-rail bytes first cross NVLink inside the source server to the GPU of the "
+           "destination's rail, then the rail network: the NVLink switch and the relaying "
+           "NIC carry extra load. ")
+    if x > 1.05:
+        why += (f"Here railonly took {x:.2f}x astral3's time (the model {xm:.2f}x): an MoE "
+                "dispatch that is not rail-aligned pays for the missing spine layer.")
+    else:
+        why += (f"Here railonly took {x:.2f}x astral3's time (the model {xm:.2f}x): the "
+                "relay cost no completion time at this size, because the NVLink links and "
+                "the relaying NICs had capacity to spare.")
+    return {
+        "title": "flat (cross-rail) traffic on a rail-only network",
+        "measured": f"railonly {_dt(ro['measured'])} vs astral3 {_dt(a['measured'])}; "
+                    f"railonly busiest link {ro['busiest_link']} at "
+                    f"{_dt(ro['busiest_util'], '')}",
+        "ideal": f"flow model railonly {_dt(ro['model'])} vs astral3 {_dt(a['model'])}; "
+                 f"bounds {ro['model_bound']['median']:.2f} s vs "
+                 f"{a['model_bound']['median']:.2f} s",
+        "published": "Rail-only (Wang et al., arXiv 2307.12169): cheaper, and fine when "
+                     "traffic is rail-aligned; cross-rail traffic must relay over NVLink",
+        "why": why + gaps}
+
+
+def high_bandwidth_finding(results: dict[str, dict[str, Any]], gaps: str = ""
+                           ) -> dict[str, str]:
+    """The hierarchical kernel on astral3, and how much the design mattered for it."""
+    hb = results["astral3/high_bandwidth"]
+    why = ("Hierarchical dispatch sends each token once per destination server over its own "
+           "rail, so on rail fabrics most bytes stay under one leaf or cross one spine")
+    s_hb, s_flat = _spread(results, "high_bandwidth"), _spread(results, "flat")
+    if s_hb is not None and s_flat is not None:
+        word = "much less" if s_hb - 1 < 0.5 * (s_flat - 1) else "not much less"
+        why += (f": across the designs its completion varied {s_hb:.2f}x (slowest over "
+                f"fastest) against {s_flat:.2f}x for the flat kernel, so the design mattered "
+                f"{word} than for cross-rail traffic.")
+    else:
+        why += "."
+    return {
+        "title": "high-bandwidth (rail-aligned) kernel",
+        "measured": f"astral3 {hb['hops']:.2f} hops per byte, {_dt(hb['measured'])} "
+                    f"({hb['measured']['median'] / hb['model_bound']['median']:.2f}x bound)",
+        "ideal": f"flow model {_dt(hb['model'])}; bound {hb['model_bound']['median']:.2f} s",
+        "published": "DeepEP normal kernels: ~43-58 GB/s RDMA per GPU on 400G NICs "
+                     "(DeepEP README), i.e. close to the NIC",
+        "why": why + gaps}
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None or v != v else f"{v:.2f}"
 
 
 def _summary(run: Run, results: dict[str, dict[str, Any]]) -> None:

@@ -83,7 +83,9 @@ def test_summary_entries_carry_measured_ideal_ratio_and_quartiles() -> None:
             "lost": 0}
     q = {"measured": distribution([100.0, 120.0]), "ideal": distribution([110.0, 110.0]),
          "ratio": distribution([0.91, 1.09])}
-    dec = {"mode": "planned", "dispatch": {"p50": q, "p99": q, "floor_ms": 3.0, "lost": 0}}
+    dec = {"mode": "planned", "margin": 4.5,
+           "dispatch": {"p50": q, "p99": q, "floor_ms": 3.0, "lost": 0, "plane": "native",
+                        "completion_ratio": distribution([1.02, 1.04])}}
     run = FakeRun()
     dm._summary(run, {"astral3/ecmp": perm, "decode": dec})  # type: ignore[arg-type]
     e = run.summary["astral3/ecmp"]
@@ -93,6 +95,9 @@ def test_summary_entries_carry_measured_ideal_ratio_and_quartiles() -> None:
     d = run.summary["decode/dispatch/p99"]
     assert d["measured"] == 110.0 and d["ideal"] == 110.0 and d["ratio"] == 1.0
     assert d["draws"] == 2 and d["policy"] == "planned"
+    # the evidence its finding reads: do the bytes arrive on time, and could the run keep up?
+    assert d["phase_completion_ratio"]["median"] == pytest.approx(1.03)
+    assert d["fidelity_margin"] == 4.5 and d["plane"] == "native"
 
 
 def test_message_latencies_follow_each_qp_in_order(plans: dict[str, Any]) -> None:
