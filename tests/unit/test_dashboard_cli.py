@@ -27,12 +27,13 @@ from tests.unit.test_cleanup import _gone, _record, _spawn, state_dir  # noqa: F
 
 # --- arguments ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv,message", [
-    (["dashboard", "--port", "70000"], "port must be in 0..65535"),
-    (["dashboard", "--port", "web"], "not a port number"),
-    (["dashboard", "--interval", "0"], "interval must be > 0"),
+    (["dashboard", "--port", "70000"], "argument --port: must be a whole number in 0..65535"),
+    (["dashboard", "--port", "web"], "argument --port: must be a whole number in 0..65535"),
+    (["dashboard", "--interval", "0"], "argument --interval: must be a finite number in (0, "),
+    (["dashboard", "--interval", "nan"], "argument --interval: must be a finite number in (0, "),
     (["up", "astral3", "--capture", "lf0r0"], "'lf0r0' is not a switch port"),
     (["up", "astral3", "--capture", "lf0r0-eth3,lf0r0:3,lf0r0-eth3"], "named twice"),
-    (["up", "astral3", "--dashboard-port", "-1"], "port must be in 0..65535"),
+    (["up", "astral3", "--dashboard-port", "-1"], "must be a whole number in 0..65535"),
 ])
 def test_bad_arguments_are_one_usage_error(argv: list[str], message: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -40,7 +41,7 @@ def test_bad_arguments_are_one_usage_error(argv: list[str], message: str,
         cli.main(argv)
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("argv,message", [
