@@ -12,7 +12,7 @@ import sys
 
 from controllers import policies
 from controllers.shell.run import DEFAULT_OF_PORT, DEFAULT_REST_PORT, serve
-from controllers.validate import PORT, SECONDS, BadValue, Parser, count, real
+from controllers.validate import PORT, SECONDS, BadValue, Parser, count, in_file, out_file, real
 
 #: what a controller process's command line contains (``testbed.shell.cleanup`` finds them by it)
 MODULE = "astral_lab.controller_cli"
@@ -30,7 +30,8 @@ def controller_policy(spec: str) -> str:
 
 def add_options(p: argparse.ArgumentParser) -> None:
     """The controller's options; ``astral-lab controller`` shares them."""
-    p.add_argument("--plan", required=True, help="wiring plan JSON (from `astral-lab topo`)")
+    p.add_argument("--plan", required=True, type=in_file,
+                   help="wiring plan JSON (from `astral-lab topo`)")
     p.add_argument("--of-port", type=PORT, default=DEFAULT_OF_PORT,
                    help=f"OpenFlow listen port (default {DEFAULT_OF_PORT}; {PORT})")
     p.add_argument("--of-host", default="127.0.0.1", help="OpenFlow listen address")
@@ -55,7 +56,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
                         "in [0, threshold))")
     p.add_argument("--adaptive-hold", type=count(0, 1000), default=3,
                    help="adaptive: polls a moved flow stays put (default 3; 0..1000)")
-    p.add_argument("--state", default=None,
+    p.add_argument("--state", default=None, type=out_file,
                    help="JSON file keeping mode, flows and paths across controller restarts")
     p.add_argument("--run-id", default="",
                    help="tag of the Lab that started it (lets `astral-lab clean` find it)")

@@ -25,7 +25,7 @@ from typing import Any
 
 from controllers.plan import WiringPlan, write_json_atomic
 from controllers.shell.client import ControllerClient
-from controllers.validate import SECONDS, Parser, count
+from controllers.validate import SECONDS, Parser, count, in_file
 from ops.telemetry import DEFAULT_INTERVAL_S
 
 #: what a dashboard process's command line contains (``testbed.shell.cleanup`` finds it by it)
@@ -58,7 +58,8 @@ def add_options(p: argparse.ArgumentParser, process: bool = False) -> None:
     """The server's options; ``process``: the ones only a Lab passes (``--url-file`` ...)."""
     p.add_argument("--port", type=_PORT, default=DEFAULT_PORT,
                    help=f"port on 127.0.0.1 (default {DEFAULT_PORT}; 0: any free port)")
-    p.add_argument("--plan", help="wiring plan JSON of the fabric (default: the running lab's)")
+    p.add_argument("--plan", type=in_file,
+                   help="wiring plan JSON of the fabric (default: the running lab's)")
     p.add_argument("--controller", metavar="URL",
                    help="the controller's JSON API, e.g. http://127.0.0.1:8080 (with --plan)")
     p.add_argument("--interval", type=SECONDS, default=DEFAULT_INTERVAL_S, metavar="S",

@@ -29,6 +29,7 @@ from testbed.models.flowmodel import (
 )
 from testbed.results import check_output, output_dir
 from testbed.topologies import FABRIC_RULES, GPU_COUNT, FabricSpec
+from traffic.workload import PRESETS
 
 #: the default fabric is ``FabricSpec``'s, as ``topo`` draws it (``topologies.spec_for_gpus``)
 _DEFAULT = FabricSpec()
@@ -72,7 +73,8 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--phase", default="dispatch", choices=("dispatch", "combine"))
     p.add_argument("--tokens", type=count(0, 1 << 20), default=0, metavar="T",
                    help="tokens per GPU (default 4096 prefill, 128 decode)")
-    p.add_argument("--model", default="deepseek-v3", help="MoE preset (traffic.workload)")
+    p.add_argument("--model", default="deepseek-v3", choices=sorted(PRESETS),
+                   help="MoE preset (traffic.workload)")
     p.add_argument("--mode", default="auto", choices=MODES)
     p.add_argument("--exact-flows", type=count(0, 10 ** 9), default=DEFAULT_EXACT_FLOWS,
                    metavar="N",

@@ -18,6 +18,7 @@ import argparse
 import glob
 import json
 import os
+import sqlite3
 import sys
 import tempfile
 import time
@@ -25,7 +26,7 @@ from typing import Any
 
 from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerClient
-from controllers.validate import SECONDS, Parser, count, real
+from controllers.validate import SECONDS, Parser, count, in_file, out_file, real
 from ops.agent import Diagnosis, Tools, diagnose
 from ops.detectors import Alert, Engine
 from ops.shell.collector import Collector
@@ -112,7 +113,20 @@ class Live:
                      baseline=baseline)
 
 
+def _open_recorded(path: str, name: str) -> Store:
+    """A recorded telemetry file, refused in one line if it is not one (never created)."""
+    in_file(path, name)
+    try:
+        store = Store(path)
+        store.meta()
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{name} {path}: not an ops telemetry file ({exc})") from None
+    return store
+
+
 def run_watch(args: argparse.Namespace) -> int:
+    if args.db:
+        out_file(args.db, "--db")
     lab = discover(args.run)
     db = args.db or os.path.join(tempfile.gettempdir(), f"astral-lab-ops-{lab['run_id']}.sqlite")
     live = Live(lab, db, args.interval, args.max_rows,
@@ -148,12 +162,14 @@ def _answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
 def run_diagnose(args: argparse.Namespace) -> int:
     from testbed.shell import cleanup
 
-    baseline = Store(args.baseline) if args.baseline else None
+    if args.db and args.live:
+        out_file(args.db, "--db")
+    baseline = _open_recorded(args.baseline, "--baseline") if args.baseline else None
     live: Live | None = None
     scratch = None  # a live session's own telemetry folder, removed however it ends
     try:
         if args.db and not args.live:  # offline: a recorded run
-            store = Store(args.db)
+            store = _open_recorded(args.db, "--db")
             meta = store.meta()
             if "plan" not in meta:
                 raise ValueError(f"--db {args.db}: not an ops telemetry file (no plan in meta)")

@@ -235,5 +235,22 @@ def out_file(path: str, name: str = "") -> str:
     return str(path)
 
 
-__all__ = ["PORT", "SECONDS", "SEED", "BadValue", "Parser", "Rule", "count", "items",
-           "list_of", "out_dir", "out_file", "positive", "real"]
+def in_file(path: str, name: str = "") -> str:
+    """A file to read (a plan, a telemetry file): it exists, is a file and opens. Also an
+    argparse ``type``."""
+    label = f"{name} " if name else ""
+    if not str(path).strip():
+        raise BadValue(f"{label}needs a file name")
+    if not os.path.isfile(path):
+        raise BadValue(f"{label}{path}: " + ("is a folder, not a file" if os.path.isdir(path)
+                                               else "no such file"))
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise BadValue(f"{label}{path}: cannot be read ({exc.strerror})") from None
+    return str(path)
+
+
+__all__ = ["PORT", "SECONDS", "SEED", "BadValue", "Parser", "Rule", "count", "in_file",
+           "items", "list_of", "out_dir", "out_file", "positive", "real"]

@@ -75,6 +75,7 @@ from scenarios.common import (
     shift_qps,
 )
 from testbed.topologies import build
+from traffic.workload import PRESETS
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the
 #: README's table before V2): H800, CX7 InfiniBand 400 Gb/s, 128 tokens per batch, hidden
@@ -120,7 +121,8 @@ EP_SIZE = count(2, (SERVERS.high or 0) * (GPUS.high or 0))
           rule=SECONDS),
     Param("intra_server", "nvlink", "same-server copies: nvlink (DeepEP default, off the "
           "fabric) or fabric (through the NICs, V1 pure RDMA)", choices=("nvlink", "fabric")),
-    Param("model", "deepseek-v3", "model preset (traffic.workload.preset)"),
+    Param("model", "deepseek-v3", "model preset (traffic.workload.preset)",
+          choices=tuple(PRESETS)),
     Param("draws", 3, "emulated draws per case (gating seed, permutation, source ports)",
           rule=DRAWS),
     Param("model_draws", 30, "flow-model draws per case beside them", rule=MODEL_DRAWS),

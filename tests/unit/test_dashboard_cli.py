@@ -46,11 +46,14 @@ def test_bad_arguments_are_one_usage_error(argv: list[str], message: str,
 
 @pytest.mark.parametrize("argv,message", [
     (["dashboard", "--controller", "http://127.0.0.1:8080"], "--controller needs --plan"),
-    (["dashboard", "--demo", "--plan", "p.json"], "--demo brings up its own fabric"),
+    (["dashboard", "--demo", "--plan", "PLAN"], "--demo brings up its own fabric"),
 ])
 def test_conflicting_dashboard_options_are_refused(argv: list[str], message: str,
+                                                   tmp_path: Any,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(argv) == cli.EXIT_USAGE
+    plan = tmp_path / "plan.json"  # --plan must name a file that exists
+    demo_plan().save(plan)
+    assert cli.main([str(plan) if a == "PLAN" else a for a in argv]) == cli.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("astral-lab dashboard: error: ") and \
         message in err[0]
