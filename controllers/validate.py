@@ -110,10 +110,6 @@ class Rule:
     def __call__(self, text: str) -> Any:
         return self.check(text)
 
-    @property
-    def __name__(self) -> str:  # argparse names a type by it in some messages
-        return "number"
-
 
 def count(low: int = 1, high: int | None = None) -> Rule:
     """A whole number of things in ``low..high``."""

@@ -99,10 +99,10 @@ class Topology:
         check_options(spec, self.name, self.options)
 
     def resolve(self, spec: FabricSpec) -> FabricSpec:
-        """``spec`` as built: ``servers_per_block=0`` filled (a design with blocks), so
+        """``spec`` as built: ``servers_per_block=0`` filled (a design that reads it), so
         every verb means the same fabric by it; checked as ``check`` does."""
         self.check(spec)
-        return fill_servers_per_block(spec) if self.blocks else spec
+        return fill_servers_per_block(spec) if "servers_per_block" in self.options else spec
 
     @property
     def two_tier(self) -> Callable[..., tuple[int, int, int]] | None:
