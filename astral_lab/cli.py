@@ -33,12 +33,14 @@ from typing import Any
 
 from astral_lab import __version__
 from astral_lab.cluster_cli import add_cluster_option
+from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
+from controllers.validate import Parser, out_dir, out_file
 from testbed import topologies
-from testbed.results import results_dir, results_root
+from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_on_signals
-from testbed.topologies import FabricSpec, build, describe
+from testbed.topologies import FABRIC_RULES, FabricSpec, build, describe
 
 RESULTS = results_root()
 
@@ -47,13 +49,16 @@ EXIT_LAB, EXIT_USAGE, EXIT_GUARD, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 def _add_spec_options(p: argparse.ArgumentParser) -> None:
-    """One ``--flag`` per FabricSpec field, with its default and meaning from the dataclass."""
-    g = p.add_argument_group("fabric parameters (real units; 0 means automatic)")
+    """One ``--flag`` per FabricSpec field, with its default from the dataclass and its rule
+    from ``FABRIC_RULES`` (checked as the flag is parsed)."""
+    g = p.add_argument_group("fabric parameters (real units; 0 means automatic: "
+                             "servers-per-block 0 fills each leaf)")
     defaults = FabricSpec()
     for f in dataclasses.fields(FabricSpec):
         value = getattr(defaults, f.name)
-        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(value),
-                       default=None, metavar="N", help=f"default {value:g}")
+        rule = FABRIC_RULES[f.name]
+        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=rule,
+                       default=None, metavar="N", help=f"default {value:g}; {rule}")
 
 
 def _spec_params(args: argparse.Namespace) -> dict[str, Any]:
@@ -62,6 +67,10 @@ def _spec_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_topo(args: argparse.Namespace) -> int:
+    """Print the counts, write the plan and its drawing. Paths are checked (at parse, and
+    the results root here) before the plan is built, so a bad one leaves nothing behind."""
+    if not args.output:
+        check_output()
     plan = build(args.topology, **_spec_params(args))
     print(describe(plan))
     if args.output:
@@ -69,7 +78,8 @@ def cmd_topo(args: argparse.Namespace) -> int:
         png = args.png or os.path.splitext(args.output)[0] + ".png"
     else:
         partial, final = results_dir(f"topo-{args.topology}")
-        plan_path, png = os.path.join(partial, "plan.json"), os.path.join(partial, "fabric.png")
+        plan_path = os.path.join(partial, "plan.json")
+        png = args.png or os.path.join(partial, "fabric.png")
     plan.save(plan_path)
     if not args.no_png:
         from testbed.draw import draw_plan
@@ -78,7 +88,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
     if not args.output:
         os.replace(partial, final)
         plan_path = os.path.join(final, "plan.json")
-        png = os.path.join(final, "fabric.png")
+        png = args.png or os.path.join(final, "fabric.png")
     print(f"\nwiring plan: {plan_path}")
     if not args.no_png:
         print(f"drawing:     {png}")
@@ -189,15 +199,6 @@ def cmd_policies(args: argparse.Namespace) -> int:
     return 0
 
 
-def controller_policy(spec: str) -> str:
-    """``--lb``: a mode the controller runs, with options (``qp-scaling:qps=8``)."""
-    try:
-        policies.parse(spec, controller=True)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return spec
-
-
 def add_pmtu_option(p: argparse.ArgumentParser) -> None:
     """``--pmtu``: the RoCE path MTU of every replay (each interface's MTU follows)."""
     from testbed.shell.lab import LAB_PMTU
@@ -211,22 +212,24 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
     from scenarios.base import get
 
     sc = get(name)
-    p = argparse.ArgumentParser(prog=f"astral-lab run {name}", description=sc.description,
-                                epilog=sc.doc.strip().split("\n\n")[0] if sc.doc else None)
+    p = Parser(prog=f"astral-lab run {name}", description=sc.description,
+               epilog=sc.doc.strip().split("\n\n")[0] if sc.doc else None)
     p.add_argument("--quick", action="store_true",
                    help="small and short (what the tests run); quick values in [brackets]")
     p.add_argument("--force", action="store_true",
                    help="run even when the fidelity guard says the run would be CPU-bound")
-    p.add_argument("-o", "--output", help="results folder (default results/<time>-<name>/)")
+    p.add_argument("-o", "--output", type=out_dir,
+                   help="results folder (default results/<time>-<name>/)")
     add_pmtu_option(p)
     add_cluster_option(p)
     add_live_options(p)
     for prm in sc.params:
         quick = f" [{prm.quick}]" if prm.quick is not None else ""
         choices = f" (one or more of {', '.join(map(str, prm.choices))})" if prm.choices else ""
+        rule = f"; {prm.rule}" if prm.rule is not None else ""
         p.add_argument(f"--{prm.flag}", dest=prm.name, type=prm.parse, default=None,
                        metavar=type(prm.default).__name__.upper(),
-                       help=f"{prm.help}; default {prm.default}{quick}{choices}"
+                       help=f"{prm.help}; default {prm.default}{quick}{choices}{rule}"
                        .replace("%", "%%"))  # argparse formats help with %
     return p
 
@@ -287,14 +290,15 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="astral-lab", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="astral-lab", description=__doc__.split("\n\n")[0])
     p.add_argument("--version", action="version", version=f"astral-lab {__version__}")
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     t = sub.add_parser("topo", help="counts table, wiring plan JSON and PNG drawing of a fabric")
     t.add_argument("topology", choices=topologies.names())
-    t.add_argument("-o", "--output", help="plan JSON path (default: results/<time>-topo-<name>/)")
-    t.add_argument("--png", help="drawing path (default: next to the plan)")
+    t.add_argument("-o", "--output", type=out_file,
+                   help="plan JSON path (default: results/<time>-topo-<name>/)")
+    t.add_argument("--png", type=out_file, help="drawing path (default: next to the plan)")
     t.add_argument("--no-png", action="store_true", help="skip the drawing")
     _add_spec_options(t)
     t.set_defaults(fn=cmd_topo)

@@ -7,6 +7,7 @@ spelling of them lives here, with the other parsers.
 from __future__ import annotations
 
 import argparse
+from functools import partial
 
 from testbed.shell.cluster import TUNNELS, parse_servers
 
@@ -14,7 +15,7 @@ from testbed.shell.cluster import TUNNELS, parse_servers
 def add_cluster_option(parser: argparse.ArgumentParser) -> None:
     """``--cluster host1,host2,...`` and ``--tunnel`` for ``astral-lab up`` and ``run``."""
     parser.add_argument(
-        "--cluster", type=parse_servers, default=None, metavar="HOST1,HOST2,...",
+        "--cluster", type=partial(parse_servers, name=""), default=None, metavar="HOST1,HOST2,...",
         help="spread the fabric over these servers with Mininet Cluster Edition; the first "
              "must be this machine (controller there). `localhost` alone exercises the path on "
              "one machine. See docs/cluster.md")

@@ -13,6 +13,8 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from controllers.plan import write_json_atomic
+from controllers.validate import list_of, out_dir, real
+from testbed import topologies
 from testbed.models.cost import (
     CONVENTIONS,
     DESIGNS,
@@ -21,8 +23,11 @@ from testbed.models.cost import (
     format_table,
     plot_costs,
 )
-from testbed.results import output_dir
-from testbed.topologies import CostSpec
+from testbed.results import check_output, output_dir
+from testbed.topologies import COST_RULES, GPU_COUNT, CostSpec
+
+#: a price in $ (an assumption the user may zero; a billion is past any switch or optic)
+PRICE = real(0, 1e9)
 
 
 def add_cost_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -31,41 +36,34 @@ def add_cost_parser(subparsers: Any) -> argparse.ArgumentParser:
         "cost", help="cost table and bar chart of all designs at given GPU counts",
         description="Closed-form counts and cost of each design (astral3, rail3, railonly, "
                     "fattree) at each GPU count. Prices are assumptions; override them.")
-    p.add_argument("--gpus", required=True, metavar="N[,N...]",
-                   help="GPU counts, comma-separated (e.g. 8192,65536)")
-    p.add_argument("--designs", default=",".join(DESIGNS), metavar="D[,D...]",
+    p.add_argument("--gpus", required=True, metavar="N[,N...]", type=list_of(rule=GPU_COUNT),
+                   help=f"GPU counts, comma-separated (e.g. 8192,65536; each {GPU_COUNT})")
+    p.add_argument("--designs", default=list(DESIGNS), metavar="D[,D...]",
+                   type=list_of(choices=topologies.names()),
                    help=f"designs to compare (default {','.join(DESIGNS)})")
-    p.add_argument("-o", "--output", metavar="DIR",
+    p.add_argument("-o", "--output", metavar="DIR", type=out_dir,
                    help="write cost.json/cost.png here (default results/<time>-cost/)")
     p.add_argument("--no-png", action="store_true", help="skip the bar chart")
     g = p.add_argument_group("fabric (real units; servers-per-block 0 = fill the leaf)")
     for f in fields(CostSpec):
         value = getattr(CostSpec(), f.name)
-        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(value),
-                       default=value, metavar="N", help=f"default {value:g}")
+        rule = COST_RULES[f.name]
+        g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=rule,
+                       default=value, metavar="N", help=f"default {value:g}; {rule}")
     pr = p.add_argument_group("prices in $ (defaults are assumptions, see testbed/models/cost.py)")
     for f in fields(Prices):
         value = getattr(Prices(), f.name)
         pr.add_argument(f"--price-{f.name.replace('_', '-')}", dest=f"price_{f.name}",
-                        type=float, default=value, metavar="USD", help=f"default {value:g}")
+                        type=PRICE, default=value, metavar="USD", help=f"default {value:g}")
     p.set_defaults(fn=run_cost)
     return p
 
 
-def _parse_gpus(text: str) -> list[int]:
-    out = []
-    for part in str(text).split(","):
-        part = part.strip().replace("_", "")
-        if not part.isdigit() or int(part) < 1:
-            raise ValueError(f"--gpus takes positive integers separated by commas (got {text!r})")
-        out.append(int(part))
-    return out
-
-
 def run_cost(args: argparse.Namespace) -> int:
-    """Print the table, write cost.json (+ cost.png). Bad input raises ValueError."""
-    gpus = _parse_gpus(args.gpus)
-    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
+    """Print the table, write cost.json (+ cost.png). Bad input raises ValueError; the
+    results folder is checked before anything is computed."""
+    check_output(args.output)
+    gpus, designs = list(args.gpus), list(args.designs)
     spec = CostSpec(**{f.name: getattr(args, f.name) for f in fields(CostSpec)})
     prices = Prices(**{f.name: getattr(args, f"price_{f.name}") for f in fields(Prices)})
     rows = cost_table(gpus, designs, spec, prices)
@@ -76,14 +74,17 @@ def run_cost(args: argparse.Namespace) -> int:
            "rows": rows}
     out_dir, final = output_dir("cost", args.output)
     write_json_atomic(os.path.join(out_dir, "cost.json"), doc)
-    if not args.no_png:
+    png = not args.no_png and any(r["feasible"] for r in rows)
+    if png:
         plot_costs(rows, os.path.join(out_dir, "cost.png"),
                    title=f"Network cost per GPU: {spec.nic_gbps:g}G NICs, radix "
                          f"{spec.radix} x {spec.lane_gbps:g}G, {spec.gpus_per_server} "
                          "GPUs/server\n(bar label: cost relative to rail3)")
     if out_dir != final:
         os.replace(out_dir, final)
-    print(f"\nresults: {final}/ (cost.json{'' if args.no_png else ', cost.png'})")
+    if not args.no_png and not png:
+        print("\nno design fits at these sizes: no chart")
+    print(f"\nresults: {final}/ (cost.json{', cost.png' if png else ''})")
     return 0
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from controllers.plan import WiringPlan, write_json_atomic
 from controllers.shell.client import ControllerClient
+from controllers.validate import SECONDS, Parser, count, in_file
 from ops.telemetry import DEFAULT_INTERVAL_S
 from testbed.shell.signals import STOPPING, exit_status
 
@@ -35,25 +36,8 @@ DEFAULT_PORT = 8765
 DEMO_FABRIC = {"servers": 2, "gpus": 4, "servers_per_block": 2}
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be in 0..65535 (0: any free one), "
-                                         f"got {port}")
-    return port
-
-
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"interval must be > 0 s, got {text}")
-    return value
+#: the live view's port: 0 asks for any free one
+_PORT = count(0, 65535)
 
 
 def controller_client(url: str | None, timeout: float = 1.0) -> ControllerClient | None:
@@ -73,12 +57,13 @@ def controller_client(url: str | None, timeout: float = 1.0) -> ControllerClient
 
 def add_options(p: argparse.ArgumentParser, process: bool = False) -> None:
     """The server's options; ``process``: the ones only a Lab passes (``--url-file`` ...)."""
-    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
+    p.add_argument("--port", type=_PORT, default=DEFAULT_PORT,
                    help=f"port on 127.0.0.1 (default {DEFAULT_PORT}; 0: any free port)")
-    p.add_argument("--plan", help="wiring plan JSON of the fabric (default: the running lab's)")
+    p.add_argument("--plan", type=in_file,
+                   help="wiring plan JSON of the fabric (default: the running lab's)")
     p.add_argument("--controller", metavar="URL",
                    help="the controller's JSON API, e.g. http://127.0.0.1:8080 (with --plan)")
-    p.add_argument("--interval", type=_interval, default=DEFAULT_INTERVAL_S, metavar="S",
+    p.add_argument("--interval", type=SECONDS, default=DEFAULT_INTERVAL_S, metavar="S",
                    help=f"telemetry poll and page refresh (default {DEFAULT_INTERVAL_S:g} s)")
     p.add_argument("--progress", metavar="FILE",
                    help="a scenario run's progress.json to show (read each poll)")
@@ -186,7 +171,7 @@ def add_dashboard_parser(subparsers: Any) -> argparse.ArgumentParser:
     d.add_argument("--demo", action="store_true",
                    help="bring up a small astral3 fabric and alternate ECMP and planned "
                         "rounds of a permutation until Ctrl-C")
-    d.add_argument("--seconds", type=_interval, default=6.0, metavar="S",
+    d.add_argument("--seconds", type=SECONDS, default=6.0, metavar="S",
                    help="--demo: seconds of traffic per round (default 6)")
     d.set_defaults(fn=cmd_dashboard)
     return d
@@ -196,7 +181,7 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
     """``--dashboard``, ``--dashboard-port`` and ``--capture``, shared by ``up`` and ``run``."""
     p.add_argument("--dashboard", action="store_true",
                    help="serve the live view while the fabric is up (its URL is printed)")
-    p.add_argument("--dashboard-port", type=_port, default=None, metavar="N",
+    p.add_argument("--dashboard-port", type=_PORT, default=None, metavar="N",
                    help="port of the live view (default: any free port)")
     p.add_argument("--capture", metavar="PORT[,PORT...]", type=_capture, default=[],
                    help="write a pcap of each switch port (lf0r0-eth3 or lf0r0:3) under "
@@ -213,8 +198,8 @@ def _capture(text: str) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m astral_lab.dashboard_cli",
-                                description="Serve the live view of a running fabric.")
+    p = Parser(prog="python -m astral_lab.dashboard_cli",
+               description="Serve the live view of a running fabric.")
     add_options(p, process=True)
     args = p.parse_args(argv)
     if not args.plan:

@@ -10,8 +10,10 @@ import argparse
 import os
 from typing import Any
 
+from controllers import policies as policy_modules
 from controllers.paths import UNITS
 from controllers.plan import write_json_atomic
+from controllers.validate import SEED, count, list_of, out_dir, real
 from testbed import topologies
 from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
@@ -25,8 +27,12 @@ from testbed.models.flowmodel import (
     format_report,
     run,
 )
-from testbed.results import output_dir
-from testbed.topologies import FabricSpec
+from testbed.results import check_output, output_dir
+from testbed.topologies import FABRIC_RULES, GPU_COUNT, FabricSpec
+from traffic.workload import PRESETS
+
+#: the default fabric is ``FabricSpec``'s, as ``topo`` draws it (``topologies.spec_for_gpus``)
+_DEFAULT = FabricSpec()
 
 
 def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -40,56 +46,86 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "what-if: astral-lab model astral3 --gpus 65536 --radix 1024 "
                     "--servers-per-block 64 --groups 256 --group-size 256")
     p.add_argument("topology", choices=topologies.names())
-    p.add_argument("--gpus", type=int, required=True, metavar="N", help="GPUs in the fabric")
-    p.add_argument("--gpus-per-server", type=int, default=8, metavar="N", help="default 8")
+    p.add_argument("--gpus", type=GPU_COUNT, default=_DEFAULT.gpu_count, metavar="N",
+                   help=f"GPUs in the fabric (default {_DEFAULT.gpu_count}: `topo`'s default "
+                        f"fabric, {_DEFAULT.servers} servers x {_DEFAULT.gpus}; {GPU_COUNT})")
+    p.add_argument("--gpus-per-server", type=FABRIC_RULES["gpus"], default=_DEFAULT.gpus,
+                   metavar="N", help=f"default {_DEFAULT.gpus}; servers = GPUs / this")
     p.add_argument("--workload", default="alltoall", choices=WORKLOADS,
                    help="alltoall: equal bytes per GPU pair; prefill/decode: one MoE step "
                         "through the high-bandwidth / low-latency kernel (default alltoall)")
-    p.add_argument("--lb", default=",".join(DEFAULT_POLICIES), metavar="P[,P...]",
+    p.add_argument("--lb", default=list(DEFAULT_POLICIES), metavar="P[,P...]",
+                   type=list_of(check=policy_modules.parse),
                    help=f"policies, options as P:KEY=VALUE (default {','.join(DEFAULT_POLICIES)};"
                         f" all: {','.join(POLICIES)})")
-    p.add_argument("--groups", type=int, default=0, metavar="G",
+    p.add_argument("--groups", type=count(0, GPU_COUNT.high), default=0, metavar="G",
                    help="expert-parallel groups (default: as many as fit)")
-    p.add_argument("--group-size", type=int, default=0, metavar="N",
+    p.add_argument("--group-size", type=count(0, GPU_COUNT.high), default=0, metavar="N",
                    help="GPUs per group (default min(GPUs, 256))")
     p.add_argument("--placement", default="packed", choices=PLACEMENTS,
                    help="packed: consecutive servers; spread: strided over the fabric")
-    p.add_argument("--seed", type=int, default=0, help="ECMP hash seed and MoE step seed")
-    p.add_argument("--bytes", type=int, default=DEFAULT_PAIR_BYTES, dest="pair_bytes",
+    p.add_argument("--seed", type=SEED, default=0, help="ECMP hash seed and MoE step seed")
+    p.add_argument("--bytes", type=count(1, 1 << 40), default=DEFAULT_PAIR_BYTES,
+                   dest="pair_bytes",
                    metavar="B", help=f"alltoall bytes per GPU pair (default {DEFAULT_PAIR_BYTES})")
-    p.add_argument("--qps", type=int, default=1, metavar="Q", help="alltoall flows per GPU pair")
+    p.add_argument("--qps", type=count(1, 1024), default=1, metavar="Q",
+                   help="alltoall flows per GPU pair (1..1024)")
     p.add_argument("--phase", default="dispatch", choices=("dispatch", "combine"))
-    p.add_argument("--tokens", type=int, default=0, metavar="T",
+    p.add_argument("--tokens", type=count(0, 1 << 20), default=0, metavar="T",
                    help="tokens per GPU (default 4096 prefill, 128 decode)")
-    p.add_argument("--model", default="deepseek-v3", help="MoE preset (traffic.workload)")
+    p.add_argument("--model", default="deepseek-v3", choices=sorted(PRESETS),
+                   help="MoE preset (traffic.workload)")
     p.add_argument("--mode", default="auto", choices=MODES)
-    p.add_argument("--exact-flows", type=int, default=DEFAULT_EXACT_FLOWS, metavar="N",
+    p.add_argument("--exact-flows", type=count(0, 10 ** 9), default=DEFAULT_EXACT_FLOWS,
+                   metavar="N",
                    help=f"auto mode: per-flow up to N flows (default {DEFAULT_EXACT_FLOWS})")
-    p.add_argument("--event-tolerance", type=float, default=0.0, metavar="EPS", dest="tolerance",
+    p.add_argument("--event-tolerance", type=real(0, 0.5, high_open=True), default=0.0,
+                   metavar="EPS", dest="tolerance",
                    help="coalesce finishes within EPS (relative) of an event: approximate, much "
                         "faster for decode/prefill steps (e.g. 1e-3); default 0 = exact")
-    p.add_argument("--jobs", type=int, default=0, metavar="N",
+    p.add_argument("--jobs", type=count(0, 1024), default=0, metavar="N",
                    help="policies modelled at once, each in its own process (default 0: one "
                         "per CPU, as memory allows)")
     p.add_argument("--unit", default="gbps", choices=sorted(UNITS),
                    help="gbps: real link rates; mbps: the emulated fabric's (per-flow mode)")
-    p.add_argument("-o", "--output", metavar="DIR",
+    p.add_argument("-o", "--output", metavar="DIR", type=out_dir,
                    help="write model.json here (default results/<time>-model/)")
-    g = p.add_argument_group("fabric (real units; servers-per-block 0/unset = fill the leaf)")
-    defaults = FabricSpec()
+    g = p.add_argument_group("fabric (real units; unset = `topo`'s default; servers-per-block "
+                             "0 = fill the leaf)")
     for name in FABRIC_FIELDS:
-        value = getattr(defaults, name)
-        g.add_argument(f"--{name.replace('_', '-')}", dest=name, type=type(value), default=None,
-                       metavar="N", help=f"default {value:g}")
+        value = getattr(_DEFAULT, name)
+        rule = FABRIC_RULES[name]
+        g.add_argument(f"--{name.replace('_', '-')}", dest=name, type=rule, default=None,
+                       metavar="N", help=f"default {value:g}; {rule}")
     p.set_defaults(fn=run_model)
     return p
 
 
+def _check_fabric(args: argparse.Namespace, fabric: dict[str, Any]) -> None:
+    """The design's rules on the fabric, before the job is built: a fabric the defaults
+    cannot make at this size says how to fill the leaves instead (``topo``'s blocks of
+    ``FabricSpec.servers_per_block`` servers are the default at every size)."""
+    topo = topologies.get(args.topology)
+    if args.gpus % args.gpus_per_server:
+        return  # run() says so
+    try:
+        topo.counts(topologies.spec_for_gpus(args.topology, args.gpus, args.gpus_per_server,
+                                             **fabric))
+    except ValueError as exc:
+        if not topo.blocks or "servers_per_block" in fabric:
+            raise
+        raise ValueError(f"{exc} (blocks of {_DEFAULT.servers_per_block} servers, as `topo` "
+                         "builds them; --servers-per-block 0 fills each leaf)") from None
+
+
 def run_model(args: argparse.Namespace) -> int:
-    """Print the report, write model.json. Bad input raises ValueError (the CLI prints it)."""
-    policies = [p.strip() for p in str(args.lb).split(",") if p.strip()]
+    """Print the report, write model.json. Bad input raises ValueError (the CLI prints it);
+    the results folder and the fabric are checked first, so a bad one costs no computation."""
+    check_output(args.output)
+    policies = list(args.lb)
     fabric = {name: getattr(args, name) for name in FABRIC_FIELDS
               if getattr(args, name, None) is not None}
+    _check_fabric(args, fabric)
     doc, _ = run(args.topology, args.gpus, gpus_per_server=args.gpus_per_server,
                  workload=args.workload, policies=policies, groups=args.groups,
                  group_size=args.group_size, placement=args.placement, seed=args.seed,

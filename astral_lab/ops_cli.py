@@ -18,6 +18,7 @@ import argparse
 import glob
 import json
 import os
+import sqlite3
 import sys
 import tempfile
 import time
@@ -25,6 +26,7 @@ from typing import Any
 
 from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerClient
+from controllers.validate import SECONDS, Parser, count, in_file, out_file, real
 from ops.agent import Diagnosis, Tools, diagnose
 from ops.detectors import Alert, Engine
 from ops.shell.collector import Collector
@@ -111,7 +113,20 @@ class Live:
                      baseline=baseline)
 
 
+def _open_recorded(path: str, name: str) -> Store:
+    """A recorded telemetry file, refused in one line if it is not one (never created)."""
+    in_file(path, name)
+    try:
+        store = Store(path)
+        store.meta()
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{name} {path}: not an ops telemetry file ({exc})") from None
+    return store
+
+
 def run_watch(args: argparse.Namespace) -> int:
+    if args.db:
+        out_file(args.db, "--db")
     lab = discover(args.run)
     db = args.db or os.path.join(tempfile.gettempdir(), f"astral-lab-ops-{lab['run_id']}.sqlite")
     live = Live(lab, db, args.interval, args.max_rows,
@@ -147,12 +162,14 @@ def _answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
 def run_diagnose(args: argparse.Namespace) -> int:
     from testbed.shell import cleanup
 
-    baseline = Store(args.baseline) if args.baseline else None
+    if args.db and args.live:
+        out_file(args.db, "--db")
+    baseline = _open_recorded(args.baseline, "--baseline") if args.baseline else None
     live: Live | None = None
     scratch = None  # a live session's own telemetry folder, removed however it ends
     try:
         if args.db and not args.live:  # offline: a recorded run
-            store = Store(args.db)
+            store = _open_recorded(args.db, "--db")
             meta = store.meta()
             if "plan" not in meta:
                 raise ValueError(f"--db {args.db}: not an ops telemetry file (no plan in meta)")
@@ -212,19 +229,20 @@ def add_ops_parser(subparsers: Any) -> argparse.ArgumentParser:
     d = sub.add_parser("diagnose", help="ask the agent (one-shot --ask or interactive)")
     for q in (w, d):
         q.add_argument("--run", help="run id of the lab (when several run)")
-        q.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S, metavar="S",
+        q.add_argument("--interval", type=SECONDS, default=DEFAULT_INTERVAL_S, metavar="S",
                        help=f"polling interval (default {DEFAULT_INTERVAL_S:g} s; the "
                             "controller's own counters refresh at its --poll-interval)")
     w.add_argument("--db", help="SQLite file for the telemetry (default in /tmp)")
-    w.add_argument("--duration", type=float, default=0, metavar="S", help="stop after S s")
-    w.add_argument("--max-rows", type=int, default=DEFAULT_MAX_ROWS,
+    w.add_argument("--duration", type=real(0, 30 * 86400), default=0, metavar="S",
+                   help="stop after S s (default 0: at Ctrl-C)")
+    w.add_argument("--max-rows", type=count(1, 10 ** 9), default=DEFAULT_MAX_ROWS,
                    help=f"bound of the samples table (default {DEFAULT_MAX_ROWS:,})")
     w.set_defaults(fn=run_watch)
     d.add_argument("--ask", metavar="QUESTION", help="one question, one answer, exit")
     d.add_argument("--db", help="read a recorded run's telemetry file (offline; no lab needed)")
     d.add_argument("--live", action="store_true",
                    help="with --db: collect live into that file instead of reading it")
-    d.add_argument("--collect", type=float, default=5.0, metavar="S",
+    d.add_argument("--collect", type=SECONDS, default=5.0, metavar="S",
                    help="seconds of telemetry to collect before answering (default 5)")
     d.add_argument("--baseline", metavar="FILE", help="a fault-free run's telemetry file")
     d.add_argument("--llm", action="store_true",
@@ -237,7 +255,7 @@ def add_ops_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m astral_lab.ops_cli ...`` (same as ``astral-lab ops ...``)."""
-    parser = argparse.ArgumentParser(prog="astral-lab")
+    parser = Parser(prog="astral-lab")
     add_ops_parser(parser.add_subparsers(dest="verb", required=True))
     args = parser.parse_args(["ops", *(sys.argv[1:] if argv is None else argv)])
     try:

@@ -233,13 +233,8 @@ class WiringPlan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WiringPlan:
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"not a wiring plan (schema is {data.get('schema')!r})")
-        if data.get("version") != VERSION:
-            raise ValueError(
-                f"wiring plan version {data.get('version')} is not supported (want {VERSION}); "
-                "regenerate it with `astral-lab topo`"
-            )
+        """The plan in ``data`` (parsed JSON), after ``check_schema`` and ``validate``."""
+        check_schema(data)
         plan = cls(
             topology=data["topology"],
             params=data["params"],
@@ -261,6 +256,96 @@ class WiringPlan:
     def load(cls, path: str | os.PathLike[str]) -> WiringPlan:
         with open(path, encoding="utf-8") as f:
             return cls.from_dict(json.load(f))
+
+
+#: a plan's fields: name -> (JSON types allowed, required). Nodes and links are checked the
+#: same way against theirs, so a hand-edited or truncated plan is refused with the field's
+#: name before any of it is used.
+_PLAN_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "schema": ((str,), True), "version": ((int,), True), "topology": ((str,), True),
+    "params": ((dict,), True), "scale": ((int, float), True), "nodes": ((list,), True),
+    "links": ((list,), True), "counts": ((dict,), False), "shuffle": ((dict, type(None)), False),
+    "notes": ((list,), False),
+}
+_NODE_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "name": ((str,), True), "kind": ((str,), True), "tier": ((str,), True),
+    "level": ((int,), True), "loc": ((dict,), False), "dpid": ((str, type(None)), False),
+    "ip": ((str, type(None)), False), "mac": ((str, type(None)), False),
+    "server": ((str, type(None)), False),
+}
+_LINK_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "a": ((str,), True), "a_port": ((int,), True), "b": ((str,), True),
+    "b_port": ((int,), True), "kind": ((str,), True), "gbps": ((int, float), True),
+    "mbps": ((int, float), True), "info": ((dict,), False),
+}
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object",
+               list: "a list", type(None): "null"}
+
+
+def _check_fields(where: str, obj: Any, spec: dict[str, tuple[tuple[type, ...], bool]]
+                  ) -> None:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where or 'the plan'} must be a JSON object (got "
+                         f"{type(obj).__name__})")
+    prefix = f"{where}." if where else ""
+    for key, (types, required) in spec.items():
+        if key not in obj:
+            if required:
+                raise ValueError(f"{prefix}{key} is missing")
+            continue
+        value = obj[key]
+        ok = isinstance(value, types) and not isinstance(value, bool)
+        if ok and isinstance(value, float) and not math.isfinite(value):
+            ok = False
+        if not ok:
+            want = "a finite number" if float in types else \
+                " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+            raise ValueError(f"{prefix}{key} must be {want} (got {value!r:.40})")
+    unknown = sorted(set(obj) - set(spec))
+    if unknown:
+        raise ValueError(f"{prefix}{unknown[0]} is not a field of "
+                         f"{'a node' if spec is _NODE_FIELDS else 'a link'}")
+
+
+def check_schema(data: Any) -> None:
+    """Refuse what is not a wiring plan of this version, naming the first bad field
+    (``links[3].b_port is missing``): every field's presence and JSON type, finite
+    positive rates and scale, no unknown node or link field. ``validate`` then checks
+    that the parts fit together."""
+    if not isinstance(data, dict):
+        raise ValueError(f"not a wiring plan: a JSON object is expected (got "
+                         f"{type(data).__name__})")
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"not a wiring plan (schema is {data.get('schema')!r}, want "
+                         f"{SCHEMA!r})")
+    if data.get("version") != VERSION:
+        raise ValueError(
+            f"wiring plan version {data.get('version')} is not supported (want {VERSION}); "
+            "regenerate it with `astral-lab topo`"
+        )
+    try:
+        for key, (types, required) in _PLAN_FIELDS.items():
+            if key not in data:
+                if required:
+                    raise ValueError(f"{key} is missing")
+                continue
+            if not isinstance(data[key], types) or isinstance(data[key], bool):
+                raise ValueError(f"{key} must be {_TYPE_NAMES[types[0]]} (got "
+                                 f"{type(data[key]).__name__})")
+        if not (math.isfinite(data["scale"]) and data["scale"] > 0):
+            raise ValueError(f"scale must be a finite number > 0 (got {data['scale']!r})")
+        for i, node in enumerate(data["nodes"]):
+            _check_fields(f"nodes[{i}]", node, _NODE_FIELDS)
+        for i, link in enumerate(data["links"]):
+            _check_fields(f"links[{i}]", link, _LINK_FIELDS)
+            for rate in ("gbps", "mbps"):
+                if not link[rate] > 0:
+                    raise ValueError(f"links[{i}].{rate} must be > 0 (got {link[rate]!r})")
+            for port in ("a_port", "b_port"):
+                if link[port] < 0:
+                    raise ValueError(f"links[{i}].{port} must be >= 0 (got {link[port]!r})")
+    except ValueError as exc:
+        raise ValueError(f"wiring plan: {exc}") from None
 
 
 def finite(v: Any) -> Any:

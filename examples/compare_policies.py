@@ -1,13 +1,12 @@
 """Compare load-balancing policies on the same flows in the flow model: no root, no packets.
 
-``testbed.models.flowmodel.model_flows`` routes a flow list with the controller's own policy code,
-computes max-min fair rates and the job's completion time, and a lower bound no routing
-can beat. A policy whose paths depend on the ECMP hash (``ecmp``; ``adaptive`` starts
-from it) is one random draw per hash seed, so it is modelled over many seeds and quoted
-as median [p25-p75], N=seeds, never as one draw. Times are at real rates (400G NICs).
+``testbed.models.flowmodel.model_flows`` routes a flow list with the controller's own policy
+code, computes max-min fair rates, the job's completion time and a lower bound no routing can
+beat. A policy whose paths depend on the ECMP hash (``ecmp``; ``adaptive`` starts from it) is
+one draw per hash seed, so it is modelled over many seeds and quoted as median [p25-p75],
+N=seeds, never as one draw. Times are at real rates (400G NICs); options as NAME:KEY=VALUE.
 
-    .venv/bin/python examples/compare_policies.py                  # ecmp and planned
-    .venv/bin/python examples/compare_policies.py ecmp ecmp-fluid adaptive
+    .venv/bin/python examples/compare_policies.py ecmp qp-scaling:qps=8   # none: ecmp planned
 """
 
 import sys
@@ -40,15 +39,16 @@ def spread(values, unit):
 
 
 def main(names):
-    if unknown := [n for n in names if n not in policies.names()]:
-        print(f"unknown policy {', '.join(unknown)}; choose from {', '.join(policies.names())}",
-              file=sys.stderr)
+    try:
+        chosen = {name: policies.parse(name) for name in names}
+    except ValueError as exc:
+        print(f"compare_policies: {exc}", file=sys.stderr)
         return 2
     plan = build("astral3", servers=4, gpus=2)  # 2 blocks, 4 leaves, 4 spines
     flows = permutation(plan)
     print(f"{plan.topology}, {plan.counts['gpus']} GPUs: a permutation, {len(flows)} flows")
-    for name in names:
-        seeds = range(SEEDS) if policies.get(name).random else [0]
+    for name, pol in chosen.items():
+        seeds = range(SEEDS) if pol.random else [0]
         runs = [model_flows(plan, flows, name, seed=s) for s in seeds]
         print(f"{name}: bound {runs[0].bound_s * 1e3:.2f} ms (for {runs[0].bound_name} flows)")
         print(f"  completion  {spread([r.completion_s * 1e3 for r in runs], ' ms')}")

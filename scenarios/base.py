@@ -42,9 +42,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from controllers import validate
 from controllers.plan import WiringPlan, finite, write_json_atomic
+from controllers.validate import BadValue, Rule, count, positive, real
 from testbed.results import output_dir
 from testbed.shell.signals import held
+from testbed.topologies import FABRIC_RULES
 
 #: name -> Scenario, filled by the ``@scenario`` decorator when scenario modules import.
 REGISTRY: dict[str, Scenario] = {}
@@ -55,37 +58,81 @@ MODULES = ["scenarios.demo", "scenarios.topology_compare", "scenarios.lb_compare
            "scenarios.ops_eval", "scenarios.paper_shapes"]
 
 
+#: Rules (``controllers.validate``) of parameters many scenarios share. A scenario's fabric
+#: is emulated on one machine, so servers and GPUs per server stay small; seconds are
+#: emulated seconds of traffic; draws are repetitions, each a full traffic phase.
+SERVERS = count(1, 64)
+GPUS = count(1, 16)
+SCALE = FABRIC_RULES["scale"]
+SECONDS = positive(3600)
+DRAWS = count(1, 1000)
+MODEL_DRAWS = count(1, 100_000)
+QPS = count(1, 1024)
+TOKENS = count(1, 4096)
+SEED = validate.SEED
+#: a Zipf exponent: 0 is uniform; past 10 one expert takes all but a trace of the tokens
+ZIPF_EXPONENT = real(0, 10)
+
+
 @dataclass(frozen=True)
 class Param:
-    """One scenario parameter: default, help text, and the value ``--quick`` uses."""
+    """One scenario parameter: default, help text, the value ``--quick`` uses, and the rule
+    its value (or each item of a list of numbers) must meet: finite, in its range, whole
+    where it counts things. ``astral-lab run NAME --flag V`` and a Python call check it
+    alike, before any folder or fabric exists."""
 
     name: str
     default: Any
     help: str
     quick: Any = None  # None: same as default
     choices: tuple[Any, ...] | None = None
+    rule: Rule | None = None  # every number has one (tests check the shipped scenarios)
 
     def value(self, quick: bool) -> Any:
         return self.quick if quick and self.quick is not None else self.default
 
-    def parse(self, text: str) -> Any:
-        """A ``--flag`` value in the default's type (lists are comma-separated)."""
+    @property
+    def numeric(self) -> bool:
+        """True when the value (or each item) is a number, which then needs ``rule``."""
+        sample = self.default[0] if isinstance(self.default, (list, tuple)) and \
+            self.default else self.default
+        return isinstance(sample, (int, float)) and not isinstance(sample, bool)
+
+    def _rule(self) -> Rule:
+        if self.rule is not None:
+            return self.rule
+        sample = self.default[0] if isinstance(self.default, (list, tuple)) else self.default
+        return Rule(whole=isinstance(sample, int))  # finite, whole if it counts
+
+    def check(self, value: Any, name: str = "") -> Any:
+        """``value`` (text from the command line, or a Python value) in the parameter's
+        type, checked; a BadValue starting with ``name`` otherwise (argparse adds its own)."""
         kind = type(self.default)
-        try:
-            if kind is bool:
-                if text.lower() in ("1", "true", "yes", "on"):
-                    return True
-                if text.lower() in ("0", "false", "no", "off"):
-                    return False
-                raise ValueError(text)
-            if kind in (list, tuple):
-                items = [t.strip() for t in text.split(",") if t.strip()]
-                sample = self.default[0] if self.default else ""
-                return [type(sample)(t) for t in items]
-            return kind(text)
-        except ValueError:
-            raise ValueError(f"--{self.flag}: {text!r} is not a valid "
-                             f"{kind.__name__}") from None
+        label = f"{name} " if name else ""
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise BadValue(f"{label}must be true or false (got {value!r})")
+        if kind in (list, tuple):
+            if self.numeric:
+                return validate.items(value, name, rule=self._rule(), choices=self.choices)
+            return [str(x) for x in validate.items(value, name, choices=self.choices)]
+        if self.numeric:
+            return self._rule().check(value, name)
+        if self.choices is not None and value not in self.choices:
+            raise BadValue(f"{label}{value!r} is not one of "
+                           f"{', '.join(map(str, self.choices))}")
+        return kind(value)
+
+    def parse(self, text: str) -> Any:
+        """A ``--flag`` value in the default's type (lists are comma-separated): argparse's
+        ``type`` for the flag."""
+        return self.check(text)
 
     @property
     def flag(self) -> str:
@@ -410,12 +457,8 @@ class Scenario:
             raise ValueError(f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
                              f"known: {', '.join(known)}")
         out = {p.name: p.value(quick) for p in self.params}
-        out.update(overrides)
-        for name, v in out.items():
-            choices = known[name].choices
-            vals = v if isinstance(v, list) else [v]
-            if choices and any(x not in choices for x in vals):
-                raise ValueError(f"--{known[name].flag}: {v!r} not in {list(choices)}")
+        for name, v in overrides.items():  # the command line's are checked already: again
+            out[name] = known[name].check(v, f"--{known[name].flag}")
         return out
 
     def __call__(self, quick: bool = False, output: str | None = None,

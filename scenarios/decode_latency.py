@@ -49,7 +49,20 @@ import dataclasses
 import math
 from typing import Any
 
-from scenarios.base import Param, Run, scenario
+from controllers.validate import count
+from scenarios.base import (
+    DRAWS,
+    GPUS,
+    MODEL_DRAWS,
+    SCALE,
+    SECONDS,
+    SEED,
+    SERVERS,
+    TOKENS,
+    Param,
+    Run,
+    scenario,
+)
 from scenarios.common import (
     compare,
     distribution,
@@ -63,6 +76,7 @@ from scenarios.common import (
 )
 from scenarios.decode_findings import DEEPEP_TOKENS, gap_line, growth_why, isolation_why
 from testbed.topologies import build
+from traffic.workload import PRESETS
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the
 #: README's table before V2): H800, CX7 InfiniBand 400 Gb/s, 128 tokens per batch, hidden
@@ -84,25 +98,34 @@ BULK_MESSAGE = 256_000  # bytes per bulk message (``permutation_flows``' size)
 DRAW_QP_STRIDE = 1000
 
 
+#: an EP size in GPUs: a fabric of at most SERVERS x GPUS
+EP_SIZE = count(2, (SERVERS.high or 0) * (GPUS.high or 0))
+
+
 @scenario(
     "decode-latency",
     "decode dispatch/combine latency vs EP size, with background bulk traffic, "
     "with and without traffic-class isolation",
     Param("ep_sizes", [8, 16, 32], "EP sizes in GPUs, one fabric each; each a multiple of "
-          "2 x gpus-per-server (astral3 pairs servers in blocks)", quick=[4, 8]),
+          "2 x gpus-per-server (astral3 pairs servers in blocks)", quick=[4, 8],
+          rule=EP_SIZE),
     Param("background_eps", [8], "EP sizes that also run the background and isolated "
-          "cases (the others run the decode step alone)", quick=[4]),
-    Param("gpus_per_server", 2, "GPUs (NICs, rails) per server"),
-    Param("tokens", 128, "decode tokens per GPU (128: DeepEP's benchmark)", quick=2),
+          "cases (the others run the decode step alone)", quick=[4], rule=EP_SIZE),
+    Param("gpus_per_server", 2, "GPUs (NICs, rails) per server", rule=GPUS),
+    Param("tokens", 128, "decode tokens per GPU (128: DeepEP's benchmark)", quick=2,
+          rule=TOKENS),
     Param("scale", 2e-5, "emulated rate = real rate x scale (2e-5: a 400G NIC is 8 Mb/s)",
-          quick=1e-5),
-    Param("fill_s", 0.5, "seconds the background runs before the decode burst (emulated)"),
+          quick=1e-5, rule=SCALE),
+    Param("fill_s", 0.5, "seconds the background runs before the decode burst (emulated)",
+          rule=SECONDS),
     Param("intra_server", "nvlink", "same-server copies: nvlink (DeepEP default, off the "
           "fabric) or fabric (through the NICs, V1 pure RDMA)", choices=("nvlink", "fabric")),
-    Param("model", "deepseek-v3", "model preset (traffic.workload.preset)"),
-    Param("draws", 3, "emulated draws per case (gating seed, permutation, source ports)"),
-    Param("model_draws", 30, "flow-model draws per case beside them"),
-    Param("seed", 0, "first routing and permutation seed (draw k uses seed + k)"),
+    Param("model", "deepseek-v3", "model preset (traffic.workload.preset)",
+          choices=tuple(PRESETS)),
+    Param("draws", 3, "emulated draws per case (gating seed, permutation, source ports)",
+          rule=DRAWS),
+    Param("model_draws", 30, "flow-model draws per case beside them", rule=MODEL_DRAWS),
+    Param("seed", 0, "first routing and permutation seed (draw k uses seed + k)", rule=SEED),
 )
 def decode_latency(run: Run) -> None:
     """See the module docstring."""

@@ -26,7 +26,19 @@ from __future__ import annotations
 from typing import Any
 
 from controllers import policies
-from scenarios.base import Param, Run, scenario
+from scenarios.base import (
+    DRAWS,
+    GPUS,
+    MODEL_DRAWS,
+    SCALE,
+    SECONDS,
+    SEED,
+    SERVERS,
+    TOKENS,
+    Param,
+    Run,
+    scenario,
+)
 from scenarios.common import (
     RATIO_BAND,
     compare,
@@ -198,18 +210,22 @@ def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
 
 @scenario(
     "demo", "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
-    Param("servers", 4, "servers (4 x 8 GPUs: the default 32-GPU astral3)", quick=2),
-    Param("gpus", 8, "GPUs (NICs, rails) per server", quick=4),
+    Param("servers", 4, "servers (4 x 8 GPUs: the default 32-GPU astral3)", quick=2,
+          rule=SERVERS),
+    Param("gpus", 8, "GPUs (NICs, rails) per server", quick=4, rule=GPUS),
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s; "
-          "keeps rail3's 5-hop paths within this machine's switching)"),
-    Param("seconds", 2.5, "ideal length of each permutation (emulated s)", quick=2.0),
+          "keeps rail3's 5-hop paths within this machine's switching)", rule=SCALE),
+    Param("seconds", 2.5, "ideal length of each permutation (emulated s)", quick=2.0,
+          rule=SECONDS),
     Param("draws", 7, "ECMP hash draws emulated per fabric (new source ports each)",
-          quick=5),
-    Param("model_draws", 200, "ECMP hash draws in the flow model (its distribution)"),
-    Param("decode_tokens", 8, "decode tokens per GPU in the burst", quick=4),
-    Param("decode_draws", 3, "decode bursts emulated (one gating seed each)", quick=2),
+          quick=5, rule=DRAWS),
+    Param("model_draws", 200, "ECMP hash draws in the flow model (its distribution)",
+          rule=MODEL_DRAWS),
+    Param("decode_tokens", 8, "decode tokens per GPU in the burst", quick=4, rule=TOKENS),
+    Param("decode_draws", 3, "decode bursts emulated (one gating seed each)", quick=2,
+          rule=DRAWS),
     Param("baseline", True, "also run the permutation on rail3"),
-    Param("seed", 1, "permutation and (first) gating seed"),
+    Param("seed", 1, "permutation and (first) gating seed", rule=SEED),
 )
 def demo(run: Run) -> None:
     """See the module docstring."""

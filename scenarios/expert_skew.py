@@ -44,7 +44,20 @@ import numpy as np
 
 from controllers import policies
 from controllers.plan import WiringPlan
-from scenarios.base import Param, Run, scenario
+from controllers.validate import real
+from scenarios.base import (
+    DRAWS,
+    GPUS,
+    MODEL_DRAWS,
+    SCALE,
+    SEED,
+    SERVERS,
+    TOKENS,
+    ZIPF_EXPONENT,
+    Param,
+    Run,
+    scenario,
+)
 from scenarios.common import (
     compare,
     distribution,
@@ -186,19 +199,24 @@ DRAW_QP_STRIDE = 1000
     "expert-skew",
     "uniform vs skewed gating vs skewed + EPLB: rank imbalance, hot-receiver incast, completion",
     Param("model", "deepseek-v3", "MoE model preset", choices=tuple(PRESETS)),
-    Param("servers", 4, "servers (astral3, 2 per block)", quick=2),
-    Param("gpus_per_server", 4, "GPUs (NICs) per server"),
+    Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),
+    Param("gpus_per_server", 4, "GPUs (NICs) per server", rule=GPUS),
     Param("tokens_per_gpu", 64, "tokens per GPU in the step (DeepEP's decode batch is 128)",
-          quick=24),
+          quick=24, rule=TOKENS),
     Param("skew", "zipf", "the skewed gate", choices=("zipf", "hotset")),
-    Param("zipf_exponent", 1.0, "Zipf exponent of the skewed gate (--skew zipf)"),
-    Param("hot_fraction", 0.05, "share of experts that are hot (--skew hotset)"),
-    Param("hot_share", 0.5, "share of the tokens the hot experts take (--skew hotset)"),
-    Param("seed", 1, "first random seed (draw k uses seed + k for all three cases)"),
-    Param("draws", 5, "emulated draws (gating seed and ECMP source ports) per case", quick=3),
-    Param("model_draws", 60, "flow-model draws per case beside them", quick=20),
+    Param("zipf_exponent", 1.0, "Zipf exponent of the skewed gate (--skew zipf)",
+          rule=ZIPF_EXPONENT),
+    Param("hot_fraction", 0.05, "share of experts that are hot (--skew hotset)",
+          rule=real(0, 1, low_open=True)),
+    Param("hot_share", 0.5, "share of the tokens the hot experts take (--skew hotset)",
+          rule=real(0, 1, low_open=True, high_open=True)),
+    Param("seed", 1, "first random seed (draw k uses seed + k for all three cases)", rule=SEED),
+    Param("draws", 5, "emulated draws (gating seed and ECMP source ports) per case", quick=3,
+          rule=DRAWS),
+    Param("model_draws", 60, "flow-model draws per case beside them", quick=20,
+          rule=MODEL_DRAWS),
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
-          quick=2e-5),
+          quick=2e-5, rule=SCALE),
     Param("lb", "ecmp", "load-balancing mode of the controller",
           choices=policies.names(controller=True)),
 )

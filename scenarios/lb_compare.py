@@ -36,7 +36,19 @@ from __future__ import annotations
 from typing import Any
 
 from controllers import policies
-from scenarios.base import Param, Run, scenario
+from scenarios.base import (
+    DRAWS,
+    GPUS,
+    MODEL_DRAWS,
+    QPS,
+    SCALE,
+    SECONDS,
+    SEED,
+    SERVERS,
+    Param,
+    Run,
+    scenario,
+)
 from scenarios.common import (
     RANDOM_POLICIES,
     all_to_all_flows,
@@ -107,18 +119,21 @@ def draws_for(mode: str, samples: int) -> int:
 @scenario(
     "lb-compare", f"every load-balancing mode ({', '.join(MODES)}) on astral3: completion, "
     "lane load, spines",
-    Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2),
-    Param("gpus", 4, "GPUs (NICs, rails) per server"),
-    Param("scale", 2e-5, "emulated rate = real rate x scale (2e-5: a 400G NIC is 8 Mb/s)"),
+    Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2, rule=SERVERS),
+    Param("gpus", 4, "GPUs (NICs, rails) per server", rule=GPUS),
+    Param("scale", 2e-5, "emulated rate = real rate x scale (2e-5: a 400G NIC is 8 Mb/s)",
+          rule=SCALE),
     Param("modes", list(MODES), "load-balancing modes to compare", quick=["ecmp", "planned"],
           choices=MODES),
     Param("workloads", list(WORKLOADS), "workloads", choices=WORKLOADS),
-    Param("seconds", 6.0, "ideal completion time of each workload (emulated s)", quick=1.5),
-    Param("qps", 2, "QPs per GPU pair in the permutation"),
+    Param("seconds", 6.0, "ideal completion time of each workload (emulated s)", quick=1.5,
+          rule=SECONDS),
+    Param("qps", 2, "QPs per GPU pair in the permutation", rule=QPS),
     Param("ecmp_samples", 5, "emulated ECMP (and adaptive) runs, each with other UDP source "
-          "ports (hash draws)", quick=3),
-    Param("model_draws", 200, "flow-model hash draws beside them (seeds of its hash)"),
-    Param("seed", 1, "permutation seed"),
+          "ports (hash draws)", quick=3, rule=DRAWS),
+    Param("model_draws", 200, "flow-model hash draws beside them (seeds of its hash)",
+          rule=MODEL_DRAWS),
+    Param("seed", 1, "permutation seed", rule=SEED),
 )
 def lb_compare(run: Run) -> None:
     """See the module docstring."""

@@ -70,7 +70,21 @@ from typing import Any
 from controllers import policies
 from controllers.paths import PathFinder
 from controllers.plan import Link, WiringPlan
-from scenarios.base import Param, Run, as_dict, scenario
+from controllers.validate import real
+from scenarios.base import (
+    DRAWS,
+    GPUS,
+    MODEL_DRAWS,
+    QPS,
+    SCALE,
+    SECONDS,
+    SEED,
+    SERVERS,
+    Param,
+    Run,
+    as_dict,
+    scenario,
+)
 from scenarios.common import (
     _tx_bytes,
     replay_lead,
@@ -238,22 +252,25 @@ class Sampler:
     "link-failure",
     "fail a leaf-spine lane, then a whole spine, mid All-to-All: throughput timeline, "
     "recovery time, completion penalty, per mode",
-    Param("servers", 4, "servers (astral3, 2 per block)", quick=2),
-    Param("gpus_per_server", 4, "GPUs (NICs) per server"),
+    Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),
+    Param("gpus_per_server", 4, "GPUs (NICs) per server", rule=GPUS),
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
-          quick=2e-5),
-    Param("duration_s", 15.0, "emulated length of the failure-free All-to-All", quick=4.0),
+          quick=2e-5, rule=SCALE),
+    Param("duration_s", 15.0, "emulated length of the failure-free All-to-All", quick=4.0,
+          rule=SECONDS),
     Param("modes", list(MODES), "load-balancing modes to compare", quick=["ecmp", "planned"],
           choices=MODES),
-    Param("cut_fraction", 0.33, "when the failure lands, as a fraction of the baseline"),
+    Param("cut_fraction", 0.33, "when the failure lands, as a fraction of the baseline",
+          rule=real(0, 1, low_open=True, high_open=True)),
     Param("recover_pct", 10.0,
-          "recovered = rate back within this many percent of the post-failure target"),
-    Param("sample_ms", 100.0, "throughput sampling interval (ms)"),
-    Param("qps_per_peer", 2, "QPs (UDP source ports) per GPU pair"),
+          "recovered = rate back within this many percent of the post-failure target",
+          rule=real(0, 100, low_open=True, high_open=True)),
+    Param("sample_ms", 100.0, "throughput sampling interval (ms)", rule=real(10, 1000)),
+    Param("qps_per_peer", 2, "QPs (UDP source ports) per GPU pair", rule=QPS),
     Param("draws", 3, "emulated hash draws of ecmp and adaptive (baseline, lane and spine "
-          "each; planned is deterministic: one)"),
-    Param("model_draws", 100, "flow-model hash draws beside them", quick=50),
-    Param("seed", 1, "random seed (the step's token routing)"),
+          "each; planned is deterministic: one)", rule=DRAWS),
+    Param("model_draws", 100, "flow-model hash draws beside them", quick=50, rule=MODEL_DRAWS),
+    Param("seed", 1, "random seed (the step's token routing)", rule=SEED),
 )
 def link_failure(run: Run) -> None:
     """Fail a lane, then a spine, in the middle of an All-to-All (see the module docstring)."""

@@ -27,26 +27,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from scenarios.base import Param, Run, scenario
+from controllers.validate import count, positive
+from scenarios.base import (
+    GPUS,
+    MODEL_DRAWS,
+    SECONDS,
+    SEED,
+    SERVERS,
+    Param,
+    Run,
+    scenario,
+)
 from scenarios.common import compare, distribution, fmt_distribution, in_band
 from scenarios.findings import margin_text, pace_caveats
 from testbed.faultspec import KINDS
-from testbed.topologies import build
+from testbed.topologies import MAX_EMULATED_MBPS, build
 
 
 @scenario(
     "ops-eval", "seeded faults of every kind during traffic: detection, false alarms, "
                 "time to detect, lead time, localization",
-    Param("servers", 2, "servers (of `gpus` GPUs each)"),
-    Param("gpus", 4, "GPUs (NICs, rails) per server", quick=2),
-    Param("per_kind", 3, "faults of each kind", quick=1),
+    Param("servers", 2, "servers (of `gpus` GPUs each)", rule=SERVERS),
+    Param("gpus", 4, "GPUs (NICs, rails) per server", quick=2, rule=GPUS),
+    Param("per_kind", 3, "faults of each kind", quick=1, rule=count(1, 100)),
     Param("kinds", list(KINDS), "fault kinds", choices=KINDS),
-    Param("fault_s", 10.0, "longest fault (s)", quick=8.0),
-    Param("gap_s", 12.0, "gap between faults (s): recovery before the next", quick=10.0),
-    Param("interval", 1.0, "telemetry polling interval (s)"),
-    Param("mbps_per_host", 20.0, "steady traffic each NIC sends (emulated Mb/s)"),
-    Param("model_draws", 100, "flow-model hash draws for the steady rate"),
-    Param("seed", 1, "schedule seed"),
+    Param("fault_s", 10.0, "longest fault (s)", quick=8.0, rule=SECONDS),
+    Param("gap_s", 12.0, "gap between faults (s): recovery before the next", quick=10.0,
+          rule=SECONDS),
+    Param("interval", 1.0, "telemetry polling interval (s)", rule=positive(60)),
+    Param("mbps_per_host", 20.0, "steady traffic each NIC sends (emulated Mb/s)",
+          rule=positive(MAX_EMULATED_MBPS)),
+    Param("model_draws", 100, "flow-model hash draws for the steady rate", rule=MODEL_DRAWS),
+    Param("seed", 1, "schedule seed", rule=SEED),
 )
 def ops_eval(run: Run) -> None:
     """See the module docstring."""

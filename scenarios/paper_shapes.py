@@ -39,7 +39,22 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from scenarios.base import Param, Run, scenario
+from controllers.validate import count
+from scenarios.base import (
+    DRAWS,
+    GPUS,
+    MODEL_DRAWS,
+    QPS,
+    SCALE,
+    SECONDS,
+    SEED,
+    SERVERS,
+    TOKENS,
+    ZIPF_EXPONENT,
+    Param,
+    Run,
+    scenario,
+)
 from scenarios.common import fmt_distribution, permutation_flows
 from scenarios.decode_latency import _decode_flows, _decode_stats
 from scenarios.paper_shapes_table import (
@@ -51,7 +66,7 @@ from scenarios.paper_shapes_table import (
     flow_throughput,
     paired_growth,
 )
-from testbed.topologies import build
+from testbed.topologies import FABRIC_RULES, GPU_COUNT, build
 
 #: QP numbers of successive hash draws are this far apart (distinct UDP source ports).
 QP_STRIDE = 1000
@@ -87,31 +102,37 @@ def _check_params(p: dict[str, Any]) -> None:
     "one table: published shapes (ECMP collisions, DeepEP EP growth, EPLB, rail-only relay, "
     "2 vs 3 tiers) beside the lab's emulated value and the flow model's",
     Param("servers", 4, "servers of the ECMP and relay fabrics (astral3/railonly, 2 per block)",
-          quick=2),
-    Param("gpus", 4, "GPUs (NICs, rails) per server of those fabrics"),
+          quick=2, rule=SERVERS),
+    Param("gpus", 4, "GPUs (NICs, rails) per server of those fabrics", rule=GPUS),
     Param("scale", 1e-5, "emulated rate = real rate x scale for rows 1 and 4 (1e-5: a 400G "
-          "NIC is 4 Mb/s)"),
+          "NIC is 4 Mb/s)", rule=SCALE),
     Param("seconds", 3.0, "ideal length of the permutation and of the relay all-to-all "
-          "(emulated s)", quick=2.0),
-    Param("qps", 2, "QPs per GPU pair in the permutation"),
-    Param("ecmp_draws", 10, "emulated ECMP hash draws (QP source ports)", quick=4),
-    Param("model_draws", 200, "flow-model hash draws for row 1"),
+          "(emulated s)", quick=2.0, rule=SECONDS),
+    Param("qps", 2, "QPs per GPU pair in the permutation", rule=QPS),
+    Param("ecmp_draws", 10, "emulated ECMP hash draws (QP source ports)", quick=4, rule=DRAWS),
+    Param("model_draws", 200, "flow-model hash draws for row 1", rule=MODEL_DRAWS),
     Param("ep_sizes", [8, 16, 32], "EP sizes of the decode burst emulated, one fabric each: "
           "8 and 16, optionally 32 (DeepEP's points); one the fidelity guard would refuse here "
-          "is skipped, and its row says so"),
-    Param("ep_gpus_per_server", 4, "GPUs per server of the EP fabrics"),
-    Param("ep_tokens", 4, "decode tokens per GPU (DeepEP's benchmark uses 128)", quick=2),
-    Param("ep_scale", 5e-6, "emulated rate = real rate x scale for the EP fabrics"),
-    Param("ep_seeds", 4, "emulated gating seeds per EP size", quick=2),
-    Param("ep_model_draws", 50, "flow-model seeds per EP size", quick=20),
-    Param("eplb_tokens", 4096, "tokens per GPU of the EPLB step (DeepSeek-V3 prefill batch)"),
-    Param("eplb_seeds", 20, "seeds of the EPLB step", quick=10),
-    Param("zipf_exponent", 1.0, "Zipf exponent of the skewed gate EPLB balances (assumption)"),
-    Param("relay_repeats", 2, "emulated repeats of the relay all-to-all per fabric", quick=1),
-    Param("cost_gpus", 65536, "GPU count of the paper-scale cost and hops"),
+          "is skipped, and its row says so", rule=count(2, 1024)),
+    Param("ep_gpus_per_server", 4, "GPUs per server of the EP fabrics", rule=GPUS),
+    Param("ep_tokens", 4, "decode tokens per GPU (DeepEP's benchmark uses 128)", quick=2,
+          rule=TOKENS),
+    Param("ep_scale", 5e-6, "emulated rate = real rate x scale for the EP fabrics",
+          rule=SCALE),
+    Param("ep_seeds", 4, "emulated gating seeds per EP size", quick=2, rule=DRAWS),
+    Param("ep_model_draws", 50, "flow-model seeds per EP size", quick=20, rule=MODEL_DRAWS),
+    Param("eplb_tokens", 4096, "tokens per GPU of the EPLB step (DeepSeek-V3 prefill batch)",
+          rule=count(1, 1 << 20)),
+    Param("eplb_seeds", 20, "seeds of the EPLB step", quick=10, rule=DRAWS),
+    Param("zipf_exponent", 1.0, "Zipf exponent of the skewed gate EPLB balances (assumption)",
+          rule=ZIPF_EXPONENT),
+    Param("relay_repeats", 2, "emulated repeats of the relay all-to-all per fabric", quick=1,
+          rule=DRAWS),
+    Param("cost_gpus", 65536, "GPU count of the paper-scale cost and hops", rule=GPU_COUNT),
     Param("cost_radix", 1024, "switch radix in 200G lanes at that scale (1024: the model's "
-          "64K what-if, a pure two-tier fabric; 256 = 51.2T today)"),
-    Param("seed", 1, "permutation and gating seed"),
+          "64K what-if, a pure two-tier fabric; 256 = 51.2T today)",
+          rule=FABRIC_RULES["radix"]),
+    Param("seed", 1, "permutation and gating seed", rule=SEED),
 )
 def paper_shapes(run: Run) -> None:
     """See the module docstring."""

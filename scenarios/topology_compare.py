@@ -35,7 +35,18 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from scenarios.base import Param, Run, scenario
+from scenarios.base import (
+    DRAWS,
+    GPUS,
+    MODEL_DRAWS,
+    SCALE,
+    SECONDS,
+    SEED,
+    SERVERS,
+    Param,
+    Run,
+    scenario,
+)
 from scenarios.common import (
     compare,
     distribution,
@@ -124,17 +135,20 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
 @scenario(
     "topology-compare", "one MoE All-to-All on astral3, rail3, railonly, fattree: "
     "completion, hops, per-tier load, cost",
-    Param("servers", 4, "servers (equal GPU count on every design)", quick=2),
-    Param("gpus", 4, "GPUs (NICs, rails) per server"),
-    Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)"),
+    Param("servers", 4, "servers (equal GPU count on every design)", quick=2, rule=SERVERS),
+    Param("gpus", 4, "GPUs (NICs, rails) per server", rule=GPUS),
+    Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
+          rule=SCALE),
     Param("designs", list(DESIGNS), "fabric designs", choices=DESIGNS),
     Param("kernels", list(KERNELS), "All-to-All kernels", quick=["flat"], choices=KERNELS),
-    Param("seconds", 3.0, "astral3 NIC bound of one dispatch phase (emulated s)", quick=0.8),
+    Param("seconds", 3.0, "astral3 NIC bound of one dispatch phase (emulated s)", quick=0.8,
+          rule=SECONDS),
     Param("lb", "ecmp", "controller mode on every fabric", choices=("ecmp", "planned")),
     Param("draws", 5, "emulated draws of the step per design (gating seed and ECMP source "
-          "ports)", quick=3),
-    Param("model_draws", 100, "flow-model draws per design beside them", quick=40),
-    Param("seed", 0, "first gating seed (draw k uses seed + k)"),
+          "ports)", quick=3, rule=DRAWS),
+    Param("model_draws", 100, "flow-model draws per design beside them", quick=40,
+          rule=MODEL_DRAWS),
+    Param("seed", 0, "first gating seed (draw k uses seed + k)", rule=SEED),
 )
 def topology_compare(run: Run) -> None:
     """See the module docstring."""

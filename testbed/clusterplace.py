@@ -17,25 +17,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from controllers.plan import Link, WiringPlan
+from controllers.validate import items
 
 #: The loc keys that name a group of nodes that must stay on one machine.
 _UNIT_KEYS = ("block", "pod")
 
 
-def parse_servers(value: str | Sequence[str]) -> list[str]:
-    """``"h1,h2"`` (or a list) -> ``["h1", "h2"]``; empty, duplicate or odd names are errors."""
-    items = value.split(",") if isinstance(value, str) else list(value)
-    servers = [s.strip() for s in items]
-    if not servers or any(not s for s in servers):
-        raise ValueError(f"--cluster must list servers separated by commas, none empty "
-                         f"(got {value!r})")
-    for s in servers:
-        if any(c.isspace() for c in s) or s.startswith("-"):
-            raise ValueError(f"--cluster: {s!r} is not a host name or address")
-    dup = [s for s, n in Counter(servers).items() if n > 1]
-    if dup:
-        raise ValueError(f"--cluster lists {dup[0]!r} twice; each server once")
-    return servers
+def _host(name: str) -> None:
+    if any(c.isspace() for c in name) or name.startswith("-"):
+        raise ValueError(f"{name!r} is not a host name or address")
+
+
+def parse_servers(value: str | Sequence[str], name: str = "--cluster") -> list[str]:
+    """``"h1,h2"`` (or a list) -> ``["h1", "h2"]``; empty, duplicate or odd names are errors
+    (``controllers.validate.items``; ``name`` starts the message, "" for argparse)."""
+    return items(value, name, check=_host)
 
 
 def placement_units(plan: WiringPlan) -> dict[str, tuple[str, int | str]]:

@@ -12,14 +12,31 @@ from __future__ import annotations
 import datetime as dt
 import os
 
+from controllers.validate import out_dir
+
 
 def results_root() -> str:
     return os.environ.get("ASTRAL_LAB_RESULTS", "results")
 
 
+def check_output(output: str | None = None) -> None:
+    """Refuse, before any work, a results folder that cannot be written: ``output`` (a
+    command's ``-o DIR``) or else the results root. Nothing is created."""
+    if output:
+        out_dir(output, "-o")
+        return
+    root = results_root()
+    out_dir(root, "ASTRAL_LAB_RESULTS:" if "ASTRAL_LAB_RESULTS" in os.environ
+            else "results folder:")
+
+
 def results_dir(name: str, root: str | None = None) -> tuple[str, str]:
     """``(partial, final)``: a fresh ``.partial`` folder made now, and its final name."""
-    root = root or results_root()
+    if root is None:
+        check_output()
+        root = results_root()
+    else:
+        out_dir(root, "results folder:")
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     final = os.path.join(root, f"{stamp}-{name}")
     n = 1
@@ -35,6 +52,7 @@ def output_dir(name: str, output: str | None) -> tuple[str, str]:
     """``(write here, final)`` for a command with ``-o DIR``: that folder as is, else
     ``results_dir(name)`` (write into the partial folder, then ``os.replace`` it)."""
     if output:
+        check_output(output)
         os.makedirs(output, exist_ok=True)
         return output, output
     return results_dir(name)

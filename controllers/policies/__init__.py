@@ -52,6 +52,9 @@ Host-side balancing (the switches only hash; the sender changes what they hash):
 ``OPTIONS``
     the policy's options and their defaults (numbers); ``parse("name:key=value")`` sets
     them, e.g. ``qp-scaling:qps=8``.
+``RULES``
+    each option's rule (``controllers.validate``: finite, in its range, whole where it
+    counts things), which ``parse`` checks; every option in ``OPTIONS`` has one.
 ``expand(flows, options)``
     the flows the host actually opens for ``flows`` (default: the same): QP scaling
     stripes each flow over several QPs. The replay and the flow model both call it.
@@ -69,6 +72,7 @@ from typing import Any
 from controllers.flows import ENTROPY_MODES, QP_SPORT_BASE, Flow, sport_for_qp
 from controllers.paths import Path, PathFinder
 from controllers.plugins import discover
+from controllers.validate import BadValue, Rule
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,11 @@ class Policy:
     def defaults(self) -> dict[str, float]:
         """The module's options with their default values."""
         return dict(self._get("OPTIONS", {}))
+
+    @property
+    def rules(self) -> dict[str, Rule]:
+        """Each option's rule (``RULES``)."""
+        return dict(self._get("RULES", {}))
 
     def option(self, key: str) -> float:
         """An option's value: set by ``parse``, else the module's default."""
@@ -261,8 +270,9 @@ def get(name: str, controller: bool = False) -> Policy:
 def parse(spec: str, controller: bool = False) -> Policy:
     """A policy with options: ``"name"`` or ``"name:key=value:key=value"``.
 
-    One ``ValueError`` for an unknown name, an unknown option (naming the known ones) or
-    a value that is not a positive number.
+    One ``ValueError`` for an unknown name, an unknown option (naming the known ones), an
+    option given twice or a value outside the option's rule (``RULES``), so a value that
+    would make the model or a sender churn is refused here, before any work.
     """
     name, *pairs = spec.strip().split(":")
     pol = get(name, controller)
@@ -271,17 +281,13 @@ def parse(spec: str, controller: bool = False) -> Policy:
         key, eq, value = pair.partition("=")
         if key not in pol.defaults:
             known = ", ".join(pol.defaults) or "none"
-            raise ValueError(f"policy {name} has no option {key!r} (options: {known})")
-        try:
-            num = float(value) if eq else float("nan")
-        except ValueError:
-            num = float("nan")
-        if not num > 0:
-            raise ValueError(f"{name}:{key} must be a positive number (got {value!r})")
-        whole = isinstance(pol.defaults[key], int)
-        if whole and num != int(num):
-            raise ValueError(f"{name}:{key} must be a whole number (got {value!r})")
-        opts[key] = int(num) if whole else num
+            raise BadValue(f"policy {name} has no option {key!r} (options: {known})")
+        if key in opts:
+            raise BadValue(f"{name}:{key} is given twice")
+        rule = pol.rules.get(key)
+        if rule is None:
+            raise ValueError(f"policy {name} declares no rule for its option {key!r} (RULES)")
+        opts[key] = rule.check(value if eq else "", f"{name}:{key}")
     return dataclasses.replace(pol, options=opts)
 
 

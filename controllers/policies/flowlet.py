@@ -15,11 +15,13 @@ from typing import Any
 from controllers.flows import Flow
 from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext, base_rtt_s
+from controllers.validate import positive
 
 PINS = False
 RANDOM = True
 ENTROPY = "flowlet"
 OPTIONS = {"gap_rtts": 2.0}
+RULES = {"gap_rtts": positive(1000)}
 PUBLISHED = ('re-pathing flowlets at random after idle gaps performs close to congestion-aware '
              'balancing (CONGA) in symmetric and asymmetric fabrics')
 SOURCE = ('LetFlow (NSDI 2017)')

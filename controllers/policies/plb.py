@@ -20,11 +20,13 @@ from controllers import lb
 from controllers.flows import QP_SPORT_BASE, QP_SPORTS, Flow
 from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext
+from controllers.validate import count, positive
 
 PINS = False
 RANDOM = True
 ENTROPY = "plb"
 OPTIONS = {"rounds": 3, "round_rtts": 1.0, "delay_frames": 4.0}
+RULES = {"rounds": count(1, 1000), "round_rtts": positive(1000), "delay_frames": positive(10_000)}
 PUBLISHED = ('re-pathing a connection after a few congested rounds (ECN) evens out link load '
              'and cuts tail latency in a production fabric')
 SOURCE = ('PLB (SIGCOMM 2022)')

@@ -14,10 +14,13 @@ from typing import Any
 from controllers.flows import Flow
 from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext, stripe
+from controllers.validate import count
 
 PINS = False
 RANDOM = True
 OPTIONS = {"qps": 4}
+#: past a thousand QPs per peer the flows opened outgrow what a host, or the model, holds
+RULES = {"qps": count(1, 1024)}
 METHOD = "lb.ecmp_assign over the striped QPs (hash per QP)"
 PUBLISHED = ('more QPs per peer give the hash more chances: up to +40% on AllReduce with '
              'E-ECMP; MegaScale split 400G NIC ports into 2x200G to cut collisions')

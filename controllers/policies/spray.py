@@ -11,10 +11,15 @@ listed in a select group gets its share of every message until the controller dr
 
 from __future__ import annotations
 
+from controllers.flows import QP_SPORTS
+from controllers.validate import count
+
 PINS = False
 RANDOM = True  # the hash of a finite set of ports is still a draw (small spread)
 ENTROPY = "packet"
 OPTIONS = {"entropies": 256}
+#: a sender has QP_SPORTS source ports to spray over
+RULES = {"entropies": count(1, QP_SPORTS)}
 SPLIT = True  # the flow model: the fluid limit of spraying
 METHOD = "per-hop equal split (next_hops): spraying's fluid limit"
 NOTE = "fluid limit of spraying: no reordering cost, no imbalance of hashing a finite set"

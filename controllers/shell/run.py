@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from typing import Any
 
+from controllers import policies
 from controllers.fabric import FabricLogic
 from controllers.plan import WiringPlan
 from controllers.shell.api import AppAPI
@@ -25,16 +27,52 @@ DEFAULT_OF_PORT = 6653
 DEFAULT_REST_PORT = 8080
 
 
+def _can_listen(host: str, port: int) -> str:
+    """Why the OpenFlow listener could not bind ``host:port``, or "". os-ken binds in a
+    thread of its own and, when that fails, logs it and serves nothing while the process
+    runs on; binding once here first (as it will: SO_REUSEADDR) turns that into an error."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return str(exc)
+    family, _type, _proto, _name, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return ""
+
+
 def serve(args: Any) -> int:
-    """Run until SIGTERM or Ctrl-C; 2 with one message for a bad plan or option. ``args``
-    has the attributes of ``astral_lab.controller_cli``'s options (an argparse Namespace)."""
+    """Run until SIGTERM or Ctrl-C; 2 with one message for a bad plan or option, 1 when a
+    port cannot be bound. ``args`` has the attributes of ``astral_lab.controller_cli``'s
+    options (an argparse Namespace, checked as it was parsed)."""
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         plan = WiringPlan.load(args.plan)
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"astral-lab controller: cannot load plan {args.plan}: {exc}", file=sys.stderr)
+    except OSError as exc:
+        print(f"astral-lab controller: error: --plan {args.plan}: {exc.strerror or exc}",
+              file=sys.stderr)
         return 2
+    except ValueError as exc:  # not JSON, or not a wiring plan (the schema names the field)
+        print(f"astral-lab controller: error: --plan {args.plan}: {exc}", file=sys.stderr)
+        return 2
+
+    adaptive = {"threshold": args.adaptive_threshold, "hysteresis": args.adaptive_hysteresis,
+                "hold": args.adaptive_hold}
+    try:  # options that only make sense together: one message now, not a traceback later
+        FabricLogic.new_policy(adaptive)
+    except ValueError as exc:
+        print(f"astral-lab controller: error: {exc}", file=sys.stderr)
+        return 2
+    why = _can_listen(args.of_host, args.of_port)
+    if why:
+        print(f"astral-lab controller: error: --of-port {args.of_port}: cannot listen on "
+              f"{args.of_host}:{args.of_port} ({why})", file=sys.stderr)
+        return 1
 
     # os-ken reads its listen options from oslo.config; register them by importing.
     from os_ken import cfg
@@ -46,27 +84,18 @@ def serve(args: Any) -> int:
     cfg.CONF(args=["--ofp-tcp-listen-port", str(args.of_port),
                    "--ofp-listen-host", args.of_host], project="os_ken")
     app_module.SETTINGS["plan"] = plan
+    # "qp-scaling:qps=8": the controller runs the mode; its options are the hosts'
+    mode = policies.parse(args.lb, controller=True).name
     app_module.SETTINGS.update(
-        select_method=args.select_method, lb=args.lb, poll_interval=args.poll_interval,
-        state_path=args.state,
-        adaptive={"threshold": args.adaptive_threshold,
-                  "hysteresis": args.adaptive_hysteresis, "hold": args.adaptive_hold})
-    if args.poll_interval <= 0:
-        print("astral-lab controller: --poll-interval must be > 0", file=sys.stderr)
-        return 2
-    try:  # bad adaptive options: one message now, not a traceback from os-ken later
-        FabricLogic.new_policy(app_module.SETTINGS["adaptive"])
-    except ValueError as exc:
-        print(f"astral-lab controller: {exc}", file=sys.stderr)
-        return 2
-
+        select_method=args.select_method, lb=mode, poll_interval=args.poll_interval,
+        state_path=args.state, adaptive=adaptive)
     api_ref: dict[str, Any] = {}
     try:
         server = make_server(api_ref, args.rest_host, args.rest_port)
     except OSError as exc:
-        print(f"astral-lab controller: cannot serve on {args.rest_host}:{args.rest_port}: {exc}",
-              file=sys.stderr)
-        return 2
+        print(f"astral-lab controller: error: --rest-port {args.rest_port}: cannot serve on "
+              f"{args.rest_host}:{args.rest_port} ({exc.strerror or exc})", file=sys.stderr)
+        return 1
     threading.Thread(target=server.serve_forever, name="rest", daemon=True).start()
 
     mgr = AppManager.get_instance()

@@ -330,7 +330,8 @@ def plot_costs(rows: list[dict[str, Any]], path: str | os.PathLike[str],
     ax.set_ylabel("network cost per GPU ($, assumed prices)")
     ax.set_title(title or "Network cost per GPU by design\n(bar label: cost relative to rail3)",
                  fontsize=10)
-    ax.legend(loc="upper left", fontsize=8, ncol=len(parts))
+    if ax.get_legend_handles_labels()[1]:  # no bar at all: no legend (matplotlib warns)
+        ax.legend(loc="upper left", fontsize=8, ncol=len(parts))
     ax.set_ylim(0, top * 1.25)
     fig.tight_layout()
     path = os.fspath(path)

@@ -142,32 +142,14 @@ SCHEMA = "astral-lab/model"
 FABRIC_FIELDS = tuple(f.name for f in fields(FabricSpec) if f.name not in ("servers", "gpus"))
 
 
-def auto_servers_per_block(servers: int, gpus_per_server: int, spec: FabricSpec) -> int:
-    """Largest block that fills a leaf: NIC lanes + uplink lanes within the radix, uplinks in
-    whole ports, dividing the servers (what a buyer does; ``testbed.models.cost`` sizes alike)."""
-    n = spec.nic_gbps / spec.lane_gbps
-    for d in range(min(servers, int(spec.radix // max(n, 1e-9))), 0, -1):
-        up = d * n / spec.oversubscription
-        if servers % d or abs(up - round(up)) > 1e-9 or round(up) < 1:
-            continue
-        if round(up) % spec.lanes_per_uplink or d * n + round(up) > spec.radix:
-            continue
-        return d
-    raise ValueError(f"no servers-per-block fits a {spec.radix}-lane leaf with whole "
-                     f"{spec.lanes_per_uplink}-lane uplink ports for {servers} servers; pass "
-                     "--servers-per-block")
-
-
-def _spec(topology: str, servers: int, gps: int, fabric: dict[str, Any]) -> FabricSpec:
+def _spec(topology: str, gpus: int, gps: int, fabric: dict[str, Any]) -> FabricSpec:
+    """The fabric ``topo`` builds from the same parameters (``topologies.spec_for_gpus``):
+    unset fields are ``FabricSpec``'s defaults, ``servers_per_block=0`` fills the leaf."""
     unknown = sorted(set(fabric) - set(FABRIC_FIELDS))
     if unknown:
         raise ValueError(f"unknown fabric parameter(s) {', '.join(unknown)}")
     params = {k: v for k, v in fabric.items() if v is not None}
-    spec = FabricSpec(servers=servers, gpus=gps, **params)
-    if topologies.get(topology).blocks and "servers_per_block" not in params:
-        spec = FabricSpec(servers=servers, gpus=gps, **params,
-                          servers_per_block=auto_servers_per_block(servers, gps, spec))
-    return spec
+    return topologies.spec_for_gpus(topology, gpus, gps, **params)
 
 
 def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "alltoall",
@@ -208,7 +190,7 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
     if not 0 <= tolerance < 0.5:
         raise ValueError(f"--event-tolerance must be in [0, 0.5) (got {tolerance!r})")
     servers = gpus // gpus_per_server
-    spec = _spec(topology, servers, gpus_per_server, dict(fabric or {}))
+    spec = _spec(topology, gpus, gpus_per_server, dict(fabric or {}))
     job = make_job(servers, gpus_per_server, workload=workload, groups=groups,
                    group_size=group_size, placement=placement, seed=seed,
                    pair_bytes=pair_bytes, qps=qps, phase=phase, tokens=tokens, model=model)
@@ -325,5 +307,5 @@ __all__ = [
     "POLICIES", "DEFAULT_POLICIES", "WORKLOADS", "PLACEMENTS", "MODES", "DEFAULT_EXACT_FLOWS",
     "Timeline",
     "ModelResult", "TwoTier", "Job", "simulate", "model_flows", "bounds", "make_job", "whatif",
-    "ecmp_lanes", "auto_servers_per_block", "auto_jobs", "run", "format_report",
+    "ecmp_lanes", "auto_jobs", "run", "format_report",
 ]

@@ -20,9 +20,9 @@ from controllers.plan import WiringPlan
 from testbed.faultspec import iptables_loss_commands, nft_loss_commands
 from testbed.shell import cleanup
 from testbed.shell.mntopo import choose_datapath
+from testbed.topologies import MAX_EMULATED_MBPS
 
 #: Mininet silently ignores ``bw`` above this (Mb/s).
-MAX_MININET_MBPS = 1000.0
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 
 
@@ -183,11 +183,11 @@ def check(plan: WiringPlan, datapath: str = "auto", start_daemons: bool = True) 
         pf.warnings.append("no sch_netem in this kernel: link delay, jitter and loss emulation "
                            "are unavailable (bandwidth shaping with HTB works)")
     # Rates Mininet would silently ignore.
-    fast = [link for link in plan.links if link.mbps > MAX_MININET_MBPS]
+    fast = [link for link in plan.links if link.mbps > MAX_EMULATED_MBPS]
     if fast:
         worst = max(fast, key=lambda x: x.mbps)
         pf.problems.append(
-            f"{len(fast)} link(s) would be emulated above {MAX_MININET_MBPS:g} Mb/s, which "
+            f"{len(fast)} link(s) would be emulated above {MAX_EMULATED_MBPS:g} Mb/s, which "
             f"Mininet ignores (e.g. {worst.kind} {worst.gbps:g} Gb/s -> {worst.mbps:g} Mb/s at "
             f"scale {plan.scale:g}); lower --scale")
     # Names already taken (a crashed run, or someone else's bridge).

@@ -38,7 +38,7 @@ ports and single lanes alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 
@@ -46,12 +46,17 @@ from controllers.plan import WiringPlan
 from controllers.plugins import discover
 from testbed.topologies._base import (  # noqa: F401  (re-exported: the package's vocabulary)
     COMMON_OPTIONS,
+    COST_RULES,
+    FABRIC_RULES,
+    GPU_COUNT,
+    MAX_EMULATED_MBPS,
     CostSpec,
     Fabric,
     FabricSpec,
     Infeasible,
     check_options,
     fattree_k_for,
+    fill_servers_per_block,
 )
 
 
@@ -93,6 +98,12 @@ class Topology:
         design does not read (it would be ignored, not built)."""
         check_options(spec, self.name, self.options)
 
+    def resolve(self, spec: FabricSpec) -> FabricSpec:
+        """``spec`` as built: ``servers_per_block=0`` filled (a design that reads it), so
+        every verb means the same fabric by it; checked as ``check`` does."""
+        self.check(spec)
+        return fill_servers_per_block(spec) if "servers_per_block" in self.options else spec
+
     @property
     def two_tier(self) -> Callable[..., tuple[int, int, int]] | None:
         """The rules the flow model's aggregate what-if uses, if the design has them."""
@@ -101,17 +112,14 @@ class Topology:
             return None
 
         def checked(spec: FabricSpec, *args: object, **kwargs: object) -> tuple[int, int, int]:
-            self.check(spec)
-            return rules(spec, *args, **kwargs)
+            return rules(self.resolve(spec), *args, **kwargs)
         return checked
 
     def build(self, spec: FabricSpec) -> WiringPlan:
-        self.check(spec)
-        return self.module.build(spec, self.name)
+        return self.module.build(self.resolve(spec), self.name)
 
     def counts(self, spec: FabricSpec) -> Fabric:
-        self.check(spec)
-        return self.module.counts(spec, self.name)
+        return self.module.counts(self.resolve(spec), self.name)
 
     def size(self, gpus: int, spec: CostSpec) -> Fabric:
         return self.module.size(gpus, spec, self.name)
@@ -176,29 +184,39 @@ build_fattree = _builder("fattree")
 
 def build(topology: str, **params: object) -> WiringPlan:
     """Build a wiring plan by topology name; unknown names and parameters are clear errors."""
+    return get(topology).build(fabric_spec(topology, **params))
+
+
+def fabric_spec(topology: str, **params: object) -> FabricSpec:
+    """The spec every verb builds for ``topology`` from these ``FabricSpec`` fields: each
+    checked by its rule (``FABRIC_RULES``), the rest ``FabricSpec``'s defaults, and
+    ``servers_per_block=0`` filled (``Topology.resolve``). ``topo``, ``up``, ``model``, the
+    scenarios and ``mn --custom`` all come here, so the same words give the same fabric."""
     topo = get(topology)
     known = set(FabricSpec.field_names())
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; known: "
                          f"{', '.join(sorted(known))}")
-    typed: dict[str, object] = {}
-    for f in fields(FabricSpec):
-        if f.name in params:
-            typed[f.name] = _coerce(f.name, params[f.name], type(getattr(FabricSpec(), f.name)))
-    return topo.build(FabricSpec(**typed))  # type: ignore[arg-type]
+    typed = {name: FABRIC_RULES[name].check(value, name) for name, value in params.items()}
+    return topo.resolve(FabricSpec(**typed))  # type: ignore[arg-type]
 
 
-def _coerce(name: str, value: object, want: type) -> object:
-    try:
-        if want is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            return int(value)  # type: ignore[arg-type]
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be {'an integer' if want is int else 'a number'} "
-                         f"(got {value!r})") from None
+def spec_for_gpus(topology: str, gpus: int | None = None, gpus_per_server: int | None = None,
+                  **params: object) -> FabricSpec:
+    """``spec`` for a verb that counts GPUs (``model``): ``gpus`` GPUs are ``gpus /
+    gpus_per_server`` servers of ``gpus_per_server``; left out, both are ``FabricSpec``'s
+    (its servers x gpus), so ``model astral3`` is the fabric ``topo astral3`` draws."""
+    defaults = FabricSpec()
+    gps = defaults.gpus if gpus_per_server is None else \
+        FABRIC_RULES["gpus"].check(gpus_per_server, "gpus_per_server")
+    total = defaults.gpu_count if gpus is None else GPU_COUNT.check(gpus, "gpus")
+    if total % gps:
+        raise ValueError(f"{total} GPUs is not a whole number of {gps}-GPU servers")
+    for name in ("servers", "gpus"):
+        if name in params:
+            raise ValueError(f"{name} comes from the GPU count (gpus / gpus_per_server)")
+    return fabric_spec(topology, servers=total // gps, gpus=gps, **params)
 
 
 def describe(plan: WiringPlan) -> str:

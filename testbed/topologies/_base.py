@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from controllers.plan import Link, Node, WiringPlan, dpid_for, mac_for
+from controllers.validate import Rule, count, positive
 
 
 # --- the spec and the builder's helpers ---------------------------------------------------
@@ -29,7 +30,7 @@ class FabricSpec:
 
     servers: int = 4
     gpus: int = 8  # GPUs per server = NICs per server = rails
-    servers_per_block: int = 2  # servers whose NIC i share leaf i (leaf downlinks)
+    servers_per_block: int = 2  # servers whose NIC i share leaf i; 0 = fill the leaf
     nic_gbps: float = 400.0
     lane_gbps: float = 200.0
     lanes_per_uplink: int = 4  # lanes in one leaf uplink port (800G = 4 x 200G)
@@ -58,6 +59,50 @@ class FabricSpec:
         return [f.name for f in fields(cls)]
 
 
+#: The rule of each ``FabricSpec`` field (``controllers.validate``): the verbs' flags, the
+#: flow model and the builders check the same one. Counts are capped where a larger value
+#: would only make a verb churn (the builders' own limits are tighter still); ``scale``
+#: above 1e-2 would put even a 100G link above the 1000 Mb/s Mininet can shape.
+FABRIC_RULES: dict[str, Rule] = {
+    "servers": count(1, 65536),
+    "gpus": count(1, 1024),
+    "servers_per_block": count(0, 65536),
+    "nic_gbps": positive(100_000),
+    "lane_gbps": positive(100_000),
+    "lanes_per_uplink": count(1, 1024),
+    "radix": count(1, 65536),
+    "oversubscription": positive(64),
+    "spines": count(0, 65536),
+    "aggs_per_rail": count(0, 65536),
+    "cores": count(0, 65536),
+    "k": count(0, 1024),
+    "nvlink_gbps": positive(100_000),
+    "scale": positive(1e-2),
+}
+#: a fabric's GPU count (``model --gpus``, ``cost --gpus``): 16 times the paper's 64K
+GPU_COUNT = count(1, 1 << 20)
+#: the fastest emulated rate Mininet shapes (it ignores ``bw`` above it)
+MAX_EMULATED_MBPS = 1000.0
+
+
+def fill_servers_per_block(spec: FabricSpec) -> FabricSpec:
+    """``spec`` with ``servers_per_block=0`` replaced by the largest block that fills a leaf
+    (``fill_leaf``: what a buyer does, and the cost model's sizing); any other spec as is.
+    Every verb resolves 0 here, so ``--servers-per-block 0`` means the same fabric in all."""
+    if spec.servers_per_block:
+        return spec
+    check_spec(spec, blocks_given=False)
+    cost = CostSpec(gpus_per_server=spec.gpus, nic_gbps=spec.nic_gbps,
+                    lane_gbps=spec.lane_gbps, radix=spec.radix,
+                    lanes_per_uplink=spec.lanes_per_uplink,
+                    oversubscription=spec.oversubscription)
+    try:
+        d = fill_leaf(spec.servers, count_nic_lanes(spec.nic_gbps, spec.lane_gbps), cost)
+    except Infeasible as exc:
+        raise ValueError(f"servers_per_block=0 (fill the leaf): {exc}") from None
+    return replace(spec, servers_per_block=d)
+
+
 #: tiers inside a server (the NVLink domain): not network switches, and never transit
 IN_SERVER_TIERS = frozenset({"nvswitch"})
 #: link kinds inside a server: no transceivers
@@ -66,15 +111,15 @@ IN_SERVER_KINDS = frozenset({"nvlink"})
 COMMON_OPTIONS = ("servers", "gpus", "nic_gbps", "lane_gbps", "radix", "scale")
 
 
-def check_spec(spec: FabricSpec) -> None:
-    """What no fabric could have, for the builder and the closed-form counts alike."""
-    positive(spec, "servers", "gpus", "servers_per_block", "lanes_per_uplink", "radix")
-    for name in ("nic_gbps", "lane_gbps", "nvlink_gbps", "scale", "oversubscription"):
-        if getattr(spec, name) <= 0:
-            raise ValueError(f"{name} must be > 0 (got {getattr(spec, name)})")
-    for name in ("spines", "aggs_per_rail", "cores", "k"):
-        if getattr(spec, name) < 0:
-            raise ValueError(f"{name} must be >= 0 (got {getattr(spec, name)}; 0 means auto)")
+def check_spec(spec: FabricSpec, blocks_given: bool = True) -> None:
+    """What no fabric could have, for the builder and the closed-form counts alike: every
+    field by its rule (``FABRIC_RULES``), and NICs of whole lanes. ``blocks_given``: a
+    builder needs ``servers_per_block`` resolved (``fill_servers_per_block``), not 0."""
+    for name, rule in FABRIC_RULES.items():
+        rule.check(getattr(spec, name), name)
+    if blocks_given and spec.servers_per_block < 1:
+        raise ValueError("servers_per_block=0 (fill the leaf) is resolved by "
+                         "testbed.topologies (fill_servers_per_block) before building")
     # a port is a whole number of SerDes lanes: switch lanes, optics and fibres count them
     count_nic_lanes(spec.nic_gbps, spec.lane_gbps)
 
@@ -128,12 +173,6 @@ def check_blocks(spec: FabricSpec) -> None:
     if spec.blocks > 256:
         raise ValueError(f"at most 256 blocks are addressable (servers/servers_per_block="
                          f"{spec.blocks})")
-
-
-def positive(spec: FabricSpec, *names: str) -> None:
-    for name in names:
-        if getattr(spec, name) < 1:
-            raise ValueError(f"{name} must be >= 1 (got {getattr(spec, name)})")
 
 
 def leaf_uplink_lanes(spec: FabricSpec) -> int:
@@ -218,11 +257,28 @@ class Builder:
         base.update(counts)
         base["optics"] = count_optics(self.links)
         base["max_switch_hops"] = max_switch_hops(self.nodes, self.links)
+        check_emulated_rates(self.links, self.spec.scale)
         plan = WiringPlan(topology=self.topology, params=params, scale=self.spec.scale,
                           nodes=self.nodes, links=self.links, counts=base, shuffle=shuffle,
                           notes=notes or [])
         plan.validate()
         return plan
+
+
+def check_emulated_rates(links: Iterable[Link], scale: float) -> None:
+    """Refuse a plan whose ``scale`` puts a link above what Mininet shapes (it would ignore
+    the rate, and the fabric would run unshaped) or rounds a link's rate to nothing."""
+    links = list(links)
+    fastest = max(links, key=lambda x: x.gbps, default=None)
+    if fastest is not None and fastest.mbps > MAX_EMULATED_MBPS:
+        raise ValueError(
+            f"scale={scale:g} emulates the {fastest.kind} links ({fastest.gbps:g} Gb/s) at "
+            f"{fastest.mbps:g} Mb/s, above the {MAX_EMULATED_MBPS:g} Mb/s Mininet shapes; "
+            f"use --scale <= {MAX_EMULATED_MBPS / (fastest.gbps * 1000):.3g}")
+    slowest = min(links, key=lambda x: x.gbps, default=None)
+    if slowest is not None and slowest.mbps <= 0:
+        raise ValueError(f"scale={scale:g} rounds the {slowest.kind} links ({slowest.gbps:g} "
+                         "Gb/s) to 0 Mb/s emulated; raise --scale")
 
 
 def count_optics(links: Iterable[Link]) -> int:
@@ -351,18 +407,21 @@ class CostSpec:
     servers_per_block: int = 0  # 0 = as many as fill a leaf
 
     def validate(self) -> None:
-        """Reject inputs that no fabric could have, with one clear message."""
-        for name in ("gpus_per_server", "radix", "lanes_per_uplink"):
+        """Reject inputs that no fabric could have, with one clear message: each field by
+        the rule of its ``FabricSpec`` namesake (``COST_RULES``)."""
+        for name, rule in COST_RULES.items():
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
-        for name in ("nic_gbps", "lane_gbps", "oversubscription"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 (got {getattr(self, name)!r})")
-        if self.servers_per_block < 0:
-            raise ValueError(f"servers_per_block must be >= 0 (0 = fill the leaf; got "
-                             f"{self.servers_per_block})")
+            if not isinstance(value, int if rule.whole else (int, float)) \
+                    or isinstance(value, bool):
+                raise ValueError(f"{name} must be {rule} (got {value!r})")
+            rule.check(value, name)
         count_nic_lanes(self.nic_gbps, self.lane_gbps)
+
+
+#: the rule of each ``CostSpec`` field: its ``FabricSpec`` namesake's (GPUs per server is
+#: ``FabricSpec.gpus``), so the cost model and the builders accept the same values
+COST_RULES: dict[str, Rule] = {f.name: FABRIC_RULES["gpus" if f.name == "gpus_per_server"
+                                                    else f.name] for f in fields(CostSpec)}
 
 
 class Infeasible(Exception):

@@ -175,8 +175,10 @@ def size(gpus: int, spec: CostSpec, name: str = "railonly") -> Fabric:
     per = largest_divisor_at_most(ports, R / (blocks * L))
     if per is None:
         most = (R // L) * d * g
+        fits = (f"smaller uplink ports, --lanes-per-uplink <= {R // blocks}, or a larger "
+                "radix would fit" if R // blocks >= 1 else
+                "even 1-lane uplink ports are too few for them: only a larger radix fits")
         raise Infeasible(
             f"each rail needs {blocks} leaves but a rail spine has {R // L} ports of {L} "
-            f"lanes: per-rail two tiers hold at most {most} GPUs (smaller uplink ports, "
-            f"--lanes-per-uplink <= {max(R // blocks, 0)}, or a larger radix would fit)")
+            f"lanes: per-rail two tiers hold at most {most} GPUs ({fits})")
     return _fabric(name, gpus, g, d, spines=ports // per, **common)

@@ -101,7 +101,9 @@ def test_udp_source_ports_spread_over_leaf_uplinks(method: str,
 
 def test_bad_scale_is_refused_before_anything_is_built(
         assert_clean: Callable[[WiringPlan], None]) -> None:
-    plan = build("astral3", servers=4, gpus=2, scale=0.01)  # 400G -> 4000 Mb/s: over Mininet's cap
+    plan = build("astral3", servers=4, gpus=2)
+    for link in plan.links:  # 400G -> 4000 Mb/s, over Mininet's cap: a hand-edited plan file
+        link.mbps = link.gbps * 10.0  # (the builder refuses such a scale itself)
     with pytest.raises(LabError, match="lower --scale"):
         Lab(plan).start()
     assert_clean(plan)

@@ -25,6 +25,7 @@ import pytest
 
 from astral_lab.cost_cli import add_cost_parser, run_cost
 from controllers.plan import WiringPlan
+from controllers.validate import Parser
 from testbed import topologies
 from testbed.models.cost import (
     DESIGNS,
@@ -505,7 +506,7 @@ def test_plot_writes_a_real_png_atomically(tmp_path: Any) -> None:
 
 
 def cli(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="astral-lab")
+    p = Parser(prog="astral-lab")
     sub = p.add_subparsers(dest="verb", required=True)
     add_cost_parser(sub)
     return p.parse_args(argv)
@@ -535,8 +536,12 @@ def test_cli_default_results_dir_is_renamed_from_partial(
     assert doc["spec"]["radix"] == 128
 
 
-@pytest.mark.parametrize("gpus", ["abc", "8192,", "-8", "8192;65536"])
-def test_cli_bad_gpus_is_a_value_error(gpus: str, tmp_path: Any) -> None:
-    with pytest.raises(ValueError, match="--gpus"):
+@pytest.mark.parametrize("gpus", ["abc", "8192,", "-8", "8192;65536", "1000000000", "8,8"])
+def test_cli_bad_gpus_is_refused_as_parsed(gpus: str, tmp_path: Any,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
         run_cost(cli(["cost", "--gpus", gpus, "-o", str(tmp_path)]))
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("astral-lab cost: error: argument --gpus: ") and "\n" not in err
     assert not os.listdir(tmp_path)

@@ -28,12 +28,13 @@ from tests.unit.test_cleanup import _gone, _record, _spawn, state_dir  # noqa: F
 
 # --- arguments ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv,message", [
-    (["dashboard", "--port", "70000"], "port must be in 0..65535"),
-    (["dashboard", "--port", "web"], "not a port number"),
-    (["dashboard", "--interval", "0"], "interval must be > 0"),
+    (["dashboard", "--port", "70000"], "argument --port: must be a whole number in 0..65535"),
+    (["dashboard", "--port", "web"], "argument --port: must be a whole number in 0..65535"),
+    (["dashboard", "--interval", "0"], "argument --interval: must be a finite number in (0, "),
+    (["dashboard", "--interval", "nan"], "argument --interval: must be a finite number in (0, "),
     (["up", "astral3", "--capture", "lf0r0"], "'lf0r0' is not a switch port"),
     (["up", "astral3", "--capture", "lf0r0-eth3,lf0r0:3,lf0r0-eth3"], "named twice"),
-    (["up", "astral3", "--dashboard-port", "-1"], "port must be in 0..65535"),
+    (["up", "astral3", "--dashboard-port", "-1"], "must be a whole number in 0..65535"),
 ])
 def test_bad_arguments_are_one_usage_error(argv: list[str], message: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,16 +42,19 @@ def test_bad_arguments_are_one_usage_error(argv: list[str], message: str,
         cli.main(argv)
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("argv,message", [
     (["dashboard", "--controller", "http://127.0.0.1:8080"], "--controller needs --plan"),
-    (["dashboard", "--demo", "--plan", "p.json"], "--demo brings up its own fabric"),
+    (["dashboard", "--demo", "--plan", "PLAN"], "--demo brings up its own fabric"),
 ])
 def test_conflicting_dashboard_options_are_refused(argv: list[str], message: str,
+                                                   tmp_path: Any,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(argv) == cli.EXIT_USAGE
+    plan = tmp_path / "plan.json"  # --plan must name a file that exists
+    demo_plan().save(plan)
+    assert cli.main([str(plan) if a == "PLAN" else a for a in argv]) == cli.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("astral-lab dashboard: error: ") and \
         message in err[0]

@@ -87,4 +87,13 @@ def test_compare_policies_default_and_unknown_policy() -> None:
     assert re.search(r"^ecmp: ", out.stdout, re.M) and re.search(r"^planned: ", out.stdout, re.M)
     bad = run_example("compare_policies.py", "ecmp", "nosuch")
     assert bad.returncode == 2 and bad.stdout == ""
-    assert "unknown policy nosuch; choose from " + ", ".join(policies.names()) in bad.stderr
+    assert "unknown policy 'nosuch'; choose from " + ", ".join(policies.names()) in bad.stderr
+    bad = run_example("compare_policies.py", "qp-scaling:qps=1e9")
+    assert bad.returncode == 2 and "qp-scaling:qps must be a whole number in 1..1024" in bad.stderr
+
+
+def test_compare_policies_takes_policy_options() -> None:
+    """``NAME:KEY=VALUE`` as everywhere else (``model --lb``, ``up --lb``)."""
+    out = run_example("compare_policies.py", "ecmp", "qp-scaling:qps=8")
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^qp-scaling:qps=8: bound [\d.]+ ms", out.stdout, re.M), out.stdout

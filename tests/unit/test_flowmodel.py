@@ -650,19 +650,26 @@ def test_auto_jobs_is_bounded_by_cpus_policies_and_memory(monkeypatch):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--gpus", "32", "--jobs", "-1"], "--jobs must be 0 (auto) or a positive integer"),
+    (["--gpus", "32", "--jobs", "-1"], "argument --jobs: must be a whole number in 0..1024"),
     (["--gpus", "30"], "30 GPUs is not a whole number of 8-GPU servers"),
     (["--gpus", "32", "--lb", "ecmp,fastest"], "unknown policy 'fastest'"),
+    (["--gpus", "1024"], "--servers-per-block 0 fills each leaf"),
     (["--gpus", "32", "--group-size", "12"], "group size 12 must be a multiple of 8"),
     (["--gpus", "32", "--groups", "3", "--group-size", "16"], "do not fit"),
     (["--gpus", "32", "--mode", "aggregate", "--unit", "mbps"], "--unit gbps"),
-    (["--gpus", "32", "--event-tolerance", "2"], "--event-tolerance must be in [0, 0.5)"),
+    (["--gpus", "32", "--event-tolerance", "2"],
+     "argument --event-tolerance: must be a finite number in [0, 0.5)"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path))
-    assert main(["model", "astral3", *argv]) == 2
+    try:
+        status = main(["model", "astral3", *argv])
+    except SystemExit as exc:  # refused as the option was parsed
+        status = exc.code
+    assert status == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("astral-lab model: ") and message in err and "\n" not in err
+    assert not os.listdir(tmp_path)
 
 
 @pytest.mark.parametrize("kwargs, message", [

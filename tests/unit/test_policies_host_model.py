@@ -214,11 +214,15 @@ def test_plb_is_deterministic_per_seed() -> None:
 # --- policy specs -------------------------------------------------------------------------
 @pytest.mark.parametrize("spec, message", [
     ("qp-scaling:qpz=8", "has no option 'qpz' (options: qps)"),
-    ("qp-scaling:qps=eight", "must be a positive number"),
-    ("qp-scaling:qps", "must be a positive number"),
-    ("qp-scaling:qps=0", "must be a positive number"),
+    ("qp-scaling:qps=eight", "qp-scaling:qps must be a whole number in 1..1024"),
+    ("qp-scaling:qps", "qp-scaling:qps must be a whole number in 1..1024"),
+    ("qp-scaling:qps=0", "qp-scaling:qps must be a whole number in 1..1024"),
     ("qp-scaling:qps=2.5", "must be a whole number"),
-    ("flowlet:gap_rtts=-1", "must be a positive number"),
+    ("qp-scaling:qps=1e9", "qp-scaling:qps must be a whole number in 1..1024"),
+    ("qp-scaling:qps=2:qps=3", "qp-scaling:qps is given twice"),
+    ("flowlet:gap_rtts=-1", "flowlet:gap_rtts must be a finite number in (0, 1000]"),
+    ("flowlet:gap_rtts=nan", "flowlet:gap_rtts must be a finite number in (0, 1000]"),
+    ("plb:rounds=inf", "plb:rounds must be a whole number in 1..1000"),
 ])
 def test_a_bad_policy_option_is_one_clear_error(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -251,8 +255,10 @@ def test_cli_models_the_host_policies_beside_the_bound(tmp_path, capsys) -> None
 
 def test_cli_refuses_an_unknown_option_and_writes_nothing(tmp_path, capsys) -> None:
     out = tmp_path / "m"
-    assert main(["model", "astral3", "--gpus", "16", "--lb", "ecmp,qp-scaling:qpz=8",
-                 "-o", str(out)]) == 2
+    with pytest.raises(SystemExit) as info:  # refused as the option is parsed
+        main(["model", "astral3", "--gpus", "16", "--lb", "ecmp,qp-scaling:qpz=8",
+              "-o", str(out)])
+    assert info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "has no option 'qpz'" in err and "\n" not in err
     assert not out.exists()

@@ -58,8 +58,14 @@ def test_param_parse_follows_the_default_type() -> None:
     assert Param("a", True, "").parse("no") is False
     assert Param("a", ["x"], "").parse("ecmp, planned") == ["ecmp", "planned"]
     assert Param("a", [1], "").parse("4,8") == [4, 8]
-    with pytest.raises(ValueError, match="--a: 'x' is not a valid int"):
+    with pytest.raises(ValueError, match="must be a whole number"):
         Param("a", 1, "").parse("x")
+    with pytest.raises(ValueError, match="must be a finite number"):
+        Param("a", 1.0, "").parse("nan")  # no rule declared: still finite
+    with pytest.raises(ValueError, match=r"'ecmp' is listed twice"):
+        Param("a", ["x"], "").parse("ecmp,ecmp")
+    with pytest.raises(ValueError, match="empty item"):
+        Param("a", [1], "").parse("4,,8")
 
 
 def test_resolve_quick_overrides_and_bad_input(toy: Any) -> None:
@@ -68,7 +74,7 @@ def test_resolve_quick_overrides_and_bad_input(toy: Any) -> None:
     assert toy.resolve(True, {"n": 5})["n"] == 5
     with pytest.raises(ValueError, match="unknown parameter"):
         toy.resolve(False, {"nope": 1})
-    with pytest.raises(ValueError, match="not in"):
+    with pytest.raises(ValueError, match="--modes: 'z' is not one of"):
         toy.resolve(False, {"modes": ["a", "z"]})
 
 
