@@ -177,7 +177,10 @@ def test_iperf3_bulk_flows_reach_the_nic_rate_and_agree_with_replay(
     replay_mbps = 8 * rep.bytes_received / rep.flows[0]["fct_s"] / 1e6
     (u,), (t,) = udp.flows, tcp.flows
     assert u["error"] is None and t["error"] is None, (u, t)
-    assert u["lost_percent"] == 0 and u["bytes_received"] >= 990_000
+    # no gap in the datagrams' sequence; the tail still in flight when the client's end of
+    # test reaches the server is not counted (traffic.shell.iperf), more of it when the CPU
+    # is contended, so the bytes counted are most, not all
+    assert u["lost_percent"] == 0 and u["bytes_received"] >= 950_000, u
     # RoCE payload vs headers: replay's goodput is ~93% of the 20 Mb/s lane; TCP's about
     # the same
     for name, mbps in (("replay", replay_mbps), ("iperf3-udp", u["mbps"]),

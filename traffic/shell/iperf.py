@@ -8,7 +8,7 @@ from a fixed source port (``--cport``, so a planned controller's pin for that
 parsed into per-flow bytes, duration and throughput. All clients start together.
 
 iperf3 ends a ``-n`` test once the client has handed its last byte to the socket,
-so for TCP ``bytes_received`` can be short of ``bytes`` by what was in flight:
+so ``bytes_received`` (TCP or UDP) can be short of ``bytes`` by what was in flight:
 use the throughput (``mbps``) from this mode, and the replay engine for exact
 bytes and completion times.
 
