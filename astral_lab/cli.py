@@ -361,14 +361,19 @@ def _terminate(signum: int, _frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = parser()
+    # First, so that a SIGTERM while the verbs' modules load also exits 143, not by the signal.
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    try:
+        p = parser()
+    except KeyboardInterrupt:
+        print("astral-lab: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     args, extra = p.parse_known_args(argv)
     if extra and args.verb != "demo":  # demo passes its options on to the scenario
         p.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.verb == "demo":
         args.rest = extra
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGHUP, _terminate)
     try:
         return int(args.fn(args) or 0)
     except KeyboardInterrupt:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import sys
 from typing import Any
 
 from controllers.paths import UNITS
@@ -22,9 +24,11 @@ from testbed.models.flowmodel import (
     PLACEMENTS,
     POLICIES,
     WORKLOADS,
+    Progress,
     format_report,
     run,
 )
+from testbed.models.forked import raise_if_stopped, stop_signals_noted
 from testbed.results import output_dir
 from testbed.topologies import FabricSpec
 
@@ -86,21 +90,40 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    """Print the report, write model.json. Bad input raises ValueError (the CLI prints it)."""
+    """Print the report, write model.json. Bad input raises ValueError (the CLI prints it).
+
+    Progress goes to stderr while the model runs, only if stderr is a terminal. An
+    interrupted run leaves no results folder: there is nothing partial worth keeping.
+    """
     policies = [p.strip() for p in str(args.lb).split(",") if p.strip()]
     fabric = {name: getattr(args, name) for name in FABRIC_FIELDS
               if getattr(args, name, None) is not None}
-    doc, _ = run(args.topology, args.gpus, gpus_per_server=args.gpus_per_server,
-                 workload=args.workload, policies=policies, groups=args.groups,
-                 group_size=args.group_size, placement=args.placement, seed=args.seed,
-                 pair_bytes=args.pair_bytes, qps=args.qps, phase=args.phase, tokens=args.tokens,
-                 model=args.model, mode=args.mode, exact_flows=args.exact_flows, unit=args.unit,
-                 fabric=fabric, tolerance=args.tolerance, jobs=args.jobs)
-    print(format_report(doc))
-    out_dir, final = output_dir("model", args.output)
-    write_json_atomic(os.path.join(out_dir, "model.json"), doc)
-    if out_dir != final:
-        os.replace(out_dir, final)
+    tolerance = args.tolerance
+    progress = Progress(sys.stderr)
+    with stop_signals_noted() as stopped:
+        try:
+            doc, _ = run(args.topology, args.gpus, gpus_per_server=args.gpus_per_server,
+                         workload=args.workload, policies=policies, groups=args.groups,
+                         group_size=args.group_size, placement=args.placement, seed=args.seed,
+                         pair_bytes=args.pair_bytes, qps=args.qps, phase=args.phase,
+                         tokens=args.tokens, model=args.model, mode=args.mode,
+                         exact_flows=args.exact_flows, unit=args.unit, fabric=fabric,
+                         tolerance=tolerance, jobs=args.jobs,
+                         progress=progress if progress.enabled else None)
+        finally:
+            progress.close()
+        raise_if_stopped(stopped)  # a stop whose exception Python swallowed
+        print(format_report(doc))
+        out_dir, final = output_dir("model", args.output)
+        try:
+            write_json_atomic(os.path.join(out_dir, "model.json"), doc)
+            raise_if_stopped(stopped)
+            if out_dir != final:
+                os.replace(out_dir, final)
+        except BaseException:
+            if out_dir != final:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            raise
     print(f"\nresults: {final}/ (model.json)")
     return 0
 

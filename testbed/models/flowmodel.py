@@ -123,6 +123,7 @@ from testbed.models.bounds import bounds
 from testbed.models.inputs import DEFAULT_POLICIES, POLICIES, _check_policy
 from testbed.models.jobs import DEFAULT_PAIR_BYTES, PLACEMENTS, WORKLOADS, Job, make_job
 from testbed.models.perflow import _model_policies, _Prepared, auto_jobs, model_flows
+from testbed.models.progress import Progress
 from testbed.models.results import ModelResult
 from testbed.models.solver import Timeline, simulate
 from testbed.models.whatif import TwoTier, ecmp_lanes, whatif
@@ -175,8 +176,8 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
         placement: str = "packed", seed: int = 0, pair_bytes: int = DEFAULT_PAIR_BYTES,
         qps: int = 1, phase: str = "dispatch", tokens: int = 0, model: str = "deepseek-v3",
         mode: str = "auto", exact_flows: int = DEFAULT_EXACT_FLOWS, unit: str = "gbps",
-        fabric: dict[str, Any] | None = None, tolerance: float = 0.0, jobs: int = 1
-        ) -> tuple[dict[str, Any], list[ModelResult]]:
+        fabric: dict[str, Any] | None = None, tolerance: float = 0.0, jobs: int = 1,
+        progress: Progress | None = None) -> tuple[dict[str, Any], list[ModelResult]]:
     """Build the fabric and the job, model every policy, return (model.json document, results).
 
     ``mode``: ``per-flow`` routes every flow with the controller's code on a real wiring plan
@@ -184,6 +185,7 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
     picks per-flow while the job has at most ``exact_flows`` flows. ``tolerance``: event
     coalescing (``simulate``); 0 = exact. ``jobs``: per-flow policies modelled in that many
     processes at once (0 = as many as the CPUs and memory allow; ``auto_jobs``).
+    ``progress``: told where each policy is (``testbed.models.progress``).
     """
     t0 = time.perf_counter()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
@@ -231,7 +233,11 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
         if unit != "gbps":
             raise ValueError("the aggregate what-if has no emulated fabric: use --unit gbps")
         tt = TwoTier.from_spec(spec, topology)
-        results, bnd = whatif(tt, job, policies, seed, tolerance)
+        note = None
+        if progress is not None:
+            progress.start([_check_policy(p).label for p in policies], 1)
+            note = progress.note
+        results, bnd = whatif(tt, job, policies, seed, tolerance, note)
         fab = tt.describe()
     else:
         plan = build(topology, **{f.name: getattr(spec, f.name) for f in fields(FabricSpec)})
@@ -240,8 +246,13 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
                  for h in plan.hosts}
         prep = _Prepared(finder, job.flow_list(names), unit)
         bnd = bounds(finder, prep.fl, unit)
+        jobs = min(jobs or auto_jobs(len(prep.fl), len(policies)), len(policies))
+        note = None
+        if progress is not None:
+            progress.start([_check_policy(p).label for p in policies], jobs)
+            note = progress.note
         results = _model_policies(prep, policies, jobs, seed=seed, bound=bnd,
-                                  tolerance=tolerance)
+                                  tolerance=tolerance, progress=note)
         summary = f"{plan.topology}: " + ", ".join(
             f"{k.replace('_', ' ')} {v}" for k, v in plan.counts.items()
             if not isinstance(v, dict))
@@ -323,6 +334,7 @@ def format_report(doc: dict[str, Any]) -> str:
 
 __all__ = [
     "POLICIES", "DEFAULT_POLICIES", "WORKLOADS", "PLACEMENTS", "MODES", "DEFAULT_EXACT_FLOWS",
+    "Progress",
     "Timeline",
     "ModelResult", "TwoTier", "Job", "simulate", "model_flows", "bounds", "make_job", "whatif",
     "ecmp_lanes", "auto_servers_per_block", "auto_jobs", "run", "format_report",
