@@ -19,7 +19,9 @@ from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
     DEFAULT_PAIR_BYTES,
     DEFAULT_POLICIES,
+    DEFAULT_TOLERANCE,
     FABRIC_FIELDS,
+    MAX_REL_ERROR,
     MODES,
     PLACEMENTS,
     POLICIES,
@@ -69,9 +71,13 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--mode", default="auto", choices=MODES)
     p.add_argument("--exact-flows", type=int, default=DEFAULT_EXACT_FLOWS, metavar="N",
                    help=f"auto mode: per-flow up to N flows (default {DEFAULT_EXACT_FLOWS})")
-    p.add_argument("--event-tolerance", type=float, default=0.0, metavar="EPS", dest="tolerance",
-                   help="coalesce finishes within EPS (relative) of an event: approximate, much "
-                        "faster for decode/prefill steps (e.g. 1e-3); default 0 = exact")
+    p.add_argument("--event-tolerance", type=float, default=None, metavar="EPS", dest="tolerance",
+                   help=f"coalesce finishes within EPS (relative) of an event (default "
+                        f"{DEFAULT_TOLERANCE:g}: every flow's finish within "
+                        f"{100 * MAX_REL_ERROR:g}%% of the exact solve, measured); 0 = exact")
+    p.add_argument("--exact", action="store_true",
+                   help="the exact solve, every finish event on its own (= --event-tolerance "
+                        "0; much slower for decode/prefill steps)")
     p.add_argument("--jobs", type=int, default=0, metavar="N",
                    help="policies modelled at once, each in its own process (default 0: one "
                         "per CPU, as memory allows)")
@@ -99,6 +105,10 @@ def run_model(args: argparse.Namespace) -> int:
     fabric = {name: getattr(args, name) for name in FABRIC_FIELDS
               if getattr(args, name, None) is not None}
     tolerance = args.tolerance
+    if getattr(args, "exact", False):
+        if tolerance not in (None, 0):
+            raise ValueError("--exact and --event-tolerance: choose one")
+        tolerance = 0.0
     progress = Progress(sys.stderr)
     with stop_signals_noted() as stopped:
         try:

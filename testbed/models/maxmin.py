@@ -27,7 +27,8 @@ The algorithm
     the root is the next finish, and the rows finishing with it (within ``tie``, or
     ``tolerance`` when coalescing) are found by descending it. A refill rewrites only the
     suffix's leaves. A start (arrival) can lower levels anywhere: the allocation is then
-    computed from scratch.
+    computed from scratch. Coalesced rows leave together at the rate-weighted mean of
+    their projected finishes (``solver.simulate`` says why that time).
 
     *Progress*: the loop holds no GIL and counts rows finished and events in a small
     array (``probe``) that a reporting thread reads while it runs.
@@ -454,9 +455,19 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
             stack[top] = 2 * node
             stack[top + 1] = 2 * node + 1
             top += 2
+        if tolerance > 0 and nfin > 1:
+            # coalesced: they leave together at the mean of their projected finishes,
+            # weighted by rate, so on a link the capacity-time the early leavers keep and
+            # the late ones give up cancel; each is reported at its own projected finish
+            sw, sp = 0.0, 0.0
+            for i in range(nfin):
+                r = fin[i]
+                sw += rate[r]
+                sp += rate[r] * proj[r]
+            t_next = min(max(sp / sw, t_next), arrival)
         for i in range(nfin):
             r = fin[i]
-            finish[r] = max(proj[r], t_next) if tolerance > 0 else t_next
+            finish[r] = proj[r] if tolerance > 0 else t_next
             remaining[r] = 0.0
             done[r] = True
             proj[r] = _INF

@@ -215,13 +215,18 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
     the next event is the earliest finish or start. Rows finishing within ``REL_TIE`` of the
     event finish with it.
 
-    ``tolerance`` > 0 trades exactness for events: at an event at time t, rows due to finish
-    by ``t * (1 + tolerance)`` finish at it, their last bits dropped. A workload of many
-    distinct sizes (a decode step: tens of thousands of distinct finish times) then takes a
-    few thousand events instead of tens of thousands. Such a row is reported at its own
-    projected finish, but leaves the allocation early, so the others get its bandwidth up to
-    ``tolerance`` (relative) early: slightly optimistic, not bounded by a theorem (max-min
-    rates are not monotone in departures). 0 (the default) is exact.
+    ``tolerance`` > 0 trades exactness for events: the rows due to finish by
+    ``t_next * (1 + tolerance)`` (t_next: the next finish) are coalesced into one event.
+    They leave the allocation together at the mean of their projected finishes weighted
+    by their rates, and each is reported at its own projected finish. Leaving at that
+    mean, not at the first finish, makes the capacity-time that the early leavers keep
+    too long and the late ones give up too early cancel on the links they share, so the
+    others' errors mostly cancel instead of adding up (all optimistic) event after event.
+    A workload of many distinct sizes (a decode step: a finish time per flow) then takes
+    a few thousand events instead of tens of thousands. No theorem bounds the error
+    (max-min rates are not monotone in departures): ``flowmodel.DEFAULT_TOLERANCE`` is
+    chosen from measurements against the exact solve, and the tests hold it to
+    ``flowmodel.MAX_REL_ERROR`` per flow. 0 (the default here) is exact.
 
     ``probe``: a float64 array of counters the event loop adds to while it runs (classes
     finished, events; a third, if there is one, gets the classes to simulate), for a

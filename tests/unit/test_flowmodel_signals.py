@@ -30,7 +30,7 @@ import pytest
 
 #: A run that lasts a few seconds here and forks two policy workers at a time (four
 #: policies, --jobs 2), so every moment below comes before its end.
-ARGV = ["model", "astral3", "--gpus", "32", "--workload", "decode", "--jobs", "2"]
+ARGV = ["model", "astral3", "--gpus", "32", "--workload", "decode", "--jobs", "2", "--exact"]
 #: When to send the signal: seconds after the start, or at an event seen from outside.
 MOMENTS = (0.05, 0.3, 1.0, "workers", "first-done")
 TRIES = 3
