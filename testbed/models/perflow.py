@@ -508,4 +508,14 @@ def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed
         note(("done", float(pr[0]), float(pr[2])))
         return res
 
-    return map_forked(one, list(policies), min(jobs, len(policies)), progress)
+    # the policies that pin paths first: they bind on every link and cost the most, so
+    # with fewer workers than policies the cheap split ones fill in at the end
+    order = sorted(range(len(policies)), key=lambda i: _check_policy(policies[i]).split)
+
+    def report(k: int, note: Note) -> None:
+        if progress is not None:
+            progress(order[k], note)
+
+    out = map_forked(one, [policies[i] for i in order], min(jobs, len(policies)), report)
+    by_index = dict(zip(order, out, strict=True))
+    return [by_index[i] for i in range(len(policies))]
