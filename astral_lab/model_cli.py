@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import sys
 from typing import Any
 
 from controllers import policies as policy_modules
@@ -19,11 +21,14 @@ from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
     DEFAULT_PAIR_BYTES,
     DEFAULT_POLICIES,
+    DEFAULT_TOLERANCE,
     FABRIC_FIELDS,
+    MAX_REL_ERROR,
     MODES,
     PLACEMENTS,
     POLICIES,
     WORKLOADS,
+    Progress,
     format_report,
     run,
 )
@@ -79,10 +84,14 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--exact-flows", type=count(0, 10 ** 9), default=DEFAULT_EXACT_FLOWS,
                    metavar="N",
                    help=f"auto mode: per-flow up to N flows (default {DEFAULT_EXACT_FLOWS})")
-    p.add_argument("--event-tolerance", type=real(0, 0.5, high_open=True), default=0.0,
+    p.add_argument("--event-tolerance", type=real(0, 0.5, high_open=True), default=None,
                    metavar="EPS", dest="tolerance",
-                   help="coalesce finishes within EPS (relative) of an event: approximate, much "
-                        "faster for decode/prefill steps (e.g. 1e-3); default 0 = exact")
+                   help=f"coalesce finishes within EPS (relative) of an event (default "
+                        f"{DEFAULT_TOLERANCE:g}: every flow's finish within "
+                        f"{100 * MAX_REL_ERROR:g}%% of the exact solve, measured); 0 = exact")
+    p.add_argument("--exact", action="store_true",
+                   help="the exact solve, every finish event on its own (= --event-tolerance "
+                        "0; much slower for decode/prefill steps)")
     p.add_argument("--jobs", type=count(0, 1024), default=0, metavar="N",
                    help="policies modelled at once, each in its own process (default 0: one "
                         "per CPU, as memory allows)")
@@ -120,23 +129,43 @@ def _check_fabric(args: argparse.Namespace, fabric: dict[str, Any]) -> None:
 
 def run_model(args: argparse.Namespace) -> int:
     """Print the report, write model.json. Bad input raises ValueError (the CLI prints it);
-    the results folder and the fabric are checked first, so a bad one costs no computation."""
+    the results folder and the fabric are checked first, so a bad one costs no computation.
+
+    Progress goes to stderr while the model runs, only if stderr is a terminal. An
+    interrupted run leaves no results folder: there is nothing partial worth keeping.
+    """
     check_output(args.output)
     policies = list(args.lb)
     fabric = {name: getattr(args, name) for name in FABRIC_FIELDS
               if getattr(args, name, None) is not None}
     _check_fabric(args, fabric)
-    doc, _ = run(args.topology, args.gpus, gpus_per_server=args.gpus_per_server,
-                 workload=args.workload, policies=policies, groups=args.groups,
-                 group_size=args.group_size, placement=args.placement, seed=args.seed,
-                 pair_bytes=args.pair_bytes, qps=args.qps, phase=args.phase, tokens=args.tokens,
-                 model=args.model, mode=args.mode, exact_flows=args.exact_flows, unit=args.unit,
-                 fabric=fabric, tolerance=args.tolerance, jobs=args.jobs)
+    tolerance = args.tolerance
+    if getattr(args, "exact", False):
+        if tolerance not in (None, 0):
+            raise ValueError("--exact and --event-tolerance: choose one")
+        tolerance = 0.0
+    progress = Progress(sys.stderr)
+    try:
+        doc, _ = run(args.topology, args.gpus, gpus_per_server=args.gpus_per_server,
+                     workload=args.workload, policies=policies, groups=args.groups,
+                     group_size=args.group_size, placement=args.placement, seed=args.seed,
+                     pair_bytes=args.pair_bytes, qps=args.qps, phase=args.phase,
+                     tokens=args.tokens, model=args.model, mode=args.mode,
+                     exact_flows=args.exact_flows, unit=args.unit, fabric=fabric,
+                     tolerance=tolerance, jobs=args.jobs,
+                     progress=progress if progress.enabled else None)
+    finally:
+        progress.close()
     print(format_report(doc))
     out_dir, final = output_dir("model", args.output)
-    write_json_atomic(os.path.join(out_dir, "model.json"), doc)
-    if out_dir != final:
-        os.replace(out_dir, final)
+    try:
+        write_json_atomic(os.path.join(out_dir, "model.json"), doc)
+        if out_dir != final:
+            os.replace(out_dir, final)
+    except BaseException:
+        if out_dir != final:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     print(f"\nresults: {final}/ (model.json)")
     return 0
 

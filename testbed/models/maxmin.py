@@ -27,7 +27,11 @@ The algorithm
     the root is the next finish, and the rows finishing with it (within ``tie``, or
     ``tolerance`` when coalescing) are found by descending it. A refill rewrites only the
     suffix's leaves. A start (arrival) can lower levels anywhere: the allocation is then
-    computed from scratch.
+    computed from scratch. Coalesced rows leave together at the rate-weighted mean of
+    their projected finishes (``solver.simulate`` says why that time).
+
+    *Progress*: the loop holds no GIL and counts rows finished and events in a small
+    array (``probe``) that a reporting thread reads while it runs.
 
 The tests compare it with a from-scratch filling at every event (tests/unit/test_flowmodel).
 """
@@ -287,16 +291,19 @@ def _by_link(n_links: int, rptr: np.ndarray, col: np.ndarray, done: np.ndarray
     return cptr, crow
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", nogil=True)
 def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
-           bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float, trace: bool
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray,
-                      np.ndarray]:
+           bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float, trace: bool,
+           probe: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray,
+                                       np.ndarray, np.ndarray]:
     """The event loop on one component: rows in CSR (``rptr``, ``col``, ``coef`` =
     multiplicity x weight). Returns finish time and first rate per row, the times at which
     an allocation was computed, the filling rounds, and (``trace``) every rate a row was
     given, as (row, time, rate) columns in time order, a row's finish recorded as rate 0:
     enough to say when a row had sent any number of its bits. Semantics: ``solver.simulate``.
+
+    It runs without the GIL and adds, as it goes, the rows finished to ``probe[0]`` and
+    the events to ``probe[1]``, so another thread can report progress meanwhile.
     """
     n, n_links = bits.size, cap.size
     finish = np.full(n, np.nan)
@@ -306,6 +313,7 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
     for r in range(n):
         if done[r]:
             finish[r] = start[r]
+            probe[0] += 1
     order = np.argsort(start, kind="mergesort")
     order = order[~done[order]]  # rows still to start, by start time
     t_start = start[order]
@@ -447,9 +455,19 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
             stack[top] = 2 * node
             stack[top + 1] = 2 * node + 1
             top += 2
+        if tolerance > 0 and nfin > 1:
+            # coalesced: they leave together at the mean of their projected finishes,
+            # weighted by rate, so on a link the capacity-time the early leavers keep and
+            # the late ones give up cancel; each is reported at its own projected finish
+            sw, sp = 0.0, 0.0
+            for i in range(nfin):
+                r = fin[i]
+                sw += rate[r]
+                sp += rate[r] * proj[r]
+            t_next = min(max(sp / sw, t_next), arrival)
         for i in range(nfin):
             r = fin[i]
-            finish[r] = max(proj[r], t_next) if tolerance > 0 else t_next
+            finish[r] = proj[r] if tolerance > 0 else t_next
             remaining[r] = 0.0
             done[r] = True
             proj[r] = _INF
@@ -458,6 +476,8 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
             tr_row, tr_t, tr_rate, ntr = _record(tr_row, tr_t, tr_rate, ntr, fin, 0, nfin,
                                                  -1.0, finish)
         dropped += nfin
+        probe[0] += nfin
+        probe[1] += 1
         t = t_next
     for r in range(n):
         if np.isnan(start_rate[r]):
@@ -492,15 +512,21 @@ def _record(tr_row: np.ndarray, tr_t: np.ndarray, tr_rate: np.ndarray, ntr: int,
 
 
 def run(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
-        bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float, trace: bool = False
+        bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float, trace: bool = False,
+        probe: np.ndarray | None = None
         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray,
                    np.ndarray]:
     """``events`` with its arguments in the one layout it is compiled (and cached) for:
-    another dtype or a strided view would cost a second compilation."""
+    another dtype or a strided view would cost a second compilation. ``probe``: a float64
+    array of at least two counters (``events``), or None."""
     f8, i8 = np.float64, np.int64
+    if probe is None:
+        probe = np.zeros(2)
+    if probe.dtype != f8 or probe.ndim != 1 or probe.size < 2:
+        raise ValueError("probe must be a 1-D float64 array of at least two counters")
     return events(*(np.ascontiguousarray(a, dtype=d) for a, d in
                     ((cap, f8), (rptr, i8), (col, i8), (coef, f8), (bits, f8), (start, f8))),
-                  float(tolerance), float(tie), bool(trace))
+                  float(tolerance), float(tie), bool(trace), probe)
 
 
 def warm() -> None:

@@ -14,12 +14,10 @@ compares policies flow by flow whatever each one does to them.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import signal
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +28,10 @@ from controllers.flows import Flow
 from controllers.paths import UNITS, Hop, Path, PathFinder
 from controllers.plan import WiringPlan
 from testbed.models.bounds import bounds
+from testbed.models.forked import map_forked
 from testbed.models.inputs import _check_policy, _normalise
+from testbed.models.progress import Note, Watch
+from testbed.models.progress import probe as new_probe
 from testbed.models.results import (
     ModelResult,
     _bottlenecks,
@@ -321,9 +322,9 @@ def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
 
 def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[str, Any] | None,
                     merge: bool, bound: dict[str, float] | None, tolerance: float,
-                    t0: float | None = None, marks: Sequence[Sequence[float]] | None = None
-                    ) -> ModelResult:
-    """``model_flows`` on a prepared flow list."""
+                    t0: float | None = None, marks: Sequence[Sequence[float]] | None = None,
+                    probe: np.ndarray | None = None) -> ModelResult:
+    """``model_flows`` on a prepared flow list (``probe``: ``simulate``'s progress)."""
     pol = _check_policy(policy)
     t0 = time.perf_counter() if t0 is None else t0
     given = prep
@@ -391,7 +392,7 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
     col = np.array(flat_c, dtype=np.int64)[ent]
     wt = np.array(flat_w, dtype=np.float64)[ent]
     tl = simulate(links.capacity, row, col, wt, mult.astype(np.float64), uniq[:, 1] * 8,
-                  uniq[:, 2], tolerance, trace=marks is not None)
+                  uniq[:, 2], tolerance, trace=marks is not None, probe=probe)
     finish = tl.finish[cls]
     start_rate = tl.start_rate[cls]
     mark_s = None
@@ -454,8 +455,6 @@ def _map_back(origin: np.ndarray, n: int, finish: np.ndarray, start_rate: np.nda
     return done, rate, np.split(out, off[1:-1])
 
 
-#: The prepared flow list that forked policy workers model (set only around the fork).
-_WORKER_PREP: _Prepared | None = None
 #: Resident memory a policy worker may add: its own copy of the per-flow Python objects
 #: (reference counting writes to the pages it shares with the parent) and its arrays.
 _WORKER_BYTES_PER_FLOW = 6_000
@@ -482,45 +481,41 @@ def auto_jobs(flows: int, policies: int) -> int:
     return max(1, min(cpus, policies, int(by_memory)))
 
 
-def _worker_init() -> None:
-    """A policy worker leaves Ctrl-C to its parent, which ends it (SIGTERM) at once."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-
-
-def _one_policy(prep: _Prepared, task: tuple[str, int, dict[str, float], float]
-                ) -> ModelResult:
-    policy, seed, bound, tolerance = task
-    return _model_prepared(prep, policy, seed=seed, adaptive=None, merge=True, bound=bound,
-                           tolerance=tolerance)
-
-
-def _policy_worker(task: tuple[str, int, dict[str, float], float]) -> ModelResult:
-    assert _WORKER_PREP is not None
-    return _one_policy(_WORKER_PREP, task)
-
-
 def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed: int,
-                    bound: dict[str, float], tolerance: float) -> list[ModelResult]:
+                    bound: dict[str, float], tolerance: float,
+                    progress: Callable[[int, Note], None] | None = None) -> list[ModelResult]:
     """``_model_prepared`` for every policy, in ``jobs`` forked processes when more than one.
 
     The policies share nothing but the prepared flow list, and each is one long compiled
     event loop: on a machine with more than one CPU they run side by side, each on its own
     core. Workers are forked so they inherit the flow list instead of unpickling it; where
     fork is unavailable, or one job is asked for, they run here in turn. However the parent
-    stops (an error in a worker, Ctrl-C, SIGTERM), leaving the pool terminates every worker.
+    stops (an error in a worker, Ctrl-C, SIGTERM), every worker is killed before it returns
+    (``forked.map_forked``). ``progress(policy index, note)``: where each policy is, from a
+    thread that watches its solve (``testbed.models.progress``).
     """
-    global _WORKER_PREP
-    tasks = [(p, seed, bound, tolerance) for p in policies]
     if jobs == 0:
-        jobs = auto_jobs(len(prep.fl), len(tasks))
-    jobs = min(jobs, len(tasks))
-    if jobs <= 1 or "fork" not in mp.get_all_start_methods():
-        return [_one_policy(prep, task) for task in tasks]
-    _WORKER_PREP = prep
-    try:
-        with mp.get_context("fork").Pool(jobs, initializer=_worker_init) as pool:
-            return pool.map(_policy_worker, tasks, chunksize=1)
-    finally:
-        _WORKER_PREP = None
+        jobs = auto_jobs(len(prep.fl), len(policies))
+
+    def one(policy: str, note: Callable[[Note], None]) -> ModelResult:
+        if progress is None:
+            return _model_prepared(prep, policy, seed=seed, adaptive=None, merge=True,
+                                   bound=bound, tolerance=tolerance)
+        pr = new_probe()
+        with Watch(pr, note):
+            res = _model_prepared(prep, policy, seed=seed, adaptive=None, merge=True,
+                                  bound=bound, tolerance=tolerance, probe=pr)
+        note(("done", float(pr[0]), float(pr[2])))
+        return res
+
+    # the policies that pin paths first: they bind on every link and cost the most, so
+    # with fewer workers than policies the cheap split ones fill in at the end
+    order = sorted(range(len(policies)), key=lambda i: _check_policy(policies[i]).split)
+
+    def report(k: int, note: Note) -> None:
+        if progress is not None:
+            progress(order[k], note)
+
+    out = map_forked(one, [policies[i] for i in order], min(jobs, len(policies)), report)
+    by_index = dict(zip(order, out, strict=True))
+    return [by_index[i] for i in range(len(policies))]

@@ -18,21 +18,25 @@ ecmp closed forms: ``testbed.models.flowmodel``, aggregation point 3 and "Scale"
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from controllers import policies as registry
 from controllers.flows import ROCE_PORT, sport_for_qp
 from testbed import topologies
 from testbed.models.bounds import _finish_bounds, _funnel, _start_aware
 from testbed.models.inputs import DEFAULT_POLICIES, _check_policy
 from testbed.models.jobs import Job
+from testbed.models.progress import Note, Watch
+from testbed.models.progress import probe as new_probe
 from testbed.models.results import (
     ModelResult,
     _bottlenecks,
@@ -253,8 +257,10 @@ def _whatif_static(q: _Quotient) -> tuple[_Links, np.ndarray]:
     return links, load
 
 
-def _whatif_fluid(q: _Quotient, bnd: dict[str, float], tolerance: float = 0.0) -> ModelResult:
-    """ecmp-fluid on the group quotient: event-driven max-min, exact (aggregation point 3)."""
+def _whatif_fluid(q: _Quotient, bnd: dict[str, float], tolerance: float = 0.0,
+                  probe: np.ndarray | None = None) -> ModelResult:
+    """ecmp-fluid on the group quotient: event-driven max-min, exact (aggregation point 3);
+    ``probe``: ``simulate``'s progress counters."""
     t0 = time.perf_counter()
     job = q.job
     row, col, w, _ = q.incidence()
@@ -269,7 +275,7 @@ def _whatif_fluid(q: _Quotient, bnd: dict[str, float], tolerance: float = 0.0) -
     links, load = _whatif_static(q)
     mult = cnt.astype(np.float64) * job.groups
     tl = simulate(links.capacity, c_row, c_col, c_w, mult, uniq[:, 2] * 8, uniq[:, 3],
-                  tolerance)
+                  tolerance, probe=probe)
     completion = float(tl.finish.max())
     kind, note = _tolerance_note(tolerance, f"{job.flows:,} flows as {uniq.shape[0]:,} classes "
                                             f"on {links.count.size:,} link classes")
@@ -489,28 +495,41 @@ def _whatif_bounds(q: _Quotient) -> dict[str, float]:
 
 
 def whatif(tt: TwoTier, job: Job, policies: Sequence[str] = DEFAULT_POLICIES, seed: int = 0,
-           tolerance: float = 0.0) -> tuple[list[ModelResult], dict[str, float]]:
+           tolerance: float = 0.0, progress: Callable[[int, Note], None] | None = None
+           ) -> tuple[list[ModelResult], dict[str, float]]:
     """The aggregate model of ``job`` on ``tt`` for each policy, and the bounds.
 
     ``tolerance``: event coalescing of ecmp-fluid (``simulate``; 0 = exact).
+    ``progress(policy index, note)``: where each policy is (``testbed.models.progress``).
     """
     pols = [_check_policy(p) for p in policies]
     q = _Quotient(tt, job)
     bnd = _whatif_bounds(q)
     out = []
-    for p in pols:  # the closed form the policy module names (WHATIF)
-        if p.whatif == "fluid":
-            res = _whatif_fluid(q, bnd, tolerance)
-        elif p.whatif == "lanes":
-            res = _whatif_planned(q, bnd)
-        elif p.whatif == "hash":
-            res = _whatif_ecmp(q, bnd, seed)
-        else:
-            res = ModelResult(
-                policy=p.name, method="not computed", kind="not-computed", completion_s=None,
-                flows=job.flows, bound_s=bnd["splittable" if p.split else "unsplit"],
-                bound_name="splittable" if p.split else "unsplit",
-                note=f"the {p.name} policy has no aggregate form (its module sets no WHATIF); "
-                     "use --mode per-flow on a smaller fabric")
+    for i, p in enumerate(pols):  # the closed form the policy module names (WHATIF)
+        pr = new_probe()
+        with contextlib.ExitStack() as watching:
+            if progress is not None:
+                watching.enter_context(Watch(pr, lambda note, i=i: progress(i, note)))
+            res = _whatif_one(q, bnd, p, seed, tolerance, pr)
+        if progress is not None:
+            progress(i, ("done", float(pr[0]), float(pr[2])))
         out.append(dataclasses.replace(res, policy=p.label))
     return out, bnd
+
+
+def _whatif_one(q: _Quotient, bnd: dict[str, float], p: registry.Policy, seed: int,
+                tolerance: float, probe: np.ndarray) -> ModelResult:
+    """One policy's aggregate result: the closed form its module names (``WHATIF``)."""
+    if p.whatif == "fluid":
+        return _whatif_fluid(q, bnd, tolerance, probe)
+    if p.whatif == "lanes":
+        return _whatif_planned(q, bnd)
+    if p.whatif == "hash":
+        return _whatif_ecmp(q, bnd, seed)
+    return ModelResult(
+        policy=p.name, method="not computed", kind="not-computed", completion_s=None,
+        flows=q.job.flows, bound_s=bnd["splittable" if p.split else "unsplit"],
+        bound_name="splittable" if p.split else "unsplit",
+        note=f"the {p.name} policy has no aggregate form (its module sets no WHATIF); "
+             "use --mode per-flow on a smaller fabric")

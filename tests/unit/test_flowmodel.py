@@ -16,10 +16,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -590,53 +586,6 @@ def test_policies_in_worker_processes_match_one_process():
         assert a.events > 1 and a.events == b.events and a.classes == b.classes
         assert np.array_equal(a.flow_finish_s, b.flow_finish_s)
         assert a.flow_completion == b.flow_completion and a.completion_s == b.completion_s
-
-
-def _children(pid: int) -> list[int]:
-    kids = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{d}/stat", encoding="ascii", errors="replace") as fh:
-                stat = fh.read()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            kids.append(int(d))
-    return kids
-
-
-@pytest.mark.parametrize("sig, rc", [(signal.SIGTERM, 128 + signal.SIGTERM),
-                                     (signal.SIGINT, 130)])
-def test_stopping_a_parallel_model_run_ends_its_workers(tmp_path, sig, rc):
-    """SIGTERM to the CLI, or Ctrl-C to its process group: the workers go with it, at
-    once, and no results folder is left."""
-    env = {**os.environ, "ASTRAL_LAB_RESULTS": str(tmp_path)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "astral_lab.cli", "model", "astral3", "--gpus", "128",
-         "--workload", "decode", "--jobs", "2"], env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while len(_children(proc.pid)) < 2 and proc.poll() is None \
-                and time.monotonic() < deadline:
-            time.sleep(0.2)
-        workers = _children(proc.pid)
-        assert len(workers) >= 2, "the policy workers never started"
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)  # what a terminal's Ctrl-C does
-        else:
-            proc.send_signal(sig)
-        assert proc.wait(timeout=60) == rc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    for w in workers:
-        deadline = time.monotonic() + 30
-        while os.path.exists(f"/proc/{w}") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not os.path.exists(f"/proc/{w}"), f"worker {w} outlived the CLI"
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_auto_jobs_is_bounded_by_cpus_policies_and_memory(monkeypatch):

@@ -1,0 +1,142 @@
+"""Progress of a long model run (``testbed.models.progress``): what the status line says,
+how the time left is estimated, and that it is drawn only on a terminal (a pty here) and
+never into a pipe, a file or a test's captured stderr."""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import select
+
+import numpy as np
+
+from astral_lab.cli import main
+from testbed.models import progress as pg
+from testbed.models.flowmodel import run
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_work_fraction_and_durations():
+    assert pg.work_fraction(0, 100) == 0.0
+    assert pg.work_fraction(5, 0) == 0.0  # nothing to solve yet
+    assert pg.work_fraction(50, 100) == 0.75  # refills cost the classes still sending
+    assert pg.work_fraction(100, 100) == 1.0 and pg.work_fraction(120, 100) == 1.0
+    assert [pg.duration(s) for s in (0.4, 42, 185, 3725)] == ["0 s", "42 s", "3 min 5 s",
+                                                             "1 h 2 min"]
+
+
+def test_the_line_names_every_policy_and_the_time_left():
+    tasks = [pg.TaskState("ecmp", "solving", 0.0, None, 50, 100),
+             pg.TaskState("ecmp-fluid", "done", 0.0, 4.0),
+             pg.TaskState("planned", "routing", 8.0),
+             pg.TaskState("adaptive")]
+    left = pg.estimate_left(tasks, now=12.0, jobs=2)
+    # ecmp: 12 s for 75% of its work -> 16 s in all, 4 s left; known totals 4 and 16 s,
+    # mean 10 s: planned (4 s in) about 6 s more, adaptive 10 s; 20 s of work over 2 jobs
+    assert left == 10.0
+    line = pg.format_line(tasks, 12.0, left)
+    assert line == ("model: 12 s, about 10 s left | ecmp 75%, ecmp-fluid done, "
+                    "planned routing, adaptive waiting")
+    assert pg.estimate_left([pg.TaskState("ecmp", "routing", 0.0)], 5.0, 1) is None
+    assert "estimating" in pg.format_line(tasks[:1], 1.0, None)
+
+
+def test_silent_unless_a_terminal_and_only_after_the_delay():
+    clock = Clock()
+    piped = io.StringIO()
+    p = pg.Progress(piped, clock=clock, delay=2.0)
+    assert not p.enabled
+    p.start(["ecmp"])
+    clock.t += 30
+    p.note(0, ("solving", 10, 100))
+    p.close()
+    assert piped.getvalue() == ""
+
+    tty = Tty()
+    p = pg.Progress(tty, clock=clock, delay=2.0, interval=1.0)
+    assert p.enabled
+    p.start(["ecmp", "planned"], jobs=2)
+    p.note(0, ("routing", 0, 0))
+    assert tty.getvalue() == ""  # not before the delay
+    clock.t += 3
+    p.note(0, ("solving", 50, 100))
+    drawn = tty.getvalue()
+    assert drawn.startswith("\r") and "ecmp 75%" in drawn and "planned waiting" in drawn
+    clock.t += 0.5
+    p.note(0, ("solving", 60, 100))
+    assert tty.getvalue() == drawn  # not more often than every interval
+    p.close()
+    assert tty.getvalue().endswith("\r") and tty.getvalue()[len(drawn):].strip() == ""
+
+
+def test_forced_on_for_a_stream_that_is_not_a_terminal():
+    out = io.StringIO()
+    p = pg.Progress(out, enabled=True, delay=0.0)
+    p.start(["ecmp"])
+    p.note(0, ("done", 10, 10))
+    assert "ecmp done" in out.getvalue()
+
+
+def test_watch_reads_the_probe_while_a_task_runs():
+    probe = pg.probe()
+    notes = []
+    with pg.Watch(probe, notes.append, interval=0.01):
+        probe[2] = 40
+        probe[0] = 10
+        deadline = 200
+        while not any(n == ("solving", 10.0, 40.0) for n in notes) and deadline:
+            select.select([], [], [], 0.01)
+            deadline -= 1
+    assert notes[0] == ("routing", 0.0, 0.0) and ("solving", 10.0, 40.0) in notes
+
+
+def _read_all(fd: int) -> str:
+    out = b""
+    while select.select([fd], [], [], 0.2)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out.decode(errors="replace")
+
+
+def test_a_run_draws_its_line_on_a_terminal_from_forked_workers():
+    master, slave = pty.openpty()
+    try:
+        with os.fdopen(os.dup(slave), "w") as tty:
+            p = pg.Progress(tty, delay=0.0, interval=0.0)
+            assert p.enabled
+            doc, res = run("astral3", 16, workload="decode", jobs=2, progress=p,
+                           policies=["ecmp", "ecmp-fluid", "planned"])
+            p.close()
+        text = _read_all(master)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert "model: " in text
+    for label in ("ecmp", "ecmp-fluid", "planned"):
+        assert f"{label} done" in text
+    assert all(np.isfinite(r.completion_s) for r in res)
+
+
+def test_the_cli_draws_nothing_into_captured_stderr(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path))
+    assert main(["model", "astral3", "--gpus", "16", "--workload", "decode", "--jobs", "2"]) == 0
+    err = capsys.readouterr().err
+    assert err == ""
