@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass
@@ -88,3 +91,14 @@ def stopped_as_asked(sig: int, how: Stopped) -> bool:
     return (sig == signal.SIGINT and how.status == 1
             and how.stderr.startswith("Fatal Python error: init_")
             and how.stderr.rstrip().endswith("KeyboardInterrupt"))
+
+
+def before_the_program(how: Stopped) -> bool:
+    """True when no frame of the traceback ``how`` printed is the project's own code (only
+    CPython's start-up, its import machinery, site-packages' start-up hooks): the signal
+    came before any line of the program ran, so only CPython could report it, and it does
+    with a traceback."""
+    frames = re.findall(r'File "([^"]+)"', how.stderr)
+    venv = os.path.join(REPO, ".venv") + os.sep
+    return bool(frames) and not any(f.startswith(REPO + os.sep) and not f.startswith(venv)
+                                    for f in frames)
