@@ -24,9 +24,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
 import pytest
+
+from tests.stopping import Stopped, stopped_as_asked
 
 #: A run that lasts a few seconds here and forks two policy workers at a time (four
 #: policies, --jobs 2), so every moment below comes before its end.
@@ -36,19 +37,6 @@ MOMENTS = (0.05, 0.3, 1.0, "workers", "first-done")
 TRIES = 3
 #: Seconds a stopped run may take to exit: generous, the machine is busy on purpose.
 EXIT_BOUND_S = 20.0
-
-
-@pytest.fixture
-def busy_machine() -> Iterator[None]:
-    """Two CPU-bound processes beside the CLI, one at the lowest priority."""
-    spin = [sys.executable, "-c", "while 1: pass"]
-    hogs = [subprocess.Popen(spin), subprocess.Popen(["nice", "-n", "19", *spin])]
-    try:
-        yield
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
 
 
 def _children(pid: int) -> list[int]:
@@ -103,7 +91,7 @@ def _one_try(sig: int, moment: float | str, results: str) -> str | None:
     """Start the CLI, signal it at ``moment``; what went wrong, or None."""
     env = {**os.environ, "ASTRAL_LAB_RESULTS": results}
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "astral_lab.cli", *ARGV], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "astral_lab", *ARGV], env=env,
                             start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -119,9 +107,7 @@ def _one_try(sig: int, moment: float | str, results: str) -> str | None:
         except subprocess.TimeoutExpired:
             return f"still running {EXIT_BOUND_S:g} s after the signal"
         took = time.monotonic() - sent
-        interpreter = proc.returncode == 1 and "init_import_site" in err and \
-            sig == signal.SIGINT and isinstance(moment, float)
-        if proc.returncode not in (128 + sig, -sig) and not interpreter:
+        if not stopped_as_asked(sig, Stopped(proc.returncode, took, err)):
             return f"exit status {proc.returncode} after {took:.1f} s: {err.strip()[-300:]!r}"
         deadline = time.monotonic() + 1.0
         while (left := _session(proc.pid)) and time.monotonic() < deadline:
