@@ -28,9 +28,10 @@ BENCHMARKS = {
                ["--repeats", "1", "--seconds", "1", "--scapy-packets", "1000"]),
     "capacity": (capacity.main, ["--pmtus", "1024,2048,4096"],
                  ["--pmtus", "1024,4096", "--attempts", "1"]),
-    "model": (model.main, ["--sizes", "1024,8192,65536", "--default-sizes", "256,1024"],
+    "model": (model.main, ["--sizes", "1024,8192,65536", "--default-sizes", "256,1024",
+                           "--exact-sizes", "256"],
               ["--sizes", "1024", "--placements", "packed", "--default-sizes", "256",
-               "--workloads", "alltoall"]),
+               "--workloads", "alltoall", "--exact-sizes", ""]),
 }
 
 

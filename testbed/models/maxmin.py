@@ -294,8 +294,9 @@ def _by_link(n_links: int, rptr: np.ndarray, col: np.ndarray, done: np.ndarray
 @njit(cache=True, error_model="numpy", nogil=True)
 def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
            bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float, trace: bool,
-           probe: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray,
-                                       np.ndarray, np.ndarray]:
+           probe: np.ndarray, max_events: int = -1
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray,
+                      np.ndarray]:
     """The event loop on one component: rows in CSR (``rptr``, ``col``, ``coef`` =
     multiplicity x weight). Returns finish time and first rate per row, the times at which
     an allocation was computed, the filling rounds, and (``trace``) every rate a row was
@@ -304,6 +305,8 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
 
     It runs without the GIL and adds, as it goes, the rows finished to ``probe[0]`` and
     the events to ``probe[1]``, so another thread can report progress meanwhile.
+    ``max_events`` >= 0 stops after that many allocations (rows not finished by then keep
+    a NaN finish): ``max_events=1`` gives the first rates alone.
     """
     n, n_links = bits.size, cap.size
     finish = np.full(n, np.nan)
@@ -346,7 +349,7 @@ def events(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
     ntr = 0
     nt = rounds = nxt = nseq = nfin = 0
     t = 0.0
-    while nxt < order.size or nseq - nfin > 0:
+    while (nxt < order.size or nseq - nfin > 0) and nt != max_events:
         arrival = start[order[nxt]] if nxt < order.size else _INF
         if nfin == 0 or nseq - nfin == 0 or arrival <= t * (1 + tie) + 1e-300:
             # cold: settle everyone, admit arrivals, allocate from scratch
@@ -513,12 +516,12 @@ def _record(tr_row: np.ndarray, tr_t: np.ndarray, tr_rate: np.ndarray, ntr: int,
 
 def run(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
         bits: np.ndarray, start: np.ndarray, tolerance: float, tie: float, trace: bool = False,
-        probe: np.ndarray | None = None
+        probe: np.ndarray | None = None, max_events: int = -1
         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, np.ndarray,
                    np.ndarray]:
     """``events`` with its arguments in the one layout it is compiled (and cached) for:
     another dtype or a strided view would cost a second compilation. ``probe``: a float64
-    array of at least two counters (``events``), or None."""
+    array of at least two counters (``events``), or None; ``max_events``: ``events``."""
     f8, i8 = np.float64, np.int64
     if probe is None:
         probe = np.zeros(2)
@@ -526,7 +529,7 @@ def run(cap: np.ndarray, rptr: np.ndarray, col: np.ndarray, coef: np.ndarray,
         raise ValueError("probe must be a 1-D float64 array of at least two counters")
     return events(*(np.ascontiguousarray(a, dtype=d) for a, d in
                     ((cap, f8), (rptr, i8), (col, i8), (coef, f8), (bits, f8), (start, f8))),
-                  float(tolerance), float(tie), bool(trace), probe)
+                  float(tolerance), float(tie), bool(trace), probe, int(max_events))
 
 
 def warm() -> None:

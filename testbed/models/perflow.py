@@ -490,7 +490,7 @@ def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed
     event loop: on a machine with more than one CPU they run side by side, each on its own
     core. Workers are forked so they inherit the flow list instead of unpickling it; where
     fork is unavailable, or one job is asked for, they run here in turn. However the parent
-    stops (an error in a worker, Ctrl-C, SIGTERM), every worker is killed before it returns
+    stops (an error in a worker, Ctrl-C, SIGTERM), no worker outlives the call
     (``forked.map_forked``). ``progress(policy index, note)``: where each policy is, from a
     thread that watches its solve (``testbed.models.progress``).
     """

@@ -11,9 +11,10 @@ couple of seconds.
 
 The estimate: a refill after departures costs about the classes still sending, so the
 work behind a solve that has finished a fraction f of its classes is about
-``1 - (1 - f) ** 2`` of its total (checked against a decode step's wall clock: within
-about a tenth, early and late). A policy's total time is then its elapsed time over
-that; policies not yet started are taken to cost the mean of the others.
+``1 - (1 - f) ** 2`` of its total. On a decode step that follows the wall clock closely
+enough to estimate from, where f alone runs far behind it early on. A policy's total
+time is then its elapsed time over that; policies not yet started are taken to cost the
+mean of the others.
 """
 
 from __future__ import annotations

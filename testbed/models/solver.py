@@ -37,6 +37,9 @@ from testbed.models import maxmin
 
 #: Levels (and finish times) within this relative distance are one round (one event).
 REL_TIE = 1e-9
+#: Components of at least this many classes are renumbered for memory locality first
+#: (``_simulate_component``); smaller ones fit in the CPU's caches as they are.
+RELABEL_ROWS = 20_000
 
 
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -353,9 +356,28 @@ def _simulate_component(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef:
     """The event loop of ``simulate`` on one component (CSR rows, ``coef`` = mult x weight):
     finish and first rate per class, the times at which an allocation was computed, and the
     filling rounds. The loop (warm start after departures, next finish from a segment tree)
-    is compiled: ``testbed.models.maxmin``."""
+    is compiled: ``testbed.models.maxmin``.
+
+    A large component's rows are first renumbered in the order of their first rates. A
+    refill walks the rows in rate order, and the rows of one bottleneck keep neighbouring
+    rates, so the walk then reads memory nearly in order instead of at random: the same
+    answer (rows are only relabelled), with fewer cache misses."""
     rptr = np.zeros(bits.size + 1, dtype=np.int64)
     np.cumsum(np.bincount(row, minlength=bits.size), out=rptr[1:])
+    perm = None
+    if bits.size >= RELABEL_ROWS:
+        first = maxmin.run(cap, rptr, col, coef, bits, start, tolerance, REL_TIE,
+                           max_events=1)[1]
+        perm = np.argsort(first, kind="stable")
+        lens = np.diff(rptr)[perm]
+        new_ptr = np.zeros_like(rptr)
+        np.cumsum(lens, out=new_ptr[1:])
+        ent = _ranges(rptr[perm], rptr[perm + 1])
+        rptr, col, coef, bits, start = new_ptr, col[ent], coef[ent], bits[perm], start[perm]
     f, sr, t, r, tr_row, tr_t, tr_rate = maxmin.run(cap, rptr, col, coef, bits, start,
                                                     tolerance, REL_TIE, trace, probe)
+    if perm is not None:
+        back = np.empty_like(perm)
+        back[perm] = np.arange(perm.size)
+        f, sr, tr_row = f[back], sr[back], perm[tr_row]
     return f, sr, t, r, ((tr_row, tr_t, tr_rate) if trace else None)

@@ -25,6 +25,7 @@ from controllers import lb
 from controllers.flows import Flow, sport_for_qp
 from controllers.paths import PathFinder
 from testbed import flowmodel as fm  # the old name: it also hands out the internals tested here
+from testbed.models import solver
 from testbed.topologies import FabricSpec, build
 from tests.unit.fabrics import plan_of
 
@@ -246,12 +247,16 @@ def coupled_groups(rng, groups, copies):
     return cap, rows, bits, start
 
 
+@pytest.mark.parametrize("relabel", [False, True], ids=["as-given", "relabelled"])
 @pytest.mark.parametrize("seed", range(8))
-def test_components_pruning_and_copies_match_the_reference(seed):
+def test_components_pruning_and_copies_match_the_reference(seed, relabel, monkeypatch):
     # the reductions simulate() makes before its events (links that cannot bind dropped,
     # independent components apart, identical components once) change nothing: finish
     # times, first rates and the links full at the start equal a from-scratch filling at
-    # every event, with unequal sizes, staggered starts and split weights
+    # every event, with unequal sizes, staggered starts and split weights; nor does
+    # renumbering a component's rows by first rate (done for large ones, here for all)
+    if relabel:
+        monkeypatch.setattr(solver, "RELABEL_ROWS", 1)
     rng = random.Random(100 + seed)
     for _ in range(12):
         cap, rows, bits, start = coupled_groups(rng, rng.randint(1, 3), rng.randint(1, 3))
@@ -270,6 +275,33 @@ def test_components_pruning_and_copies_match_the_reference(seed):
         again = sim(cap, rows, bits, start)  # from the cache: same answer, same counts
         assert again.finish.tolist() == got.finish.tolist()
         assert (again.events, again.rounds) == (got.events, got.rounds)
+
+
+def _records(tl):
+    """A trace's (class, time, rate) records, sorted: comparable whatever order they came."""
+    row, t, rate = tl.trace
+    o = np.lexsort((rate, t, row))
+    return [row[o].tolist(), t[o].tolist(), rate[o].tolist()]
+
+
+def test_relabelled_rows_keep_their_trace(monkeypatch):
+    # the rate history behind Timeline.sent_by comes back under the caller's class numbers
+    rng = random.Random(7)
+    cap, rows, bits, start = coupled_groups(rng, 2, 3)
+    fm._COMPONENT_CACHE.clear()
+    plain = fm.simulate(np.array(cap, float), *_coo(rows), np.ones(len(rows)),
+                        np.array(bits, float), np.array(start, float), trace=True)
+    monkeypatch.setattr(solver, "RELABEL_ROWS", 1)
+    fm._COMPONENT_CACHE.clear()
+    moved = fm.simulate(np.array(cap, float), *_coo(rows), np.ones(len(rows)),
+                        np.array(bits, float), np.array(start, float), trace=True)
+    assert moved.finish.tolist() == pytest.approx(plain.finish.tolist(), rel=1e-12)
+    for got, want in zip(_records(moved), _records(plain), strict=True):
+        assert got == pytest.approx(want, rel=1e-12)
+    cls = np.arange(len(rows))
+    half = np.array(bits, float) / 2
+    assert moved.sent_by(cls, half, np.array(start, float)).tolist() == pytest.approx(
+        plain.sent_by(cls, half, np.array(start, float)).tolist(), rel=1e-12)
 
 
 def test_identical_groups_are_simulated_once_and_split_groups_apart():
