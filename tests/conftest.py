@@ -29,7 +29,8 @@ def _integration_needs_root(request: pytest.FixtureRequest) -> None:
 def busy_machine() -> Iterator[None]:
     """Two CPU-bound processes beside the test, one of them at nice 19: CI's machine is not
     always quiet, and a signal race usually shows only when the CPU is contended."""
-    spin = [sys.executable, "-c", "while 1: pass"]
+    # each spins only while pytest lives, so a killed test run leaves none behind
+    spin = [sys.executable, "-c", "import os\np = os.getppid()\nwhile os.getppid() == p: pass"]
     procs = [subprocess.Popen(spin), subprocess.Popen(["nice", "-n", "19", *spin])]
     try:
         yield

@@ -26,6 +26,15 @@ class Stopped:
     before: str = ""
 
 
+def as_from_a_terminal() -> None:
+    """Run in the child before exec: the signal dispositions a terminal's command starts
+    with. A test run started in the background (``&``, CI's harness) has SIGINT ignored,
+    and an ignored disposition is inherited across exec, which would make every Ctrl-C
+    case pass or fail for the wrong reason."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def stop_command(argv: list[str], sig: int, *, after: float | None = None,
                  after_line: str | None = None, env: dict[str, str] | None = None,
                  bound: float = 60.0, cwd: str | None = None) -> Stopped:
@@ -37,6 +46,7 @@ def stop_command(argv: list[str], sig: int, *, after: float | None = None,
     still running after ``bound`` is killed and reported with status -9.
     """
     proc = subprocess.Popen(argv, env=env, cwd=cwd, start_new_session=True, text=True,
+                            preexec_fn=as_from_a_terminal,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     assert proc.stdout is not None and proc.stdin is not None

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from tests.stopping import Stopped, stopped_as_asked
+from tests.stopping import Stopped, as_from_a_terminal, stopped_as_asked
 
 #: A run that lasts a few seconds here and forks two policy workers at a time (four
 #: policies, --jobs 2), so every moment below comes before its end.
@@ -92,7 +92,8 @@ def _one_try(sig: int, moment: float | str, results: str) -> str | None:
     env = {**os.environ, "ASTRAL_LAB_RESULTS": results}
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "astral_lab", *ARGV], env=env,
-                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=as_from_a_terminal,
+                            stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
         if not _wait_for(moment, proc, t0):
