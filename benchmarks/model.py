@@ -7,10 +7,11 @@ run and nothing else.
 Wall time is the model run alone; on a shared machine it also counts what other processes
 took, so CPU time is the figure to compare between runs.
 
-Three sweeps, all on astral3 (400G NICs, 200G lanes, 8 GPUs per server, leaves filled):
+Three sweeps, all on astral3 (400G NICs, 200G lanes, 8 GPUs per server; ``FABRICS`` says
+which blocks each size has):
 
-* ``defaults``: ``astral-lab model astral3 --gpus N --workload W --servers-per-block 0``
-  with every other option at its default (the four switch-side policies, auto mode:
+* ``defaults``: ``astral-lab model astral3 --gpus N --workload W`` with every other option
+  at its default (the four switch-side policies, auto mode:
   per-flow at these sizes, finishes coalesced within the default event tolerance), for
   each workload the CLI offers (alltoall, prefill, decode) at ``--default-sizes`` (256,
   1,024). Goal: each within 30 s, except the 1,024-GPU decode step: within 5 min.
@@ -46,10 +47,11 @@ import numpy as np
 
 from benchmarks.common import child_argv, die_with_parent, run_child, write
 
-#: leaves filled (servers_per_block 0), as the README's figures were measured: the CLI's
-#: default blocks of two servers (``topo``'s) do not reach 1,024 GPUs at radix 256
+#: The fabric of each size. 256 GPUs: the CLI's default (``topo``'s blocks of two servers),
+#: the command a user types. Larger: leaves filled (servers_per_block 0), since blocks of
+#: two do not reach 1,024 GPUs at radix 256 (the CLI refuses them and says so).
 FABRICS: dict[int, dict[str, int]] = {
-    256: {"servers_per_block": 0},
+    256: {},
     1024: {"servers_per_block": 0},
     8192: {"servers_per_block": 0},
     65536: {"radix": 1024, "servers_per_block": 64},
@@ -80,8 +82,8 @@ def child(gpus: int, placement: str, mode: str, policies: list[str] | None,
           finishes: str | None = None) -> dict[str, Any]:
     """One model run in this process; the parent reads the JSON line it prints.
 
-    ``policies`` None and mode ``auto`` is the CLI with default options, leaves filled
-    (``jobs`` 0: the CLI's workers). ``finishes``: an .npz file to save every policy's flow
+    ``policies`` None and mode ``auto`` is the CLI with default options on ``FABRICS``'s
+    fabric (``jobs`` 0: the CLI's workers). ``finishes``: an .npz file to save every policy's flow
     finishes in."""
     from testbed.models import flowmodel as fm
 
