@@ -13,8 +13,8 @@ import argparse
 import signal
 import sys
 
-from controllers.flows import ROCE_PORT
 from traffic.shell import agent
+from vocab.flows import ROCE_PORT
 
 
 def main(argv: list[str] | None = None) -> int:

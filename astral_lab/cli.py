@@ -36,11 +36,11 @@ from astral_lab.cluster_cli import add_cluster_option
 from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
-from controllers.validate import Parser, out_dir, out_file
 from testbed import topologies
 from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_on_signals
 from testbed.topologies import FABRIC_RULES, FabricSpec, build, describe
+from vocab.validate import Parser, out_dir, out_file
 
 RESULTS = results_root()
 

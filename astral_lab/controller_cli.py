@@ -12,7 +12,7 @@ import sys
 
 from controllers import policies
 from controllers.shell.run import DEFAULT_OF_PORT, DEFAULT_REST_PORT, serve
-from controllers.validate import PORT, SECONDS, BadValue, Parser, count, in_file, out_file, real
+from vocab.validate import PORT, SECONDS, BadValue, Parser, count, in_file, out_file, real
 
 #: what a controller process's command line contains (``testbed.shell.cleanup`` finds them by it)
 MODULE = "astral_lab.controller_cli"

@@ -12,8 +12,6 @@ import os
 from dataclasses import asdict, fields
 from typing import Any
 
-from controllers.plan import write_json_atomic
-from controllers.validate import list_of, out_dir, real
 from testbed import topologies
 from testbed.models.cost import (
     CONVENTIONS,
@@ -25,6 +23,8 @@ from testbed.models.cost import (
 )
 from testbed.results import check_output, output_dir
 from testbed.topologies import COST_RULES, GPU_COUNT, CostSpec
+from vocab.plan import write_json_atomic
+from vocab.validate import list_of, out_dir, real
 
 #: a price in $ (an assumption the user may zero; a billion is past any switch or optic)
 PRICE = real(0, 1e9)

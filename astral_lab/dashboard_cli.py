@@ -23,11 +23,11 @@ import threading
 import urllib.parse
 from typing import Any
 
-from controllers.plan import WiringPlan, write_json_atomic
 from controllers.shell.client import ControllerClient
-from controllers.validate import SECONDS, Parser, count, in_file
 from ops.telemetry import DEFAULT_INTERVAL_S
 from testbed.shell.signals import STOPPING, exit_status
+from vocab.plan import WiringPlan, write_json_atomic
+from vocab.validate import SECONDS, Parser, count, in_file
 
 #: what a dashboard process's command line contains (``testbed.shell.cleanup`` finds it by it)
 MODULE = "astral_lab.dashboard_cli"

@@ -14,8 +14,6 @@ from typing import Any
 
 from controllers import policies as policy_modules
 from controllers.paths import UNITS
-from controllers.plan import write_json_atomic
-from controllers.validate import SEED, count, list_of, out_dir, real
 from testbed import topologies
 from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
@@ -35,6 +33,8 @@ from testbed.models.flowmodel import (
 from testbed.results import check_output, output_dir
 from testbed.topologies import FABRIC_RULES, GPU_COUNT, FabricSpec
 from traffic.workload import PRESETS
+from vocab.plan import write_json_atomic
+from vocab.validate import SEED, count, list_of, out_dir, real
 
 #: the default fabric is ``FabricSpec``'s, as ``topo`` draws it (``topologies.spec_for_gpus``)
 _DEFAULT = FabricSpec()

@@ -24,13 +24,14 @@ import tempfile
 import time
 from typing import Any
 
-from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerClient
-from controllers.validate import SECONDS, Parser, count, in_file, out_file, real
 from ops.agent import Diagnosis, Tools, diagnose
 from ops.detectors import Alert, Engine
 from ops.shell.collector import Collector
+from ops.shell.probe import ping
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Store
+from vocab.plan import WiringPlan
+from vocab.validate import SECONDS, Parser, count, in_file, out_file, real
 
 
 def discover(run_id: str | None = None) -> dict[str, Any]:
@@ -110,7 +111,7 @@ class Live:
     def tools(self, baseline: Store | None = None) -> Tools:
         return Tools(self.lab["plan"], store=self.store, history=self.collector.history,
                      engine=self.engine, client=self.client, host_pids=self.lab["host_pids"],
-                     baseline=baseline)
+                     baseline=baseline, prober=ping)
 
 
 def _open_recorded(path: str, name: str) -> Store:

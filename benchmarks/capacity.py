@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     result["goals"] = {"new_over_old_mbps": GOAL_OLD, "new_over_ceiling_hop_pps": GOAL_CEILING}
     path = write("capacity", result)
     if args.output:
-        from controllers.plan import write_json_atomic
+        from vocab.plan import write_json_atomic
 
         with open(path) as fh:
             write_json_atomic(args.output, json.load(fh))

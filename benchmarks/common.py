@@ -13,8 +13,8 @@ import time
 from types import FrameType
 from typing import Any
 
-from controllers.plan import write_json_atomic
 from testbed.results import results_root
+from vocab.plan import write_json_atomic
 
 BENCH_DIR = os.path.join(results_root(), "bench")
 

@@ -37,9 +37,9 @@ from typing import Any
 from benchmarks.bringup import SIZES as BRINGUP_SIZES
 from benchmarks.common import summarize, write
 from controllers import lb
-from controllers.flows import Flow
 from controllers.paths import PathFinder
 from testbed.topologies import build
+from vocab.flows import Flow
 
 QUALITY_SIZES: dict[int, dict[str, int]] = {
     **BRINGUP_SIZES,

@@ -496,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = write("datapath", result)
     if args.output:
-        from controllers.plan import write_json_atomic
+        from vocab.plan import write_json_atomic
 
         with open(path) as fh:
             write_json_atomic(args.output, json.load(fh))

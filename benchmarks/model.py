@@ -23,7 +23,7 @@ which blocks each size has):
   All-to-All inside expert-parallel groups of 256 GPUs (1 MiB per GPU pair, one flow per
   pair), groups ``packed`` and ``spread``, at ``--sizes``: 1,024 and 8,192 GPUs at radix 256
   (today's 51.2T switches), and 65,536 GPUs on the what-if fabric of
-  ``testbed/flowmodel.py`` (radix 1024, 64 servers per block). Goal: 64K within 60 s and
+  ``testbed/models/flowmodel.py`` (radix 1024, 64 servers per block). Goal: 64K within 60 s and
   8 GiB.
 
     python -m benchmarks.model [--workloads alltoall,prefill,decode] [--default-sizes 256,1024]

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers import lb, policies
-from controllers.flows import Flow
 from controllers.flowtable import (
     Changes,
     Entry,
@@ -39,8 +38,9 @@ from controllers.flowtable import (
 )
 from controllers.flowtable import infer_groups as _infer_groups
 from controllers.paths import Path, PathFinder
-from controllers.plan import WiringPlan
 from controllers.routing import attach_points, compute_routes, next_hops
+from vocab.flows import Flow
+from vocab.plan import WiringPlan
 
 #: the modes the controller runs: every policy module that declares it can
 MODES = policies.names(controller=True)

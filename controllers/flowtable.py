@@ -36,8 +36,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.flows import PROTOS, Flow
 from controllers.routing import PRIO_MISS, Route
+from vocab.flows import PROTOS, Flow
 
 ETH_IPV4 = 0x0800
 ETH_ARP = 0x0806

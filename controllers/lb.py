@@ -45,10 +45,10 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from controllers.flows import Flow
 from controllers.lbscore import _ManyCandidates, _Scorer
 from controllers.paths import UNITS, Hop, Path, PathFinder
-from controllers.plan import WiringPlan
+from vocab.flows import Flow
+from vocab.plan import WiringPlan
 
 Assignment = dict[Flow, Path]
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from controllers.flows import Flow
 from controllers.paths import Hop, Path, PathFinder
+from vocab.flows import Flow
 
 
 def _pair_hop_ids(finder: PathFinder, hop_id: dict[Hop, int],

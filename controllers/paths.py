@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from controllers.plan import Link, WiringPlan
 from controllers.routing import attach_points, next_hops
+from vocab.plan import Link, WiringPlan
 
 Hop = tuple[str, int]
 Path = tuple[Hop, ...]

@@ -26,7 +26,7 @@ import ipaddress
 from collections import deque
 from dataclasses import dataclass
 
-from controllers.plan import WiringPlan
+from vocab.plan import WiringPlan
 
 #: Flow priorities. Planned/adaptive modes (controller issue) install above ROUTE.
 PRIO_LOCAL = 300  # deliver to a directly attached host

@@ -13,8 +13,8 @@ import time
 
 from ops.agent import Tools, diagnose
 from ops.detectors import Engine
+from ops.shell import experiment, probe  # probe streams between leaves; the agent's ping
 from ops.shell.collector import Collector
-from ops.shell.experiment import steady_traffic  # probe streams between leaves
 from ops.telemetry import canonical
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
@@ -35,7 +35,7 @@ def watch(collector, engine, polls):  # poll once a second, run the detectors af
 def main(argv):
     fault = Fault(*argv) if argv else Fault("link-degrade", "lf0r0~spine1#0", fraction=0.25)
     with Lab(make_plan()) as lab:
-        streams = steady_traffic(lab, seconds=60, mbps_per_host=20)
+        streams = experiment.steady_traffic(lab, seconds=60, mbps_per_host=20)
         try:
             collector, engine = Collector.for_lab(lab, None), Engine(lab.plan)
             watch(collector, engine, 5)  # the healthy fabric first: rates and queues settle
@@ -44,7 +44,7 @@ def main(argv):
                 print(f"injected {fault.kind} on {broken}")
                 watch(collector, engine, 6)
                 print("alerts:", *(f"{a.detector}:{a.component}" for a in engine.active.values()))
-                tools = Tools(lab.plan, history=collector.history, engine=engine,
+                tools = Tools(lab.plan, history=collector.history, engine=engine, prober=probe.ping,
                               client=collector.client, host_pids=collector.host_pids)
                 answer = diagnose(tools, "what is wrong?")
         finally:

@@ -12,7 +12,6 @@ fair sharing, no queues, the ideal. Times are emulated (scale 1e-5: a 400G NIC i
 
 import sys
 
-from controllers.flows import Flow
 from testbed.models.flowmodel import model_flows
 from testbed.shell.lab import Lab
 from testbed.topologies import build
@@ -20,6 +19,7 @@ from traffic.kernels import low_latency
 from traffic.roce import message_wire_bytes
 from traffic.shell.replay import percentile, replay_step
 from traffic.workload import simulate_step
+from vocab.flows import Flow
 
 
 def make_plan():

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers.paths import PathFinder
-from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerClient, ControllerError
 from ops.detectors import (
     DEGRADED_BACKLOG_S,
@@ -40,6 +39,7 @@ from ops.detectors import (
     Topo,
 )
 from ops.telemetry import CONTROLLER, History, Store, canonical, link_components
+from vocab.plan import WiringPlan
 
 #: How much an alert from each detector says about *where* the fault is (higher = more
 #: specific). job-slow names no component, so it only brings the job's paths into play.
@@ -142,7 +142,9 @@ class Tools:
     ``history``/``engine`` are the live collector's (in-process); without them the tools
     read the ``store`` (another process's SQLite file). ``client`` is the controller's
     REST client (None or unreachable: paths come from the plan). ``host_pids`` lets the
-    probe enter host namespaces. ``baseline`` is a baseline run's store.
+    probe enter host namespaces, and ``prober`` is the probe itself (the live one is
+    ``ops.shell.probe.ping``, given by the caller beside a lab so the agent stays pure;
+    None: no probe). ``baseline`` is a baseline run's store.
     """
 
     SPECS: dict[str, dict[str, Any]] = {
@@ -182,7 +184,7 @@ class Tools:
         self.client = client
         self.host_pids = host_pids or {}
         #: ping from a host's namespace: (shell pid, destination IP, count) -> ping's summary
-        self.prober = prober or _shell_ping
+        self.prober = prober
         self.baseline_store = baseline
         self.topo = Topo.from_plan(plan)
         self.links = link_components(plan)
@@ -331,6 +333,8 @@ class Tools:
         s, d = self._host(src), self._host(dst)
         if not 1 <= int(count) <= 200:
             raise ValueError("count must be in [1, 200]")
+        if self.prober is None:
+            return {"error": "no prober here (probes run beside a live lab)"}
         pid = self.host_pids.get(s)
         if pid is None:
             return {"error": f"no namespace known for host {s} (is the lab running here?)"}
@@ -359,14 +363,6 @@ class Tools:
 
 
 # --- the deterministic planner ---------------------------------------------------------------
-def _shell_ping(pid: int, ip: str, count: int) -> str:
-    """The live prober (``ops.shell.probe.ping``), loaded only when a probe runs, so the
-    planner stays pure for every caller that gives its own prober or probes nothing."""
-    import importlib
-
-    return importlib.import_module("ops.shell.probe").ping(pid, ip, count)
-
-
 def parse_question(question: str, plan: WiringPlan) -> dict[str, Any]:
     """Hosts, links and switches a question names (``why is s0g0 -> s1g1 slow?``)."""
     hosts = {h.name for h in plan.hosts}
@@ -442,7 +438,7 @@ def diagnose(tools: Tools, question: str = "what is wrong?", *, job_hosts: list[
             if anomaly:
                 add(comp, UNALERTED_WEIGHT - 10, "counters", anomaly)
     ranked = sorted(suspects.values(), key=lambda s: (-s.score, s.component))
-    if probe and ranked and tools.host_pids:
+    if probe and ranked and tools.host_pids and tools.prober is not None:
         _probe_top(tools, ranked[0])
     return Diagnosis(question, ranked, steps=list(tools.log), notes=notes)
 

@@ -23,9 +23,9 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from controllers.plan import Link, WiringPlan
 from ops.telemetry import CONTROLLER, link_components
 from testbed.draw import TIER_TITLES, lane_links, link_rail, plan_layout
+from vocab.plan import Link, WiringPlan
 
 #: SVG user units of the drawing (the page scales it to the window).
 WIDTH = 1200.0

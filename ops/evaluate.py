@@ -33,8 +33,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.plan import WiringPlan
 from ops.telemetry import canonical
+from vocab.plan import WiringPlan
 
 GOALS = {"detection_rate": 0.95, "false_alarms_clean": 0, "top1": 0.90, "detect_polls": 3.0}
 
@@ -159,13 +159,3 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
         "by_kind": by_kind,
         "per_fault": [r.to_dict() for r in rows],
     }
-
-
-def __getattr__(name: str) -> Any:
-    """The experiment (``Monitor``, ``steady_traffic``, ``stream_pairs``, ``run_ops_eval``,
-    ``eval_on_lab``) moved to ``ops.shell.experiment``; these names work for one release."""
-    if name in ("Monitor", "steady_traffic", "stream_pairs", "run_ops_eval", "eval_on_lab"):
-        import importlib
-
-        return getattr(importlib.import_module("ops.shell.experiment"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

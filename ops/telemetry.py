@@ -48,7 +48,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.plan import Link, WiringPlan
+from vocab.plan import Link, WiringPlan
 
 #: Default polling interval (seconds); the controller's own default poll is the same.
 DEFAULT_INTERVAL_S = 1.0
@@ -389,13 +389,3 @@ class Rates:
 def samples_of(values: Iterable[tuple[str, str, float]]) -> dict[tuple[str, str], float]:
     """``[(component, metric, value), ...]`` -> the dict a poll produces (tests, replays)."""
     return {(c, m): v for c, m, v in values}
-
-
-def __getattr__(name: str) -> Any:
-    """``Collector``, ``read_tc`` and ``host_pids_from_processes`` moved to
-    ``ops.shell.collector`` (they touch the machine); these names work for one release."""
-    if name in ("Collector", "read_tc", "host_pids_from_processes"):
-        import importlib
-
-        return getattr(importlib.import_module("ops.shell.collector"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,12 +42,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers import validate
-from controllers.plan import WiringPlan, finite, write_json_atomic
-from controllers.validate import BadValue, Rule, count, positive, real
 from testbed.results import output_dir
 from testbed.shell.signals import held
 from testbed.topologies import FABRIC_RULES
+from vocab import validate
+from vocab.plan import WiringPlan, finite, write_json_atomic
+from vocab.validate import BadValue, Rule, count, positive, real
 
 #: name -> Scenario, filled by the ``@scenario`` decorator when scenario modules import.
 REGISTRY: dict[str, Scenario] = {}
@@ -58,7 +58,7 @@ MODULES = ["scenarios.demo", "scenarios.topology_compare", "scenarios.lb_compare
            "scenarios.ops_eval", "scenarios.paper_shapes"]
 
 
-#: Rules (``controllers.validate``) of parameters many scenarios share. A scenario's fabric
+#: Rules (``vocab.validate``) of parameters many scenarios share. A scenario's fabric
 #: is emulated on one machine, so servers and GPUs per server stay small; seconds are
 #: emulated seconds of traffic; draws are repetitions, each a full traffic phase.
 SERVERS = count(1, 64)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from controllers import policies
-from controllers.plan import Link, WiringPlan
 from traffic.kernels import FlowSpec
 from traffic.roce import LAB_PMTU
+from vocab.plan import Link, WiringPlan
 
 
 # --- workloads ---------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def shift_qps(flows: list[FlowSpec], offset: int) -> list[FlowSpec]:
     """
     import dataclasses
 
-    from controllers.flows import sport_for_qp
+    from vocab.flows import sport_for_qp
 
     if not offset:
         return list(flows)

@@ -49,7 +49,6 @@ import dataclasses
 import math
 from typing import Any
 
-from controllers.validate import count
 from scenarios.base import (
     DRAWS,
     GPUS,
@@ -77,6 +76,7 @@ from scenarios.common import (
 from scenarios.decode_findings import DEEPEP_TOKENS, gap_line, growth_why, isolation_why
 from testbed.topologies import build
 from traffic.workload import PRESETS
+from vocab.validate import count
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the
 #: README's table before V2): H800, CX7 InfiniBand 400 Gb/s, 128 tokens per batch, hidden

@@ -43,8 +43,6 @@ from typing import Any
 import numpy as np
 
 from controllers import policies
-from controllers.plan import WiringPlan
-from controllers.validate import real
 from scenarios.base import (
     DRAWS,
     GPUS,
@@ -76,6 +74,8 @@ from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
 from traffic.shell.replay import replay
 from traffic.workload import PRESETS, Gating, StepTraffic, hotset, simulate_step, uniform, zipf
+from vocab.plan import WiringPlan
+from vocab.validate import real
 
 CASES = ("uniform", "skewed", "skewed+eplb")
 

@@ -135,9 +135,9 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
     cached = None if force else load_cached(pmtu)
     if cached:
         return cached
-    from controllers.plan import write_json_atomic
     from testbed.shell.lab import Lab
     from testbed.topologies import build
+    from vocab.plan import write_json_atomic
 
     plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
     with Lab(plan, log=log, pmtu=pmtu) as lab:

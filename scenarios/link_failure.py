@@ -69,8 +69,6 @@ from typing import Any
 
 from controllers import policies
 from controllers.paths import PathFinder
-from controllers.plan import Link, WiringPlan
-from controllers.validate import real
 from scenarios.base import (
     DRAWS,
     GPUS,
@@ -114,6 +112,8 @@ from testbed.topologies import build
 from traffic.kernels import FlowSpec, flat_all_to_all
 from traffic.shell.replay import replay
 from traffic.workload import preset, simulate_step, uniform
+from vocab.plan import Link, WiringPlan
+from vocab.validate import real
 
 #: every policy the controller runs (controllers/policies/)
 MODES = policies.names(controller=True)

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from controllers.paths import Hop, PathFinder
-from controllers.plan import Link, WiringPlan
 from scenarios.common import RANDOM_POLICIES, wire_flows
 from testbed.models.flowmodel import model_flows
 from traffic.kernels import FlowSpec
+from vocab.plan import Link, WiringPlan
 
 SMOOTH = 3  # samples averaged, and samples held, for the recovery rule
 TAIL_FRACTION = 0.9  # recovery is searched until this share of the bytes has arrived

@@ -17,7 +17,6 @@ from typing import Any
 
 from controllers import policies
 from controllers.paths import PathFinder
-from controllers.plan import Link, WiringPlan
 from scenarios.base import Run
 from scenarios.common import (
     compare,
@@ -40,6 +39,7 @@ from scenarios.link_failure_metrics import (
 )
 from testbed.shaping import LOSSLESS_QUEUE_S
 from traffic.kernels import FlowSpec
+from vocab.plan import Link, WiringPlan
 
 CASES = ("baseline", "lane", "spine")
 PUBLISHED_FAILOVER = ("no published recovery figure for Astral 3.0 was found in the stored "

@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Any
 
-from controllers.plan import write_json_atomic
 from scenarios.common import permutation_flows
+from vocab.plan import write_json_atomic
 
 #: the modes the demo alternates between, in order
 MODES = ("ecmp", "planned")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from controllers.validate import count, positive
 from scenarios.base import (
     GPUS,
     MODEL_DRAWS,
@@ -42,6 +41,7 @@ from scenarios.common import compare, distribution, fmt_distribution, in_band
 from scenarios.findings import margin_text, pace_caveats
 from testbed.faultspec import KINDS
 from testbed.topologies import MAX_EMULATED_MBPS, build
+from vocab.validate import count, positive
 
 
 @scenario(
@@ -123,10 +123,10 @@ def steady_model(plan: Any, mbps_per_host: float, draws: int) -> dict[str, Any]:
     ``mbps_per_host``: each gets min(that cap, its uncapped max-min rate), exact when the
     fabric carries every stream at its cap (then the capped max-min solution is the caps),
     a lower estimate otherwise."""
-    from controllers.flows import QP_SPORT_BASE
     from ops.shell.experiment import stream_pairs
     from testbed.models.flowmodel import model_flows
     from traffic.kernels import FlowSpec
+    from vocab.flows import QP_SPORT_BASE
 
     frame = (STREAM_PAYLOAD + STREAM_HEADERS) / STREAM_PAYLOAD
     cap = mbps_per_host / len(STREAM_SPORTS) * frame

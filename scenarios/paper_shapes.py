@@ -39,7 +39,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from controllers.validate import count
 from scenarios.base import (
     DRAWS,
     GPUS,
@@ -67,6 +66,7 @@ from scenarios.paper_shapes_table import (
     paired_growth,
 )
 from testbed.topologies import FABRIC_RULES, GPU_COUNT, build
+from vocab.validate import count
 
 #: QP numbers of successive hash draws are this far apart (distinct UDP source ports).
 QP_STRIDE = 1000

@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Iterable
 
-from controllers.plan import WiringPlan
+from vocab.plan import WiringPlan
 
 #: The capture program (argv[0]); ``astral-lab clean`` recognises its processes by it.
 TOOL = "tcpdump"

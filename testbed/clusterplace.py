@@ -16,8 +16,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from controllers.plan import Link, WiringPlan
-from controllers.validate import items
+from vocab.plan import Link, WiringPlan
+from vocab.validate import items
 
 #: The loc keys that name a group of nodes that must stay on one machine.
 _UNIT_KEYS = ("block", "pod")
@@ -30,7 +30,7 @@ def _host(name: str) -> None:
 
 def parse_servers(value: str | Sequence[str], name: str = "--cluster") -> list[str]:
     """``"h1,h2"`` (or a list) -> ``["h1", "h2"]``; empty, duplicate or odd names are errors
-    (``controllers.validate.items``; ``name`` starts the message, "" for argparse)."""
+    (``vocab.validate.items``; ``name`` starts the message, "" for argparse)."""
     return items(value, name, check=_host)
 
 

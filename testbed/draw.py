@@ -44,7 +44,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from PIL import Image
 
-from controllers.plan import Link, Node, WiringPlan
+from vocab.plan import Link, Node, WiringPlan
 
 #: Above this many hosts, hosts are drawn as a coloured strip (no markers, no labels).
 HOST_DETAIL_MAX = 300

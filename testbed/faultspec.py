@@ -22,7 +22,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from controllers.plan import Link, WiringPlan
 from testbed import faultkinds
 from testbed.faultkinds.hot_receiver import (
     HOT_PAYLOAD,
@@ -35,6 +34,7 @@ from testbed.faultkinds.hot_receiver import (
     incast_weights,
 )
 from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK, SINK_PEER
+from vocab.plan import Link, WiringPlan
 
 __all__ = [
     "CONTROLLER", "DIRECTIONS", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "KINDS",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from controllers.validate import out_dir
+from vocab.validate import out_dir
 
 
 def results_root() -> str:

@@ -13,7 +13,7 @@ unit-tested as text. ``testbed.shell.lab`` re-exports every name, ``testbed.shel
 
 from __future__ import annotations
 
-from controllers.plan import WiringPlan
+from vocab.plan import WiringPlan
 
 #: Bytes an HTB class may send per round: one full frame. Without it HTB uses rate / r2q
 #: (r2q = 10), which at the lab's tens of Mb/s is far above the kernel's sane range, so

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from controllers.flows import QP_SPORT_BASE, QP_SPORTS
 from controllers.policies import Policy, base_rtt_s
 from traffic.roce import OP_WRITE_MIDDLE, frame_len
+from vocab.flows import QP_SPORT_BASE, QP_SPORTS
 
 
 def entropy_ports(sport: int, n: int) -> list[int]:

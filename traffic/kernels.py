@@ -64,9 +64,9 @@ from typing import Any
 
 import numpy as np
 
-from controllers.flows import ROCE_PORT, sport_for_qp
-from controllers.plan import WiringPlan
 from traffic.workload import PHASES, StepTraffic
+from vocab.flows import ROCE_PORT, sport_for_qp
+from vocab.plan import WiringPlan
 
 #: Traffic class -> DSCP (see the module docstring for the choice).
 TRAFFIC_CLASSES: dict[str, int] = {"bulk": 26, "decode": 46}
@@ -121,11 +121,11 @@ class FlowSpec:
 
     @property
     def key(self) -> tuple[str, str, str, int, int]:
-        """The 5-tuple, as ``controllers.flows.Flow.key``."""
+        """The 5-tuple, as ``vocab.flows.Flow.key``."""
         return (self.src, self.dst, "udp", self.sport, ROCE_PORT)
 
     def to_controller(self) -> dict[str, Any]:
-        """This flow as one item of the ``POST /traffic`` body (``controllers.flows``)."""
+        """This flow as one item of the ``POST /traffic`` body (``vocab.flows``)."""
         return {"src": self.src, "dst": self.dst, "sport": self.sport, "dport": ROCE_PORT,
                 "proto": "udp", "bytes": self.bytes, "qp": self.qp}
 

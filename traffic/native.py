@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from controllers.flows import ENTROPY_MODES
 from traffic.roce import (
     ECN_ECT0,
     Endpoints,
@@ -37,6 +36,7 @@ from traffic.roce import (
     sender_report,
 )
 from traffic.rxstate import fold, new_flow, receiver_report
+from vocab.flows import ENTROPY_MODES
 
 PLAN_MAGIC, SENT_MAGIC, REC_MAGIC, VERSION = 0x534B5041, 0x524B5041, 0x434B5041, 2
 #: one record per received packet, as ``pktio.c`` writes it (little-endian, packed)

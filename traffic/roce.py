@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from time import time_ns
 from typing import Any, NamedTuple
 
-from controllers.flows import ENTROPY_MODES, QP_SPORTS, ROCE_PORT, sport_for_qp
+from vocab.flows import ENTROPY_MODES, QP_SPORTS, ROCE_PORT, sport_for_qp
 
 # --- wire constants ----------------------------------------------------------------------------
 OP_WRITE_FIRST = 0x06

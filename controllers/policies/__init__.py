@@ -53,7 +53,7 @@ Host-side balancing (the switches only hash; the sender changes what they hash):
     the policy's options and their defaults (numbers); ``parse("name:key=value")`` sets
     them, e.g. ``qp-scaling:qps=8``.
 ``RULES``
-    each option's rule (``controllers.validate``: finite, in its range, whole where it
+    each option's rule (``vocab.validate``: finite, in its range, whole where it
     counts things), which ``parse`` checks; every option in ``OPTIONS`` has one.
 ``expand(flows, options)``
     the flows the host actually opens for ``flows`` (default: the same): QP scaling
@@ -69,10 +69,10 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from controllers.flows import ENTROPY_MODES, QP_SPORT_BASE, Flow, sport_for_qp
 from controllers.paths import Path, PathFinder
-from controllers.plugins import discover
-from controllers.validate import BadValue, Rule
+from vocab.flows import ENTROPY_MODES, QP_SPORT_BASE, Flow, sport_for_qp
+from vocab.plugins import discover
+from vocab.validate import BadValue, Rule
 
 
 @dataclass(frozen=True)
@@ -301,7 +301,7 @@ def base_rtt_s(links: int, frame_bytes: float, rate_bps: float) -> float:
 def stripe(flows: Sequence[Any], n: int) -> list[Any]:
     """Each flow as ``n`` flows on their own QPs (source ports), its bytes split evenly.
 
-    Works on ``controllers.flows.Flow`` (a new source port per stripe) and on
+    Works on ``vocab.flows.Flow`` (a new source port per stripe) and on
     ``traffic.kernels.FlowSpec`` (a new QP and its port; each message striped, so a
     stripe carries ``ceil(message_bytes / n)``-byte messages). QP ``q``'s stripes are
     QPs ``q * n .. q * n + n - 1``, so stripes of different flows never share a QP.

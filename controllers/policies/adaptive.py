@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from controllers import lb
-from controllers.flows import Flow
 from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext
+from vocab.flows import Flow
 
 PINS = True
 POLLS = True

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controllers.flows import Flow
 from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext, base_rtt_s
-from controllers.validate import positive
+from vocab.flows import Flow
+from vocab.validate import positive
 
 PINS = False
 RANDOM = True

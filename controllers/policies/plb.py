@@ -17,10 +17,10 @@ import random
 from collections.abc import Mapping
 
 from controllers import lb
-from controllers.flows import QP_SPORT_BASE, QP_SPORTS, Flow
 from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext
-from controllers.validate import count, positive
+from vocab.flows import QP_SPORT_BASE, QP_SPORTS, Flow
+from vocab.validate import count, positive
 
 PINS = False
 RANDOM = True

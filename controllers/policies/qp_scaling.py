@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from controllers.flows import Flow
 from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext, stripe
-from controllers.validate import count
+from vocab.flows import Flow
+from vocab.validate import count
 
 PINS = False
 RANDOM = True

@@ -11,8 +11,8 @@ listed in a select group gets its share of every message until the controller dr
 
 from __future__ import annotations
 
-from controllers.flows import QP_SPORTS
-from controllers.validate import count
+from vocab.flows import QP_SPORTS
+from vocab.validate import count
 
 PINS = False
 RANDOM = True  # the hash of a finite set of ports is still a draw (small spread)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from controllers.fabric import ADAPTIVE_DEFAULTS, MODES
-from controllers.flows import PROTOS, parse_flows
 from controllers.flowtable import COOKIE_PIN, COOKIE_ROUTE, entry_from_stats, stat_counter
+from vocab.flows import PROTOS, parse_flows
 
 
 class AppAPI:

@@ -44,7 +44,6 @@ from os_ken.controller.handler import (
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
 from controllers.fabric import FabricLogic
-from controllers.flows import Flow, parse_flows
 from controllers.flowtable import (
     COOKIE_PIN,
     Entry,
@@ -52,8 +51,9 @@ from controllers.flowtable import (
     pin_match,
     stat_counter,
 )
-from controllers.plan import WiringPlan, write_json_atomic
 from controllers.shell.ofmsgs import DEFAULT_SELECT_METHOD, messages
+from vocab.flows import Flow, parse_flows
+from vocab.plan import WiringPlan, write_json_atomic
 
 LOG = logging.getLogger("astral.controller")
 

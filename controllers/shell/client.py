@@ -7,7 +7,7 @@ message, instead of urllib's mix of ``HTTPError``/``URLError``/socket errors::
 
     c = ControllerClient(port=8080)
     c.wait_converged(timeout=30)
-    c.post_traffic(flows)                     # list of controllers.flows.Flow or dicts
+    c.post_traffic(flows)                     # list of vocab.flows.Flow or dicts
     c.paths("s0g0", "s3g0", sport=49153)
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from controllers.shell.rest import MAX_BODY_BYTES, dump_json
 
 if TYPE_CHECKING:
-    from controllers.flows import Flow
+    from vocab.flows import Flow
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080

@@ -92,7 +92,7 @@ class ControllerAPI(Protocol):
         ...
 
     def post_traffic(self, body: Any) -> dict[str, Any]:
-        """Announce the job's flows (see ``controllers.flows.parse_flows`` for the body)."""
+        """Announce the job's flows (see ``vocab.flows.parse_flows`` for the body)."""
         ...
 
     def get_traffic(self) -> dict[str, Any]:

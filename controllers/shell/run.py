@@ -19,9 +19,9 @@ from typing import Any
 
 from controllers import policies
 from controllers.fabric import FabricLogic
-from controllers.plan import WiringPlan
 from controllers.shell.api import AppAPI
 from controllers.shell.rest import make_server
+from vocab.plan import WiringPlan
 
 DEFAULT_OF_PORT = 6653
 DEFAULT_REST_PORT = 8080

@@ -10,7 +10,6 @@ ports (``lanes_per_uplink`` lanes, cabled whole) go round-robin to the spines.
 
 from __future__ import annotations
 
-from controllers.plan import WiringPlan
 from testbed.topologies._base import (
     Builder,
     CostSpec,
@@ -29,6 +28,7 @@ from testbed.topologies._base import (
     rail_ip,
     whole,
 )
+from vocab.plan import WiringPlan
 
 #: the FabricSpec fields read beyond the common ones (servers, gpus, nic_gbps, lane_gbps,
 #: radix, scale); setting any other is an error naming it, not a silently ignored option

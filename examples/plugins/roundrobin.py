@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-from controllers.flows import Flow
 from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext
+from vocab.flows import Flow
 
 PINS = True  # the controller gives every posted flow the path place() returns
 METHOD = "round-robin over each pair's minimal paths"

@@ -22,8 +22,6 @@ from collections.abc import Callable
 from functools import cache
 from types import ModuleType
 
-from controllers.plan import WiringPlan
-from controllers.plugins import discover
 from ops.detectors._base import SEVERITIES, Alert, Finding, Topo, _rounded, _run_start
 from ops.detectors.controller_down import CONTROLLER_POLLS
 from ops.detectors.controller_down import detect as detect_controller
@@ -42,6 +40,8 @@ from ops.detectors.link_down import detect as detect_link_down
 from ops.detectors.loss import LOSS_MIN_PPS, LOSS_POLLS, LOSS_RATIO, STALL_RATIO
 from ops.detectors.loss import detect as detect_loss
 from ops.telemetry import History
+from vocab.plan import WiringPlan
+from vocab.plugins import discover
 
 #: an alert is cleared after its condition has been absent for this many polls.
 CLEAR_POLLS = 2

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.plan import WiringPlan
 from ops.telemetry import link_components
+from vocab.plan import WiringPlan
 
 SEVERITIES = ("info", "warning", "critical")
 
@@ -17,7 +17,7 @@ SEVERITIES = ("info", "warning", "critical")
 class Topo:
     """What detectors need from the wiring plan: rates, ends, which uplinks are siblings."""
 
-    links: dict[str, Any]  # component -> controllers.plan.Link
+    links: dict[str, Any]  # component -> vocab.plan.Link
     hosts: set[str]
     switch_links: dict[str, list[str]]  # switch -> its link components
     uplinks: dict[str, list[str]]  # leaf -> its uplink lane components (ECMP siblings)

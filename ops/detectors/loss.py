@@ -27,7 +27,7 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     or a switch port's queue drops >= LOSS_MIN_PPS packets/s, for LOSS_POLLS polls.
 
     Host drops are the gap between the NIC's and the IP layer's counters in the host's
-    namespace (see ``ops.telemetry.Collector._poll_hosts``): a NIC losing packets shows
+    namespace (see ``ops.shell.collector.Collector._poll_hosts``): a NIC losing packets shows
     there, whether the NIC or netfilter drops them.
     """
     times = list(hist.times)

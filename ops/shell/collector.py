@@ -17,7 +17,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerClient, ControllerError
 from ops.telemetry import (
     CONTROLLER,
@@ -31,6 +30,7 @@ from ops.telemetry import (
     parse_tc_qdisc,
 )
 from traffic import rxsink
+from vocab.plan import WiringPlan
 
 
 def _read(path: str) -> str | None:

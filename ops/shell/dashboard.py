@@ -29,13 +29,13 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from controllers.plan import WiringPlan, finite
 from controllers.shell.client import ControllerClient, ControllerError
 from ops import metrics
 from ops.dashboard import DashboardState, layout, read_progress
 from ops.detectors import Engine
 from ops.shell.collector import Collector
 from ops.telemetry import DEFAULT_INTERVAL_S
+from vocab.plan import WiringPlan, finite
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",

@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from controllers.plan import WiringPlan
 from ops.agent import Tools, diagnose
 from ops.detectors import Engine
 from ops.evaluate import ground_truth, score
 from ops.shell.collector import Collector
 from ops.telemetry import Store
+from vocab.plan import WiringPlan
 
 
 # --- the experiment (thin shell over a real Lab) ---------------------------------------------

@@ -50,8 +50,8 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from controllers.plan import WiringPlan
-from controllers.plugins import discover
+from vocab.plan import WiringPlan
+from vocab.plugins import discover
 
 #: What a kind's ``TARGET`` may be.
 TARGETS = ("link", "host", "switch", "controller")

@@ -11,7 +11,7 @@ import dataclasses
 import random
 from typing import Any
 
-from controllers.plan import WiringPlan
+from vocab.plan import WiringPlan
 
 TARGET = "host"
 

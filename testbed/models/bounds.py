@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from controllers import lb
-from controllers.flows import Flow
 from controllers.paths import UNITS, PathFinder
-from controllers.plan import WiringPlan
 from testbed import topologies
 from testbed.models.inputs import _normalise
+from vocab.flows import Flow
+from vocab.plan import WiringPlan
 
 
 def _start_aware(key: np.ndarray, start: np.ndarray, bits: np.ndarray, cap: np.ndarray

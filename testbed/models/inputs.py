@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controllers import policies as registry
-from controllers.flows import ROCE_PORT
+from vocab.flows import ROCE_PORT
 
 #: every policy module (controllers/policies/), in listing order
 POLICIES = registry.names()

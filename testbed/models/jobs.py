@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from controllers.flows import sport_for_qp
 from testbed.models.inputs import _FlowIn
+from vocab.flows import sport_for_qp
 
 WORKLOADS = ("alltoall", "prefill", "decode")
 PLACEMENTS = ("packed", "spread")

@@ -24,9 +24,7 @@ from typing import Any
 import numpy as np
 
 from controllers import policies as registry
-from controllers.flows import Flow
 from controllers.paths import UNITS, Hop, Path, PathFinder
-from controllers.plan import WiringPlan
 from testbed.models.bounds import bounds
 from testbed.models.forked import map_forked
 from testbed.models.inputs import _check_policy, _normalise
@@ -42,6 +40,8 @@ from testbed.models.results import (
 )
 from testbed.models.solver import _ranges, simulate
 from traffic.roce import LAB_PMTU, OP_WRITE_MIDDLE, frame_len
+from vocab.flows import Flow
+from vocab.plan import WiringPlan
 
 #: ``ctx.options`` key of a ``SPLIT`` rule: the bytes of one full-size frame on the wire, at
 #: the path MTU the lab replays at (``scenarios.common.WIRE_PMTU``'s default)
@@ -292,7 +292,7 @@ def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
                 marks: Sequence[Sequence[float]] | None = None) -> ModelResult:
     """Route ``flows`` on a plan with ``policy`` and run event-driven max-min; per-flow exact.
 
-    ``flows``: ``controllers.flows.Flow`` or ``traffic.kernels.FlowSpec`` objects (anything
+    ``flows``: ``vocab.flows.Flow`` or ``traffic.kernels.FlowSpec`` objects (anything
     with src, dst, sport, bytes; optional start, dport, proto). Flows sharing a 5-tuple are
     routed as one flow with their bytes summed (what the controller sees from
     ``controller_body``) and then keep their own sizes and starts. ``unit``: ``gbps`` for

@@ -10,7 +10,7 @@ At radix 256 two tiers stop at 16,384 GPUs; ``testbed.models.cost`` instead spli
 rail groups with NVLink relay, a different fabric. The wiring plan of the what-if cannot be
 built (interface names like ``spine127-eth1024`` exceed Linux's 15 characters), so the
 aggregate mode describes it structurally (``TwoTier``) with the builder's rules, checked
-against ``build_astral3`` at small sizes.
+against the ``astral3`` builder at small sizes.
 
 Why the group quotient (``_Quotient``) is exact, and the theorem behind the planned and
 ecmp closed forms: ``testbed.models.flowmodel``, aggregation point 3 and "Scale".
@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from controllers import policies as registry
-from controllers.flows import ROCE_PORT, sport_for_qp
 from testbed import topologies
 from testbed.models.bounds import _finish_bounds, _funnel, _start_aware
 from testbed.models.inputs import DEFAULT_POLICIES, _check_policy
@@ -47,6 +46,7 @@ from testbed.models.results import (
 )
 from testbed.models.solver import simulate
 from testbed.topologies import FabricSpec
+from vocab.flows import ROCE_PORT, sport_for_qp
 
 
 @dataclass(frozen=True)

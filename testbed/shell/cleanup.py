@@ -37,10 +37,10 @@ import time
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from controllers.plan import write_json_atomic
 from testbed.capture import is_capture
 from testbed.faultmarks import ENV_MARK, IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK
 from traffic import rxsink
+from vocab.plan import write_json_atomic
 
 STATE_DIR = os.environ.get("ASTRAL_LAB_STATE_DIR", "/run/astral-lab")
 BRIDGE_TAG = "astral-lab-run"
@@ -54,7 +54,7 @@ KEEP_MARK = "KEEP_LOGS"
 #: Mininet's own defaults (h1, s1) do not match, so a stranger's ``mn`` is never swept.
 NODE_RE = re.compile(r"s\d+g\d+|lf\d+r\d+|tor\d+r\d+|spine\d+|rsp\d+x\d+|agg\d+x\d+|core\d+"
                      r"|edge\d+x\d+|nvs\d+")
-#: Mininet's interface names for those nodes (``controllers.plan.intf_name``).
+#: Mininet's interface names for those nodes (``vocab.plan.intf_name``).
 INTF_RE = re.compile(rf"(?:{NODE_RE.pattern})-eth\d+")
 
 

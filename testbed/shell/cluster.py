@@ -50,7 +50,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from controllers.plan import WiringPlan
 from testbed.clusterplace import (
     crossing_links,
     parse_servers,
@@ -82,6 +81,7 @@ from testbed.shell.clustercheck import (
 from testbed.shell.lab import OVS_PORT_RCVBUF, Lab, _socket_buffers, htb_commands
 from testbed.shell.mntopo import OF_PROTOCOLS
 from traffic.roce import DEFAULT_PMTU, largest_roce_pmtu
+from vocab.plan import WiringPlan
 
 # --- MTU -----------------------------------------------------------------------------------
 #: MTU of the network between the servers (Ethernet; what Vagrant's private network has).

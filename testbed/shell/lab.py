@@ -49,7 +49,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from controllers import policies
-from controllers.plan import Link, WiringPlan
 from controllers.shell.client import ControllerClient
 from testbed.capture import resolve as capture_ports
 from testbed.reachability import Reachability, _fping_unreached
@@ -66,6 +65,7 @@ from testbed.shell.machine import (
 )
 from testbed.shell.mntopo import OF_PROTOCOLS
 from traffic.roce import LAB_PMTU, mtu_for
+from vocab.plan import Link, WiringPlan
 
 OVS_PORT_RCVBUF = 4 << 20  # bytes of receive buffer per switch port (see _create_bridges)
 

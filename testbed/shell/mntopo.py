@@ -31,9 +31,9 @@ from mininet.link import TCIntf, TCLink, TCULink  # noqa: E402
 from mininet.node import OVSSwitch  # noqa: E402
 from mininet.topo import Topo  # noqa: E402
 
-from controllers.plan import WiringPlan  # noqa: E402
 from testbed.shaping import HTB_QUANTUM  # noqa: E402
 from testbed.topologies import BUILDERS, build  # noqa: E402
+from vocab.plan import WiringPlan  # noqa: E402
 
 OF_PROTOCOLS = "OpenFlow13,OpenFlow15"
 

@@ -73,11 +73,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.plan import WiringPlan
 from testbed.shaping import HTB_QUANTUM, queue_packets, root_ends
 from testbed.shell import cleanup
 from testbed.shell.preflight import LabError
 from traffic.kernels import TRAFFIC_CLASSES
+from vocab.plan import WiringPlan
 
 ROOT = "5:"
 LINK_CLASS = "5:1"

@@ -42,8 +42,6 @@ from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 
-from controllers.plan import WiringPlan
-from controllers.plugins import discover
 from testbed.topologies._base import (  # noqa: F401  (re-exported: the package's vocabulary)
     COMMON_OPTIONS,
     COST_RULES,
@@ -58,6 +56,8 @@ from testbed.topologies._base import (  # noqa: F401  (re-exported: the package'
     fattree_k_for,
     fill_servers_per_block,
 )
+from vocab.plan import WiringPlan
+from vocab.plugins import discover
 
 
 @dataclass(frozen=True)
@@ -165,21 +165,6 @@ class _Builders(Mapping[str, Callable[[FabricSpec], WiringPlan]]):
 
 #: name -> builder; ``astral-lab topo <name>`` and ``mn --topo <name>`` use this.
 BUILDERS: Mapping[str, Callable[[FabricSpec], WiringPlan]] = _Builders()
-
-
-def _builder(name: str) -> Callable[[FabricSpec], WiringPlan]:
-    def build_design(spec: FabricSpec) -> WiringPlan:
-        return get(name).build(spec)
-    build_design.__name__ = f"build_{name}"
-    build_design.__doc__ = f"``build`` of ``testbed/topologies/{name}.py``."
-    return build_design
-
-
-# the builders by their old names, for code written against them
-build_astral3 = _builder("astral3")
-build_rail3 = _builder("rail3")
-build_railonly = _builder("railonly")
-build_fattree = _builder("fattree")
 
 
 def build(topology: str, **params: object) -> WiringPlan:

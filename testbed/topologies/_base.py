@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from controllers.plan import Link, Node, WiringPlan, dpid_for, mac_for
-from controllers.validate import Rule, count, positive
+from vocab.plan import Link, Node, WiringPlan, dpid_for, mac_for
+from vocab.validate import Rule, count, positive
 
 
 # --- the spec and the builder's helpers ---------------------------------------------------
@@ -59,7 +59,7 @@ class FabricSpec:
         return [f.name for f in fields(cls)]
 
 
-#: The rule of each ``FabricSpec`` field (``controllers.validate``): the verbs' flags, the
+#: The rule of each ``FabricSpec`` field (``vocab.validate``): the verbs' flags, the
 #: flow model and the builders check the same one. Counts are capped where a larger value
 #: would only make a verb churn (the builders' own limits are tighter still); ``scale``
 #: above 1e-2 would put even a 100G link above the 1000 Mb/s Mininet can shape.

@@ -8,7 +8,6 @@ spine layer reaches (a spine lane per leaf), the cost model splits the rails int
 
 from __future__ import annotations
 
-from controllers.plan import WiringPlan
 from testbed.shuffle import OpticalShuffle
 from testbed.topologies._base import (
     Builder,
@@ -32,6 +31,7 @@ from testbed.topologies._base import (
     params_of,
     uplink_lanes,
 )
+from vocab.plan import WiringPlan
 
 #: the FabricSpec fields read beyond the common ones (any other set is an error)
 OPTIONS = ("servers_per_block", "lanes_per_uplink", "oversubscription", "spines")

@@ -6,7 +6,6 @@ the baseline the rail designs are compared with. Every switch has k ports at NIC
 
 from __future__ import annotations
 
-from controllers.plan import WiringPlan
 from testbed.topologies._base import (
     Builder,
     CostSpec,
@@ -22,6 +21,7 @@ from testbed.topologies._base import (
     nic_lanes,
     params_of,
 )
+from vocab.plan import WiringPlan
 
 #: the FabricSpec fields read beyond the common ones: a textbook fat-tree is 1:1, has no
 #: blocks, and its links run at NIC speed, so any other field set is an error

@@ -8,7 +8,6 @@ holds, the cost model splits the blocks into pods and groups the cores by aggreg
 
 from __future__ import annotations
 
-from controllers.plan import WiringPlan
 from testbed.topologies._base import (
     Builder,
     CostSpec,
@@ -29,6 +28,7 @@ from testbed.topologies._base import (
     params_of,
     uplink_lanes,
 )
+from vocab.plan import WiringPlan
 
 #: the FabricSpec fields read beyond the common ones (any other set is an error)
 OPTIONS = ("servers_per_block", "lanes_per_uplink", "oversubscription", "aggs_per_rail", "cores")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from controllers.plan import WiringPlan
 from testbed.topologies._base import (
     Builder,
     CostSpec,
@@ -29,6 +28,7 @@ from testbed.topologies._base import (
     rail_ip,
     uplink_lanes,
 )
+from vocab.plan import WiringPlan
 
 #: the FabricSpec fields read beyond the common ones (any other set is an error)
 OPTIONS = ("servers_per_block", "lanes_per_uplink", "oversubscription", "spines",

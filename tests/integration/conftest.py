@@ -11,9 +11,9 @@ import pytest
 # fabric is up waits for it instead of failing on taken names.
 os.environ.setdefault("ASTRAL_LAB_WAIT", "1200")
 
-from controllers.plan import WiringPlan
 from testbed.shell import cleanup
 from testbed.shell.lab import fabric_lock
+from vocab.plan import WiringPlan
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import pytest
 
-from controllers.plan import WiringPlan
 from controllers.shell.client import ControllerError
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 SPORTS = range(50000, 50016)
 
@@ -208,8 +208,8 @@ def test_adaptive_moves_a_colliding_elephant_by_measured_counters(
         assert_clean: Callable[[WiringPlan], None]) -> None:
     """Two 12 Mb/s flows that ECMP's hash puts on one 20 Mb/s lane: adaptive splits them."""
     from controllers import lb
-    from controllers.flows import Flow
     from controllers.paths import PathFinder
+    from vocab.flows import Flow
 
     plan = small()
     src, dst = "s0g0", "s2g1"

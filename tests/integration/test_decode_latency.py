@@ -18,13 +18,13 @@ import subprocess
 
 import pytest
 
-from controllers.plan import WiringPlan
 from testbed.shell import qos
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.roce import OP_WRITE_MIDDLE, frame_len, packets_for
 from traffic.shell.replay import percentile, replay
+from vocab.plan import WiringPlan
 
 FILL_S = 0.5
 DECODE_MESSAGES = 10

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from types import ModuleType
 
-from controllers.plan import WiringPlan
 from tests.unit.test_examples import REPO, run_example
+from vocab.plan import WiringPlan
 
 TIMEOUT = 600  # generous: a fabric already up elsewhere is waited for (ASTRAL_LAB_WAIT)
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import matplotlib.image as mpimg
 
-from controllers.plan import WiringPlan
 from scenarios.expert_skew import CASES, expert_skew
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -16,14 +16,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from controllers.plan import WiringPlan
 from tests.unit.test_extending import cli, copy_with_plugins
+from vocab.plan import WiringPlan
 
 SIZE = ["--servers", "4", "--gpus", "2", "--servers-per-block", "2"]
 
 _REPLAY = """
 import json
-from controllers.flows import sport_for_qp
+from vocab.flows import sport_for_qp
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec

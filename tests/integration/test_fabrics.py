@@ -16,11 +16,11 @@ from collections.abc import Callable
 
 import pytest
 
-from controllers.plan import WiringPlan
 from testbed.shell import cleanup
 from testbed.shell.lab import Lab
 from testbed.shell.preflight import LabError
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))

@@ -12,12 +12,12 @@ import re
 import subprocess
 from collections.abc import Callable
 
-from controllers.plan import WiringPlan
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.shell.replay import replay
+from vocab.plan import WiringPlan
 
 SRC, DST, LEAF = "s0g0", "s0g1", "lf0r0"
 #: PLB's promise here: a QP on the slow lane re-paths within this many seconds of its start

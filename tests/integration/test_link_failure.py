@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 from test_expert_skew import assert_png, read_csv, read_json, read_text
 
-from controllers.plan import WiringPlan
 from scenarios.link_failure import link_failure
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 
 def test_link_failure_quick_writes_a_complete_report(

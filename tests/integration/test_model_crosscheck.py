@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controllers.flows import Flow, sport_for_qp
-from controllers.plan import WiringPlan
 from testbed.models.flowmodel import model_flows
 from testbed.shell.lab import LAB_PMTU, Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.roce import message_wire_bytes
 from traffic.shell.replay import replay
+from vocab.flows import Flow, sport_for_qp
+from vocab.plan import WiringPlan
 
 MSG = 50_000
 

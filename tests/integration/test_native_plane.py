@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from controllers.plan import WiringPlan
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.roce import packets_for, verify_icrc
 from traffic.shell.replay import replay
+from vocab.plan import WiringPlan
 
 
 def small() -> WiringPlan:

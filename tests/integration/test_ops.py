@@ -18,6 +18,7 @@ from typing import Any
 from astral_lab import ops_cli as cli
 from ops.agent import Tools, diagnose
 from ops.shell.experiment import Monitor, steady_traffic
+from ops.shell.probe import ping
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build
@@ -38,7 +39,7 @@ def ask(lab: Any, mon: Monitor, question: str = "what is wrong?") -> list[str]:
     with mon.lock:
         tools = Tools(lab.plan, history=mon.collector.history, engine=mon.engine,
                       client=mon.collector.client,
-                      host_pids={n: h.pid for n, h in lab.hosts.items()})
+                      host_pids={n: h.pid for n, h in lab.hosts.items()}, prober=ping)
         return diagnose(tools, question).components()
 
 

@@ -12,9 +12,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from controllers.plan import WiringPlan
 from scenarios.paper_shapes import ROWS, paper_shapes
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 
 def read_json(path: str) -> Any:

@@ -14,8 +14,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from controllers.flows import sport_for_qp
-from controllers.plan import WiringPlan
 from testbed.shell.lab import LAB_PMTU, Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
@@ -23,6 +21,8 @@ from traffic.roce import OP_WRITE_MIDDLE, frame_len, message_wire_bytes
 from traffic.shell import agent
 from traffic.shell.replay import replay, replay_step
 from traffic.workload import simulate_step
+from vocab.flows import sport_for_qp
+from vocab.plan import WiringPlan
 
 OPCODES = {"first": 6, "middle": 7, "last": 8, "only": 10}
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from controllers.plan import WiringPlan, write_json_atomic
 from testbed.topologies import build
 from tests.stopping import before_the_program, stop_command, stopped_as_asked
+from vocab.plan import WiringPlan, write_json_atomic
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROGRAM = [sys.executable, "-m", "astral_lab"]

@@ -7,10 +7,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from controllers.plan import WiringPlan
 from ops.dashboard import DashboardState, layout
 from ops.shell.dashboard import UpstreamError, check_lb_body
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 
 def demo_plan() -> WiringPlan:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from controllers.plan import WiringPlan
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 # Small fabrics, so that every host pair can be traced.
 FABRICS: dict[str, tuple[str, dict[str, Any]]] = {

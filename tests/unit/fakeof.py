@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers.flowtable import OFPGC_ADD_OR_MOD, action_of
-from controllers.plan import WiringPlan
+from vocab.plan import WiringPlan
 
 _IP_FIELDS = {"ipv4_dst", "ipv4_src", "arp_tpa", "arp_spa"}
 

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 
 import pytest
 
-from controllers.plan import WiringPlan
 from testbed.shell import cluster
 from testbed.shell.cluster import (
     CLUSTER_MTU,
@@ -38,6 +37,7 @@ from testbed.shell.lab import Lab
 from testbed.shell.preflight import LabError
 from testbed.topologies import BUILDERS, build
 from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD
+from vocab.plan import WiringPlan
 
 SERVERS = ["lab", "w1", "w2", "w3"]
 

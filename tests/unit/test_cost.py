@@ -24,8 +24,6 @@ from typing import Any
 import pytest
 
 from astral_lab.cost_cli import add_cost_parser, run_cost
-from controllers.plan import WiringPlan
-from controllers.validate import Parser
 from testbed import topologies
 from testbed.models.cost import (
     DESIGNS,
@@ -46,6 +44,8 @@ from testbed.models.cost import (
 )
 from testbed.shuffle import OpticalShuffle
 from testbed.topologies import FabricSpec, build
+from vocab.plan import WiringPlan
+from vocab.validate import Parser
 
 # --- 1. builder semantics ----------------------------------------------------------------------
 BUILDER_CASES: list[tuple[str, dict[str, Any]]] = [

@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 
 from astral_lab.cli import main
-from controllers.plan import WiringPlan
 from testbed import topologies
 from testbed.models import flowmodel
 from testbed.models.cost import CostSpec, analyze, counts_for_spec
 from testbed.models.whatif import TwoTier
 from testbed.topologies import Fabric, FabricSpec, Topology, build
+from vocab.plan import WiringPlan
 
 REPO = Path(__file__).resolve().parents[2]
 

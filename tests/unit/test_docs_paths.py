@@ -1,91 +1,75 @@
-"""The README and docs/ name modules where they are, not by the names kept for old imports.
+"""The README and docs/ name modules where they are.
 
-Moved modules keep their old name for one release (``testbed/lab.py`` hands out
-``testbed/shell/lab.py``, ``testbed/plan.py`` re-exports ``controllers/plan.py``); a reader
-sent to the old name finds a stub, and the stubs go away. So every module path or dotted
-name the docs give must exist and must not be such a stub, except in the one paragraph that
-lists the old names on purpose.
+A reader sent to a module path or dotted name that does not exist is lost, and a moved
+module leaves no name behind to catch them, so every module path the docs give must exist,
+and every dotted name must be a module or a name defined at the top of one.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import ast
 import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("controllers", "testbed", "traffic", "ops", "scenarios", "astral_lab",
+PACKAGES = ("vocab", "controllers", "testbed", "traffic", "ops", "scenarios", "astral_lab",
             "benchmarks", "examples")
 #: packages the docs also name as dotted modules (``testbed.models.bounds``)
-DOTTED = ("controllers", "testbed", "traffic", "ops", "scenarios")
-#: the paragraph that names the old module paths on purpose
-OLD_NAMES = "still import, as aliases"
-
-
-def is_stub(path: Path) -> bool:
-    """A module kept under an old name: it aliases or re-exports the moved one."""
-    text = path.read_text(encoding="utf-8")
-    return "sys.modules[__name__] = _moved" in text or "Kept for one release" in text or \
-        "kept for one release" in text
+DOTTED = ("vocab", "controllers", "testbed", "traffic", "ops", "scenarios")
 
 
 def docs() -> list[Path]:
     return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
-def paragraphs(path: Path) -> list[str]:
-    return [p for p in path.read_text(encoding="utf-8").split("\n\n") if OLD_NAMES not in p]
-
-
-def module_file(dotted: str) -> Path | None:
-    """The file of the longest importable prefix of ``dotted`` (a module, or module.attr)."""
+def module_file(dotted: str) -> tuple[Path, list[str]] | None:
+    """The file of the longest importable prefix of ``dotted`` and the parts after it."""
     parts = dotted.split(".")
     for n in range(len(parts), 0, -1):
         base = REPO.joinpath(*parts[:n])
         for cand in (base.with_suffix(".py"), base / "__init__.py"):
             if cand.exists():
-                return cand
+                return cand, parts[n:]
     return None
 
 
-def test_the_stub_rule_finds_the_stubs() -> None:
-    for stub in ("lab.py", "plan.py"):  # while the old names are kept
-        path = REPO / "testbed" / stub
-        assert not path.exists() or is_stub(path)
-    assert not is_stub(REPO / "testbed" / "shell" / "lab.py")
-    assert not is_stub(REPO / "controllers" / "plan.py")
+def top_level_names(path: Path) -> set[str]:
+    """The names a module binds at its top: functions, classes, assignments, imports."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def names_a_module(dotted: str) -> bool:
+    """``dotted`` is a module, or a module followed by a name that module defines."""
+    found = module_file(dotted)
+    if found is None:
+        return False
+    path, rest = found
+    return not rest or rest[0] in top_level_names(path)
 
 
 def test_docs_name_real_module_paths() -> None:
     pkgs = "|".join(PACKAGES)
     bad = []
     for doc in docs():
-        for para in paragraphs(doc):
-            for m in re.finditer(rf"(?<![\w./-])((?:{pkgs})/[\w/]+?)(\.py)?(?![\w/])", para):
-                path = REPO / (m[1] + ".py")
-                if m[2] and not path.exists():
-                    bad.append(f"{doc.name}: {m[0]} does not exist")
-                elif path.exists() and is_stub(path):
-                    bad.append(f"{doc.name}: {m[0]} is a stub kept for old imports")
-            for m in re.finditer(rf"`((?:{'|'.join(DOTTED)})\.[\w.]+)`", para):
-                found = module_file(m[1])
-                if found is None:
-                    bad.append(f"{doc.name}: `{m[1]}` names no module")
-                elif is_stub(found):
-                    bad.append(f"{doc.name}: `{m[1]}` is a stub kept for old imports")
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(rf"(?<![\w./-])((?:{pkgs})/[\w/]+?)(\.py)?(?![\w/])", text):
+            if m[2] and not (REPO / (m[1] + ".py")).exists():
+                bad.append(f"{doc.name}: {m[0]} does not exist")
+        for m in re.finditer(rf"`((?:{'|'.join(DOTTED)})\.[\w.]+)`", text):
+            if not names_a_module(m[1]):
+                bad.append(f"{doc.name}: `{m[1]}` names no module, nor a name in one")
     assert not bad, "\n".join(bad)
 
 
-def test_the_old_names_paragraph_names_only_stubs() -> None:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    para = next((p for p in text.split("\n\n") if OLD_NAMES in p), None)
-    if para is None:  # the old names are gone, and the paragraph with them
-        return
-    old, new = para.split("as aliases", 1)
-    for name in re.findall(r"`([\w.]+)`", old):
-        found = module_file(name)
-        assert found is not None and is_stub(found), name
-        assert importlib.util.find_spec(name) is not None, name
-    for name in re.findall(r"`([\w.]+)`", new):
-        found = module_file(name)
-        assert found is not None and not is_stub(found), name
+def test_a_name_under_a_package_must_be_one_of_its_modules() -> None:
+    assert names_a_module("testbed.shell.lab.Lab") and names_a_module("vocab.plan")
+    assert not names_a_module("testbed.nosuch") and not names_a_module("testbed.shell.lab.Nope")

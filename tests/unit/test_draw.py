@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from controllers.plan import WiringPlan
 from testbed.draw import _layout, draw_plan
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOPOLOGIES = ["astral3", "rail3", "railonly", "fattree"]

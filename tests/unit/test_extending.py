@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("astral_lab", "benchmarks", "controllers", "ops", "scenarios", "testbed", "traffic")
+PACKAGES = ("astral_lab", "benchmarks", "controllers", "ops", "scenarios", "testbed", "traffic",
+            "vocab")
 
 
 def copy_with_plugins(dest: Path) -> Path:

@@ -17,13 +17,13 @@ import pytest
 
 from controllers import lb
 from controllers.fabric import FabricLogic
-from controllers.flows import Flow
 from controllers.flowtable import COOKIE_PIN, Entry, entry_from_stats
-from controllers.plan import WiringPlan
 from controllers.routing import attach_points, shortest_switch_hops
 from controllers.shell.ofmsgs import messages, protocol
 from tests.unit.fabrics import FABRICS, plan_of
 from tests.unit.fakeof import FakeFabric
+from vocab.flows import Flow
+from vocab.plan import WiringPlan
 
 OF13, OF15 = 4, 6
 

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 from test_faults import FakeLab
 
-from controllers.plan import WiringPlan
 from testbed import faultkinds
 from testbed.faultspec import KINDS, TARGET_KIND, Fault
 from testbed.shell import faults as F
 from testbed.shell.faults import FaultInjector
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 REPO = Path(__file__).resolve().parents[2]
 

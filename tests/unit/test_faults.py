@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from controllers.plan import WiringPlan
 from testbed.shell import faults as F
 from testbed.shell.faults import Fault, FaultError, FaultInjector
 from testbed.shell.lab import Lab, htb_commands
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 
 @pytest.fixture(scope="module")

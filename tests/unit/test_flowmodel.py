@@ -22,12 +22,12 @@ import pytest
 
 from astral_lab.cli import main
 from controllers import lb
-from controllers.flows import Flow, sport_for_qp
 from controllers.paths import PathFinder
-from testbed import flowmodel as fm  # the old name: it also hands out the internals tested here
-from testbed.models import solver
+from testbed.models import flowmodel as fm
+from testbed.models import maxmin, perflow, solver
 from testbed.topologies import FabricSpec, build
 from tests.unit.fabrics import plan_of
+from vocab.flows import Flow, sport_for_qp
 
 GB = 10**9
 
@@ -177,7 +177,7 @@ def test_many_links_ties_and_regrouping_match_the_reference(seed):
     # others leave, and finished flows are dropped from the per-link lists): every finish
     # time equals a from-scratch filling at every event
     rng = random.Random(300 + seed)
-    n_links, n = 3 * fm.maxmin.CANDIDATES // 2, 45
+    n_links, n = 3 * maxmin.CANDIDATES // 2, 45
     cap = [float(rng.choice([4, 4, 4, 6])) for _ in range(n_links)]
     rows = [[(lk, 1.0) for lk in rng.sample(range(n_links), rng.randint(1, 3))]
             for _ in range(n)]
@@ -191,7 +191,7 @@ def test_many_links_ties_and_regrouping_match_the_reference(seed):
 def test_levels_within_the_tie_fill_in_one_round_past_the_candidates():
     # more links than the kernel's level candidates, all at levels within REL_TIE of one
     # another but not equal: one round freezes every flow, as the definition of a round says
-    n = 2 * fm.maxmin.CANDIDATES
+    n = 2 * maxmin.CANDIDATES
     cap = [4.0 * (1 + i * 1e-12) for i in range(n)] + [1000.0]  # + one shared, roomy link
     got = sim(cap, [[(i, 1.0), (n, 1.0)] for i in range(n)], [1.0] * n)
     assert (got.events, got.rounds) == (1, 1)
@@ -264,7 +264,7 @@ def test_components_pruning_and_copies_match_the_reference(seed, relabel, monkey
             c = rng.randrange(len(rows))
             cap.append(float(rng.choice([1, 2])))
             rows[c] = rows[c] + [(len(cap) - 1, 0.5)]
-        fm._COMPONENT_CACHE.clear()
+        solver._COMPONENT_CACHE.clear()
         got = sim(cap, rows, bits, start)
         finish, rate, saturated = reference_timeline(cap, rows, bits, start)
         assert got.finish.tolist() == pytest.approx(finish, rel=1e-9)
@@ -288,11 +288,11 @@ def test_relabelled_rows_keep_their_trace(monkeypatch):
     # the rate history behind Timeline.sent_by comes back under the caller's class numbers
     rng = random.Random(7)
     cap, rows, bits, start = coupled_groups(rng, 2, 3)
-    fm._COMPONENT_CACHE.clear()
+    solver._COMPONENT_CACHE.clear()
     plain = fm.simulate(np.array(cap, float), *_coo(rows), np.ones(len(rows)),
                         np.array(bits, float), np.array(start, float), trace=True)
     monkeypatch.setattr(solver, "RELABEL_ROWS", 1)
-    fm._COMPONENT_CACHE.clear()
+    solver._COMPONENT_CACHE.clear()
     moved = fm.simulate(np.array(cap, float), *_coo(rows), np.ones(len(rows)),
                         np.array(bits, float), np.array(start, float), trace=True)
     assert moved.finish.tolist() == pytest.approx(plain.finish.tolist(), rel=1e-12)
@@ -312,10 +312,10 @@ def test_identical_groups_are_simulated_once_and_split_groups_apart():
     rows = [[(tx[g], 1), (8, 1), (rx[g], 1)] for g in range(4)] + \
            [[(tx[g], 1), (rx[g], 1)] for g in range(4)]
     bits = [2, 2, 2, 2, 6, 6, 6, 6]
-    fm._COMPONENT_CACHE.clear()
+    solver._COMPONENT_CACHE.clear()
     tl = sim(cap, rows, bits)
-    assert fm._never_binding(*_csr(cap, rows)).tolist() == [False] * 8 + [True]
-    assert len(fm._COMPONENT_CACHE) == 1
+    assert solver._never_binding(*_csr(cap, rows)).tolist() == [False] * 8 + [True]
+    assert len(solver._COMPONENT_CACHE) == 1
     # each copy: both flows at 1 b/s; the 2-bit one ends at 2 s, the other then runs at
     # 2 b/s and has 4 bits left: 4 s
     assert tl.finish.tolist() == pytest.approx([2] * 4 + [4] * 4)
@@ -325,7 +325,7 @@ def test_identical_groups_are_simulated_once_and_split_groups_apart():
     cap[8] = 1.0
     got = sim(cap, rows, bits)
     assert got.finish.tolist() == pytest.approx(reference(cap, rows, bits, [0] * 8), rel=1e-9)
-    assert not fm._never_binding(*_csr(cap, rows))[8]
+    assert not solver._never_binding(*_csr(cap, rows))[8]
 
 
 def test_two_links_that_only_each_other_could_imply_are_both_kept():
@@ -621,12 +621,12 @@ def test_policies_in_worker_processes_match_one_process():
 
 
 def test_auto_jobs_is_bounded_by_cpus_policies_and_memory(monkeypatch):
-    monkeypatch.setattr(fm.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
+    monkeypatch.setattr(perflow.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
     assert fm.auto_jobs(1000, 4) == 4
     assert fm.auto_jobs(1000, 1) == 1
-    monkeypatch.setattr(fm.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(perflow.os, "sched_getaffinity", lambda pid: {0})
     assert fm.auto_jobs(1000, 4) == 1
-    monkeypatch.setattr(fm.os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(perflow.os, "sched_getaffinity", lambda pid: set(range(64)))
     assert fm.auto_jobs(10**12, 4) == 1  # no machine holds four workers of that size
 
 

@@ -15,13 +15,14 @@ import random
 import numpy as np
 import pytest
 
-from controllers.flows import sport_for_qp
 from scenarios.common import message_sizes
-from testbed import flowmodel as fm
+from testbed.models import flowmodel as fm
+from testbed.models import solver
 from testbed.models.perflow import model_flows
 from tests.unit.test_flowmodel import coupled_groups, plain_filling, random_instance, sim
 from traffic.kernels import FlowSpec
 from traffic.roce import message_wire_bytes
+from vocab.flows import sport_for_qp
 
 
 def reference_marks(cap, rows, bits, start, marks):
@@ -99,7 +100,7 @@ def test_marks_survive_components_and_identical_copies(seed):
         marks = _random_marks(rng, bits)
         cls = np.repeat(np.arange(len(bits)), [len(m) for m in marks])
         flat = np.concatenate(marks)
-        fm._COMPONENT_CACHE.clear()
+        solver._COMPONENT_CACHE.clear()
         got = traced(cap, rows, bits, start).sent_by(cls, flat, np.array(start))
         _, want = reference_marks(cap, rows, bits, start, marks)
         assert got.tolist() == pytest.approx([x for m in want for x in m], rel=1e-9)

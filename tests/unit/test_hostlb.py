@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from controllers import policies
-from controllers.flows import sport_for_qp
 from testbed.topologies import build
 from traffic import hostlb
 from traffic.hostlb import entropy_ports
 from traffic.kernels import FlowSpec
 from traffic.roce import OP_WRITE_MIDDLE, ReplaySpec, frame_len
+from vocab.flows import sport_for_qp
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_host_side_policies_leave_the_switches_as_ecmp_does(plan) -> None:  # ty
     """The controller's flow tables under spray, qp-scaling, flowlet and plb are ECMP's: the
     hosts balance, the switches only hash (no pins even for posted flows)."""
     from controllers.fabric import FabricLogic
-    from controllers.flows import Flow
+    from vocab.flows import Flow
 
     hosts = [h.name for h in plan.hosts]
     flows = [Flow(hosts[0], hosts[-1], 49152 + q, bytes=1 << 20) for q in range(4)]
@@ -102,8 +102,8 @@ def test_a_sprayed_qp_reaches_every_equal_cost_port_of_its_leaf(plan) -> None:  
     from collections import Counter
 
     from controllers import lb
-    from controllers.flows import Flow
     from controllers.paths import PathFinder
+    from vocab.flows import Flow
 
     finder = PathFinder(plan)
     src, dst = "s0g0", "s0g1"  # different rails: leaf, one of the spines, leaf
@@ -117,7 +117,7 @@ def test_a_sprayed_qp_reaches_every_equal_cost_port_of_its_leaf(plan) -> None:  
 
 
 def test_stripes_of_a_plain_flow_take_their_own_source_ports() -> None:
-    from controllers.flows import Flow
+    from vocab.flows import Flow
 
     got = policies.stripe([Flow("a", "b", sport_for_qp(1), bytes=10)], 3)
     assert [g.bytes for g in got] == [4, 3, 3]

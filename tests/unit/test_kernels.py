@@ -16,8 +16,6 @@ from collections.abc import Callable
 
 import pytest
 
-from controllers.flows import parse_flows, sport_for_qp
-from controllers.plan import WiringPlan
 from testbed.topologies import build
 from traffic.kernels import (
     TRAFFIC_CLASSES,
@@ -30,6 +28,8 @@ from traffic.kernels import (
     low_latency,
 )
 from traffic.workload import StepTraffic, simulate_step, zipf
+from vocab.flows import parse_flows, sport_for_qp
+from vocab.plan import WiringPlan
 
 
 @pytest.fixture(scope="module")

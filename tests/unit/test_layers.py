@@ -14,32 +14,36 @@ from collections.abc import Iterable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("astral_lab", "benchmarks", "controllers", "ops", "scenarios", "testbed", "traffic")
-#: The layers, bottom first: a package may import only packages before it. The wiring plan,
-#: flow records and RoCE constants sit in controllers, whose decisions are pure; traffic
-#: models and puts packets on the wire; testbed builds fabrics, models them and runs them
-#: (the root shell); ops watches them; scenarios use all of it; the CLI and the benchmarks
-#: are the top.
-LAYERS = ("controllers", "traffic", "testbed", "ops", "scenarios", "benchmarks", "astral_lab")
+PACKAGES = ("astral_lab", "benchmarks", "controllers", "ops", "scenarios", "testbed", "traffic",
+            "vocab")
+#: The layers, bottom first: a package may import only packages before it. The vocabulary
+#: every layer shares (wiring plan, flow records, plug-in discovery, validation rules) is the
+#: bottom; the controller's decisions are pure; traffic models and puts packets on the wire;
+#: testbed builds fabrics, models them and runs them (the root shell); ops watches them;
+#: scenarios use all of it; the CLI and the benchmarks are the top.
+LAYERS = ("vocab", "controllers", "traffic", "testbed", "ops", "scenarios", "benchmarks",
+          "astral_lab")
 #: What a pure module may not import, directly or through the project's modules.
 IMPURE = ("mininet", "os_ken", "subprocess", "socket")
 #: Modules that hold plain data and arithmetic (each checked; add new ones as they come).
 PURE = (
-    "controllers.plan", "controllers.plugins", "controllers.policies", "controllers.policies.ecmp",
+    "vocab.plan", "vocab.plugins", "vocab.flows", "vocab.validate",
+    "controllers.policies", "controllers.policies.ecmp",
     "controllers.policies.ecmp_fluid", "controllers.policies.planned",
     "controllers.policies.adaptive", "controllers.policies.spray",
     "controllers.policies.qp_scaling", "controllers.policies.flowlet",
     "controllers.policies.plb", "traffic.hostlb", "testbed.topologies.astral3",
     "testbed.topologies.rail3",
     "testbed.topologies.railonly", "testbed.topologies.fattree",
-    "testbed.plan", "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.cost",
-    "testbed.flowmodel", "testbed.maxmin", "testbed.faultmarks", "testbed.faultspec",
+    "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.models.cost",
+    "testbed.models.flowmodel", "testbed.models.maxmin", "testbed.faultmarks",
+    "testbed.faultspec",
     "testbed.shaping", "testbed.reachability", "testbed.faultkinds",
     "testbed.faultkinds.link_down", "testbed.faultkinds.link_flap",
     "testbed.faultkinds.link_degrade", "testbed.faultkinds.nic_loss",
     "testbed.faultkinds.switch_down", "testbed.faultkinds.controller_kill",
     "testbed.faultkinds.controller_restart", "testbed.faultkinds.hot_receiver",
-    "controllers.flows", "controllers.paths", "controllers.routing", "controllers.lb",
+    "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
     "scenarios.link_failure_metrics", "testbed.capture", "ops.dashboard", "ops.metrics",
 )
@@ -47,12 +51,33 @@ PURE = (
 Graph = dict[str, set[str]]
 
 
+def _literal_import(node: ast.Call) -> str | None:
+    """The module a call ``importlib.import_module("a.b")``, ``import_module("a.b")`` or
+    ``__import__("a.b")`` imports, when it is named by a literal string (else None)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else \
+        func.id if isinstance(func, ast.Name) else None
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and \
+            not arg.value.startswith("."):
+        return arg.value
+    return None
+
+
 def _imported(tree: ast.AST, module: str, is_package: bool) -> list[str]:
     """Every name an import statement anywhere in ``tree`` imports, made absolute
-    (``from a import b`` yields ``a.b``: a module, or a name in module ``a``)."""
+    (``from a import b`` yields ``a.b``: a module, or a name in module ``a``), and every
+    module an ``importlib.import_module`` or ``__import__`` call names by a literal string:
+    those hide an import from the statements, not from the graph."""
     names: list[str] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call):
+            literal = _literal_import(node)
+            if literal is not None:
+                names.append(literal)
+        elif isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -172,13 +197,8 @@ def test_packages_import_only_the_layers_below_them() -> None:
 
 
 #: Packages whose pure code and shell are in separate folders: every module outside
-#: ``<package>/shell/`` runs without root (old module names kept as aliases excepted).
+#: ``<package>/shell/`` runs without root.
 SPLIT = ("controllers", "testbed", "traffic", "ops")
-
-
-def _alias(path: Path) -> bool:
-    """A module kept under its old name: it only hands out the moved module."""
-    return "sys.modules[__name__] = _moved" in path.read_text(encoding="utf-8")
 
 
 def test_only_the_shell_folders_reach_mininet_os_ken_subprocess_or_socket() -> None:
@@ -186,41 +206,59 @@ def test_only_the_shell_folders_reach_mininet_os_ken_subprocess_or_socket() -> N
     bad = {}
     for module in graph:
         parts = module.split(".")
-        if parts[0] not in SPLIT or "shell" in parts:
-            continue
-        path = REPO.joinpath(*parts).with_suffix(".py")
-        if not path.exists():
-            path = REPO.joinpath(*parts, "__init__.py")
-        if not _alias(path) and impure(graph, external, module):
+        if parts[0] in SPLIT and "shell" not in parts and impure(graph, external, module):
             bad[module] = impure(graph, external, module)
     assert not bad, bad
     assert all(any(m.startswith(f"{p}.shell.") for m in graph) for p in SPLIT)
 
 
-#: old module names kept for one release that re-export instead of aliasing the module
-REEXPORTS = ("testbed.plan", "testbed.flowmodel", "testbed.cost", "testbed.maxmin")
+def test_the_vocabulary_is_pure() -> None:
+    graph, external = import_graph(REPO, PACKAGES)
+    vocab = [m for m in graph if m.split(".")[0] == "vocab"]
+    bad = {m: impure(graph, external, m) for m in vocab if impure(graph, external, m)}
+    assert vocab and not bad, bad
 
 
-def test_the_project_imports_modules_by_their_new_names() -> None:
-    """Old names are for users' code; the project's own imports say where things are."""
-    graph, _ = import_graph(REPO, PACKAGES)
-    old = set(REEXPORTS)
-    for module in graph:
-        path = REPO.joinpath(*module.split(".")).with_suffix(".py")
-        if path.exists() and _alias(path):
-            old.add(module)
-    assert old > set(REEXPORTS)  # the aliases were found
-    bad = sorted(f"{m} -> {t}" for m, ts in graph.items() if m not in old for t in ts & old)
+def stand_ins(root: Path, packages: Iterable[str]) -> list[str]:
+    """``"path: how"`` for each module that stands in for another: it replaces itself in
+    ``sys.modules``, re-exports another wholesale (``import *``) or forwards attribute
+    lookups (a module ``__getattr__``)."""
+    bad = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            rel = path.relative_to(root).as_posix()
+            for node in tree.body:
+                if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                    bad.append(f"{rel}: module __getattr__")
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+                    bad.append(f"{rel}: import *")
+                elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
+                        and ast.unparse(node.value) == "sys.modules":
+                    bad.append(f"{rel}: assigns sys.modules[...]")
+    return bad
+
+
+def test_no_module_stands_in_for_another() -> None:
+    """Every module name is the module that holds the code: a name that does not exist
+    fails at the import that names it, and no reader or patch lands on a stand-in."""
+    bad = stand_ins(REPO, PACKAGES)
     assert not bad, bad
 
 
-def test_old_module_names_are_the_moved_modules() -> None:
-    import importlib
-
-    for old in ("testbed.lab", "testbed.cleanup", "testbed.faults", "controllers.client",
-                "controllers.app", "testbed.preflight"):
-        pkg, name = old.split(".")
-        assert importlib.import_module(old) is importlib.import_module(f"{pkg}.shell.{name}")
+def test_the_stand_in_rule_finds_each_kind(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "real.py").write_text("def __getattr__x():\n    pass\n")
+    (pkg / "alias.py").write_text("import sys\nfrom pkg import real\n"
+                                  "sys.modules[__name__] = real\n")
+    (pkg / "star.py").write_text("from pkg.real import *\n")
+    (pkg / "fwd.py").write_text("def __getattr__(name):\n    return name\n")
+    assert stand_ins(tmp_path, ["pkg"]) == [
+        "pkg/alias.py: assigns sys.modules[...]", "pkg/fwd.py: module __getattr__",
+        "pkg/star.py: import *"]
 
 
 def test_pure_modules_reach_no_mininet_os_ken_subprocess_or_socket() -> None:
@@ -252,8 +290,14 @@ def test_the_graph_finds_a_cycle_through_a_lazy_relative_import(tmp_path: Path) 
     (pkg / "b.py").write_text("def f():\n    from .c import g\n")
     (pkg / "c.py").write_text("import subprocess\nimport pkg.a\n")
     (pkg / "d.py").write_text("from pkg.c import g\n")
+    (pkg / "f.py").write_text("import importlib\n\ndef f():\n"
+                              "    return importlib.import_module('pkg.c'), __import__('pkg.d')\n"
+                              "\ndef g(name):\n    return importlib.import_module(name)\n")
     graph, external = import_graph(tmp_path, ["pkg"])
     assert graph["pkg.a"] == {"pkg.b"} and graph["pkg.b"] == {"pkg.c"}  # module, not package
+    # an import by a literal name counts; one by a computed name cannot be followed
+    assert graph["pkg.f"] == {"pkg.c", "pkg.d"} and external["pkg.f"] == {"importlib"}
+    assert impure(graph, external, "pkg.f") == ["pkg.c -> subprocess"]
     assert graph["pkg.d"] == {"pkg.c"} and external["pkg.c"] == {"subprocess"}
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
     assert impure(graph, external, "pkg.d") == ["pkg.c -> subprocess"]

@@ -21,11 +21,11 @@ from functools import cache
 import pytest
 
 from controllers import lb
-from controllers.flows import Flow, sport_for_qp
 from controllers.paths import Path, PathFinder
-from controllers.plan import WiringPlan
 from controllers.routing import attach_points, shortest_switch_hops
 from tests.unit.fabrics import FABRICS, plan_of
+from vocab.flows import Flow, sport_for_qp
+from vocab.plan import WiringPlan
 
 GB = 10**9
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from controllers.plan import (
+from testbed.topologies import build
+from vocab.plan import (
     MAX_INTF_NAME,
     SCHEMA,
     VERSION,
@@ -25,7 +26,6 @@ from controllers.plan import (
     mac_for,
     write_json_atomic,
 )
-from testbed.topologies import build
 
 
 def tiny_plan(switch: str = "sw1") -> WiringPlan:

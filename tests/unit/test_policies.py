@@ -20,8 +20,8 @@ import pytest
 
 from controllers import policies
 from controllers.fabric import FabricLogic
-from controllers.flows import Flow
 from testbed.topologies import build
+from vocab.flows import Flow
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,7 +81,7 @@ _CHECK = textwrap.dedent("""
     orig, new, out = sys.argv[2], sys.argv[3], sys.argv[4]
     from controllers import policies
     from controllers.fabric import MODES, FabricLogic
-    from controllers.flows import Flow
+    from vocab.flows import Flow
     from testbed.models import flowmodel as fm
     from testbed.topologies import build
     from astral_lab.cli import main

@@ -17,12 +17,12 @@ import pytest
 
 from astral_lab.cli import main
 from controllers import lb, policies
-from controllers.flows import Flow, sport_for_qp
 from controllers.paths import PathFinder
 from controllers.policies import flowlet, plb
 from testbed.models import flowmodel as fm
 from testbed.models.perflow import FRAME_BYTES, _model_prepared, _Prepared
 from testbed.topologies import build
+from vocab.flows import Flow, sport_for_qp
 
 MB = 10**6
 

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from controllers.flows import sport_for_qp
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.shell.replay import _check, _result, _spec, percentile
+from vocab.flows import sport_for_qp
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from controllers.fabric import FabricLogic
-from controllers.flows import Flow
 from controllers.shell import client as client_module
 from controllers.shell.api import AppAPI
 from controllers.shell.client import ControllerClient, ControllerError
@@ -31,6 +30,7 @@ from controllers.shell.rest import (
     make_server,
 )
 from testbed.topologies import build
+from vocab.flows import Flow
 
 
 class FakeAPI:

@@ -12,7 +12,6 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from controllers.flows import sport_for_qp
 from traffic import roce
 from traffic.roce import (
     OP_WRITE_FIRST,
@@ -27,6 +26,7 @@ from traffic.roce import (
 )
 from traffic.rxstate import _F_DUP, _F_EXP, _F_LOST, _F_MISSING, _F_REORD
 from traffic.rxstate import psn_event as _psn_event
+from vocab.flows import sport_for_qp
 
 EP = Endpoints("02:00:00:00:00:01", "02:00:00:01:00:02", "10.0.0.1", "10.1.0.2", qp=7, dscp=26)
 T_NS = 1_790_000_000_123_456_789

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 
 from controllers.flowtable import OFPGC_ADD_OR_MOD
-from controllers.plan import Link, Node, WiringPlan, dpid_for, mac_for
 from controllers.routing import (
     PRIO_LOCAL,
     PRIO_MISS,
@@ -47,6 +46,7 @@ from controllers.shell.ofmsgs import (
 from testbed.topologies import build
 from tests.unit.fabrics import FABRICS, plan_of
 from tests.unit.fakeof import FakeFabric, FakeSwitch
+from vocab.plan import Link, Node, WiringPlan, dpid_for, mac_for
 
 OF13, OF15 = 4, 6
 VERSIONS = [pytest.param(OF13, id="of13"), pytest.param(OF15, id="of15")]

@@ -105,11 +105,11 @@ def test_message_latencies_follow_each_qp_in_order(plans: dict[str, Any]) -> Non
     alone. Each span runs, as the replay measures it, from the first frame sent to the last
     received: the fluid time from the QP having sent the first frame to having sent all,
     plus the first frame at the NIC rate and the last frame's store-and-forward per hop."""
-    from controllers.flows import sport_for_qp
     from controllers.paths import PathFinder
     from scenarios.common import message_latencies
     from traffic.kernels import FlowSpec
     from traffic.roce import frame_len, segment
+    from vocab.flows import sport_for_qp
 
     plan = plans["astral3"]
     m = 20 * 1024

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from controllers.plan import MAX_INTF_NAME, Link, Node, WiringPlan
 from testbed.topologies import FabricSpec, build, describe, fattree_k_for
+from vocab.plan import MAX_INTF_NAME, Link, Node, WiringPlan
 
 # The tier code in a DPID's top 16 bits, spelled out so a change to the codes is noticed.
 TIER_CODE = {"leaf": 1, "tor": 1, "edge": 1, "spine": 2, "agg": 2, "core": 3, "nvswitch": 4}

@@ -45,13 +45,13 @@ def test_the_shipped_topologies_and_what_they_declare() -> None:
         counts_for_spec("mesh", FabricSpec())
 
 
-def test_the_builders_keep_their_old_names() -> None:
-    from testbed.topologies import BUILDERS, build_astral3, build_fattree
+def test_builders_maps_every_topology_to_its_module_builder() -> None:
+    from testbed.topologies import BUILDERS
 
     assert list(BUILDERS) == list(topologies.names())
     spec = FabricSpec(**SMALL)
-    assert build_astral3(spec).to_dict() == BUILDERS["astral3"](spec).to_dict()
-    assert build_fattree(spec).topology == "fattree"
+    assert BUILDERS["astral3"](spec).to_dict() == topologies.get("astral3").build(spec).to_dict()
+    assert BUILDERS["fattree"](spec).topology == "fattree"
 
 
 # Runs in a fresh interpreter: puts a copy of topology ORIG, named NEW, on the package's

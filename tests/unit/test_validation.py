@@ -1,4 +1,4 @@
-"""One validation layer (``controllers.validate``): every numeric option, list, output path
+"""One validation layer (``vocab.validate``): every numeric option, list, output path
 and plan file a user gives is checked once, at parse time, by one rule; a mistake is one
 line on stderr naming the option and the rule, exit 2, and nothing written.
 
@@ -19,8 +19,6 @@ import pytest
 
 from astral_lab import cli, controller_cli
 from controllers import policies
-from controllers.plan import WiringPlan, check_schema
-from controllers.validate import BadValue, Rule, count, items, out_dir, out_file, positive, real
 from scenarios.base import load_all
 from testbed import topologies
 from testbed.models import flowmodel
@@ -33,6 +31,8 @@ from testbed.topologies import (
     fabric_spec,
     spec_for_gpus,
 )
+from vocab.plan import WiringPlan, check_schema
+from vocab.validate import BadValue, Rule, count, items, out_dir, out_file, positive, real
 
 #: a path no process can write, even root's (procfs makes no files)
 UNWRITABLE = "/proc/astral-lab-x"

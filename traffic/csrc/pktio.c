@@ -4,7 +4,7 @@
  * Why C: the emulated fabric is one software switch sharing two cores with every traffic
  * source. A Python loop spends tens of microseconds per packet, so most of the machine went
  * to the lab's own agents instead of the switch. This helper does only the per-packet work;
- * everything that needs judgement stays in Python (traffic/pktplan.py writes the plan and
+ * everything that needs judgement stays in Python (traffic/native.py writes the plan and
  * reads the results, traffic/roce.py owns the frame layout).
  *
  *   astral-pktio send --plan PLAN --out SENT [--intf IFACE | --dump FRAMES] [--start-at NS]
@@ -71,12 +71,12 @@
 #define RETRY_GIVE_UP_NS 10000000000LL
 #define ROCE_PORT 4791
 #define DRAIN_NS 2000000000LL
-#define QP_SPORT_BASE 49152      /* controllers/flows.py: QP source ports are 49152 + 0..16383 */
+#define QP_SPORT_BASE 49152      /* vocab/flows.py: QP source ports are 49152 + 0..16383 */
 #define QP_SPORTS 16384
 #define OP_ACK 0x11              /* RC ACKNOWLEDGE: BTH + AETH (the round was fine) */
 #define OP_CNP 0x81              /* congestion notification: BTH + 16 reserved bytes */
 
-/* how a sender picks each packet's UDP source port (controllers.flows.ENTROPY_MODES) */
+/* how a sender picks each packet's UDP source port (vocab.flows.ENTROPY_MODES) */
 enum { E_QP, E_PACKET, E_FLOWLET, E_PLB };
 
 static volatile sig_atomic_t stop_flag;
@@ -650,7 +650,7 @@ typedef struct __attribute__((packed)) {
     uint8_t op, pad;
     uint32_t pad2;
 } Rec;
-_Static_assert(sizeof(Rec) == 48, "record layout is shared with traffic/pktplan.py");
+_Static_assert(sizeof(Rec) == 48, "record layout is shared with traffic/native.py");
 
 /* The plb mode's receiver side: per QP, the current round (it began at `start`, lasts
  * `round_ns`: about one RTT, as PLB's rounds do), its packets and how many of them queued

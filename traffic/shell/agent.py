@@ -78,8 +78,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.flows import ROCE_PORT
-from controllers.plan import write_json_atomic
 from traffic.roce import (
     BURST_S,  # noqa: F401  (re-exported: a message latency floor is one bucket less)
     ECN_ECT0,
@@ -94,6 +92,8 @@ from traffic.roce import (
     sender_report,
 )
 from traffic.rxstate import _F_LAST, fold, new_flow, receiver_report
+from vocab.flows import ROCE_PORT
+from vocab.plan import write_json_atomic
 
 # Linux socket options the socket module does not name (asm-generic/socket.h).
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers import policies
-from controllers.flows import ROCE_PORT
 from traffic import hostlb, native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import ReplaySpec
 from traffic.shell import native as helper
+from vocab.flows import ROCE_PORT
 
 AGENT = [sys.executable, "-m", "astral_lab.agent_cli"]
 DEFAULT_PMTU = 1024  # RoCE payload bytes per packet (IB MTU 1024)

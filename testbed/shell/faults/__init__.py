@@ -80,8 +80,6 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from controllers.plan import Link, WiringPlan
-from controllers.plugins import discover
 from testbed.faultmarks import (
     ENV_MARK,
     IPT_IN,
@@ -126,6 +124,8 @@ from testbed.shell.cleanup import cleanup_faults, fault_processes, nic_loss_left
 from testbed.shell.faults._base import FaultError, Handle, _pause
 from testbed.shell.faults.link_degrade import degrade_commands, htb_rate_command
 from testbed.shell.preflight import loss_backend_problems
+from vocab.plan import Link, WiringPlan
+from vocab.plugins import discover
 
 #: Every public name, including those defined in ``faultspec``, ``faultmarks``, ``cleanup``
 #: and ``preflight``: callers import them all from here.

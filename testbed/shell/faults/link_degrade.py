@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from controllers.plan import Link, WiringPlan
 from testbed.faultspec import Fault, link_ends, parse_htb_rate
 from testbed.shaping import htb_commands
 from testbed.shell.faults._base import FaultError, Handle
+from vocab.plan import Link, WiringPlan
 
 
 # ----------------------------------------------------------------------------------------

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from controllers.plan import Link
 from testbed.faultspec import parallel_links
 from testbed.shell.faults._base import Handle
+from vocab.plan import Link
 
 
 def apply(inj: Any, handle: Handle) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from controllers.plan import WiringPlan
+from vocab.plan import WiringPlan
 
 ROCE_PORT = 4791
 #: RoCEv2 source ports come from the dynamic range; QP n uses ``QP_SPORT_BASE + n % QP_SPORTS``.

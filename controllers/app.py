@@ -1,8 +1,0 @@
-"""Moved to ``controllers.shell.app`` (the shell has its own folder); kept for one release.
-Importing this name gives that very module, so attributes and patches are shared."""
-
-import sys
-
-from controllers.shell import app as _moved
-
-sys.modules[__name__] = _moved

@@ -1,8 +1,0 @@
-"""Moved to ``testbed.shell.ovsbuf`` (the shell has its own folder); kept for one release.
-Importing this name gives that very module, so attributes and patches are shared."""
-
-import sys
-
-from testbed.shell import ovsbuf as _moved
-
-sys.modules[__name__] = _moved

@@ -1,8 +1,0 @@
-"""Moved to ``traffic.shell.iperf`` (the shell has its own folder); kept for one release.
-Importing this name gives that very module, so attributes and patches are shared."""
-
-import sys
-
-from traffic.shell import iperf as _moved
-
-sys.modules[__name__] = _moved
