@@ -44,7 +44,7 @@ from vocab.validate import Parser, out_dir, out_file
 
 RESULTS = results_root()
 
-#: Exit statuses of expected failures (module docstring; README, "Exit status").
+#: Exit statuses of expected failures (module docstring; docs/cli.md, "Exit status").
 EXIT_LAB, EXIT_USAGE, EXIT_GUARD, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
@@ -195,7 +195,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
             print(f"{'':<{width}}  {'':<{where}}  options: {opts}")
     print("\nuse one: astral-lab model ... --lb NAME[,NAME]; sudo astral-lab up ... --lb NAME; "
           "PUT /lb {\"mode\": NAME}; options as NAME:KEY=VALUE (qp-scaling:qps=8). Add one: "
-          "a new file in controllers/policies/ (README, Extending)")
+          "a new file in controllers/policies/ (docs/extending.md)")
     return 0
 
 

@@ -377,7 +377,7 @@ def replay_lead(flows: list[FlowSpec]) -> float:
     """How far ahead a scenario's replay sets its common start: 0.5 s + 0.1 s per sender.
 
     ``traffic.shell.replay``'s default (1 s + 0.25 s per sender) is a few times what the senders
-    need to build their templates here (README, "Scenarios": draws and start skew); the time
+    need to build their templates here (docs/scenarios.md, "Start skew"); the time
     saved pays for more hash draws. Every result's ``start_skew_s`` says how late the last
     sender really was; the scenarios keep the worst per figure in summary.json."""
     return 0.5 + 0.1 * len({f.src for f in flows})

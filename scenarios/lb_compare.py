@@ -478,7 +478,7 @@ def ecmp_finding(results: dict[str, dict[str, Any]], wl: str, qps: int,
     else:
         published = ("all-to-all spreads n-1 flows per GPU: hashing averages out (the "
                      "lab's model: busiest lane 1.3-1.5x its share at 64-256 GPUs, "
-                     "README 'load-balancing quality')")
+                     "docs/controller.md, 'Load-balancing quality')")
         why = ("Every lane carries many flows, so the hash's imbalance is a few flows more "
                "or less per lane rather than two on one and none on another")
         perm = results.get("permutation/ecmp")

@@ -1,6 +1,6 @@
 """A plain two-tier leaf-spine: a server's NICs all on one leaf, whole uplink ports to spines.
 
-A worked example of a topology in one file (README, Extending): copy it to
+A worked example of a topology in one file (docs/extending.md): copy it to
 ``testbed/topologies/leafspine.py`` and ``leafspine`` works in ``astral-lab topo``, ``up``,
 ``cost`` and ``model``, in ``mn --custom testbed/shell/mntopo.py --topo leafspine`` and in
 ``build("leafspine")``. The fabric most clusters had before rail-optimized designs: no

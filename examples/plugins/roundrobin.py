@@ -1,6 +1,6 @@
 """Pins the flows between two leaves on their minimal paths in turn, ignoring their sizes.
 
-A worked example of a load-balancing policy in one file (README, Extending): copy it to
+A worked example of a load-balancing policy in one file (docs/extending.md): copy it to
 ``controllers/policies/roundrobin.py`` and ``roundrobin`` is a mode of the controller
 (``--lb roundrobin``, ``PUT /lb``, ``Lab(lb="roundrobin")``), a policy of the flow model
 (``astral-lab model ... --lb roundrobin``) and a row of ``astral-lab policies``.

@@ -74,7 +74,7 @@ Aggregation, and why each kind is exact (the answer is identical to per-flow, no
 
 Scale, per policy (the CLI says which one each number came from):
 
-Running times are measured by ``benchmarks/model.py`` and quoted in the README.
+Running times are measured by ``benchmarks/model.py`` and quoted in docs/model.md.
 
 Exactness: the reductions above are exact; the event loop is not, by default. Finishes
 within ``DEFAULT_TOLERANCE`` (relative) of an event are coalesced into it (``simulate``),

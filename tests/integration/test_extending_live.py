@@ -1,4 +1,5 @@
-"""The README's worked extensions on a real fabric: the new topology, under the new policy.
+"""The worked extensions of docs/extending.md on a real fabric: the new topology, under
+the new policy.
 
 The project is copied with ``examples/plugins/leafspine.py`` and ``roundrobin.py`` put in
 place (tests/unit/test_extending.py), and the copy brings ``leafspine`` up under

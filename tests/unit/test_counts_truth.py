@@ -1,6 +1,6 @@
 """Every count a plan or the cost model reports, recomputed from the plan's links alone.
 
-Reading guide. For every design (and the README's worked ``leafspine`` example) a seeded
+Reading guide. For every design (and the worked ``leafspine`` example of docs/extending.md) a seeded
 sample of sizes is drawn from a grid of the parameters the design reads; each is built, and
 everything the plan's ``counts`` and the cost model's ``counts_for_spec`` report is
 recomputed here from the plan's nodes and links, by code that shares nothing with the

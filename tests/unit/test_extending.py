@@ -1,10 +1,11 @@
-"""The README's worked extensions: a policy and a topology, one file each, copied into place.
+"""The worked extensions of docs/extending.md: a policy and a topology, one file each,
+copied into place.
 
-``examples/plugins/roundrobin.py`` and ``examples/plugins/leafspine.py`` are what the
-README's "Extending" section shows. The test copies the project into a scratch folder,
-puts the two files where the README says (``controllers/policies/``,
+``examples/plugins/roundrobin.py`` and ``examples/plugins/leafspine.py`` are what
+docs/extending.md shows. The test copies the project into a scratch folder,
+puts the two files where the page says (``controllers/policies/``,
 ``testbed/topologies/``), and drives the copy through the CLI in a fresh interpreter:
-nothing else is edited, so this is exactly what a user who follows the README gets. The
+nothing else is edited, so this is exactly what a user who follows the page gets. The
 integration test brings the new topology up under the new policy on a real fabric.
 """
 
