@@ -52,6 +52,31 @@ def test_a_stop_swallowed_by_python_is_delivered_again(sig: int, caught: str) ->
     assert got.stdout.strip() == f"CAUGHT {caught}", got.stderr
 
 
+#: The program's first moment: a Ctrl-C swallowed while the stop handlers themselves are
+#: still being imported (before ``stop_on_signals`` runs), then the program's ``main``.
+_BEFORE_HANDLERS = """
+import os, signal, sys, threading, time, weakref
+import astral_lab.__main__ as program
+if sys.argv[1] == "plain":
+    sys.unraisablehook = sys.__unraisablehook__
+class A: pass
+def slow_callback(_ref):
+    time.sleep(0.5)  # the Ctrl-C lands in here
+a = A(); r = weakref.ref(a, slow_callback)
+threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT)).start()
+del a
+sys.exit(program.main(["policies"]))
+"""
+
+
+def test_a_ctrl_c_swallowed_before_the_handlers_are_in_still_stops_the_program() -> None:
+    without = _run(_BEFORE_HANDLERS, "plain")
+    assert without.returncode == 0 and "ecmp" in without.stdout  # lost: it ran on
+    got = _run(_BEFORE_HANDLERS, "program")
+    assert got.returncode == 130, (got.stdout, got.stderr)
+    assert "interrupted before it started" in got.stderr and "ecmp" not in got.stdout
+
+
 def test_held_delays_a_stop_until_the_block_is_done() -> None:
     got = _run("""
         import os, signal
