@@ -28,7 +28,7 @@ def _note_swallowed(unraisable: object) -> None:
 
 sys.unraisablehook = _note_swallowed
 
-from testbed.shell.signals import stop_on_signals  # noqa: E402  (after the hook, on purpose)
+from testbed.shell.signals import stop_inside, stop_on_signals  # noqa: E402  (after the hook, on purpose)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +39,14 @@ def main(argv: list[str] | None = None) -> int:
             raise _swallowed[0]
         from astral_lab.cli import main as cli_main
     except KeyboardInterrupt:
+        print("astral-lab: interrupted before it started", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        stop = stop_inside(exc)
+        if stop is None:
+            raise
+        if isinstance(stop, SystemExit):
+            raise stop from None
         print("astral-lab: interrupted before it started", file=sys.stderr)
         return 130
     return cli_main(argv)

@@ -38,7 +38,7 @@ from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
 from testbed import topologies
 from testbed.results import check_output, results_dir, results_root
-from testbed.shell.signals import stop_on_signals
+from testbed.shell.signals import stop_inside, stop_on_signals
 from testbed.topologies import FABRIC_RULES, FabricSpec, build, describe
 from vocab.validate import Parser, out_dir, out_file
 
@@ -377,6 +377,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"astral-lab {verb}: interrupted; everything was torn down", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:
+        stop = stop_inside(exc)
+        if isinstance(stop, SystemExit):
+            raise stop from None
+        if stop is not None:  # a Ctrl-C Python handed on wrapped in another error
+            verb = getattr(args, "verb", None) or "command"
+            print(f"astral-lab {verb}: interrupted; everything was torn down", file=sys.stderr)
+            return EXIT_INTERRUPTED
         status = expected_status(exc)
         if status is None or args is None:  # a bug: keep the traceback
             raise

@@ -52,6 +52,20 @@ def stop_on_signals() -> None:
         sys.unraisablehook = _unswallow
 
 
+def stop_inside(exc: BaseException | None) -> BaseException | None:
+    """The Ctrl-C or stop that ``exc`` wraps (itself, or its cause or context), if any:
+    Python 3.11 reports an exception raised in a class's ``__set_name__`` (a Ctrl-C
+    landing while an imported module defines a class) as a RuntimeError caused by it."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, KeyboardInterrupt) or (
+                isinstance(exc, SystemExit) and exc.code in {exit_status(s) for s in STOPPING}):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _unswallow(unraisable: Any) -> None:
     """A handler's exception raised inside a finalizer or weakref callback (an import's
     module-lock callback, a ``__del__``) cannot propagate: Python prints "Exception ignored"

@@ -77,6 +77,49 @@ def test_a_ctrl_c_swallowed_before_the_handlers_are_in_still_stops_the_program()
     assert "interrupted before it started" in got.stderr and "ecmp" not in got.stdout
 
 
+#: A Ctrl-C that lands while the CLI's modules define a class: Python 3.11 hands it on
+#: wrapped in "RuntimeError: Error calling __set_name__" (later versions as it is).
+_WRAPPED = """
+import builtins, sys
+import astral_lab.__main__ as program
+real_import = builtins.__import__
+def importing(name, *args, **kw):
+    if name == "astral_lab.cli":
+        class Field:
+            def __set_name__(self, owner, attr):
+                raise KeyboardInterrupt
+        class Policy:
+            field = Field()
+    return real_import(name, *args, **kw)
+builtins.__import__ = importing
+sys.exit(program.main(["policies"]))
+"""
+
+
+def test_a_ctrl_c_handed_on_inside_another_error_still_stops_the_program() -> None:
+    got = _run(_WRAPPED)
+    assert got.returncode == 130, (got.stdout, got.stderr)
+    assert "interrupted before it started" in got.stderr and "Traceback" not in got.stderr
+
+
+def test_stop_inside_finds_a_stop_in_the_cause_chain() -> None:
+    from testbed.shell.signals import stop_inside
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__") from exc
+    except RuntimeError as exc:
+        wrapped = exc
+    assert isinstance(stop_inside(wrapped), KeyboardInterrupt)
+    assert stop_inside(RuntimeError("a bug")) is None
+    assert stop_inside(SystemExit(1)) is None
+    assert stop_inside(RuntimeError()) is None
+    stop = stop_inside(SystemExit(143))
+    assert isinstance(stop, SystemExit) and stop.code == 143
+
+
 def test_held_delays_a_stop_until_the_block_is_done() -> None:
     got = _run("""
         import os, signal
