@@ -37,9 +37,10 @@ from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
 from testbed import topologies
+from testbed.fabricspec import FABRIC_RULES, FabricSpec
 from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_on_signals
-from testbed.topologies import FABRIC_RULES, FabricSpec, build, describe
+from testbed.topologies import build, describe
 from vocab.validate import Parser, out_dir, out_file
 
 RESULTS = results_root()
@@ -295,7 +296,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     t = sub.add_parser("topo", help="counts table, wiring plan JSON and PNG drawing of a fabric")
-    t.add_argument("topology", choices=topologies.names())
+    t.add_argument("topology", choices=topologies.TOPOLOGIES.names())
     t.add_argument("-o", "--output", type=out_file,
                    help="plan JSON path (default: results/<time>-topo-<name>/)")
     t.add_argument("--png", type=out_file, help="drawing path (default: next to the plan)")
@@ -304,7 +305,7 @@ def parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_topo)
 
     u = sub.add_parser("up", help="bring a fabric up under the controller; open the Mininet CLI")
-    u.add_argument("topology", choices=topologies.names())
+    u.add_argument("topology", choices=topologies.TOPOLOGIES.names())
     u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
     add_pmtu_option(u)
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")

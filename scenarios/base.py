@@ -42,9 +42,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from testbed.fabricspec import FABRIC_RULES
 from testbed.results import output_dir
 from testbed.shell.signals import held
-from testbed.topologies import FABRIC_RULES
 from vocab import validate
 from vocab.plan import WiringPlan, finite, write_json_atomic
 from vocab.validate import BadValue, Rule, count, positive, real

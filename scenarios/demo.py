@@ -92,7 +92,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     """
     from testbed.models.flowmodel import model_flows
 
-    n = draws if policies.get(mode).random else 1
+    n = draws if policies.POLICIES.get(mode).random else 1
     done, slow = [], []
     for d in range(n):
         flows = wire_flows(_flows(plan, nbytes, seed, d))
@@ -113,7 +113,7 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[s
     client.set_lb(mode)
     client.wait_converged()
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * p["seconds"])
-    n = p["draws"] if policies.get(mode).random else 1
+    n = p["draws"] if policies.POLICIES.get(mode).random else 1
     margin = run.guard(lab, _flows(plan, nbytes, p["seed"], 0), label)["margin"]
     per_draw = []
     for d in range(n):

@@ -39,8 +39,9 @@ from scenarios.base import (
 )
 from scenarios.common import compare, distribution, fmt_distribution, in_band
 from scenarios.findings import margin_text, pace_caveats
+from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultspec import KINDS
-from testbed.topologies import MAX_EMULATED_MBPS, build
+from testbed.topologies import build
 from vocab.validate import count, positive
 
 

@@ -65,7 +65,8 @@ from scenarios.paper_shapes_table import (
     flow_throughput,
     paired_growth,
 )
-from testbed.topologies import FABRIC_RULES, GPU_COUNT, build
+from testbed.fabricspec import FABRIC_RULES, GPU_COUNT
+from testbed.topologies import build
 from vocab.validate import count
 
 #: QP numbers of successive hash draws are this far apart (distinct UDP source ports).
@@ -367,8 +368,8 @@ def _emulate_relay(run: Run, lab: Any, name: str, flows: list[Any], raw: dict[st
 def tiers(p: dict[str, Any]) -> dict[str, Any]:
     """Hops from the lab's plans (every GPU pair, controller paths) and cost, lab and paper size."""
     from controllers.paths import PathFinder
+    from testbed.fabricspec import FabricSpec
     from testbed.models.cost import CostSpec, Prices, analyze, counts_for_spec, price
-    from testbed.topologies import FabricSpec
 
     hops, lab_cost, model_cost, model_hops = [], [], [], []
     spec = FabricSpec(servers=p["servers"], gpus=p["gpus"], scale=p["scale"])

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed import faultkinds
+from testbed.faultkinds import FAULT_KINDS
 from testbed.faultkinds.hot_receiver import (
     HOT_PAYLOAD,
     HOT_PORT,
@@ -35,6 +35,7 @@ from testbed.faultkinds.hot_receiver import (
 )
 from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK, SINK_PEER
 from vocab.plan import Link, WiringPlan
+from vocab.plugins import unknown
 
 __all__ = [
     "CONTROLLER", "DIRECTIONS", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "KINDS",
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 #: Every kind (``testbed.faultkinds``: one module each), in listing order.
-_KINDS = faultkinds.available()
+_KINDS = FAULT_KINDS.all()
 KINDS = tuple(_KINDS)
 #: What each kind's ``target`` must name.
 TARGET_KIND = {name: kind.target for name, kind in _KINDS.items()}
@@ -96,7 +97,7 @@ class Fault:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
+            raise ValueError(f"kind: {unknown('fault kind', self.kind, KINDS)}")
         if TARGET_KIND[self.kind] == CONTROLLER:
             if self.target not in ("", CONTROLLER):
                 raise ValueError(f"target of {self.kind} must be 'controller' (got "
@@ -404,7 +405,7 @@ def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int
     kinds = list(KINDS if kinds is None else kinds)
     for k in kinds:
         if k not in KINDS:
-            raise ValueError(f"kinds: unknown kind {k!r}; choose from {', '.join(KINDS)}")
+            raise ValueError(f"kinds: {unknown('fault kind', k, KINDS)}")
     if not kinds:
         raise ValueError("kinds must name at least one kind")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:

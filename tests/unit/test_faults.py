@@ -19,6 +19,7 @@ import pytest
 
 from testbed.shell import faults as F
 from testbed.shell.faults import Fault, FaultError, FaultInjector
+from testbed.shell.faults.link_degrade import degrade_commands, htb_rate_command
 from testbed.shell.lab import Lab, htb_commands
 from testbed.topologies import build
 from vocab.plan import WiringPlan
@@ -177,17 +178,17 @@ def test_hot_receiver_on_a_single_server_plan_is_refused() -> None:
 
 # --- exact commands --------------------------------------------------------------------------
 def test_degrade_changes_only_the_rate_of_the_labs_htb_class(small: WiringPlan) -> None:
-    cmd = F.htb_rate_command("spine2-eth2", 5)
+    cmd = htb_rate_command("spine2-eth2", 5)
     assert cmd == ["tc", "class", "change", "dev", "spine2-eth2", "parent", "5:0", "classid",
                    "5:1", "htb", "rate", "5Mbit", "burst", "15k", "quantum", "1514"]
     add = next(c for c in htb_commands("spine2-eth2", 5) if c.startswith("class add"))
     assert cmd[3:] == add.split()[2:]  # same arguments as bring-up used, verb aside
     lane = F.parse_target(small, "lf0r1~spine2").link
-    assert F.degrade_commands(small, lane, 5) == [
-        (None, F.htb_rate_command("lf0r1-eth5", 5)), (None, F.htb_rate_command("spine2-eth2", 5))]
+    assert degrade_commands(small, lane, 5) == [
+        (None, htb_rate_command("lf0r1-eth5", 5)), (None, htb_rate_command("spine2-eth2", 5))]
     nic = F.parse_target(small, "s1g1~lf0r1").link
-    assert F.degrade_commands(small, nic, 10) == [
-        ("s1g1", F.htb_rate_command("s1g1-eth0", 10)), (None, F.htb_rate_command("lf0r1-eth2", 10))]
+    assert degrade_commands(small, nic, 10) == [
+        ("s1g1", htb_rate_command("s1g1-eth0", 10)), (None, htb_rate_command("lf0r1-eth2", 10))]
 
 
 def test_htb_rates_read_back_from_tc_output() -> None:
@@ -314,7 +315,7 @@ def test_random_schedule_with_few_faults_and_a_subset_of_kinds(small: WiringPlan
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"kinds": ["link-cut"]}, "kinds: unknown kind"),
+    ({"kinds": ["link-cut"]}, "kinds: unknown fault kind 'link-cut'"),
     ({"kinds": []}, "kinds must name"),
     ({"n": 0}, "n must be"),
     ({"duration_s": 0}, "duration_s must be"),
@@ -372,7 +373,7 @@ class FakeLab:
 def fake(small: WiringPlan) -> tuple[FakeLab, FaultInjector]:
     lab = FakeLab(small)
     inj = FaultInjector(lab)
-    inj._sh = lab.sh  # type: ignore[method-assign]
+    inj.context.sh = lab.sh  # type: ignore[method-assign]
     return lab, inj
 
 
@@ -479,7 +480,7 @@ def test_leaving_the_block_undoes_everything_even_on_errors(small: WiringPlan,
                                                             exc: type[BaseException]) -> None:
     lab = FakeLab(small)
     with pytest.raises(exc), FaultInjector(lab) as inj:
-        inj._sh = lab.sh  # type: ignore[method-assign]
+        inj.context.sh = lab.sh  # type: ignore[method-assign]
         inj.inject(Fault("link-down", "lf0r0~spine0"))
         inj.inject(Fault("switch-down", "spine1"))
         inj.inject(Fault("controller-kill"))

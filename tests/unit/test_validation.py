@@ -21,16 +21,9 @@ from astral_lab import cli, controller_cli
 from controllers import policies
 from scenarios.base import load_all
 from testbed import topologies
+from testbed.fabricspec import COST_RULES, FABRIC_RULES, CostSpec, FabricSpec
 from testbed.models import flowmodel
-from testbed.topologies import (
-    COST_RULES,
-    FABRIC_RULES,
-    CostSpec,
-    FabricSpec,
-    build,
-    fabric_spec,
-    spec_for_gpus,
-)
+from testbed.topologies import build, fabric_spec, spec_for_gpus
 from vocab.plan import WiringPlan, check_schema
 from vocab.validate import BadValue, Rule, count, items, out_dir, out_file, positive, real
 
@@ -387,7 +380,7 @@ def test_a_bad_scenario_parameter_is_refused_at_parse(
 
 # --- policy options ---------------------------------------------------------------------------
 def test_every_policy_option_has_a_rule_its_default_meets() -> None:
-    for name, pol in policies.available().items():
+    for name, pol in policies.POLICIES.all().items():
         assert set(pol.rules) == set(pol.defaults), name
         for key, value in pol.defaults.items():
             assert pol.rules[key].check(value, key) == value
@@ -443,7 +436,7 @@ def test_output_paths_are_checked_without_writing(tmp_path: Path) -> None:
 
 
 # --- one fabric per name -------------------------------------------------------------------
-@pytest.mark.parametrize("design", topologies.names())
+@pytest.mark.parametrize("design", topologies.TOPOLOGIES.names())
 def test_every_verb_builds_the_same_default_fabric(design: str) -> None:
     """``topo``, ``up``, ``model``, ``mn --custom`` and ``spec_for_gpus`` resolve the same
     spec for a bare design name, and ``model`` builds the very plan ``topo`` writes."""
@@ -455,7 +448,7 @@ def test_every_verb_builds_the_same_default_fabric(design: str) -> None:
               if getattr(margs, n) is not None}
     model = flowmodel._spec(design, margs.gpus, margs.gpus_per_server, fabric)
     assert topo == up == model == spec_for_gpus(design) == fabric_spec(design)
-    assert topo == topologies.get(design).resolve(FabricSpec())
+    assert topo == topologies.TOPOLOGIES.get(design).resolve(FabricSpec())
     plan = build(design)  # what `mn --custom testbed/shell/mntopo.py --topo DESIGN` builds
     doc, _ = flowmodel.run(design, margs.gpus, gpus_per_server=margs.gpus_per_server,
                            policies=["ecmp"], fabric=fabric, mode="per-flow")
