@@ -167,9 +167,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from scenarios.base import load_all
+    from scenarios.experiments import SCENARIOS
 
-    scenarios = load_all()
+    scenarios = SCENARIOS.all()
     width = max(len(n) for n in scenarios)
     for name, sc in scenarios.items():
         print(f"{name:<{width}}  {sc.description}")
@@ -210,9 +210,9 @@ def add_pmtu_option(p: argparse.ArgumentParser) -> None:
 
 
 def _run_parser(name: str) -> argparse.ArgumentParser:
-    from scenarios.base import get
+    from scenarios.experiments import SCENARIOS
 
-    sc = get(name)
+    sc = SCENARIOS.get(name)
     p = Parser(prog=f"astral-lab run {name}", description=sc.description,
                epilog=sc.doc.strip().split("\n\n")[0] if sc.doc else None)
     p.add_argument("--quick", action="store_true",
@@ -236,9 +236,10 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from scenarios.base import format_table, get
+    from scenarios.base import format_table
+    from scenarios.experiments import SCENARIOS
 
-    sc = get(args.scenario)
+    sc = SCENARIOS.get(args.scenario)
     opts = _run_parser(args.scenario).parse_args(args.rest)
     overrides = {p.name: getattr(opts, p.name) for p in sc.params
                  if getattr(opts, p.name) is not None}
@@ -260,7 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print()
     print(format_table(result.rows))
     if args.scenario == "demo":
-        from scenarios.demo import print_where
+        from scenarios.experiments.demo import print_where
 
         print_where(result)
     else:

@@ -4,7 +4,7 @@ summary.json, metrics.json, the two figures and REPORT.md.
 ``_analyse`` takes every run's metrics (``scenarios.link_failure_metrics``), their
 distributions over the draws and the flow model's beside them; ``_row`` and
 ``_summary_entry`` write them out, ``_plot_timeline`` and ``_plot_completion`` draw them and
-``_write_report`` explains them. Apart from ``scenarios.link_failure`` (the parameters,
+``_write_report`` explains them. Apart from ``scenarios.experiments.link_failure`` (the parameters,
 the traffic and the runs on a fabric), which calls ``_analyse`` once every run is done and
 re-exports ``CASES`` and ``PUBLISHED_FAILOVER``, so each of the two reads on its own.
 """

@@ -248,7 +248,7 @@ _CHECK = textwrap.dedent("""
     F.__path__.append(shell_dir)
     from testbed import faultspec
     from testbed.shell.faults import Fault, FaultError, FaultInjector
-    from scenarios.ops_eval import KINDS as scenario_kinds
+    from scenarios.experiments.ops_eval import KINDS as scenario_kinds
     from test_faultkinds import SCENARIOS, RecordingLab, record, small_plan
 
     plan = small_plan()

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
-from scenarios import lb_compare as lc
 from scenarios.common import model_draws, shift_qps
+from scenarios.experiments import lb_compare as lc
 from testbed.topologies import build
 
 

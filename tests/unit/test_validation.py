@@ -19,7 +19,7 @@ import pytest
 
 from astral_lab import cli, controller_cli
 from controllers import policies
-from scenarios.base import load_all
+from scenarios.experiments import SCENARIOS
 from testbed import topologies
 from testbed.fabricspec import COST_RULES, FABRIC_RULES, CostSpec, FabricSpec
 from testbed.models import flowmodel
@@ -325,7 +325,7 @@ def _bad_values(rule: Rule) -> list[str]:
 
 def _scenario_cases() -> list[tuple[str, str, str]]:
     cases = []
-    for name, sc in load_all().items():
+    for name, sc in SCENARIOS.all().items():
         for p in sc.params:
             if p.numeric:
                 assert p.rule is not None, f"{name} --{p.flag} declares no rule"
@@ -348,7 +348,7 @@ SCENARIO_CASES = _scenario_cases()
 
 
 def test_every_numeric_scenario_parameter_declares_a_rule_its_defaults_meet() -> None:
-    for name, sc in load_all().items():
+    for name, sc in SCENARIOS.all().items():
         for p in sc.params:
             if p.numeric:
                 assert p.rule is not None, f"{name} --{p.flag}"
@@ -367,7 +367,7 @@ def test_a_bad_scenario_parameter_is_refused_at_parse(
     assert line.startswith(f"astral-lab run {scenario}: error: argument --{flag}: "), line
     assert _nothing_in(no_fabric)
     # ... and from Python (a notebook), before any folder
-    sc = load_all()[scenario]
+    sc = SCENARIOS.get(scenario)
     param = next(p for p in sc.params if p.flag == flag)
     py: Any = value
     if param.numeric and not isinstance(param.default, list):
@@ -474,7 +474,7 @@ def test_servers_per_block_0_fills_the_leaf_in_every_verb() -> None:
 def test_the_demo_and_cost_share_the_defaults() -> None:
     """The demo's fabric is the default 32-GPU one; the cost model's fields are
     ``FabricSpec``'s, with the same rules (it sizes blocks and spines as a buyer would)."""
-    demo = {p.name: p.default for p in load_all()["demo"].params}
+    demo = {p.name: p.default for p in SCENARIOS.get("demo").params}
     assert (demo["servers"], demo["gpus"]) == (FabricSpec().servers, FabricSpec().gpus)
     fab, cost = FabricSpec(), CostSpec()
     for name in COST_RULES:

@@ -196,7 +196,6 @@ DRAW_QP_STRIDE = 1000
 
 
 @scenario(
-    "expert-skew",
     "uniform vs skewed gating vs skewed + EPLB: rank imbalance, hot-receiver incast, completion",
     Param("model", "deepseek-v3", "MoE model preset", choices=tuple(PRESETS)),
     Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),

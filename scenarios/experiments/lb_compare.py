@@ -117,7 +117,7 @@ def draws_for(mode: str, samples: int) -> int:
 
 
 @scenario(
-    "lb-compare", f"every load-balancing mode ({', '.join(MODES)}) on astral3: completion, "
+    f"every load-balancing mode ({', '.join(MODES)}) on astral3: completion, "
     "lane load, spines",
     Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2, rule=SERVERS),
     Param("gpus", 4, "GPUs (NICs, rails) per server", rule=GPUS),

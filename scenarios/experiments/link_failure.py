@@ -249,7 +249,6 @@ class Sampler:
 
 # --- the scenario ------------------------------------------------------------------------
 @scenario(
-    "link-failure",
     "fail a leaf-spine lane, then a whole spine, mid All-to-All: throughput timeline, "
     "recovery time, completion penalty, per mode",
     Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),

@@ -55,7 +55,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import fmt_distribution, permutation_flows
-from scenarios.decode_latency import _decode_flows, _decode_stats
+from scenarios.experiments.decode_latency import _decode_flows, _decode_stats
 from scenarios.paper_shapes_table import (
     PUBLISHED,
     ROWS,
@@ -99,7 +99,6 @@ def _check_params(p: dict[str, Any]) -> None:
 
 # --- the scenario ------------------------------------------------------------------------------
 @scenario(
-    "paper-shapes",
     "one table: published shapes (ECMP collisions, DeepEP EP growth, EPLB, rail-only relay, "
     "2 vs 3 tiers) beside the lab's emulated value and the flow model's",
     Param("servers", 4, "servers of the ECMP and relay fabrics (astral3/railonly, 2 per block)",
@@ -327,7 +326,7 @@ def eplb_imbalance(p: dict[str, Any]) -> dict[str, list[float]]:
 # --- row 4: rail-only relay ----------------------------------------------------------------------
 def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]]:
     """One flat All-to-All dispatch (topology-compare's kernel and sizing) on both fabrics."""
-    from scenarios.topology_compare import _tokens_for, _traffic
+    from scenarios.experiments.topology_compare import _tokens_for, _traffic
     from traffic.workload import simulate_step
 
     tp = {"servers": p["servers"], "gpus": p["gpus"], "seconds": p["seconds"],

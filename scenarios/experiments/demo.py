@@ -209,7 +209,7 @@ def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
 
 
 @scenario(
-    "demo", "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
+    "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
     Param("servers", 4, "servers (4 x 8 GPUs: the default 32-GPU astral3)", quick=2,
           rule=SERVERS),
     Param("gpus", 8, "GPUs (NICs, rails) per server", quick=4, rule=GPUS),
