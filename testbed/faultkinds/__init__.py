@@ -24,8 +24,10 @@ What a module here declares and implements is ``FaultKindModule``.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,6 +36,11 @@ from vocab.plugins import Plugin, Plugins
 
 #: What a kind's ``TARGET`` may be.
 TARGETS = ("link", "host", "switch", "controller")
+
+
+@dataclass(frozen=True)
+class NoSettings:
+    """The settings of a kind that has no knobs of its own."""
 
 
 class FaultKindModule(Protocol):
@@ -46,6 +53,11 @@ class FaultKindModule(Protocol):
     TARGET: str
     """What a fault's ``target`` names: ``"link"``, ``"host"`` (its NIC), ``"switch"`` or
     ``"controller"`` (the target is then always ``controller``)."""
+    SETTINGS: type = NoSettings
+    """The kind's own knobs: a frozen dataclass with their defaults, whose ``__post_init__``
+    refuses a bad value with a message starting with the knob's name (``number`` and
+    ``whole`` help). ``Fault(kind, target, fraction=0.25)`` makes one (``fault.settings``);
+    a knob the kind does not have is refused, naming the ones it has."""
     validate: Callable[[Any], None] | None = None
     """``validate(fault)``: raise ``ValueError`` (message starting with the field's name)
     for a combination of fields this kind refuses; called once ``target``, ``at`` and
@@ -83,6 +95,20 @@ class FaultKind(Plugin):
     def target(self) -> str:
         return str(self.module.TARGET)
 
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        """The names of the kind's own settings (``SETTINGS``' fields)."""
+        return tuple(f.name for f in dataclasses.fields(self.declared("SETTINGS")))
+
+    def settings(self, knobs: Mapping[str, Any]) -> Any:
+        """The kind's ``SETTINGS`` made from ``knobs`` (the rest at their defaults), each
+        checked; a ValueError naming a knob the kind does not have."""
+        for knob in knobs:
+            if knob not in self.knobs:
+                raise ValueError(f"{knob}: {self.name} has no setting {knob!r} (its settings: "
+                                 f"{', '.join(self.knobs) or 'none'})")
+        return self.declared("SETTINGS")(**knobs)
+
     def validate(self, fault: Any) -> None:
         fn = self.hook("validate")
         if fn is not None:
@@ -112,3 +138,28 @@ FAULT_KINDS: Plugins[FaultKind] = Plugins(
     "fault kind", __name__, FaultKind,
     first=("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
            "controller-kill", "controller-restart", "hot-receiver"))
+
+
+def number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+           low_open: bool = False, high_open: bool = False, why: str = "") -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a finite number in the range
+    (``low_open``/``high_open``: the bound itself is outside)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        left = "(" if low_open or low is None else "["
+        right = ")" if high_open or high is None else "]"
+        lo = "-inf" if low is None else f"{low:g}"
+        hi = "inf" if high is None else f"{high:g}"
+        rng = f"{left}{lo}, {hi}{right}"
+        raise ValueError(f"{name} must be a number in {rng} (got {value!r})"
+                         + (f": {why}" if why else ""))
+
+
+def whole(name: str, value: Any, low: int) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an integer >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low} (got {value!r})")

@@ -8,6 +8,7 @@ measured in tests/integration/test_faults_live.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import threading
@@ -68,7 +69,7 @@ def test_bad_fault_parameters_name_the_parameter(kwargs: dict[str, Any], param: 
 
 
 def test_valid_edges_are_accepted_and_spans_follow_the_kind() -> None:
-    assert Fault("nic-loss", "s0g0", probability=1.0).probability == 1.0
+    assert Fault("nic-loss", "s0g0", probability=1.0).settings.probability == 1.0
     assert Fault("link-down", "a~b", at=0, duration=0).span == 0
     assert Fault("link-down", "a~b").span is None and Fault("link-down", "a~b").end is None
     flap = Fault("link-flap", "a~b", at=2, period=0.5, count=4)
@@ -83,6 +84,35 @@ def test_fault_round_trips_through_a_dict_and_rejects_unknown_fields() -> None:
     assert Fault.from_dict(json.loads(json.dumps(f.to_dict()))) == f
     with pytest.raises(ValueError, match="unknown fault field"):
         Fault.from_dict({**f.to_dict(), "fractoin": 0.3})
+    assert f.to_dict() == {"kind": "link-degrade", "target": "lf0r1~spine2#0", "at": 3.5,
+                           "duration": 10, "fraction": 0.3}
+    with pytest.raises(ValueError, match="unknown fault field.s. probability"):
+        Fault.from_dict({**f.to_dict(), "probability": 0.3})
+
+
+def test_each_kind_takes_its_own_settings_and_refuses_another_kinds() -> None:
+    from testbed.faultkinds import FAULT_KINDS
+
+    got = {k: FAULT_KINDS.get(k).knobs for k in FAULT_KINDS.names()}
+    assert {k: v for k, v in got.items() if v} == {
+        "link-flap": ("period", "count"), "link-degrade": ("fraction",),
+        "nic-loss": ("probability", "direction"),
+        "hot-receiver": ("overload", "hot_share", "senders", "seed")}
+    for kind in FAULT_KINDS.names():  # every kind round-trips with its defaults
+        f = Fault(kind, "" if FAULT_KINDS.get(kind).target == "controller" else "a~b")
+        assert type(f.settings) is FAULT_KINDS.get(kind).declared("SETTINGS")
+        assert Fault.from_dict(f.to_dict()) == f
+    with pytest.raises(ValueError, match=r"^probability: link-degrade has no setting "
+                                         r"'probability' \(its settings: fraction\)$"):
+        Fault("link-degrade", "a~b", probability=0.5)
+    with pytest.raises(ValueError, match=r"fraction: link-down has no setting 'fraction' "
+                                         r"\(its settings: none\)"):
+        Fault("link-down", "a~b", fraction=0.5)
+    # replace lays knobs over the fault's own settings (ops-eval's per-kind overrides)
+    f = Fault("nic-loss", "s0g0", probability=0.2, direction="ingress")
+    g = dataclasses.replace(f, at=4.0, probability=0.05)
+    assert (g.at, g.settings.probability, g.settings.direction) == (4.0, 0.05, "ingress")
+    assert dataclasses.replace(f, target="s1g1").settings == f.settings
 
 
 # --- names: parse_target, resolve, component --------------------------------------------
@@ -153,7 +183,7 @@ def test_every_link_of_every_design_round_trips_through_its_name(topology: str,
 
 def test_resolve_checks_the_target_kind_and_writes_it_canonically(small: WiringPlan) -> None:
     f = F.resolve(small, Fault("link-degrade", "spine2~lf0r1", fraction=0.5))
-    assert f.target == f.component == "lf0r1~spine2#0" and f.fraction == 0.5
+    assert f.target == f.component == "lf0r1~spine2#0" and f.settings.fraction == 0.5
     assert Fault("link-down", "spine2~lf0r1").component == "spine2~lf0r1#0"  # unresolved
     assert F.resolve(small, Fault("switch-down", "spine1")).component == "spine1"
     assert F.resolve(small, Fault("nic-loss", "s2g1")).component == "s2g1"
@@ -298,9 +328,9 @@ def test_random_schedule_properties(topology: str, params: dict[str, int]) -> No
         if f.kind == "switch-down":
             assert f.target in leaves
         if f.kind == "link-degrade":
-            assert 0.1 <= f.fraction <= 0.5
+            assert 0.1 <= f.settings.fraction <= 0.5
         if f.kind == "nic-loss":
-            assert 0.02 <= f.probability <= 0.2
+            assert 0.02 <= f.settings.probability <= 0.2
     for a, b in zip(sched, sched[1:], strict=False):
         assert a.end + 4 <= b.at + 1e-6, (a, b)  # no overlap, with the recovery gap
 

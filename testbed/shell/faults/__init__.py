@@ -73,7 +73,6 @@ from testbed.faultmarks import (
 )
 from testbed.faultspec import (
     CONTROLLER,
-    DIRECTIONS,
     HOT_PAYLOAD,
     HOT_PORT,
     HOT_SPORT_BASE,
@@ -110,7 +109,7 @@ from vocab.plugins import Plugin, Plugins
 #: Every public name, including those defined in ``faultspec``, ``faultmarks``, ``cleanup``
 #: and ``preflight``: callers import them all from here.
 __all__ = [
-    "CONTROLLER", "DIRECTIONS", "ENV_MARK", "Fault", "FaultContext", "FaultError",
+    "CONTROLLER", "ENV_MARK", "Fault", "FaultContext", "FaultError",
     "FaultInjector", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "Handle", "INJECTORS",
     "IPT_IN", "IPT_OUT", "InjectorModule", "KINDS", "MAX_HOT_SENDERS", "NFT_FAMILY",
     "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun", "TARGET_KIND", "Target",

@@ -74,7 +74,7 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
     old = [parse_htb_rate(text) or 0.0 for text in before]
     # restore the plan's exact rate when that is what runs (tc prints rates rounded)
     restore = [link.mbps if abs(r - link.mbps) <= 1e-3 * link.mbps else r for r in old]
-    new = [r * handle.fault.fraction for r in restore]
+    new = [r * handle.fault.settings.fraction for r in restore]
     handle.info.update(before=before, restore=restore, changed=[])
     try:
         for end, mbps in zip(ends, new, strict=True):

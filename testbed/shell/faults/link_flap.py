@@ -13,7 +13,8 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
         raise FaultError(f"link-flap: {handle.component} is down already; a flap needs "
                          "a link that is up")
     handle.info["down"] = False
-    handle.info["detail"] = {"period": handle.fault.period, "count": handle.fault.count}
+    knobs = handle.fault.settings
+    handle.info["detail"] = {"period": knobs.period, "count": knobs.count}
 
 
 def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
@@ -26,10 +27,10 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
 
 def worker(ctx: FaultContext, handle: Handle) -> None:
     """The flapping itself (the injector undoes the fault when it returns)."""
-    f = handle.fault
+    knobs = handle.fault.settings
     link, lane = handle.info["link"], handle.info["lane"]
-    half = f.period / 2
-    for i in range(f.count):
+    half = knobs.period / 2
+    for i in range(knobs.count):
         if i and handle.pause(half):  # up phase of the last cycle
             return
         if handle.stopping:

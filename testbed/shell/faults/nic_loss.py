@@ -22,10 +22,11 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
     dev = next(ln.a_intf for ln in ctx.plan.links if ln.a == host)
     backend = ctx.loss_backend()
     handle.info.update(host=host, backend=backend)
+    knobs = f.settings
     if backend == "nft":
-        setup, script, undo = nft_loss_commands(dev, f.probability, f.direction)
+        setup, script, undo = nft_loss_commands(dev, knobs.probability, knobs.direction)
     else:
-        setup, undo = iptables_loss_commands(dev, f.probability, f.direction)
+        setup, undo = iptables_loss_commands(dev, knobs.probability, knobs.direction)
         script = None
     handle.info["undo"] = undo
     try:
@@ -37,7 +38,7 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
         for argv in undo:
             ctx.sh(argv, host, check=False)
         raise
-    handle.info["detail"] = {"probability": f.probability, "direction": f.direction,
+    handle.info["detail"] = {"probability": knobs.probability, "direction": knobs.direction,
                              "backend": backend}
 
 
