@@ -534,7 +534,7 @@ def gap_finding(r: dict[str, Any], ecmp: dict[str, Any] | None = None) -> dict[s
     caveats = _caveats(r)
     if caveats:
         why += "The run itself may be the cause: " + "; ".join(caveats) + "."
-    elif r["mode"] == "adaptive":
+    elif policies.POLICIES.get(r["mode"]).polls:  # re-paths on measured rates
         why += _adaptive_position(r, ecmp)
     else:
         why += ("The controller pins every flow on its planned path, so the paths are the "
