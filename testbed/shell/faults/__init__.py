@@ -41,14 +41,15 @@ pure half, which makes it a ``Fault`` kind at all (its target, its rules, its ra
 knobs), is ``testbed/faultkinds/<name>.py`` (see there why the two halves are two files);
 a new kind is that pair of new files.
 
-Where things live (every name is importable from here): the pure parts, unit-tested
-without root (``Fault`` and its validation, targets, the ``nft``/``iptables`` commands,
-the incast's shape, ``random_schedule``), are in ``testbed.faultspec`` and
-``testbed.faultkinds``; this package runs them on a lab (``FaultInjector``; link-degrade's
-``tc`` lines, which come from the lab's own shaping, are in its module). Removing what a
-crashed run left (``cleanup_faults``) belongs to ``testbed.shell.cleanup``, so
-``astral-lab clean`` needs no injector; the nic-loss probe (``loss_backend_problems``)
-sits with the other capability probes in ``testbed.shell.preflight``.
+Where things live (each name below but the tc lines is importable from here): the pure
+parts, unit-tested without root (``Fault`` and its validation, targets, the
+``nft``/``iptables`` commands, the incast's shape, ``random_schedule``), are in
+``testbed.faultspec`` and ``testbed.faultkinds``; this package runs them on a lab
+(``FaultInjector``; link-degrade's ``tc`` lines, which come from the lab's own shaping, are
+in ``link_degrade``). Removing what a crashed run left (``cleanup_faults``) belongs to
+``testbed.shell.cleanup``, so ``astral-lab clean`` needs no injector; the nic-loss probe
+(``loss_backend_problems``) sits with the other capability probes in
+``testbed.shell.preflight``.
 """
 
 from __future__ import annotations
