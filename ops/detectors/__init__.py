@@ -162,10 +162,11 @@ class Detector(Plugin):
         declare (its advice would be missing)."""
         found = self.module.detect(hist, topo, baseline) if self.baseline else \
             self.module.detect(hist, topo)
+        declared = self.alerts
         for f in found:
-            if f.detector not in self.alerts:
+            if f.detector not in declared:
                 raise ValueError(f"detector {self.name} raised {f.detector!r}, which its "
-                                 f"ALERTS do not declare ({', '.join(self.alerts)})")
+                                 f"ALERTS do not declare ({', '.join(declared)})")
         return found
 
 
