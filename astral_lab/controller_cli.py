@@ -43,7 +43,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
                         "controllers/shell/ofmsgs.py)")
     p.add_argument("--lb", default="ecmp", type=controller_policy, metavar="MODE",
                    help="load-balancing mode at start, options as MODE:KEY=VALUE, as `up "
-                        "--lb` (one of " + ", ".join(policies.names(controller=True)) +
+                        "--lb` (one of " + ", ".join(policies.CONTROLLER_MODES.names()) +
                         "; switch later with PUT /lb; `astral-lab policies` lists them)")
     p.add_argument("--poll-interval", type=SECONDS, default=1.0,
                    help=f"seconds between counter polls (links, adaptive mode; default 1; "

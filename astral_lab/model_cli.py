@@ -15,6 +15,7 @@ from typing import Any
 from controllers import policies as policy_modules
 from controllers.paths import UNITS
 from testbed import topologies
+from testbed.fabricspec import FABRIC_RULES, GPU_COUNT, FabricSpec
 from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
     DEFAULT_PAIR_BYTES,
@@ -31,7 +32,6 @@ from testbed.models.flowmodel import (
     run,
 )
 from testbed.results import check_output, output_dir
-from testbed.topologies import FABRIC_RULES, GPU_COUNT, FabricSpec
 from traffic.workload import PRESETS
 from vocab.plan import write_json_atomic
 from vocab.validate import SEED, count, list_of, out_dir, real
@@ -50,7 +50,7 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "flows; above that an exact group-symmetric what-if (astral3). 64K-GPU "
                     "what-if: astral-lab model astral3 --gpus 65536 --radix 1024 "
                     "--servers-per-block 64 --groups 256 --group-size 256")
-    p.add_argument("topology", choices=topologies.names())
+    p.add_argument("topology", choices=topologies.TOPOLOGIES.names())
     p.add_argument("--gpus", type=GPU_COUNT, default=_DEFAULT.gpu_count, metavar="N",
                    help=f"GPUs in the fabric (default {_DEFAULT.gpu_count}: `topo`'s default "
                         f"fabric, {_DEFAULT.servers} servers x {_DEFAULT.gpus}; {GPU_COUNT})")
@@ -114,7 +114,7 @@ def _check_fabric(args: argparse.Namespace, fabric: dict[str, Any]) -> None:
     """The design's rules on the fabric, before the job is built: a fabric the defaults
     cannot make at this size says how to fill the leaves instead (``topo``'s blocks of
     ``FabricSpec.servers_per_block`` servers are the default at every size)."""
-    topo = topologies.get(args.topology)
+    topo = topologies.TOPOLOGIES.get(args.topology)
     if args.gpus % args.gpus_per_server:
         return  # run() says so
     try:

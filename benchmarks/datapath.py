@@ -343,7 +343,7 @@ def shaping_check(lab: Any, plan: Any, pair: tuple[str, str], pmtu: int, work: s
                   ) -> dict[str, Any]:
     """Lower the HTB class of the switch port towards ``pair``'s receiver to SHAPE_MBPS,
     offer SHAPE_OVER x that from its sender, and read the rate the receiver got."""
-    from testbed.shell.faults import htb_rate_command
+    from testbed.shell.faults.link_degrade import htb_rate_command
     from traffic.shell.replay import drop_roce
 
     a, b = pair

@@ -1,7 +1,8 @@
 """decode-latency's findings in words: each reason chosen from the rows' own evidence.
 
-Apart from ``scenarios.decode_latency`` (the runs and the report), so each reads on its own;
-every function here takes numbers and returns text, and is tested branch by branch.
+Apart from ``scenarios.experiments.decode_latency`` (the runs and the report), so each reads
+on its own; every function here takes numbers and returns text, and is tested branch by
+branch.
 """
 
 from __future__ import annotations

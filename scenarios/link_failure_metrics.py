@@ -3,11 +3,11 @@ counter samples, recovery time, the bytes left at the cut, the probe's gap, and 
 model's ideal and penalty for the same failure.
 
 ``_failure_metrics`` turns one failure run's record into the numbers the scenario's
-docstring defines (``scenarios.link_failure``, *Definitions*); the functions it uses are
+docstring defines (``scenarios.experiments.link_failure``, *Definitions*); the functions it uses are
 unit-tested one by one. ``draws_for`` and ``DRAW_QP_STRIDE`` say how many hash draws a
 mode gets and how they differ, which the runs and the report both need. Everything here is
 pure (plain data, NumPy and the flow model, no fabric), so it is apart from the runs;
-``scenarios.link_failure`` re-exports every public name.
+``scenarios.experiments.link_failure`` re-exports every public name.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ summary.json, metrics.json, the two figures and REPORT.md.
 ``_analyse`` takes every run's metrics (``scenarios.link_failure_metrics``), their
 distributions over the draws and the flow model's beside them; ``_row`` and
 ``_summary_entry`` write them out, ``_plot_timeline`` and ``_plot_completion`` draw them and
-``_write_report`` explains them. Apart from ``scenarios.link_failure`` (the parameters,
+``_write_report`` explains them. Apart from ``scenarios.experiments.link_failure`` (the parameters,
 the traffic and the runs on a fabric), which calls ``_analyse`` once every run is done and
 re-exports ``CASES`` and ``PUBLISHED_FAILOVER``, so each of the two reads on its own.
 """
@@ -355,7 +355,8 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
              "mode, and testbed.shell.probe keeps only each port's longest silence: '-' means no "
              "port's longest silence began at the cut (none crossed the failed link, or a "
              "longer queueing gap happened elsewhere)."))
-    host = [m for m in modes if policies.get(m).entropy != "qp" or policies.get(m).expands]
+    pols = {m: policies.POLICIES.get(m) for m in modes}
+    host = [m for m in modes if pols[m].entropy != "qp" or pols[m].expands]
     if host:
         msg = MESSAGE_BYTES
         rep.finding(
@@ -367,7 +368,7 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
                 f"{dt(agg[f'{m}/spine']['incomplete'], '', 3)} (fraction of messages)"
                 for m in ["ecmp", *host] if f"{m}/lane" in agg),
             ideal="0: the flow model moves bytes, not packets, and loses none",
-            published="; ".join(f"{m}: {policies.get(m).published} ({policies.get(m).source})"
+            published="; ".join(f"{m}: {pols[m].published} ({pols[m].source})"
                                 for m in host),
             why=(f"A message missing one packet never completes (the replay does not "
                  f"retransmit), and the packets lost are those queued on the dead link at the "
@@ -378,8 +379,8 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
                  f"({-(-msg // run.pmtu)} packets) has packets on every lane, so "
                  f"every message in flight in that window is exposed. "
                  + _host_loss_verdict(agg, host) + " "
-                 + " ".join(f"{m}: {policies.get(m).differs}." for m in host
-                            if policies.get(m).differs)))
+                 + " ".join(f"{m}: {pols[m].differs}." for m in host
+                            if pols[m].differs)))
 
 
 def _caveats(a: dict[str, Any]) -> list[str]:

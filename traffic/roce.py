@@ -502,7 +502,7 @@ class ReplaySpec:
     flows: tuple[ReplayFlow, ...] = field(default_factory=tuple)
     overhead_bytes: int = 0
     ecn: bool = True
-    #: how each packet's UDP source port is picked (``controllers.policies.ENTROPY_MODES``),
+    #: how each packet's UDP source port is picked (``vocab.flows.ENTROPY_MODES``),
     #: from a set of ``entropies`` ports per QP; ``flowlet_gap_us``: the flowlet mode's idle
     #: gap; ``plb_rounds``: congested rounds in a row before the plb mode re-draws
     entropy: str = "qp"

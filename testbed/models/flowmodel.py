@@ -124,6 +124,7 @@ from typing import Any
 
 from controllers.paths import UNITS, PathFinder
 from testbed import topologies
+from testbed.fabricspec import FabricSpec
 from testbed.models.bounds import bounds
 from testbed.models.inputs import DEFAULT_POLICIES, POLICIES, _check_policy
 from testbed.models.jobs import DEFAULT_PAIR_BYTES, PLACEMENTS, WORKLOADS, Job, make_job
@@ -132,7 +133,7 @@ from testbed.models.progress import Progress
 from testbed.models.results import ModelResult
 from testbed.models.solver import Timeline, simulate
 from testbed.models.whatif import TwoTier, ecmp_lanes, whatif
-from testbed.topologies import FabricSpec, build
+from testbed.topologies import build
 
 MODES = ("auto", "per-flow", "aggregate")
 #: The event tolerance ``run`` (and ``astral-lab model``) uses unless told otherwise
@@ -187,7 +188,7 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
     t0 = time.perf_counter()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"--jobs must be 0 (auto) or a positive integer (got {jobs!r})")
-    two_tier = topologies.get(topology).two_tier is not None  # ValueError if unknown
+    two_tier = topologies.TOPOLOGIES.get(topology).two_tier is not None  # ValueError if unknown
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     if not policies:

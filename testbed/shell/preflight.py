@@ -16,10 +16,10 @@ import subprocess
 import uuid
 from dataclasses import dataclass, field
 
+from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultspec import iptables_loss_commands, nft_loss_commands
 from testbed.shell import cleanup
 from testbed.shell.mntopo import choose_datapath
-from testbed.topologies import MAX_EMULATED_MBPS
 from vocab.plan import WiringPlan
 
 #: Mininet silently ignores ``bw`` above this (Mb/s).

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from scenarios.paper_shapes import ROWS, paper_shapes
+from scenarios.experiments.paper_shapes import ROWS, paper_shapes
 from testbed.topologies import build
 from vocab.plan import WiringPlan
 

@@ -33,7 +33,7 @@ class FakeClient:
     def lb(self) -> dict[str, Any]:
         from controllers import policies
 
-        return {"mode": self.lab.lb, "pins": policies.get(self.lab.lb).pins}
+        return {"mode": self.lab.lb, "pins": policies.POLICIES.get(self.lab.lb).pins}
 
     def wait_converged(self, timeout: float = 0) -> None:
         pass
@@ -62,7 +62,7 @@ def fake_replay(lab: FakeLab, flows: Any, **_kw: Any) -> ReplayResult:
     seed = zlib.crc32(",".join(str(f.sport) for f in flows).encode())
     from controllers import policies
 
-    mode = lab.lb if lab.lb in policies.names(controller=True) else "ecmp"
+    mode = lab.lb if lab.lb in policies.CONTROLLER_MODES.names() else "ecmp"
     res = model_flows(lab.plan, flows, mode, seed=seed, unit="mbps")
     rows, messages = [], []
     for f, t in zip(flows, res.flow_finish_s, strict=True):

@@ -25,6 +25,7 @@ import pytest
 
 from astral_lab.cost_cli import add_cost_parser, run_cost
 from testbed import topologies
+from testbed.fabricspec import FabricSpec
 from testbed.models.cost import (
     DESIGNS,
     RAIL_ONLY_PAPER_REDUCTION,
@@ -43,7 +44,7 @@ from testbed.models.cost import (
     two_tier_capacity,
 )
 from testbed.shuffle import OpticalShuffle
-from testbed.topologies import FabricSpec, build
+from testbed.topologies import build
 from vocab.plan import WiringPlan
 from vocab.validate import Parser
 
@@ -213,7 +214,7 @@ def spec_from_layout(fab: Fabric, cs: CostSpec, rails: int | None = None) -> Fab
                   lanes_per_uplink=cs.lanes_per_uplink, oversubscription=cs.oversubscription,
                   servers_per_block=lay.get("servers_per_block", 1))
     # only what the design reads: setting a parameter it ignores is an error
-    common = {k: v for k, v in common.items() if k in topologies.get(fab.design).options}
+    common = {k: v for k, v in common.items() if k in topologies.TOPOLOGIES.get(fab.design).options}
     if fab.design == "astral3":
         return FabricSpec(spines=lay["spines_per_group"], **common)
     if fab.design == "rail3":
@@ -468,7 +469,7 @@ def test_oversubscription_halves_uplinks_and_bisection() -> None:
     (dict(gpus=[100]), "whole number of 8-GPU servers"),
     (dict(gpus=[0]), "positive"),
     (dict(gpus=[]), "at least one"),
-    (dict(gpus=[64], designs=("astral3", "torus")), "unknown design"),
+    (dict(gpus=[64], designs=("astral3", "torus")), "unknown topology 'torus'"),
     (dict(gpus=[64], spec=CostSpec(nic_gbps=300)), "whole number"),
     (dict(gpus=[64], spec=CostSpec(radix=0)), "radix"),
     (dict(gpus=[64], prices=Prices(fiber=-1)), "fiber"),

@@ -28,10 +28,11 @@ import pytest
 
 from astral_lab.cli import main
 from testbed import topologies
+from testbed.fabricspec import Fabric, FabricSpec
 from testbed.models import flowmodel
 from testbed.models.cost import CostSpec, analyze, counts_for_spec
 from testbed.models.whatif import TwoTier
-from testbed.topologies import Fabric, FabricSpec, Topology, build
+from testbed.topologies import Topology, build
 from vocab.plan import WiringPlan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def _example(name: str) -> Topology:
     return Topology(name, module)
 
 
-TOPOS: dict[str, Topology] = {**topologies.available(), "leafspine": _example("leafspine")}
+TOPOS: dict[str, Topology] = {**topologies.TOPOLOGIES.all(), "leafspine": _example("leafspine")}
 
 #: the values each parameter is drawn from (repeats weight the draw); a design is sampled
 #: only over the parameters it reads
@@ -117,7 +118,7 @@ def case_id(case: tuple[str, dict[str, Any]]) -> str:
 
 def model_counts(name: str, spec: FabricSpec) -> Fabric:
     """The cost model's closed form (the shipped designs through ``counts_for_spec``)."""
-    if name in topologies.names():
+    if name in topologies.TOPOLOGIES.names():
         return counts_for_spec(name, spec)
     return TOPOS[name].counts(spec)
 
@@ -462,12 +463,12 @@ def _ways_in(name: str) -> list[Callable[[dict[str, Any]], object]]:
     topo = TOPOS[name]
     ways: list[Callable[[dict[str, Any]], object]] = [
         lambda p: topo.build(FabricSpec(**p)), lambda p: topo.counts(FabricSpec(**p))]
-    if name in topologies.names():
+    if name in topologies.TOPOLOGIES.names():
         ways += [lambda p: build(name, **p), lambda p: counts_for_spec(name, FabricSpec(**p))]
     rules = topo.two_tier
     if rules is not None:  # the flow model's aggregate what-if reads the same spec
         ways.append(lambda p: rules(FabricSpec(**p)))
-        if name in topologies.names():
+        if name in topologies.TOPOLOGIES.names():
             ways.append(lambda p: TwoTier.from_spec(FabricSpec(**p), name))
     return ways
 
@@ -521,7 +522,7 @@ def test_the_cli_passes_the_defaults_it_does_not_show(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
     """The verbs pass every option; an option left alone keeps working for every design."""
-    for name in topologies.names():
+    for name in topologies.TOPOLOGIES.names():
         assert main(["topo", name, "-o", str(tmp_path / f"{name}.json"), "--no-png"]) == 0
         doc, _ = flowmodel.run(name, 16, gpus_per_server=4, policies=["ecmp"])
         assert doc["fabric"]["topology"] == name
@@ -568,7 +569,7 @@ def test_the_builder_and_the_cost_model_refuse_the_same_nic() -> None:
         build("astral3", **params)
     with pytest.raises(ValueError, match=msg):
         counts_for_spec("astral3", FabricSpec(**params))
-    for name in topologies.names():  # one rule for every design
+    for name in topologies.TOPOLOGIES.names():  # one rule for every design
         with pytest.raises(ValueError, match=msg):
             build(name, nic_gbps=300)
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from astral_lab import cli, dashboard_cli
-from scenarios import base, fidelity
+from scenarios import fidelity
 from scenarios.base import Run, scenario
+from scenarios.experiments import SCENARIOS
 from testbed import capture
 from testbed.shell import cleanup, sidecars
 from testbed.shell.lab import Lab
@@ -199,7 +200,7 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 1, "measured": "x"})
     seen: dict[str, Any] = {}
 
-    @scenario("toy-live", "a toy with two fabrics")
+    @scenario("a toy with two fabrics", name="toy-live")
     def toy(run: Run) -> None:
         with run.lab(demo_plan(), label="astral3 small"):
             run.stage("first fabric")
@@ -210,11 +211,12 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
         with run.lab(build("rail3"), label="rail3"):
             run.stage("second fabric")
 
+    SCENARIOS.add("toy-live", toy)
     try:
         assert cli.main(["run", "toy-live", "--dashboard", "--dashboard-port", "8799",
                          "--capture", "lf0r0-eth3"]) == 0
     finally:
-        base.REGISTRY.pop("toy-live", None)
+        SCENARIOS.remove("toy-live")
     (folder,) = os.listdir(tmp_path / "results")
     first, second = made
     assert first["dashboard"] and first["dashboard_port"] == 8799

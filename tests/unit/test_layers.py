@@ -35,7 +35,8 @@ PURE = (
     "controllers.policies.plb", "traffic.hostlb", "testbed.topologies.astral3",
     "testbed.topologies.rail3",
     "testbed.topologies.railonly", "testbed.topologies.fattree",
-    "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.models.cost",
+    "testbed.topologies", "testbed.fabricspec", "testbed.shuffle", "testbed.draw",
+    "testbed.models.cost",
     "testbed.models.flowmodel", "testbed.models.maxmin", "testbed.faultmarks",
     "testbed.faultspec",
     "testbed.shaping", "testbed.reachability", "testbed.faultkinds",
@@ -46,6 +47,7 @@ PURE = (
     "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
     "scenarios.link_failure_metrics", "testbed.capture", "ops.dashboard", "ops.metrics",
+    "ops.detectors", "ops.evaluate",
 )
 
 Graph = dict[str, set[str]]

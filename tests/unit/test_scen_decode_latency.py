@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
-from scenarios import decode_latency as dl
+from scenarios.experiments import decode_latency as dl
 from testbed.topologies import build
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
-from scenarios import lb_compare as lc
 from scenarios.common import model_draws, shift_qps
+from scenarios.experiments import lb_compare as lc
 from testbed.topologies import build
 
 
@@ -94,7 +94,7 @@ def test_host_side_policies_stand_beside_their_published_shapes(
     report = read_text(out, "REPORT.md")
     table = report[report.index("| workload | policy | measured / bound"):]
     for mode in modes:
-        pol = policies.get(mode)
+        pol = policies.POLICIES.get(mode)
         row = next(line for line in table.splitlines() if line.startswith(f"| alltoall | {mode} |"))
         assert pol.published[:40] in row and pol.source in row, mode
         if pol.differs:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from controllers.paths import PathFinder
-from scenarios import link_failure as lf
+from scenarios.experiments import link_failure as lf
 from testbed.models.flowmodel import model_flows
 from testbed.topologies import build
 from traffic.kernels import FlowSpec

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from scenarios import base
-from scenarios.paper_shapes import (
+from scenarios.experiments import SCENARIOS
+from scenarios.experiments.paper_shapes import (
     PUBLISHED,
     ROWS,
     _check_params,
@@ -222,7 +223,7 @@ def test_parameters_are_checked() -> None:
 
 
 def test_registered_with_quick_values() -> None:
-    sc = base.load_all()["paper-shapes"]
+    sc = SCENARIOS.get("paper-shapes")
     quick, full = sc.resolve(True, {}), sc.resolve(False, {})
     assert quick["ecmp_draws"] < full["ecmp_draws"] and quick["ep_seeds"] <= full["ep_seeds"]
     assert full["ep_sizes"] == [8, 16, 32]

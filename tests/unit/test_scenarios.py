@@ -11,6 +11,7 @@ import pytest
 
 from scenarios import base, common, fidelity
 from scenarios.base import Param, Run, scenario
+from scenarios.experiments import SCENARIOS
 from testbed.topologies import build
 
 
@@ -28,9 +29,9 @@ def results(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.fixture
 def toy() -> Any:
     """A scenario that writes rows, a JSON file and a finding, or fails where told."""
-    @scenario("toy-test", "a toy", Param("n", 3, "rows", quick=1),
+    @scenario("a toy", Param("n", 3, "rows", quick=1),
               Param("fail", "", "'error' or 'interrupt' after the first row"),
-              Param("modes", ["a", "b"], "modes", choices=("a", "b", "c")))
+              Param("modes", ["a", "b"], "modes", choices=("a", "b", "c")), name="toy-test")
     def toy_fn(run: Run) -> None:
         for i in range(run.params["n"]):
             run.row(i=i, square=i * i, mode=run.params["modes"][0])
@@ -48,8 +49,7 @@ def toy() -> Any:
                            why="arithmetic")
         run.summary = {"rows": len(run.rows)}
 
-    yield toy_fn
-    base.REGISTRY.pop("toy-test", None)
+    return toy_fn
 
 
 def test_param_parse_follows_the_default_type() -> None:
@@ -119,22 +119,19 @@ def test_bad_parameters_create_nothing(results: Any, toy: Any) -> None:
 
 
 def test_a_value_error_before_anything_ran_leaves_no_folder(results: Any, toy: Any) -> None:
-    @scenario("toy-early", "rejects its parameters in the body", Param("n", 1, "n"))
+    @scenario("rejects its parameters in the body", Param("n", 1, "n"), name="toy-early")
     def early(run: Run) -> None:
         raise ValueError("servers=3 must be a multiple of 2")
 
-    try:
-        with pytest.raises(ValueError, match="servers=3"):
-            early(log=lambda _m: None)
-        assert os.listdir(results) == []
-        # after a stage has finished, the same error keeps a marked partial folder
-        with pytest.raises(ValueError):
-            toy(fail="value", log=lambda _m: None)
-        (partial,) = os.listdir(results)
-        assert partial.endswith(".partial")
-        assert "stopped by an error" in _read(results, partial, "INTERRUPTED.md")
-    finally:
-        base.REGISTRY.pop("toy-early", None)
+    with pytest.raises(ValueError, match="servers=3"):
+        early(log=lambda _m: None)
+    assert os.listdir(results) == []
+    # after a stage has finished, the same error keeps a marked partial folder
+    with pytest.raises(ValueError):
+        toy(fail="value", log=lambda _m: None)
+    (partial,) = os.listdir(results)
+    assert partial.endswith(".partial")
+    assert "stopped by an error" in _read(results, partial, "INTERRUPTED.md")
 
 
 def test_tables() -> None:
@@ -147,9 +144,9 @@ def test_tables() -> None:
 
 
 def test_registry_lists_the_issue_scenarios() -> None:
-    names = set(base.load_all())
+    names = set(SCENARIOS.names())
     assert {"demo", "lb-compare", "topology-compare"} <= names
-    for sc in base.REGISTRY.values():
+    for sc in SCENARIOS.all().values():
         assert sc.description and sc.params
         for prm in sc.params:  # every --flag parses its own default's text
             text = ",".join(map(str, prm.default)) if isinstance(prm.default, list) \
@@ -193,7 +190,7 @@ def test_a_run_pmtu_sets_the_model_framing_and_a_bad_one_fails_first(
     flows = [FlowSpec.make("a", "b", 64_000, message_bytes=64_000)]
     seen = {}
 
-    @base.scenario("toy-pmtu", "records the wire bytes it would model")
+    @base.scenario("records the wire bytes it would model", name="toy-pmtu")
     def toy(run: base.Run) -> None:
         seen[run.pmtu] = common.wire_flows(flows)[0].bytes
 
@@ -346,7 +343,7 @@ def slow_machine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 @pytest.fixture
 def guarded() -> Any:
     """A scenario with two fabrics and one guarded traffic phase on each (as the demo)."""
-    @scenario("toy-guarded", "two fabrics, one guarded phase each", Param("n", 1, "n"))
+    @scenario("two fabrics, one guarded phase each", Param("n", 1, "n"), name="toy-guarded")
     def toy_fn(run: Run) -> None:
         for topo in ("astral3", "rail3"):
             plan = build(topo, servers=2, gpus=4, scale=1e-5)
@@ -357,8 +354,7 @@ def guarded() -> Any:
                         thin=v["margin"] < 2)
                 run.stage(f"{topo} done")
 
-    yield toy_fn
-    base.REGISTRY.pop("toy-guarded", None)
+    return toy_fn
 
 
 def test_calibration_failure_is_one_line_with_what_was_measured() -> None:

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from testbed.topologies import FabricSpec, build, describe, fattree_k_for
+from testbed.fabricspec import FabricSpec, fattree_k_for
+from testbed.topologies import build, describe
 from vocab.plan import MAX_INTF_NAME, Link, Node, WiringPlan
 
 # The tier code in a DPID's top 16 bits, spelled out so a change to the codes is noticed.

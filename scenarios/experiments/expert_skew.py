@@ -196,7 +196,6 @@ DRAW_QP_STRIDE = 1000
 
 
 @scenario(
-    "expert-skew",
     "uniform vs skewed gating vs skewed + EPLB: rank imbalance, hot-receiver incast, completion",
     Param("model", "deepseek-v3", "MoE model preset", choices=tuple(PRESETS)),
     Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),
@@ -218,7 +217,7 @@ DRAW_QP_STRIDE = 1000
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
           quick=2e-5, rule=SCALE),
     Param("lb", "ecmp", "load-balancing mode of the controller",
-          choices=policies.names(controller=True)),
+          choices=policies.CONTROLLER_MODES.names()),
 )
 def expert_skew(run: Run) -> None:
     """Replay one MoE dispatch under uniform, skewed and skewed+EPLB gating (module docstring)."""

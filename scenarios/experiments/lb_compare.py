@@ -73,7 +73,7 @@ from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
 
 #: every policy the controller runs (controllers/policies/)
-MODES = policies.names(controller=True)
+MODES = policies.CONTROLLER_MODES.names()
 WORKLOADS = ("permutation", "alltoall")
 #: flow-model policy that predicts each controller mode: the same module
 MODEL_POLICY = {m: m for m in MODES}
@@ -117,7 +117,7 @@ def draws_for(mode: str, samples: int) -> int:
 
 
 @scenario(
-    "lb-compare", f"every load-balancing mode ({', '.join(MODES)}) on astral3: completion, "
+    f"every load-balancing mode ({', '.join(MODES)}) on astral3: completion, "
     "lane load, spines",
     Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2, rule=SERVERS),
     Param("gpus", 4, "GPUs (NICs, rails) per server", rule=GPUS),
@@ -170,7 +170,7 @@ def lb_compare(run: Run) -> None:
                     # these 5-tuples: the model's answer for this draw; ECMP's data-plane
                     # hash (OVS dp_hash) has no per-draw counterpart
                     exact = None
-                    if policies.get(mode).pins:
+                    if policies.POLICIES.get(mode).pins:
                         exact = model_draws(plan, flows, MODEL_POLICY[mode], 1)[0]
                     per_draw.append({"draw": k, "completion_s": t, "loads": loads,
                                      "lane_skew": lane_skew(loads), "lost": res.lost_packets,
@@ -186,7 +186,7 @@ def lb_compare(run: Run) -> None:
                     run.stage(f"{key} draw {k + 1}/{n}: {t:.2f} s (bound "
                               f"{bound['unsplit']:.2f} s)")
                 models = model_draws(plan, base, MODEL_POLICY[mode], p["model_draws"])
-                hashed = not policies.get(mode).pins  # the switches hash: beside its mean
+                hashed = not policies.POLICIES.get(mode).pins  # the switches hash: beside its mean
                 fluid = model_draws(plan, base, "ecmp-fluid", 1)[0] if hashed else None
                 results[key] = _summarise(workload, mode, per_draw, models, fluid, bound,
                                           margin)
@@ -386,7 +386,7 @@ lossless (deep) queues.""")
         if f"{wl}/ecmp" in results:
             rep.finding(**ecmp_finding(results, wl, p["qps"], fanout))
     for r in results.values():
-        if policies.get(r["mode"]).pins and not in_band(_ratio(r)):
+        if policies.POLICIES.get(r["mode"]).pins and not in_band(_ratio(r)):
             rep.finding(**gap_finding(r, results.get(f"{r['workload']}/ecmp")))
     if "adaptive" in p["modes"]:
         wl = p["workloads"][0]
@@ -405,7 +405,7 @@ def _published(run: Run, results: dict[str, dict[str, Any]]) -> None:
     completion (reordering, moves, feedback) that explains where it differs."""
     rows = []
     for r in results.values():
-        pol = policies.get(r["mode"])
+        pol = policies.POLICIES.get(r["mode"])
         m, b = r["measured"]["median"], r["bound_s"]
         host = [d.get("host", {}) for d in r["per_draw"]]
         seen = []
@@ -428,8 +428,8 @@ def _published(run: Run, results: dict[str, dict[str, Any]]) -> None:
     run.report.text("Each policy beside its published shape (medians over the draws; "
                     "*the lab saw*: the worst draw):")
     run.report.table(rows)
-    notes = [f"**{n}**: {policies.get(n).differs}" for n in run.params["modes"]
-             if policies.get(n).differs]
+    notes = [f"**{n}**: {policies.POLICIES.get(n).differs}" for n in run.params["modes"]
+             if policies.POLICIES.get(n).differs]
     if notes:
         run.report.text("Where the lab differs from the published shape, and why:\n\n"
                         + "\n".join(f"* {n}" for n in notes))
@@ -534,7 +534,7 @@ def gap_finding(r: dict[str, Any], ecmp: dict[str, Any] | None = None) -> dict[s
     caveats = _caveats(r)
     if caveats:
         why += "The run itself may be the cause: " + "; ".join(caveats) + "."
-    elif r["mode"] == "adaptive":
+    elif policies.POLICIES.get(r["mode"]).polls:  # re-paths on measured rates
         why += _adaptive_position(r, ecmp)
     else:
         why += ("The controller pins every flow on its planned path, so the paths are the "

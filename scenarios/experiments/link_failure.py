@@ -116,7 +116,7 @@ from vocab.plan import Link, WiringPlan
 from vocab.validate import real
 
 #: every policy the controller runs (controllers/policies/)
-MODES = policies.names(controller=True)
+MODES = policies.CONTROLLER_MODES.names()
 PROBE_PORT = 4792  # the replay's receivers own 4791
 PROBE_SPORTS = range(50100, 50108)
 PROBE_PPS = 40.0  # per source port: 8 x 40 x ~110 B frames = 0.28 Mb/s in all
@@ -249,7 +249,6 @@ class Sampler:
 
 # --- the scenario ------------------------------------------------------------------------
 @scenario(
-    "link-failure",
     "fail a leaf-spine lane, then a whole spine, mid All-to-All: throughput timeline, "
     "recovery time, completion penalty, per mode",
     Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),
@@ -294,7 +293,7 @@ def link_failure(run: Run) -> None:
         for mode in modes:
             if client.lb()["mode"] != mode:
                 client.set_lb(mode)
-            if not policies.get(mode).pins:  # switches hash: no flows to hold
+            if not policies.POLICIES.get(mode).pins:  # switches hash: no flows to hold
                 client.clear_traffic()
             client.wait_converged(timeout=60)
             run.guard(lab, flows, label=mode)

@@ -39,14 +39,15 @@ from scenarios.base import (
 )
 from scenarios.common import compare, distribution, fmt_distribution, in_band
 from scenarios.findings import margin_text, pace_caveats
+from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultspec import KINDS
-from testbed.topologies import MAX_EMULATED_MBPS, build
+from testbed.topologies import build
 from vocab.validate import count, positive
 
 
 @scenario(
-    "ops-eval", "seeded faults of every kind during traffic: detection, false alarms, "
-                "time to detect, lead time, localization",
+    "seeded faults of every kind during traffic: detection, false alarms, "
+    "time to detect, lead time, localization",
     Param("servers", 2, "servers (of `gpus` GPUs each)", rule=SERVERS),
     Param("gpus", 4, "GPUs (NICs, rails) per server", quick=2, rule=GPUS),
     Param("per_kind", 3, "faults of each kind", quick=1, rule=count(1, 100)),

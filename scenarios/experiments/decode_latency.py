@@ -103,7 +103,6 @@ EP_SIZE = count(2, (SERVERS.high or 0) * (GPUS.high or 0))
 
 
 @scenario(
-    "decode-latency",
     "decode dispatch/combine latency vs EP size, with background bulk traffic, "
     "with and without traffic-class isolation",
     Param("ep_sizes", [8, 16, 32], "EP sizes in GPUs, one fabric each; each a multiple of "

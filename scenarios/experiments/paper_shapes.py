@@ -55,7 +55,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import fmt_distribution, permutation_flows
-from scenarios.decode_latency import _decode_flows, _decode_stats
+from scenarios.experiments.decode_latency import _decode_flows, _decode_stats
 from scenarios.paper_shapes_table import (
     PUBLISHED,
     ROWS,
@@ -65,7 +65,8 @@ from scenarios.paper_shapes_table import (
     flow_throughput,
     paired_growth,
 )
-from testbed.topologies import FABRIC_RULES, GPU_COUNT, build
+from testbed.fabricspec import FABRIC_RULES, GPU_COUNT
+from testbed.topologies import build
 from vocab.validate import count
 
 #: QP numbers of successive hash draws are this far apart (distinct UDP source ports).
@@ -98,7 +99,6 @@ def _check_params(p: dict[str, Any]) -> None:
 
 # --- the scenario ------------------------------------------------------------------------------
 @scenario(
-    "paper-shapes",
     "one table: published shapes (ECMP collisions, DeepEP EP growth, EPLB, rail-only relay, "
     "2 vs 3 tiers) beside the lab's emulated value and the flow model's",
     Param("servers", 4, "servers of the ECMP and relay fabrics (astral3/railonly, 2 per block)",
@@ -326,7 +326,7 @@ def eplb_imbalance(p: dict[str, Any]) -> dict[str, list[float]]:
 # --- row 4: rail-only relay ----------------------------------------------------------------------
 def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]]:
     """One flat All-to-All dispatch (topology-compare's kernel and sizing) on both fabrics."""
-    from scenarios.topology_compare import _tokens_for, _traffic
+    from scenarios.experiments.topology_compare import _tokens_for, _traffic
     from traffic.workload import simulate_step
 
     tp = {"servers": p["servers"], "gpus": p["gpus"], "seconds": p["seconds"],
@@ -367,8 +367,8 @@ def _emulate_relay(run: Run, lab: Any, name: str, flows: list[Any], raw: dict[st
 def tiers(p: dict[str, Any]) -> dict[str, Any]:
     """Hops from the lab's plans (every GPU pair, controller paths) and cost, lab and paper size."""
     from controllers.paths import PathFinder
+    from testbed.fabricspec import FabricSpec
     from testbed.models.cost import CostSpec, Prices, analyze, counts_for_spec, price
-    from testbed.topologies import FabricSpec
 
     hops, lab_cost, model_cost, model_hops = [], [], [], []
     spec = FabricSpec(servers=p["servers"], gpus=p["gpus"], scale=p["scale"])

@@ -133,7 +133,7 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
 
 
 @scenario(
-    "topology-compare", "one MoE All-to-All on astral3, rail3, railonly, fattree: "
+    "one MoE All-to-All on astral3, rail3, railonly, fattree: "
     "completion, hops, per-tier load, cost",
     Param("servers", 4, "servers (equal GPU count on every design)", quick=2, rule=SERVERS),
     Param("gpus", 4, "GPUs (NICs, rails) per server", rule=GPUS),

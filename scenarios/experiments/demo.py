@@ -92,7 +92,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     """
     from testbed.models.flowmodel import model_flows
 
-    n = draws if policies.get(mode).random else 1
+    n = draws if policies.POLICIES.get(mode).random else 1
     done, slow = [], []
     for d in range(n):
         flows = wire_flows(_flows(plan, nbytes, seed, d))
@@ -113,7 +113,7 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[s
     client.set_lb(mode)
     client.wait_converged()
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * p["seconds"])
-    n = p["draws"] if policies.get(mode).random else 1
+    n = p["draws"] if policies.POLICIES.get(mode).random else 1
     margin = run.guard(lab, _flows(plan, nbytes, p["seed"], 0), label)["margin"]
     per_draw = []
     for d in range(n):
@@ -209,7 +209,7 @@ def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
 
 
 @scenario(
-    "demo", "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
+    "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
     Param("servers", 4, "servers (4 x 8 GPUs: the default 32-GPU astral3)", quick=2,
           rule=SERVERS),
     Param("gpus", 8, "GPUs (NICs, rails) per server", quick=4, rule=GPUS),
