@@ -36,7 +36,7 @@ from typing import Any
 
 from benchmarks.common import write
 from scenarios import fidelity
-from traffic.roce import OP_WRITE_MIDDLE, Endpoints, FrameBuilder, frame_len, mtu_for
+from traffic.roce import OP_WRITE_MIDDLE, Endpoints, FrameBuilder, Plane, frame_len, mtu_for
 
 #: frame sources of the ceiling (receivers only count): the highest held is the ceiling
 SOURCES = ("trafgen", "pktio")
@@ -111,7 +111,7 @@ def _settle(limit_s: float = 30.0) -> None:
             return
 
 
-def _replay_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], plane: str, pmtu: int,
+def _replay_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], plane: Plane, pmtu: int,
                   rate: float) -> dict[str, Any]:
     _settle()
     with _Meter() as m:
@@ -262,11 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     pairs = fidelity.calibration_pairs(plan)
     runs: dict[str, Any] = {}
     with Lab(plan, pmtu=4096, log=lambda _m: None) as lab:
-        runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, "python", 1024, r),
+        runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, Plane.PYTHON, 1024, r),
                                  args.attempts)
         for pmtu in pmtus:
             runs[f"new/{pmtu}"] = _ramp(
-                lambda r, pm=pmtu: _replay_trial(lab, plan, pairs, "native", pm, r),
+                lambda r, pm=pmtu: _replay_trial(lab, plan, pairs, Plane.NATIVE, pm, r),
                 args.attempts)
             for source in SOURCES:
                 runs[f"ceiling-{source}/{pmtu}"] = _ramp(

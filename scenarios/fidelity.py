@@ -41,7 +41,7 @@ from typing import Any
 
 from scenarios.common import mean_hops
 from traffic.kernels import FlowSpec
-from traffic.roce import LAB_PMTU
+from traffic.roce import LAB_PMTU, Plane
 
 REFUSE_BELOW = 1.0
 WARN_BELOW = 2.0
@@ -200,7 +200,7 @@ def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = Non
 
 
 def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
-           log: Callable[[str], None], plane: str | None = None,
+           log: Callable[[str], None], plane: Plane | None = None,
            pmtu: int = 1024) -> dict[str, Any]:
     """Every sender paced at ``rate`` for TRIAL_S seconds: was it held?
 

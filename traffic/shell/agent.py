@@ -85,6 +85,7 @@ from traffic.roce import (
     PSN_MASK,
     Endpoints,
     FrameBuilder,
+    Plane,
     ReplayFlow,
     ReplaySpec,
     burst_s,
@@ -201,7 +202,7 @@ def send(spec: ReplaySpec, out: str | None = None, start_at: float | None = None
     flows = [j.report(spec.pmtu) for j in jobs]
     result = sender_report(spec, flows, start_at=start_at, started_ns=started_ns,
                            finished_ns=finished_ns, retries=retries, interrupted=interrupted,
-                           plane="python", cpu_s=_cpu_s())
+                           plane=Plane.PYTHON, cpu_s=_cpu_s())
     if out:
         write_json_atomic(out, result)
     return result
@@ -463,7 +464,7 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
         "socket": drops,
         "udp_rcvbuf_errors": (errors1 - errors0) if errors0 is not None and errors1 is not None
         else None}
-    result["plane"] = "python"
+    result["plane"] = Plane.PYTHON
     result["cpu_s"] = _cpu_s()
     write_json_atomic(out, result)
     return result
