@@ -29,7 +29,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from astral_lab import __version__
 from astral_lab.cluster_cli import add_cluster_option
@@ -41,6 +41,9 @@ from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_on_signals
 from testbed.topologies import FABRIC_RULES, FabricSpec, build, describe
 from vocab.validate import Parser, out_dir, out_file
+
+if TYPE_CHECKING:  # the Lab imports Mininet: a verb that brings one up imports it
+    from testbed.shell.lab import Lab
 
 RESULTS = results_root()
 
@@ -95,7 +98,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Any:
+def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Lab:
     from testbed.shell.cluster import make_lab
 
     plan = build(args.topology, **_spec_params(args))
@@ -105,7 +108,7 @@ def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> 
                     capture_dir=capture_dir)
 
 
-def _print_bringup(lab: Any) -> None:
+def _print_bringup(lab: Lab) -> None:
     plan = lab.plan
     t = lab.timings
     print(f"{plan.topology}: {len(plan.hosts)} GPUs, {len(plan.switches)} switches, "

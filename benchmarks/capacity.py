@@ -37,6 +37,7 @@ from typing import Any
 from benchmarks.common import write
 from scenarios import fidelity
 from traffic.roce import OP_WRITE_MIDDLE, Endpoints, FrameBuilder, Plane, frame_len, mtu_for
+from traffic.shell.running import RunningLab
 
 #: frame sources of the ceiling (receivers only count): the highest held is the ceiling
 SOURCES = ("trafgen", "pktio")
@@ -111,7 +112,7 @@ def _settle(limit_s: float = 30.0) -> None:
             return
 
 
-def _replay_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], plane: Plane, pmtu: int,
+def _replay_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], plane: Plane, pmtu: int,
                   rate: float) -> dict[str, Any]:
     _settle()
     with _Meter() as m:
@@ -129,7 +130,7 @@ def _rx_packets(host: Any, intf: str) -> int:
     return int(json.loads(out)[0]["stats64"]["rx"]["packets"])
 
 
-def _sender_cmd(lab: Any, plan: Any, a: str, b: str, i: int, pmtu: int, rate: float,
+def _sender_cmd(lab: RunningLab, plan: Any, a: str, b: str, i: int, pmtu: int, rate: float,
                 count: int, source: str, work: str) -> list[str]:
     """One frame source for a counted trial: trafgen, or the replay's own compiled sender."""
     if source == "trafgen":
@@ -155,7 +156,7 @@ def _sender_cmd(lab: Any, plan: Any, a: str, b: str, i: int, pmtu: int, rate: fl
             f"{a}-eth0"]
 
 
-def _counted_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
+def _counted_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
                    rate: float, work: str, source: str = "trafgen") -> dict[str, Any]:
     """Every sender's frame source at ``rate`` for TRIAL_S seconds, receivers that only
     count: did every frame arrive in time?"""

@@ -58,6 +58,7 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
+from traffic.shell.running import RunningLab
 
 #: QPs per GPU pair in the permutation (each QP is one 5-tuple, hashed on its own)
 QPS = 2
@@ -103,7 +104,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     return {"completion_s": distribution(done), "slowdown": distribution(slow)}
 
 
-def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[str, Any]:
+def _permutation(run: Run, lab: RunningLab, plan: Any, mode: str, label: str) -> dict[str, Any]:
     """One permutation under ``mode``: ECMP over ``draws`` hash draws, planned once."""
     from testbed.models.flowmodel import bounds
     from traffic.shell.replay import replay
@@ -147,7 +148,7 @@ def _permutation_row(run: Run, stop: str, fabric: str, r: dict[str, Any], note: 
             note=note)
 
 
-def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
+def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
     """The decode burst over ``decode_draws`` gating seeds; the model on each draw's flows
     (its message latencies, and the phase's completion: do the bytes arrive on time?)."""
     from traffic.kernels import low_latency

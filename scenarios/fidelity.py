@@ -42,6 +42,7 @@ from typing import Any
 from scenarios.common import mean_hops
 from traffic.kernels import FlowSpec
 from traffic.roce import LAB_PMTU, Plane
+from traffic.shell.running import RunningLab
 
 REFUSE_BELOW = 1.0
 WARN_BELOW = 2.0
@@ -199,7 +200,7 @@ def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = Non
     return best, trials
 
 
-def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
+def _trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], rate: float,
            log: Callable[[str], None], plane: Plane | None = None,
            pmtu: int = 1024) -> dict[str, Any]:
     """Every sender paced at ``rate`` for TRIAL_S seconds: was it held?
@@ -294,11 +295,11 @@ def verdict(capacity: dict[str, Any], load: dict[str, Any], force: bool = False
             "capacity_measured": capacity.get("measured")}
 
 
-def check(lab: Any, flows: list[FlowSpec], *, force: bool = False,
+def check(lab: RunningLab, flows: list[FlowSpec], *, force: bool = False,
           log: Callable[[str], None] = print, rate_mbps: float | None = None
           ) -> dict[str, Any]:
     """The guard itself (see the module docstring); raises CapacityError when refused."""
-    pmtu = getattr(lab, "pmtu", 1024)
+    pmtu = lab.pmtu
     capacity = load_cached(pmtu)
     if capacity is None:
         raise CapacityError(f"no calibration for this machine at pmtu {pmtu}: call scenarios."

@@ -111,6 +111,7 @@ from testbed.shell.probe import Stream
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, flat_all_to_all
 from traffic.shell.replay import replay
+from traffic.shell.running import RunningLab
 from traffic.workload import preset, simulate_step, uniform
 from vocab.plan import Link, WiringPlan
 from vocab.validate import real
@@ -329,11 +330,11 @@ def _check(p: dict[str, Any]) -> None:
         raise ValueError("--draws and --model-draws must be >= 1")
 
 
-def _set_links(lab: Any, links: Sequence[Link], up: bool) -> None:
+def _set_links(lab: RunningLab, links: Sequence[Link], up: bool) -> None:
     lab.set_links(list(links), up=up)  # one `ip -batch` for every switch-side end
 
 
-def _restore(lab: Any, links: Sequence[Link]) -> None:
+def _restore(lab: RunningLab, links: Sequence[Link]) -> None:
     """Bring failed links back and wait until the controller has seen every port up."""
     _set_links(lab, links, up=True)
     client = lab.client()
@@ -343,7 +344,7 @@ def _restore(lab: Any, links: Sequence[Link]) -> None:
     client.wait_converged(timeout=60)
 
 
-def _one_run(run: Run, lab: Any, flows: list[FlowSpec], mode: str, case: str,
+def _one_run(run: Run, lab: RunningLab, flows: list[FlowSpec], mode: str, case: str,
              links: Sequence[Link], delay_s: float | None, probe: tuple[str, str],
              draw: int = 0) -> dict[str, Any]:
     """One replay with the sampler (and, for a failure, the cut and a probe stream)."""

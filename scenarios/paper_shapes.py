@@ -66,6 +66,7 @@ from scenarios.paper_shapes_table import (
     paired_growth,
 )
 from testbed.topologies import FABRIC_RULES, GPU_COUNT, build
+from traffic.shell.running import RunningLab
 from vocab.validate import count
 
 #: QP numbers of successive hash draws are this far apart (distinct UDP source ports).
@@ -206,7 +207,7 @@ def ecmp_model(plan: Any, p: dict[str, Any]) -> dict[str, Any]:
             "planned_lab": None}
 
 
-def _emulate_ecmp(run: Run, lab: Any, plan: Any, e: dict[str, Any], raw: dict[str, Any]
+def _emulate_ecmp(run: Run, lab: RunningLab, plan: Any, e: dict[str, Any], raw: dict[str, Any]
                   ) -> None:
     from traffic.shell.replay import replay
 
@@ -345,7 +346,7 @@ def _relay_model(plan: Any, rail: Any, flows: dict[str, list[Any]]) -> float:
     return r / a
 
 
-def _emulate_relay(run: Run, lab: Any, name: str, flows: list[Any], raw: dict[str, Any]
+def _emulate_relay(run: Run, lab: RunningLab, name: str, flows: list[Any], raw: dict[str, Any]
                    ) -> list[float]:
     from traffic.shell.replay import replay
 

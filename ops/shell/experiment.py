@@ -17,6 +17,7 @@ from ops.detectors import Engine
 from ops.evaluate import ground_truth, score
 from ops.shell.collector import Collector
 from ops.telemetry import Store
+from traffic.shell.running import RunningLab
 from vocab.plan import WiringPlan
 
 
@@ -24,7 +25,7 @@ from vocab.plan import WiringPlan
 class Monitor:
     """Collector + detectors + agent asked at every poll with an open alert (in-process)."""
 
-    def __init__(self, lab: Any, store: Store | None, interval: float,
+    def __init__(self, lab: RunningLab, store: Store | None, interval: float,
                  baseline_mbps: float | None = None, job_hosts: set[str] | None = None) -> None:
         self.lab = lab
         self.engine = Engine(lab.plan, baseline_mbps=baseline_mbps, job_hosts=job_hosts,
@@ -68,7 +69,7 @@ def stream_pairs(plan: WiringPlan) -> list[tuple[str, str]]:
     return out
 
 
-def steady_traffic(lab: Any, seconds: float, mbps_per_host: float = 16.0,
+def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
                    size: int = 1000, sports: int = 16) -> list[Any]:
     """One probe ``Stream`` from every NIC to a NIC on another leaf, for ``seconds``.
 
@@ -102,7 +103,7 @@ def run_ops_eval(plan: WiringPlan, *, interval: float = 1.0,
         return eval_on_lab(lab, interval=interval, log=log, **kw)
 
 
-def eval_on_lab(lab: Any, *, per_kind: int = 1, kinds: list[str] | None = None,
+def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None = None,
                 fault_s: float = 10.0, gap_s: float = 12.0, seed: int = 1,
                 interval: float = 1.0, store_path: str | None = None,
                 log: Callable[[str], None] = print,

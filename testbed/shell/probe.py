@@ -26,6 +26,8 @@ import sys
 import time
 from typing import Any
 
+from traffic.shell.running import RunningLab
+
 HEADER = struct.Struct("!Id")  # sequence number, send time (time.time())
 
 
@@ -136,7 +138,7 @@ class Stream:
     receiver's JSON per source port.
     """
 
-    def __init__(self, lab: Any, src: str, dst: str, sports: Any, pps: float = 200.0,
+    def __init__(self, lab: RunningLab, src: str, dst: str, sports: Any, pps: float = 200.0,
                  duration: float = 5.0, port: int = 4791, size: int = 200) -> None:
         self.lab, self.src, self.dst = lab, src, dst
         self.sports = list(sports)

@@ -77,6 +77,7 @@ from testbed.shaping import HTB_QUANTUM, queue_packets, root_ends
 from testbed.shell import cleanup
 from testbed.shell.preflight import LabError
 from traffic.kernels import TRAFFIC_CLASSES
+from traffic.shell.running import RunningLab
 from vocab.plan import WiringPlan
 
 ROOT = "5:"
@@ -367,7 +368,7 @@ def classify(st: TcState, mbps: float, lossless: bool = True,
 
 
 # --- the thin shell: run tc in the Lab's namespaces --------------------------------------
-def _require(lab: Any) -> None:
+def _require(lab: RunningLab) -> None:
     if not getattr(lab, "hosts", None):
         raise LabError("qos: the Lab is not running (no hosts); start it first")
     if not getattr(lab, "shape", True):
@@ -375,14 +376,14 @@ def _require(lab: Any) -> None:
                        "shaper to divide into traffic classes")
 
 
-def _groups(lab: Any) -> dict[str | None, list[Port]]:
+def _groups(lab: RunningLab) -> dict[str | None, list[Port]]:
     out: dict[str | None, list[Port]] = {}
     for p in ports(lab.plan):
         out.setdefault(p.host, []).append(p)
     return out
 
 
-def _tc(lab: Any, host: str | None, lines: list[str], *, force: bool) -> str:
+def _tc(lab: RunningLab, host: str | None, lines: list[str], *, force: bool) -> str:
     """One ``tc -batch`` in the root namespace (host None) or in ``host``'s namespace.
 
     ``force`` (reads): keep going past a failing line and print counters (``-s``).
@@ -397,7 +398,7 @@ def _tc(lab: Any, host: str | None, lines: list[str], *, force: bool) -> str:
     return proc.stdout
 
 
-def _each_namespace(lab: Any, fn: Any) -> dict[str | None, Any]:
+def _each_namespace(lab: RunningLab, fn: Any) -> dict[str | None, Any]:
     """``fn(host, ports)`` for the root namespace and every host namespace (in parallel)."""
     groups = _groups(lab)
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -405,7 +406,7 @@ def _each_namespace(lab: Any, fn: Any) -> dict[str | None, Any]:
         return {h: f.result() for h, f in futures.items()}
 
 
-def read(lab: Any) -> list[tuple[Port, TcState]]:
+def read(lab: RunningLab) -> list[tuple[Port, TcState]]:
     """Every shaped port of ``lab`` with its parsed tc state (one batch per namespace)."""
     def one(host: str | None, ps: list[Port]) -> list[tuple[Port, TcState]]:
         text = _tc(lab, host, show_commands(p.dev for p in ps), force=True)
@@ -419,7 +420,7 @@ def read(lab: Any) -> list[tuple[Port, TcState]]:
     return [pair for pairs in _each_namespace(lab, one).values() for pair in pairs]
 
 
-def status(lab: Any, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
+def status(lab: RunningLab, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
     """The isolation state of every shaped port, and per-class packet counters.
 
     ``mode``: "isolated" (every port), "single" (every port as the Lab made it), or
@@ -449,7 +450,7 @@ def status(lab: Any, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
             "classes": totals}
 
 
-def _switch(lab: Any, want: str, bulk_floor: float) -> dict[str, Any]:
+def _switch(lab: RunningLab, want: str, bulk_floor: float) -> dict[str, Any]:
     """Bring every port to ``want`` ("isolated" or "single"); verify by reading back."""
     _require(lab)
     t0 = time.monotonic()
@@ -490,7 +491,7 @@ def _switch(lab: Any, want: str, bulk_floor: float) -> dict[str, Any]:
             "seconds": round(time.monotonic() - t0, 3)}
 
 
-def enable(lab: Any, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
+def enable(lab: RunningLab, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
     """Strict priority for the decode class (DSCP 46) on every shaped port of ``lab``.
 
     Idempotent (ports already isolated are left alone). Returns ``{"mode": "isolated",
@@ -500,6 +501,6 @@ def enable(lab: Any, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
     return _switch(lab, "isolated", bulk_floor)
 
 
-def disable(lab: Any, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
+def disable(lab: RunningLab, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
     """Put every port back to the Lab's single class and queue (inverse of ``enable``)."""
     return _switch(lab, "single", bulk_floor)

@@ -12,6 +12,7 @@ import pytest
 from scenarios import base, common, fidelity
 from scenarios.base import Param, Run, scenario
 from testbed.topologies import build
+from traffic.roce import DEFAULT_PMTU
 
 
 def _read(*parts: Any) -> str:
@@ -237,7 +238,7 @@ def test_guard_refuses_without_force(monkeypatch: pytest.MonkeyPatch) -> None:
         pass
 
     lab = FakeLab()
-    lab.plan = plan  # type: ignore[attr-defined]
+    lab.plan, lab.pmtu = plan, DEFAULT_PMTU  # type: ignore[attr-defined]
     with pytest.raises(fidelity.CapacityError, match="would measure the CPU"):
         fidelity.check(lab, flows, log=lambda _m: None)
     said: list[str] = []
@@ -312,6 +313,7 @@ class _FakeLab:
     def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
         self.plan, self.lb, self.datapath = plan, kw.get("lb", "ecmp"), "fake"
         self.timings = {"total": 0.0}
+        self.pmtu, self.mtu = DEFAULT_PMTU, None
 
     def __enter__(self) -> _FakeLab:
         return self

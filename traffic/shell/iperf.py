@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traffic.kernels import FlowSpec
+from traffic.shell.running import RunningLab
 
 BASE_PORT = 5201
 
@@ -49,7 +50,7 @@ def iperf_flows(flows: Iterable[FlowSpec], proto: str = "tcp") -> list[dict[str,
              "proto": proto, "bytes": f.bytes} for i, f in enumerate(flows)]
 
 
-def run_iperf(lab: Any, flows: Iterable[FlowSpec], *, proto: str = "tcp",
+def run_iperf(lab: RunningLab, flows: Iterable[FlowSpec], *, proto: str = "tcp",
               udp_mbps: float | None = None, post: bool | None = None,
               timeout: float = 300.0) -> IperfResult:
     """Run every flow as an iperf3 test at once; see the module docstring."""

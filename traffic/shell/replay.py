@@ -39,8 +39,9 @@ from typing import Any, ClassVar
 from controllers import policies
 from traffic import hostlb, native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
-from traffic.roce import DEFAULT_PMTU, Plane, ReplaySpec
+from traffic.roce import Plane, ReplaySpec
 from traffic.shell import native as helper
+from traffic.shell.running import RunningLab
 from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
 
@@ -88,7 +89,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def _check(flows: list[FlowSpec], lab: Any) -> None:
+def _check(flows: list[FlowSpec], lab: RunningLab) -> None:
     names = {h.name for h in lab.plan.hosts}
     seen: set[tuple[str, str, str, int, int]] = set()
     for f in flows:
@@ -263,7 +264,7 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
+def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
            rate_mbps: float | None = None, post: bool | None = None,
            lead_s: float | None = None,
            timeout: float | None = None, progress: bool = True,
@@ -294,9 +295,9 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     client = lab.client()
     state = client.lb()
     mode = state["mode"]
-    own = getattr(lab, "lb_policy", None)  # Lab(lb="name:key=value"): the lab's options
+    own = lab.lb_policy  # Lab(lb="name:key=value"): the lab's options
     pol = policy if isinstance(policy, policies.Policy) else policies.parse(policy) \
-        if policy else own if own is not None and own.name == mode else policies.parse(mode)
+        if policy else own if own.name == mode else policies.parse(mode)
     kind = _plane(plane or DEFAULT_PLANE)
     kind.refuse(pol)
     if pol.expands:
@@ -306,7 +307,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
         client.post_traffic(controller_body(flows)["flows"])
         client.wait_converged(timeout=60)
 
-    pmtu = pmtu or getattr(lab, "pmtu", DEFAULT_PMTU)  # the lab's interfaces carry its pmtu
+    pmtu = pmtu or lab.pmtu  # the lab's interfaces carry its pmtu
     tp = kind(pol, lab.plan, pmtu)  # the compiled plane finds its program here
     work = os.path.join(lab.workdir, f"replay-{time.time_ns()}")
     os.makedirs(work)
@@ -400,7 +401,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     return result
 
 
-def drop_roce(lab: Any, hosts: list[str], undo: bool = False) -> None:
+def drop_roce(lab: RunningLab, hosts: list[str], undo: bool = False) -> None:
     """Drop RoCE frames at each host's ingress hook (after packet taps, before IP), or stop.
 
     Every host's shell gets its command first, then every answer is read: one round trip
@@ -429,7 +430,7 @@ def _stderr(p: subprocess.Popen[bytes]) -> str:
     return (err or b"").decode(errors="replace")[-500:]
 
 
-def _spec(lab: Any, src: str, flows: list[FlowSpec], pmtu: int,
+def _spec(lab: RunningLab, src: str, flows: list[FlowSpec], pmtu: int,
           rate_mbps: float | None) -> dict[str, Any]:
     node = lab.plan.node(src)
     out = {"intf": f"{src}-eth0", "src_mac": node.mac, "src_ip": node.ip,
@@ -445,7 +446,7 @@ def _spec(lab: Any, src: str, flows: list[FlowSpec], pmtu: int,
     return out
 
 
-def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
+def _result(lab: RunningLab, flows: list[FlowSpec], sent: dict[str, Any],
             received: dict[str, Any], start_ns: int, mode: str) -> ReplayResult:
     """Join what senders sent and receivers got, by (source IP, QP number)."""
     ip_of = {h.name: h.ip for h in lab.plan.hosts}
@@ -500,7 +501,7 @@ def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
                         latency_us=stats, lost_packets=lost, mode=mode)
 
 
-def replay_step(lab: Any, traffic: KernelTraffic, **kw: Any) -> dict[str, ReplayResult]:
+def replay_step(lab: RunningLab, traffic: KernelTraffic, **kw: Any) -> dict[str, ReplayResult]:
     """Replay a kernel model's step phase by phase (dispatch, then combine)."""
     phases: dict[str, list[FlowSpec]] = defaultdict(list)
     for f in traffic.flows:

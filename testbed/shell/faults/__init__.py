@@ -124,6 +124,7 @@ from testbed.shell.cleanup import cleanup_faults, fault_processes, nic_loss_left
 from testbed.shell.faults._base import FaultError, Handle, _pause
 from testbed.shell.faults.link_degrade import degrade_commands, htb_rate_command
 from testbed.shell.preflight import loss_backend_problems
+from traffic.shell.running import RunningLab
 from vocab.plan import Link, WiringPlan
 from vocab.plugins import discover
 
@@ -176,7 +177,7 @@ class FaultInjector:
     ``clock`` is the monotonic time source for durations, flaps and schedules.
     """
 
-    def __init__(self, lab: Any, *, nic_loss_backend: str = "auto",
+    def __init__(self, lab: RunningLab, *, nic_loss_backend: str = "auto",
                  clock: Callable[[], float] = time.monotonic,
                  log: Callable[[str], None] | None = None) -> None:
         if nic_loss_backend not in ("auto", "nft", "iptables"):
