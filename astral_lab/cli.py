@@ -36,7 +36,7 @@ from astral_lab.cluster_cli import add_cluster_option
 from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
-from testbed import topologies
+from testbed import datapath, topologies
 from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_on_signals
 from testbed.topologies import FABRIC_RULES, FabricSpec, build, describe
@@ -308,7 +308,7 @@ def parser() -> argparse.ArgumentParser:
 
     u = sub.add_parser("up", help="bring a fabric up under the controller; open the Mininet CLI")
     u.add_argument("topology", choices=topologies.names())
-    u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
+    u.add_argument("--datapath", default="auto", choices=datapath.REQUESTS)
     add_pmtu_option(u)
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")

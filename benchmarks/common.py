@@ -13,6 +13,7 @@ import time
 from types import FrameType
 from typing import Any
 
+from testbed.datapath import choose_datapath
 from testbed.results import results_root
 from vocab.plan import write_json_atomic
 
@@ -25,7 +26,7 @@ def machine_info() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "datapath": "kernel" if os.path.isdir("/sys/module/openvswitch") else "user",
+        "datapath": choose_datapath(),
     }
     try:
         with open("/proc/meminfo") as f:

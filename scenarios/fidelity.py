@@ -40,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scenarios.common import mean_hops
+from testbed.datapath import choose_datapath
 from traffic.kernels import FlowSpec
 from traffic.roce import LAB_PMTU, Plane
 from traffic.shell.running import RunningLab
@@ -104,7 +105,7 @@ def cache_path(pmtu: int = LAB_PMTU) -> str:
 
 def machine_key(pmtu: int = LAB_PMTU) -> dict[str, Any]:
     """What the measured capacity depends on; a change means calibrate again."""
-    datapath = "kernel" if os.path.isdir("/sys/module/openvswitch") else "user"
+    datapath = choose_datapath()
     try:
         ovs = subprocess.run(["ovs-vswitchd", "--version"], capture_output=True, text=True,
                              timeout=5).stdout.splitlines()[0]

@@ -51,6 +51,7 @@ from typing import Any
 from controllers import policies
 from controllers.shell.client import ControllerClient
 from testbed.capture import resolve as capture_ports
+from testbed.datapath import Datapath
 from testbed.reachability import Reachability, _fping_unreached
 from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
 from testbed.shell import cleanup, ovsbuf, preflight, sidecars, signals
@@ -114,7 +115,7 @@ class Lab:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.run_id = uuid.uuid4().hex[:10]
         self.workdir = ""
-        self.datapath = "user"
+        self.datapath = Datapath.USER
         self.preflight: preflight.Preflight | None = None
         self.hosts: dict[str, Any] = {}  # name -> mininet Host
         self.net: Any = None
@@ -173,7 +174,7 @@ class Lab:
                     sidecars.start_captures(self)))
             if self.use_controller:
                 self._step("converge", self.wait_converged)
-                if self.datapath == "user" and self.lossless and self.shape:
+                if self.datapath == Datapath.USER and self.lossless and self.shape:
                     self._step("tx-buffer", self._deepen_ovs_tx_buffer)
             if self.dashboard:
                 self._step("dashboard", lambda: self._sidecars["dashboard"].append(
@@ -333,7 +334,7 @@ class Lab:
                                       if link.a in self.hosts]
         self._save_record()
         cleanup.run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n", check=True)
-        if self.datapath == "user":
+        if self.datapath == Datapath.USER:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
                 for name, _mbps in self._root_ends():
                     disable_offloads(name, sock)
@@ -421,7 +422,7 @@ class Lab:
                                      (link.b, link.b_port, link.b_intf)):
                 if node in ports:
                     ports[node].append((port, intf))
-        dp_type = "netdev" if self.datapath == "user" else "system"
+        dp_type = "netdev" if self.datapath == Datapath.USER else "system"
         # OVS replaces a port's root qdisc with its own default when the port is added (and
         # at every reconfiguration), which silently removed our HTB shaping from every
         # switch port: measured, flows crossed "20 Mb/s" lanes at 35 Mb/s. A QoS of type

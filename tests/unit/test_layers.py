@@ -37,7 +37,7 @@ PURE = (
     "testbed.topologies.railonly", "testbed.topologies.fattree",
     "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.models.cost",
     "testbed.models.flowmodel", "testbed.models.maxmin", "testbed.faultmarks",
-    "testbed.faultspec",
+    "testbed.faultspec", "testbed.datapath",
     "testbed.shaping", "testbed.reachability", "testbed.faultkinds",
     "testbed.faultkinds.link_down", "testbed.faultkinds.link_flap",
     "testbed.faultkinds.link_degrade", "testbed.faultkinds.nic_loss",
