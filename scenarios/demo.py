@@ -59,6 +59,7 @@ from scenarios.common import (
 from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
 from traffic.shell.running import RunningLab
+from traffic.workload import Phase
 
 #: QPs per GPU pair in the permutation (each QP is one 5-tuple, hashed on its own)
 QPS = 2
@@ -165,7 +166,7 @@ def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
                              seed=seed)
         traffic = low_latency(step, plan)
         if d == 0:
-            out["margin"] = run.guard(lab, [f for f in traffic.flows if f.phase == "dispatch"],
+            out["margin"] = run.guard(lab, [f for f in traffic.flows if f.phase == Phase.DISPATCH],
                                       "decode burst")["margin"]
         res = replay_step(lab, traffic)
         draw: dict[str, Any] = {"seed": seed}
@@ -256,7 +257,7 @@ def demo(run: Run) -> None:
                       f"{fmt_distribution(r['measured'], ' s')}")
         decode = _decode(run, lab, plan)
         rtf = real_time_factor(plan)
-        for phase in ("dispatch", "combine"):
+        for phase in Phase:
             if phase not in decode:
                 continue
             d = decode[phase]
@@ -602,7 +603,7 @@ def _summary(run: Run, results: dict[str, Any]) -> None:
             lost=r["lost"], busiest_slowdown=r["slowdown"],
             model_busiest_slowdown=r["model"]["slowdown"])
     dec = results.get("decode", {})
-    for phase in ("dispatch", "combine"):
+    for phase in Phase:
         if phase not in dec:
             continue
         for q in ("p50", "p99"):

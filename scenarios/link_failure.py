@@ -112,7 +112,7 @@ from testbed.topologies import build
 from traffic.kernels import FlowSpec, flat_all_to_all
 from traffic.shell.replay import replay
 from traffic.shell.running import RunningLab
-from traffic.workload import preset, simulate_step, uniform
+from traffic.workload import Phase, preset, simulate_step, uniform
 from vocab.plan import Link, WiringPlan
 from vocab.validate import real
 
@@ -146,7 +146,7 @@ def all_to_all(plan: WiringPlan, duration_s: float, *, qps_per_peer: int = 2, se
     tokens = max(1, math.ceil(volume / (m.top_k * m.dispatch_bytes)))
     step = simulate_step(m, servers, gps, tokens, gating=uniform(), seed=seed)
     return flat_all_to_all(step, plan, qps_per_peer=qps_per_peer, message_bytes=MESSAGE_BYTES,
-                           phases=("dispatch",), intra_server="fabric").flows
+                           phases=(Phase.DISPATCH,), intra_server="fabric").flows
 
 
 def pick_lane(plan: WiringPlan) -> tuple[str, str, str, str]:

@@ -67,6 +67,7 @@ from scenarios.paper_shapes_table import (
 )
 from testbed.topologies import FABRIC_RULES, GPU_COUNT, build
 from traffic.shell.running import RunningLab
+from traffic.workload import Phase
 from vocab.validate import count
 
 #: QP numbers of successive hash draws are this far apart (distinct UDP source ports).
@@ -334,7 +335,7 @@ def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]
           "kernels": ["flat"], "seed": p["seed"]}
     step = simulate_step("deepseek-v3", p["servers"], p["gpus"], _tokens_for(tp, plan),
                          seed=p["seed"])
-    return {name: [f for f in _traffic("flat", step, pl).flows if f.phase == "dispatch"]
+    return {name: [f for f in _traffic("flat", step, pl).flows if f.phase == Phase.DISPATCH]
             for name, pl in (("astral3", plan), ("railonly", rail))}
 
 

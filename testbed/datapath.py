@@ -18,7 +18,7 @@ class Datapath(StrEnum):
 
 
 #: what a caller may ask for: a datapath, or ``auto`` (the kernel one where it is loaded)
-REQUESTS = ("auto", *Datapath)
+REQUESTS = ("auto", *(d.value for d in Datapath))
 
 
 def kernel_ovs_available() -> bool:

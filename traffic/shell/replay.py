@@ -42,6 +42,7 @@ from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import Plane, ReplaySpec
 from traffic.shell import native as helper
 from traffic.shell.running import RunningLab
+from traffic.workload import Phase
 from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
 
@@ -501,11 +502,10 @@ def _result(lab: RunningLab, flows: list[FlowSpec], sent: dict[str, Any],
                         latency_us=stats, lost_packets=lost, mode=mode)
 
 
-def replay_step(lab: RunningLab, traffic: KernelTraffic, **kw: Any) -> dict[str, ReplayResult]:
+def replay_step(lab: RunningLab, traffic: KernelTraffic, **kw: Any) -> dict[Phase, ReplayResult]:
     """Replay a kernel model's step phase by phase (dispatch, then combine)."""
-    phases: dict[str, list[FlowSpec]] = defaultdict(list)
+    phases: dict[Phase, list[FlowSpec]] = defaultdict(list)
     for f in traffic.flows:
         phases[f.phase].append(f)
-    order = [p for p in ("dispatch", "combine") if p in phases] + \
-        [p for p in phases if p not in ("dispatch", "combine")]
+    order = [p for p in Phase if p in phases] + [p for p in phases if p not in tuple(Phase)]
     return {p: replay(lab, phases[p], label=f"{traffic.kernel} {p}", **kw) for p in order}
