@@ -71,7 +71,8 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 from testbed.shaping import HTB_QUANTUM, queue_packets, root_ends
 from testbed.shell import cleanup
@@ -94,7 +95,13 @@ BULK_FLOOR = 0.01
 DECODE_QUEUE_S = 0.25
 DROPTAIL_PACKETS = 1000  # queue of a non-lossless Lab (Mininet's default)
 RATE_TOLERANCE = 0.02  # tc prints rates rounded; compare within 2%
-MODES = ("isolated", "single")
+
+
+class QosMode(StrEnum):
+    """The two setups a shaped port may be in (anything else reads as "other")."""
+
+    ISOLATED = "isolated"  # decode in a strict-priority class of its own, bulk below it
+    SINGLE = "single"  # one class and queue, as the Lab made it
 
 
 def tos_match(dscp: int) -> str:
@@ -310,11 +317,12 @@ def _close(bps: float | None, mbps: float) -> bool:
     return bps is not None and abs(bps - mbps * 1e6) <= RATE_TOLERANCE * mbps * 1e6 + 1
 
 
-def problems(st: TcState, mode: str, mbps: float, lossless: bool = True,
+def problems(st: TcState, mode: QosMode, mbps: float, lossless: bool = True,
              bulk_floor: float = BULK_FLOOR) -> list[str]:
     """How ``st`` differs from ``mode`` ("isolated" or "single") at ``mbps``; [] = matches."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
+    if mode not in tuple(QosMode):
+        raise ValueError(f"mode must be one of {tuple(m.value for m in QosMode)} "
+                         f"(got {mode!r})")
     out: list[str] = []
     root = st.root()
     if not root or root["kind"] != "htb" or root["handle"] != ROOT:
@@ -323,7 +331,7 @@ def problems(st: TcState, mode: str, mbps: float, lossless: bool = True,
     if link is None or link["parent"] != "root" or not _close(link["rate_bps"], mbps) \
             or not _close(link["ceil_bps"], mbps):
         out.append(f"class {LINK_CLASS} is not the link class at {mbps:g} Mb/s")
-    if mode == "single":
+    if mode == QosMode.SINGLE:
         want_classes = {LINK_CLASS}
         want_qdiscs = {LINK_CLASS: (LINK_QDISC, queue_packets(mbps))} if lossless else {}
         want_filters: set[tuple[str, str]] = set()
@@ -357,13 +365,13 @@ def problems(st: TcState, mode: str, mbps: float, lossless: bool = True,
 
 
 def classify(st: TcState, mbps: float, lossless: bool = True,
-             bulk_floor: float = BULK_FLOOR) -> tuple[str, str]:
-    """``("isolated"|"single"|"other", why)`` for one interface's state."""
-    for mode in MODES:
+             bulk_floor: float = BULK_FLOOR) -> tuple[QosMode | Literal["other"], str]:
+    """``(mode, "")`` for one interface's state, or ``("other", why)``."""
+    for mode in QosMode:
         if not problems(st, mode, mbps, lossless, bulk_floor):
             return mode, ""
-    single = problems(st, "single", mbps, lossless, bulk_floor)
-    iso = problems(st, "isolated", mbps, lossless, bulk_floor)
+    single = problems(st, QosMode.SINGLE, mbps, lossless, bulk_floor)
+    iso = problems(st, QosMode.ISOLATED, mbps, lossless, bulk_floor)
     return "other", "; ".join(single if len(single) <= len(iso) else iso)
 
 
@@ -445,12 +453,12 @@ def status(lab: RunningLab, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
                 for k in totals[name]:
                     totals[name][k] += int(c.get(k, 0))
     n = sum(counts.values())
-    mode = next((m for m in MODES if counts[m] == n), "mixed")
+    mode = next((m for m in QosMode if counts[m] == n), "mixed")
     return {"mode": mode, "interfaces": n, **counts, "problems": dict(list(other.items())[:20]),
             "classes": totals}
 
 
-def _switch(lab: RunningLab, want: str, bulk_floor: float) -> dict[str, Any]:
+def _switch(lab: RunningLab, want: QosMode, bulk_floor: float) -> dict[str, Any]:
     """Bring every port to ``want`` ("isolated" or "single"); verify by reading back."""
     _require(lab)
     t0 = time.monotonic()
@@ -465,7 +473,7 @@ def _switch(lab: RunningLab, want: str, bulk_floor: float) -> dict[str, Any]:
         if mode == "other":
             bad[port.dev] = why
             continue
-        if want == "isolated":
+        if want == QosMode.ISOLATED:
             cmds = isolation_commands(port.dev, port.mbps, lossless, bulk_floor=bulk_floor)
         else:
             cmds = restore_commands(port.dev, port.mbps, lossless)
@@ -485,7 +493,7 @@ def _switch(lab: RunningLab, want: str, bulk_floor: float) -> dict[str, Any]:
     _each_namespace(lab, apply)
     after = status(lab, bulk_floor)
     if after["mode"] != want:
-        raise LabError(f"qos: after switching to {want!r}, {after['interfaces'] - after[want]} "
+        raise LabError(f"qos: after switching to '{want}', {after['interfaces'] - after[want]} "
                        f"port(s) are not: {after['problems']}")
     return {"mode": want, "interfaces": after["interfaces"], "changed": changed,
             "seconds": round(time.monotonic() - t0, 3)}
@@ -498,9 +506,9 @@ def enable(lab: RunningLab, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
     "interfaces": n, "changed": k, "seconds": s}``; raises LabError (changing nothing) if a
     port is in an unknown state, or if the read-back after the change disagrees.
     """
-    return _switch(lab, "isolated", bulk_floor)
+    return _switch(lab, QosMode.ISOLATED, bulk_floor)
 
 
 def disable(lab: RunningLab, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
     """Put every port back to the Lab's single class and queue (inverse of ``enable``)."""
-    return _switch(lab, "single", bulk_floor)
+    return _switch(lab, QosMode.SINGLE, bulk_floor)
