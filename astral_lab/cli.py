@@ -36,6 +36,7 @@ from astral_lab.cluster_cli import add_cluster_option
 from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
+from controllers.fabric import DEFAULT_MODE
 from testbed import datapath, topologies
 from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_on_signals
@@ -312,7 +313,7 @@ def parser() -> argparse.ArgumentParser:
     add_pmtu_option(u)
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
-    u.add_argument("--lb", default="ecmp", type=controller_policy, metavar="MODE",
+    u.add_argument("--lb", default=DEFAULT_MODE, type=controller_policy, metavar="MODE",
                    help="load-balancing mode, options as MODE:KEY=VALUE (switch later: PUT "
                         "/lb on the controller's API; `astral-lab policies` lists them)")
     add_cluster_option(u)

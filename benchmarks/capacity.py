@@ -36,7 +36,15 @@ from typing import Any
 
 from benchmarks.common import write
 from scenarios import fidelity
-from traffic.roce import OP_WRITE_MIDDLE, Endpoints, FrameBuilder, Plane, frame_len, mtu_for
+from traffic.roce import (
+    LAB_PMTU,
+    OP_WRITE_MIDDLE,
+    Endpoints,
+    FrameBuilder,
+    Plane,
+    frame_len,
+    mtu_for,
+)
 from traffic.shell.running import RunningLab
 
 #: frame sources of the ceiling (receivers only count): the highest held is the ceiling
@@ -262,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
     pairs = fidelity.calibration_pairs(plan)
     runs: dict[str, Any] = {}
-    with Lab(plan, pmtu=4096, log=lambda _m: None) as lab:
+    with Lab(plan, pmtu=LAB_PMTU, log=lambda _m: None) as lab:
         runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, Plane.PYTHON, 1024, r),
                                  args.attempts)
         for pmtu in pmtus:

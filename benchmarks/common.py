@@ -14,6 +14,7 @@ from types import FrameType
 from typing import Any
 
 from testbed.datapath import choose_datapath
+from testbed.models.forked import PR_SET_PDEATHSIG
 from testbed.results import results_root
 from vocab.plan import write_json_atomic
 
@@ -58,7 +59,6 @@ def write(name: str, result: dict[str, Any]) -> str:
     return path
 
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 #: Seconds a child gets to stop its fabric after SIGTERM before the parent kills it.
 CHILD_GRACE_S = 300.0
 _stopping = False

@@ -55,7 +55,7 @@ from typing import Any
 from benchmarks import capacity
 from benchmarks.common import _exit_once, write
 from scenarios import fidelity
-from traffic.roce import OP_WRITE_MIDDLE, frame_len, mtu_for
+from traffic.roce import LAB_PMTU, OP_WRITE_MIDDLE, frame_len, mtu_for
 from traffic.shell.running import RunningLab
 
 #: HTB rate (Mb/s) the shaping check gives its port, and the offered multiple of it
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--repeats must be >= 1")
     raw: dict[str, list[dict[str, Any]]] = {v.name: [] for v in variants}
     t0 = time.monotonic()
-    with Lab(plan, pmtu=4096, log=lambda _m: None) as lab:
+    with Lab(plan, pmtu=LAB_PMTU, log=lambda _m: None) as lab:
         for rnd in range(args.repeats):
             print(f"-- round {rnd + 1}/{args.repeats}", flush=True)
             # rotated so no variant always runs first after bring-up or after another

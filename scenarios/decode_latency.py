@@ -63,6 +63,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -75,6 +76,7 @@ from scenarios.common import (
 )
 from scenarios.decode_findings import DEEPEP_TOKENS, gap_line, growth_why, isolation_why
 from testbed.topologies import build
+from traffic.roce import DEFAULT_PMTU
 from traffic.workload import PRESETS, Phase
 from vocab.validate import count
 
@@ -93,8 +95,6 @@ CASE_LABEL = {"alone": "no background", "background": "background, one FIFO",
 #: QP numbers of the bulk flows: far above any decode QP (destination slot numbers)
 BULK_QP = 8000
 BULK_MESSAGE = 256_000  # bytes per bulk message (``permutation_flows``' size)
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 
 
 #: an EP size in GPUs: a fabric of at most SERVERS x GPUS
@@ -194,7 +194,7 @@ def _bulk_flows(plan: Any, p: dict[str, Any], draw: int, seconds: float) -> list
                              qp_base=BULK_QP + DRAW_QP_STRIDE * draw)
 
 
-def _serial_s(flows: list[Any], nic_mbps: float, pmtu: int = 1024) -> float:
+def _serial_s(flows: list[Any], nic_mbps: float, pmtu: int = DEFAULT_PMTU) -> float:
     """One message alone at the NIC: the floor under any message latency."""
     from traffic.roce import message_wire_bytes
 

@@ -57,6 +57,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -200,8 +201,6 @@ def model_case_draws(plan: WiringPlan, p: dict[str, Any], skew: Gating, policy: 
 
 
 # --- the scenario ------------------------------------------------------------------------
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 
 
 @scenario(

@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from controllers import policies
+from controllers.fabric import MODES
 from scenarios.base import (
     DRAWS,
     GPUS,
@@ -50,6 +51,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     RANDOM_POLICIES,
     all_to_all_flows,
     bytes_per_node,
@@ -72,11 +74,7 @@ from scenarios.common import (
 from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
 
-#: every policy the controller runs (controllers/policies/)
-MODES = policies.names(controller=True)
 WORKLOADS = ("permutation", "alltoall")
-#: QP numbers of draw k start at k x this (far apart: every draw has its own source ports)
-DRAW_QP_STRIDE = 1000
 _COLOURS = {"ecmp": "tab:red", "planned": "tab:blue", "adaptive": "tab:green"}
 _PALETTE = ("tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 #: a colour per mode: the shipped ones fixed, any other from the palette by position

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers import policies
+from controllers.fabric import MODES
 from controllers.paths import PathFinder
 from scenarios.base import (
     DRAWS,
@@ -84,13 +85,13 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     _tx_bytes,
     replay_lead,
     shift_qps,
     wire_flows,
 )
 from scenarios.link_failure_metrics import (
-    DRAW_QP_STRIDE,
     MESSAGE_BYTES,
     SMOOTH,
     TAIL_FRACTION,
@@ -116,8 +117,6 @@ from traffic.workload import Phase, preset, simulate_step, uniform
 from vocab.plan import Link, WiringPlan
 from vocab.validate import real
 
-#: every policy the controller runs (controllers/policies/)
-MODES = policies.names(controller=True)
 PROBE_PORT = 4792  # the replay's receivers own 4791
 PROBE_SPORTS = range(50100, 50108)
 PROBE_PPS = 40.0  # per source port: 8 x 40 x ~110 B frames = 0.28 Mb/s in all

@@ -48,6 +48,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -68,8 +69,6 @@ from traffic.workload import Phase
 
 DESIGNS = ("astral3", "rail3", "railonly", "fattree")
 KERNELS = ("high_bandwidth", "flat")
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 
 
 def _traffic(kernel: str, step: Any, plan: Any) -> Any:

@@ -16,8 +16,9 @@ from ops.agent import Tools, diagnose
 from ops.detectors import Engine
 from ops.evaluate import ground_truth, score
 from ops.shell.collector import Collector
-from ops.telemetry import Store
+from ops.telemetry import DEFAULT_INTERVAL_S, Store
 from traffic.shell.running import RunningLab
+from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
 
 
@@ -85,7 +86,7 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
     try:
         for i, (src, dst) in enumerate(stream_pairs(lab.plan)):
             streams.append(Stream(lab, src, dst, sports=range(50000, 50000 + sports), pps=pps,
-                                  duration=seconds, port=4791 + i, size=size).start())
+                                  duration=seconds, port=ROCE_PORT + i, size=size).start())
     except BaseException:
         for s in streams:
             s.stop()
@@ -93,7 +94,7 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
     return streams
 
 
-def run_ops_eval(plan: WiringPlan, *, interval: float = 1.0,
+def run_ops_eval(plan: WiringPlan, *, interval: float = DEFAULT_INTERVAL_S,
                  log: Callable[[str], None] = print, lab_kw: dict[str, Any] | None = None,
                  **kw: Any) -> dict[str, Any]:
     """Bring ``plan`` up (controller polling every ``interval``) and run ``eval_on_lab``."""
@@ -105,7 +106,7 @@ def run_ops_eval(plan: WiringPlan, *, interval: float = 1.0,
 
 def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None = None,
                 fault_s: float = 10.0, gap_s: float = 12.0, seed: int = 1,
-                interval: float = 1.0, store_path: str | None = None,
+                interval: float = DEFAULT_INTERVAL_S, store_path: str | None = None,
                 log: Callable[[str], None] = print,
                 fault_params: dict[str, dict[str, Any]] | None = None,
                 mbps_per_host: float = 20.0) -> dict[str, Any]:

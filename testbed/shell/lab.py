@@ -49,6 +49,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from controllers import policies
+from controllers.fabric import DEFAULT_MODE, POLL_INTERVAL_S
+from controllers.flowtable import DEFAULT_SELECT_METHOD
 from controllers.shell.client import ControllerClient
 from testbed.capture import resolve as capture_ports
 from testbed.datapath import Datapath
@@ -77,7 +79,8 @@ class Lab:
     def __init__(self, plan: WiringPlan, *, datapath: str = "auto", controller: bool = True,
                  of_port: int | None = None, rest_port: int | None = None,
                  shape: bool = True, lossless: bool = True, converge_timeout: float = 120.0,
-                 select_method: str = "dp_hash", lb: str = "ecmp", poll_interval: float = 1.0,
+                 select_method: str = DEFAULT_SELECT_METHOD, lb: str = DEFAULT_MODE,
+                 poll_interval: float = POLL_INTERVAL_S,
                  static_arp: bool = True, pmtu: int = LAB_PMTU,
                  dashboard: bool = False, dashboard_port: int | None = None,
                  dashboard_progress: str | None = None, capture: Sequence[str] = (),
@@ -257,7 +260,7 @@ class Lab:
         # appended to, so a restarted controller's log follows the first one's
         logf = open(os.path.join(self.workdir, "controller.log"), "ab")  # noqa: SIM115
         self.controller_proc = subprocess.Popen(
-            [sys.executable, "-m", "astral_lab.controller_cli", "--plan", plan_path,
+            [sys.executable, "-m", cleanup.CONTROLLER_MODULE, "--plan", plan_path,
              "--of-host", self.of_host,
              "--of-port", str(self.of_port), "--rest-port", str(self.rest_port),
              "--select-method", self.select_method, "--lb", self.lb,

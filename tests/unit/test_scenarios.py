@@ -12,7 +12,7 @@ import pytest
 from scenarios import base, common, fidelity
 from scenarios.base import Param, Run, scenario
 from testbed.topologies import build
-from traffic.roce import DEFAULT_PMTU
+from traffic.roce import DEFAULT_PMTU, OP_WRITE_MIDDLE, frame_len
 
 
 def _read(*parts: Any) -> str:
@@ -216,7 +216,8 @@ def test_offered_load_counts_rates_and_hops() -> None:
     # 2 Mb/s lane), 3 switch hops each
     assert load["flows"] == 8
     assert load["mbps"] == pytest.approx(32.0, rel=0.01)
-    assert load["hop_pps"] == pytest.approx(32e6 / 8 / fidelity.FRAME_BYTES * 3, rel=0.01)
+    frame = frame_len(OP_WRITE_MIDDLE, DEFAULT_PMTU)  # one full packet on the wire
+    assert load["hop_pps"] == pytest.approx(32e6 / 8 / frame * 3, rel=0.01)
     # an incast is limited by the one receiver's NIC, whatever the senders offer
     hosts = [h.name for h in plan.hosts]
     from traffic.kernels import FlowSpec

@@ -79,9 +79,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traffic.roce import (
-    BURST_S,  # noqa: F401  (re-exported: a message latency floor is one bucket less)
     ECN_ECT0,
     MAX_OVERHEAD,
+    PAYLOAD_HDR,
     PSN_MASK,
     Endpoints,
     FrameBuilder,
@@ -296,7 +296,6 @@ def _retry(send: Any, buf: bytearray, exc: OSError) -> int:
 # --- receiver ----------------------------------------------------------------------------------
 DRAIN_S = 2.0
 _BTH_HDR = struct.Struct(">BB6xIIIQ")  # opcode, flags, PSN word, then 16 bytes after the BTH
-_REPLAY_HDR = struct.Struct(">IIQ")
 _TIMESPEC = struct.Struct("qq")
 def _stamp_ns(stamp: Any) -> int | None:
     """A packet's arrival time: a kernel timestamp from ancillary data, or ``time_ns()``."""
@@ -387,7 +386,7 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
     ancsize = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)
     recv = sock.recvmsg_into
     unpack = _BTH_HDR.unpack_from
-    unpack_hdr = _REPLAY_HDR.unpack_from
+    unpack_hdr = PAYLOAD_HDR.unpack_from
     time_ns = time.time_ns
     mono = time.monotonic
     poller = select.poll()

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from controllers import policies
+from controllers.fabric import DEFAULT_MODE
 from traffic import hostlb, native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import Plane, ReplaySpec
@@ -65,7 +66,7 @@ class ReplayResult:
     bytes_received: int
     latency_us: dict[str, dict[str, float]] = field(default_factory=dict)  # class -> stats
     lost_packets: int = 0
-    mode: str = "ecmp"
+    mode: str = DEFAULT_MODE
     start_skew_s: float = 0.0  # how late the last sender started after the common instant
     plane: Plane = DEFAULT_PLANE
     cpu_s: dict[str, float] = field(default_factory=dict)  # senders / receivers, summed
