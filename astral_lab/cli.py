@@ -29,19 +29,23 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from astral_lab import __version__
 from astral_lab.cluster_cli import add_cluster_option
 from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
-from testbed import topologies
+from controllers.fabric import DEFAULT_MODE
+from testbed import datapath, topologies
 from testbed.fabricspec import FABRIC_RULES, FabricSpec
 from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_inside, stop_on_signals
 from testbed.topologies import build, describe
 from vocab.validate import Parser, out_dir, out_file
+
+if TYPE_CHECKING:  # the Lab imports Mininet: a verb that brings one up imports it
+    from testbed.shell.lab import Lab
 
 RESULTS = results_root()
 
@@ -96,7 +100,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Any:
+def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Lab:
     from testbed.shell.cluster import make_lab
 
     plan = build(args.topology, **_spec_params(args))
@@ -106,7 +110,7 @@ def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> 
                     capture_dir=capture_dir)
 
 
-def _print_bringup(lab: Any) -> None:
+def _print_bringup(lab: Lab) -> None:
     plan = lab.plan
     t = lab.timings
     print(f"{plan.topology}: {len(plan.hosts)} GPUs, {len(plan.switches)} switches, "
@@ -307,11 +311,11 @@ def parser() -> argparse.ArgumentParser:
 
     u = sub.add_parser("up", help="bring a fabric up under the controller; open the Mininet CLI")
     u.add_argument("topology", choices=topologies.TOPOLOGIES.names())
-    u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
+    u.add_argument("--datapath", default="auto", choices=datapath.REQUESTS)
     add_pmtu_option(u)
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
-    u.add_argument("--lb", default="ecmp", type=controller_policy, metavar="MODE",
+    u.add_argument("--lb", default=DEFAULT_MODE, type=controller_policy, metavar="MODE",
                    help="load-balancing mode, options as MODE:KEY=VALUE (switch later: PUT "
                         "/lb on the controller's API; `astral-lab policies` lists them)")
     add_cluster_option(u)

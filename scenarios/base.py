@@ -49,6 +49,7 @@ from typing import Any
 from testbed.fabricspec import FABRIC_RULES
 from testbed.results import output_dir
 from testbed.shell.signals import held
+from traffic.shell.running import RunningLab
 from vocab import validate
 from vocab.plan import WiringPlan, finite, write_json_atomic
 from vocab.plugins import plugin_name
@@ -269,7 +270,7 @@ class Run:
 
     # --- fabric -----------------------------------------------------------------------
     @contextmanager
-    def lab(self, plan: WiringPlan, label: str | None = None, **kw: Any) -> Iterator[Any]:
+    def lab(self, plan: WiringPlan, label: str | None = None, **kw: Any) -> Iterator[RunningLab]:
         """Bring ``plan`` up (torn down on exit) and record it in config.json.
 
         The machine's capacity is calibrated first (cached; it needs the node names
@@ -298,7 +299,7 @@ class Run:
                 "switches": len(plan.switches), "links": len(plan.links),
                 "scale": plan.scale, "params": plan.params, "datapath": lab.datapath,
                 "lb": lab.lb, "bringup_s": round(lab.timings.get("total", 0.0), 3),
-                "pmtu": getattr(lab, "pmtu", None), "mtu": getattr(lab, "mtu", None),
+                "pmtu": lab.pmtu, "mtu": lab.mtu,
                 "servers": sorted({n.server for n in lab.plan.nodes if n.server}) or None}
             self._save_config()
             yield lab
@@ -331,7 +332,7 @@ class Run:
         self.log(f"WARNING: fidelity guard off (--force): {reason}; running anyway, and "
                  "completion times may include CPU queueing")
 
-    def guard(self, lab: Any, flows: Any, label: str,
+    def guard(self, lab: RunningLab, flows: Any, label: str,
               rate_mbps: float | None = None) -> dict[str, Any]:
         """Fidelity guard before traffic: refuse (or warn) when the run would be CPU-bound.
 
@@ -341,7 +342,7 @@ class Run:
         from scenarios.fidelity import check, offered
 
         if self.unguarded is not None:
-            load = offered(lab.plan, flows, rate_mbps, pmtu=getattr(lab, "pmtu", 1024))
+            load = offered(lab.plan, flows, rate_mbps, pmtu=lab.pmtu)
             # NaN, not None: callers format and compare margins; every comparison is False
             verdict = {"margin": math.nan, "verdict": "unguarded",
                        "offered_hop_pps": load["hop_pps"],

@@ -4,10 +4,10 @@ model's ideal and penalty for the same failure.
 
 ``_failure_metrics`` turns one failure run's record into the numbers the scenario's
 docstring defines (``scenarios.experiments.link_failure``, *Definitions*); the functions it uses are
-unit-tested one by one. ``draws_for`` and ``DRAW_QP_STRIDE`` say how many hash draws a
-mode gets and how they differ, which the runs and the report both need. Everything here is
-pure (plain data, NumPy and the flow model, no fabric), so it is apart from the runs;
-``scenarios.experiments.link_failure`` re-exports every public name.
+unit-tested one by one. ``draws_for`` says how many hash draws a mode gets (how they
+differ is ``scenarios.common.DRAW_QP_STRIDE``), which the runs and the report both need.
+Everything here is pure (plain data, NumPy and the flow model, no fabric), so it is apart
+from the runs; ``scenarios.experiments.link_failure`` re-exports every public name.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from vocab.plan import Link, WiringPlan
 
 SMOOTH = 3  # samples averaged, and samples held, for the recovery rule
 TAIL_FRACTION = 0.9  # recovery is searched until this share of the bytes has arrived
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 #: the All-to-All's RDMA WRITE size (a message missing a packet never completes)
 MESSAGE_BYTES = 64 * 1024
 

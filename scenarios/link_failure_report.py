@@ -19,6 +19,7 @@ from controllers import policies
 from controllers.paths import PathFinder
 from scenarios.base import Run
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -29,7 +30,6 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.link_failure_metrics import (
-    DRAW_QP_STRIDE,
     MESSAGE_BYTES,
     _failure_metrics,
     _model_baselines,

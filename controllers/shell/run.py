@@ -24,7 +24,6 @@ from controllers.shell.rest import make_server
 from vocab.plan import WiringPlan
 
 DEFAULT_OF_PORT = 6653
-DEFAULT_REST_PORT = 8080
 
 
 def _can_listen(host: str, port: int) -> str:

@@ -30,6 +30,7 @@ from ops.telemetry import (
     parse_tc_qdisc,
 )
 from traffic import rxsink
+from traffic.shell.running import RunningLab
 from vocab.plan import WiringPlan
 
 
@@ -104,7 +105,7 @@ class Collector:
                            max_rows=store.max_rows)
 
     @classmethod
-    def for_lab(cls, lab: Any, store: Store | None, **kw: Any) -> Collector:
+    def for_lab(cls, lab: RunningLab, store: Store | None, **kw: Any) -> Collector:
         """A collector for a running ``testbed.shell.lab.Lab``."""
         client = lab.client() if lab.rest_port else None
         if client is not None:

@@ -63,6 +63,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -75,7 +76,8 @@ from scenarios.common import (
 )
 from scenarios.decode_findings import DEEPEP_TOKENS, gap_line, growth_why, isolation_why
 from testbed.topologies import build
-from traffic.workload import PRESETS
+from traffic.roce import DEFAULT_PMTU
+from traffic.workload import PRESETS, Phase
 from vocab.validate import count
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the
@@ -90,12 +92,9 @@ DEEPEP_SOURCE = ("DeepEP V1 docs/legacy.md (github.com/deepseek-ai/DeepEP), low-
 CASES = ("alone", "background", "isolated")
 CASE_LABEL = {"alone": "no background", "background": "background, one FIFO",
               "isolated": "background + isolation"}
-PHASES = ("dispatch", "combine")
 #: QP numbers of the bulk flows: far above any decode QP (destination slot numbers)
 BULK_QP = 8000
 BULK_MESSAGE = 256_000  # bytes per bulk message (``permutation_flows``' size)
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 
 
 #: an EP size in GPUs: a fabric of at most SERVERS x GPUS
@@ -181,7 +180,7 @@ def _decode_flows(plan: Any, p: dict[str, Any], draw: int = 0) -> dict[str, list
                          seed=p["seed"] + draw)
     traffic = low_latency(step, plan, intra_server=p["intra_server"])
     return {ph: shift_qps([f for f in traffic.flows if f.phase == ph], DRAW_QP_STRIDE * draw)
-            for ph in PHASES}
+            for ph in Phase}
 
 
 def _bulk_flows(plan: Any, p: dict[str, Any], draw: int, seconds: float) -> list[Any]:
@@ -194,7 +193,7 @@ def _bulk_flows(plan: Any, p: dict[str, Any], draw: int, seconds: float) -> list
                              qp_base=BULK_QP + DRAW_QP_STRIDE * draw)
 
 
-def _serial_s(flows: list[Any], nic_mbps: float, pmtu: int = 1024) -> float:
+def _serial_s(flows: list[Any], nic_mbps: float, pmtu: int = DEFAULT_PMTU) -> float:
     """One message alone at the NIC: the floor under any message latency."""
     from traffic.roce import message_wire_bytes
 
@@ -275,21 +274,21 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
     nic = min(plan.rdma_nic().values())
     decode = [_decode_flows(plan, p, k) for k in range(n)]
     phase_s = {ph: model_flows(plan, decode[0][ph], "ecmp-fluid", unit="mbps").completion_s
-               for ph in PHASES}
-    serial = {ph: _serial_s(decode[0][ph], nic, run.pmtu) for ph in PHASES}
+               for ph in Phase}
+    serial = {ph: _serial_s(decode[0][ph], nic, run.pmtu) for ph in Phase}
     # the bulk flows must still be sending when the slower decode phase ends; what they
     # queued by then drains at the lane rate before the replay returns
     bulk_s = p["fill_s"] + max(phase_s.values()) + 0.1
     cases = CASES if ep in p["background_eps"] else ("alone",)
     model: dict[tuple[str, str], dict[str, Any]] = {}
     for c in cases:  # the model has no priorities: isolation is the background case to it
-        for ph in PHASES:
+        for ph in Phase:
             model[(c, ph)] = model[("background", ph)] if c == "isolated" else \
                 model_case(plan, p, c, ph, max(n, int(p["model_draws"])), bulk_s)
     run.stage(f"EP{ep}: modelled {max(n, int(p['model_draws']))} draws per case and phase")
     per: dict[tuple[str, str], list[dict[str, Any]]] = {(c, ph): [] for c in cases
-                                                         for ph in PHASES}
-    lat: dict[str, list[list[float]]] = {f"{ep}/{c}/{ph}": [] for c in cases for ph in PHASES}
+                                                         for ph in Phase}
+    lat: dict[str, list[list[float]]] = {f"{ep}/{c}/{ph}": [] for c in cases for ph in Phase}
     with run.lab(plan, label=f"astral3-ep{ep}", lb="ecmp") as lab:
         # the heaviest moment: bulk and a decode phase sending at once (NICs shared)
         heavy = (_bulk_flows(plan, p, 0, bulk_s) if len(cases) > 1 else []) + \
@@ -301,7 +300,7 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
                 cls["enable"] = qos.enable(lab)
             for k in range(n):
                 bulk = _bulk_flows(plan, p, k, bulk_s)
-                for ph in PHASES:
+                for ph in Phase:
                     flows = decode[k][ph] if case == "alone" else bulk + [
                         dataclasses.replace(f, start=p["fill_s"]) for f in decode[k][ph]]
                     # what bulk flows queued on a lane drains after the senders stop (in
@@ -412,9 +411,9 @@ def _plots(run: Run, latencies: dict[str, list[list[float]]], cases: list[dict[s
     p = run.params
     eps = p["ep_sizes"]
     colors = {"alone": "tab:green", "background": "tab:red", "isolated": "tab:blue"}
-    fig, axes = plt.subplots(len(PHASES), len(eps), figsize=(4 * len(eps), 6.4),
+    fig, axes = plt.subplots(len(Phase), len(eps), figsize=(4 * len(eps), 6.4),
                              squeeze=False, sharey=True)
-    for i, ph in enumerate(PHASES):
+    for i, ph in enumerate(Phase):
         for j, ep in enumerate(eps):
             ax = axes[i][j]
             for case in CASES:
@@ -438,8 +437,8 @@ def _plots(run: Run, latencies: dict[str, list[list[float]]], cases: list[dict[s
     fig.tight_layout()
     run.save_figure(fig, "latency_cdf.png")
 
-    fig, axes = plt.subplots(1, len(PHASES), figsize=(10, 3.8), squeeze=False)
-    for ax, ph in zip(axes[0], PHASES, strict=True):
+    fig, axes = plt.subplots(1, len(Phase), figsize=(10, 3.8), squeeze=False)
+    for ax, ph in zip(axes[0], Phase, strict=True):
         d_eps, d_growth = _deepep_growth(ph)
         ax.plot(d_eps, d_growth, "k--o", label="DeepEP (H800, /EP8)")
         for col, lo, hi, style, colour, what in (
@@ -467,9 +466,9 @@ def _plots(run: Run, latencies: dict[str, list[list[float]]], cases: list[dict[s
     fig.tight_layout()
     run.save_figure(fig, "latency_vs_ep.png")
 
-    fig, axes = plt.subplots(1, len(PHASES), figsize=(11, 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(Phase), figsize=(11, 3.8), squeeze=False)
     keys = [(ep, c) for ep in eps for c in CASES if f"{ep}/{c}/dispatch" in latencies]
-    for ax, ph in zip(axes[0], PHASES, strict=True):
+    for ax, ph in zip(axes[0], Phase, strict=True):
         rows = {(r["ep"], r["case"]): r for r in cases if r["phase"] == ph}
         plot_draws(ax, [f"EP{ep}\n{c}" for ep, c in keys],
                    [[x["p99_us"] / 1e3 for x in rows[k]["per_draw"]] for k in keys],
@@ -570,7 +569,7 @@ per-case numbers (bytes, losses, start skew) in runs.json, and the qos class cou
                                   "lab_p99": _growth(run, ph, "p99_ms"),
                                   "model_p99": _growth(run, ph, "ideal_p99_ms"),
                                   "deepep": dict(zip(*_deepep_growth(ph), strict=True))}
-                             for ph in PHASES}
+                             for ph in Phase}
 
 
 def _finding_gaps(run: Run, cases: list[dict[str, Any]]) -> None:
@@ -594,7 +593,7 @@ def _finding_growth(run: Run) -> None:
     lo, hi = eps[0], eps[-1]
     doublings = math.log2(hi / lo)
     meas, ideal, pub = [], [], []
-    for ph in PHASES:
+    for ph in Phase:
         g = _growth(run, ph, "completion_ms")[-1]
         g99 = _growth(run, ph, "p99_ms")[-1]
         gm = _growth(run, ph, "ideal_p99_ms")[-1]
@@ -608,9 +607,9 @@ def _finding_growth(run: Run) -> None:
                    f"x{d[256] / d[8]:.2f} to EP256")
     remote = {ep: _remote_share(ep, p) for ep in eps}
     grow = {ph: (_growth(run, ph, "completion_ms")[-1], _growth(run, ph, "ideal_p99_ms")[-1])
-            for ph in PHASES}
+            for ph in Phase}
     why = growth_why(remote, grow, p["gpus_per_server"], p["tokens"],
-                     {ph: DEEPEP_US[ph][256] / DEEPEP_US[ph][8] for ph in PHASES})
+                     {ph: DEEPEP_US[ph][256] / DEEPEP_US[ph][8] for ph in Phase})
     run.report.finding("1. Decode latency growth with EP size", measured="; ".join(meas),
                        ideal="flow model (same flows, ECMP, medians of its draws) "
                              + "; ".join(ideal),
@@ -629,7 +628,7 @@ def _finding_isolation(run: Run, classes: dict[int, dict[str, Any]],
     eps = [e for e in p["ep_sizes"] if e in p["background_eps"]]
     parts, model, moved = [], [], []
     for ep in eps:
-        for ph in PHASES:
+        for ph in Phase:
             x = {q: [_get(run.rows, ep, c, ph, f"{q}_ms") for c in CASES]
                  for q in ("p50", "p99")}
             a, b, i = x["p99"]

@@ -58,6 +58,8 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
+from traffic.shell.running import RunningLab
+from traffic.workload import Phase
 
 #: QPs per GPU pair in the permutation (each QP is one 5-tuple, hashed on its own)
 QPS = 2
@@ -103,7 +105,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     return {"completion_s": distribution(done), "slowdown": distribution(slow)}
 
 
-def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[str, Any]:
+def _permutation(run: Run, lab: RunningLab, plan: Any, mode: str, label: str) -> dict[str, Any]:
     """One permutation under ``mode``: ECMP over ``draws`` hash draws, planned once."""
     from testbed.models.flowmodel import bounds
     from traffic.shell.replay import replay
@@ -147,7 +149,7 @@ def _permutation_row(run: Run, stop: str, fabric: str, r: dict[str, Any], note: 
             note=note)
 
 
-def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
+def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
     """The decode burst over ``decode_draws`` gating seeds; the model on each draw's flows
     (its message latencies, and the phase's completion: do the bytes arrive on time?)."""
     from traffic.kernels import low_latency
@@ -164,7 +166,7 @@ def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
                              seed=seed)
         traffic = low_latency(step, plan)
         if d == 0:
-            out["margin"] = run.guard(lab, [f for f in traffic.flows if f.phase == "dispatch"],
+            out["margin"] = run.guard(lab, [f for f in traffic.flows if f.phase == Phase.DISPATCH],
                                       "decode burst")["margin"]
         res = replay_step(lab, traffic)
         draw: dict[str, Any] = {"seed": seed}
@@ -255,7 +257,7 @@ def demo(run: Run) -> None:
                       f"{fmt_distribution(r['measured'], ' s')}")
         decode = _decode(run, lab, plan)
         rtf = real_time_factor(plan)
-        for phase in ("dispatch", "combine"):
+        for phase in Phase:
             if phase not in decode:
                 continue
             d = decode[phase]
@@ -601,7 +603,7 @@ def _summary(run: Run, results: dict[str, Any]) -> None:
             lost=r["lost"], busiest_slowdown=r["slowdown"],
             model_busiest_slowdown=r["model"]["slowdown"])
     dec = results.get("decode", {})
-    for phase in ("dispatch", "combine"):
+    for phase in Phase:
         if phase not in dec:
             continue
         for q in ("p50", "p99"):

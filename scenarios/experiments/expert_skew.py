@@ -57,6 +57,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -73,7 +74,16 @@ from testbed.models.flowmodel import bounds, model_flows
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
 from traffic.shell.replay import replay
-from traffic.workload import PRESETS, Gating, StepTraffic, hotset, simulate_step, uniform, zipf
+from traffic.workload import (
+    PRESETS,
+    Gating,
+    Phase,
+    StepTraffic,
+    hotset,
+    simulate_step,
+    uniform,
+    zipf,
+)
 from vocab.plan import WiringPlan
 from vocab.validate import real
 
@@ -140,9 +150,9 @@ def analyse(plan: WiringPlan, step: StepTraffic, qp_offset: int = 0) -> dict[str
     ``qp_offset`` shifts the dispatch flows' QPs (another ECMP hash draw, same bytes);
     ``model_s`` is the fluid model (ECMP split evenly: the hash's expectation)."""
     hosts = [h.name for h in plan.hosts]
-    ll = low_latency(step, plan, phases=("dispatch",))
+    ll = low_latency(step, plan, phases=(Phase.DISPATCH,))
     ll_flows = shift_qps(ll.flows, qp_offset)
-    hb = high_bandwidth(step, plan, phases=("dispatch",))
+    hb = high_bandwidth(step, plan, phases=(Phase.DISPATCH,))
     rx = receive_bytes(ll.flows, hosts)
     rx_hb = receive_bytes(hb.flows, hosts)
     hot, ratio = incast(rx)
@@ -179,7 +189,7 @@ def model_case_draws(plan: WiringPlan, p: dict[str, Any], skew: Gating, policy: 
         steps = make_steps(p["model"], int(p["servers"]), int(p["gpus_per_server"]),
                            int(p["tokens_per_gpu"]), skew, int(p["seed"]) + j)
         for case, step in steps.items():
-            flows = wire_flows(low_latency(step, plan, phases=("dispatch",)).flows)
+            flows = wire_flows(low_latency(step, plan, phases=(Phase.DISPATCH,)).flows)
             rx = receive_bytes(flows, hosts)
             hot, ratio = incast(rx)
             m = model_flows(plan, flows, policy, seed=j, unit="mbps")
@@ -191,8 +201,6 @@ def model_case_draws(plan: WiringPlan, p: dict[str, Any], skew: Gating, policy: 
 
 
 # --- the scenario ------------------------------------------------------------------------
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 
 
 @scenario(

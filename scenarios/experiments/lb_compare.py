@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from controllers import policies
+from controllers.fabric import MODES
 from scenarios.base import (
     DRAWS,
     GPUS,
@@ -50,6 +51,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     RANDOM_POLICIES,
     all_to_all_flows,
     bytes_per_node,
@@ -72,13 +74,7 @@ from scenarios.common import (
 from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
 
-#: every policy the controller runs (controllers/policies/)
-MODES = policies.CONTROLLER_MODES.names()
 WORKLOADS = ("permutation", "alltoall")
-#: flow-model policy that predicts each controller mode: the same module
-MODEL_POLICY = {m: m for m in MODES}
-#: QP numbers of draw k start at k x this (far apart: every draw has its own source ports)
-DRAW_QP_STRIDE = 1000
 _COLOURS = {"ecmp": "tab:red", "planned": "tab:blue", "adaptive": "tab:green"}
 _PALETTE = ("tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 #: a colour per mode: the shipped ones fixed, any other from the palette by position
@@ -113,7 +109,7 @@ def model_lane_skew(result: Any) -> float | None:
 
 def draws_for(mode: str, samples: int) -> int:
     """Emulated runs of a mode: one per hash draw where the mode's paths depend on it."""
-    return max(1, int(samples)) if MODEL_POLICY[mode] in RANDOM_POLICIES else 1
+    return max(1, int(samples)) if mode in RANDOM_POLICIES else 1
 
 
 @scenario(
@@ -171,7 +167,7 @@ def lb_compare(run: Run) -> None:
                     # hash (OVS dp_hash) has no per-draw counterpart
                     exact = None
                     if policies.POLICIES.get(mode).pins:
-                        exact = model_draws(plan, flows, MODEL_POLICY[mode], 1)[0]
+                        exact = model_draws(plan, flows, mode, 1)[0]
                     per_draw.append({"draw": k, "completion_s": t, "loads": loads,
                                      "lane_skew": lane_skew(loads), "lost": res.lost_packets,
                                      "host": host_effects(res),
@@ -185,7 +181,7 @@ def lb_compare(run: Run) -> None:
                                 "bounds": bound})
                     run.stage(f"{key} draw {k + 1}/{n}: {t:.2f} s (bound "
                               f"{bound['unsplit']:.2f} s)")
-                models = model_draws(plan, base, MODEL_POLICY[mode], p["model_draws"])
+                models = model_draws(plan, base, mode, p["model_draws"])
                 hashed = not policies.POLICIES.get(mode).pins  # the switches hash: beside its mean
                 fluid = model_draws(plan, base, "ecmp-fluid", 1)[0] if hashed else None
                 results[key] = _summarise(workload, mode, per_draw, models, fluid, bound,
@@ -205,9 +201,9 @@ def _summarise(workload: str, mode: str, per_draw: list[dict[str, Any]], models:
     model_skew = [s for s in (model_lane_skew(m) for m in models) if s is not None]
     return {
         "workload": workload, "mode": mode, "randomized": len(per_draw) > 1 or
-        MODEL_POLICY[mode] in RANDOM_POLICIES,
+        mode in RANDOM_POLICIES,
         "measured": distribution([d["completion_s"] for d in per_draw]),
-        "model": distribution(model_t), "model_policy": MODEL_POLICY[mode],
+        "model": distribution(model_t), "model_policy": mode,
         "lane_skew": distribution([d["lane_skew"] for d in per_draw]),
         "model_lane_skew": distribution(model_skew),
         "fluid_s": fluid.completion_s if fluid is not None else None,

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers import policies
+from controllers.fabric import MODES
 from controllers.paths import PathFinder
 from scenarios.base import (
     DRAWS,
@@ -84,13 +85,13 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     _tx_bytes,
     replay_lead,
     shift_qps,
     wire_flows,
 )
 from scenarios.link_failure_metrics import (
-    DRAW_QP_STRIDE,
     MESSAGE_BYTES,
     SMOOTH,
     TAIL_FRACTION,
@@ -111,12 +112,11 @@ from testbed.shell.probe import Stream
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, flat_all_to_all
 from traffic.shell.replay import replay
-from traffic.workload import preset, simulate_step, uniform
+from traffic.shell.running import RunningLab
+from traffic.workload import Phase, preset, simulate_step, uniform
 from vocab.plan import Link, WiringPlan
 from vocab.validate import real
 
-#: every policy the controller runs (controllers/policies/)
-MODES = policies.CONTROLLER_MODES.names()
 PROBE_PORT = 4792  # the replay's receivers own 4791
 PROBE_SPORTS = range(50100, 50108)
 PROBE_PPS = 40.0  # per source port: 8 x 40 x ~110 B frames = 0.28 Mb/s in all
@@ -145,7 +145,7 @@ def all_to_all(plan: WiringPlan, duration_s: float, *, qps_per_peer: int = 2, se
     tokens = max(1, math.ceil(volume / (m.top_k * m.dispatch_bytes)))
     step = simulate_step(m, servers, gps, tokens, gating=uniform(), seed=seed)
     return flat_all_to_all(step, plan, qps_per_peer=qps_per_peer, message_bytes=MESSAGE_BYTES,
-                           phases=("dispatch",), intra_server="fabric").flows
+                           phases=(Phase.DISPATCH,), intra_server="fabric").flows
 
 
 def pick_lane(plan: WiringPlan) -> tuple[str, str, str, str]:
@@ -328,11 +328,11 @@ def _check(p: dict[str, Any]) -> None:
         raise ValueError("--draws and --model-draws must be >= 1")
 
 
-def _set_links(lab: Any, links: Sequence[Link], up: bool) -> None:
+def _set_links(lab: RunningLab, links: Sequence[Link], up: bool) -> None:
     lab.set_links(list(links), up=up)  # one `ip -batch` for every switch-side end
 
 
-def _restore(lab: Any, links: Sequence[Link]) -> None:
+def _restore(lab: RunningLab, links: Sequence[Link]) -> None:
     """Bring failed links back and wait until the controller has seen every port up."""
     _set_links(lab, links, up=True)
     client = lab.client()
@@ -342,7 +342,7 @@ def _restore(lab: Any, links: Sequence[Link]) -> None:
     client.wait_converged(timeout=60)
 
 
-def _one_run(run: Run, lab: Any, flows: list[FlowSpec], mode: str, case: str,
+def _one_run(run: Run, lab: RunningLab, flows: list[FlowSpec], mode: str, case: str,
              links: Sequence[Link], delay_s: float | None, probe: tuple[str, str],
              draw: int = 0) -> dict[str, Any]:
     """One replay with the sampler (and, for a failure, the cut and a probe stream)."""

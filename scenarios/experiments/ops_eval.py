@@ -42,6 +42,7 @@ from scenarios.findings import margin_text, pace_caveats
 from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultspec import KINDS
 from testbed.topologies import build
+from traffic.shell.running import RunningLab
 from vocab.validate import count, positive
 
 
@@ -140,7 +141,7 @@ def steady_model(plan: Any, mbps_per_host: float, draws: int) -> dict[str, Any]:
     return {**distribution(rates), "offered_mbps": cap * len(flows)}
 
 
-def _stream_flows(lab: Any) -> list[Any]:
+def _stream_flows(lab: RunningLab) -> list[Any]:
     """The steady streams as flows, for the fidelity guard (each host to its peer)."""
     from ops.shell.experiment import stream_pairs
     from traffic.kernels import FlowSpec

@@ -54,7 +54,7 @@ from scenarios.base import (
     Run,
     scenario,
 )
-from scenarios.common import fmt_distribution, permutation_flows
+from scenarios.common import DRAW_QP_STRIDE, fmt_distribution, permutation_flows
 from scenarios.experiments.decode_latency import _decode_flows, _decode_stats
 from scenarios.paper_shapes_table import (
     PUBLISHED,
@@ -67,10 +67,11 @@ from scenarios.paper_shapes_table import (
 )
 from testbed.fabricspec import FABRIC_RULES, GPU_COUNT
 from testbed.topologies import build
+from traffic.roce import DEFAULT_PMTU
+from traffic.shell.running import RunningLab
+from traffic.workload import Phase
 from vocab.validate import count
 
-#: QP numbers of successive hash draws are this far apart (distinct UDP source ports).
-QP_STRIDE = 1000
 #: DeepEP's EP sizes the table compares (the flow model always covers all three).
 EP_SIZES = (8, 16, 32)
 
@@ -177,7 +178,7 @@ def _median(values: Sequence[float]) -> float:
 def _perm(plan: Any, p: dict[str, Any], draw: int) -> list[Any]:
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * p["seconds"])
     return permutation_flows(plan, nbytes, qps=p["qps"], seed=p["seed"],
-                             qp_base=QP_STRIDE * draw)
+                             qp_base=DRAW_QP_STRIDE * draw)
 
 
 def _paths_per_hash(plan: Any, flows: list[Any]) -> int:
@@ -206,7 +207,7 @@ def ecmp_model(plan: Any, p: dict[str, Any]) -> dict[str, Any]:
             "planned_lab": None}
 
 
-def _emulate_ecmp(run: Run, lab: Any, plan: Any, e: dict[str, Any], raw: dict[str, Any]
+def _emulate_ecmp(run: Run, lab: RunningLab, plan: Any, e: dict[str, Any], raw: dict[str, Any]
                   ) -> None:
     from traffic.shell.replay import replay
 
@@ -275,7 +276,7 @@ def _ep_growth(run: Run, p: dict[str, Any], raw: dict[str, Any]) -> dict[str, An
                  for s in range(p["ep_seeds"])}
         # the guard's own arithmetic before bringing the fabric up: a size this machine
         # cannot switch is skipped (and said so) instead of failing the whole table
-        pmtu = getattr(run, "pmtu", 1024)
+        pmtu = getattr(run, "pmtu", DEFAULT_PMTU)
         load = max((offered(plan, f, pmtu=pmtu) for f in seeds.values()),
                    key=lambda x: x["hop_pps"])
         unguarded = getattr(run, "unguarded", None) is not None  # --force, guard off
@@ -333,7 +334,7 @@ def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]
           "kernels": ["flat"], "seed": p["seed"]}
     step = simulate_step("deepseek-v3", p["servers"], p["gpus"], _tokens_for(tp, plan),
                          seed=p["seed"])
-    return {name: [f for f in _traffic("flat", step, pl).flows if f.phase == "dispatch"]
+    return {name: [f for f in _traffic("flat", step, pl).flows if f.phase == Phase.DISPATCH]
             for name, pl in (("astral3", plan), ("railonly", rail))}
 
 
@@ -345,7 +346,7 @@ def _relay_model(plan: Any, rail: Any, flows: dict[str, list[Any]]) -> float:
     return r / a
 
 
-def _emulate_relay(run: Run, lab: Any, name: str, flows: list[Any], raw: dict[str, Any]
+def _emulate_relay(run: Run, lab: RunningLab, name: str, flows: list[Any], raw: dict[str, Any]
                    ) -> list[float]:
     from traffic.shell.replay import replay
 
@@ -652,7 +653,7 @@ def tiers_why(h: dict[str, Any], c: dict[str, Any]) -> str:
 
 # Its own names and those it re-exports from scenarios.paper_shapes_table.
 __all__ = [
-    "QP_STRIDE", "EP_SIZES", "paper_shapes", "publish", "ecmp_model", "ep_model",
+    "EP_SIZES", "paper_shapes", "publish", "ecmp_model", "ep_model",
     "eplb_imbalance", "tiers", "position", "overlap",
     # scenarios.paper_shapes_table
     "ROWS", "PUBLISHED", "balls_into_bins", "flow_throughput", "paired_growth", "build_rows",

@@ -48,6 +48,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -64,12 +65,10 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from testbed.topologies import build
+from traffic.workload import Phase
 
 DESIGNS = ("astral3", "rail3", "railonly", "fattree")
 KERNELS = ("high_bandwidth", "flat")
-PHASES = ("dispatch", "combine")
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 
 
 def _traffic(kernel: str, step: Any, plan: Any) -> Any:
@@ -89,7 +88,7 @@ def _tokens_for(p: dict[str, Any], plan: Any) -> int:
     worst = 0.0
     for kernel in p["kernels"]:
         step = simulate_step("deepseek-v3", p["servers"], p["gpus"], probe, seed=p["seed"])
-        flows = [f for f in _traffic(kernel, step, plan).flows if f.phase == "dispatch"]
+        flows = [f for f in _traffic(kernel, step, plan).flows if f.phase == Phase.DISPATCH]
         worst = max(worst, bounds(plan, flows, unit="mbps")["host_start"])
     return max(1, round(probe * p["seconds"] / worst)) if worst else probe
 
@@ -102,7 +101,7 @@ def _phase_flows(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draw: i
     step = simulate_step("deepseek-v3", p["servers"], p["gpus"], tokens, seed=p["seed"] + draw)
     traffic = _traffic(kernel, step, plan)
     return traffic, {ph: shift_qps([f for f in traffic.flows if f.phase == ph],
-                                   DRAW_QP_STRIDE * draw) for ph in PHASES}
+                                   DRAW_QP_STRIDE * draw) for ph in Phase}
 
 
 def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: int
@@ -116,7 +115,7 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
     for j in range(max(1, draws)):
         _traffic_j, flows = _phase_flows(kernel, p, plan, tokens, j)
         t = b = 0.0
-        for ph in PHASES:
+        for ph in Phase:
             wire = wire_flows(flows[ph])
             if not wire:
                 continue
@@ -173,13 +172,13 @@ def topology_compare(run: Run) -> None:
             for kernel in p["kernels"]:
                 traffic, flows0 = _phase_flows(kernel, p, plan, tokens, 0)
                 margin = min(run.guard(lab, flows0[ph], f"{design}/{kernel}/{ph}")["margin"]
-                             for ph in PHASES if flows0[ph])
+                             for ph in Phase if flows0[ph])
                 per_draw = []
                 for k in range(n):
                     traffic, flows = _phase_flows(kernel, p, plan, tokens, k)
                     before = link_counters(plan)
                     total_t, lost, skew, plane = 0.0, 0, 0.0, None
-                    for ph in PHASES:
+                    for ph in Phase:
                         if not flows[ph]:
                             continue
                         res = replay(lab, flows[ph], label=f"{design} {kernel} {ph} "

@@ -18,12 +18,14 @@ from scenarios.base import Param, Run, scenario
 from scenarios.experiments import SCENARIOS
 from testbed.shell.preflight import LabError
 from testbed.topologies import build
+from traffic.roce import DEFAULT_PMTU
 
 
 class FakeLab:
     def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
         self.plan, self.lb, self.datapath = plan, kw.get("lb", "ecmp"), "fake"
         self.timings = {"total": 0.0}
+        self.pmtu, self.mtu = DEFAULT_PMTU, None
 
     def __enter__(self) -> FakeLab:
         return self

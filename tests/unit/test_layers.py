@@ -38,7 +38,7 @@ PURE = (
     "testbed.topologies", "testbed.fabricspec", "testbed.shuffle", "testbed.draw",
     "testbed.models.cost",
     "testbed.models.flowmodel", "testbed.models.maxmin", "testbed.faultmarks",
-    "testbed.faultspec",
+    "testbed.faultspec", "testbed.datapath",
     "testbed.shaping", "testbed.reachability", "testbed.faultkinds",
     "testbed.faultkinds.link_down", "testbed.faultkinds.link_flap",
     "testbed.faultkinds.link_degrade", "testbed.faultkinds.nic_loss",

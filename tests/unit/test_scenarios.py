@@ -13,6 +13,7 @@ from scenarios import base, common, fidelity
 from scenarios.base import Param, Run, scenario
 from scenarios.experiments import SCENARIOS
 from testbed.topologies import build
+from traffic.roce import DEFAULT_PMTU, OP_WRITE_MIDDLE, frame_len
 
 
 def _read(*parts: Any) -> str:
@@ -212,7 +213,8 @@ def test_offered_load_counts_rates_and_hops() -> None:
     # 2 Mb/s lane), 3 switch hops each
     assert load["flows"] == 8
     assert load["mbps"] == pytest.approx(32.0, rel=0.01)
-    assert load["hop_pps"] == pytest.approx(32e6 / 8 / fidelity.FRAME_BYTES * 3, rel=0.01)
+    frame = frame_len(OP_WRITE_MIDDLE, DEFAULT_PMTU)  # one full packet on the wire
+    assert load["hop_pps"] == pytest.approx(32e6 / 8 / frame * 3, rel=0.01)
     # an incast is limited by the one receiver's NIC, whatever the senders offer
     hosts = [h.name for h in plan.hosts]
     from traffic.kernels import FlowSpec
@@ -234,7 +236,7 @@ def test_guard_refuses_without_force(monkeypatch: pytest.MonkeyPatch) -> None:
         pass
 
     lab = FakeLab()
-    lab.plan = plan  # type: ignore[attr-defined]
+    lab.plan, lab.pmtu = plan, DEFAULT_PMTU  # type: ignore[attr-defined]
     with pytest.raises(fidelity.CapacityError, match="would measure the CPU"):
         fidelity.check(lab, flows, log=lambda _m: None)
     said: list[str] = []
@@ -309,6 +311,7 @@ class _FakeLab:
     def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
         self.plan, self.lb, self.datapath = plan, kw.get("lb", "ecmp"), "fake"
         self.timings = {"total": 0.0}
+        self.pmtu, self.mtu = DEFAULT_PMTU, None
 
     def __enter__(self) -> _FakeLab:
         return self

@@ -104,6 +104,7 @@ from testbed.faultspec import (
 from testbed.shell import cleanup
 from testbed.shell.cleanup import cleanup_faults, fault_processes, nic_loss_leftovers
 from testbed.shell.preflight import LabError, loss_backend_problems
+from traffic.shell.running import RunningLab
 from vocab.plan import Link, WiringPlan
 from vocab.plugins import Plugin, Plugins
 
@@ -305,7 +306,7 @@ class FaultInjector:
     ``clock`` is the monotonic time source for durations, flaps and schedules.
     """
 
-    def __init__(self, lab: Any, *, nic_loss_backend: str = "auto",
+    def __init__(self, lab: RunningLab, *, nic_loss_backend: str = "auto",
                  clock: Callable[[], float] = time.monotonic,
                  log: Callable[[str], None] | None = None) -> None:
         if nic_loss_backend not in ("auto", "nft", "iptables"):
