@@ -113,13 +113,19 @@ if LAB_WORKERS=1 vagrant status --machine-readable 2>/dev/null | grep ',state,' 
     die "this checkout already has Vagrant machines (vagrant status): destroy them first, or run the check from another clone"
 fi
 leftovers > "$LOGS/00-leftovers-before.log" 2>&1 || die "libvirt objects named $PREFIX* exist already: $(cat "$LOGS/00-leftovers-before.log")"
-DRIVER=$(ruby -e 'load "Vagrantfile" rescue nil; puts LIBVIRT_DRIVER' 2>/dev/null || echo "?")
-say "$(vagrant --version), $(vagrant plugin list 2>/dev/null | grep vagrant-libvirt), libvirt $(virsh -c "$URI" version 2>/dev/null | sed -n 's/.*hypervisor: *//p' | head -1); domain type: ${DRIVER}; box: $(vagrant box list | grep '^debian/bookworm64 *(libvirt' | head -1)"
+say "$(vagrant --version), $(vagrant plugin list 2>/dev/null | grep vagrant-libvirt), $(virsh -c "$URI" version 2>/dev/null | grep -i 'running hypervisor' | sed 's/.*: *//'); box $(vagrant box list | grep '^debian/bookworm64 *(libvirt' | head -1)"
 say "astral-lab $(git log -1 --format='%h %cs' 2>/dev/null || echo '(not a git checkout)'); logs in $LOGS"
+
+# What libvirt runs: domain type (kvm, or qemu = software emulation) and CPU model.
+domain_type() {
+    local xml
+    xml=$(virsh -c "$URI" dumpxml "$PREFIX$1" 2>/dev/null || true)
+    note "$1: libvirt domain type $(sed -n "s/^<domain type='\([a-z]*\)'.*/\1/p" <<<"$xml"), CPU $(grep -oE "<cpu mode='[a-z-]*'|<model fallback[^>]*>[^<]*" <<<"$xml" | sed 's/.*[=>]//' | tr '\n' ' ')"
+}
 
 # The kernel datapath fabric, every pair reached: prints the lab's own lines.
 check_up_output() {   # check_up_output LOG
-    grep -E 'datapath=|all-pairs ping|up in' "$1" | sed 's/^/   /' | tee -a "$SUMMARY"
+    grep -E 'datapath=|all-pairs ping|up in' "$1" | sed 's/^/   /' | tee -a "$SUMMARY" || true
     grep -q 'datapath=kernel' "$1" || { say "   not on the kernel datapath"; return 1; }
     grep -Eq 'all-pairs ping: ([0-9]+)/\1 pairs reached' "$1" || { say "   not every pair reached"; return 1; }
 }
@@ -145,6 +151,7 @@ one_vm() {
     step "vagrant up lab --provider libvirt (boot + scripts/setup.sh)" \
         vagrant up lab --provider libvirt
     grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ *lab: */   /' | tee -a "$SUMMARY" || true
+    domain_type lab
     step "in lab: stock kernel, openvswitch module, emulation" in_vm lab \
         'uname -r; systemd-detect-virt; grep -m1 "model name" /proc/cpuinfo; nproc; lsmod | grep -w openvswitch; sudo ovs-vsctl --version | head -1'
     sed 's/^/   /' "$STEP_LOG" | tee -a "$SUMMARY"
@@ -167,7 +174,7 @@ one_vm() {
         say "   refused as expected under emulation: ${line:0:400}"
     fi
     step "in lab: sudo make unit" in_vm lab 'cd /vagrant && sudo make unit'
-    grep -E '^=+ .*(passed|failed).* in ' "$STEP_LOG" | tail -1 | sed 's/^/   /' | tee -a "$SUMMARY"
+    grep -E '^=+ .*(passed|failed).* in ' "$STEP_LOG" | tail -1 | sed 's/^/   /' | tee -a "$SUMMARY" || true
     step "lab: nothing left of the runs" same_as_before lab
     step "vagrant destroy -f lab" vagrant destroy -f lab
     step "libvirt: nothing left (domains, volumes, networks)" leftovers
@@ -205,6 +212,8 @@ two_vms() {
     step "LAB_WORKERS=1 vagrant up (lab + worker1, provisioned)" \
         env LAB_WORKERS=1 vagrant up --provider libvirt
     grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ */   /' | tee -a "$SUMMARY" || true
+    domain_type lab
+    domain_type worker1
     export LAB_WORKERS=1
     step "private network: lab and worker1 reach each other by name" in_vm lab \
         'ping -c 2 -q worker1 && ssh -o BatchMode=yes worker1 hostname && sudo ssh -o BatchMode=yes vagrant@worker1 "sudo -n true && uname -r"'
@@ -217,7 +226,7 @@ two_vms() {
     grep -iE 'cross|tunnel|gre|clock|server' "$STEP_LOG" | head -8 | sed 's/^/   /' | tee -a "$SUMMARY" || true
     step "in lab: replay across the GRE tunnels, every byte delivered" in_vm lab \
         "cd /vagrant && sudo .venv/bin/python -c '$REPLAY_PY'"
-    grep 'replay across GRE' "$STEP_LOG" | sed 's/^/   /' | tee -a "$SUMMARY"
+    grep 'replay across GRE' "$STEP_LOG" | sed 's/^/   /' | tee -a "$SUMMARY" || true
     step "lab: nothing left of the runs" same_as_before lab
     step "worker1: nothing left of the runs" same_as_before worker1
     step "vagrant destroy -f (lab, worker1)" destroy_all
