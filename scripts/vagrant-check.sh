@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `vagrant up` for real, with the libvirt provider: one VM (the demo, the unit tests), then two
 # (Cluster Edition across two kernels over GRE). Not part of `make test`: under QEMU's software
-# emulation it takes the better part of two hours (docs/vagrant.md has the measured times).
+# emulation it takes tens of minutes per VM (docs/vagrant.md has what was measured).
 #
 #   bash scripts/vagrant-check.sh            one VM, then two
 #   bash scripts/vagrant-check.sh one        lab only: up, fabric, demo, unit tests, destroy
@@ -36,12 +36,15 @@ die() { say "error: $*"; exit 1; }
 N=0
 # step NAME COMMAND...: run it, its output to $LOGS/NN-NAME.log; one line with ok/FAILED and time
 step() {
-    local name=$1 t rc=0 log
+    local name=$1 t rc=0 log slug
     shift
     N=$((N + 1))
-    log=$(printf '%s/%02d-%s.log' "$LOGS" "$N" "$name")
+    slug=$(tr -cs 'A-Za-z0-9' '-' <<<"$name" | cut -c1-50)
+    log=$(printf '%s/%02d-%s.log' "$LOGS" "$N" "${slug%-}")
     t=$(date +%s)
+    CURRENT="step $N ($name, started $(date +%T), log $log)"
     "$@" > "$log" 2>&1 || rc=$?
+    CURRENT=""
     STEP_LOG=$log
     STEP_S=$(( $(date +%s) - t ))
     if [ "$rc" -eq 0 ]; then
@@ -61,12 +64,14 @@ in_vm() {   # in_vm MACHINE 'command'
 
 # --- what is ours to clean up ------------------------------------------------------------------
 BROUGHT_UP=0
+CURRENT=""
 destroy_all() {
     LAB_WORKERS=1 vagrant destroy -f
 }
 on_exit() {
     local rc=$?
     trap - EXIT INT TERM
+    [ -n "${CURRENT:-}" ] && say "stopped during $CURRENT"
     if [ "$BROUGHT_UP" -eq 1 ]; then
         if [ "${KEEP:-0}" = 1 ]; then
             say "KEEP=1: machines left running (vagrant destroy -f when done)"
