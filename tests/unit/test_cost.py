@@ -5,8 +5,8 @@ without building anything. Three kinds of check keep it honest:
 
 1. Builder semantics (``counts_for_spec``): for small specs, build the real plan with
    ``testbed.topologies.build`` and compare tier by tier and link kind by link kind; lanes,
-   optics and fibres are recounted from the plan's links by the conventions in the module
-   docstring, independently of the formulas.
+   optics and fibres are recounted from the plan's links by the suite's one recount
+   (``recount.py``), independently of the formulas.
 2. Sizing (``analyze``): the layout the model picks for a buyer is turned back into a
    ``FabricSpec`` and built; astral3 rail groups are built as one plan per group.
 3. Published facts: two-tier k^2/2, fat-tree k^3/4, and the rail-only paper's range.
@@ -45,6 +45,7 @@ from testbed.models.cost import (
 )
 from testbed.shuffle import OpticalShuffle
 from testbed.topologies import build
+from tests.unit.recount import Wiring, recount
 from vocab.plan import WiringPlan
 from vocab.validate import Parser
 
@@ -98,35 +99,6 @@ def case_id(case: tuple[str, dict[str, Any]]) -> str:
     return case[0] + "".join(f"-{k}={v}" for k, v in case[1].items())
 
 
-def recount(plan: WiringPlan, lane_gbps: float, lanes_per_uplink: int) -> dict[str, int]:
-    """Lanes, optics and fibres read off a real plan, by the module's stated conventions.
-
-    Switch lanes: every end of a link on a network switch (not an NVLink switch), link rate /
-    lane rate. Optics: both ends of every NIC cable and of every multi-lane uplink; for
-    astral3 lanes, one module per (leaf, uplink port) and one per (shuffle box, output).
-    Fibres: two per lane per cable segment.
-    """
-    tier = {n.name: n.tier for n in plan.nodes}
-    lanes = optics = fibers = 0
-    leaf_ports: set[tuple[str, int]] = set()
-    trunks: set[tuple[int, int]] = set()
-    for x in plan.links:
-        width = round(x.gbps / lane_gbps)
-        for end in (x.a, x.b):
-            if tier[end] not in ("gpu", "nvswitch"):
-                lanes += width
-        if x.kind in ("nic", "uplink"):
-            optics += 2
-            fibers += 2 * width
-        elif x.kind == "lane":
-            leaf_ports.add((x.a, int(x.info["uplink"])))
-            trunks.add((int(x.info["box"]), int(x.info["box_out"])))
-            fibers += 2  # leaf -> box segment of this lane
-    optics += len(leaf_ports) + len(trunks)
-    fibers += 2 * lanes_per_uplink * len(trunks)  # box -> spine trunks
-    return {"lanes": lanes, "optics": optics, "fibers": fibers}
-
-
 @pytest.fixture(params=BUILDER_CASES, ids=[case_id(c) for c in BUILDER_CASES])
 def builder_case(request: pytest.FixtureRequest) -> tuple[WiringPlan, Fabric, FabricSpec]:
     design, params = request.param
@@ -154,9 +126,9 @@ def test_boxes_and_hops_match_the_real_plan(builder_case: Any) -> None:
 
 
 def test_lanes_optics_fibers_match_a_recount_of_the_plan(builder_case: Any) -> None:
-    plan, fab, spec = builder_case
-    got = recount(plan, spec.lane_gbps, spec.lanes_per_uplink)
-    assert fab.switch_lanes_used == got["lanes"]
+    plan, fab, _spec = builder_case
+    got = recount(Wiring(plan))
+    assert fab.switch_lanes_used == got["switch_lanes_used"]
     assert fab.optics == got["optics"]
     assert fab.fibers == got["fibers"]
 
@@ -257,8 +229,8 @@ def test_sized_fabric_is_what_the_builder_builds(design: str, cs: CostSpec, gpus
     assert fab.switches_per_tier == dict(tiers)
     assert fab.links_per_kind == dict(kinds)
     assert fab.shuffle_boxes == sum(p.counts["shuffle_boxes"] for p in plans)
-    got = [recount(p, cs.lane_gbps, cs.lanes_per_uplink) for p in plans]
-    assert fab.switch_lanes_used == sum(x["lanes"] for x in got)
+    got = [recount(Wiring(p)) for p in plans]
+    assert fab.switch_lanes_used == sum(x["switch_lanes_used"] for x in got)
     assert fab.optics == sum(x["optics"] for x in got)
     assert fab.fibers == sum(x["fibers"] for x in got)
 
