@@ -291,7 +291,7 @@ class ClusterLab(Lab):
         self._step("start-switches", self._start_switches)
         self._step("configure-interfaces", self._configure)
 
-    def _assemble_mininet(self) -> None:
+    def assemble_mininet(self) -> None:
         """Nothing: ``self.net`` is the ``MininetCluster`` that built the fabric."""
 
     def _precheck(self) -> None:
@@ -532,7 +532,7 @@ class ClusterLab(Lab):
             raise preflight.LabError(f"ip link set {intf} {state} on {node}: {out.strip()}")
 
     # --- teardown ----------------------------------------------------------------------
-    def _teardown(self) -> None:
+    def teardown_fabric(self) -> None:
         """Remove everything on every server (``Lab.stop`` then drops the scratch folder
         and the lock). Never raises for a half-built lab.
 

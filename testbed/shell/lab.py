@@ -171,7 +171,7 @@ class Lab:
             self._step("links", self._create_links)
             self._step("configure", self._configure_interfaces)
             self._step("switches", self._create_bridges)
-            self._step("mininet", self._assemble_mininet)
+            self._step("mininet", self.assemble_mininet)
             if self.capture:
                 self._step("capture", lambda: self._sidecars["capture"].extend(
                     sidecars.start_captures(self)))
@@ -453,8 +453,11 @@ class Lab:
                         "--", "set", "Interface", intf, f"ofport_request={port}"]
         cleanup.run(cmd, check=True, timeout=300)
 
-    def _assemble_mininet(self) -> None:
-        """A ``Mininet`` object over what we built, so the Mininet CLI and helpers work."""
+    def assemble_mininet(self) -> None:
+        """A ``Mininet`` object over what we built, so the Mininet CLI and helpers work.
+
+        Public: a hook a subclass replaces (``ClusterLab``: its ``MininetCluster`` is the
+        net), and the last step of ``start`` a test can make fail to see it clean up."""
         from mininet.link import Intf, Link
         from mininet.net import Mininet
 
@@ -652,7 +655,7 @@ class Lab:
     def stop(self) -> None:
         """Remove everything this Lab made. Idempotent; never raises for a half-built lab.
 
-        The live view and captures, the fabric (``_teardown``), then the scratch folder and
+        The live view and captures, the fabric (``teardown_fabric``), then the scratch folder and
         the fabric lock, whatever happened before (a failing step, a second Ctrl-C). Signals
         that arrive meanwhile wait until it is done (``signals.held``).
         """
@@ -661,14 +664,14 @@ class Lab:
                 try:
                     self._stop_sidecars()
                 finally:
-                    self._teardown()
+                    self.teardown_fabric()
             finally:
-                self._drop_workdir()
+                self.drop_workdir()
                 self.net = None
                 self._release_lock()
 
     def _stop_sidecars(self) -> None:
-        """The live view and the captures go before the fabric (here, not in ``_teardown``,
+        """The live view and the captures go before the fabric (here, not in ``teardown_fabric``,
         which a ClusterLab replaces): a capture flushes its pcap on SIGINT while its port
         still exists."""
         sidecars.stop(self._sidecars["dashboard"])
@@ -676,8 +679,11 @@ class Lab:
         self._sidecars = {"dashboard": [], "capture": []}
         self.dashboard_url = None
 
-    def _teardown(self) -> None:
+    def teardown_fabric(self) -> None:
         """Controller, host shells, veths, bridges, QoS rows, run record.
+
+        Public: a hook a subclass replaces (``ClusterLab`` tears down every server), and
+        the seam a test replaces to check what ``stop`` does around the fabric.
 
         Order matters for speed: the host shells are killed (the kernel tears their
         namespaces down, taking the host links with them, in one batch), then the
@@ -710,11 +716,12 @@ class Lab:
             cleanup.drop_record(self.run_id)
             self._record = {}
 
-    def _drop_workdir(self) -> None:
+    def drop_workdir(self) -> None:
         """Remove the run's scratch folder (logs, specs), unless ASTRAL_LAB_KEEP_LOGS is set.
 
-        The run record goes first (``_teardown``), so a kill between the two leaves a
-        folder that ``astral-lab clean`` still recognises by its name.
+        The run record goes first (``teardown_fabric``), so a kill between the two leaves a
+        folder that ``astral-lab clean`` still recognises by its name. Public as the
+        seam a test replaces when it has no scratch folder to drop.
         """
         if self.workdir:
             cleanup.drop_scratch(self.workdir, self.log)

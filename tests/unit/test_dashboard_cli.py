@@ -163,8 +163,8 @@ def test_lab_stop_ends_its_dashboard_by_sigterm_and_captures_by_sigint_first(
         order.append("teardown")
         assert all(p.poll() is not None for p in procs.values()), "fabric went first"
 
-    monkeypatch.setattr(lab, "_teardown", teardown)
-    monkeypatch.setattr(lab, "_drop_workdir", lambda: None)
+    monkeypatch.setattr(lab, "teardown_fabric", teardown)
+    monkeypatch.setattr(lab, "drop_workdir", lambda: None)
     try:
         lab.stop()
     finally:
