@@ -124,7 +124,7 @@ def _replay_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], plan
                   rate: float) -> dict[str, Any]:
     _settle()
     with _Meter() as m:
-        t = fidelity._trial(lab, plan, pairs, rate, lambda msg: print(f"  {plane} {pmtu}: "
+        t = fidelity.paced_trial(lab, plan, pairs, rate, lambda msg: print(f"  {plane} {pmtu}: "
                                                                       f"{msg.strip()}"),
                             plane=plane, pmtu=pmtu)
     cpu = t.pop("cpu_s", None) or {}

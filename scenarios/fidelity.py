@@ -143,7 +143,7 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
         log(f"calibrating this machine's switching capacity at pmtu {pmtu} (once; cached in "
             f"{cache_path(pmtu)}) ...")
         pairs = calibration_pairs(plan)
-        best, trials = ramp(lambda rate: _trial(lab, plan, pairs, rate, log, pmtu=pmtu))
+        best, trials = ramp(lambda rate: paced_trial(lab, plan, pairs, rate, log, pmtu=pmtu))
         if best is None:
             raise calibration_failed(trials, len(pairs))
         capacity = {
@@ -198,15 +198,18 @@ def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = Non
     return best, trials
 
 
-def _trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], rate: float,
-           log: Callable[[str], None], plane: Plane | None = None,
-           pmtu: int = DEFAULT_PMTU) -> dict[str, Any]:
+def paced_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], rate: float,
+                log: Callable[[str], None], plane: Plane | None = None,
+                pmtu: int = DEFAULT_PMTU) -> dict[str, Any]:
     """Every sender paced at ``rate`` for TRIAL_S seconds: was it held?
 
     Held = every byte arrived, within HOLD_SLACK x the paced time counted from the moment
     the last sender actually started (start skew is process start-up, not switching).
     The capacity it stands for is the load offered, in the guard's own units (switch-hop
     packets of full frames at ``pmtu``). ``plane`` and ``pmtu`` are the replay's.
+
+    Public: the capacity benchmark paces its own ramps with it, and it is the seam (the one
+    step that needs a running fabric) a test replaces to check ``calibrate``'s verdicts.
     """
     from traffic.roce import OP_WRITE_MIDDLE, frame_len
     from traffic.shell.replay import replay

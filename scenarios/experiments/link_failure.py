@@ -299,12 +299,12 @@ def link_failure(run: Run) -> None:
             run.guard(lab, flows, label=mode)
             for k in range(draws_for(mode, int(p["draws"]))):
                 fk = shift_qps(flows, DRAW_QP_STRIDE * k)
-                base = _one_run(run, lab, fk, mode, "baseline", [], None,
+                base = one_run(run, lab, fk, mode, "baseline", [], None,
                                 (probe_src, probe_dst), k)
                 results[f"{mode}/{k}/baseline"] = base
                 delay = float(p["cut_fraction"]) * base["completion_s"]
                 for case in ("lane", "spine"):
-                    results[f"{mode}/{k}/{case}"] = _one_run(
+                    results[f"{mode}/{k}/{case}"] = one_run(
                         run, lab, fk, mode, case, failures[case], delay,
                         (probe_src, probe_dst), k)
     _analyse(run, plan, flows, fluid, failures, results, (leaf, spine))
@@ -342,10 +342,13 @@ def _restore(lab: RunningLab, links: Sequence[Link]) -> None:
     client.wait_converged(timeout=60)
 
 
-def _one_run(run: Run, lab: RunningLab, flows: list[FlowSpec], mode: str, case: str,
+def one_run(run: Run, lab: RunningLab, flows: list[FlowSpec], mode: str, case: str,
              links: Sequence[Link], delay_s: float | None, probe: tuple[str, str],
              draw: int = 0) -> dict[str, Any]:
-    """One replay with the sampler (and, for a failure, the cut and a probe stream)."""
+    """One replay with the sampler (and, for a failure, the cut and a probe stream).
+
+    Public as a seam: the only step that needs a running fabric, so a test replaces it and
+    checks the draws, the model beside them and the report."""
     p = run.params
     plan = lab.plan
     nic = plan.host_link_mbps()

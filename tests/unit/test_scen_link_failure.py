@@ -183,7 +183,7 @@ def test_a_run_reports_penalties_over_draws_beside_the_model(
     from scen_fakes import check_entry, install, read_json, read_text
 
     install(monkeypatch, lf)
-    monkeypatch.setattr(lf, "_one_run", _fake_run)
+    monkeypatch.setattr(lf, "one_run", _fake_run)
     out = os.path.join(str(tmp_path), "run")
     res = lf.link_failure(quick=True, output=out, log=lambda _m: None, model_draws=6,
                           modes=["ecmp", "planned"])
@@ -232,7 +232,7 @@ def test_host_side_policies_report_the_whole_messages_a_failure_cost(
     from scen_fakes import install, read_text
 
     install(monkeypatch, lf)
-    monkeypatch.setattr(lf, "_one_run", _fake_run)
+    monkeypatch.setattr(lf, "one_run", _fake_run)
     out = os.path.join(str(tmp_path), "run")
     lf.link_failure(quick=True, output=out, log=lambda _m: None, model_draws=4,
                     modes=["ecmp", "spray"], draws=1)

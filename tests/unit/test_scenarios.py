@@ -379,7 +379,7 @@ def test_calibrate_raises_the_one_line_error_and_caches_nothing(
     monkeypatch.setenv("ASTRAL_LAB_CACHE", str(tmp_path))
     monkeypatch.setattr(testbed.shell.lab, "Lab", _FakeLab)
     slow = iter(SLOW * fidelity.ATTEMPTS)
-    monkeypatch.setattr(fidelity, "_trial", lambda *_a, **_k: dict(next(slow)))
+    monkeypatch.setattr(fidelity, "paced_trial", lambda *_a, **_k: dict(next(slow)))
     with pytest.raises(fidelity.CalibrationError, match="could not hold even 5 Mb/s") as info:
         fidelity.calibrate(log=lambda _m: None)
     assert len(info.value.trials) == fidelity.ATTEMPTS
@@ -443,7 +443,7 @@ def test_a_calibration_trial_that_times_out_is_not_held(monkeypatch: pytest.Monk
         raise TimeoutError("senders still running after 36 s")
 
     monkeypatch.setattr(traffic.shell.replay, "replay", overrun)
-    trial = fidelity._trial(None, plan, pairs, 5.0, lambda _m: None)
+    trial = fidelity.paced_trial(None, plan, pairs, 5.0, lambda _m: None)
     assert trial["held"] is False and trial["delivered_fraction"] == 0.0
     assert "36 s" in trial["timed_out"]
     text = str(fidelity.calibration_failed([trial, dict(trial)], senders=2))

@@ -299,7 +299,7 @@ def test_the_controller_runs_the_mode_of_a_spec_with_options(tmp_path: Path,
     monkeypatch.setattr(run, "make_server", fake_server)
     args = controller_cli.parse_args(["--plan", str(plan), "--lb", "qp-scaling:qps=8",
                                       "--of-port", "1", "--rest-port", "1"])
-    monkeypatch.setattr(run, "_can_listen", lambda *_a: "")
+    monkeypatch.setattr(run, "can_listen", lambda *_a: "")
     with pytest.raises(Stop):
         run.serve(args)
     assert seen["lb"] == "qp-scaling"
