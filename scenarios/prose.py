@@ -8,7 +8,9 @@ two of them in code) and fills each with its figures through ``str.format``: ``{
 A template file is Markdown cut into snippets by marker lines ``<!-- snippet-name -->``
 (text before the first marker is a note for the reader). Inside a snippet, lines are joined
 by one space, so prose can be wrapped freely; a blank line is a paragraph break; the
-snippet's leading and trailing whitespace is dropped. ``{{`` and ``}}`` are literal braces.
+snippet's leading and trailing whitespace is dropped. A marker ``<!-- name keep-lines -->``
+keeps the snippet's line breaks as written (for a report whose paragraph is wrapped).
+``{{`` and ``}}`` are literal braces.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-_MARK = re.compile(r"^<!-- ([a-z0-9_]+) -->[ \t]*$", re.M)
+_MARK = re.compile(r"^<!-- ([a-z0-9_]+)( keep-lines)? -->[ \t]*$", re.M)
 
 
 @cache
@@ -28,9 +30,12 @@ def snippets(report: str) -> dict[str, str]:
         encoding="utf-8")
     parts = _MARK.split(text)
     out: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+    for name, keep, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
         if name in out:
             raise ValueError(f"templates/{report}.md: snippet {name!r} twice")
+        if keep:
+            out[name] = body.strip()
+            continue
         paras = (" ".join(ln.strip() for ln in p.splitlines() if ln.strip())
                  for p in re.split(r"\n[ \t]*\n", body.strip()))
         out[name] = "\n\n".join(p for p in paras if p)
