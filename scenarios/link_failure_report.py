@@ -1,12 +1,12 @@
 """The link-failure scenario's results: from the runs' records to summary.csv,
 summary.json, metrics.json, the two figures and REPORT.md.
 
-``_analyse`` takes every run's metrics (``scenarios.link_failure_metrics``), their
-distributions over the draws and the flow model's beside them; ``_row`` and
-``_summary_entry`` write them out, ``_plot_timeline`` and ``_plot_completion`` draw them and
-``_write_report`` explains them. Apart from ``scenarios.experiments.link_failure`` (the parameters,
-the traffic and the runs on a fabric), which calls ``_analyse`` once every run is done and
-re-exports ``CASES`` and ``PUBLISHED_FAILOVER``, so each of the two reads on its own.
+``_analyse`` takes every run's metrics and their distributions over the draws beside the
+flow model's (``scenarios.link_failure_metrics.aggregate``); ``_row`` and ``_summary_entry``
+write them out, ``_plot_timeline`` and ``_plot_completion`` draw them and ``_write_report``
+explains them, in the words of ``scenarios/templates/link_failure.md``.
+``scenarios.experiments.link_failure`` (the parameters, the traffic and the runs on a
+fabric) calls ``_analyse`` once every run is done.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from scenarios.base import Run
 from scenarios.common import (
     DRAW_QP_STRIDE,
     compare,
-    distribution,
     fmt_distribution,
     in_band,
     median_chance,
@@ -29,20 +28,12 @@ from scenarios.common import (
     real_time_factor,
 )
 from scenarios.findings import margin_text, pace_caveats
-from scenarios.link_failure_metrics import (
-    MESSAGE_BYTES,
-    _failure_metrics,
-    _model_baselines,
-    draws_for,
-    model_penalties,
-    rates,
-)
+from scenarios.link_failure_metrics import CASES, MESSAGE_BYTES, aggregate, draws_for, rates
 from scenarios.prose import Prose
 from testbed.shaping import LOSSLESS_QUEUE_S
 from traffic.kernels import FlowSpec
 from vocab.plan import Link, WiringPlan
 
-CASES = ("baseline", "lane", "spine")
 WORDS = Prose("link_failure")  # the report's prose: scenarios/templates/link_failure.md
 PUBLISHED_FAILOVER = WORDS("published_failover")
 
@@ -50,60 +41,12 @@ PUBLISHED_FAILOVER = WORDS("published_failover")
 def _analyse(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
              failures: dict[str, list[Link]], results: dict[str, dict[str, Any]],
              lane: tuple[str, str]) -> None:
-    """Per mode and case: the draws' metrics, their distributions, the model's beside them."""
+    """Per mode and case: the draws' metrics, their distributions, the model's beside them,
+    written out as rows, summary, metrics.json, the figures and REPORT.md."""
     p = run.params
     modes = list(p["modes"])
-    nd = int(p["model_draws"])
-    metrics: dict[str, dict[str, Any]] = {}  # "mode/draw/case" -> one run's metrics
-    agg: dict[str, dict[str, Any]] = {}  # "mode/case" -> distributions and ideals
     margin = {v["label"]: v["margin"] for v in run.config.get("fidelity", [])}
-    for mode in modes:
-        n = draws_for(mode, int(p["draws"]))
-        for k in range(n):
-            base = results[f"{mode}/{k}/baseline"]
-            metrics[f"{mode}/{k}/baseline"] = {
-                "completion_s": base["completion_s"], "penalty": 1.0,
-                "pace": fluid.completion_s / base["completion_s"],
-                "lost_packets": base["summary"]["lost_packets"],
-                "start_skew_s": base["summary"]["start_skew_s"]}
-            for case in ("lane", "spine"):
-                m = _failure_metrics(results[f"{mode}/{k}/{case}"], base, plan, flows, fluid,
-                                     failures[case], float(p["recover_pct"]))
-                metrics[f"{mode}/{k}/{case}"] = {
-                    **m, "completion_s": results[f"{mode}/{k}/{case}"]["completion_s"],
-                    "start_skew_s": results[f"{mode}/{k}/{case}"]["summary"]["start_skew_s"]}
-        base_model = [m.completion_s for m in _model_baselines(plan, flows, mode, nd)]
-        runs = [metrics[f"{mode}/{k}/baseline"] for k in range(n)]
-        agg[f"{mode}/baseline"] = {
-            "mode": mode, "case": "baseline", "draws": n,
-            "completion_s": distribution([r["completion_s"] for r in runs]),
-            "model_s": distribution(base_model),
-            "pace": distribution([r["pace"] for r in runs]),
-            "lost": sum(r["lost_packets"] for r in runs),
-            "start_skew_s": max(r["start_skew_s"] for r in runs), "margin": margin.get(mode),
-            "plane": _plane(results, mode, n, "baseline")}
-        for case in ("lane", "spine"):
-            runs = [metrics[f"{mode}/{k}/{case}"] for k in range(n)]
-            frac = distribution([r["cut_s"] / metrics[f"{mode}/{k}/baseline"]["completion_s"]
-                                 for k, r in enumerate(runs)])["median"]
-            model = model_penalties(plan, flows, mode, failures[case], frac, nd)
-            agg[f"{mode}/{case}"] = {
-                "mode": mode, "case": case, "draws": n, "cut_fraction": frac,
-                **{key: distribution([r[key] for r in runs]) for key in (
-                    "completion_s", "penalty", "ideal_penalty", "recovery_s", "cut_s",
-                    "pre_mbps", "post_ideal_mbps", "dip_mbps", "reroute_ms", "probe_gap_ms",
-                    "cut_action_ms")},
-                "model_penalty": distribution([x["penalty"] for x in model]),
-                "model_s": distribution([x["failed_s"] for x in model]),
-                "recovered": sum(1 for r in runs if r["recovery_s"] is not None),
-                "lost": sum(r["lost_packets"] for r in runs),
-                "start_skew_s": max(r["start_skew_s"] for r in runs),
-                "margin": margin.get(mode), "plane": _plane(results, mode, n, case)}
-    for mode in modes:  # what each failure did to whole messages (no retransmission)
-        for case in ("baseline", "lane", "spine"):
-            rs = [results[f"{mode}/{k}/{case}"] for k in range(agg[f"{mode}/{case}"]["draws"])]
-            agg[f"{mode}/{case}"]["incomplete"] = distribution(
-                [r.get("incomplete_messages", 0) / max(r.get("messages", 0), 1) for r in rs])
+    metrics, agg = aggregate(p, margin, plan, flows, fluid, failures, results)
     for key, a in agg.items():
         _row(run, a)
         _summary_entry(run, key, a)
@@ -113,11 +56,6 @@ def _analyse(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
     _plot_timeline(run, results, metrics, modes)
     _plot_completion(run, agg, modes)
     _write_report(run, plan, flows, fluid, failures, agg, lane)
-
-
-def _plane(results: dict[str, dict[str, Any]], mode: str, n: int, case: str) -> str | None:
-    """The traffic plane of a mode's runs of one case (the last draw's)."""
-    return results[f"{mode}/{n - 1}/{case}"]["summary"].get("plane")
 
 
 def _ratio(a: dict[str, Any], measured: str, ideal: str) -> float | None:
