@@ -29,8 +29,8 @@ has one entry per row: ``measured`` (the lab), ``ideal`` (the flow model's value
 quantity), ``ratio`` = measured / ideal, the distribution where there is one, and the
 published value with its source. The pure parts (``PUBLISHED``, ``build_rows``, the
 per-row arithmetic) need no fabric and are unit-tested; they live in
-``scenarios.paper_shapes_table`` and are re-exported here. This module runs the
-measurements and writes the plot and the report.
+``scenarios.paper_shapes_table``. This module runs the measurements and writes the plot
+and the report (its words in ``scenarios/templates/paper_shapes.md``).
 """
 
 from __future__ import annotations
@@ -56,15 +56,7 @@ from scenarios.base import (
 )
 from scenarios.common import DRAW_QP_STRIDE, fmt_distribution, permutation_flows
 from scenarios.experiments.decode_latency import _decode_flows, _decode_stats
-from scenarios.paper_shapes_table import (
-    PUBLISHED,
-    ROWS,
-    _dist,
-    balls_into_bins,
-    build_rows,
-    flow_throughput,
-    paired_growth,
-)
+from scenarios.paper_shapes_table import PUBLISHED, _dist, build_rows, flow_throughput
 from scenarios.prose import Prose
 from testbed.fabricspec import FABRIC_RULES, GPU_COUNT
 from testbed.topologies import build
@@ -593,10 +585,7 @@ def tiers_why(h: dict[str, Any], c: dict[str, Any]) -> str:
         WORDS("tiers_tail")])
 
 
-# Its own names and those it re-exports from scenarios.paper_shapes_table.
 __all__ = [
     "EP_SIZES", "paper_shapes", "publish", "ecmp_model", "ep_model",
     "eplb_imbalance", "tiers", "position", "overlap",
-    # scenarios.paper_shapes_table
-    "ROWS", "PUBLISHED", "balls_into_bins", "flow_throughput", "paired_growth", "build_rows",
 ]
