@@ -6,8 +6,7 @@ completions, imbalances, hops, costs) into the table's rows and the ``summary.js
 entries, with the per-row arithmetic (``balls_into_bins``, ``flow_throughput``,
 ``paired_growth``). None of it needs a fabric, which is why it is apart from
 ``scenarios.experiments.paper_shapes`` (the runs that make the measurements, the plot and the
-report) and unit-tested on its own. ``scenarios.experiments.paper_shapes`` re-exports every
-public name.
+report) and unit-tested on its own.
 """
 
 from __future__ import annotations

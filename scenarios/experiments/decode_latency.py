@@ -75,10 +75,13 @@ from scenarios.common import (
     shift_qps,
 )
 from scenarios.decode_findings import DEEPEP_TOKENS, gap_line, growth_why, isolation_why
+from scenarios.prose import Prose
 from testbed.topologies import build
 from traffic.roce import DEFAULT_PMTU
 from traffic.workload import PRESETS, Phase
 from vocab.validate import count
+
+WORDS = Prose("decode_latency")  # the report's prose: scenarios/templates/decode_latency.md
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the
 #: README's table before V2): H800, CX7 InfiniBand 400 Gb/s, 128 tokens per batch, hidden
@@ -505,30 +508,15 @@ def _report(run: Run, classes: dict[int, dict[str, Any]], cases: list[dict[str, 
     scale = p["scale"]
     nic = 400 * 1000 * scale
     bg = [e for e in eps if e in p["background_eps"]]
-    rep.section("Setup", f"""
-One `astral3` fabric per EP size ({', '.join(f'EP{e}' for e in eps)}: EP/{p['gpus_per_server']}
-servers of {p['gpus_per_server']} GPUs, two servers per block), at scale {scale:g}: a 400G NIC is
-{nic:g} Mb/s and a 200G lane {nic / 2:g} Mb/s. Workload: one {p['model']} decode step,
-**{p['tokens']} tokens per GPU** ({_tokens_note(p['tokens'])}), top-8, low-latency kernel
-model (FP8 dispatch, BF16 combine), same-server copies over {p['intra_server']}
-({'NVLink: not on the fabric, as DeepEP does by default' if p['intra_server'] == 'nvlink'
-  else 'through the NICs, as the V1 pure-RDMA kernels'}). Dispatch and combine are replayed
-one after the other. **{p['draws']} draws per case**: draw k uses gating and permutation
-seed {p['seed']} + k and shifts every QP by k x {DRAW_QP_STRIDE} (new ECMP source ports); the
-flow model runs beside them over {p['model_draws']} draws. Times are emulated; at real
-(unscaled) rates a time is **emulated time x {scale:g}** (e.g. 100 emulated ms =
-{100e-3 * scale * 1e6:g} us).
-
-Background (on {', '.join(f'EP{e}' for e in bg) or 'no EP size'}): each GPU also streams one
-long bulk flow (DSCP 26, one QP) at its NIC rate to a GPU under another leaf, starting
-{p['fill_s']:g} s before the decode burst; a 400G flow on a 200G lane fills that lane's queue
-at {nic / 2:g} Mb/s, so after {p['fill_s']:g} s a decode packet hashed onto that lane waits
-about {p['fill_s']:g} s behind it in a FIFO. Isolation (`testbed.shell.qos.enable`): on every shaped
-port (host NICs and both ends of every switch link) the link's HTB class gets two children,
-decode (DSCP 46, matched by a u32 filter on the IP DS field) at `prio 0` with 99% of the
-rate and bulk (everything else) at `prio 1` with a 1% floor, both allowed to borrow the full
-link: strict priority for decode, each with its own queue. Only decode-class messages are
-measured.""")
+    rep.section("Setup", WORDS(
+        "setup", eps=", ".join(f"EP{e}" for e in eps), gpus_per_server=p["gpus_per_server"],
+        scale=scale, nic=nic, lane=nic / 2, model=p["model"], tokens=p["tokens"],
+        tokens_note=_tokens_note(p["tokens"]), intra_server=p["intra_server"],
+        intra_note=WORDS("intra_nvlink" if p["intra_server"] == "nvlink" else "intra_nics"),
+        draws=p["draws"], seed=p["seed"], stride=DRAW_QP_STRIDE, model_draws=p["model_draws"],
+        example_us=100e-3 * scale * 1e6,
+        background=", ".join(f"EP{e}" for e in bg) or WORDS("no_background"),
+        fill_s=p["fill_s"]))
     rep.section("Results")
     rep.table([{"EP": r["ep"], "case": r["case"], "phase": r["phase"],
                 "messages": r["count"], "p50 measured": _dt(r, "p50"),
@@ -537,34 +525,16 @@ measured.""")
                 "ratio p99": r["ratio_p99"], "bound (ms)": r["serial_ms"],
                 "completion (ms)": r["completion_ms"],
                 "p99 real (us)": r["p99_real_us"], "lost": r["lost"]} for r in cases])
-    rep.text("*measured*: decode message latency percentiles per replay, median [p25-p75] "
-             "over N draws (emulated ms); *ideal*: the flow model's latency of the same "
-             "messages (ECMP hash, max-min sharing, frame bytes), the median over its draws of "
-             "each draw's percentile; *ratio* = measured median / ideal median; *bound*: one "
-             "message's serialisation at the NIC; *completion*: last decode byte of the "
-             "phase from its start (median over draws; what DeepEP's kernel time measures); "
-             "*p99 real*: at real rates. Per-draw numbers: runs.json; every message: "
-             "latency.json.")
-    rep.image("latency_cdf.png", "CDF of decode message latency per EP size and phase, one "
-              "curve per draw: no background, background with one FIFO per port, background "
-              "with isolation")
-    rep.image("latency_vs_ep.png", "Latency growth with EP size, each curve over its smallest "
-              "EP (medians over draws, bars: p25-p75): the lab (no background) and the flow "
-              "model beside DeepEP's published low-latency figures")
-    rep.image("p99_by_case.png", "Decode p99 per case and EP size: emulated draws beside the "
-              "flow model's draws")
+    rep.text(WORDS("table_note"))
+    rep.image("latency_cdf.png", WORDS("cdf_caption"))
+    rep.image("latency_vs_ep.png", WORDS("growth_caption"))
+    rep.image("p99_by_case.png", WORDS("p99_caption"))
     rep.section("Findings")
     _finding_growth(run)
     if bg:
         _finding_isolation(run, classes, cases)
     _finding_gaps(run, cases)
-    rep.section("How to read this", """
-A message's latency is from its first packet leaving the sender to its last packet arriving
-(all hosts share one clock). Every rank starts the phase at the same instant and its NIC
-serves all its QPs round-robin, so most messages of a phase finish near its end: the p99 is
-close to the phase completion. The raw per-message latencies are in latency.json (per draw),
-per-case numbers (bytes, losses, start skew) in runs.json, and the qos class counters
-(packets the decode and bulk classes carried on all ports) there too.""")
+    rep.section("How to read this", WORDS("how_to_read"))
     run.summary["growth"] = {ph: {"lab_completion": _growth(run, ph, "completion_ms"),
                                   "lab_p99": _growth(run, ph, "p99_ms"),
                                   "model_p99": _growth(run, ph, "ideal_p99_ms"),

@@ -49,11 +49,11 @@ barrier) and the data-plane gap (the longest silence of a light probe stream,
 ``testbed.shell.probe.Stream``, from a GPU under the failed lane's leaf, that began at the cut)
 are recorded for each failure.
 
-Where things live (every name is importable from here): this module holds the parameters,
-the traffic, the links to fail, the sampler and the runs on the fabric. The arithmetic on
-the runs' records (rates, recovery time, bytes left at the cut, the flow model's penalties)
-is in ``scenarios.link_failure_metrics`` (pure); the analysis over the draws, the tables,
-figures and report in ``scenarios.link_failure_report``.
+Where things live: this module holds the parameters, the traffic, the links to fail, the
+sampler and the runs on the fabric. The arithmetic on the runs' records (rates, recovery
+time, bytes left at the cut, the flow model's penalties, their distributions over the
+draws) is in ``scenarios.link_failure_metrics`` (pure); the tables, figures and report in
+``scenarios.link_failure_report`` (its words in ``scenarios/templates/link_failure.md``).
 """
 
 from __future__ import annotations
@@ -91,22 +91,8 @@ from scenarios.common import (
     shift_qps,
     wire_flows,
 )
-from scenarios.link_failure_metrics import (
-    MESSAGE_BYTES,
-    SMOOTH,
-    TAIL_FRACTION,
-    down_hops,
-    draws_for,
-    level,
-    model_penalties,
-    probe_gap,
-    rates,
-    recovery_time,
-    remaining_after,
-    smooth,
-    time_of_fraction,
-)
-from scenarios.link_failure_report import CASES, PUBLISHED_FAILOVER, _analyse
+from scenarios.link_failure_metrics import MESSAGE_BYTES, draws_for
+from scenarios.link_failure_report import _analyse
 from testbed.models.flowmodel import model_flows
 from testbed.shell.probe import Stream
 from testbed.topologies import build
@@ -403,15 +389,7 @@ def one_run(run: Run, lab: RunningLab, flows: list[FlowSpec], mode: str, case: s
     return out
 
 
-# Its own names and those it re-exports from scenarios.link_failure_metrics and
-# scenarios.link_failure_report.
 __all__ = [
-    "MODES", "MESSAGE_BYTES", "PROBE_PORT", "PROBE_SPORTS", "PROBE_PPS", "PROBE_BYTES",
-    "RECV_IDLE_S", "Sampler", "all_to_all", "link_failure", "pick_lane", "spine_links",
-    # scenarios.link_failure_metrics
-    "SMOOTH", "TAIL_FRACTION", "DRAW_QP_STRIDE", "draws_for", "down_hops", "remaining_after",
-    "rates", "smooth", "level", "recovery_time", "time_of_fraction", "probe_gap",
-    "model_penalties",
-    # scenarios.link_failure_report
-    "CASES", "PUBLISHED_FAILOVER",
+    "PROBE_PORT", "PROBE_SPORTS", "PROBE_PPS", "PROBE_BYTES", "RECV_IDLE_S", "Sampler",
+    "all_to_all", "link_failure", "pick_lane", "spine_links",
 ]

@@ -14,20 +14,22 @@ import pytest
 from scenarios import base
 from scenarios.experiments import SCENARIOS
 from scenarios.experiments.paper_shapes import (
-    PUBLISHED,
-    ROWS,
     _check_params,
-    balls_into_bins,
-    build_rows,
     ecmp_model,
     eplb_imbalance,
-    flow_throughput,
     overlap,
-    paired_growth,
     paper_shapes,
     position,
     publish,
     tiers,
+)
+from scenarios.paper_shapes_table import (
+    PUBLISHED,
+    ROWS,
+    balls_into_bins,
+    build_rows,
+    flow_throughput,
+    paired_growth,
 )
 from testbed.topologies import build
 
