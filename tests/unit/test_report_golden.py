@@ -45,8 +45,8 @@ def _link_failure(out: str, mp: pytest.MonkeyPatch, **kw: Any) -> None:
     from scenarios import link_failure_report as lr
     from scenarios.experiments import link_failure as lf
 
-    mp.setattr(lr, "_bench_failover", lambda: "the lab's failover benchmark (fixed)")
-    mp.setattr(lf, "_one_run", _fake_run)
+    mp.setattr(lr, "bench_failover", lambda: "the lab's failover benchmark (fixed)")
+    mp.setattr(lf, "one_run", _fake_run)
     lf.link_failure(quick=True, output=out, log=lambda _m: None, **kw)
 
 
