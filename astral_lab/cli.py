@@ -29,23 +29,18 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from astral_lab import __version__
 from astral_lab.cluster_cli import add_cluster_option
 from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
-from controllers.fabric import DEFAULT_MODE
-from testbed import datapath, topologies
-from testbed.fabricspec import FABRIC_RULES, FabricSpec
+from testbed import topologies
 from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_inside, stop_on_signals
-from testbed.topologies import build, describe
+from testbed.topologies import FABRIC_RULES, FabricSpec, build, describe
 from vocab.validate import Parser, out_dir, out_file
-
-if TYPE_CHECKING:  # the Lab imports Mininet: a verb that brings one up imports it
-    from testbed.shell.lab import Lab
 
 RESULTS = results_root()
 
@@ -100,7 +95,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Lab:
+def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Any:
     from testbed.shell.cluster import make_lab
 
     plan = build(args.topology, **_spec_params(args))
@@ -110,7 +105,7 @@ def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> 
                     capture_dir=capture_dir)
 
 
-def _print_bringup(lab: Lab) -> None:
+def _print_bringup(lab: Any) -> None:
     plan = lab.plan
     t = lab.timings
     print(f"{plan.topology}: {len(plan.hosts)} GPUs, {len(plan.switches)} switches, "
@@ -171,9 +166,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from scenarios.experiments import SCENARIOS
+    from scenarios.base import load_all
 
-    scenarios = SCENARIOS.all()
+    scenarios = load_all()
     width = max(len(n) for n in scenarios)
     for name, sc in scenarios.items():
         print(f"{name:<{width}}  {sc.description}")
@@ -214,9 +209,9 @@ def add_pmtu_option(p: argparse.ArgumentParser) -> None:
 
 
 def _run_parser(name: str) -> argparse.ArgumentParser:
-    from scenarios.experiments import SCENARIOS
+    from scenarios.base import get
 
-    sc = SCENARIOS.get(name)
+    sc = get(name)
     p = Parser(prog=f"astral-lab run {name}", description=sc.description,
                epilog=sc.doc.strip().split("\n\n")[0] if sc.doc else None)
     p.add_argument("--quick", action="store_true",
@@ -240,10 +235,9 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from scenarios.base import format_table
-    from scenarios.experiments import SCENARIOS
+    from scenarios.base import format_table, get
 
-    sc = SCENARIOS.get(args.scenario)
+    sc = get(args.scenario)
     opts = _run_parser(args.scenario).parse_args(args.rest)
     overrides = {p.name: getattr(opts, p.name) for p in sc.params
                  if getattr(opts, p.name) is not None}
@@ -265,7 +259,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print()
     print(format_table(result.rows))
     if args.scenario == "demo":
-        from scenarios.experiments.demo import print_where
+        from scenarios.demo import print_where
 
         print_where(result)
     else:
@@ -301,7 +295,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     t = sub.add_parser("topo", help="counts table, wiring plan JSON and PNG drawing of a fabric")
-    t.add_argument("topology", choices=topologies.TOPOLOGIES.names())
+    t.add_argument("topology", choices=topologies.names())
     t.add_argument("-o", "--output", type=out_file,
                    help="plan JSON path (default: results/<time>-topo-<name>/)")
     t.add_argument("--png", type=out_file, help="drawing path (default: next to the plan)")
@@ -310,12 +304,12 @@ def parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_topo)
 
     u = sub.add_parser("up", help="bring a fabric up under the controller; open the Mininet CLI")
-    u.add_argument("topology", choices=topologies.TOPOLOGIES.names())
-    u.add_argument("--datapath", default="auto", choices=datapath.REQUESTS)
+    u.add_argument("topology", choices=topologies.names())
+    u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
     add_pmtu_option(u)
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
-    u.add_argument("--lb", default=DEFAULT_MODE, type=controller_policy, metavar="MODE",
+    u.add_argument("--lb", default="ecmp", type=controller_policy, metavar="MODE",
                    help="load-balancing mode, options as MODE:KEY=VALUE (switch later: PUT "
                         "/lb on the controller's API; `astral-lab policies` lists them)")
     add_cluster_option(u)

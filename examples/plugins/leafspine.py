@@ -10,7 +10,7 @@ ports (``lanes_per_uplink`` lanes, cabled whole) go round-robin to the spines.
 
 from __future__ import annotations
 
-from testbed.fabricspec import (
+from testbed.topologies._base import (
     Builder,
     CostSpec,
     Fabric,

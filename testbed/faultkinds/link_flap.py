@@ -3,27 +3,9 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Any
 
-from testbed.faultkinds import number, whole
-
 TARGET = "link"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Down and up every ``period / 2`` seconds, ``count`` times."""
-
-    period: float = 1.0
-    count: int = 3
-
-    def __post_init__(self) -> None:
-        number("period", self.period, low=0.0, low_open=True)
-        whole("count", self.count, 1)
-
-
-SETTINGS = Settings
 
 
 def validate(fault: Any) -> None:
@@ -34,7 +16,7 @@ def validate(fault: Any) -> None:
 
 
 def span(fault: Any) -> float:
-    return fault.settings.period * fault.settings.count
+    return fault.period * fault.count
 
 
 def random_knobs(rng: random.Random, span: float) -> dict[str, Any]:

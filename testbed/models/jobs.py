@@ -8,31 +8,15 @@ model takes ``Job.flow_list`` on a real wiring plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
 from testbed.models.inputs import _FlowIn
-from traffic.workload import Phase
 from vocab.flows import sport_for_qp
 
-
-class Workload(StrEnum):
-    """What one expert-parallel group sends (``make_job``)."""
-
-    ALLTOALL = "alltoall"  # every ordered GPU pair the same bytes
-    PREFILL = "prefill"  # one MoE prefill step (high-bandwidth kernels)
-    DECODE = "decode"  # one MoE decode step (low-latency kernels)
-
-
-class Placement(StrEnum):
-    """Which servers a group takes: consecutive ones, or strided across the fabric."""
-
-    PACKED = "packed"
-    SPREAD = "spread"
-
-
+WORKLOADS = ("alltoall", "prefill", "decode")
+PLACEMENTS = ("packed", "spread")
 DEFAULT_PAIR_BYTES = 1 << 20
 
 
@@ -47,10 +31,10 @@ class Job:
     sampling noise).
     """
 
-    workload: Workload
+    workload: str
     groups: int
     group_size: int
-    placement: Placement
+    placement: str
     gpus_per_server: int
     group_servers: np.ndarray  # (groups, servers per group)
     src: np.ndarray
@@ -90,10 +74,9 @@ class Job:
 MAX_GROUP_FLOWS = 5_000_000
 
 
-def make_job(servers: int, gpus_per_server: int, *, workload: Workload = Workload.ALLTOALL,
-             groups: int = 0, group_size: int = 0, placement: Placement = Placement.PACKED,
-             seed: int = 0, pair_bytes: int = DEFAULT_PAIR_BYTES, qps: int = 1,
-             phase: Phase = Phase.DISPATCH,
+def make_job(servers: int, gpus_per_server: int, *, workload: str = "alltoall",
+             groups: int = 0, group_size: int = 0, placement: str = "packed", seed: int = 0,
+             pair_bytes: int = DEFAULT_PAIR_BYTES, qps: int = 1, phase: str = "dispatch",
              tokens: int = 0, model: str = "deepseek-v3") -> Job:
     """Groups, their placement and one group's flows (see ``Job``).
 
@@ -113,12 +96,11 @@ def make_job(servers: int, gpus_per_server: int, *, workload: Workload = Workloa
     for name, value in (("servers", servers), ("gpus_per_server", gpus_per_server)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
-    if workload not in tuple(Workload):
-        raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(Workload)}")
-    if placement not in tuple(Placement):
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+    if placement not in PLACEMENTS:
         raise ValueError(f"unknown placement {placement!r}; choose from "
-                         f"{', '.join(Placement)}")
-    workload, placement = Workload(workload), Placement(placement)
+                         f"{', '.join(PLACEMENTS)}")
     for name, value in (("groups", groups), ("group_size", group_size), ("tokens", tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an integer >= 0 (0 = automatic; got {value!r})")
@@ -135,13 +117,13 @@ def make_job(servers: int, gpus_per_server: int, *, workload: Workload = Workloa
     if n_groups < 1 or n_groups * q > servers:
         raise ValueError(f"{groups or 'auto'} group(s) x {size} GPUs = {max(n_groups, 1) * size} "
                          f"GPUs do not fit the fabric's {total} GPUs")
-    if placement == Placement.PACKED:
+    if placement == "packed":
         gs = np.arange(n_groups)[:, None] * q + np.arange(q)
     else:
         gs = np.arange(n_groups)[:, None] + (servers // q) * np.arange(q)
     info: dict[str, Any] = {"workload": workload, "groups": n_groups, "group_size": size,
                             "placement": placement, "seed": seed}
-    if workload == Workload.ALLTOALL:
+    if workload == "alltoall":
         n_pairs = size * (size - 1) * qps
         if n_pairs > MAX_GROUP_FLOWS:
             raise ValueError(f"one group's all-to-all is {n_pairs:,} flows (> {MAX_GROUP_FLOWS:,}"
@@ -159,9 +141,9 @@ def make_job(servers: int, gpus_per_server: int, *, workload: Workload = Workloa
         from traffic import kernels
         from traffic.workload import simulate_step
 
-        tok = tokens or (4096 if workload == Workload.PREFILL else 128)
+        tok = tokens or (4096 if workload == "prefill" else 128)
         step = simulate_step(model, q, gps, tok, seed=seed)
-        kern = kernels.high_bandwidth if workload == Workload.PREFILL else kernels.low_latency
+        kern = kernels.high_bandwidth if workload == "prefill" else kernels.low_latency
         traffic = kern(step, phases=(phase,))
         rank = {name: i for i, name in enumerate(kernels.Cluster.default(q, gps).hosts)}
         fs = traffic.flows

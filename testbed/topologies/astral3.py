@@ -8,7 +8,8 @@ spine layer reaches (a spine lane per leaf), the cost model splits the rails int
 
 from __future__ import annotations
 
-from testbed.fabricspec import (
+from testbed.shuffle import OpticalShuffle
+from testbed.topologies._base import (
     Builder,
     CostSpec,
     Fabric,
@@ -30,7 +31,6 @@ from testbed.fabricspec import (
     params_of,
     uplink_lanes,
 )
-from testbed.shuffle import OpticalShuffle
 from vocab.plan import WiringPlan
 
 #: the FabricSpec fields read beyond the common ones (any other set is an error)

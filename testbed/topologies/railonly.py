@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.fabricspec import (
+from testbed.topologies._base import (
     Builder,
     CostSpec,
     Fabric,

@@ -75,14 +75,14 @@ def test_command(line: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
         return
     args, extra = cli.parser().parse_known_args(argv)  # flags must exist
     if verb == "run":
-        from scenarios.experiments import SCENARIOS
+        from scenarios.base import get
 
-        sc = SCENARIOS.get(args.scenario)
+        sc = get(args.scenario)
         cli._run_parser(args.scenario).parse_args(args.rest)
         assert f"{sc.fn.__name__}(quick=True" in integration_sources(), \
             f"no integration test runs {args.scenario}"
     elif verb == "demo":
-        from scenarios.experiments.demo import demo
+        from scenarios.demo import demo
 
         demo.resolve(False, {})
         assert "demo(quick=True" in integration_sources()
