@@ -38,10 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         if _swallowed:  # a stop that came while the handlers were being imported
             raise _swallowed[0]
         from astral_lab.cli import main as cli_main
-    except KeyboardInterrupt:
-        print("astral-lab: interrupted before it started", file=sys.stderr)
-        return 130
-    except Exception as exc:
+    except BaseException as exc:  # noqa: BLE001  (a stop, bare or wrapped; else re-raised)
         stop = stop_inside(exc)
         if stop is None:
             raise

@@ -30,6 +30,10 @@ def exit_status(signum: int) -> int:
     return 128 + int(signum)
 
 
+#: The exit statuses of those stops, as ``SystemExit`` codes.
+_STOP_STATUSES = frozenset(exit_status(s) for s in STOPPING)
+
+
 def _raise_exit(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(exit_status(signum))
 
@@ -60,7 +64,7 @@ def stop_inside(exc: BaseException | None) -> BaseException | None:
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, KeyboardInterrupt) or (
-                isinstance(exc, SystemExit) and exc.code in {exit_status(s) for s in STOPPING}):
+                isinstance(exc, SystemExit) and exc.code in _STOP_STATUSES):
             return exc
         exc = exc.__cause__ or exc.__context__
     return None
@@ -76,7 +80,7 @@ def _unswallow(unraisable: Any) -> None:
     sig = None
     if isinstance(exc, KeyboardInterrupt):
         sig = signal.SIGINT
-    elif isinstance(exc, SystemExit) and exc.code in {exit_status(s) for s in STOPPING}:
+    elif isinstance(exc, SystemExit) and exc.code in _STOP_STATUSES:
         sig = signal.Signals(int(exc.code) - 128)  # type: ignore[arg-type]
     if sig is None:
         _unswallow.previous(unraisable)  # type: ignore[attr-defined]
