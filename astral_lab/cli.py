@@ -29,18 +29,23 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from astral_lab import __version__
 from astral_lab.cluster_cli import add_cluster_option
 from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
-from testbed import topologies
+from controllers.fabric import DEFAULT_MODE
+from testbed import datapath, topologies
+from testbed.fabricspec import FABRIC_RULES, FabricSpec
 from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_inside, stop_on_signals
-from testbed.topologies import FABRIC_RULES, FabricSpec, build, describe
+from testbed.topologies import build, describe
 from vocab.validate import Parser, out_dir, out_file
+
+if TYPE_CHECKING:  # the Lab imports Mininet: a verb that brings one up imports it
+    from testbed.shell.lab import Lab
 
 RESULTS = results_root()
 
@@ -95,7 +100,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Any:
+def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Lab:
     from testbed.shell.cluster import make_lab
 
     plan = build(args.topology, **_spec_params(args))
@@ -105,7 +110,7 @@ def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> 
                     capture_dir=capture_dir)
 
 
-def _print_bringup(lab: Any) -> None:
+def _print_bringup(lab: Lab) -> None:
     plan = lab.plan
     t = lab.timings
     print(f"{plan.topology}: {len(plan.hosts)} GPUs, {len(plan.switches)} switches, "
@@ -166,9 +171,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from scenarios.base import load_all
+    from scenarios.experiments import SCENARIOS
 
-    scenarios = load_all()
+    scenarios = SCENARIOS.all()
     width = max(len(n) for n in scenarios)
     for name, sc in scenarios.items():
         print(f"{name:<{width}}  {sc.description}")
@@ -209,9 +214,9 @@ def add_pmtu_option(p: argparse.ArgumentParser) -> None:
 
 
 def _run_parser(name: str) -> argparse.ArgumentParser:
-    from scenarios.base import get
+    from scenarios.experiments import SCENARIOS
 
-    sc = get(name)
+    sc = SCENARIOS.get(name)
     p = Parser(prog=f"astral-lab run {name}", description=sc.description,
                epilog=sc.doc.strip().split("\n\n")[0] if sc.doc else None)
     p.add_argument("--quick", action="store_true",
@@ -235,9 +240,10 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from scenarios.base import format_table, get
+    from scenarios.base import format_table
+    from scenarios.experiments import SCENARIOS
 
-    sc = get(args.scenario)
+    sc = SCENARIOS.get(args.scenario)
     opts = _run_parser(args.scenario).parse_args(args.rest)
     overrides = {p.name: getattr(opts, p.name) for p in sc.params
                  if getattr(opts, p.name) is not None}
@@ -259,7 +265,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print()
     print(format_table(result.rows))
     if args.scenario == "demo":
-        from scenarios.demo import print_where
+        from scenarios.experiments.demo import print_where
 
         print_where(result)
     else:
@@ -295,7 +301,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 
     t = sub.add_parser("topo", help="counts table, wiring plan JSON and PNG drawing of a fabric")
-    t.add_argument("topology", choices=topologies.names())
+    t.add_argument("topology", choices=topologies.TOPOLOGIES.names())
     t.add_argument("-o", "--output", type=out_file,
                    help="plan JSON path (default: results/<time>-topo-<name>/)")
     t.add_argument("--png", type=out_file, help="drawing path (default: next to the plan)")
@@ -304,12 +310,12 @@ def parser() -> argparse.ArgumentParser:
     t.set_defaults(fn=cmd_topo)
 
     u = sub.add_parser("up", help="bring a fabric up under the controller; open the Mininet CLI")
-    u.add_argument("topology", choices=topologies.names())
-    u.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
+    u.add_argument("topology", choices=topologies.TOPOLOGIES.names())
+    u.add_argument("--datapath", default="auto", choices=datapath.REQUESTS)
     add_pmtu_option(u)
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
-    u.add_argument("--lb", default="ecmp", type=controller_policy, metavar="MODE",
+    u.add_argument("--lb", default=DEFAULT_MODE, type=controller_policy, metavar="MODE",
                    help="load-balancing mode, options as MODE:KEY=VALUE (switch later: PUT "
                         "/lb on the controller's API; `astral-lab policies` lists them)")
     add_cluster_option(u)

@@ -11,11 +11,11 @@ import argparse
 import sys
 
 from controllers import policies
-from controllers.shell.run import DEFAULT_OF_PORT, DEFAULT_REST_PORT, serve
+from controllers.fabric import ADAPTIVE_DEFAULTS, DEFAULT_MODE, POLL_INTERVAL_S
+from controllers.flowtable import DEFAULT_SELECT_METHOD, SELECT_METHODS
+from controllers.shell.rest import DEFAULT_REST_PORT
+from controllers.shell.run import DEFAULT_OF_PORT, serve
 from vocab.validate import PORT, SECONDS, BadValue, Parser, count, in_file, out_file, real
-
-#: what a controller process's command line contains (``testbed.shell.cleanup`` finds them by it)
-MODULE = "astral_lab.controller_cli"
 
 
 def controller_policy(spec: str) -> str:
@@ -38,24 +38,29 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rest-port", type=PORT, default=DEFAULT_REST_PORT,
                    help=f"JSON API port on 127.0.0.1 (default {DEFAULT_REST_PORT}; {PORT})")
     p.add_argument("--rest-host", default="127.0.0.1", help="JSON API address")
-    p.add_argument("--select-method", default="dp_hash", choices=["dp_hash", "hash"],
-                   help="how ECMP select groups hash on OpenFlow 1.5 (default dp_hash; see "
-                        "controllers/shell/ofmsgs.py)")
-    p.add_argument("--lb", default="ecmp", type=controller_policy, metavar="MODE",
+    p.add_argument("--select-method", default=DEFAULT_SELECT_METHOD,
+                   choices=list(SELECT_METHODS),
+                   help=f"how ECMP select groups hash on OpenFlow 1.5 (default "
+                        f"{DEFAULT_SELECT_METHOD}; see controllers/shell/ofmsgs.py)")
+    p.add_argument("--lb", default=DEFAULT_MODE, type=controller_policy, metavar="MODE",
                    help="load-balancing mode at start, options as MODE:KEY=VALUE, as `up "
-                        "--lb` (one of " + ", ".join(policies.names(controller=True)) +
+                        "--lb` (one of " + ", ".join(policies.CONTROLLER_MODES.names()) +
                         "; switch later with PUT /lb; `astral-lab policies` lists them)")
-    p.add_argument("--poll-interval", type=SECONDS, default=1.0,
-                   help=f"seconds between counter polls (links, adaptive mode; default 1; "
-                        f"{SECONDS})")
-    p.add_argument("--adaptive-threshold", type=real(0, 1, low_open=True), default=0.8,
-                   help="adaptive: a link above this utilisation is hot (default 0.8; in "
-                        "(0, 1])")
-    p.add_argument("--adaptive-hysteresis", type=real(0, 1, high_open=True), default=0.1,
-                   help="adaptive: required improvement, so paths do not flap (default 0.1; "
-                        "in [0, threshold))")
-    p.add_argument("--adaptive-hold", type=count(0, 1000), default=3,
-                   help="adaptive: polls a moved flow stays put (default 3; 0..1000)")
+    p.add_argument("--poll-interval", type=SECONDS, default=POLL_INTERVAL_S,
+                   help=f"seconds between counter polls (links, adaptive mode; default "
+                        f"{POLL_INTERVAL_S:g}; {SECONDS})")
+    adaptive = ADAPTIVE_DEFAULTS
+    p.add_argument("--adaptive-threshold", type=real(0, 1, low_open=True),
+                   default=adaptive["threshold"],
+                   help=f"adaptive: a link above this utilisation is hot (default "
+                        f"{adaptive['threshold']:g}; in (0, 1])")
+    p.add_argument("--adaptive-hysteresis", type=real(0, 1, high_open=True),
+                   default=adaptive["hysteresis"],
+                   help=f"adaptive: required improvement, so paths do not flap (default "
+                        f"{adaptive['hysteresis']:g}; in [0, threshold))")
+    p.add_argument("--adaptive-hold", type=count(0, 1000), default=int(adaptive["hold"]),
+                   help=f"adaptive: polls a moved flow stays put (default "
+                        f"{int(adaptive['hold'])}; 0..1000)")
     p.add_argument("--state", default=None, type=out_file,
                    help="JSON file keeping mode, flows and paths across controller restarts")
     p.add_argument("--run-id", default="",

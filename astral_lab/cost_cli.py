@@ -13,6 +13,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from testbed import topologies
+from testbed.fabricspec import COST_RULES, GPU_COUNT, CostSpec
 from testbed.models.cost import (
     CONVENTIONS,
     DESIGNS,
@@ -22,7 +23,6 @@ from testbed.models.cost import (
     plot_costs,
 )
 from testbed.results import check_output, output_dir
-from testbed.topologies import COST_RULES, GPU_COUNT, CostSpec
 from vocab.plan import write_json_atomic
 from vocab.validate import list_of, out_dir, real
 
@@ -39,7 +39,7 @@ def add_cost_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--gpus", required=True, metavar="N[,N...]", type=list_of(rule=GPU_COUNT),
                    help=f"GPU counts, comma-separated (e.g. 8192,65536; each {GPU_COUNT})")
     p.add_argument("--designs", default=list(DESIGNS), metavar="D[,D...]",
-                   type=list_of(choices=topologies.names()),
+                   type=list_of(choices=topologies.TOPOLOGIES.names()),
                    help=f"designs to compare (default {','.join(DESIGNS)})")
     p.add_argument("-o", "--output", metavar="DIR", type=out_dir,
                    help="write cost.json/cost.png here (default results/<time>-cost/)")

@@ -29,8 +29,6 @@ from testbed.shell.signals import STOPPING, exit_status
 from vocab.plan import WiringPlan, write_json_atomic
 from vocab.validate import SECONDS, Parser, count, in_file
 
-#: what a dashboard process's command line contains (``testbed.shell.cleanup`` finds it by it)
-MODULE = "astral_lab.dashboard_cli"
 DEFAULT_PORT = 8765
 #: The demo's fabric: small enough for any machine, with every tier and a shuffle box.
 DEMO_FABRIC = {"servers": 2, "gpus": 4, "servers_per_block": 2}

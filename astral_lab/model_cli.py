@@ -15,6 +15,7 @@ from typing import Any
 from controllers import policies as policy_modules
 from controllers.paths import UNITS
 from testbed import topologies
+from testbed.fabricspec import FABRIC_RULES, GPU_COUNT, FabricSpec
 from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
     DEFAULT_PAIR_BYTES,
@@ -22,17 +23,15 @@ from testbed.models.flowmodel import (
     DEFAULT_TOLERANCE,
     FABRIC_FIELDS,
     MAX_REL_ERROR,
-    MODES,
-    PLACEMENTS,
     POLICIES,
-    WORKLOADS,
+    ModelMode,
     Progress,
     format_report,
     run,
 )
+from testbed.models.jobs import Placement, Workload
 from testbed.results import check_output, output_dir
-from testbed.topologies import FABRIC_RULES, GPU_COUNT, FabricSpec
-from traffic.workload import PRESETS
+from traffic.workload import PRESETS, Phase
 from vocab.plan import write_json_atomic
 from vocab.validate import SEED, count, list_of, out_dir, real
 
@@ -50,13 +49,14 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "flows; above that an exact group-symmetric what-if (astral3). 64K-GPU "
                     "what-if: astral-lab model astral3 --gpus 65536 --radix 1024 "
                     "--servers-per-block 64 --groups 256 --group-size 256")
-    p.add_argument("topology", choices=topologies.names())
+    p.add_argument("topology", choices=topologies.TOPOLOGIES.names())
     p.add_argument("--gpus", type=GPU_COUNT, default=_DEFAULT.gpu_count, metavar="N",
                    help=f"GPUs in the fabric (default {_DEFAULT.gpu_count}: `topo`'s default "
                         f"fabric, {_DEFAULT.servers} servers x {_DEFAULT.gpus}; {GPU_COUNT})")
     p.add_argument("--gpus-per-server", type=FABRIC_RULES["gpus"], default=_DEFAULT.gpus,
                    metavar="N", help=f"default {_DEFAULT.gpus}; servers = GPUs / this")
-    p.add_argument("--workload", default="alltoall", choices=WORKLOADS,
+    p.add_argument("--workload", default=Workload.ALLTOALL.value,
+                   choices=[w.value for w in Workload],
                    help="alltoall: equal bytes per GPU pair; prefill/decode: one MoE step "
                         "through the high-bandwidth / low-latency kernel (default alltoall)")
     p.add_argument("--lb", default=list(DEFAULT_POLICIES), metavar="P[,P...]",
@@ -67,7 +67,8 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="expert-parallel groups (default: as many as fit)")
     p.add_argument("--group-size", type=count(0, GPU_COUNT.high), default=0, metavar="N",
                    help="GPUs per group (default min(GPUs, 256))")
-    p.add_argument("--placement", default="packed", choices=PLACEMENTS,
+    p.add_argument("--placement", default=Placement.PACKED.value,
+                   choices=[pl.value for pl in Placement],
                    help="packed: consecutive servers; spread: strided over the fabric")
     p.add_argument("--seed", type=SEED, default=0, help="ECMP hash seed and MoE step seed")
     p.add_argument("--bytes", type=count(1, 1 << 40), default=DEFAULT_PAIR_BYTES,
@@ -75,12 +76,12 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
                    metavar="B", help=f"alltoall bytes per GPU pair (default {DEFAULT_PAIR_BYTES})")
     p.add_argument("--qps", type=count(1, 1024), default=1, metavar="Q",
                    help="alltoall flows per GPU pair (1..1024)")
-    p.add_argument("--phase", default="dispatch", choices=("dispatch", "combine"))
+    p.add_argument("--phase", default=Phase.DISPATCH.value, choices=[ph.value for ph in Phase])
     p.add_argument("--tokens", type=count(0, 1 << 20), default=0, metavar="T",
                    help="tokens per GPU (default 4096 prefill, 128 decode)")
     p.add_argument("--model", default="deepseek-v3", choices=sorted(PRESETS),
                    help="MoE preset (traffic.workload)")
-    p.add_argument("--mode", default="auto", choices=MODES)
+    p.add_argument("--mode", default=ModelMode.AUTO.value, choices=[m.value for m in ModelMode])
     p.add_argument("--exact-flows", type=count(0, 10 ** 9), default=DEFAULT_EXACT_FLOWS,
                    metavar="N",
                    help=f"auto mode: per-flow up to N flows (default {DEFAULT_EXACT_FLOWS})")
@@ -114,7 +115,7 @@ def _check_fabric(args: argparse.Namespace, fabric: dict[str, Any]) -> None:
     """The design's rules on the fabric, before the job is built: a fabric the defaults
     cannot make at this size says how to fill the leaves instead (``topo``'s blocks of
     ``FabricSpec.servers_per_block`` servers are the default at every size)."""
-    topo = topologies.get(args.topology)
+    topo = topologies.TOPOLOGIES.get(args.topology)
     if args.gpus % args.gpus_per_server:
         return  # run() says so
     try:

@@ -148,7 +148,11 @@ def run_watch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
+def answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
+    """One question answered: by the rule-based diagnosis, or by the LLM with ``--llm``.
+
+    Public as a seam: the session around it (collecting, the telemetry folder, cleanup) is
+    what ``diagnose`` tests check, with the answer itself replaced."""
     if args.llm:
         from ops import llm
 
@@ -203,7 +207,7 @@ def _diagnose_session(args: argparse.Namespace, live: Live | None, tools_fn: Any
             live.collector.poll_once()
             time.sleep(args.interval)
     if args.ask:
-        d = _answer(tools_fn(), args.ask, args)
+        d = answer(tools_fn(), args.ask, args)
         print(json.dumps(d.to_dict(), indent=1, default=str) if args.json else d.text())
         return 0
     print("ask about the fabric (e.g. 'why is s0g0 -> s1g1 slow?'); empty line or Ctrl-D ends")
@@ -217,7 +221,7 @@ def _diagnose_session(args: argparse.Namespace, live: Live | None, tools_fn: Any
             return 0
         if live is not None:
             live.collector.poll_once()  # fresh counters for every question
-        d = _answer(tools_fn(), q, args)
+        d = answer(tools_fn(), q, args)
         print(d.text())
 
 

@@ -13,6 +13,7 @@ import json
 import sys
 
 from testbed.shell import probe
+from vocab.flows import ROCE_PORT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,12 +21,12 @@ def main(argv: list[str] | None = None) -> int:
                                 description=probe.__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("recv")
-    r.add_argument("--port", type=int, default=4791)
+    r.add_argument("--port", type=int, default=ROCE_PORT)
     r.add_argument("--duration", type=float, default=None, help="stop after S s (or SIGTERM)")
     r.add_argument("--out", required=True)
     s = sub.add_parser("send")
     s.add_argument("--dst", required=True)
-    s.add_argument("--port", type=int, default=4791)
+    s.add_argument("--port", type=int, default=ROCE_PORT)
     s.add_argument("--sports", default="50000", help="e.g. 50000-50015")
     s.add_argument("--pps", type=float, default=200.0, help="packets/s per source port")
     s.add_argument("--duration", type=float, default=5.0)

@@ -36,7 +36,16 @@ from typing import Any
 
 from benchmarks.common import write
 from scenarios import fidelity
-from traffic.roce import OP_WRITE_MIDDLE, Endpoints, FrameBuilder, frame_len, mtu_for
+from traffic.roce import (
+    LAB_PMTU,
+    OP_WRITE_MIDDLE,
+    Endpoints,
+    FrameBuilder,
+    Plane,
+    frame_len,
+    mtu_for,
+)
+from traffic.shell.running import RunningLab
 
 #: frame sources of the ceiling (receivers only count): the highest held is the ceiling
 SOURCES = ("trafgen", "pktio")
@@ -111,11 +120,11 @@ def _settle(limit_s: float = 30.0) -> None:
             return
 
 
-def _replay_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], plane: str, pmtu: int,
+def _replay_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], plane: Plane, pmtu: int,
                   rate: float) -> dict[str, Any]:
     _settle()
     with _Meter() as m:
-        t = fidelity._trial(lab, plan, pairs, rate, lambda msg: print(f"  {plane} {pmtu}: "
+        t = fidelity.paced_trial(lab, plan, pairs, rate, lambda msg: print(f"  {plane} {pmtu}: "
                                                                       f"{msg.strip()}"),
                             plane=plane, pmtu=pmtu)
     cpu = t.pop("cpu_s", None) or {}
@@ -129,7 +138,7 @@ def _rx_packets(host: Any, intf: str) -> int:
     return int(json.loads(out)[0]["stats64"]["rx"]["packets"])
 
 
-def _sender_cmd(lab: Any, plan: Any, a: str, b: str, i: int, pmtu: int, rate: float,
+def _sender_cmd(lab: RunningLab, plan: Any, a: str, b: str, i: int, pmtu: int, rate: float,
                 count: int, source: str, work: str) -> list[str]:
     """One frame source for a counted trial: trafgen, or the replay's own compiled sender."""
     if source == "trafgen":
@@ -155,7 +164,7 @@ def _sender_cmd(lab: Any, plan: Any, a: str, b: str, i: int, pmtu: int, rate: fl
             f"{a}-eth0"]
 
 
-def _counted_trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
+def _counted_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
                    rate: float, work: str, source: str = "trafgen") -> dict[str, Any]:
     """Every sender's frame source at ``rate`` for TRIAL_S seconds, receivers that only
     count: did every frame arrive in time?"""
@@ -261,12 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
     pairs = fidelity.calibration_pairs(plan)
     runs: dict[str, Any] = {}
-    with Lab(plan, pmtu=4096, log=lambda _m: None) as lab:
-        runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, "python", 1024, r),
+    with Lab(plan, pmtu=LAB_PMTU, log=lambda _m: None) as lab:
+        runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, Plane.PYTHON, 1024, r),
                                  args.attempts)
         for pmtu in pmtus:
             runs[f"new/{pmtu}"] = _ramp(
-                lambda r, pm=pmtu: _replay_trial(lab, plan, pairs, "native", pm, r),
+                lambda r, pm=pmtu: _replay_trial(lab, plan, pairs, Plane.NATIVE, pm, r),
                 args.attempts)
             for source in SOURCES:
                 runs[f"ceiling-{source}/{pmtu}"] = _ramp(

@@ -13,6 +13,8 @@ import time
 from types import FrameType
 from typing import Any
 
+from testbed.datapath import choose_datapath
+from testbed.models.forked import PR_SET_PDEATHSIG
 from testbed.results import results_root
 from vocab.plan import write_json_atomic
 
@@ -25,7 +27,7 @@ def machine_info() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "kernel": platform.release(),
         "python": platform.python_version(),
-        "datapath": "kernel" if os.path.isdir("/sys/module/openvswitch") else "user",
+        "datapath": choose_datapath(),
     }
     try:
         with open("/proc/meminfo") as f:
@@ -57,7 +59,6 @@ def write(name: str, result: dict[str, Any]) -> str:
     return path
 
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 #: Seconds a child gets to stop its fabric after SIGTERM before the parent kills it.
 CHILD_GRACE_S = 300.0
 _stopping = False

@@ -55,7 +55,8 @@ from typing import Any
 from benchmarks import capacity
 from benchmarks.common import _exit_once, write
 from scenarios import fidelity
-from traffic.roce import OP_WRITE_MIDDLE, frame_len, mtu_for
+from traffic.roce import LAB_PMTU, OP_WRITE_MIDDLE, frame_len, mtu_for
+from traffic.shell.running import RunningLab
 
 #: HTB rate (Mb/s) the shaping check gives its port, and the offered multiple of it
 SHAPE_MBPS = 20.0
@@ -339,11 +340,11 @@ def _htb(dev: str) -> str:
                           text=True).stdout
 
 
-def shaping_check(lab: Any, plan: Any, pair: tuple[str, str], pmtu: int, work: str
+def shaping_check(lab: RunningLab, plan: Any, pair: tuple[str, str], pmtu: int, work: str
                   ) -> dict[str, Any]:
     """Lower the HTB class of the switch port towards ``pair``'s receiver to SHAPE_MBPS,
     offer SHAPE_OVER x that from its sender, and read the rate the receiver got."""
-    from testbed.shell.faults import htb_rate_command
+    from testbed.shell.faults.link_degrade import htb_rate_command
     from traffic.shell.replay import drop_roce
 
     a, b = pair
@@ -384,7 +385,7 @@ def shaping_check(lab: Any, plan: Any, pair: tuple[str, str], pmtu: int, work: s
             "htb_after": "htb" in _htb(port)}
 
 
-def run_variant(lab: Any, plan: Any, pairs: list[tuple[str, str]], variant: Variant,
+def run_variant(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], variant: Variant,
                 ports: list[str], pmtus: list[int], attempts: int) -> dict[str, Any]:
     """The ceiling ramp and the shaping check at each pmtu under one variant (applied
     once); OVS restored after. Returns ``info`` and ``{pmtu: (ramp, shaping)}``."""
@@ -466,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--repeats must be >= 1")
     raw: dict[str, list[dict[str, Any]]] = {v.name: [] for v in variants}
     t0 = time.monotonic()
-    with Lab(plan, pmtu=4096, log=lambda _m: None) as lab:
+    with Lab(plan, pmtu=LAB_PMTU, log=lambda _m: None) as lab:
         for rnd in range(args.repeats):
             print(f"-- round {rnd + 1}/{args.repeats}", flush=True)
             # rotated so no variant always runs first after bring-up or after another

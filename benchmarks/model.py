@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import child_argv, die_with_parent, run_child, write
+from testbed.models.jobs import Workload
 
 #: The fabric of each size. 256 GPUs: the CLI's default (``topo``'s blocks of two servers),
 #: the command a user types. Larger: leaves filled (servers_per_block 0), since blocks of
@@ -60,7 +61,6 @@ GOAL = {"gpus": 65536, "seconds": 60.0, "gib": 8.0}
 DEFAULTS_GOAL_S = 30.0
 #: Goals of the defaults sweep that are not ``DEFAULTS_GOAL_S``: (GPUs, workload) -> s.
 DEFAULTS_GOAL_EXCEPT = {(1024, "decode"): 300.0}
-WORKLOADS = ("alltoall", "prefill", "decode")
 
 
 def defaults_goal(gpus: int, workload: str) -> float:
@@ -178,7 +178,7 @@ def _line(s: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.model", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", default=",".join(WORKLOADS),
+    p.add_argument("--workloads", default=",".join(Workload),
                    help="workloads of the default-options sweep")
     p.add_argument("--default-sizes", default="256,1024",
                    help="GPU counts of the default-options sweep ('' for none)")
@@ -211,9 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in sizes + defaults + exact_sizes if s not in FABRICS]
     if bad:
         p.error(f"unknown size(s) {bad}; choose from {sorted(FABRICS)}")
-    bad_w = [w for w in workloads if w not in WORKLOADS]
+    bad_w = [w for w in workloads if w not in tuple(Workload)]
     if bad_w:
-        p.error(f"unknown workload(s) {bad_w}; choose from {', '.join(WORKLOADS)}")
+        p.error(f"unknown workload(s) {bad_w}; choose from {', '.join(Workload)}")
     default_runs = []
     for gpus in defaults:
         for w in workloads:

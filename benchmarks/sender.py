@@ -49,10 +49,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.common import summarize, write
+from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD
+from vocab.flows import ROCE_PORT
 
 GOAL_RAW = 0.5
 GOAL_SCAPY = 25.0
-FRAME_BYTES = 1098
+FRAME_BYTES = DEFAULT_PMTU + MAX_OVERHEAD  # one RDMA WRITE ONLY frame at the default pmtu
 MESSAGE_BYTES = 1 << 20
 PY = sys.executable
 
@@ -141,7 +143,7 @@ def stop_receiver(proc: Any, out: str, timeout: float = 60) -> dict[str, Any]:
 
 
 def spec_dict(a: Side, b: Side, flows: list[dict[str, Any]], rate_mbps: float = 0.0,
-              pmtu: int = 1024) -> dict[str, Any]:
+              pmtu: int = DEFAULT_PMTU) -> dict[str, Any]:
     """A sender spec from ``a`` to ``b`` (flows need only qp/messages/message_bytes)."""
     full = [{"dst_ip": b.ip, "dst_mac": b.mac, "dscp": 26, "start": 0.0,
              "traffic_class": "bulk", **f} for f in flows]
@@ -151,10 +153,10 @@ def spec_dict(a: Side, b: Side, flows: list[dict[str, Any]], rate_mbps: float = 
 
 # --- children: run inside the sender namespace --------------------------------------------------
 def _roce_frame(args: argparse.Namespace) -> bytes:
-    from traffic.roce import MAX_OVERHEAD, Endpoints, FrameBuilder
+    from traffic.roce import Endpoints, FrameBuilder
 
     ep = Endpoints(args.src_mac, args.dst_mac, args.src_ip, args.dst_ip, qp=1, dscp=26)
-    builder = FrameBuilder(ep, pmtu=1024)
+    builder = FrameBuilder(ep, pmtu=DEFAULT_PMTU)
     frame = bytes(next(builder.frames(FRAME_BYTES - MAX_OVERHEAD)))  # one ONLY of 1,024
     assert len(frame) == FRAME_BYTES, len(frame)
     return frame
@@ -201,7 +203,7 @@ def child_scapy(args: argparse.Namespace) -> dict[str, Any]:
         for op, n in segment(MESSAGE_BYTES):
             pkts.append(Ether(src=args.src_mac, dst=args.dst_mac)
                         / IP(src=args.src_ip, dst=args.dst_ip, tos=26 << 2 | 2, flags="DF")
-                        / UDP(sport=49153, dport=4791, chksum=0)
+                        / UDP(sport=49153, dport=ROCE_PORT, chksum=0)
                         / BTH(opcode=op, dqpn=1, psn=psn, ackreq=int(op in (8, 10)))
                         / Raw(bytes(n + (16 if op in (6, 10) else 0))))
             psn += 1

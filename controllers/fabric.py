@@ -43,15 +43,17 @@ from vocab.flows import Flow
 from vocab.plan import WiringPlan
 
 #: the modes the controller runs: every policy module that declares it can
-MODES = policies.names(controller=True)
+MODES = policies.CONTROLLER_MODES.names()
+#: the mode a controller starts in unless told otherwise
+DEFAULT_MODE = "ecmp"
+#: seconds between the controller's counter polls (links, adaptive mode) unless told otherwise
+POLL_INTERVAL_S = 1.0
 ADAPTIVE_DEFAULTS: dict[str, float] = {"threshold": 0.8, "hysteresis": 0.1, "hold": 3}
 
 
 def _mode(name: str) -> policies.Policy:
-    """The controller policy called ``name``, or one ValueError listing the modes."""
-    if name not in MODES:
-        raise ValueError(f"mode must be one of {list(MODES)} (got {name!r})")
-    return policies.get(name, controller=True)
+    """The controller policy called ``name``, or the one ValueError listing the modes."""
+    return policies.CONTROLLER_MODES.get(name)
 
 
 @dataclass
@@ -93,7 +95,7 @@ class _Kept(Mapping[Flow, Path]):
 class FabricLogic:
     """Plan + failures + mode + flows -> per-switch tables and minimal changes."""
 
-    def __init__(self, plan: WiringPlan, mode: str = "ecmp",
+    def __init__(self, plan: WiringPlan, mode: str = DEFAULT_MODE,
                  adaptive: Mapping[str, float] | None = None) -> None:
         self.balancer = _mode(mode)
         self.plan = plan

@@ -52,6 +52,11 @@ PRIO_PIN = 250
 FF_GROUP_BASE = 0x10000
 _ID_RANGES = {"select": (1, FF_GROUP_BASE), "ff": (FF_GROUP_BASE, 0xFFFFFF00)}
 
+#: How a select (ECMP) group picks its bucket on OpenFlow 1.5 (``controllers.shell.ofmsgs``):
+#: ``dp_hash`` in the datapath, or ``hash`` over the group's fields.
+SELECT_METHODS = ("dp_hash", "hash")
+DEFAULT_SELECT_METHOD = "dp_hash"
+
 #: OVS extension: "create the group if it does not exist, otherwise modify it".
 OFPGC_ADD_OR_MOD = 0x8000
 

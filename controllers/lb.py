@@ -33,7 +33,7 @@ perfect). ``AdaptivePolicy`` works on rates instead: utilisation = rate /
 capacity in one unit, as a controller measures them.
 
 Speed. Where a flow has many candidate paths, the planner's greedy step and the adaptive
-policy's scoring run in NumPy (``controllers.lbscore``: ``_ManyCandidates``, ``_Scorer``),
+policy's scoring run in NumPy (``controllers.lbscore``: ``ManyCandidates``, ``Scorer``),
 with the same arithmetic, hence the same choices, as the Python code here.
 """
 
@@ -45,7 +45,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from controllers.lbscore import _ManyCandidates, _Scorer
+from controllers.lbscore import ManyCandidates, Scorer
 from controllers.paths import UNITS, Hop, Path, PathFinder
 from vocab.flows import Flow
 from vocab.plan import WiringPlan
@@ -274,12 +274,12 @@ def plan_assign(flows: Iterable[Flow], finder: PathFinder,
             for hop in assign[f]:
                 load[hop] += f.bytes
     index: dict[Flow, int] = {}
-    many = _ManyCandidates(inv, finder)
+    many = ManyCandidates(inv, finder)
     for hop, x in load.items():
         many.set(hop, x)
     for f in order:
         _fixed, varying = finder.choices(f.src, f.dst)
-        if len(varying) >= _ManyCandidates.MIN:
+        if len(varying) >= ManyCandidates.MIN:
             best = many.least_loaded(f, size=f.bytes)
         else:
             best = _least_loaded(varying, load, inv, f.bytes)
@@ -567,7 +567,7 @@ class AdaptivePolicy:
         Flows are decided one by one, largest rate first, each against the link rates
         left by the moves before it. Scoring every candidate of every hot flow in Python
         is what makes a large job slow (an astral3 leaf pair has one candidate per lane),
-        so ``_Scorer`` scores a block of flows at once with NumPy against the current
+        so ``Scorer`` scores a block of flows at once with NumPy against the current
         rates. A move changes the rates of a few hops only, so after one, just the flows
         of the block whose candidates or path cross those hops are scored again; the
         others' verdicts still hold. The result is the one-at-a-time result exactly.
@@ -586,12 +586,12 @@ class AdaptivePolicy:
             if any(h in hot and h not in fixed for h in path):
                 todo.append((-rate, f))
         todo.sort()
-        scorer = _Scorer(work, capacity, finder)
+        scorer = Scorer(work, capacity, finder)
         moves: dict[Flow, Path] = {}
         eps = 1e-12
-        for first in range(0, len(todo), _Scorer.BLOCK):
-            flows = [f for _, f in todo[first:first + _Scorer.BLOCK]]
-            rates = [-neg for neg, _ in todo[first:first + _Scorer.BLOCK]]
+        for first in range(0, len(todo), Scorer.BLOCK):
+            flows = [f for _, f in todo[first:first + Scorer.BLOCK]]
+            rates = [-neg for neg, _ in todo[first:first + Scorer.BLOCK]]
             paths = [assign[f] for f in flows]
             blk = scorer.block(flows, rates, paths)
             for j, f in enumerate(flows):

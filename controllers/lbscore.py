@@ -1,13 +1,13 @@
 """The NumPy scoring behind two of ``controllers.lb``'s choices: many candidate paths
 scored at once instead of one Python loop per candidate.
 
-``_ManyCandidates`` is ``plan_assign``'s greedy step (``_least_loaded``) for flows with many
-candidates, and ``_Scorer`` with its ``_Block`` is ``AdaptivePolicy.step``'s verdict for a
+``ManyCandidates`` is ``plan_assign``'s greedy step (``_least_loaded``) for flows with many
+candidates, and ``Scorer`` with its ``_Block`` is ``AdaptivePolicy.step``'s verdict for a
 block of hot flows; both read a flow's candidate hops as an array (``_pair_hop_ids``).
 Each does the same arithmetic as its scalar counterpart in ``controllers.lb``, so the
 choices are the same bit for bit (the unit tests compare them). They are apart from
 ``controllers.lb`` so that module reads as the algorithms, and this one as how they are
-made fast. Pure; ``controllers.lb`` re-exports ``_ManyCandidates`` and ``_Scorer``.
+made fast. Pure; ``controllers.lb`` uses ``ManyCandidates`` and ``Scorer``.
 """
 
 from __future__ import annotations
@@ -38,10 +38,13 @@ def _pair_hop_ids(finder: PathFinder, hop_id: dict[Hop, int],
     return v
 
 
-class _ManyCandidates:
+class ManyCandidates:
     """``_least_loaded`` for flows with many candidates (an astral3 leaf pair has one per
     lane), with the loads mirrored in an array: the same products and left-to-right sums
-    in NumPy, so the same choice, at a fraction of the cost of a Python loop per lane."""
+    in NumPy, so the same choice, at a fraction of the cost of a Python loop per lane.
+
+    ``MIN`` is public as a seam: the fewest varying candidates scored in NumPy; a test sets
+    it to 1 and to "never" to compare the two ways on one plan."""
 
     MIN = 8
 
@@ -70,7 +73,7 @@ class _ManyCandidates:
         return int(np.argmax(tie & (total == total[tie].min())))
 
 
-class _Scorer:
+class Scorer:
     """Link rates as an array, and ``AdaptivePolicy.step``'s verdicts for blocks of flows.
 
     Per flow: its worst utilisation now (over the hops a candidate could avoid), and the
@@ -79,6 +82,9 @@ class _Scorer:
     (``u = (rate on the hop + the flow's rate unless it is already there) / capacity``, the
     sum taken left to right), so the verdicts are the same bit for bit (tested against
     the one-at-a-time code).
+
+    ``BLOCK`` (flows scored at once) is public as a seam: a test makes it small so block
+    boundaries fall inside its flows.
     """
 
     BLOCK = 128
@@ -123,7 +129,7 @@ class _Block:
     what does not depend on the rates worked out once: hop ids, which candidate hops the
     flow already loads, which candidate is its current path."""
 
-    def __init__(self, sc: _Scorer, flows: list[Flow], rates: list[float],
+    def __init__(self, sc: Scorer, flows: list[Flow], rates: list[float],
                  paths: list[Path]) -> None:
         self.sc = sc
         n = len(flows)

@@ -32,19 +32,14 @@ from typing import Any
 
 from controllers.paths import PathFinder
 from controllers.shell.client import ControllerClient, ControllerError
-from ops.detectors import (
-    DEGRADED_BACKLOG_S,
-    DEGRADED_RATE_RATIO,
-    Engine,
-    Topo,
-)
+from ops.detectors import Engine, Topo, alert_kind
+from ops.detectors.degraded import DEGRADED_BACKLOG_S, DEGRADED_RATE_RATIO
 from ops.telemetry import CONTROLLER, History, Store, canonical, link_components
 from vocab.plan import WiringPlan
 
-#: How much an alert from each detector says about *where* the fault is (higher = more
-#: specific). job-slow names no component, so it only brings the job's paths into play.
-DETECTOR_WEIGHT = {"switch-down": 100, "link-down": 90, "controller-down": 85, "flapping": 80,
-                   "degraded": 75, "loss": 70, "hot-receiver": 60, "ecmp-imbalance": 40}
+#: Weight of an alert no detector here declares (``ops.detectors.alert_kind``: each
+#: detector's ``ALERTS`` say how much its alerts say about *where* the fault is).
+UNDECLARED_WEIGHT = 20
 #: Score of a counter anomaly on an asked-about path that no detector has flagged (yet).
 UNALERTED_WEIGHT = 30
 #: Bonus for a suspect on the paths of the hosts the question names.
@@ -62,32 +57,10 @@ HOST_RE = re.compile(r"\bs\d+g\d+\b")
 
 
 def next_action(detector: str, component: str, summary: str) -> str:
-    """What an operator should do next about a suspect, by the kind of evidence."""
-    if detector == "switch-down":
-        return (f"check power and management of switch {component}; its traffic is rerouted "
-                "over the other spines/leaves, capacity is reduced until it is back")
-    if detector == "link-down":
-        return (f"replace the optic or cable of {component} (ECMP already skips it); "
-                "check the port's error counters at both ends")
-    if detector == "flapping":
-        return (f"drain {component} (take it down so ECMP stops using it) before it fails "
-                "for good, then reseat/replace the optic")
-    if detector == "degraded":
-        return (f"drain lane {component} (take it down: ECMP moves its flows to the other "
-                f"lanes) and replace its optic; {summary}")
-    if detector == "loss":
-        return (f"check NIC/port {component}: drop counters, firmware, cable; drain it "
-                "from the job if loss persists")
-    if detector == "hot-receiver":
-        return (f"rebalance experts away from {component} (EPLB replicas) or pace its "
-                "senders; the fabric is fine, the receiver is oversubscribed")
-    if detector == "ecmp-imbalance":
-        return (f"switch load balancing to planned/adaptive (PUT /lb) or add entropy "
-                f"(more QPs); {component} carries far more than its siblings")
-    if detector == "controller-down":
-        return ("restart the controller (switches keep forwarding on their last tables; "
-                "no failover to new faults until it is back)")
-    return f"inspect {component}"
+    """What an operator should do next about a suspect: the advice the detector of its
+    alert declares (``AlertKind.advice``)."""
+    kind = alert_kind(detector)
+    return f"inspect {component}" if kind is None else kind.action(component, summary)
 
 
 @dataclass
@@ -399,10 +372,11 @@ def diagnose(tools: Tools, question: str = "what is wrong?", *, job_hosts: list[
 
     alerts = tools.call("alerts")
     for a in alerts:
-        if a["component"] == "job":
-            notes.append(f"job: {a['summary']}")
+        kind = alert_kind(a["detector"])
+        if kind is not None and kind.symptom:  # says that the job suffers, not where
+            notes.append(f"{a['component']}: {a['summary']}")
             continue
-        w = float(DETECTOR_WEIGHT.get(a["detector"], 20))
+        w = float(UNDECLARED_WEIGHT if kind is None else kind.weight or 0.0)
         if a["cleared"] is not None:
             w *= CLEARED_FACTOR  # still relevant, but the condition has ended
         else:

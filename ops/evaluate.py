@@ -33,6 +33,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from ops.detectors import alert_kind
 from ops.telemetry import canonical
 from vocab.plan import WiringPlan
 
@@ -100,13 +101,13 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
         window = [(i, a) for i, a in enumerate(raised)
                   if f.start - interval <= a["opened"] <= f.end + grace]
         attributed.update(i for i, _ in window)
-        signals = [a for _, a in window if a["detector"] != "job-slow"]
+        signals = [a for _, a in window if not _symptom(a)]
         fs = FaultScore(f.kind, f.component, f.start, detected=bool(window))
         if window:
             first = window[0][1]
             fs.detect_s = round(first["opened"] - f.start, 3)
             fs.first_alert = f"{first['detector']}:{first['component']}"
-            suffer = [a["first_seen"] for _, a in window if a["detector"] == "job-slow"]
+            suffer = [a["first_seen"] for _, a in window if _symptom(a)]
             if suffer and signals:
                 fs.lead_s = round(min(suffer) - signals[0]["opened"], 3)
             ask = first["opened"] + delay
@@ -159,3 +160,9 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
         "by_kind": by_kind,
         "per_fault": [r.to_dict() for r in rows],
     }
+
+
+def _symptom(alert: dict[str, Any]) -> bool:
+    """An alert that says the job suffers, not where (its detector declares it so)."""
+    kind = alert_kind(alert["detector"])
+    return kind is not None and kind.symptom

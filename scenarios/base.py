@@ -1,8 +1,9 @@
 """The scenario framework: one function per experiment, one results folder per run.
 
-A scenario is a plain function that takes a ``Run`` and does the experiment::
+A scenario is a module of ``scenarios/experiments/`` named after it, with one plain
+function that takes a ``Run`` and does the experiment::
 
-    @scenario("lb-compare", "ECMP vs planned vs adaptive on astral3",
+    @scenario("ECMP vs planned vs adaptive on astral3",
               Param("gpus_per_server", 4, "GPUs (NICs) per server", quick=2), ...)
     def lb_compare(run: Run) -> None:
         p = run.params                      # every parameter, resolved (quick or full)
@@ -11,10 +12,12 @@ A scenario is a plain function that takes a ``Run`` and does the experiment::
         run.row(mode="ecmp", ...)           # one row of summary.csv
         run.report.finding(...)             # measured vs ideal vs published, and why
 
-The decorator turns it into a ``Scenario``: ``lb_compare(quick=True, gpus_per_server=2)``
-from a notebook runs it and returns a ``RunResult``; ``astral-lab run lb-compare --quick``
-does the same from the shell (one ``--flag`` per ``Param``); ``astral-lab list`` lists the
-registry.
+The decorator turns it into a ``Scenario`` (its declaration: name, description, params,
+run), named after its module (``lb_compare.py`` is ``lb-compare``), so a copy of the module
+under a new name is a new scenario. ``lb_compare(quick=True, gpus_per_server=2)`` from a
+notebook runs it and returns a ``RunResult``; ``astral-lab run lb-compare --quick`` does the
+same from the shell (one ``--flag`` per ``Param``); ``astral-lab list`` lists
+``scenarios.experiments.SCENARIOS``, which finds every such module.
 
 Every run writes ``results/<timestamp>-<scenario>.partial/`` and renames it to its final
 name only when the report is complete, so a folder without the suffix is always whole. An
@@ -40,23 +43,17 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
+from testbed.fabricspec import FABRIC_RULES
 from testbed.results import output_dir
 from testbed.shell.signals import held
-from testbed.topologies import FABRIC_RULES
+from traffic.shell.running import RunningLab
 from vocab import validate
 from vocab.plan import WiringPlan, finite, write_json_atomic
+from vocab.plugins import plugin_name
 from vocab.validate import BadValue, Rule, count, positive, real
-
-#: name -> Scenario, filled by the ``@scenario`` decorator when scenario modules import.
-REGISTRY: dict[str, Scenario] = {}
-
-#: Modules that define scenarios (imported by ``load_all``; order = ``astral-lab list`` order).
-MODULES = ["scenarios.demo", "scenarios.topology_compare", "scenarios.lb_compare",
-           "scenarios.decode_latency", "scenarios.expert_skew", "scenarios.link_failure",
-           "scenarios.ops_eval", "scenarios.paper_shapes"]
-
 
 #: Rules (``vocab.validate``) of parameters many scenarios share. A scenario's fabric
 #: is emulated on one machine, so servers and GPUs per server stay small; seconds are
@@ -273,7 +270,7 @@ class Run:
 
     # --- fabric -----------------------------------------------------------------------
     @contextmanager
-    def lab(self, plan: WiringPlan, label: str | None = None, **kw: Any) -> Iterator[Any]:
+    def lab(self, plan: WiringPlan, label: str | None = None, **kw: Any) -> Iterator[RunningLab]:
         """Bring ``plan`` up (torn down on exit) and record it in config.json.
 
         The machine's capacity is calibrated first (cached; it needs the node names
@@ -302,7 +299,7 @@ class Run:
                 "switches": len(plan.switches), "links": len(plan.links),
                 "scale": plan.scale, "params": plan.params, "datapath": lab.datapath,
                 "lb": lab.lb, "bringup_s": round(lab.timings.get("total", 0.0), 3),
-                "pmtu": getattr(lab, "pmtu", None), "mtu": getattr(lab, "mtu", None),
+                "pmtu": lab.pmtu, "mtu": lab.mtu,
                 "servers": sorted({n.server for n in lab.plan.nodes if n.server}) or None}
             self._save_config()
             yield lab
@@ -335,7 +332,7 @@ class Run:
         self.log(f"WARNING: fidelity guard off (--force): {reason}; running anyway, and "
                  "completion times may include CPU queueing")
 
-    def guard(self, lab: Any, flows: Any, label: str,
+    def guard(self, lab: RunningLab, flows: Any, label: str,
               rate_mbps: float | None = None) -> dict[str, Any]:
         """Fidelity guard before traffic: refuse (or warn) when the run would be CPU-bound.
 
@@ -345,7 +342,7 @@ class Run:
         from scenarios.fidelity import check, offered
 
         if self.unguarded is not None:
-            load = offered(lab.plan, flows, rate_mbps, pmtu=getattr(lab, "pmtu", 1024))
+            load = offered(lab.plan, flows, rate_mbps, pmtu=lab.pmtu)
             # NaN, not None: callers format and compare margins; every comparison is False
             verdict = {"margin": math.nan, "verdict": "unguarded",
                        "offered_hop_pps": load["hop_pps"],
@@ -442,13 +439,32 @@ class Run:
 
 @dataclass
 class Scenario:
-    """A registered experiment: callable as ``sc(quick=..., output=..., **params)``."""
+    """A scenario's declaration, made by ``@scenario``: callable as
+    ``sc(quick=..., output=..., **params)``.
+
+    ``name`` is its module's (``vocab.plugins.plugin_name``), ``description`` one line for
+    ``astral-lab list``, ``params`` its ``--flags`` and ``fn`` the run itself.
+    """
 
     name: str
     description: str
     params: list[Param]
     fn: Callable[[Run], None]
     doc: str = field(default="")
+
+    @classmethod
+    def declared_in(cls, name: str, module: ModuleType) -> Scenario:
+        """The one ``@scenario`` function ``module`` defines (``scenarios.experiments``
+        finds scenarios with this); a ValueError when it defines none or several."""
+        own = [v for v in vars(module).values()
+               if isinstance(v, Scenario) and v.fn.__module__ == module.__name__]
+        if len(own) != 1:
+            raise ValueError(f"scenario module {module.__name__} must define one @scenario "
+                             f"function (it defines {len(own)})")
+        if own[0].name != name:
+            raise ValueError(f"scenario module {module.__name__} declares {own[0].name!r}; "
+                             f"a scenario is named after its module ({name!r})")
+        return own[0]
 
     def resolve(self, quick: bool, overrides: dict[str, Any]) -> dict[str, Any]:
         known = {p.name: p for p in self.params}
@@ -502,34 +518,19 @@ def _refused_before_start(run: Run, exc: BaseException) -> bool:
             and not run.config["fabrics"] and run.dir != run.final)
 
 
-def scenario(name: str, description: str, *params: Param) -> Callable[[Callable[[Run], None]],
-                                                                       Scenario]:
-    """Register ``fn`` as scenario ``name`` (see the module docstring)."""
+def scenario(description: str, *params: Param, name: str | None = None
+             ) -> Callable[[Callable[[Run], None]], Scenario]:
+    """Declare ``fn`` a scenario (see the module docstring). Its name is its module's
+    (``name`` only for one made outside ``scenarios/experiments/``: a notebook's, a test's)."""
+    odd = [p for p in params if not isinstance(p, Param)]
+    if odd:
+        raise TypeError(f"scenario(description, *params): a parameter must be a Param, not "
+                        f"{odd[0]!r} (the name comes from the module)")
+
     def wrap(fn: Callable[[Run], None]) -> Scenario:
-        sc = Scenario(name, description, list(params), fn, doc=fn.__doc__ or "")
-        REGISTRY[name] = sc
-        return sc
+        return Scenario(name or plugin_name(fn.__module__), description, list(params), fn,
+                        doc=fn.__doc__ or "")
     return wrap
-
-
-def load_all() -> dict[str, Scenario]:
-    """Import every scenario module (missing optional ones are skipped) and return the registry."""
-    import importlib
-
-    for mod in MODULES:
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod:
-                raise
-    return REGISTRY
-
-
-def get(name: str) -> Scenario:
-    scenarios = load_all()
-    if name not in scenarios:
-        raise ValueError(f"no scenario {name!r}; try one of: {', '.join(scenarios)}")
-    return scenarios[name]
 
 
 # --- helpers ---------------------------------------------------------------------------

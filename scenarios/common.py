@@ -18,6 +18,7 @@ from typing import Any
 from controllers import policies
 from traffic.kernels import FlowSpec
 from traffic.roce import LAB_PMTU
+from vocab.flows import ROCE_PORT
 from vocab.plan import Link, WiringPlan
 
 
@@ -195,6 +196,9 @@ def compare(measured: float | None, ideal: float | None, **extra: Any) -> dict[s
 RANDOM_POLICIES = policies.random_names()
 #: a measured/ideal ratio outside this band gets a finding that says why
 RATIO_BAND = (0.7, 1.3)
+#: QP numbers of hash draw k are shifted by k x this (``shift_qps``, ``qp_base``): every draw
+#: gets its own UDP source ports, far from any other draw's
+DRAW_QP_STRIDE = 1000
 
 
 def shift_qps(flows: list[FlowSpec], offset: int) -> list[FlowSpec]:
@@ -308,7 +312,7 @@ class _Message:
     sport: int
     bytes: int
     start: float
-    dport: int = 4791
+    dport: int = ROCE_PORT
     proto: str = "udp"
 
 

@@ -40,14 +40,13 @@ from collections.abc import Callable
 from typing import Any
 
 from scenarios.common import mean_hops
+from testbed.datapath import choose_datapath
 from traffic.kernels import FlowSpec
-from traffic.roce import LAB_PMTU
+from traffic.roce import DEFAULT_PMTU, LAB_PMTU, Plane
+from traffic.shell.running import RunningLab
 
 REFUSE_BELOW = 1.0
 WARN_BELOW = 2.0
-#: frame bytes on the wire for a full RoCE packet of the replay's 1024 B payload
-#: (Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 + payload 1024 + FCS-free veth)
-FRAME_BYTES = 1082
 CACHE_VERSION = 4
 #: per-sender rates tried by ``calibrate`` (Mb/s), each for TRIAL_S seconds of traffic
 RAMP_MBPS = (5.0, 10.0, 14.0, 20.0, 28.0, 40.0, 56.0, 80.0, 113.0, 160.0)
@@ -103,7 +102,7 @@ def cache_path(pmtu: int = LAB_PMTU) -> str:
 
 def machine_key(pmtu: int = LAB_PMTU) -> dict[str, Any]:
     """What the measured capacity depends on; a change means calibrate again."""
-    datapath = "kernel" if os.path.isdir("/sys/module/openvswitch") else "user"
+    datapath = choose_datapath()
     try:
         ovs = subprocess.run(["ovs-vswitchd", "--version"], capture_output=True, text=True,
                              timeout=5).stdout.splitlines()[0]
@@ -144,7 +143,7 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
         log(f"calibrating this machine's switching capacity at pmtu {pmtu} (once; cached in "
             f"{cache_path(pmtu)}) ...")
         pairs = calibration_pairs(plan)
-        best, trials = ramp(lambda rate: _trial(lab, plan, pairs, rate, log, pmtu=pmtu))
+        best, trials = ramp(lambda rate: paced_trial(lab, plan, pairs, rate, log, pmtu=pmtu))
         if best is None:
             raise calibration_failed(trials, len(pairs))
         capacity = {
@@ -199,15 +198,18 @@ def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = Non
     return best, trials
 
 
-def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
-           log: Callable[[str], None], plane: str | None = None,
-           pmtu: int = 1024) -> dict[str, Any]:
+def paced_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], rate: float,
+                log: Callable[[str], None], plane: Plane | None = None,
+                pmtu: int = DEFAULT_PMTU) -> dict[str, Any]:
     """Every sender paced at ``rate`` for TRIAL_S seconds: was it held?
 
     Held = every byte arrived, within HOLD_SLACK x the paced time counted from the moment
     the last sender actually started (start skew is process start-up, not switching).
     The capacity it stands for is the load offered, in the guard's own units (switch-hop
     packets of full frames at ``pmtu``). ``plane`` and ``pmtu`` are the replay's.
+
+    Public: the capacity benchmark paces its own ramps with it, and it is the seam (the one
+    step that needs a running fabric) a test replaces to check ``calibrate``'s verdicts.
     """
     from traffic.roce import OP_WRITE_MIDDLE, frame_len
     from traffic.shell.replay import replay
@@ -245,7 +247,7 @@ def _trial(lab: Any, plan: Any, pairs: list[tuple[str, str]], rate: float,
 
 
 def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None,
-            pmtu: int = 1024) -> dict[str, Any]:
+            pmtu: int = DEFAULT_PMTU) -> dict[str, Any]:
     """Offered switch-hop packets/s of ``flows`` at their first fluid max-min rates.
 
     ``rate_mbps`` caps every flow (for senders paced below their NIC, e.g. probe streams).
@@ -294,11 +296,11 @@ def verdict(capacity: dict[str, Any], load: dict[str, Any], force: bool = False
             "capacity_measured": capacity.get("measured")}
 
 
-def check(lab: Any, flows: list[FlowSpec], *, force: bool = False,
+def check(lab: RunningLab, flows: list[FlowSpec], *, force: bool = False,
           log: Callable[[str], None] = print, rate_mbps: float | None = None
           ) -> dict[str, Any]:
     """The guard itself (see the module docstring); raises CapacityError when refused."""
-    pmtu = getattr(lab, "pmtu", 1024)
+    pmtu = lab.pmtu
     capacity = load_cached(pmtu)
     if capacity is None:
         raise CapacityError(f"no calibration for this machine at pmtu {pmtu}: call scenarios."

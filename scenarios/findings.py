@@ -11,12 +11,13 @@ none of these applies.
 from __future__ import annotations
 
 from scenarios.fidelity import WARN_BELOW
+from traffic.roce import Plane
 
 #: start skew above this share of the span it is compared with is worth saying
 SKEW_SHARE = 0.1
 
 
-def pace_caveats(*, margin: float | None, plane: str | None = None, lost: int = 0,
+def pace_caveats(*, margin: float | None, plane: Plane | str | None = None, lost: int = 0,
                  start_skew_s: float | None = None, span_s: float | None = None) -> list[str]:
     """What in this run, rather than the fabric, may have set the measured pace (empty when
     nothing did): a thin or missing fidelity margin, the Python traffic plane, lost packets,
@@ -30,7 +31,7 @@ def pace_caveats(*, margin: float | None, plane: str | None = None, lost: int = 
         out.append(f"the fidelity margin was {margin:.2f}x (the guard warns below "
                    f"{WARN_BELOW:g}): this machine's switching was near its limit, so the "
                    "CPU may have set the pace, not the fabric")
-    if plane == "python":
+    if plane == Plane.PYTHON:
         out.append("the Python agents sent the packets (plane python; a sleep per packet), "
                    "and they fall behind their pace under load where the compiled plane "
                    "does not")

@@ -1,13 +1,14 @@
 """The link-failure scenario's arithmetic on what its runs recorded: delivered rates from
-counter samples, recovery time, the bytes left at the cut, the probe's gap, and the flow
-model's ideal and penalty for the same failure.
+counter samples, recovery time, the bytes left at the cut, the probe's gap, the flow
+model's ideal and penalty for the same failure, and their distributions over the draws.
 
 ``_failure_metrics`` turns one failure run's record into the numbers the scenario's
-docstring defines (``scenarios.link_failure``, *Definitions*); the functions it uses are
-unit-tested one by one. ``draws_for`` and ``DRAW_QP_STRIDE`` say how many hash draws a
-mode gets and how they differ, which the runs and the report both need. Everything here is
-pure (plain data, NumPy and the flow model, no fabric), so it is apart from the runs;
-``scenarios.link_failure`` re-exports every public name.
+docstring defines (``scenarios.experiments.link_failure``, *Definitions*); the functions it uses are
+unit-tested one by one. ``draws_for`` says how many hash draws a mode gets (how they
+differ is ``scenarios.common.DRAW_QP_STRIDE``), which the runs and the report both need.
+``aggregate`` takes every run's record to per-run metrics and per mode-and-case
+distributions beside the model's, which ``scenarios.link_failure_report`` writes out.
+Everything here is pure (plain data, NumPy and the flow model, no fabric).
 """
 
 from __future__ import annotations
@@ -20,17 +21,16 @@ from typing import Any
 import numpy as np
 
 from controllers.paths import Hop, PathFinder
-from scenarios.common import RANDOM_POLICIES, wire_flows
+from scenarios.common import RANDOM_POLICIES, distribution, wire_flows
 from testbed.models.flowmodel import model_flows
 from traffic.kernels import FlowSpec
 from vocab.plan import Link, WiringPlan
 
 SMOOTH = 3  # samples averaged, and samples held, for the recovery rule
 TAIL_FRACTION = 0.9  # recovery is searched until this share of the bytes has arrived
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 #: the All-to-All's RDMA WRITE size (a message missing a packet never completes)
 MESSAGE_BYTES = 64 * 1024
+CASES = ("baseline", "lane", "spine")  # each draw's runs: no failure, a lane cut, a spine down
 
 
 def draws_for(mode: str, draws: int) -> int:
@@ -211,3 +211,70 @@ def _failure_metrics(r: dict[str, Any], base: dict[str, Any], plan: WiringPlan,
         "lost_packets": r["summary"]["lost_packets"],
         "delivered": r["summary"]["bytes_received"] / max(1, r["summary"]["bytes_sent"]),
     }
+
+
+def aggregate(params: dict[str, Any], margin: dict[str, float], plan: WiringPlan,
+              flows: list[FlowSpec], fluid: Any, failures: dict[str, list[Link]],
+              results: dict[str, dict[str, Any]]
+              ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Per mode and case: the draws' metrics (``"mode/draw/case"``), and their distributions
+    and the model's beside them (``"mode/case"``). ``margin``: the fidelity guard's margin
+    per mode."""
+    p = params
+    modes = list(p["modes"])
+    nd = int(p["model_draws"])
+    metrics: dict[str, dict[str, Any]] = {}  # "mode/draw/case" -> one run's metrics
+    agg: dict[str, dict[str, Any]] = {}  # "mode/case" -> distributions and ideals
+    for mode in modes:
+        n = draws_for(mode, int(p["draws"]))
+        for k in range(n):
+            base = results[f"{mode}/{k}/baseline"]
+            metrics[f"{mode}/{k}/baseline"] = {
+                "completion_s": base["completion_s"], "penalty": 1.0,
+                "pace": fluid.completion_s / base["completion_s"],
+                "lost_packets": base["summary"]["lost_packets"],
+                "start_skew_s": base["summary"]["start_skew_s"]}
+            for case in ("lane", "spine"):
+                m = _failure_metrics(results[f"{mode}/{k}/{case}"], base, plan, flows, fluid,
+                                     failures[case], float(p["recover_pct"]))
+                metrics[f"{mode}/{k}/{case}"] = {
+                    **m, "completion_s": results[f"{mode}/{k}/{case}"]["completion_s"],
+                    "start_skew_s": results[f"{mode}/{k}/{case}"]["summary"]["start_skew_s"]}
+        base_model = [m.completion_s for m in _model_baselines(plan, flows, mode, nd)]
+        runs = [metrics[f"{mode}/{k}/baseline"] for k in range(n)]
+        agg[f"{mode}/baseline"] = {
+            "mode": mode, "case": "baseline", "draws": n,
+            "completion_s": distribution([r["completion_s"] for r in runs]),
+            "model_s": distribution(base_model),
+            "pace": distribution([r["pace"] for r in runs]),
+            "lost": sum(r["lost_packets"] for r in runs),
+            "start_skew_s": max(r["start_skew_s"] for r in runs), "margin": margin.get(mode),
+            "plane": _plane(results, mode, n, "baseline")}
+        for case in ("lane", "spine"):
+            runs = [metrics[f"{mode}/{k}/{case}"] for k in range(n)]
+            frac = distribution([r["cut_s"] / metrics[f"{mode}/{k}/baseline"]["completion_s"]
+                                 for k, r in enumerate(runs)])["median"]
+            model = model_penalties(plan, flows, mode, failures[case], frac, nd)
+            agg[f"{mode}/{case}"] = {
+                "mode": mode, "case": case, "draws": n, "cut_fraction": frac,
+                **{key: distribution([r[key] for r in runs]) for key in (
+                    "completion_s", "penalty", "ideal_penalty", "recovery_s", "cut_s",
+                    "pre_mbps", "post_ideal_mbps", "dip_mbps", "reroute_ms", "probe_gap_ms",
+                    "cut_action_ms")},
+                "model_penalty": distribution([x["penalty"] for x in model]),
+                "model_s": distribution([x["failed_s"] for x in model]),
+                "recovered": sum(1 for r in runs if r["recovery_s"] is not None),
+                "lost": sum(r["lost_packets"] for r in runs),
+                "start_skew_s": max(r["start_skew_s"] for r in runs),
+                "margin": margin.get(mode), "plane": _plane(results, mode, n, case)}
+    for mode in modes:  # what each failure did to whole messages (no retransmission)
+        for case in ("baseline", "lane", "spine"):
+            rs = [results[f"{mode}/{k}/{case}"] for k in range(agg[f"{mode}/{case}"]["draws"])]
+            agg[f"{mode}/{case}"]["incomplete"] = distribution(
+                [r.get("incomplete_messages", 0) / max(r.get("messages", 0), 1) for r in rs])
+    return metrics, agg
+
+
+def _plane(results: dict[str, dict[str, Any]], mode: str, n: int, case: str) -> str | None:
+    """The traffic plane of a mode's runs of one case (the last draw's)."""
+    return results[f"{mode}/{n - 1}/{case}"]["summary"].get("plane")

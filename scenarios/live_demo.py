@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from scenarios.common import permutation_flows
+from traffic.shell.running import RunningLab
 from vocab.plan import write_json_atomic
 
 #: the modes the demo alternates between, in order
@@ -30,7 +31,7 @@ def progress_record(mode: str, round_no: int, rounds_done: int, elapsed_s: float
             "updated": time.time()}
 
 
-def alternate(lab: Any, progress: str, *, seconds: float = 6.0,
+def alternate(lab: RunningLab, progress: str, *, seconds: float = 6.0,
               stop: threading.Event | None = None, rounds_per_mode: int = 2,
               max_rounds: int | None = None) -> int:
     """Replay rounds on ``lab`` (ECMP ``rounds_per_mode`` times, then planned, and again)

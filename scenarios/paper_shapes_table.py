@@ -5,8 +5,8 @@
 completions, imbalances, hops, costs) into the table's rows and the ``summary.json``
 entries, with the per-row arithmetic (``balls_into_bins``, ``flow_throughput``,
 ``paired_growth``). None of it needs a fabric, which is why it is apart from
-``scenarios.paper_shapes`` (the runs that make the measurements, the plot and the report)
-and unit-tested on its own. ``scenarios.paper_shapes`` re-exports every public name.
+``scenarios.experiments.paper_shapes`` (the runs that make the measurements, the plot and the
+report) and unit-tested on its own.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from scenarios.common import compare, distribution, fmt_distribution
-from scenarios.decode_latency import DEEPEP_SOURCE, DEEPEP_US
-from scenarios.expert_skew import EPLB_README
+from scenarios.experiments.decode_latency import DEEPEP_SOURCE, DEEPEP_US
+from scenarios.experiments.expert_skew import EPLB_README
 
 #: Rows of the table, in order (the keys of ``summary.json``).
 ROWS = ("1", "2a", "2b", "3", "4", "5a", "5b")

@@ -15,14 +15,13 @@ import them from there.
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from testbed import faultkinds
+from testbed.faultkinds import FAULT_KINDS, number
 from testbed.faultkinds.hot_receiver import (
     HOT_PAYLOAD,
     HOT_PORT,
@@ -35,9 +34,10 @@ from testbed.faultkinds.hot_receiver import (
 )
 from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK, SINK_PEER
 from vocab.plan import Link, WiringPlan
+from vocab.plugins import unknown
 
 __all__ = [
-    "CONTROLLER", "DIRECTIONS", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "KINDS",
+    "CONTROLLER", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "KINDS",
     "MAX_HOT_SENDERS", "NUMGEN_MOD", "TARGET_KIND", "WIRE_OVERHEAD", "Fault", "Target",
     "canonical_component", "hot_streams", "incast_bytes", "incast_weights",
     "iptables_loss_commands", "leaf_switches", "link_ends", "link_name", "nft_loss_commands",
@@ -46,11 +46,10 @@ __all__ = [
 ]
 
 #: Every kind (``testbed.faultkinds``: one module each), in listing order.
-_KINDS = faultkinds.available()
+_KINDS = FAULT_KINDS.all()
 KINDS = tuple(_KINDS)
 #: What each kind's ``target`` must name.
 TARGET_KIND = {name: kind.target for name, kind in _KINDS.items()}
-DIRECTIONS = ("ingress", "egress", "both")
 CONTROLLER = "controller"
 
 #: ``numgen random mod NUMGEN_MOD < k``: a probability in steps of one in a million.
@@ -60,9 +59,9 @@ NUMGEN_MOD = 1_000_000
 # ----------------------------------------------------------------------------------------
 # Fault descriptions (plain data) and their names
 # ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Fault:
-    """One fault: what, where, when, and the knobs of its kind.
+    """One fault: what, where, when, and the settings of its kind.
 
     ``target`` uses the wiring plan's names: a link ``a~b`` or ``a~b#k`` (k = which of
     several parallel cables between a and b, in plan order, as ``Lab.set_link``'s
@@ -72,58 +71,39 @@ class Fault:
     lasts ``count * period`` and takes no duration; for ``controller-restart`` the
     duration is the downtime between kill and start (None = 0).
 
-    Kind knobs: ``period``, ``count`` (link-flap); ``fraction`` (link-degrade: new rate
-    = fraction x configured rate); ``probability``, ``direction`` (nic-loss);
-    ``overload``, ``hot_share``, ``senders``, ``seed`` (hot-receiver: offered load as a
-    multiple of the target's NIC rate, share of routing that goes to the hot experts,
-    at most this many sources (0 = all), the workload seed). Every knob is validated
-    whatever the kind, so a typo is caught even where the knob is unused.
+    ``settings`` holds the knobs of the kind, declared by its module (``SETTINGS``:
+    ``period``, ``count`` for link-flap; ``fraction`` for link-degrade; ``probability``,
+    ``direction`` for nic-loss; ``overload``, ``hot_share``, ``senders``, ``seed`` for
+    hot-receiver). Give them as keywords (``Fault("link-degrade", t, fraction=0.25)``);
+    each is checked by its kind, and a knob the kind does not have is refused.
     """
 
     kind: str
     target: str = ""
     at: float = 0.0
     duration: float | None = None
-    period: float = 1.0
-    count: int = 3
-    fraction: float = 0.25
-    probability: float = 0.1
-    direction: str = "both"
-    overload: float = 2.0
-    hot_share: float = 0.5
-    senders: int = 0
-    seed: int = 0
+    settings: Any = None
 
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
-        if TARGET_KIND[self.kind] == CONTROLLER:
-            if self.target not in ("", CONTROLLER):
-                raise ValueError(f"target of {self.kind} must be 'controller' (got "
-                                 f"{self.target!r})")
-            object.__setattr__(self, "target", CONTROLLER)
-        elif not isinstance(self.target, str) or not self.target:
-            raise ValueError(f"target: {self.kind} needs a {TARGET_KIND[self.kind]} name")
-        _number("at", self.at, low=0.0)
-        if self.duration is not None:
-            _number("duration", self.duration, low=0.0)
-        _KINDS[self.kind].validate(self)
-        _number("period", self.period, low=0.0, low_open=True)
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
-            raise ValueError(f"count must be an integer >= 1 (got {self.count!r})")
-        _number("fraction", self.fraction, low=0.0, high=1.0, low_open=True, high_open=True,
-                why="link-degrade sets the rate to fraction x the configured rate")
-        _number("probability", self.probability, low=0.0, high=1.0, low_open=True,
-                why="nic-loss drops each IPv4 frame with this probability")
-        if self.direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)} "
-                             f"(got {self.direction!r})")
-        _number("overload", self.overload, low=0.0, low_open=True)
-        _number("hot_share", self.hot_share, low=0.0, high=1.0, low_open=True, high_open=True)
-        for name in ("senders", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0 (got {value!r})")
+    def __init__(self, kind: str, target: str = "", at: float = 0.0,
+                 duration: float | None = None, settings: Any = None, **knobs: Any) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind: {unknown('fault kind', kind, KINDS)}")
+        spec = _KINDS[kind]
+        if TARGET_KIND[kind] == CONTROLLER:
+            if target not in ("", CONTROLLER):
+                raise ValueError(f"target of {kind} must be 'controller' (got {target!r})")
+            target = CONTROLLER
+        elif not isinstance(target, str) or not target:
+            raise ValueError(f"target: {kind} needs a {TARGET_KIND[kind]} name")
+        number("at", at, low=0.0)
+        if duration is not None:
+            number("duration", duration, low=0.0)
+        if settings is not None:  # another fault's settings, knobs laid over (``replace``)
+            knobs = {**dataclasses.asdict(settings), **knobs}
+        for name, value in (("kind", kind), ("target", target), ("at", at),
+                            ("duration", duration), ("settings", spec.settings(knobs))):
+            object.__setattr__(self, name, value)
+        spec.validate(self)
 
     @property
     def span(self) -> float | None:
@@ -150,34 +130,20 @@ class Fault:
         return self.target
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fault as flat JSON-able data: its fields and its kind's settings."""
+        return {"kind": self.kind, "target": self.target, "at": self.at,
+                "duration": self.duration, **dataclasses.asdict(self.settings)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Fault:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown fault field(s) {', '.join(unknown)}; known: "
+        """A fault from ``to_dict``'s data; a ValueError naming any field it does not know."""
+        knobs = _KINDS[data["kind"]].knobs if data.get("kind") in _KINDS else ()
+        known = {"kind", "target", "at", "duration", *knobs}
+        extra = sorted(set(data) - known)
+        if extra:
+            raise ValueError(f"unknown fault field(s) {', '.join(extra)}; known: "
                              f"{', '.join(sorted(known))}")
         return cls(**data)
-
-
-def _number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-            low_open: bool = False, high_open: bool = False, why: str = "") -> None:
-    """Raise ``ValueError`` naming ``name`` unless ``value`` is a finite number in the range."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        left = "(" if low_open or low is None else "["
-        right = ")" if high_open or high is None else "]"
-        lo = "-inf" if low is None else f"{low:g}"
-        hi = "inf" if high is None else f"{high:g}"
-        rng = f"{left}{lo}, {hi}{right}"
-        raise ValueError(f"{name} must be a number in {rng} (got {value!r})"
-                         + (f": {why}" if why else ""))
 
 
 @dataclass(frozen=True)
@@ -404,13 +370,13 @@ def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int
     kinds = list(KINDS if kinds is None else kinds)
     for k in kinds:
         if k not in KINDS:
-            raise ValueError(f"kinds: unknown kind {k!r}; choose from {', '.join(KINDS)}")
+            raise ValueError(f"kinds: {unknown('fault kind', k, KINDS)}")
     if not kinds:
         raise ValueError("kinds must name at least one kind")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1 (got {n!r})")
-    _number("duration_s", duration_s, low=0.0, low_open=True)
-    _number("min_gap_s", min_gap_s, low=0.0)
+    number("duration_s", duration_s, low=0.0, low_open=True)
+    number("min_gap_s", min_gap_s, low=0.0)
     slot = duration_s / n
     room = slot - min_gap_s
     if not overlap and room < 1.0:

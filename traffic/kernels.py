@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from traffic.workload import PHASES, StepTraffic
+from traffic.workload import Phase, StepTraffic, check_phase
 from vocab.flows import ROCE_PORT, sport_for_qp
 from vocab.plan import WiringPlan
 
@@ -88,7 +88,7 @@ class FlowSpec:
     dscp: int = TRAFFIC_CLASSES["bulk"]
     message_bytes: int = 0
     messages: int = 0
-    phase: str = "dispatch"
+    phase: Phase = Phase.DISPATCH
     kernel: str = ""
 
     def __post_init__(self) -> None:
@@ -110,7 +110,8 @@ class FlowSpec:
     @classmethod
     def make(cls, src: str, dst: str, nbytes: int, qp: int = 0, *,
              message_bytes: int = 1_000_000, start: float = 0.0,
-             traffic_class: str = "bulk", phase: str = "dispatch", kernel: str = "") -> FlowSpec:
+             traffic_class: str = "bulk", phase: Phase = Phase.DISPATCH,
+             kernel: str = "") -> FlowSpec:
         """A flow with its derived fields filled in (sport from the QP, message count, DSCP):
         what a scenario or test writes by hand, without repeating the bookkeeping."""
         mb = min(message_bytes, nbytes) if nbytes else message_bytes
@@ -139,7 +140,7 @@ class NvlinkLeg:
     dst_gpu: int
     bytes: int
     tokens: int = 0  # token copies (or, for flat all-to-all, 0: it moves bytes, not tokens)
-    phase: str = "dispatch"
+    phase: Phase = Phase.DISPATCH
     kernel: str = ""
 
 
@@ -156,11 +157,11 @@ class KernelTraffic:
     def __iter__(self) -> Iterator[Any]:
         return iter((self.flows, self.nvlink_legs))
 
-    def wire_bytes(self, phase: str | None = None) -> int:
+    def wire_bytes(self, phase: Phase | None = None) -> int:
         """Bytes the NICs send (all flows, or one phase's)."""
         return sum(f.bytes for f in self.flows if phase in (None, f.phase))
 
-    def nvlink_bytes(self, phase: str | None = None) -> int:
+    def nvlink_bytes(self, phase: Phase | None = None) -> int:
         """Bytes moved over NVLink (all legs, or one phase's)."""
         return sum(leg.bytes for leg in self.nvlink_legs if phase in (None, leg.phase))
 
@@ -173,7 +174,7 @@ class KernelTraffic:
         out: dict[str, Any] = {"kernel": self.kernel, "flows": len(self.flows),
                                "nvlink_legs": len(self.nvlink_legs)}
         seen = {f.phase for f in self.flows} | set(self.local_bytes)
-        for phase in (p for p in PHASES if p in seen):
+        for phase in (p for p in Phase if p in seen):
             out[phase] = {"wire_bytes": self.wire_bytes(phase),
                           "nvlink_bytes": self.nvlink_bytes(phase),
                           "local_bytes": self.local_bytes.get(phase, 0),
@@ -245,10 +246,9 @@ def cluster_for(step: StepTraffic, plan: WiringPlan | None = None) -> Cluster:
 # --------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------
-def _check(phases: Sequence[str], traffic_class: str, start: float) -> None:
+def _check(phases: Sequence[Phase], traffic_class: str, start: float) -> None:
     for phase in phases:
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {PHASES} (got {phase!r})")
+        check_phase(phase)
     if traffic_class not in TRAFFIC_CLASSES:
         raise ValueError(f"traffic_class must be one of {sorted(TRAFFIC_CLASSES)}")
     if start < 0:
@@ -256,7 +256,7 @@ def _check(phases: Sequence[str], traffic_class: str, start: float) -> None:
 
 
 def _flows(cluster: Cluster, src: np.ndarray, dst: np.ndarray, qp: np.ndarray,
-           nbytes: np.ndarray, msg_bytes: np.ndarray, *, phase: str, kernel: str,
+           nbytes: np.ndarray, msg_bytes: np.ndarray, *, phase: Phase, kernel: str,
            traffic_class: str, start: float) -> list[FlowSpec]:
     """FlowSpecs from parallel arrays (zero-byte entries dropped)."""
     keep = nbytes > 0
@@ -284,7 +284,7 @@ def _split(total: np.ndarray, parts: int) -> tuple[np.ndarray, np.ndarray]:
     return np.broadcast_to(q, amount.shape), amount
 
 
-def _legs(counts: np.ndarray, per_unit: int, phase: str, kernel: str, *, reverse: bool = False,
+def _legs(counts: np.ndarray, per_unit: int, phase: Phase, kernel: str, *, reverse: bool = False,
           tokens: bool = True) -> list[NvlinkLeg]:
     """NvlinkLegs from a ``(servers, gpus, gpus)`` count array (src gpu, dst gpu)."""
     out = []
@@ -301,7 +301,7 @@ def _legs(counts: np.ndarray, per_unit: int, phase: str, kernel: str, *, reverse
 # --------------------------------------------------------------------------------------
 def high_bandwidth(step: StepTraffic, plan: WiringPlan | None = None, *,
                    qps_per_peer: int = 4, message_bytes: int = DEFAULT_MESSAGE_BYTES,
-                   phases: Sequence[str] = PHASES, start: float = 0.0,
+                   phases: Sequence[Phase] = tuple(Phase), start: float = 0.0,
                    traffic_class: str = "bulk") -> KernelTraffic:
     """DeepEP-normal-style hierarchical All-to-All: rail-aligned RDMA + NVLink forwarding.
 
@@ -352,14 +352,14 @@ def high_bandwidth(step: StepTraffic, plan: WiringPlan | None = None, *,
     for phase in phases:
         per_token = step.model.copy_bytes(phase)
         msg_tokens = max(1, message_bytes // per_token)
-        src, dst = (r, peer) if phase == "dispatch" else (peer, r)
+        src, dst = (r, peer) if phase == Phase.DISPATCH else (peer, r)
         q, tok = _split(counts, qps_per_peer)
         src_q, dst_q = (np.repeat(a, qps_per_peer) for a in (src, dst))
         tok = tok.ravel()
         flows += _flows(cluster, src_q, dst_q, dst_q * qps_per_peer + q.ravel(),
                         tok * per_token, np.minimum(tok, msg_tokens) * per_token,
                         phase=phase, kernel=kernel, traffic_class=traffic_class, start=start)
-        nv += _legs(legs, per_token, phase, kernel, reverse=phase == "combine")
+        nv += _legs(legs, per_token, phase, kernel, reverse=phase == Phase.COMBINE)
         local[phase] = paths["local"] * per_token
         accounting[phase] = dict(base)
     return KernelTraffic(kernel, flows, nv, local, accounting)
@@ -369,7 +369,7 @@ def high_bandwidth(step: StepTraffic, plan: WiringPlan | None = None, *,
 # Low-latency (decode)
 # --------------------------------------------------------------------------------------
 def low_latency(step: StepTraffic, plan: WiringPlan | None = None, *,
-                phases: Sequence[str] = PHASES, start: float = 0.0,
+                phases: Sequence[Phase] = tuple(Phase), start: float = 0.0,
                 intra_server: str = "nvlink", qp_per_expert: bool = True,
                 traffic_class: str = "decode") -> KernelTraffic:
     """DeepEP-low-latency-style All-to-All: one message per token copy, straight to the expert.
@@ -406,7 +406,7 @@ def low_latency(step: StepTraffic, plan: WiringPlan | None = None, *,
     local: dict[str, int] = {}
     accounting: dict[str, dict[str, int]] = {}
     for phase in phases:
-        if phase == "dispatch":
+        if phase == Phase.DISPATCH:
             msg = step.model.ll_dispatch_message_bytes
             s_, t_, qp = rn, dn, dn * spg + jn
         else:
@@ -414,7 +414,7 @@ def low_latency(step: StepTraffic, plan: WiringPlan | None = None, *,
             s_, t_, qp = dn, rn, rn * spg + jn
         flows += _flows(cluster, s_, t_, qp, cn * msg, np.full_like(cn, msg), phase=phase,
                         kernel=kernel, traffic_class=traffic_class, start=start)
-        nv += _legs(nvl, msg, phase, kernel, reverse=phase == "combine")
+        nv += _legs(nvl, msg, phase, kernel, reverse=phase == Phase.COMBINE)
         local[phase] = base["local"] * msg
         accounting[phase] = {**base, "message_bytes": msg}
     return KernelTraffic(kernel, flows, nv, local, accounting)
@@ -425,7 +425,7 @@ def low_latency(step: StepTraffic, plan: WiringPlan | None = None, *,
 # --------------------------------------------------------------------------------------
 def flat_all_to_all(step: StepTraffic, plan: WiringPlan | None = None, *,
                     qps_per_peer: int = 2, message_bytes: int = DEFAULT_MESSAGE_BYTES,
-                    phases: Sequence[str] = PHASES, start: float = 0.0,
+                    phases: Sequence[Phase] = tuple(Phase), start: float = 0.0,
                     intra_server: str = "nvlink", traffic_class: str = "bulk") -> KernelTraffic:
     """NCCL-style ``all_to_all`` with equal splits: the same bytes to every GPU.
 
@@ -443,14 +443,14 @@ def flat_all_to_all(step: StepTraffic, plan: WiringPlan | None = None, *,
     cluster = cluster_for(step, plan)
     kernel = "flat_all_to_all"
     G, P = step.gpus, step.gpus_per_server
-    copies = step.copies("dispatch")
+    copies = step.copies(Phase.DISPATCH)
     flows: list[FlowSpec] = []
     nv: list[NvlinkLeg] = []
     local: dict[str, int] = {}
     accounting: dict[str, dict[str, int]] = {}
     rank = np.arange(G)
     for phase in phases:
-        sent = copies.sum(axis=1) if phase == "dispatch" else copies.sum(axis=0)
+        sent = copies.sum(axis=1) if phase == Phase.DISPATCH else copies.sum(axis=0)
         volume = sent.astype(np.int64) * step.model.copy_bytes(phase)
         offset = (rank[None, :] - rank[:, None]) % G  # peer distance, 0 = self
         share = volume[:, None] // G + (((offset - 1) % G) < volume[:, None] % G)

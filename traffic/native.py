@@ -30,6 +30,7 @@ from traffic.roce import (
     ECN_ECT0,
     Endpoints,
     FrameBuilder,
+    Plane,
     ReplaySpec,
     burst_s,
     flow_report,
@@ -140,7 +141,7 @@ def read_sent(path: str, plan: _Plan, start_at: float | None) -> dict[str, Any]:
     flows = [rows[i] for i in range(len(spec.flows))]
     return sender_report(spec, flows, start_at=start_at if start_at is not None
                          else started_ns / 1e9, started_ns=started_ns, finished_ns=finished_ns,
-                         retries=retries, interrupted=bool(interrupted), plane="native",
+                         retries=retries, interrupted=bool(interrupted), plane=Plane.NATIVE,
                          cpu_s=round(cpu_ns / 1e9, 6))
 
 
@@ -175,6 +176,6 @@ def read_received(path: str, port: int) -> dict[str, Any]:
                              meta["malformed"])
     result["kernel_drops"] = {"ring": meta["ring_drops"], "ring_freezes": meta["ring_freezes"]}
     result["feedback"] = meta.get("feedback", {})
-    result["plane"] = "native"
+    result["plane"] = Plane.NATIVE
     result["cpu_s"] = meta.get("cpu_s")
     return result

@@ -53,10 +53,21 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from time import time_ns
 from typing import Any, NamedTuple
 
 from vocab.flows import ENTROPY_MODES, QP_SPORTS, ROCE_PORT, sport_for_qp
+
+
+class Plane(StrEnum):
+    """Which programs put the frames on the wire: both send the same frames and report in
+    the same shape (``sender_report``, ``traffic.rxstate``), so a result names its plane
+    only to say how far its pacing can be trusted."""
+
+    NATIVE = "native"  # the compiled sender/receiver, astral-pktio
+    PYTHON = "python"  # the Python agents, traffic.shell.agent
+
 
 # --- wire constants ----------------------------------------------------------------------------
 OP_WRITE_FIRST = 0x06
@@ -69,6 +80,7 @@ RETH_OPCODES = frozenset({OP_WRITE_FIRST, OP_WRITE_ONLY})
 ACKREQ_OPCODES = frozenset({OP_WRITE_LAST, OP_WRITE_ONLY})
 
 PMTUS = (256, 512, 1024, 2048, 4096)
+#: the RoCE payload bytes per packet when nothing says otherwise (IB MTU 1024)
 DEFAULT_PMTU = 1024
 #: the path MTU a lab on one machine replays at: AI fabrics run 4,096 (every emulated
 #: interface then gets an MTU that carries it; cluster mode keeps what its tunnels carry)
@@ -502,7 +514,7 @@ class ReplaySpec:
     flows: tuple[ReplayFlow, ...] = field(default_factory=tuple)
     overhead_bytes: int = 0
     ecn: bool = True
-    #: how each packet's UDP source port is picked (``controllers.policies.ENTROPY_MODES``),
+    #: how each packet's UDP source port is picked (``vocab.flows.ENTROPY_MODES``),
     #: from a set of ``entropies`` ports per QP; ``flowlet_gap_us``: the flowlet mode's idle
     #: gap; ``plb_rounds``: congested rounds in a row before the plb mode re-draws
     entropy: str = "qp"
@@ -676,7 +688,7 @@ def flow_report(flow: ReplayFlow, builder: FrameBuilder, pmtu: int, starts: list
 
 def sender_report(spec: ReplaySpec, flows: list[dict[str, Any]], *, start_at: float,
                   started_ns: int, finished_ns: int, retries: int, interrupted: bool,
-                  plane: str, cpu_s: float) -> dict[str, Any]:
+                  plane: Plane, cpu_s: float) -> dict[str, Any]:
     """A sender's ``SENT.json``: its per-flow rows and the totals a replay joins on; one
     shape for either traffic plane."""
     starts = [f["start_ns"] for f in flows if f["start_ns"]]

@@ -75,6 +75,7 @@ import heapq
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import cached_property
 from typing import NamedTuple
 
@@ -85,7 +86,15 @@ from traffic.token_routing import _argsmallest as _argsmallest
 from traffic.token_routing import _route_reference as _route_reference
 from traffic.token_routing import route_tokens
 
-PHASES = ("dispatch", "combine")
+
+class Phase(StrEnum):
+    """The two halves of an MoE layer's all-to-all: tokens out to their experts (dispatch)
+    and the experts' results back to the tokens' GPUs (combine)."""
+
+    DISPATCH = "dispatch"
+    COMBINE = "combine"
+
+
 #: Bytes per value of the wire dtypes the kernels use.
 DTYPE_BYTES = {"fp8": 1, "bf16": 2}
 #: DeepEP quantises FP8 per 128 channels with one FP32 scale each (``kNumPerChannels = 128``).
@@ -160,10 +169,10 @@ class ModelPreset:
         """DeepEP low-latency combine slot: the BF16 payload, no header (14,336 at 7168)."""
         return self.combine_bytes
 
-    def copy_bytes(self, phase: str) -> int:
+    def copy_bytes(self, phase: Phase) -> int:
         """Payload bytes of one token copy in ``phase`` (``dispatch`` or ``combine``)."""
-        _check_phase(phase)
-        return self.dispatch_bytes if phase == "dispatch" else self.combine_bytes
+        check_phase(phase)
+        return self.dispatch_bytes if phase == Phase.DISPATCH else self.combine_bytes
 
 
 PRESETS: dict[str, ModelPreset] = {
@@ -539,16 +548,16 @@ class StepTraffic:
         src = np.repeat(np.arange(g, dtype=np.int64), self.dest_gpu[0].size)
         return np.bincount(src * g + self.dest_gpu.ravel(), minlength=g * g).reshape(g, g)
 
-    def copies(self, phase: str = "dispatch") -> np.ndarray:
+    def copies(self, phase: Phase = Phase.DISPATCH) -> np.ndarray:
         """``(gpus, gpus)`` token copies sent src -> dst in ``phase`` (combine = transpose)."""
-        _check_phase(phase)
-        return self._dispatch_copies if phase == "dispatch" else self._dispatch_copies.T
+        check_phase(phase)
+        return self._dispatch_copies if phase == Phase.DISPATCH else self._dispatch_copies.T
 
-    def bytes(self, phase: str = "dispatch") -> np.ndarray:
+    def bytes(self, phase: Phase = Phase.DISPATCH) -> np.ndarray:
         """``(gpus, gpus)`` payload bytes src -> dst in ``phase`` (copies x bytes per copy)."""
         return self.copies(phase) * self.model.copy_bytes(phase)
 
-    def pairs(self, phase: str = "dispatch", *, include_self: bool = False
+    def pairs(self, phase: Phase = Phase.DISPATCH, *, include_self: bool = False
               ) -> Iterator[PairTraffic]:
         """Non-zero (src, dst, copies, bytes) entries of ``phase``, src-major order."""
         c = self.copies(phase)
@@ -579,8 +588,8 @@ class StepTraffic:
             "gpus_per_server": self.gpus_per_server, "tokens_per_gpu": self.tokens_per_gpu,
             "top_k": self.model.top_k, "gating": self.gating.kind, "seed": self.seed,
             "placement": self.placement.policy, "copies": self.total_copies,
-            "dispatch_bytes": int(self.bytes("dispatch").sum()),
-            "combine_bytes": int(self.bytes("combine").sum()),
+            "dispatch_bytes": int(self.bytes(Phase.DISPATCH).sum()),
+            "combine_bytes": int(self.bytes(Phase.COMBINE).sum()),
             "imbalance_before": round(self.imbalance_before, 4),
             "imbalance_after": round(self.imbalance_after, 4),
             "realized_imbalance": round(self.realized_imbalance, 4),
@@ -641,6 +650,8 @@ def _check_groups_on_servers(placement: Placement, groups: int) -> None:
                              "node-limited routing needs experts that split evenly over servers")
 
 
-def _check_phase(phase: str) -> None:
-    if phase not in PHASES:
-        raise ValueError(f"phase must be one of {PHASES} (got {phase!r})")
+def check_phase(phase: str) -> None:
+    """Refuse anything but a ``Phase`` (its value), naming the phases."""
+    if phase not in tuple(Phase):
+        raise ValueError(f"phase must be one of {tuple(p.value for p in Phase)} "
+                         f"(got {phase!r})")

@@ -1,124 +1,128 @@
 """Load-balancing policies, one module each: ``controllers/policies/<name>.py``. Pure.
 
 A policy's name is its module's name with ``_`` written as ``-`` (``ecmp_fluid.py`` is
-``ecmp-fluid``). Every consumer finds policies here (the controller's ``--lb`` and
-``PUT /lb``, ``Lab(lb=...)``, the flow model's ``--lb``, the scenarios' policy lists,
-``astral-lab policies``), so a new policy is a new file and nothing else: copy the
-closest module under a new name and change what it does.
-
-What a module declares (plain module attributes, read by ``Policy``):
-
-``PINS``
-    True: the controller gives each flow it was told about an explicit path, so whoever
-    starts traffic must post the flows first (``POST /traffic``; the replay and iperf
-    runners do it when ``GET /lb`` says ``"pins": true``). False: switches hash.
-``CONTROLLER``
-    True (default): the controller can run it. False: only the flow model knows it (an
-    idealisation such as a fluid split no switch implements).
-``POLLS``
-    True: every poll the controller re-paths flows from measured rates with the shared
-    adaptive options (threshold, hysteresis, hold); its paths depend on history, so a
-    restarted controller restores them instead of recomputing them.
-``RANDOM``
-    True: its paths depend on the ECMP hash seed, so scenarios report it over many draws.
-``place(flows, finder, current)``
-    (when ``PINS``) the path of every flow, given the paths they have now (``current``,
-    still-valid paths only). Called when the mode is set and when a job posts its flows.
-``model(flows, finder, ctx)``
-    the flow model's view: the path of every flow (``ctx.seed``, ``ctx.options``,
-    ``ctx.ecmp()`` = the seed's cached ECMP assignment). ``SPLIT = True`` instead says the
-    flow model splits each flow evenly over every switch's equal-cost ports (no paths).
-    ``SPLIT`` may also be a function ``(flows, finder, ctx) -> bool`` that decides per job
-    (``ctx.options`` then holds the policy's options too); when it says False the flow
-    model asks ``model`` for paths.
-``METHOD``, ``NOTE``
-    how the flow model computes it and what that leaves out, for its report.
-``PUBLISHED``, ``SOURCE``, ``DIFFERS``
-    the shape the policy's source reported, where, and where the lab's version differs
-    and why: the scenarios' reports put each policy beside them.
-``WHATIF``
-    which closed form the flow model's aggregate what-if (64K GPUs) uses: ``"fluid"``,
-    ``"lanes"`` (a collision-free lane colouring), ``"hash"`` (exact lane loads of the
-    hash), or None (not computed there).
-
-Host-side balancing (the switches only hash; the sender changes what they hash):
-
-``ENTROPY``
-    how a sender picks each packet's UDP source port, the entropy RoCEv2 switches hash
-    (``ENTROPY_MODES``): ``"qp"`` (default: one port per QP, what a NIC does unaided),
-    ``"packet"`` (every packet its own value: spraying), ``"flowlet"`` (a new value after
-    an idle gap), ``"plb"`` (a new value after the receiver reported congestion for
-    some rounds in a row).
-``OPTIONS``
-    the policy's options and their defaults (numbers); ``parse("name:key=value")`` sets
-    them, e.g. ``qp-scaling:qps=8``.
-``RULES``
-    each option's rule (``vocab.validate``: finite, in its range, whole where it
-    counts things), which ``parse`` checks; every option in ``OPTIONS`` has one.
-``expand(flows, options)``
-    the flows the host actually opens for ``flows`` (default: the same): QP scaling
-    stripes each flow over several QPs. The replay and the flow model both call it.
+``ecmp-fluid``). Every consumer finds policies in ``POLICIES`` (the controller's ``--lb``
+and ``PUT /lb`` in ``CONTROLLER_MODES``, ``Lab(lb=...)``, the flow model's ``--lb``, the
+scenarios' policy lists, ``astral-lab policies``), so a new policy is a new file and
+nothing else: copy the closest module under a new name and change what it does.
+``PolicyModule`` is what a module declares and implements; consumers read those
+declarations (through ``Policy``), never a policy's name.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from controllers.paths import Path, PathFinder
-from vocab.flows import ENTROPY_MODES, QP_SPORT_BASE, Flow, sport_for_qp
-from vocab.plugins import discover
+from vocab.flows import QP_SPORT_BASE, Flow, sport_for_qp
+from vocab.plugins import Plugin, Plugins
 from vocab.validate import BadValue, Rule
 
 
-@dataclass(frozen=True)
-class Policy:
-    """A policy module, with its declarations defaulted (``options``: set by ``parse``)."""
+class PolicyModule(Protocol):
+    """What a policy module declares (module attributes) and implements (functions).
 
-    name: str
-    module: ModuleType
+    Every member here has a value: a module that leaves one out gets it. ``Policy`` reads
+    them; no consumer asks for a policy by name.
+    """
+
+    PINS: bool = False
+    """True: the controller gives each flow it was told about an explicit path, so whoever
+    starts traffic must post the flows first (``POST /traffic``; the replay and iperf
+    runners do it when ``GET /lb`` says ``"pins": true``). False: switches hash."""
+    CONTROLLER: bool = True
+    """True: the controller can run it. False: only the flow model knows it (an
+    idealisation such as a fluid split no switch implements)."""
+    POLLS: bool = False
+    """True: every poll the controller re-paths flows from measured rates with the shared
+    adaptive options (threshold, hysteresis, hold); its paths depend on history, so a
+    restarted controller restores them instead of recomputing them."""
+    RANDOM: bool = False
+    """True: its paths depend on the ECMP hash seed, so scenarios report it over many draws."""
+    SPLIT: bool | Callable[[list[Flow], PathFinder, ModelContext], bool] = False
+    """True: the flow model splits each flow evenly over every switch's equal-cost ports
+    (no paths). A function ``(flows, finder, ctx) -> bool`` decides per job instead
+    (``ctx.options`` then holds the policy's options too); when it says False the flow
+    model asks ``model`` for paths."""
+    METHOD: str = ""
+    """How the flow model computes it (default: the module's name)."""
+    NOTE: str = ""
+    """What the flow model's method leaves out, for its report."""
+    PUBLISHED: str = ""
+    """The shape the policy's source reported; the scenarios' reports put it beside theirs."""
+    SOURCE: str = ""
+    """Where that was published."""
+    DIFFERS: str = ""
+    """Where the lab's version differs from the published one, and why."""
+    WHATIF: str | None = None
+    """Which closed form the flow model's aggregate what-if (64K GPUs) uses: ``"fluid"``,
+    ``"lanes"`` (a collision-free lane colouring), ``"hash"`` (exact lane loads of the
+    hash), or None (not computed there)."""
+    ENTROPY: str = "qp"
+    """Host-side balancing: how a sender picks each packet's UDP source port, the entropy
+    RoCEv2 switches hash (``vocab.flows.ENTROPY_MODES``): ``"qp"`` (one port per QP, what a NIC does
+    unaided), ``"packet"`` (every packet its own value: spraying), ``"flowlet"`` (a new
+    value after an idle gap), ``"plb"`` (a new value after the receiver reported
+    congestion for some rounds in a row)."""
+    OPTIONS: Mapping[str, float] = {}
+    """The policy's options and their defaults (numbers); ``parse("name:key=value")`` sets
+    them, e.g. ``qp-scaling:qps=8``."""
+    RULES: Mapping[str, Rule] = {}
+    """Each option's rule (``vocab.validate``: finite, in its range, whole where it counts
+    things), which ``parse`` checks; every option in ``OPTIONS`` has one."""
+    place: Callable[[list[Flow], PathFinder, Mapping[Flow, Path]],
+                    Mapping[Flow, Path]] | None = None
+    """(when ``PINS``) ``place(flows, finder, current)``: the path of every flow, given the
+    paths they have now (``current``, still-valid paths only). Called when the mode is set
+    and when a job posts its flows."""
+    model: Callable[[list[Flow], PathFinder, ModelContext], Mapping[Flow, Path]] | None = None
+    """(unless ``SPLIT`` is True) ``model(flows, finder, ctx)``: the flow model's view, the
+    path of every flow (``ctx.seed``, ``ctx.options``, ``ctx.ecmp()`` = the seed's cached
+    ECMP assignment)."""
+    expand: Callable[[Sequence[Any], Mapping[str, float]], Sequence[Any]] | None = None
+    """``expand(flows, options)``: the flows the host actually opens for ``flows`` (left
+    out: the same). QP scaling stripes each flow over several QPs. The replay and the flow
+    model both call it."""
+
+
+@dataclass(frozen=True)
+class Policy(Plugin):
+    """A policy module read against ``PolicyModule`` (``options``: set by ``parse``)."""
+
     options: Mapping[str, float] = field(default_factory=dict)
 
-    def _get(self, attr: str, default: Any) -> Any:
-        return getattr(self.module, attr, default)
-
-    @property
-    def summary(self) -> str:
-        """The first line of the module's docstring."""
-        return (self.module.__doc__ or "").strip().splitlines()[0].rstrip(".") \
-            if self.module.__doc__ else ""
+    CONTRACT = PolicyModule
 
     @property
     def pins(self) -> bool:
-        return bool(self._get("PINS", False))
+        return bool(self.declared("PINS"))
 
     @property
     def controller(self) -> bool:
-        return bool(self._get("CONTROLLER", True))
+        return bool(self.declared("CONTROLLER"))
 
     @property
     def polls(self) -> bool:
-        return bool(self._get("POLLS", False))
+        return bool(self.declared("POLLS"))
 
     @property
     def random(self) -> bool:
-        return bool(self._get("RANDOM", False))
+        return bool(self.declared("RANDOM"))
 
     @property
     def split(self) -> bool:
         """True when the flow model always splits (a ``SPLIT`` rule decides per job: False
         here, see ``split_rule`` and ``splits``)."""
-        rule = self._get("SPLIT", False)
+        rule = self.declared("SPLIT")
         return False if callable(rule) else bool(rule)
 
     @property
     def split_rule(self) -> bool:
         """True when ``SPLIT`` is a function that decides per job whether to split."""
-        return callable(self._get("SPLIT", False))
+        return callable(self.declared("SPLIT"))
 
     def splits(self, flows: list[Flow], finder: PathFinder, ctx: ModelContext) -> bool:
         """Whether the flow model splits ``flows``: ``SPLIT`` itself, or its rule's answer.
@@ -126,7 +130,7 @@ class Policy:
         The rule sees ``ctx`` with the policy's options (defaults, then ``parse``'s) laid
         over ``ctx.options``, since a rule such as flowlet's gap depends on them.
         """
-        rule = self._get("SPLIT", False)
+        rule = self.declared("SPLIT")
         if not callable(rule):
             return bool(rule)
         opts = {**ctx.options, **self.defaults, **self.options}
@@ -135,44 +139,44 @@ class Policy:
 
     @property
     def method(self) -> str:
-        return str(self._get("METHOD", f"controllers.policies.{self.module_name}"))
+        return str(self.declared("METHOD") or f"controllers.policies.{self.module_name}")
 
     @property
     def note(self) -> str:
-        return str(self._get("NOTE", ""))
+        return str(self.declared("NOTE"))
 
     @property
     def published(self) -> str:
         """The shape its source reported (``PUBLISHED``), for the scenarios' reports."""
-        return str(self._get("PUBLISHED", ""))
+        return str(self.declared("PUBLISHED"))
 
     @property
     def source(self) -> str:
         """Where that was published (``SOURCE``)."""
-        return str(self._get("SOURCE", ""))
+        return str(self.declared("SOURCE"))
 
     @property
     def differs(self) -> str:
         """Where the lab's version differs from the published one, and why (``DIFFERS``)."""
-        return str(self._get("DIFFERS", ""))
+        return str(self.declared("DIFFERS"))
 
     @property
     def whatif(self) -> str | None:
-        return self._get("WHATIF", None)
+        return self.declared("WHATIF")
 
     @property
     def entropy(self) -> str:
-        return str(self._get("ENTROPY", "qp"))
+        return str(self.declared("ENTROPY"))
 
     @property
     def defaults(self) -> dict[str, float]:
         """The module's options with their default values."""
-        return dict(self._get("OPTIONS", {}))
+        return dict(self.declared("OPTIONS"))
 
     @property
     def rules(self) -> dict[str, Rule]:
         """Each option's rule (``RULES``)."""
-        return dict(self._get("RULES", {}))
+        return dict(self.declared("RULES"))
 
     def option(self, key: str) -> float:
         """An option's value: set by ``parse``, else the module's default."""
@@ -189,29 +193,31 @@ class Policy:
     def expands(self) -> bool:
         """Whether the hosts open other flows than they are given (the module has
         ``expand``)."""
-        return hasattr(self.module, "expand")
+        return self.hook("expand") is not None
 
     def expand(self, flows: Sequence[Any]) -> list[Any]:
         """The flows the host opens for ``flows`` (``expand`` of the module, if any)."""
-        if not self.expands:
+        fn = self.hook("expand")
+        if fn is None:
             return list(flows)
-        return list(self.module.expand(flows, {**self.defaults, **self.options}))
-
-    @property
-    def module_name(self) -> str:
-        return self.module.__name__.rpartition(".")[2]
+        return list(fn(flows, {**self.defaults, **self.options}))
 
     def place(self, flows: list[Flow], finder: PathFinder,
               current: Mapping[Flow, Path]) -> dict[Flow, Path]:
         """The controller's paths for ``flows`` (only for a policy that pins)."""
-        if not self.pins:
+        fn = self.hook("place")
+        if not self.pins or fn is None:
             return {}
-        return dict(self.module.place(flows, finder, current))
+        return dict(fn(flows, finder, current))
 
     def model(self, flows: list[Flow], finder: PathFinder, ctx: ModelContext
               ) -> dict[Flow, Path]:
         """The flow model's paths for ``flows`` (not for a split policy)."""
-        return dict(self.module.model(flows, finder, ctx))
+        fn = self.hook("model")
+        if fn is None:
+            raise ValueError(f"policy {self.name} has no model(flows, finder, ctx) and does "
+                             "not SPLIT: the flow model cannot route it")
+        return dict(fn(flows, finder, ctx))
 
 
 class ModelContext:
@@ -234,37 +240,11 @@ class ModelContext:
         return self._cache[self.seed]
 
 
-#: the order policies are listed and compared in: these first, then the rest by name
-_FIRST = ("ecmp", "ecmp-fluid", "planned", "adaptive")
-
-
-@cache
-def _all() -> dict[str, Policy]:
-    return {n: Policy(n, m) for n, m in discover(__name__, __path__, _FIRST).items()}
-
-
-__all__ = ["ENTROPY_MODES", "ModelContext", "Policy", "available", "base_rtt_s", "get", "names",
-           "parse", "random_names", "stripe", "table"]
-
-
-def available(controller: bool | None = None) -> dict[str, Policy]:
-    """Every policy (``controller=True``: those the controller runs; False: model-only)."""
-    return {n: p for n, p in _all().items() if controller is None or p.controller == controller}
-
-
-def names(controller: bool | None = None) -> tuple[str, ...]:
-    """Policy names, in listing order (``controller`` as for ``available``)."""
-    return tuple(available(controller))
-
-
-def get(name: str, controller: bool = False) -> Policy:
-    """The policy called ``name``; a ValueError naming the known ones otherwise
-    (``controller=True``: only policies the controller runs)."""
-    pols = available(True if controller else None)
-    if name not in pols:
-        what = "controller mode" if controller else "policy"
-        raise ValueError(f"unknown {what} {name!r}; choose from {', '.join(pols)}")
-    return pols[name]
+#: Every policy, in listing order: these first, then the rest by name.
+POLICIES: Plugins[Policy] = Plugins("policy", __name__, Policy,
+                                    first=("ecmp", "ecmp-fluid", "planned", "adaptive"))
+#: The policies the controller runs (``CONTROLLER``): its modes.
+CONTROLLER_MODES: Plugins[Policy] = POLICIES.where("controller mode", lambda p: p.controller)
 
 
 def parse(spec: str, controller: bool = False) -> Policy:
@@ -275,7 +255,7 @@ def parse(spec: str, controller: bool = False) -> Policy:
     would make the model or a sender churn is refused here, before any work.
     """
     name, *pairs = spec.strip().split(":")
-    pol = get(name, controller)
+    pol = (CONTROLLER_MODES if controller else POLICIES).get(name)
     opts: dict[str, float] = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
@@ -330,7 +310,7 @@ def stripe(flows: Sequence[Any], n: int) -> list[Any]:
 
 def random_names(policies: Iterable[str] | None = None) -> tuple[str, ...]:
     """The policies (of ``policies``, default all) whose paths depend on a hash draw."""
-    pols = available()
+    pols = POLICIES.all()
     return tuple(n for n in (pols if policies is None else policies)
                  if n in pols and pols[n].random)
 
@@ -338,7 +318,7 @@ def random_names(policies: Iterable[str] | None = None) -> tuple[str, ...]:
 def table() -> list[dict[str, Any]]:
     """One row per policy for ``astral-lab policies``: name, where it runs, what it does."""
     rows = []
-    for p in available().values():
+    for p in POLICIES.all().values():
         where = ["model"] + (["controller"] if p.controller else [])
         traits = [t for t, on in (("pins flows", p.pins), ("polls counters", p.polls),
                                   ("hash-dependent", p.random), ("fluid split", p.split),

@@ -43,15 +43,16 @@ from os_ken.controller.handler import (
 )
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
-from controllers.fabric import FabricLogic
+from controllers.fabric import DEFAULT_MODE, POLL_INTERVAL_S, FabricLogic
 from controllers.flowtable import (
     COOKIE_PIN,
+    DEFAULT_SELECT_METHOD,
     Entry,
     entry_from_stats,
     pin_match,
     stat_counter,
 )
-from controllers.shell.ofmsgs import DEFAULT_SELECT_METHOD, messages
+from controllers.shell.ofmsgs import messages
 from vocab.flows import Flow, parse_flows
 from vocab.plan import WiringPlan, write_json_atomic
 
@@ -59,8 +60,9 @@ LOG = logging.getLogger("astral.controller")
 
 #: Set by ``controllers.shell.run.serve`` before os-ken instantiates the app (os-ken builds
 #: apps itself).
-SETTINGS: dict[str, Any] = {"plan": None, "select_method": DEFAULT_SELECT_METHOD, "lb": "ecmp",
-                            "poll_interval": 1.0, "state_path": None, "adaptive": {}}
+SETTINGS: dict[str, Any] = {"plan": None, "select_method": DEFAULT_SELECT_METHOD,
+                            "lb": DEFAULT_MODE,
+                            "poll_interval": POLL_INTERVAL_S, "state_path": None, "adaptive": {}}
 
 READBACK_TIMEOUT = 10.0  # seconds to wait for a switch's flow/group read-back
 
@@ -86,10 +88,10 @@ class AstralController(app_manager.OSKenApp):
             raise RuntimeError("controllers.shell.app.SETTINGS['plan'] must be set before start")
         self.plan: WiringPlan = plan
         self.method = SETTINGS.get("select_method") or DEFAULT_SELECT_METHOD
-        self.poll_interval = float(SETTINGS.get("poll_interval") or 1.0)
+        self.poll_interval = float(SETTINGS.get("poll_interval") or POLL_INTERVAL_S)
         self.state_path: str | None = SETTINGS.get("state_path")
         self.lock = threading.RLock()
-        self.logic = FabricLogic(plan, SETTINGS.get("lb") or "ecmp", SETTINGS.get("adaptive"))
+        self.logic = FabricLogic(plan, SETTINGS.get("lb") or DEFAULT_MODE, SETTINGS.get("adaptive"))
         self.started = time.time()
         self.expected = {int(s.dpid, 16): s.name for s in plan.switches if s.dpid}
         self.dps: dict[str, Any] = {}  # name -> datapath (connected)

@@ -22,13 +22,12 @@ import urllib.request
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from controllers.shell.rest import MAX_BODY_BYTES, dump_json
+from controllers.shell.rest import DEFAULT_REST_PORT, MAX_BODY_BYTES, dump_json
 
 if TYPE_CHECKING:
     from vocab.flows import Flow
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
 
 
 class ControllerError(Exception):
@@ -66,7 +65,7 @@ class NotConvergedError(TimeoutError):
 class ControllerClient:
     """Blocking client of one controller's JSON API; cheap to create, safe to share."""
 
-    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+    def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_REST_PORT,
                  timeout: float = 10.0) -> None:
         self.host = host
         self.port = int(port)

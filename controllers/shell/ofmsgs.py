@@ -42,10 +42,12 @@ from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_5
 
 from controllers.flowtable import (
     COOKIE_ROUTE,
+    DEFAULT_SELECT_METHOD,
     ETH_ARP,
     ETH_IPV4,
     FF_GROUP_BASE,
     OFPGC_ADD_OR_MOD,
+    SELECT_METHODS,
     Changes,
     Entry,
     build_table,
@@ -77,9 +79,6 @@ def protocol(version: int) -> ofproto_protocol.ProtocolDesc:
     return ofproto_protocol.ProtocolDesc(version)
 
 
-#: The select method every ECMP group uses on OpenFlow 1.5 (see the module docstring).
-SELECT_METHODS = ("dp_hash", "hash")
-DEFAULT_SELECT_METHOD = "dp_hash"
 
 
 def selection_method_property(parser: Any, method: str = DEFAULT_SELECT_METHOD,

@@ -29,6 +29,8 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 LOG = logging.getLogger("astral.rest")
+#: the JSON API's port when nothing says otherwise (the controller's and its clients')
+DEFAULT_REST_PORT = 8080
 
 #: Largest request body read. A 130K-flow ``POST /traffic`` (256-GPU all-to-all, 2 QPs per pair)
 #: is about 12 MiB of compact JSON (the client sends it compact); much larger is a mistake.
@@ -485,7 +487,7 @@ class RestHandler(BaseHTTPRequestHandler):
 
 
 def make_server(api_ref: dict[str, Any], host: str = "127.0.0.1",
-                port: int = 8080) -> ThreadingHTTPServer:
+                port: int = DEFAULT_REST_PORT) -> ThreadingHTTPServer:
     """Bind the JSON API (``port=0`` picks a free port; see ``server.server_address``).
 
     ``api_ref`` is read on every request, so the server can start before the os-ken app

@@ -24,13 +24,15 @@ from controllers.shell.rest import make_server
 from vocab.plan import WiringPlan
 
 DEFAULT_OF_PORT = 6653
-DEFAULT_REST_PORT = 8080
 
 
-def _can_listen(host: str, port: int) -> str:
+def can_listen(host: str, port: int) -> str:
     """Why the OpenFlow listener could not bind ``host:port``, or "". os-ken binds in a
     thread of its own and, when that fails, logs it and serves nothing while the process
-    runs on; binding once here first (as it will: SO_REUSEADDR) turns that into an error."""
+    runs on; binding once here first (as it will: SO_REUSEADDR) turns that into an error.
+
+    Public as a seam: the one place ``serve`` touches the network before os-ken starts, so a
+    test can start the controller's setup without binding a port."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
@@ -68,7 +70,7 @@ def serve(args: Any) -> int:
     except ValueError as exc:
         print(f"astral-lab controller: error: {exc}", file=sys.stderr)
         return 2
-    why = _can_listen(args.of_host, args.of_port)
+    why = can_listen(args.of_host, args.of_port)
     if why:
         print(f"astral-lab controller: error: --of-port {args.of_port}: cannot listen on "
               f"{args.of_host}:{args.of_port} ({why})", file=sys.stderr)

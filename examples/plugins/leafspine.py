@@ -10,7 +10,7 @@ ports (``lanes_per_uplink`` lanes, cabled whole) go round-robin to the spines.
 
 from __future__ import annotations
 
-from testbed.topologies._base import (
+from testbed.fabricspec import (
     Builder,
     CostSpec,
     Fabric,

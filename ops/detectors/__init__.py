@@ -1,14 +1,16 @@
 """Detectors: time series in, alerts out. Pure: no sockets, no clock, no Mininet.
 
-Each detector is a module here, ``ops/detectors/<name>.py``, whose ``detect(hist, topo) ->
-list[Finding]`` looks at the recent history (``ops.telemetry.History``) and says which
-conditions hold *now*; its rule and thresholds are in its docstring and module constants,
-so a reader can check both against ``docs/operations.md``. A new detector is a new file
-(its name is the module's, ``_`` written ``-``); ``ops-eval`` scores it with no other change.
-``Engine`` runs them all after every poll and turns findings into ``Alert`` s: one alert
-per (detector, component) while the condition lasts (deduplicated), with the time the
-condition was first seen, and cleared once the condition has been absent for
-``CLEAR_POLLS`` polls.
+Each detector is a module here, ``ops/detectors/<name>.py`` (``DetectorModule``), whose
+``detect(hist, topo)`` looks at the recent history (``ops.telemetry.History``) and says
+which conditions hold *now*; its rule and thresholds are in its docstring and module
+constants, so a reader can check both against ``docs/operations.md``, and its ``ALERTS``
+say what each alert it raises means to an operator (``AlertKind``: how much it says about
+*where* the fault is, and the advice that goes with it; the diagnosis agent reads them).
+A new detector is a new file (its name is the module's, ``_`` written ``-``): ``Engine``,
+the agent and ``ops-eval`` take it with no other change. ``Engine`` runs them all after
+every poll and turns findings into ``Alert`` s: one alert per (detector, component) while
+the condition lasts (deduplicated), with the time the condition was first seen, and
+cleared once the condition has been absent for ``CLEAR_POLLS`` polls.
 
 Thresholds leave margin over clean runs (measured numbers in ``docs/operations.md``): on
 a shared machine rates jitter between polls, so no rule fires on one sample of a rate,
@@ -18,64 +20,198 @@ only on a queue that holds, a count, or several polls in a row.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
-from functools import cache
-from types import ModuleType
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from ops.detectors._base import SEVERITIES, Alert, Finding, Topo, _rounded, _run_start
-from ops.detectors.controller_down import CONTROLLER_POLLS
-from ops.detectors.controller_down import detect as detect_controller
-from ops.detectors.degraded import DEGRADED_BACKLOG_S, DEGRADED_POLLS, DEGRADED_RATE_RATIO
-from ops.detectors.degraded import detect as detect_degraded
-from ops.detectors.ecmp_imbalance import ECMP_MIN_UTIL, ECMP_POLLS, ECMP_RATIO
-from ops.detectors.ecmp_imbalance import detect as detect_ecmp_imbalance
-from ops.detectors.flapping import FLAP_MIN_CHANGES, FLAP_WINDOW_S
-from ops.detectors.flapping import detect as detect_flapping
-from ops.detectors.hot_receiver import INCAST_BACKLOG_S, INCAST_POLLS, INCAST_RATE_RATIO
-from ops.detectors.hot_receiver import detect as detect_hot_receiver
-from ops.detectors.job_slow import BASELINE_POLLS, JOB_MIN_MBPS, JOB_POLLS, JOB_RATIO, job_rate
-from ops.detectors.job_slow import detect as detect_job_slow
-from ops.detectors.link_down import LINK_DOWN_POLLS
-from ops.detectors.link_down import detect as detect_link_down
-from ops.detectors.loss import LOSS_MIN_PPS, LOSS_POLLS, LOSS_RATIO, STALL_RATIO
-from ops.detectors.loss import detect as detect_loss
-from ops.telemetry import History
+from ops.telemetry import History, link_components
 from vocab.plan import WiringPlan
-from vocab.plugins import discover
+from vocab.plugins import Plugin, Plugins
 
+SEVERITIES = ("info", "warning", "critical")
 #: an alert is cleared after its condition has been absent for this many polls.
 CLEAR_POLLS = 2
+#: the job's baseline: the median of its first BASELINE_POLLS polls with traffic (or a
+#: baseline run's) ...
+BASELINE_POLLS = 10
+#: ... counting only polls where it receives at least this many Mb/s (below: idle).
+JOB_MIN_MBPS = 1.0
 
 
-#: the order detectors run in (and alerts of one poll are raised in): these, then the rest
-_FIRST = ("link-down", "flapping", "degraded", "loss", "ecmp-imbalance", "hot-receiver",
-          "controller-down", "job-slow")
+@dataclass
+class Topo:
+    """What detectors need from the wiring plan: rates, ends, which uplinks are siblings."""
+
+    links: dict[str, Any]  # component -> vocab.plan.Link
+    hosts: set[str]
+    switch_links: dict[str, list[str]]  # switch -> its link components
+    uplinks: dict[str, list[str]]  # leaf -> its uplink lane components (ECMP siblings)
+    nic_link: dict[str, str]  # host -> its NIC link component
+
+    @classmethod
+    def from_plan(cls, plan: WiringPlan) -> Topo:
+        links = link_components(plan)
+        hosts = {h.name for h in plan.hosts}
+        switch_links: dict[str, list[str]] = {s.name: [] for s in plan.switches}
+        uplinks: dict[str, list[str]] = {}
+        nic_link = {}
+        for comp, ln in links.items():
+            for end in (ln.a, ln.b):
+                if end in switch_links:
+                    switch_links[end].append(comp)
+            if ln.a in hosts:
+                nic_link[ln.a] = comp
+            elif ln.kind in ("lane", "uplink"):
+                uplinks.setdefault(ln.a, []).append(comp)
+        return cls(links, hosts, switch_links, uplinks, nic_link)
+
+    def mbps(self, comp: str) -> float:
+        return float(self.links[comp].mbps)
 
 
-@cache
-def modules() -> dict[str, ModuleType]:
-    """Every detector module, by name (module name with ``_`` written ``-``)."""
-    return discover(__name__, __path__, _FIRST)
+@dataclass
+class Finding:
+    """A condition that holds at the latest poll."""
+
+    detector: str
+    component: str
+    severity: str
+    summary: str
+    evidence: dict[str, Any]
+    since: float  # time of the first poll of the current run of bad polls
 
 
-def _detectors() -> dict[str, Callable[[History, Topo], list[Finding]]]:
-    return {n: m.detect for n, m in modules().items() if not getattr(m, "BASELINE", False)}
+@dataclass
+class Alert:
+    """A deduplicated finding over time: opened, refreshed while it holds, cleared after."""
+
+    detector: str
+    component: str
+    severity: str
+    summary: str
+    evidence: dict[str, Any]
+    first_seen: float
+    last_seen: float
+    cleared: float | None = None
+    opened: float | None = None  # poll time at which the alert was raised (detection time)
+    id: int | None = None
+    absent: int = field(default=0, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "detector": self.detector, "severity": self.severity,
+                "component": self.component, "summary": self.summary,
+                "evidence": self.evidence, "first_seen": self.first_seen,
+                "last_seen": self.last_seen, "cleared": self.cleared, "opened": self.opened}
 
 
-#: name -> detect function of every detector that needs only the history and the plan
-DETECTORS: dict[str, Callable[[History, Topo], list[Finding]]] = _detectors()
+@dataclass(frozen=True)
+class AlertKind:
+    """What one kind of alert means to whoever acts on it, declared by its detector.
 
-__all__ = [
-    "SEVERITIES", "Alert", "Finding", "Topo", "Engine", "DETECTORS", "CLEAR_POLLS", "modules",
-    "job_rate", "_rounded", "_run_start",
-    "detect_controller", "detect_degraded", "detect_ecmp_imbalance", "detect_flapping",
-    "detect_hot_receiver", "detect_job_slow", "detect_link_down", "detect_loss",
-    "CONTROLLER_POLLS", "DEGRADED_BACKLOG_S", "DEGRADED_POLLS", "DEGRADED_RATE_RATIO",
-    "ECMP_MIN_UTIL", "ECMP_POLLS", "ECMP_RATIO", "FLAP_MIN_CHANGES", "FLAP_WINDOW_S",
-    "INCAST_BACKLOG_S", "INCAST_POLLS", "INCAST_RATE_RATIO", "BASELINE_POLLS", "JOB_MIN_MBPS",
-    "JOB_POLLS", "JOB_RATIO", "LINK_DOWN_POLLS", "LOSS_MIN_PPS", "LOSS_POLLS", "LOSS_RATIO",
-    "STALL_RATIO",
-]
+    ``weight`` is how much the alert says about *where* the fault is (the agent ranks
+    suspects by it, 0-100: a dead switch says it all, an uneven spread little); None
+    says *that* the job suffers, not where (the agent notes it, ``ops-eval`` times the
+    other alerts' lead against it). ``advice`` is the next action, with ``{component}``
+    and ``{summary}`` filled in from the alert.
+    """
+
+    weight: float | None
+    advice: str
+
+    @property
+    def symptom(self) -> bool:
+        """True for an alert that names no component (the job suffers)."""
+        return self.weight is None
+
+    def action(self, component: str, summary: str = "") -> str:
+        return self.advice.format(component=component, summary=summary)
+
+
+class DetectorModule(Protocol):
+    """What a detector module declares and implements; ``Detector`` reads it."""
+
+    ALERTS: Mapping[str, AlertKind]
+    """Every alert it raises, by the name its findings carry (its own name, from
+    ``vocab.plugins.plugin_name(__name__)``, so a copy raises its own; a detector may raise
+    others too, as link-down raises switch-down)."""
+    BASELINE: bool = False
+    """True: ``detect`` compares the job with itself and takes a third argument, the job's
+    baseline rate (``Engine`` learns it), and ``topo`` holds only the job's hosts."""
+
+    def detect(self, hist: History, topo: Topo) -> list[Finding]:
+        """Which conditions hold at the latest poll of ``hist``, one finding each."""
+
+
+@dataclass(frozen=True)
+class Detector(Plugin):
+    """A detector module read against ``DetectorModule``."""
+
+    CONTRACT = DetectorModule
+
+    @property
+    def alerts(self) -> dict[str, AlertKind]:
+        return dict(self.declared("ALERTS"))
+
+    @property
+    def baseline(self) -> bool:
+        return bool(self.declared("BASELINE"))
+
+    def detect(self, hist: History, topo: Topo, baseline: float | None = None
+               ) -> list[Finding]:
+        """The module's findings; ValueError for one that names an alert it does not
+        declare (its advice would be missing)."""
+        found = self.module.detect(hist, topo, baseline) if self.baseline else \
+            self.module.detect(hist, topo)
+        declared = self.alerts
+        for f in found:
+            if f.detector not in declared:
+                raise ValueError(f"detector {self.name} raised {f.detector!r}, which its "
+                                 f"ALERTS do not declare ({', '.join(declared)})")
+        return found
+
+
+#: Every detector, in the order they run (and alerts of one poll are raised in): these,
+#: then the rest by name.
+DETECTORS: Plugins[Detector] = Plugins(
+    "detector", __name__, Detector,
+    first=("link-down", "flapping", "degraded", "loss", "ecmp-imbalance", "hot-receiver",
+           "controller-down", "job-slow"))
+
+
+def alert_kind(name: str) -> AlertKind | None:
+    """The declaration of alert ``name`` by whichever detector raises it (None: no
+    detector here declares it, e.g. an alert kept by an older run)."""
+    for det in DETECTORS.all().values():
+        kind = det.alerts.get(name)
+        if kind is not None:
+            return kind
+    return None
+
+
+# --- what detectors share --------------------------------------------------------------------
+def run_start(times: list[float], ok: list[bool]) -> tuple[int, float | None]:
+    """Length of the run of True at the end of ``ok`` and the time it began."""
+    n = 0
+    for flag in reversed(ok):
+        if not flag:
+            break
+        n += 1
+    return n, (times[-n] if n else None)
+
+
+def rounded(values: list[float | None], digits: int = 2) -> list[float | None]:
+    """Values rounded for an alert's evidence (None stays None)."""
+    return [None if v is None else round(v, digits) for v in values]
+
+
+def job_rate(hist: History, hosts: set[str]) -> list[float | None]:
+    """The job's received rate per poll: sum of its hosts' NIC ``rx_mbps``."""
+    cols = [hist.values(h, "rx_mbps") for h in sorted(hosts)]
+    out: list[float | None] = []
+    for i in range(len(hist.times)):
+        vals = [c[i] for c in cols if c[i] is not None]
+        out.append(sum(vals) if vals else None)
+    return out
 
 
 class Engine:
@@ -110,11 +246,9 @@ class Engine:
 
     def findings(self, hist: History) -> list[Finding]:
         out = []
-        for mod in modules().values():  # the ones that compare with a baseline: job hosts
-            if getattr(mod, "BASELINE", False):
-                out.extend(mod.detect(hist, self.job_topo, self.baseline))
-            else:
-                out.extend(mod.detect(hist, self.topo))
+        for det in DETECTORS.all().values():  # the ones that compare with a baseline: job hosts
+            out.extend(det.detect(hist, self.job_topo, self.baseline) if det.baseline
+                       else det.detect(hist, self.topo))
         return out
 
     def step(self, hist: History) -> list[Alert]:

@@ -7,8 +7,14 @@ its thresholds are the constants below.
 
 from __future__ import annotations
 
-from ops.detectors._base import Finding, Topo, _rounded, _run_start
+from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import CONTROLLER, History
+from vocab.plugins import plugin_name
+
+#: the name its alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+ALERTS = {NAME: AlertKind(85, "restart the controller (switches keep forwarding on their "
+                               "last tables; no failover to new faults until it is back)")}
 
 #: controller: the REST API did not answer in this many polls in a row.
 CONTROLLER_POLLS = 2
@@ -18,10 +24,10 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     """Controller unreachable: its REST API did not answer CONTROLLER_POLLS polls in a row
     (one miss can be a busy machine; two is a dead or hung controller)."""
     vals = hist.values(CONTROLLER, "up")
-    n, since = _run_start(list(hist.times), [v == 0.0 for v in vals])
+    n, since = run_start(list(hist.times), [v == 0.0 for v in vals])
     if n >= CONTROLLER_POLLS:
-        return [Finding("controller-down", CONTROLLER, "critical",
+        return [Finding(NAME, CONTROLLER, "critical",
                         f"controller not answering for {n} polls",
-                        {"up": _rounded(vals[-n - 2:])}, since)]  # type: ignore[arg-type]
+                        {"up": rounded(vals[-n - 2:])}, since)]  # type: ignore[arg-type]
     return []
 

@@ -7,8 +7,14 @@ its thresholds are the constants below.
 
 from __future__ import annotations
 
-from ops.detectors._base import Finding, Topo, _rounded, _run_start
+from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
+from vocab.plugins import plugin_name
+
+#: the name its alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+ALERTS = {NAME: AlertKind(75, "drain lane {component} (take it down: ECMP moves its flows "
+                               "to the other lanes) and replace its optic; {summary}")}
 
 #: degraded: the egress queue holds at least this many seconds of the configured rate ...
 DEGRADED_BACKLOG_S = 0.05
@@ -37,16 +43,16 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
             mbps = hist.values(comp, f"mbps_{d}")
             ok = [b is not None and m is not None and b >= min_backlog
                   and m < DEGRADED_RATE_RATIO * rate for b, m in zip(back, mbps, strict=True)]
-            n, since = _run_start(times, ok)
+            n, since = run_start(times, ok)
             if n >= DEGRADED_POLLS:
                 cur = mbps[-1] or 0.0
                 out.append(Finding(
-                    "degraded", comp, "warning",
+                    NAME, comp, "warning",
                     f"link {comp} ({d[0]}->{d[1]}) degraded: {cur:.1f} of {rate:g} Mb/s "
                     f"({100 * cur / rate:.0f}%) with {back[-1] / 1e3:.0f} kB queued "
                     f"for {n} polls",
-                    {f"mbps_{d}": _rounded(mbps[-n - 2:]),
-                     f"backlog_{d}": _rounded(back[-n - 2:], 0),
+                    {f"mbps_{d}": rounded(mbps[-n - 2:]),
+                     f"backlog_{d}": rounded(back[-n - 2:], 0),
                      "configured_mbps": rate, "polls": n}, since))  # type: ignore[arg-type]
                 break
     return out

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import statistics
 
-from ops.detectors._base import Finding, Topo, _rounded, _run_start
+from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
+from vocab.plugins import plugin_name
+
+#: the name its alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+ALERTS = {NAME: AlertKind(40, "switch load balancing to planned/adaptive (PUT /lb) or "
+                               "add entropy (more QPs); {component} carries far more than its "
+                               "siblings")}
 
 #: ECMP imbalance: one uplink of a leaf carries more than this multiple of the median of
 #: its sibling uplinks ...
@@ -46,12 +53,12 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
                    and live[top] > ECMP_RATIO * max(med, 1e-3))  # type: ignore[operator]
             hot_at.append(top if hot else None)
         last = hot_at[-1] if hot_at else None
-        n, since = _run_start(times, [h is not None and h == last for h in hot_at])
+        n, since = run_start(times, [h is not None and h == last for h in hot_at])
         if last is not None and n >= ECMP_POLLS:
-            out.append(Finding("ecmp-imbalance", last, "warning",
+            out.append(Finding(NAME, last, "warning",
                                f"ECMP imbalance at {leaf}: {last} carries "
                                f"{series[last][-1]:.1f} Mb/s, siblings' median far lower",
-                               {c: _rounded(series[c][-3:]) for c in comps},
+                               {c: rounded(series[c][-3:]) for c in comps},
                                since))  # type: ignore[arg-type]
     return out
 

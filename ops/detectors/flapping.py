@@ -7,8 +7,14 @@ its thresholds are the constants below.
 
 from __future__ import annotations
 
-from ops.detectors._base import Finding, Topo
+from ops.detectors import AlertKind, Finding, Topo
 from ops.telemetry import History
+from vocab.plugins import plugin_name
+
+#: the name its alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+ALERTS = {NAME: AlertKind(80, "drain {component} (take it down so ECMP stops using it) "
+                               "before it fails for good, then reseat/replace the optic")}
 
 #: flapping: at least this many carrier transitions (both ends counted once) ...
 FLAP_MIN_CHANGES = 3
@@ -33,7 +39,7 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
         window = [(t, v) for t, v in zip(times, vals, strict=True) if t > start and v]
         total = sum(v for _, v in window)
         if total >= FLAP_MIN_CHANGES:
-            out.append(Finding("flapping", comp, "warning",
+            out.append(Finding(NAME, comp, "warning",
                                f"link {comp} flapping: {total:g} carrier changes in "
                                f"{FLAP_WINDOW_S:g} s",
                                {"carrier_changes": [(round(t, 2), v) for t, v in window]},

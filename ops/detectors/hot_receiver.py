@@ -7,8 +7,15 @@ its thresholds are the constants below.
 
 from __future__ import annotations
 
-from ops.detectors._base import Finding, Topo, _rounded, _run_start
+from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
+from vocab.plugins import plugin_name
+
+#: the name its alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+ALERTS = {NAME: AlertKind(60, "rebalance experts away from {component} (EPLB replicas) "
+                               "or pace its senders; the fabric is fine, the receiver is "
+                               "oversubscribed")}
 
 #: hot receiver: the queue towards a NIC holds at least this many seconds of its rate ...
 INCAST_BACKLOG_S = 0.05
@@ -33,13 +40,13 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
         mbps = hist.values(comp, "mbps_ba")
         ok = [b is not None and m is not None and b >= INCAST_BACKLOG_S * rate * 1e6 / 8
               and m >= INCAST_RATE_RATIO * rate for b, m in zip(back, mbps, strict=True)]
-        n, since = _run_start(times, ok)
+        n, since = run_start(times, ok)
         if n >= INCAST_POLLS:
-            out.append(Finding("hot-receiver", host, "warning",
+            out.append(Finding(NAME, host, "warning",
                                f"hot receiver {host}: {mbps[-1]:.1f} of {rate:g} Mb/s with "
                                f"{back[-1] / 1e3:.0f} kB queued towards it",
-                               {"mbps_to_host": _rounded(mbps[-n - 2:]),
-                                "backlog_to_host": _rounded(back[-n - 2:], 0)},
+                               {"mbps_to_host": rounded(mbps[-n - 2:]),
+                                "backlog_to_host": rounded(back[-n - 2:], 0)},
                                since))  # type: ignore[arg-type]
     return out
 

@@ -7,29 +7,24 @@ run's), and looks only at the job's hosts (``BASELINE = True`` tells the engine 
 
 from __future__ import annotations
 
-from ops.detectors._base import Finding, Topo, _rounded, _run_start
+from ops.detectors import JOB_MIN_MBPS, AlertKind, Finding, Topo, job_rate, rounded, run_start
 from ops.telemetry import History
+from vocab.plugins import plugin_name
+
+#: the name its alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+#: it says *that* the job suffers (its component is ``job``), not where: the other
+#: detectors and the agent say where
+ALERTS = {NAME: AlertKind(None, "find where: the other alerts and the paths of the job's "
+                                "hosts")}
 
 #: the engine passes the learned baseline and the job's hosts (see module docstring)
 BASELINE = True
 #: job slow: the job's received rate is below this fraction of its baseline ...
 JOB_RATIO = 0.7
-#: ... in this many polls in a row (the baseline: median of the first BASELINE_POLLS polls
-#: with traffic, or a baseline run's).
+#: ... in this many polls in a row (the baseline: ``ops.detectors.BASELINE_POLLS``; a job
+#: whose baseline is below ``JOB_MIN_MBPS`` is idle: nothing to compare).
 JOB_POLLS = 3
-BASELINE_POLLS = 10
-#: a job whose baseline is below this many Mb/s is idle: nothing to compare.
-JOB_MIN_MBPS = 1.0
-
-
-def job_rate(hist: History, hosts: set[str]) -> list[float | None]:
-    """The job's received rate per poll: sum of its hosts' NIC ``rx_mbps``."""
-    cols = [hist.values(h, "rx_mbps") for h in sorted(hosts)]
-    out: list[float | None] = []
-    for i in range(len(hist.times)):
-        vals = [c[i] for c in cols if c[i] is not None]
-        out.append(sum(vals) if vals else None)
-    return out
 
 
 def detect(hist: History, topo: Topo, baseline: float | None) -> list[Finding]:
@@ -40,13 +35,13 @@ def detect(hist: History, topo: Topo, baseline: float | None) -> list[Finding]:
     if baseline is None or baseline < JOB_MIN_MBPS:
         return []
     rate = job_rate(hist, topo.hosts)
-    n, since = _run_start(list(hist.times),
-                          [r is not None and r < JOB_RATIO * baseline for r in rate])
+    n, since = run_start(list(hist.times),
+                         [r is not None and r < JOB_RATIO * baseline for r in rate])
     if n >= JOB_POLLS:
-        return [Finding("job-slow", "job", "warning",
+        return [Finding(NAME, "job", "warning",
                         f"job receives {rate[-1]:.1f} Mb/s, {100 * rate[-1] / baseline:.0f}% of "
                         f"its baseline {baseline:.1f} Mb/s",
-                        {"job_mbps": _rounded(rate[-n - 2:]), "baseline_mbps":
+                        {"job_mbps": rounded(rate[-n - 2:]), "baseline_mbps":
                          round(baseline, 2)}, since)]  # type: ignore[arg-type]
     return []
 

@@ -7,8 +7,20 @@ its thresholds are the constants below.
 
 from __future__ import annotations
 
-from ops.detectors._base import Finding, Topo, _rounded, _run_start
+from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
+from vocab.plugins import plugin_name
+
+#: the name its alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+#: this detector's alert, and the one it raises instead when all of a switch's links are down
+ALERTS = {
+    NAME: AlertKind(90, "replace the optic or cable of {component} (ECMP already skips it); "
+                        "check the port's error counters at both ends"),
+    "switch-down": AlertKind(100, "check power and management of switch {component}; its "
+                                  "traffic is rerouted over the other spines/leaves, capacity "
+                                  "is reduced until it is back"),
+}
 
 #: link down: a link is down when either end's operstate is not "up" in the latest poll.
 LINK_DOWN_POLLS = 1
@@ -25,7 +37,7 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     down = {}
     for comp in topo.links:
         vals = hist.values(comp, "up")
-        n, since = _run_start(times, [v == 0.0 for v in vals])
+        n, since = run_start(times, [v == 0.0 for v in vals])
         if n >= LINK_DOWN_POLLS:
             down[comp] = since
     out = []
@@ -40,8 +52,8 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     for comp, since in down.items():
         if comp in explained:
             continue
-        out.append(Finding("link-down", comp, "critical", f"link {comp} is down",
-                           {"up": _rounded(hist.last(comp, "up", 5)),
-                            "ctl_up": _rounded(hist.last(comp, "ctl_up", 5))}, since))
+        out.append(Finding(NAME, comp, "critical", f"link {comp} is down",
+                           {"up": rounded(hist.last(comp, "up", 5)),
+                            "ctl_up": rounded(hist.last(comp, "ctl_up", 5))}, since))
     return out
 

@@ -7,8 +7,14 @@ its thresholds are the constants below.
 
 from __future__ import annotations
 
-from ops.detectors._base import Finding, Topo, _rounded, _run_start
+from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
+from vocab.plugins import plugin_name
+
+#: the name its alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+ALERTS = {NAME: AlertKind(70, "check NIC/port {component}: drop counters, firmware, cable; "
+                               "drain it from the job if loss persists")}
 
 #: loss: a host drops (in + out) at least this fraction of its IP packets ...
 LOSS_RATIO = 0.01
@@ -48,22 +54,22 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
             drops, total = a + b, max(c + d, 1e-9)  # type: ignore[operator]
             ratio.append(drops / total)
             ok.append(drops >= LOSS_MIN_PPS and drops / total >= LOSS_RATIO)
-        n, since = _run_start(times, ok)
+        n, since = run_start(times, ok)
         if n >= LOSS_POLLS:
-            out.append(Finding("loss", host, "warning",
+            out.append(Finding(NAME, host, "warning",
                                f"NIC {host} losing {100 * ratio[-1]:.1f}% of packets "
                                f"({(din[-1] or 0) + (dout[-1] or 0):.0f}/s) for {n} polls",
                                {"drop_ratio": [None if r is None else round(r, 4)
                                                for r in ratio[-n - 2:]],
-                                "in_drop_pps": _rounded(din[-n - 2:]),
-                                "out_drop_pps": _rounded(dout[-n - 2:])},
+                                "in_drop_pps": rounded(din[-n - 2:]),
+                                "out_drop_pps": rounded(dout[-n - 2:])},
                                since))  # type: ignore[arg-type]
     for comp in topo.links:
         for d in ("ab", "ba"):
             q = hist.values(comp, f"qdrops_{d}")
-            n, since = _run_start(times, [v is not None and v >= LOSS_MIN_PPS for v in q])
+            n, since = run_start(times, [v is not None and v >= LOSS_MIN_PPS for v in q])
             if n >= LOSS_POLLS:
-                out.append(Finding("loss", comp, "warning",
+                out.append(Finding(NAME, comp, "warning",
                                    f"link {comp} ({d[0]}->{d[1]}) queue dropping "
                                    f"{q[-1]:.0f} packets/s", {f"qdrops_{d}": q[-n - 2:]},
                                    since))  # type: ignore[arg-type]

@@ -30,10 +30,15 @@ from ops.telemetry import (
     parse_tc_qdisc,
 )
 from traffic import rxsink
+from traffic.shell.running import RunningLab
 from vocab.plan import WiringPlan
 
 
-def _read(path: str) -> str | None:
+def read_kernel_file(path: str) -> str | None:
+    """A /proc or /sys file's text, or None if it cannot be read (the process or link went).
+
+    Public as a seam: every kernel counter the collector reads comes through here, so a test
+    can feed it a host's /proc files without a running fabric."""
     try:
         with open(path, encoding="ascii", errors="replace") as f:
             return f.read()
@@ -60,7 +65,7 @@ def host_pids_from_processes() -> dict[str, int]:
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
-        raw = _read(f"/proc/{pid}/cmdline")
+        raw = read_kernel_file(f"/proc/{pid}/cmdline")
         if not raw or "mininet:" not in raw:
             continue
         for arg in raw.split("\0"):
@@ -104,7 +109,7 @@ class Collector:
                            max_rows=store.max_rows)
 
     @classmethod
-    def for_lab(cls, lab: Any, store: Store | None, **kw: Any) -> Collector:
+    def for_lab(cls, lab: RunningLab, store: Store | None, **kw: Any) -> Collector:
         """A collector for a running ``testbed.shell.lab.Lab``."""
         client = lab.client() if lab.rest_port else None
         if client is not None:
@@ -142,15 +147,15 @@ class Collector:
 
     def _poll_kernel(self, t: float, values: dict[tuple[str, str], float]) -> None:
         tc = read_tc()
-        dev = parse_proc_net_dev(_read("/proc/net/dev") or "")
+        dev = parse_proc_net_dev(read_kernel_file("/proc/net/dev") or "")
         state: dict[str, list[float]] = defaultdict(list)
         flaps: dict[str, list[float]] = defaultdict(list)
         for intf, (comp, d) in self.root_ends.items():
-            oper = (_read(f"/sys/class/net/{intf}/operstate") or "").strip()
+            oper = (read_kernel_file(f"/sys/class/net/{intf}/operstate") or "").strip()
             if not oper:  # interface gone (lab torn down): no sample
                 continue
             state[comp].append(1.0 if oper == "up" else 0.0)
-            changes = _read(f"/sys/class/net/{intf}/carrier_changes")
+            changes = read_kernel_file(f"/sys/class/net/{intf}/carrier_changes")
             if changes and changes.strip().isdigit():
                 dlt = self._rates.delta(("carrier", intf), t, float(changes))
                 if dlt is not None:
@@ -191,7 +196,7 @@ class Collector:
         packet or two a second at most: the loss detector's floor is above that.
         """
         for host, pid in self.host_pids.items():
-            dev = parse_proc_net_dev(_read(f"/proc/{pid}/net/dev") or "")
+            dev = parse_proc_net_dev(read_kernel_file(f"/proc/{pid}/net/dev") or "")
             nic = dev.get(f"{host}-eth0")
             if nic is None:
                 continue
@@ -199,7 +204,7 @@ class Collector:
                 r = self._rates.rate((host, key), t, nic[key])
                 if r is not None:
                     values[(host, key.replace("_bytes", "_mbps"))] = r * 8e-6
-            snmp = parse_snmp(_read(f"/proc/{pid}/net/snmp") or "")
+            snmp = parse_snmp(read_kernel_file(f"/proc/{pid}/net/snmp") or "")
             counters = {"rx": nic["rx_packets"], "tx": nic["tx_packets"],
                         "deliver": snmp.get("Ip.InDelivers"), "req": snmp.get("Ip.OutRequests")}
             rates = {k: self._rates.rate((host, k), t, v) for k, v in counters.items()}

@@ -16,7 +16,9 @@ from ops.agent import Tools, diagnose
 from ops.detectors import Engine
 from ops.evaluate import ground_truth, score
 from ops.shell.collector import Collector
-from ops.telemetry import Store
+from ops.telemetry import DEFAULT_INTERVAL_S, Store
+from traffic.shell.running import RunningLab
+from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
 
 
@@ -24,7 +26,7 @@ from vocab.plan import WiringPlan
 class Monitor:
     """Collector + detectors + agent asked at every poll with an open alert (in-process)."""
 
-    def __init__(self, lab: Any, store: Store | None, interval: float,
+    def __init__(self, lab: RunningLab, store: Store | None, interval: float,
                  baseline_mbps: float | None = None, job_hosts: set[str] | None = None) -> None:
         self.lab = lab
         self.engine = Engine(lab.plan, baseline_mbps=baseline_mbps, job_hosts=job_hosts,
@@ -68,7 +70,7 @@ def stream_pairs(plan: WiringPlan) -> list[tuple[str, str]]:
     return out
 
 
-def steady_traffic(lab: Any, seconds: float, mbps_per_host: float = 16.0,
+def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
                    size: int = 1000, sports: int = 16) -> list[Any]:
     """One probe ``Stream`` from every NIC to a NIC on another leaf, for ``seconds``.
 
@@ -84,7 +86,7 @@ def steady_traffic(lab: Any, seconds: float, mbps_per_host: float = 16.0,
     try:
         for i, (src, dst) in enumerate(stream_pairs(lab.plan)):
             streams.append(Stream(lab, src, dst, sports=range(50000, 50000 + sports), pps=pps,
-                                  duration=seconds, port=4791 + i, size=size).start())
+                                  duration=seconds, port=ROCE_PORT + i, size=size).start())
     except BaseException:
         for s in streams:
             s.stop()
@@ -92,7 +94,7 @@ def steady_traffic(lab: Any, seconds: float, mbps_per_host: float = 16.0,
     return streams
 
 
-def run_ops_eval(plan: WiringPlan, *, interval: float = 1.0,
+def run_ops_eval(plan: WiringPlan, *, interval: float = DEFAULT_INTERVAL_S,
                  log: Callable[[str], None] = print, lab_kw: dict[str, Any] | None = None,
                  **kw: Any) -> dict[str, Any]:
     """Bring ``plan`` up (controller polling every ``interval``) and run ``eval_on_lab``."""
@@ -102,9 +104,9 @@ def run_ops_eval(plan: WiringPlan, *, interval: float = 1.0,
         return eval_on_lab(lab, interval=interval, log=log, **kw)
 
 
-def eval_on_lab(lab: Any, *, per_kind: int = 1, kinds: list[str] | None = None,
+def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None = None,
                 fault_s: float = 10.0, gap_s: float = 12.0, seed: int = 1,
-                interval: float = 1.0, store_path: str | None = None,
+                interval: float = DEFAULT_INTERVAL_S, store_path: str | None = None,
                 log: Callable[[str], None] = print,
                 fault_params: dict[str, dict[str, Any]] | None = None,
                 mbps_per_host: float = 20.0) -> dict[str, Any]:

@@ -17,117 +17,149 @@ which ``tests/unit/test_layers.py`` keeps inside ``shell/``; ``testbed.faultspec
 and may not import the shell, yet must know every kind. So the facts the pure side needs
 live here and the actions there. A new kind is these two new files (copy the closest pair
 under a new name), and ``tests/unit/test_faultkinds.py`` checks that the two registries
-name the same kinds.
+(``FAULT_KINDS`` here, ``testbed.shell.faults.INJECTORS``) name the same kinds.
 
-What a module here declares (module attributes, read by ``FaultKind``; only ``TARGET``
-is required):
-
-``TARGET``
-    what a fault's ``target`` names: ``"link"``, ``"host"`` (its NIC), ``"switch"`` or
-    ``"controller"`` (the target is then always ``controller``).
-``validate(fault)``
-    raise ``ValueError`` (message starting with the field's name) for a combination of
-    fields this kind refuses; called once ``target``, ``at`` and ``duration`` are checked,
-    before the knobs (every knob is range-checked for every kind by ``Fault`` itself).
-``span(fault)``
-    seconds from injection to undo (None: open-ended); default ``fault.duration``.
-``check_plan(plan, fault)``
-    (after ``resolve`` found the target in the plan) raise ``ValueError`` if this plan
-    cannot carry the fault.
-``random_targets(plan, pool)``
-    which of ``pool`` (the schedule's candidates for its ``TARGET``: leaf-spine lanes,
-    leaf switches, hosts, the controller) ``random_schedule`` may pick; default all.
-``random_knobs(rng, span)``
-    ``Fault`` fields ``random_schedule`` draws for a fault lasting about ``span`` seconds
-    (``duration`` defaults to ``span``; return ``duration=None`` for a kind without one).
+What a module here declares and implements is ``FaultKindModule``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from vocab.plan import WiringPlan
-from vocab.plugins import discover
+from vocab.plugins import Plugin, Plugins
 
 #: What a kind's ``TARGET`` may be.
 TARGETS = ("link", "host", "switch", "controller")
 
-#: The order kinds are listed (and a random schedule's draws are made) in: these first,
-#: then the rest by name.
-_FIRST = ("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
-          "controller-kill", "controller-restart", "hot-receiver")
+
+@dataclass(frozen=True)
+class NoSettings:
+    """The settings of a kind that has no knobs of its own."""
+
+
+class FaultKindModule(Protocol):
+    """What a fault kind's pure module declares and implements; ``FaultKind`` reads it.
+
+    ``fault`` arguments are ``testbed.faultspec.Fault`` s (not imported here: faultspec
+    imports this package). Only ``TARGET`` is required.
+    """
+
+    TARGET: str
+    """What a fault's ``target`` names: ``"link"``, ``"host"`` (its NIC), ``"switch"`` or
+    ``"controller"`` (the target is then always ``controller``)."""
+    SETTINGS: type = NoSettings
+    """The kind's own knobs: a frozen dataclass with their defaults, whose ``__post_init__``
+    refuses a bad value with a message starting with the knob's name (``number`` and
+    ``whole`` help). ``Fault(kind, target, fraction=0.25)`` makes one (``fault.settings``);
+    a knob the kind does not have is refused, naming the ones it has."""
+    validate: Callable[[Any], None] | None = None
+    """``validate(fault)``: raise ``ValueError`` (message starting with the field's name)
+    for a combination of fields this kind refuses; called once ``target``, ``at`` and
+    ``duration`` are checked, before the knobs (every knob is range-checked for every kind
+    by ``Fault`` itself)."""
+    span: Callable[[Any], float | None] | None = None
+    """``span(fault)``: seconds from injection to undo (None: open-ended); left out,
+    ``fault.duration``."""
+    check_plan: Callable[[WiringPlan, Any], None] | None = None
+    """``check_plan(plan, fault)``: (after ``resolve`` found the target in the plan) raise
+    ``ValueError`` if this plan cannot carry the fault."""
+    random_targets: Callable[[WiringPlan, list[str]], list[str]] | None = None
+    """``random_targets(plan, pool)``: which of ``pool`` (the schedule's candidates for its
+    ``TARGET``: leaf-spine lanes, leaf switches, hosts, the controller) ``random_schedule``
+    may pick; left out, all."""
+    random_knobs: Callable[[random.Random, float], dict[str, Any]] | None = None
+    """``random_knobs(rng, span)``: ``Fault`` fields ``random_schedule`` draws for a fault
+    lasting about ``span`` seconds (``duration`` defaults to ``span``; return
+    ``duration=None`` for a kind without one); left out, none."""
 
 
 @dataclass(frozen=True)
-class FaultKind:
-    """A kind module, with its declarations defaulted. ``fault`` arguments are
-    ``testbed.faultspec.Fault`` s (not imported here: faultspec imports this package)."""
+class FaultKind(Plugin):
+    """A kind module read against ``FaultKindModule``."""
 
-    name: str
-    module: ModuleType
+    CONTRACT = FaultKindModule
 
-    @property
-    def summary(self) -> str:
-        """The first line of the module's docstring: what the fault emulates."""
-        doc = (self.module.__doc__ or "").strip()
-        return doc.splitlines()[0].rstrip(".") if doc else ""
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.module.TARGET not in TARGETS:
+            raise ValueError(f"fault kind module {self.module.__name__}: TARGET must be one "
+                             f"of {', '.join(TARGETS)} (got {self.module.TARGET!r})")
 
     @property
     def target(self) -> str:
         return str(self.module.TARGET)
 
     @property
-    def module_name(self) -> str:
-        return self.module.__name__.rpartition(".")[2]
+    def knobs(self) -> tuple[str, ...]:
+        """The names of the kind's own settings (``SETTINGS``' fields)."""
+        return tuple(f.name for f in dataclasses.fields(self.declared("SETTINGS")))
+
+    def settings(self, knobs: Mapping[str, Any]) -> Any:
+        """The kind's ``SETTINGS`` made from ``knobs`` (the rest at their defaults), each
+        checked; a ValueError naming a knob the kind does not have."""
+        for knob in knobs:
+            if knob not in self.knobs:
+                raise ValueError(f"{knob}: {self.name} has no setting {knob!r} (its settings: "
+                                 f"{', '.join(self.knobs) or 'none'})")
+        return self.declared("SETTINGS")(**knobs)
 
     def validate(self, fault: Any) -> None:
-        fn = getattr(self.module, "validate", None)
+        fn = self.hook("validate")
         if fn is not None:
             fn(fault)
 
     def span(self, fault: Any) -> float | None:
-        fn = getattr(self.module, "span", None)
+        fn = self.hook("span")
         return fault.duration if fn is None else fn(fault)
 
     def check_plan(self, plan: WiringPlan, fault: Any) -> None:
-        fn = getattr(self.module, "check_plan", None)
+        fn = self.hook("check_plan")
         if fn is not None:
             fn(plan, fault)
 
     def random_targets(self, plan: WiringPlan, pool: list[str]) -> list[str]:
-        fn = getattr(self.module, "random_targets", None)
+        fn = self.hook("random_targets")
         return pool if fn is None else list(fn(plan, pool))
 
     def random_knobs(self, rng: random.Random, span: float) -> dict[str, Any]:
-        fn = getattr(self.module, "random_knobs", None)
+        fn = self.hook("random_knobs")
         return {} if fn is None else dict(fn(rng, span))
 
 
-@cache
-def available() -> dict[str, FaultKind]:
-    """Every kind, by name, in listing order (``_FIRST``, then the rest by name)."""
-    found = {}
-    for name, mod in discover(__name__, __path__, _FIRST).items():
-        target = getattr(mod, "TARGET", None)
-        if target not in TARGETS:
-            raise ValueError(f"fault kind module {mod.__name__}: TARGET must be one of "
-                             f"{', '.join(TARGETS)} (got {target!r})")
-        found[name] = FaultKind(name, mod)
-    return found
+#: Every kind, in listing order (and the order a random schedule's draws are made in):
+#: these first, then the rest by name.
+FAULT_KINDS: Plugins[FaultKind] = Plugins(
+    "fault kind", __name__, FaultKind,
+    first=("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
+           "controller-kill", "controller-restart", "hot-receiver"))
 
 
-def names() -> tuple[str, ...]:
-    """Kind names, in listing order."""
-    return tuple(available())
+def number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+           low_open: bool = False, high_open: bool = False, why: str = "") -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is a finite number in the range
+    (``low_open``/``high_open``: the bound itself is outside)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        left = "(" if low_open or low is None else "["
+        right = ")" if high_open or high is None else "]"
+        lo = "-inf" if low is None else f"{low:g}"
+        hi = "inf" if high is None else f"{high:g}"
+        rng = f"{left}{lo}, {hi}{right}"
+        raise ValueError(f"{name} must be a number in {rng} (got {value!r})"
+                         + (f": {why}" if why else ""))
 
 
-def get(name: str) -> FaultKind:
-    """The kind called ``name``; a ValueError naming the known ones otherwise."""
-    kinds = available()
-    if name not in kinds:
-        raise ValueError(f"unknown fault kind {name!r}; choose from {', '.join(kinds)}")
-    return kinds[name]
+def whole(name: str, value: Any, low: int) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an integer >= ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low} (got {value!r})")

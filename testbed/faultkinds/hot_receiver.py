@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from dataclasses import dataclass
 from typing import Any
 
+from testbed.faultkinds import number, whole
 from vocab.plan import WiringPlan
 
 TARGET = "host"
@@ -23,9 +25,30 @@ MAX_HOT_SENDERS = 200
 WIRE_OVERHEAD = 42  # Ethernet 14 + IPv4 20 + UDP 8 bytes around a UDP payload
 
 
+@dataclass(frozen=True)
+class Settings:
+    """Offered load as a multiple of the target's NIC rate, the share of routing that goes
+    to the hot experts, at most this many sources (0 = all), and the workload seed."""
+
+    overload: float = 2.0
+    hot_share: float = 0.5
+    senders: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        number("overload", self.overload, low=0.0, low_open=True)
+        number("hot_share", self.hot_share, low=0.0, high=1.0, low_open=True, high_open=True)
+        whole("senders", self.senders, 0)
+        whole("seed", self.seed, 0)
+
+
+SETTINGS = Settings
+
+
 def check_plan(plan: WiringPlan, fault: Any) -> None:
     """The target must receive an incast over the fabric in this plan."""
-    incast_weights(plan, fault.target, hot_share=fault.hot_share, seed=fault.seed)
+    incast_weights(plan, fault.target, hot_share=fault.settings.hot_share,
+                   seed=fault.settings.seed)
 
 
 def random_targets(plan: WiringPlan, pool: list[str]) -> list[str]:
@@ -102,11 +125,12 @@ def hot_streams(plan: WiringPlan, fault: Any, sport_base: int = HOT_SPORT_BASE
     wire). Source i sends from UDP port ``sport_base + i`` (the receiver tells sources
     apart by it).
     """
-    weights = incast_weights(plan, fault.target, hot_share=fault.hot_share, seed=fault.seed)
-    chosen = list(weights)[:min(fault.senders or MAX_HOT_SENDERS, MAX_HOT_SENDERS)]
+    knobs = fault.settings
+    weights = incast_weights(plan, fault.target, hot_share=knobs.hot_share, seed=knobs.seed)
+    chosen = list(weights)[:min(knobs.senders or MAX_HOT_SENDERS, MAX_HOT_SENDERS)]
     norm = sum(weights[h] for h in chosen)
     nic = plan.host_link_mbps()
-    offered = fault.overload * nic[fault.target]
+    offered = knobs.overload * nic[fault.target]
     out = []
     for i, src in enumerate(chosen):
         mbps = min(nic[src], offered * weights[src] / norm)

@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
+from testbed.faultkinds import number
+
 TARGET = "link"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The new rate as a fraction of the configured one."""
+
+    fraction: float = 0.25
+
+    def __post_init__(self) -> None:
+        number("fraction", self.fraction, low=0.0, high=1.0, low_open=True, high_open=True,
+               why="link-degrade sets the rate to fraction x the configured rate")
+
+
+SETTINGS = Settings
 
 
 def random_knobs(rng: random.Random, span: float) -> dict[str, Any]:

@@ -3,9 +3,27 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
+from testbed.faultkinds import number, whole
+
 TARGET = "link"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Down and up every ``period / 2`` seconds, ``count`` times."""
+
+    period: float = 1.0
+    count: int = 3
+
+    def __post_init__(self) -> None:
+        number("period", self.period, low=0.0, low_open=True)
+        whole("count", self.count, 1)
+
+
+SETTINGS = Settings
 
 
 def validate(fault: Any) -> None:
@@ -16,7 +34,7 @@ def validate(fault: Any) -> None:
 
 
 def span(fault: Any) -> float:
-    return fault.period * fault.count
+    return fault.settings.period * fault.settings.count
 
 
 def random_knobs(rng: random.Random, span: float) -> dict[str, Any]:

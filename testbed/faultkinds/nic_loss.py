@@ -3,9 +3,32 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
+from testbed.faultkinds import number
+
 TARGET = "host"
+#: Which frames a nic-loss drops: those the NIC receives, those it sends, or both.
+DIRECTIONS = ("ingress", "egress", "both")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Each IPv4 frame is dropped with ``probability``, in ``direction``."""
+
+    probability: float = 0.1
+    direction: str = "both"
+
+    def __post_init__(self) -> None:
+        number("probability", self.probability, low=0.0, high=1.0, low_open=True,
+               why="nic-loss drops each IPv4 frame with this probability")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)} "
+                             f"(got {self.direction!r})")
+
+
+SETTINGS = Settings
 
 
 def random_knobs(rng: random.Random, span: float) -> dict[str, Any]:

@@ -92,8 +92,8 @@ def bounds(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
     out["fabric_in_split"] = max((v * k / max(sum(cap[finder.peer(h)]
                                                   for h in finder.uplinks(b)), 1e-300)
                                   for b, v in down.items()), default=0.0)
-    if finder.plan.topology in topologies.names() and \
-            topologies.get(finder.plan.topology).bisection:
+    design = topologies.TOPOLOGIES.find(finder.plan.topology)
+    if design is not None and design.bisection:
         block = {h.name: int(h.loc["block"]) for h in finder.plan.hosts}
         blocks = 1 + max(block.values())
         uplink = np.zeros(blocks)

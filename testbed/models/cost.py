@@ -76,10 +76,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from testbed import topologies
-from testbed.topologies import CostSpec, Fabric, FabricSpec, Infeasible
+from testbed.fabricspec import CostSpec, Fabric, FabricSpec, Infeasible
 
 #: every topology module (testbed/topologies/), in listing order
-DESIGNS = topologies.names()
+DESIGNS = topologies.TOPOLOGIES.names()
 
 #: The counting conventions, written into cost.json so a reader of the numbers has them.
 CONVENTIONS = {
@@ -130,13 +130,6 @@ class Prices:
                 raise ValueError(f"price {f.name} must be a number >= 0 (got {value!r})")
 
 
-def _design(design: str) -> topologies.Topology:
-    if design not in topologies.names():
-        raise ValueError(f"unknown design {design!r}; choose from "
-                         f"{', '.join(topologies.names())}")
-    return topologies.get(design)
-
-
 # --- way in 1: the builder's semantics (cross-checked against real plans) -------------------
 def counts_for_spec(design: str, spec: FabricSpec) -> Fabric:
     """Closed-form counts for exactly the plan ``testbed.topologies.build`` would make.
@@ -148,7 +141,7 @@ def counts_for_spec(design: str, spec: FabricSpec) -> Fabric:
     ``testbed/topologies/<design>.py``, which applies its builder's rules), and so is the
     error for a parameter the design does not use.
     """
-    return _design(design).counts(spec)
+    return topologies.TOPOLOGIES.get(design).counts(spec)
 
 
 # --- way in 2: sized as a buyer would, at any scale ------------------------------------------
@@ -158,7 +151,7 @@ def analyze(design: str, gpus: int, spec: CostSpec | None = None) -> Fabric:
     own (``size`` in ``testbed/topologies/<design>.py``)."""
     spec = spec or CostSpec()
     spec.validate()
-    topo = _design(design)
+    topo = topologies.TOPOLOGIES.get(design)
     if not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"GPU count must be a positive integer (got {gpus!r})")
     if gpus % spec.gpus_per_server:
@@ -227,7 +220,7 @@ def cost_table(gpus: Sequence[int], designs: Sequence[str] = DESIGNS,
     if not designs:
         raise ValueError("give at least one design")
     for d in designs:
-        _design(d)
+        topologies.TOPOLOGIES.get(d)
     rows = [_row(d, n, spec, prices) for n in gpus for d in designs]
     for n in gpus:
         base = next((r for r in rows if r["gpus"] == n and r["design"] == baseline

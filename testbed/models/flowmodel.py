@@ -120,21 +120,32 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import fields
+from enum import StrEnum
 from typing import Any
 
 from controllers.paths import UNITS, PathFinder
 from testbed import topologies
+from testbed.fabricspec import FabricSpec
 from testbed.models.bounds import bounds
 from testbed.models.inputs import DEFAULT_POLICIES, POLICIES, _check_policy
-from testbed.models.jobs import DEFAULT_PAIR_BYTES, PLACEMENTS, WORKLOADS, Job, make_job
+from testbed.models.jobs import DEFAULT_PAIR_BYTES, Job, Placement, Workload, make_job
 from testbed.models.perflow import _model_policies, _Prepared, auto_jobs, model_flows
 from testbed.models.progress import Progress
 from testbed.models.results import ModelResult
 from testbed.models.solver import Timeline, simulate
 from testbed.models.whatif import TwoTier, ecmp_lanes, whatif
-from testbed.topologies import FabricSpec, build
+from testbed.topologies import build
+from traffic.workload import Phase
 
-MODES = ("auto", "per-flow", "aggregate")
+
+class ModelMode(StrEnum):
+    """Which solve ``run`` uses: see the module docstring."""
+
+    AUTO = "auto"  # per-flow while the job has at most ``exact_flows`` flows
+    PER_FLOW = "per-flow"  # every flow routed by the controller's code (any topology)
+    AGGREGATE = "aggregate"  # the group-symmetric what-if (two-tier designs only)
+
+
 #: The event tolerance ``run`` (and ``astral-lab model``) uses unless told otherwise
 #: (``simulate``: coalesced finishes). Chosen from measurements against the exact solve:
 #: the largest round value at which every flow of the decode and prefill steps checked
@@ -167,11 +178,13 @@ def _spec(topology: str, gpus: int, gps: int, fabric: dict[str, Any]) -> FabricS
     return topologies.spec_for_gpus(topology, gpus, gps, **params)
 
 
-def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "alltoall",
+def run(topology: str, gpus: int, *, gpus_per_server: int = 8,
+        workload: Workload = Workload.ALLTOALL,
         policies: Sequence[str] = DEFAULT_POLICIES, groups: int = 0, group_size: int = 0,
-        placement: str = "packed", seed: int = 0, pair_bytes: int = DEFAULT_PAIR_BYTES,
-        qps: int = 1, phase: str = "dispatch", tokens: int = 0, model: str = "deepseek-v3",
-        mode: str = "auto", exact_flows: int = DEFAULT_EXACT_FLOWS, unit: str = "gbps",
+        placement: Placement = Placement.PACKED, seed: int = 0,
+        pair_bytes: int = DEFAULT_PAIR_BYTES, qps: int = 1, phase: Phase = Phase.DISPATCH,
+        tokens: int = 0, model: str = "deepseek-v3", mode: ModelMode = ModelMode.AUTO,
+        exact_flows: int = DEFAULT_EXACT_FLOWS, unit: str = "gbps",
         fabric: dict[str, Any] | None = None, tolerance: float | None = None, jobs: int = 1,
         progress: Progress | None = None) -> tuple[dict[str, Any], list[ModelResult]]:
     """Build the fabric and the job, model every policy, return (model.json document, results).
@@ -187,9 +200,9 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
     t0 = time.perf_counter()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"--jobs must be 0 (auto) or a positive integer (got {jobs!r})")
-    two_tier = topologies.get(topology).two_tier is not None  # ValueError if unknown
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    two_tier = topologies.TOPOLOGIES.get(topology).two_tier is not None  # ValueError if unknown
+    if mode not in tuple(ModelMode):
+        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(ModelMode)}")
     if not policies:
         raise ValueError("no policy to model; choose from " + ", ".join(POLICIES))
     for p in policies:
@@ -213,17 +226,17 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8, workload: str = "
     job = make_job(servers, gpus_per_server, workload=workload, groups=groups,
                    group_size=group_size, placement=placement, seed=seed,
                    pair_bytes=pair_bytes, qps=qps, phase=phase, tokens=tokens, model=model)
-    chosen = mode
-    if mode == "auto":
-        chosen = "per-flow" if job.flows <= exact_flows else "aggregate"
-    why = (f"{job.flows:,} flows {'<=' if chosen == 'per-flow' else '>'} --exact-flows "
-           f"{exact_flows:,}" if mode == "auto" else "requested")
+    chosen = ModelMode(mode)
+    if chosen == ModelMode.AUTO:
+        chosen = ModelMode.PER_FLOW if job.flows <= exact_flows else ModelMode.AGGREGATE
+    why = (f"{job.flows:,} flows {'<=' if chosen == ModelMode.PER_FLOW else '>'} "
+           f"--exact-flows {exact_flows:,}" if mode == ModelMode.AUTO else "requested")
     results: list[ModelResult]
-    if chosen == "per-flow" and job.flows > MAX_PER_FLOW:
+    if chosen == ModelMode.PER_FLOW and job.flows > MAX_PER_FLOW:
         raise ValueError(f"{job.flows:,} flows is too many for the per-flow model (at most "
                          f"{MAX_PER_FLOW:,}: it keeps Python objects per flow); use --mode "
                          "aggregate (astral3) or fewer GPUs")
-    if chosen == "aggregate":
+    if chosen == ModelMode.AGGREGATE:
         if not two_tier:
             raise ValueError(f"{job.flows:,} flows is more than the per-flow model takes "
                              f"(--exact-flows {exact_flows:,}) and the aggregate what-if covers "
@@ -359,7 +372,7 @@ def format_report(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 __all__ = [
-    "POLICIES", "DEFAULT_POLICIES", "WORKLOADS", "PLACEMENTS", "MODES", "DEFAULT_EXACT_FLOWS",
+    "POLICIES", "DEFAULT_POLICIES", "ModelMode", "DEFAULT_EXACT_FLOWS",
     "DEFAULT_TOLERANCE", "MAX_REL_ERROR", "Progress", "exactness",
     "Timeline",
     "ModelResult", "TwoTier", "Job", "simulate", "model_flows", "bounds", "make_job", "whatif",

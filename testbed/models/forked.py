@@ -35,12 +35,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
+from testbed.shell.signals import STOPPING
+
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: The signals that stop the CLI (``astral_lab.cli``): held while a worker is forked.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _HEADER = struct.Struct("!BQ")  # message kind, payload length
 _PROGRESS, _RESULT, _ERROR = 1, 2, 3
 
@@ -75,10 +75,10 @@ def _signals_held() -> Iterator[set[signal.Signals]]:
     noted: list[int] = []
     main = threading.current_thread() is threading.main_thread()
     saved: dict[int, Any] = {}
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
     try:
         if main:
-            for s in STOP_SIGNALS:
+            for s in STOPPING:
                 saved[s] = signal.signal(s, lambda signum, _frame: noted.append(signum))
         yield old_mask
     finally:
@@ -109,7 +109,7 @@ def _die_with_parent(parent: int) -> None:
     """Ask the kernel for SIGKILL when the parent dies; leave now if it already has."""
     if sys.platform.startswith("linux"):
         with suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
 
@@ -260,4 +260,4 @@ def map_forked(fn: Callable[[T, Callable[[Any], None]], R], tasks: Sequence[T], 
 
 
 __all__ = ["map_forked", "fork_available",
-           "RemoteTraceback", "WorkerError", "STOP_SIGNALS"]
+           "RemoteTraceback", "WorkerError"]

@@ -15,11 +15,11 @@ from controllers import policies as registry
 from vocab.flows import ROCE_PORT
 
 #: every policy module (controllers/policies/), in listing order
-POLICIES = registry.names()
+POLICIES = registry.POLICIES.names()
 #: what the CLI and ``run`` model unless told: the switch-side policies (the host-side ones,
 #: which open more QPs or decide per job, are asked for by name: ``--lb spray,plb``)
-DEFAULT_POLICIES = tuple(n for n in POLICIES if registry.get(n).entropy == "qp"
-                         and not registry.get(n).expands)
+DEFAULT_POLICIES = tuple(n for n, p in registry.POLICIES.all().items()
+                         if p.entropy == "qp" and not p.expands)
 
 
 def _check_policy(policy: str) -> registry.Policy:

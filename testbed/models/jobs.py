@@ -8,15 +8,31 @@ model takes ``Job.flow_list`` on a real wiring plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
 from testbed.models.inputs import _FlowIn
+from traffic.workload import Phase
 from vocab.flows import sport_for_qp
 
-WORKLOADS = ("alltoall", "prefill", "decode")
-PLACEMENTS = ("packed", "spread")
+
+class Workload(StrEnum):
+    """What one expert-parallel group sends (``make_job``)."""
+
+    ALLTOALL = "alltoall"  # every ordered GPU pair the same bytes
+    PREFILL = "prefill"  # one MoE prefill step (high-bandwidth kernels)
+    DECODE = "decode"  # one MoE decode step (low-latency kernels)
+
+
+class Placement(StrEnum):
+    """Which servers a group takes: consecutive ones, or strided across the fabric."""
+
+    PACKED = "packed"
+    SPREAD = "spread"
+
+
 DEFAULT_PAIR_BYTES = 1 << 20
 
 
@@ -31,10 +47,10 @@ class Job:
     sampling noise).
     """
 
-    workload: str
+    workload: Workload
     groups: int
     group_size: int
-    placement: str
+    placement: Placement
     gpus_per_server: int
     group_servers: np.ndarray  # (groups, servers per group)
     src: np.ndarray
@@ -74,9 +90,10 @@ class Job:
 MAX_GROUP_FLOWS = 5_000_000
 
 
-def make_job(servers: int, gpus_per_server: int, *, workload: str = "alltoall",
-             groups: int = 0, group_size: int = 0, placement: str = "packed", seed: int = 0,
-             pair_bytes: int = DEFAULT_PAIR_BYTES, qps: int = 1, phase: str = "dispatch",
+def make_job(servers: int, gpus_per_server: int, *, workload: Workload = Workload.ALLTOALL,
+             groups: int = 0, group_size: int = 0, placement: Placement = Placement.PACKED,
+             seed: int = 0, pair_bytes: int = DEFAULT_PAIR_BYTES, qps: int = 1,
+             phase: Phase = Phase.DISPATCH,
              tokens: int = 0, model: str = "deepseek-v3") -> Job:
     """Groups, their placement and one group's flows (see ``Job``).
 
@@ -96,11 +113,12 @@ def make_job(servers: int, gpus_per_server: int, *, workload: str = "alltoall",
     for name, value in (("servers", servers), ("gpus_per_server", gpus_per_server)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
-    if workload not in WORKLOADS:
-        raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
-    if placement not in PLACEMENTS:
+    if workload not in tuple(Workload):
+        raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(Workload)}")
+    if placement not in tuple(Placement):
         raise ValueError(f"unknown placement {placement!r}; choose from "
-                         f"{', '.join(PLACEMENTS)}")
+                         f"{', '.join(Placement)}")
+    workload, placement = Workload(workload), Placement(placement)
     for name, value in (("groups", groups), ("group_size", group_size), ("tokens", tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name} must be an integer >= 0 (0 = automatic; got {value!r})")
@@ -117,13 +135,13 @@ def make_job(servers: int, gpus_per_server: int, *, workload: str = "alltoall",
     if n_groups < 1 or n_groups * q > servers:
         raise ValueError(f"{groups or 'auto'} group(s) x {size} GPUs = {max(n_groups, 1) * size} "
                          f"GPUs do not fit the fabric's {total} GPUs")
-    if placement == "packed":
+    if placement == Placement.PACKED:
         gs = np.arange(n_groups)[:, None] * q + np.arange(q)
     else:
         gs = np.arange(n_groups)[:, None] + (servers // q) * np.arange(q)
     info: dict[str, Any] = {"workload": workload, "groups": n_groups, "group_size": size,
                             "placement": placement, "seed": seed}
-    if workload == "alltoall":
+    if workload == Workload.ALLTOALL:
         n_pairs = size * (size - 1) * qps
         if n_pairs > MAX_GROUP_FLOWS:
             raise ValueError(f"one group's all-to-all is {n_pairs:,} flows (> {MAX_GROUP_FLOWS:,}"
@@ -141,9 +159,9 @@ def make_job(servers: int, gpus_per_server: int, *, workload: str = "alltoall",
         from traffic import kernels
         from traffic.workload import simulate_step
 
-        tok = tokens or (4096 if workload == "prefill" else 128)
+        tok = tokens or (4096 if workload == Workload.PREFILL else 128)
         step = simulate_step(model, q, gps, tok, seed=seed)
-        kern = kernels.high_bandwidth if workload == "prefill" else kernels.low_latency
+        kern = kernels.high_bandwidth if workload == Workload.PREFILL else kernels.low_latency
         traffic = kern(step, phases=(phase,))
         rank = {name: i for i, name in enumerate(kernels.Cluster.default(q, gps).hosts)}
         fs = traffic.flows

@@ -31,6 +31,7 @@ import numpy as np
 
 from controllers import policies as registry
 from testbed import topologies
+from testbed.fabricspec import FabricSpec
 from testbed.models.bounds import _finish_bounds, _funnel, _start_aware
 from testbed.models.inputs import DEFAULT_POLICIES, _check_policy
 from testbed.models.jobs import Job
@@ -45,7 +46,6 @@ from testbed.models.results import (
     _tolerance_note,
 )
 from testbed.models.solver import simulate
-from testbed.topologies import FabricSpec
 from vocab.flows import ROCE_PORT, sport_for_qp
 
 
@@ -76,7 +76,7 @@ class TwoTier:
     def from_spec(cls, spec: FabricSpec, topology: str = "astral3") -> TwoTier:
         """The design's own rules (its module's ``two_tier``), without the emulator's
         addressing limits; same messages as its builder."""
-        rules = topologies.get(topology).two_tier
+        rules = topologies.TOPOLOGIES.get(topology).two_tier
         if rules is None:
             raise ValueError(f"the aggregate what-if needs a two-tier design (a topology "
                              f"module with two_tier); {topology} has none")

@@ -58,10 +58,13 @@ NODE_RE = re.compile(r"s\d+g\d+|lf\d+r\d+|tor\d+r\d+|spine\d+|rsp\d+x\d+|agg\d+x
 INTF_RE = re.compile(rf"(?:{NODE_RE.pattern})-eth\d+")
 
 
-#: how a controller process is started (``python -m MODULE``), now and by earlier versions
-CONTROLLER_MODULES = ("astral_lab.controller_cli", "controllers.shell.run")
-#: how a Lab starts its live view (``testbed.shell.sidecars.DASHBOARD_MODULE``)
-DASHBOARD_MODULES = ("astral_lab.dashboard_cli",)
+#: the modules a Lab starts its controller and its live view as (``python -m MODULE``): what
+#: a process's command line contains, so ``astral-lab clean`` finds them by it
+CONTROLLER_MODULE = "astral_lab.controller_cli"
+DASHBOARD_MODULE = "astral_lab.dashboard_cli"
+#: how a controller process is started, now and by earlier versions
+CONTROLLER_MODULES = (CONTROLLER_MODULE, "controllers.shell.run")
+DASHBOARD_MODULES = (DASHBOARD_MODULE,)
 
 
 def _is_controller(argv: list[str]) -> bool:

@@ -58,6 +58,7 @@ from testbed.clusterplace import (
     placement_units,
     with_servers,
 )
+from testbed.datapath import Datapath
 from testbed.shell import cleanup, preflight
 from testbed.shell.clustercheck import (
     CLOCK_TOLERANCE_S,
@@ -290,7 +291,7 @@ class ClusterLab(Lab):
         self._step("start-switches", self._start_switches)
         self._step("configure-interfaces", self._configure)
 
-    def _assemble_mininet(self) -> None:
+    def assemble_mininet(self) -> None:
         """Nothing: ``self.net`` is the ``MininetCluster`` that built the fabric."""
 
     def _precheck(self) -> None:
@@ -446,7 +447,7 @@ class ClusterLab(Lab):
             cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 "
                     "net.ipv6.conf.default.disable_ipv6=1",
                     f"ip link set dev {intf} mtu {self.mtu}"]
-            if self.datapaths[node.server or self.head] == "user":
+            if self.datapaths[node.server or self.head] == Datapath.USER:
                 cmds.append(f"ethtool -K {intf} rx off tx off >/dev/null")
             if self.shape:
                 cmds += htb_commands(intf, nic_mbps[node.name], prefix="tc ",
@@ -472,7 +473,7 @@ class ClusterLab(Lab):
         lines.append("ip -batch - <<'EOF'")
         lines += [f"link set dev {i} mtu {self.mtu}" for i, _ in ends]
         lines.append("EOF")
-        if self.datapaths[server] == "user":
+        if self.datapaths[server] == Datapath.USER:
             # "|| true": a gretap's offloads may be fixed; veths (what stalls TCP) accept it
             lines += [f"ethtool -K {i} rx off tx off >/dev/null 2>&1 || true" for i, _ in ends]
         tag = f"external_ids:{cleanup.BRIDGE_TAG}={self.run_id}"
@@ -531,7 +532,7 @@ class ClusterLab(Lab):
             raise preflight.LabError(f"ip link set {intf} {state} on {node}: {out.strip()}")
 
     # --- teardown ----------------------------------------------------------------------
-    def _teardown(self) -> None:
+    def teardown_fabric(self) -> None:
         """Remove everything on every server (``Lab.stop`` then drops the scratch folder
         and the lock). Never raises for a half-built lab.
 

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from testbed.datapath import Datapath
 from testbed.shell import cleanup, preflight
 from testbed.version import __version__
 
@@ -231,7 +232,7 @@ def precheck_servers(servers: Sequence[str], runner: Runner, *, user: str,
                 "--system-id=random)")
         if datapath == "auto":
             kernel = run(["test", "-d", "/sys/module/openvswitch"]).returncode == 0
-            result.datapaths[server] = "kernel" if kernel else "user"
+            result.datapaths[server] = Datapath.KERNEL if kernel else Datapath.USER
         else:
             result.datapaths[server] = datapath
         if clock_probe is not None and len(result.problems) == known:

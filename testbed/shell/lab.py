@@ -49,8 +49,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from controllers import policies
+from controllers.fabric import DEFAULT_MODE, POLL_INTERVAL_S
+from controllers.flowtable import DEFAULT_SELECT_METHOD
 from controllers.shell.client import ControllerClient
 from testbed.capture import resolve as capture_ports
+from testbed.datapath import Datapath
 from testbed.reachability import Reachability, _fping_unreached
 from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
 from testbed.shell import cleanup, ovsbuf, preflight, sidecars, signals
@@ -76,7 +79,8 @@ class Lab:
     def __init__(self, plan: WiringPlan, *, datapath: str = "auto", controller: bool = True,
                  of_port: int | None = None, rest_port: int | None = None,
                  shape: bool = True, lossless: bool = True, converge_timeout: float = 120.0,
-                 select_method: str = "dp_hash", lb: str = "ecmp", poll_interval: float = 1.0,
+                 select_method: str = DEFAULT_SELECT_METHOD, lb: str = DEFAULT_MODE,
+                 poll_interval: float = POLL_INTERVAL_S,
                  static_arp: bool = True, pmtu: int = LAB_PMTU,
                  dashboard: bool = False, dashboard_port: int | None = None,
                  dashboard_progress: str | None = None, capture: Sequence[str] = (),
@@ -114,7 +118,7 @@ class Lab:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.run_id = uuid.uuid4().hex[:10]
         self.workdir = ""
-        self.datapath = "user"
+        self.datapath = Datapath.USER
         self.preflight: preflight.Preflight | None = None
         self.hosts: dict[str, Any] = {}  # name -> mininet Host
         self.net: Any = None
@@ -167,13 +171,13 @@ class Lab:
             self._step("links", self._create_links)
             self._step("configure", self._configure_interfaces)
             self._step("switches", self._create_bridges)
-            self._step("mininet", self._assemble_mininet)
+            self._step("mininet", self.assemble_mininet)
             if self.capture:
                 self._step("capture", lambda: self._sidecars["capture"].extend(
                     sidecars.start_captures(self)))
             if self.use_controller:
                 self._step("converge", self.wait_converged)
-                if self.datapath == "user" and self.lossless and self.shape:
+                if self.datapath == Datapath.USER and self.lossless and self.shape:
                     self._step("tx-buffer", self._deepen_ovs_tx_buffer)
             if self.dashboard:
                 self._step("dashboard", lambda: self._sidecars["dashboard"].append(
@@ -256,7 +260,7 @@ class Lab:
         # appended to, so a restarted controller's log follows the first one's
         logf = open(os.path.join(self.workdir, "controller.log"), "ab")  # noqa: SIM115
         self.controller_proc = subprocess.Popen(
-            [sys.executable, "-m", "astral_lab.controller_cli", "--plan", plan_path,
+            [sys.executable, "-m", cleanup.CONTROLLER_MODULE, "--plan", plan_path,
              "--of-host", self.of_host,
              "--of-port", str(self.of_port), "--rest-port", str(self.rest_port),
              "--select-method", self.select_method, "--lb", self.lb,
@@ -333,7 +337,7 @@ class Lab:
                                       if link.a in self.hosts]
         self._save_record()
         cleanup.run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n", check=True)
-        if self.datapath == "user":
+        if self.datapath == Datapath.USER:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
                 for name, _mbps in self._root_ends():
                     disable_offloads(name, sock)
@@ -421,7 +425,7 @@ class Lab:
                                      (link.b, link.b_port, link.b_intf)):
                 if node in ports:
                     ports[node].append((port, intf))
-        dp_type = "netdev" if self.datapath == "user" else "system"
+        dp_type = "netdev" if self.datapath == Datapath.USER else "system"
         # OVS replaces a port's root qdisc with its own default when the port is added (and
         # at every reconfiguration), which silently removed our HTB shaping from every
         # switch port: measured, flows crossed "20 Mb/s" lanes at 35 Mb/s. A QoS of type
@@ -449,8 +453,11 @@ class Lab:
                         "--", "set", "Interface", intf, f"ofport_request={port}"]
         cleanup.run(cmd, check=True, timeout=300)
 
-    def _assemble_mininet(self) -> None:
-        """A ``Mininet`` object over what we built, so the Mininet CLI and helpers work."""
+    def assemble_mininet(self) -> None:
+        """A ``Mininet`` object over what we built, so the Mininet CLI and helpers work.
+
+        Public: a hook a subclass replaces (``ClusterLab``: its ``MininetCluster`` is the
+        net), and the last step of ``start`` a test can make fail to see it clean up."""
         from mininet.link import Intf, Link
         from mininet.net import Mininet
 
@@ -648,7 +655,7 @@ class Lab:
     def stop(self) -> None:
         """Remove everything this Lab made. Idempotent; never raises for a half-built lab.
 
-        The live view and captures, the fabric (``_teardown``), then the scratch folder and
+        The live view and captures, the fabric (``teardown_fabric``), then the scratch folder and
         the fabric lock, whatever happened before (a failing step, a second Ctrl-C). Signals
         that arrive meanwhile wait until it is done (``signals.held``).
         """
@@ -657,14 +664,14 @@ class Lab:
                 try:
                     self._stop_sidecars()
                 finally:
-                    self._teardown()
+                    self.teardown_fabric()
             finally:
-                self._drop_workdir()
+                self.drop_workdir()
                 self.net = None
                 self._release_lock()
 
     def _stop_sidecars(self) -> None:
-        """The live view and the captures go before the fabric (here, not in ``_teardown``,
+        """The live view and the captures go before the fabric (here, not in ``teardown_fabric``,
         which a ClusterLab replaces): a capture flushes its pcap on SIGINT while its port
         still exists."""
         sidecars.stop(self._sidecars["dashboard"])
@@ -672,8 +679,11 @@ class Lab:
         self._sidecars = {"dashboard": [], "capture": []}
         self.dashboard_url = None
 
-    def _teardown(self) -> None:
+    def teardown_fabric(self) -> None:
         """Controller, host shells, veths, bridges, QoS rows, run record.
+
+        Public: a hook a subclass replaces (``ClusterLab`` tears down every server), and
+        the seam a test replaces to check what ``stop`` does around the fabric.
 
         Order matters for speed: the host shells are killed (the kernel tears their
         namespaces down, taking the host links with them, in one batch), then the
@@ -706,11 +716,12 @@ class Lab:
             cleanup.drop_record(self.run_id)
             self._record = {}
 
-    def _drop_workdir(self) -> None:
+    def drop_workdir(self) -> None:
         """Remove the run's scratch folder (logs, specs), unless ASTRAL_LAB_KEEP_LOGS is set.
 
-        The run record goes first (``_teardown``), so a kill between the two leaves a
-        folder that ``astral-lab clean`` still recognises by its name.
+        The run record goes first (``teardown_fabric``), so a kill between the two leaves a
+        folder that ``astral-lab clean`` still recognises by its name. Public as the
+        seam a test replaces when it has no scratch folder to drop.
         """
         if self.workdir:
             cleanup.drop_scratch(self.workdir, self.log)

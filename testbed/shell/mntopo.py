@@ -31,6 +31,7 @@ from mininet.link import TCIntf, TCLink, TCULink  # noqa: E402
 from mininet.node import OVSSwitch  # noqa: E402
 from mininet.topo import Topo  # noqa: E402
 
+from testbed.datapath import Datapath, choose_datapath  # noqa: E402
 from testbed.shaping import HTB_QUANTUM  # noqa: E402
 from testbed.topologies import BUILDERS, build  # noqa: E402
 from vocab.plan import WiringPlan  # noqa: E402
@@ -46,20 +47,6 @@ class QuantumTCIntf(TCIntf):
         return [f"{c} quantum {HTB_QUANTUM}" if " htb rate " in c else c for c in cmds], parent
 
 
-def kernel_ovs_available() -> bool:
-    """True when the openvswitch kernel module is loaded (detect, don't assume)."""
-    return os.path.isdir("/sys/module/openvswitch")
-
-
-def choose_datapath(datapath: str = "auto") -> str:
-    """``kernel`` or ``user``; ``auto`` picks kernel only where its module is loaded."""
-    if datapath == "auto":
-        return "kernel" if kernel_ovs_available() else "user"
-    if datapath not in ("kernel", "user"):
-        raise ValueError(f"datapath must be auto, kernel or user (got {datapath!r})")
-    return datapath
-
-
 class PlanTopo(Topo):
     """A Mininet topology that is exactly a wiring plan."""
 
@@ -67,7 +54,7 @@ class PlanTopo(Topo):
               **_: Any) -> None:  # type: ignore[override]
         self.plan = plan
         dp = choose_datapath(datapath)
-        link_cls = TCULink if dp == "user" else TCLink
+        link_cls = TCULink if dp == Datapath.USER else TCLink
         for node in plan.nodes:
             if node.kind == "host":
                 self.addHost(node.name, ip=f"{node.ip}/8", mac=node.mac)
@@ -78,7 +65,7 @@ class PlanTopo(Topo):
             opts: dict[str, Any] = {"port1": link.a_port, "port2": link.b_port}
             if shape:
                 opts.update(cls=link_cls, bw=link.mbps, cls1=QuantumTCIntf, cls2=QuantumTCIntf)
-            elif dp == "user":
+            elif dp == Datapath.USER:
                 opts.update(cls=TCULink)
             self.addLink(link.a, link.b, **opts)
 

@@ -16,10 +16,10 @@ import subprocess
 import uuid
 from dataclasses import dataclass, field
 
+from testbed.datapath import Datapath, choose_datapath, kernel_ovs_available
+from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultspec import iptables_loss_commands, nft_loss_commands
 from testbed.shell import cleanup
-from testbed.shell.mntopo import choose_datapath
-from testbed.topologies import MAX_EMULATED_MBPS
 from vocab.plan import WiringPlan
 
 #: Mininet silently ignores ``bw`` above this (Mb/s).
@@ -34,7 +34,7 @@ class LabError(RuntimeError):
 class Preflight:
     """What preflight found; ``problems`` stop the lab, ``warnings`` are printed."""
 
-    datapath: str = "user"
+    datapath: Datapath = Datapath.USER
     netem: bool = False
     ovs_version: str = ""
     problems: list[str] = field(default_factory=list)
@@ -172,10 +172,10 @@ def check(plan: WiringPlan, datapath: str = "auto", start_daemons: bool = True) 
         pf.datapath = choose_datapath(datapath)
     except ValueError as exc:
         pf.problems.append(str(exc))
-    if pf.datapath == "kernel" and not os.path.isdir("/sys/module/openvswitch"):
+    if pf.datapath == Datapath.KERNEL and not kernel_ovs_available():
         pf.problems.append("datapath=kernel asked for, but the openvswitch kernel module is not "
                            "loaded (`modprobe openvswitch`), or use datapath=user")
-    if pf.datapath == "user":
+    if pf.datapath == Datapath.USER:
         pf.warnings.append("no openvswitch kernel module: using the userspace datapath "
                            "(one ovs-vswitchd forwards for the whole fabric, ~1 Gb/s in total)")
     pf.netem = netem_available()

@@ -26,6 +26,9 @@ import sys
 import time
 from typing import Any
 
+from traffic.shell.running import RunningLab
+from vocab.flows import ROCE_PORT
+
 HEADER = struct.Struct("!Id")  # sequence number, send time (time.time())
 
 
@@ -136,8 +139,8 @@ class Stream:
     receiver's JSON per source port.
     """
 
-    def __init__(self, lab: Any, src: str, dst: str, sports: Any, pps: float = 200.0,
-                 duration: float = 5.0, port: int = 4791, size: int = 200) -> None:
+    def __init__(self, lab: RunningLab, src: str, dst: str, sports: Any, pps: float = 200.0,
+                 duration: float = 5.0, port: int = ROCE_PORT, size: int = 200) -> None:
         self.lab, self.src, self.dst = lab, src, dst
         self.sports = list(sports)
         self.pps, self.duration, self.port, self.size = pps, duration, port, size

@@ -71,12 +71,14 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 from testbed.shaping import HTB_QUANTUM, queue_packets, root_ends
 from testbed.shell import cleanup
 from testbed.shell.preflight import LabError
 from traffic.kernels import TRAFFIC_CLASSES
+from traffic.shell.running import RunningLab
 from vocab.plan import WiringPlan
 
 ROOT = "5:"
@@ -93,7 +95,13 @@ BULK_FLOOR = 0.01
 DECODE_QUEUE_S = 0.25
 DROPTAIL_PACKETS = 1000  # queue of a non-lossless Lab (Mininet's default)
 RATE_TOLERANCE = 0.02  # tc prints rates rounded; compare within 2%
-MODES = ("isolated", "single")
+
+
+class QosMode(StrEnum):
+    """The two setups a shaped port may be in (anything else reads as "other")."""
+
+    ISOLATED = "isolated"  # decode in a strict-priority class of its own, bulk below it
+    SINGLE = "single"  # one class and queue, as the Lab made it
 
 
 def tos_match(dscp: int) -> str:
@@ -309,11 +317,12 @@ def _close(bps: float | None, mbps: float) -> bool:
     return bps is not None and abs(bps - mbps * 1e6) <= RATE_TOLERANCE * mbps * 1e6 + 1
 
 
-def problems(st: TcState, mode: str, mbps: float, lossless: bool = True,
+def problems(st: TcState, mode: QosMode, mbps: float, lossless: bool = True,
              bulk_floor: float = BULK_FLOOR) -> list[str]:
     """How ``st`` differs from ``mode`` ("isolated" or "single") at ``mbps``; [] = matches."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES} (got {mode!r})")
+    if mode not in tuple(QosMode):
+        raise ValueError(f"mode must be one of {tuple(m.value for m in QosMode)} "
+                         f"(got {mode!r})")
     out: list[str] = []
     root = st.root()
     if not root or root["kind"] != "htb" or root["handle"] != ROOT:
@@ -322,7 +331,7 @@ def problems(st: TcState, mode: str, mbps: float, lossless: bool = True,
     if link is None or link["parent"] != "root" or not _close(link["rate_bps"], mbps) \
             or not _close(link["ceil_bps"], mbps):
         out.append(f"class {LINK_CLASS} is not the link class at {mbps:g} Mb/s")
-    if mode == "single":
+    if mode == QosMode.SINGLE:
         want_classes = {LINK_CLASS}
         want_qdiscs = {LINK_CLASS: (LINK_QDISC, queue_packets(mbps))} if lossless else {}
         want_filters: set[tuple[str, str]] = set()
@@ -356,18 +365,18 @@ def problems(st: TcState, mode: str, mbps: float, lossless: bool = True,
 
 
 def classify(st: TcState, mbps: float, lossless: bool = True,
-             bulk_floor: float = BULK_FLOOR) -> tuple[str, str]:
-    """``("isolated"|"single"|"other", why)`` for one interface's state."""
-    for mode in MODES:
+             bulk_floor: float = BULK_FLOOR) -> tuple[QosMode | Literal["other"], str]:
+    """``(mode, "")`` for one interface's state, or ``("other", why)``."""
+    for mode in QosMode:
         if not problems(st, mode, mbps, lossless, bulk_floor):
             return mode, ""
-    single = problems(st, "single", mbps, lossless, bulk_floor)
-    iso = problems(st, "isolated", mbps, lossless, bulk_floor)
+    single = problems(st, QosMode.SINGLE, mbps, lossless, bulk_floor)
+    iso = problems(st, QosMode.ISOLATED, mbps, lossless, bulk_floor)
     return "other", "; ".join(single if len(single) <= len(iso) else iso)
 
 
 # --- the thin shell: run tc in the Lab's namespaces --------------------------------------
-def _require(lab: Any) -> None:
+def _require(lab: RunningLab) -> None:
     if not getattr(lab, "hosts", None):
         raise LabError("qos: the Lab is not running (no hosts); start it first")
     if not getattr(lab, "shape", True):
@@ -375,14 +384,14 @@ def _require(lab: Any) -> None:
                        "shaper to divide into traffic classes")
 
 
-def _groups(lab: Any) -> dict[str | None, list[Port]]:
+def _groups(lab: RunningLab) -> dict[str | None, list[Port]]:
     out: dict[str | None, list[Port]] = {}
     for p in ports(lab.plan):
         out.setdefault(p.host, []).append(p)
     return out
 
 
-def _tc(lab: Any, host: str | None, lines: list[str], *, force: bool) -> str:
+def _tc(lab: RunningLab, host: str | None, lines: list[str], *, force: bool) -> str:
     """One ``tc -batch`` in the root namespace (host None) or in ``host``'s namespace.
 
     ``force`` (reads): keep going past a failing line and print counters (``-s``).
@@ -397,7 +406,7 @@ def _tc(lab: Any, host: str | None, lines: list[str], *, force: bool) -> str:
     return proc.stdout
 
 
-def _each_namespace(lab: Any, fn: Any) -> dict[str | None, Any]:
+def _each_namespace(lab: RunningLab, fn: Any) -> dict[str | None, Any]:
     """``fn(host, ports)`` for the root namespace and every host namespace (in parallel)."""
     groups = _groups(lab)
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -405,7 +414,7 @@ def _each_namespace(lab: Any, fn: Any) -> dict[str | None, Any]:
         return {h: f.result() for h, f in futures.items()}
 
 
-def read(lab: Any) -> list[tuple[Port, TcState]]:
+def read(lab: RunningLab) -> list[tuple[Port, TcState]]:
     """Every shaped port of ``lab`` with its parsed tc state (one batch per namespace)."""
     def one(host: str | None, ps: list[Port]) -> list[tuple[Port, TcState]]:
         text = _tc(lab, host, show_commands(p.dev for p in ps), force=True)
@@ -419,7 +428,7 @@ def read(lab: Any) -> list[tuple[Port, TcState]]:
     return [pair for pairs in _each_namespace(lab, one).values() for pair in pairs]
 
 
-def status(lab: Any, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
+def status(lab: RunningLab, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
     """The isolation state of every shaped port, and per-class packet counters.
 
     ``mode``: "isolated" (every port), "single" (every port as the Lab made it), or
@@ -444,12 +453,12 @@ def status(lab: Any, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
                 for k in totals[name]:
                     totals[name][k] += int(c.get(k, 0))
     n = sum(counts.values())
-    mode = next((m for m in MODES if counts[m] == n), "mixed")
+    mode = next((m for m in QosMode if counts[m] == n), "mixed")
     return {"mode": mode, "interfaces": n, **counts, "problems": dict(list(other.items())[:20]),
             "classes": totals}
 
 
-def _switch(lab: Any, want: str, bulk_floor: float) -> dict[str, Any]:
+def _switch(lab: RunningLab, want: QosMode, bulk_floor: float) -> dict[str, Any]:
     """Bring every port to ``want`` ("isolated" or "single"); verify by reading back."""
     _require(lab)
     t0 = time.monotonic()
@@ -464,7 +473,7 @@ def _switch(lab: Any, want: str, bulk_floor: float) -> dict[str, Any]:
         if mode == "other":
             bad[port.dev] = why
             continue
-        if want == "isolated":
+        if want == QosMode.ISOLATED:
             cmds = isolation_commands(port.dev, port.mbps, lossless, bulk_floor=bulk_floor)
         else:
             cmds = restore_commands(port.dev, port.mbps, lossless)
@@ -484,22 +493,22 @@ def _switch(lab: Any, want: str, bulk_floor: float) -> dict[str, Any]:
     _each_namespace(lab, apply)
     after = status(lab, bulk_floor)
     if after["mode"] != want:
-        raise LabError(f"qos: after switching to {want!r}, {after['interfaces'] - after[want]} "
+        raise LabError(f"qos: after switching to '{want}', {after['interfaces'] - after[want]} "
                        f"port(s) are not: {after['problems']}")
     return {"mode": want, "interfaces": after["interfaces"], "changed": changed,
             "seconds": round(time.monotonic() - t0, 3)}
 
 
-def enable(lab: Any, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
+def enable(lab: RunningLab, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
     """Strict priority for the decode class (DSCP 46) on every shaped port of ``lab``.
 
     Idempotent (ports already isolated are left alone). Returns ``{"mode": "isolated",
     "interfaces": n, "changed": k, "seconds": s}``; raises LabError (changing nothing) if a
     port is in an unknown state, or if the read-back after the change disagrees.
     """
-    return _switch(lab, "isolated", bulk_floor)
+    return _switch(lab, QosMode.ISOLATED, bulk_floor)
 
 
-def disable(lab: Any, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
+def disable(lab: RunningLab, bulk_floor: float = BULK_FLOOR) -> dict[str, Any]:
     """Put every port back to the Lab's single class and queue (inverse of ``enable``)."""
-    return _switch(lab, "single", bulk_floor)
+    return _switch(lab, QosMode.SINGLE, bulk_floor)

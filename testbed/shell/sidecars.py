@@ -23,8 +23,6 @@ from testbed.shell import cleanup
 from testbed.shell.machine import free_port
 from testbed.shell.preflight import LabError
 
-#: what a dashboard process's command line contains (``testbed.shell.cleanup`` finds it by it)
-DASHBOARD_MODULE = "astral_lab.dashboard_cli"
 START_TIMEOUT_S = 30.0
 
 
@@ -37,8 +35,8 @@ def start_dashboard(lab: Any) -> subprocess.Popen[bytes]:
         lab.plan.save(plan_path)
     url_file = os.path.join(lab.workdir, "dashboard.url")
     log_path = os.path.join(lab.workdir, "dashboard.log")
-    argv = [sys.executable, "-m", DASHBOARD_MODULE, "--plan", plan_path, "--port", str(port),
-            "--url-file", url_file, "--interval", str(lab.poll_interval),
+    argv = [sys.executable, "-m", cleanup.DASHBOARD_MODULE, "--plan", plan_path,
+            "--port", str(port), "--url-file", url_file, "--interval", str(lab.poll_interval),
             "--run-id", lab.run_id]
     if lab.rest_port:
         argv += ["--controller", f"http://127.0.0.1:{lab.rest_port}"]

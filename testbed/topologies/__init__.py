@@ -1,14 +1,11 @@
 """Topologies, one module each: ``testbed/topologies/<name>.py``. Pure, no root.
 
-A topology's name is its module's name. The module holds the design's rules once: its
-builder (a ``FabricSpec`` in real units in, a ``WiringPlan`` out), its closed-form counts
-for the cost model (``counts``: the same fabric as the builder; ``size``: sized as a
-buyer would at any scale) and what the flow model needs (``BLOCKS``, ``BISECTION``, and
-``two_tier`` for the aggregate what-if), and ``OPTIONS``: the ``FabricSpec`` fields it reads
-beyond the common ones, so that any other field given a value other than its default is
-an error naming it instead of being ignored. ``astral-lab topo``, ``up``, ``cost``, ``model``,
-the ``mn --custom testbed/shell/mntopo.py`` file and the scenarios find topologies here, so a
-new design is a new file: copy the closest one under a new name and change its rules.
+A topology's name is its module's name. The module holds the design's rules once
+(``TopologyModule``: its builder, its closed-form counts for the cost model, what the flow
+model needs, and the ``FabricSpec`` fields it reads); what every design is built and counted
+with is ``testbed.fabricspec``. ``astral-lab topo``, ``up``, ``cost``, ``model``, the ``mn
+--custom testbed/shell/mntopo.py`` file and the scenarios find topologies in ``TOPOLOGIES``,
+so a new design is a new file: copy the closest one under a new name and change its rules.
 
 The four shipped designs, all built from the same ``FabricSpec`` so comparisons are at
 equal GPU count and equal NIC speed:
@@ -39,55 +36,72 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
-from types import ModuleType
+from typing import Protocol
 
-from testbed.topologies._base import (  # noqa: F401  (re-exported: the package's vocabulary)
+from testbed.fabricspec import (
     COMMON_OPTIONS,
-    COST_RULES,
     FABRIC_RULES,
     GPU_COUNT,
-    MAX_EMULATED_MBPS,
     CostSpec,
     Fabric,
     FabricSpec,
-    Infeasible,
     check_options,
-    fattree_k_for,
     fill_servers_per_block,
 )
 from vocab.plan import WiringPlan
-from vocab.plugins import discover
+from vocab.plugins import Plugin, Plugins
+
+
+class TopologyModule(Protocol):
+    """What a topology module declares and implements; ``Topology`` reads it.
+
+    ``build``, ``counts`` and ``size`` are required (each gets the design's name to write
+    into what it returns, so a copied module names itself); the rest have defaults.
+    """
+
+    OPTIONS: tuple[str, ...] | None = None
+    """The ``FabricSpec`` fields it reads beyond the common ones (``COMMON_OPTIONS``), so
+    that any other field given a value other than its default is an error naming it
+    instead of being ignored. None: it reads them all."""
+    BLOCKS: bool = False
+    """Servers are grouped into blocks that share leaves (the flow model fills leaves)."""
+    BISECTION: bool = False
+    """The flow model's bisection bound between halves of the blocks applies."""
+    two_tier: Callable[..., tuple[int, int, int]] | None = None
+    """``two_tier(spec, ...)``: the rules the flow model's aggregate what-if uses (left out:
+    no what-if for this design)."""
+
+    def build(self, spec: FabricSpec, name: str) -> WiringPlan:
+        """The wiring plan of ``spec`` (real units in, the emulated plan out)."""
+
+    def counts(self, spec: FabricSpec, name: str) -> Fabric:
+        """Closed-form counts of the fabric ``build`` wires for ``spec`` (the same fabric)."""
+
+    def size(self, gpus: int, spec: CostSpec, name: str) -> Fabric:
+        """Closed-form counts of a ``gpus``-GPU fabric sized as a buyer would, any scale."""
 
 
 @dataclass(frozen=True)
-class Topology:
-    """A topology module, with its declarations defaulted."""
+class Topology(Plugin):
+    """A topology module read against ``TopologyModule``."""
 
-    name: str
-    module: ModuleType
-
-    @property
-    def summary(self) -> str:
-        """The first line of the module's docstring."""
-        doc = (self.module.__doc__ or "").strip()
-        return doc.splitlines()[0].rstrip(".") if doc else ""
+    CONTRACT = TopologyModule
 
     @property
     def blocks(self) -> bool:
         """Servers are grouped into blocks that share leaves (the flow model fills leaves)."""
-        return bool(getattr(self.module, "BLOCKS", False))
+        return bool(self.declared("BLOCKS"))
 
     @property
     def bisection(self) -> bool:
         """The flow model's bisection bound between halves of the blocks applies."""
-        return bool(getattr(self.module, "BISECTION", False))
+        return bool(self.declared("BISECTION"))
 
     @property
     def options(self) -> tuple[str, ...]:
         """The ``FabricSpec`` fields the design reads: the common ones and its ``OPTIONS``
         (a module without ``OPTIONS`` is taken to read them all)."""
-        extra = getattr(self.module, "OPTIONS", None)
+        extra = self.declared("OPTIONS")
         if extra is None:
             return tuple(FabricSpec.field_names())
         return tuple(f for f in FabricSpec.field_names()
@@ -107,7 +121,7 @@ class Topology:
     @property
     def two_tier(self) -> Callable[..., tuple[int, int, int]] | None:
         """The rules the flow model's aggregate what-if uses, if the design has them."""
-        rules = getattr(self.module, "two_tier", None)
+        rules = self.hook("two_tier")
         if rules is None:
             return None
 
@@ -125,42 +139,26 @@ class Topology:
         return self.module.size(gpus, spec, self.name)
 
 
-#: the order designs are listed and compared in: these first, then the rest by name
-_FIRST = ("astral3", "rail3", "railonly", "fattree")
-
-
-@cache
-def available() -> dict[str, Topology]:
-    """Every topology module, in listing order."""
-    return {n: Topology(n, m)
-            for n, m in discover(__name__, __path__, _FIRST, dashes=False).items()}
-
-
-def names() -> tuple[str, ...]:
-    return tuple(available())
-
-
-def get(name: str) -> Topology:
-    """The topology called ``name``; a ValueError naming the known ones otherwise."""
-    tops = available()
-    if name not in tops:
-        raise ValueError(f"unknown topology {name!r}; choose one of {', '.join(tops)}")
-    return tops[name]
+#: Every topology, in listing order: these first, then the rest by name.
+TOPOLOGIES: Plugins[Topology] = Plugins("topology", __name__, Topology,
+                                        first=("astral3", "rail3", "railonly", "fattree"),
+                                        dashes=False)
 
 
 class _Builders(Mapping[str, Callable[[FabricSpec], WiringPlan]]):
-    """name -> builder, read from the modules each time (so a new module is seen)."""
+    """name -> builder, read from ``TOPOLOGIES`` each time (so a new module is seen)."""
 
     def __getitem__(self, name: str) -> Callable[[FabricSpec], WiringPlan]:
-        if name not in available():
+        topo = TOPOLOGIES.find(name)
+        if topo is None:
             raise KeyError(name)
-        return get(name).build
+        return topo.build
 
     def __iter__(self) -> Iterator[str]:
-        return iter(available())
+        return iter(TOPOLOGIES.names())
 
     def __len__(self) -> int:
-        return len(available())
+        return len(TOPOLOGIES.names())
 
 
 #: name -> builder; ``astral-lab topo <name>`` and ``mn --topo <name>`` use this.
@@ -169,7 +167,7 @@ BUILDERS: Mapping[str, Callable[[FabricSpec], WiringPlan]] = _Builders()
 
 def build(topology: str, **params: object) -> WiringPlan:
     """Build a wiring plan by topology name; unknown names and parameters are clear errors."""
-    return get(topology).build(fabric_spec(topology, **params))
+    return TOPOLOGIES.get(topology).build(fabric_spec(topology, **params))
 
 
 def fabric_spec(topology: str, **params: object) -> FabricSpec:
@@ -177,7 +175,7 @@ def fabric_spec(topology: str, **params: object) -> FabricSpec:
     checked by its rule (``FABRIC_RULES``), the rest ``FabricSpec``'s defaults, and
     ``servers_per_block=0`` filled (``Topology.resolve``). ``topo``, ``up``, ``model``, the
     scenarios and ``mn --custom`` all come here, so the same words give the same fabric."""
-    topo = get(topology)
+    topo = TOPOLOGIES.get(topology)
     known = set(FabricSpec.field_names())
     unknown = sorted(set(params) - known)
     if unknown:

@@ -8,8 +8,7 @@ spine layer reaches (a spine lane per leaf), the cost model splits the rails int
 
 from __future__ import annotations
 
-from testbed.shuffle import OpticalShuffle
-from testbed.topologies._base import (
+from testbed.fabricspec import (
     Builder,
     CostSpec,
     Fabric,
@@ -31,6 +30,7 @@ from testbed.topologies._base import (
     params_of,
     uplink_lanes,
 )
+from testbed.shuffle import OpticalShuffle
 from vocab.plan import WiringPlan
 
 #: the FabricSpec fields read beyond the common ones (any other set is an error)

@@ -6,7 +6,7 @@ the baseline the rail designs are compared with. Every switch has k ports at NIC
 
 from __future__ import annotations
 
-from testbed.topologies._base import (
+from testbed.fabricspec import (
     Builder,
     CostSpec,
     Fabric,

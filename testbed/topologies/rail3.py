@@ -8,7 +8,7 @@ holds, the cost model splits the blocks into pods and groups the cores by aggreg
 
 from __future__ import annotations
 
-from testbed.topologies._base import (
+from testbed.fabricspec import (
     Builder,
     CostSpec,
     Fabric,

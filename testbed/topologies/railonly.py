@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.topologies._base import (
+from testbed.fabricspec import (
     Builder,
     CostSpec,
     Fabric,

@@ -141,7 +141,8 @@ def _png_ok(path: str) -> None:
 def test_decode_latency_quick_writes_a_complete_report(tmp_path: str,
                                                        monkeypatch: pytest.MonkeyPatch
                                                        ) -> None:
-    from scenarios.decode_latency import CASES, PHASES, decode_latency
+    from scenarios.experiments.decode_latency import CASES, decode_latency
+    from traffic.workload import Phase
 
     labs: list[Lab] = []
     start = Lab.start
@@ -167,7 +168,7 @@ def test_decode_latency_quick_writes_a_complete_report(tmp_path: str,
         _png_ok(os.path.join(out, png))
     p = decode_latency.resolve(True, {})
     n = p["draws"]
-    want = {(e, c, ph) for e in eps for ph in PHASES
+    want = {(e, c, ph) for e in eps for ph in Phase
             for c in (CASES if e in p["background_eps"] else ("alone",))}
     with open(os.path.join(out, "summary.csv")) as f:
         rows = list(csv.DictReader(f))
@@ -210,7 +211,7 @@ def test_decode_latency_quick_writes_a_complete_report(tmp_path: str,
 @pytest.mark.parametrize("bad", [{"ep_sizes": [6]}, {"tokens": 0}, {"fill_s": 0.0}])
 def test_decode_latency_bad_parameters_fail_before_any_fabric(tmp_path: str, bad: dict
                                                               ) -> None:
-    from scenarios.decode_latency import decode_latency
+    from scenarios.experiments.decode_latency import decode_latency
 
     with pytest.raises(ValueError, match="--ep-sizes|--tokens|--fill-s"):
         decode_latency(output=os.path.join(str(tmp_path), "bad"), log=lambda m: None, **bad)

@@ -10,7 +10,7 @@ from typing import Any
 
 import matplotlib.image as mpimg
 
-from scenarios.expert_skew import CASES, expert_skew
+from scenarios.experiments.expert_skew import CASES, expert_skew
 from testbed.topologies import build
 from vocab.plan import WiringPlan
 

@@ -117,7 +117,7 @@ def test_failure_mid_build_tears_everything_down(monkeypatch: pytest.MonkeyPatch
     def boom(self: Lab) -> None:
         raise RuntimeError("injected failure after hosts, links and controller exist")
 
-    monkeypatch.setattr(Lab, "_assemble_mininet", boom)
+    monkeypatch.setattr(Lab, "assemble_mininet", boom)
     lab = Lab(plan)
     with pytest.raises(RuntimeError, match="injected"):
         lab.start()

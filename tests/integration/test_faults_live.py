@@ -72,7 +72,7 @@ def fabric_state(lab: Lab) -> dict[str, Any]:
     ends = {f"{n}/{i}": (link_state(lab, n, i)[0], htb_line(lab, n, i))
             for ln in PLAN.links for n, i in ((ln.a, ln.a_intf), (ln.b, ln.b_intf))}
     inj = FaultInjector(lab)
-    left = {h: F.nic_loss_leftovers(inj._sh, h) for h in lab.hosts}
+    left = {h: F.nic_loss_leftovers(inj.context.sh, h) for h in lab.hosts}
     return {"ends": ends, "leftovers": {h: v for h, v in left.items() if v}}
 
 
@@ -245,7 +245,8 @@ def test_nic_loss_drops_both_directions_at_the_probability(lab: Lab,
 def test_nic_loss_with_the_iptables_fallback(lab: Lab, baseline: dict[str, Any]) -> None:
     with FaultInjector(lab, nic_loss_backend="iptables") as inj:
         h = inj.inject(Fault("nic-loss", "s3g1", probability=0.3, direction="ingress"))
-        assert F.nic_loss_leftovers(inj._sh, "s3g1") == ["iptables chain ASTRAL_LAB_FAULTS_IN"]
+        left = F.nic_loss_leftovers(inj.context.sh, "s3g1")
+        assert left == ["iptables chain ASTRAL_LAB_FAULTS_IN"]
         with stream(lab, "s1g0", "s3g1", range(50400, 50404), pps=200, duration=2.0) as st:
             pass
         n = st.sent["sent_per_sport"] * 4
@@ -327,7 +328,7 @@ def test_a_random_schedule_plays_on_the_fabric_and_stop_undoes(lab: Lab,
     # an open-ended fault is still active when the schedule has played out; stop undoes it
     run = injector.run_schedule([Fault("nic-loss", "s1g1", probability=0.5, at=0.2)])
     assert run.wait(5)
-    assert run.handles[0].active and F.nic_loss_leftovers(injector._sh, "s1g1")
+    assert run.handles[0].active and F.nic_loss_leftovers(injector.context.sh, "s1g1")
     assert run.stop() == []
     assert not run.handles[0].active
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from test_expert_skew import assert_png, read_csv, read_json, read_text
 
-from scenarios.link_failure import link_failure
+from scenarios.experiments.link_failure import link_failure
 from testbed.topologies import build
 from vocab.plan import WiringPlan
 

@@ -12,7 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from scenarios.paper_shapes import ROWS, paper_shapes
+from scenarios.experiments.paper_shapes import paper_shapes
+from scenarios.paper_shapes_table import ROWS
 from testbed.topologies import build
 from vocab.plan import WiringPlan
 

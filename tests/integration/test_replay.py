@@ -14,11 +14,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from testbed.shell.lab import LAB_PMTU, Lab
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
-from traffic.roce import OP_WRITE_MIDDLE, frame_len, message_wire_bytes
-from traffic.shell import agent
+from traffic.roce import (
+    BURST_S,
+    LAB_PMTU,
+    MAX_OVERHEAD,
+    OP_WRITE_MIDDLE,
+    frame_len,
+    message_wire_bytes,
+)
 from traffic.shell.replay import replay, replay_step
 from traffic.workload import simulate_step
 from vocab.flows import sport_for_qp
@@ -143,7 +149,7 @@ def test_message_latency_on_an_idle_fabric_is_size_over_rate_plus_hops(
     lat = {pair: sorted(m["latency_ns"] / 1e9 for m in r.messages
                         if (m["src"], m["dst"]) == pair) for pair in (cross, base)}
     assert all(len(v) == 20 for v in lat.values()), {k: len(v) for k, v in lat.items()}
-    bucket_s = max(agent.BURST_S, 2 * (pmtu + agent.MAX_OVERHEAD) * 8 / pace)
+    bucket_s = max(BURST_S, 2 * (pmtu + MAX_OVERHEAD) * 8 / pace)
     floor_s = size * 8 / pace - bucket_s
     med = {pair: v[10] for pair, v in lat.items()}
     for v in lat.values():

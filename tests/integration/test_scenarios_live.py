@@ -71,7 +71,7 @@ def check_entry(entry: dict[str, Any], draws: int) -> None:
 
 
 def test_lb_compare_quick(results_root: Any, assert_clean: Any) -> None:
-    from scenarios.lb_compare import lb_compare
+    from scenarios.experiments.lb_compare import lb_compare
 
     res = lb_compare(quick=True)
     p = lb_compare.resolve(True, {})
@@ -98,7 +98,7 @@ def test_lb_compare_quick(results_root: Any, assert_clean: Any) -> None:
 
 
 def test_topology_compare_quick(results_root: Any, assert_clean: Any) -> None:
-    from scenarios.topology_compare import topology_compare
+    from scenarios.experiments.topology_compare import topology_compare
 
     res = topology_compare(quick=True)
     p = topology_compare.resolve(True, {})
@@ -119,7 +119,7 @@ def test_topology_compare_quick(results_root: Any, assert_clean: Any) -> None:
 
 
 def test_demo_quick(results_root: Any) -> None:
-    from scenarios.demo import demo
+    from scenarios.experiments.demo import demo
 
     res = demo(quick=True)
     rows = check_run(res.path, ["fabric.png", "permutation.png", "decode_cdf.png"],
@@ -184,7 +184,7 @@ def test_ctrl_c_during_traffic_leaves_a_marked_partial_and_a_clean_machine(
 
 def test_ops_eval_quick(results_root: Any, assert_clean: Any) -> None:
     """Issue 7's scored evaluation end to end: one fault of every kind, then the scores."""
-    from scenarios.ops_eval import KINDS, ops_eval
+    from scenarios.experiments.ops_eval import KINDS, ops_eval
 
     res = ops_eval(quick=True)
     rows = check_run(res.path, ["detect_time.png"], ["## Scores against the goals",

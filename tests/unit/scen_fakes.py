@@ -18,6 +18,7 @@ import pytest
 
 from scenarios.base import Run
 from testbed.models.flowmodel import model_flows
+from traffic.roce import DEFAULT_PMTU
 from traffic.shell.replay import ReplayResult
 
 SLOWDOWN = 1.05
@@ -33,7 +34,7 @@ class FakeClient:
     def lb(self) -> dict[str, Any]:
         from controllers import policies
 
-        return {"mode": self.lab.lb, "pins": policies.get(self.lab.lb).pins}
+        return {"mode": self.lab.lb, "pins": policies.POLICIES.get(self.lab.lb).pins}
 
     def wait_converged(self, timeout: float = 0) -> None:
         pass
@@ -46,13 +47,56 @@ class FakeClient:
 
 
 class FakeLab:
+    """A running lab as far as a scenario can tell (``RunningLab``), with no fabric: the
+    controller is ``FakeClient``, links change nothing and every ping arrives."""
+
     def __init__(self, plan: Any, lb: str = "ecmp") -> None:
+        from controllers import policies
+
         self.plan, self.lb, self.datapath = plan, lb, "fake"
+        self.lb_policy = policies.parse(lb, controller=True)
         self.timings = {"total": 0.0}
         self.replays: list[list[Any]] = []
+        self.hosts: dict[str, Any] = {}
+        self.workdir, self.run_id = "/nonexistent", "fake"
+        self.pmtu, self.mtu = DEFAULT_PMTU, None
+        self.shape = self.lossless = self.use_controller = True
+        self.controller_proc = None
+        self.rest_port: int | None = None
 
     def client(self) -> FakeClient:
         return FakeClient(self)
+
+    def health(self) -> dict[str, Any] | None:
+        return self.client().health()
+
+    def wait_converged(self, timeout: float | None = None) -> dict[str, Any]:
+        return {}
+
+    def reachability(self, timeout_ms: int = 1000, retries: int = 2,
+                     max_inflight: int = 2048) -> Any:
+        from testbed.reachability import Reachability
+
+        n = len(self.plan.hosts)
+        return Reachability(pairs=n * (n - 1), received=n * (n - 1), first_try_lost=0)
+
+    def set_link(self, a: str, b: str, up: bool, lane: int = 0) -> Any:
+        return [ln for ln in self.plan.links if {ln.a, ln.b} == {a, b}][lane]
+
+    def set_links(self, links: list[Any], up: bool) -> None:
+        pass
+
+    def kill_controller(self) -> None:
+        pass
+
+    def restart_controller(self, wait: bool = True) -> None:
+        pass
+
+    def host(self, name: str) -> Any:
+        return self.hosts[name]
+
+    def stop(self) -> None:
+        pass
 
 
 def fake_replay(lab: FakeLab, flows: Any, **_kw: Any) -> ReplayResult:
@@ -62,7 +106,7 @@ def fake_replay(lab: FakeLab, flows: Any, **_kw: Any) -> ReplayResult:
     seed = zlib.crc32(",".join(str(f.sport) for f in flows).encode())
     from controllers import policies
 
-    mode = lab.lb if lab.lb in policies.names(controller=True) else "ecmp"
+    mode = lab.lb if lab.lb in policies.CONTROLLER_MODES.names() else "ecmp"
     res = model_flows(lab.plan, flows, mode, seed=seed, unit="mbps")
     rows, messages = [], []
     for f, t in zip(flows, res.flow_finish_s, strict=True):

@@ -13,16 +13,19 @@ from typing import Any
 import pytest
 
 from astral_lab import cli
-from scenarios import base, common, fidelity
+from scenarios import common, fidelity
 from scenarios.base import Param, Run, scenario
+from scenarios.experiments import SCENARIOS
 from testbed.shell.preflight import LabError
 from testbed.topologies import build
+from traffic.roce import DEFAULT_PMTU
 
 
 class FakeLab:
     def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
         self.plan, self.lb, self.datapath = plan, kw.get("lb", "ecmp"), "fake"
         self.timings = {"total": 0.0}
+        self.pmtu, self.mtu = DEFAULT_PMTU, None
 
     def __enter__(self) -> FakeLab:
         return self
@@ -48,8 +51,8 @@ def env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.fixture
 def toy() -> Any:
     """One fabric, then one of: a guarded permutation, a LabError, a bug, a ValueError."""
-    @scenario("toy-cli", "a toy for the CLI's error paths", Param("scale", 1e-5, "scale"),
-              Param("fail", "", "lab, bug or value"))
+    @scenario("a toy for the CLI's error paths", Param("scale", 1e-5, "scale"),
+              Param("fail", "", "lab, bug or value"), name="toy-cli")
     def toy_fn(run: Run) -> None:
         plan = build("astral3", servers=2, gpus=4, scale=run.params["scale"])
         with run.lab(plan) as lab:
@@ -65,8 +68,9 @@ def toy() -> Any:
             run.guard(lab, common.permutation_flows(plan, 1_000_000, qps=2), "perm")
             run.row(done=1)
 
+    SCENARIOS.add("toy-cli", toy_fn)
     yield toy_fn
-    base.REGISTRY.pop("toy-cli", None)
+    SCENARIOS.remove("toy-cli")
 
 
 def _error(stderr: str) -> list[str]:
@@ -127,7 +131,8 @@ def test_bad_parameter_value_creates_nothing(env: Any, toy: Any,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", "no-such-scenario"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("astral-lab run: error: no scenario ")
+    assert len(err) == 1 and err[0].startswith(
+        "astral-lab run: error: unknown scenario 'no-such-scenario'; choose from demo, ")
     assert not os.path.exists(env)
 
 

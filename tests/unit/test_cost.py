@@ -5,8 +5,8 @@ without building anything. Three kinds of check keep it honest:
 
 1. Builder semantics (``counts_for_spec``): for small specs, build the real plan with
    ``testbed.topologies.build`` and compare tier by tier and link kind by link kind; lanes,
-   optics and fibres are recounted from the plan's links by the conventions in the module
-   docstring, independently of the formulas.
+   optics and fibres are recounted from the plan's links by the suite's one recount
+   (``recount.py``), independently of the formulas.
 2. Sizing (``analyze``): the layout the model picks for a buyer is turned back into a
    ``FabricSpec`` and built; astral3 rail groups are built as one plan per group.
 3. Published facts: two-tier k^2/2, fat-tree k^3/4, and the rail-only paper's range.
@@ -25,6 +25,7 @@ import pytest
 
 from astral_lab.cost_cli import add_cost_parser, run_cost
 from testbed import topologies
+from testbed.fabricspec import FabricSpec
 from testbed.models.cost import (
     DESIGNS,
     RAIL_ONLY_PAPER_REDUCTION,
@@ -43,7 +44,8 @@ from testbed.models.cost import (
     two_tier_capacity,
 )
 from testbed.shuffle import OpticalShuffle
-from testbed.topologies import FabricSpec, build
+from testbed.topologies import build
+from tests.unit.recount import Wiring, recount
 from vocab.plan import WiringPlan
 from vocab.validate import Parser
 
@@ -97,35 +99,6 @@ def case_id(case: tuple[str, dict[str, Any]]) -> str:
     return case[0] + "".join(f"-{k}={v}" for k, v in case[1].items())
 
 
-def recount(plan: WiringPlan, lane_gbps: float, lanes_per_uplink: int) -> dict[str, int]:
-    """Lanes, optics and fibres read off a real plan, by the module's stated conventions.
-
-    Switch lanes: every end of a link on a network switch (not an NVLink switch), link rate /
-    lane rate. Optics: both ends of every NIC cable and of every multi-lane uplink; for
-    astral3 lanes, one module per (leaf, uplink port) and one per (shuffle box, output).
-    Fibres: two per lane per cable segment.
-    """
-    tier = {n.name: n.tier for n in plan.nodes}
-    lanes = optics = fibers = 0
-    leaf_ports: set[tuple[str, int]] = set()
-    trunks: set[tuple[int, int]] = set()
-    for x in plan.links:
-        width = round(x.gbps / lane_gbps)
-        for end in (x.a, x.b):
-            if tier[end] not in ("gpu", "nvswitch"):
-                lanes += width
-        if x.kind in ("nic", "uplink"):
-            optics += 2
-            fibers += 2 * width
-        elif x.kind == "lane":
-            leaf_ports.add((x.a, int(x.info["uplink"])))
-            trunks.add((int(x.info["box"]), int(x.info["box_out"])))
-            fibers += 2  # leaf -> box segment of this lane
-    optics += len(leaf_ports) + len(trunks)
-    fibers += 2 * lanes_per_uplink * len(trunks)  # box -> spine trunks
-    return {"lanes": lanes, "optics": optics, "fibers": fibers}
-
-
 @pytest.fixture(params=BUILDER_CASES, ids=[case_id(c) for c in BUILDER_CASES])
 def builder_case(request: pytest.FixtureRequest) -> tuple[WiringPlan, Fabric, FabricSpec]:
     design, params = request.param
@@ -153,9 +126,9 @@ def test_boxes_and_hops_match_the_real_plan(builder_case: Any) -> None:
 
 
 def test_lanes_optics_fibers_match_a_recount_of_the_plan(builder_case: Any) -> None:
-    plan, fab, spec = builder_case
-    got = recount(plan, spec.lane_gbps, spec.lanes_per_uplink)
-    assert fab.switch_lanes_used == got["lanes"]
+    plan, fab, _spec = builder_case
+    got = recount(Wiring(plan))
+    assert fab.switch_lanes_used == got["switch_lanes_used"]
     assert fab.optics == got["optics"]
     assert fab.fibers == got["fibers"]
 
@@ -213,7 +186,7 @@ def spec_from_layout(fab: Fabric, cs: CostSpec, rails: int | None = None) -> Fab
                   lanes_per_uplink=cs.lanes_per_uplink, oversubscription=cs.oversubscription,
                   servers_per_block=lay.get("servers_per_block", 1))
     # only what the design reads: setting a parameter it ignores is an error
-    common = {k: v for k, v in common.items() if k in topologies.get(fab.design).options}
+    common = {k: v for k, v in common.items() if k in topologies.TOPOLOGIES.get(fab.design).options}
     if fab.design == "astral3":
         return FabricSpec(spines=lay["spines_per_group"], **common)
     if fab.design == "rail3":
@@ -256,8 +229,8 @@ def test_sized_fabric_is_what_the_builder_builds(design: str, cs: CostSpec, gpus
     assert fab.switches_per_tier == dict(tiers)
     assert fab.links_per_kind == dict(kinds)
     assert fab.shuffle_boxes == sum(p.counts["shuffle_boxes"] for p in plans)
-    got = [recount(p, cs.lane_gbps, cs.lanes_per_uplink) for p in plans]
-    assert fab.switch_lanes_used == sum(x["lanes"] for x in got)
+    got = [recount(Wiring(p)) for p in plans]
+    assert fab.switch_lanes_used == sum(x["switch_lanes_used"] for x in got)
     assert fab.optics == sum(x["optics"] for x in got)
     assert fab.fibers == sum(x["fibers"] for x in got)
 
@@ -468,7 +441,7 @@ def test_oversubscription_halves_uplinks_and_bisection() -> None:
     (dict(gpus=[100]), "whole number of 8-GPU servers"),
     (dict(gpus=[0]), "positive"),
     (dict(gpus=[]), "at least one"),
-    (dict(gpus=[64], designs=("astral3", "torus")), "unknown design"),
+    (dict(gpus=[64], designs=("astral3", "torus")), "unknown topology 'torus'"),
     (dict(gpus=[64], spec=CostSpec(nic_gbps=300)), "whole number"),
     (dict(gpus=[64], spec=CostSpec(radix=0)), "radix"),
     (dict(gpus=[64], prices=Prices(fiber=-1)), "fiber"),

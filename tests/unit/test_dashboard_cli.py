@@ -16,14 +16,16 @@ from typing import Any
 import pytest
 
 from astral_lab import cli, dashboard_cli
-from scenarios import base, fidelity
+from scenarios import fidelity
 from scenarios.base import Run, scenario
+from scenarios.experiments import SCENARIOS
 from testbed import capture
 from testbed.shell import cleanup, sidecars
 from testbed.shell.lab import Lab
 from tests.stopping import stop_command, stopped_as_asked
 from tests.unit.dash_fakes import demo_plan
 from tests.unit.test_cleanup import _gone, _record, _spawn, state_dir  # noqa: F401 (fixture)
+from traffic.roce import DEFAULT_PMTU
 
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -161,8 +163,8 @@ def test_lab_stop_ends_its_dashboard_by_sigterm_and_captures_by_sigint_first(
         order.append("teardown")
         assert all(p.poll() is not None for p in procs.values()), "fabric went first"
 
-    monkeypatch.setattr(lab, "_teardown", teardown)
-    monkeypatch.setattr(lab, "_drop_workdir", lambda: None)
+    monkeypatch.setattr(lab, "teardown_fabric", teardown)
+    monkeypatch.setattr(lab, "drop_workdir", lambda: None)
     try:
         lab.stop()
     finally:
@@ -186,6 +188,7 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
         def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
             made.append(kw)
             self.plan, self.lb, self.datapath, self.timings = plan, "ecmp", "fake", {}
+            self.pmtu, self.mtu = DEFAULT_PMTU, None
 
         def __enter__(self) -> RecordingLab:
             return self
@@ -199,7 +202,7 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 1, "measured": "x"})
     seen: dict[str, Any] = {}
 
-    @scenario("toy-live", "a toy with two fabrics")
+    @scenario("a toy with two fabrics", name="toy-live")
     def toy(run: Run) -> None:
         with run.lab(demo_plan(), label="astral3 small"):
             run.stage("first fabric")
@@ -210,11 +213,12 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
         with run.lab(build("rail3"), label="rail3"):
             run.stage("second fabric")
 
+    SCENARIOS.add("toy-live", toy)
     try:
         assert cli.main(["run", "toy-live", "--dashboard", "--dashboard-port", "8799",
                          "--capture", "lf0r0-eth3"]) == 0
     finally:
-        base.REGISTRY.pop("toy-live", None)
+        SCENARIOS.remove("toy-live")
     (folder,) = os.listdir(tmp_path / "results")
     first, second = made
     assert first["dashboard"] and first["dashboard_port"] == 8799

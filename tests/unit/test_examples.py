@@ -66,7 +66,7 @@ def test_example_uses_only_public_names(path: Path) -> None:
 
 
 def test_compare_policies_reports_every_policy_and_hash_draws_as_a_distribution() -> None:
-    names = policies.names()
+    names = policies.POLICIES.names()
     out = run_example("compare_policies.py", *names)
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -87,7 +87,8 @@ def test_compare_policies_default_and_unknown_policy() -> None:
     assert re.search(r"^ecmp: ", out.stdout, re.M) and re.search(r"^planned: ", out.stdout, re.M)
     bad = run_example("compare_policies.py", "ecmp", "nosuch")
     assert bad.returncode == 2 and bad.stdout == ""
-    assert "unknown policy 'nosuch'; choose from " + ", ".join(policies.names()) in bad.stderr
+    names = ", ".join(policies.POLICIES.names())
+    assert f"unknown policy 'nosuch'; choose from {names}" in bad.stderr
     bad = run_example("compare_policies.py", "qp-scaling:qps=1e9")
     assert bad.returncode == 2 and "qp-scaling:qps must be a whole number in 1..1024" in bad.stderr
 

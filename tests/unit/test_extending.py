@@ -91,7 +91,8 @@ def test_the_worked_topology_counts_match_its_plans(copy: Path) -> None:
     script = """
 import json, itertools
 from testbed.models.cost import counts_for_spec
-from testbed.topologies import FabricSpec, build
+from testbed.fabricspec import FabricSpec
+from testbed.topologies import build
 bad = []
 for servers, gpus, spb, lanes, os_ in itertools.product((2, 4, 6, 12), (1, 2, 4), (1, 2),
                                                        (1, 2), (1.0, 2.0)):

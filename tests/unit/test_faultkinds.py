@@ -6,7 +6,8 @@ So the test copies each shipped pair under a new name and checks, in a fresh int
 (``KINDS`` is read at import), that the copy is a valid ``Fault`` kind, is listed and
 drawn like its original, and that the injector runs it exactly like its original: the
 same commands, lab calls, processes and event log. The lab is ``FakeLab`` of
-test_faults.py with a recording ``_sh`` (nothing runs; no root needed).
+test_faults.py with a recording ``sh`` in the injector's ``FaultContext`` (nothing runs; no
+root needed).
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ import pytest
 from test_faults import FakeLab
 
 from testbed import faultkinds
+from testbed.faultkinds import FAULT_KINDS
 from testbed.faultspec import KINDS, TARGET_KIND, Fault
 from testbed.shell import faults as F
-from testbed.shell.faults import FaultInjector
+from testbed.shell.faults import INJECTORS, FaultInjector
+from testbed.shell.faults.link_degrade import htb_rate_command
 from testbed.topologies import build
 from vocab.plan import WiringPlan
+from vocab.plugins import Plugins
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,31 +47,33 @@ def small_plan() -> WiringPlan:
 
 # --- the registries ---------------------------------------------------------------------------
 def test_every_shipped_kind_is_registered_on_both_sides_in_order() -> None:
-    assert faultkinds.names() == KINDS == SHIPPED
-    assert tuple(F.kinds()) == SHIPPED and F.KINDS == SHIPPED
+    assert FAULT_KINDS.names() == KINDS == SHIPPED
+    assert INJECTORS.names() == SHIPPED and F.KINDS == SHIPPED
     assert TARGET_KIND == {"link-down": "link", "link-flap": "link", "link-degrade": "link",
                            "nic-loss": "host", "switch-down": "switch",
                            "controller-kill": "controller", "controller-restart": "controller",
                            "hot-receiver": "host"}
-    for name, mod in F.kinds().items():
+    for name, injector in INJECTORS.all().items():
+        mod = injector.module
         assert callable(mod.apply) and callable(mod.revert), name
         assert mod.__name__ == f"testbed.shell.faults.{name.replace('-', '_')}"
-        pure = faultkinds.get(name)
+        pure = FAULT_KINDS.get(name)
         assert pure.module.__name__ == f"testbed.faultkinds.{name.replace('-', '_')}"
         for doc in (mod.__doc__, pure.module.__doc__):  # what it emulates, in one line
             assert doc and doc.strip().splitlines()[0].endswith("."), (name, doc)
             assert len(doc.strip().splitlines()[0]) <= 100
         assert pure.summary
-    workers = {n for n, m in F.kinds().items() if hasattr(m, "worker")}
-    checks = {n for n, m in F.kinds().items() if hasattr(m, "check")}
+    workers = {n for n, i in INJECTORS.all().items() if i.hook("worker")}
+    checks = {n for n, i in INJECTORS.all().items() if i.hook("check")}
     assert workers == {"link-flap", "controller-restart"}
     assert checks == {"link-degrade", "nic-loss", "controller-kill", "controller-restart"}
 
 
 def test_an_unknown_kind_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown fault kind 'link-cut'; choose from link-down"):
-        faultkinds.get("link-cut")
-    with pytest.raises(ValueError, match="kind must be one of link-down, link-flap"):
+        FAULT_KINDS.get("link-cut")
+    with pytest.raises(ValueError, match="kind: unknown fault kind 'link-cut'; choose from "
+                                         "link-down"):
         Fault("link-cut", "a~b")
 
 
@@ -75,16 +81,15 @@ def test_a_kind_module_without_a_valid_target_is_named(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "bad_kind.py").write_text('"""No target."""\nTARGET = "cable"\n')
     monkeypatch.setattr(faultkinds, "__path__", [*faultkinds.__path__, str(tmp_path)])
-    faultkinds.available.cache_clear()
+    fresh = Plugins("fault kind", "testbed.faultkinds", faultkinds.FaultKind)
     try:
         with pytest.raises(ValueError, match=r"testbed.faultkinds.bad_kind: TARGET must be one "
                                              r"of link, host, switch, controller \(got 'cable'\)"):
-            faultkinds.available()
+            fresh.all()
     finally:
         monkeypatch.undo()
         sys.modules.pop("testbed.faultkinds.bad_kind", None)
-        faultkinds.available.cache_clear()
-    assert faultkinds.names() == SHIPPED
+    assert FAULT_KINDS.names() == SHIPPED
 
 
 # --- a lab that records what the injector would run -------------------------------------------
@@ -108,7 +113,7 @@ class FakeProc:
 
 
 class RecordingLab(FakeLab):
-    """``FakeLab`` whose ``sh`` (the injector's ``_sh``) records every command and answers
+    """``FakeLab`` whose ``sh`` (the fault context's ``sh``) records every command and answers
     like a shaped lab (``tc class show``/``change``, no nic-loss leftovers), and whose hosts
     start fake processes (recorded; a receiver reports ready at once)."""
 
@@ -116,7 +121,7 @@ class RecordingLab(FakeLab):
         super().__init__(plan)
         self.workdir = workdir
         self.commands: list[tuple[str | None, list[str], str | None]] = []
-        self.rates = {i: F.htb_rate_command(i, ln.mbps)[-5] for ln in plan.links
+        self.rates = {i: htb_rate_command(i, ln.mbps)[-5] for ln in plan.links
                       for i in (ln.a_intf, ln.b_intf)}
         self.hosts = {h: _FakeHost(self, h, ns.pid) for h, ns in self.hosts.items()}
         self.pids = 5000
@@ -169,8 +174,8 @@ def record(plan: WiringPlan, kind: str, knobs: dict[str, Any], how: str, workdir
     """Inject one fault on a fresh recording lab, end it, and return what happened."""
     lab = RecordingLab(plan, workdir)
     inj = FaultInjector(lab)
-    inj._sh = lab.sh  # type: ignore[method-assign]
-    inj._loss_backend = lambda: backend  # type: ignore[method-assign]  # no probe: no root
+    inj.context.sh = lab.sh  # type: ignore[method-assign]
+    inj.context.loss_backend = lambda: backend  # type: ignore[method-assign]  # no probe: no root
     h = inj.inject(Fault(kind, **knobs))
     if how == "wait":
         assert h.wait(10)
@@ -191,7 +196,7 @@ def test_the_injector_dispatches_every_kind_to_its_module(kind: str, tmp_path: P
     got = record(small_plan(), kind, knobs, how, str(tmp_path))
     assert got["state"] == "undone" and [e["action"] for e in got["events"]][0] == "inject"
     assert got["events"][-1]["action"] == "undo"
-    mod = F.kinds()[kind]
+    mod = INJECTORS.get(kind).module
     seen: list[str] = []
     monkeypatch.setattr(mod, "apply", lambda inj, h: seen.append(f"apply {h.fault.kind}"))
     monkeypatch.setattr(mod, "revert", lambda inj, h: seen.append("revert") or {"x": 1})
@@ -199,7 +204,7 @@ def test_the_injector_dispatches_every_kind_to_its_module(kind: str, tmp_path: P
         monkeypatch.setattr(mod, "worker", lambda inj, h: seen.append("worker"))
     lab = RecordingLab(small_plan(), str(tmp_path))
     inj = FaultInjector(lab)
-    inj._loss_backend = lambda: "nft"  # type: ignore[method-assign]
+    inj.context.loss_backend = lambda: "nft"  # type: ignore[method-assign]
     h = inj.inject(Fault(kind, **knobs))
     if hasattr(mod, "worker"):
         assert h.wait(5)
@@ -214,10 +219,10 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     plan = small_plan()
     deg = record(plan, "link-degrade", *SCENARIOS["link-degrade"], str(tmp_path))
     changes = [c for c in deg["commands"] if c[1][:3] == ["tc", "class", "change"]]
-    assert changes == [("s1g1", F.htb_rate_command("s1g1-eth0", 10), None),
-                       (None, F.htb_rate_command("lf0r1-eth2", 10), None),
-                       ("s1g1", F.htb_rate_command("s1g1-eth0", 40), None),
-                       (None, F.htb_rate_command("lf0r1-eth2", 40), None)]
+    assert changes == [("s1g1", htb_rate_command("s1g1-eth0", 10), None),
+                       (None, htb_rate_command("lf0r1-eth2", 10), None),
+                       ("s1g1", htb_rate_command("s1g1-eth0", 40), None),
+                       (None, htb_rate_command("lf0r1-eth2", 40), None)]
     assert deg["events"][0]["detail"] == {"mbps_before": [40.0, 40.0], "mbps": [10.0, 10.0]}
     loss = record(plan, "nic-loss", *SCENARIOS["nic-loss"], str(tmp_path), backend="iptables")
     setup, undo = F.iptables_loss_commands("s1g1-eth0", 0.2, "both")
@@ -243,12 +248,12 @@ _CHECK = textwrap.dedent("""
     F.__path__.append(shell_dir)
     from testbed import faultspec
     from testbed.shell.faults import Fault, FaultError, FaultInjector
-    from scenarios.ops_eval import KINDS as scenario_kinds
+    from scenarios.experiments.ops_eval import KINDS as scenario_kinds
     from test_faultkinds import SCENARIOS, RecordingLab, record, small_plan
 
     plan = small_plan()
     knobs, how = SCENARIOS[orig]
-    rep = {"kinds": list(faultspec.KINDS), "shell": list(F.kinds()),
+    rep = {"kinds": list(faultspec.KINDS), "shell": list(F.INJECTORS.names()),
            "scenario": list(scenario_kinds), "target": faultspec.TARGET_KIND[new]}
     f_new, f_orig = Fault(new, **knobs), Fault(orig, **knobs)
     rep["fault"] = [f_new.span == f_orig.span, f_new.component == f_orig.component,

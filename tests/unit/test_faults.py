@@ -8,6 +8,7 @@ measured in tests/integration/test_faults_live.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import threading
@@ -19,6 +20,7 @@ import pytest
 
 from testbed.shell import faults as F
 from testbed.shell.faults import Fault, FaultError, FaultInjector
+from testbed.shell.faults.link_degrade import degrade_commands, htb_rate_command
 from testbed.shell.lab import Lab, htb_commands
 from testbed.topologies import build
 from vocab.plan import WiringPlan
@@ -67,7 +69,7 @@ def test_bad_fault_parameters_name_the_parameter(kwargs: dict[str, Any], param: 
 
 
 def test_valid_edges_are_accepted_and_spans_follow_the_kind() -> None:
-    assert Fault("nic-loss", "s0g0", probability=1.0).probability == 1.0
+    assert Fault("nic-loss", "s0g0", probability=1.0).settings.probability == 1.0
     assert Fault("link-down", "a~b", at=0, duration=0).span == 0
     assert Fault("link-down", "a~b").span is None and Fault("link-down", "a~b").end is None
     flap = Fault("link-flap", "a~b", at=2, period=0.5, count=4)
@@ -82,6 +84,35 @@ def test_fault_round_trips_through_a_dict_and_rejects_unknown_fields() -> None:
     assert Fault.from_dict(json.loads(json.dumps(f.to_dict()))) == f
     with pytest.raises(ValueError, match="unknown fault field"):
         Fault.from_dict({**f.to_dict(), "fractoin": 0.3})
+    assert f.to_dict() == {"kind": "link-degrade", "target": "lf0r1~spine2#0", "at": 3.5,
+                           "duration": 10, "fraction": 0.3}
+    with pytest.raises(ValueError, match="unknown fault field.s. probability"):
+        Fault.from_dict({**f.to_dict(), "probability": 0.3})
+
+
+def test_each_kind_takes_its_own_settings_and_refuses_another_kinds() -> None:
+    from testbed.faultkinds import FAULT_KINDS
+
+    got = {k: FAULT_KINDS.get(k).knobs for k in FAULT_KINDS.names()}
+    assert {k: v for k, v in got.items() if v} == {
+        "link-flap": ("period", "count"), "link-degrade": ("fraction",),
+        "nic-loss": ("probability", "direction"),
+        "hot-receiver": ("overload", "hot_share", "senders", "seed")}
+    for kind in FAULT_KINDS.names():  # every kind round-trips with its defaults
+        f = Fault(kind, "" if FAULT_KINDS.get(kind).target == "controller" else "a~b")
+        assert type(f.settings) is FAULT_KINDS.get(kind).declared("SETTINGS")
+        assert Fault.from_dict(f.to_dict()) == f
+    with pytest.raises(ValueError, match=r"^probability: link-degrade has no setting "
+                                         r"'probability' \(its settings: fraction\)$"):
+        Fault("link-degrade", "a~b", probability=0.5)
+    with pytest.raises(ValueError, match=r"fraction: link-down has no setting 'fraction' "
+                                         r"\(its settings: none\)"):
+        Fault("link-down", "a~b", fraction=0.5)
+    # replace lays knobs over the fault's own settings (ops-eval's per-kind overrides)
+    f = Fault("nic-loss", "s0g0", probability=0.2, direction="ingress")
+    g = dataclasses.replace(f, at=4.0, probability=0.05)
+    assert (g.at, g.settings.probability, g.settings.direction) == (4.0, 0.05, "ingress")
+    assert dataclasses.replace(f, target="s1g1").settings == f.settings
 
 
 # --- names: parse_target, resolve, component --------------------------------------------
@@ -152,7 +183,7 @@ def test_every_link_of_every_design_round_trips_through_its_name(topology: str,
 
 def test_resolve_checks_the_target_kind_and_writes_it_canonically(small: WiringPlan) -> None:
     f = F.resolve(small, Fault("link-degrade", "spine2~lf0r1", fraction=0.5))
-    assert f.target == f.component == "lf0r1~spine2#0" and f.fraction == 0.5
+    assert f.target == f.component == "lf0r1~spine2#0" and f.settings.fraction == 0.5
     assert Fault("link-down", "spine2~lf0r1").component == "spine2~lf0r1#0"  # unresolved
     assert F.resolve(small, Fault("switch-down", "spine1")).component == "spine1"
     assert F.resolve(small, Fault("nic-loss", "s2g1")).component == "s2g1"
@@ -177,17 +208,17 @@ def test_hot_receiver_on_a_single_server_plan_is_refused() -> None:
 
 # --- exact commands --------------------------------------------------------------------------
 def test_degrade_changes_only_the_rate_of_the_labs_htb_class(small: WiringPlan) -> None:
-    cmd = F.htb_rate_command("spine2-eth2", 5)
+    cmd = htb_rate_command("spine2-eth2", 5)
     assert cmd == ["tc", "class", "change", "dev", "spine2-eth2", "parent", "5:0", "classid",
                    "5:1", "htb", "rate", "5Mbit", "burst", "15k", "quantum", "1514"]
     add = next(c for c in htb_commands("spine2-eth2", 5) if c.startswith("class add"))
     assert cmd[3:] == add.split()[2:]  # same arguments as bring-up used, verb aside
     lane = F.parse_target(small, "lf0r1~spine2").link
-    assert F.degrade_commands(small, lane, 5) == [
-        (None, F.htb_rate_command("lf0r1-eth5", 5)), (None, F.htb_rate_command("spine2-eth2", 5))]
+    assert degrade_commands(small, lane, 5) == [
+        (None, htb_rate_command("lf0r1-eth5", 5)), (None, htb_rate_command("spine2-eth2", 5))]
     nic = F.parse_target(small, "s1g1~lf0r1").link
-    assert F.degrade_commands(small, nic, 10) == [
-        ("s1g1", F.htb_rate_command("s1g1-eth0", 10)), (None, F.htb_rate_command("lf0r1-eth2", 10))]
+    assert degrade_commands(small, nic, 10) == [
+        ("s1g1", htb_rate_command("s1g1-eth0", 10)), (None, htb_rate_command("lf0r1-eth2", 10))]
 
 
 def test_htb_rates_read_back_from_tc_output() -> None:
@@ -297,9 +328,9 @@ def test_random_schedule_properties(topology: str, params: dict[str, int]) -> No
         if f.kind == "switch-down":
             assert f.target in leaves
         if f.kind == "link-degrade":
-            assert 0.1 <= f.fraction <= 0.5
+            assert 0.1 <= f.settings.fraction <= 0.5
         if f.kind == "nic-loss":
-            assert 0.02 <= f.probability <= 0.2
+            assert 0.02 <= f.settings.probability <= 0.2
     for a, b in zip(sched, sched[1:], strict=False):
         assert a.end + 4 <= b.at + 1e-6, (a, b)  # no overlap, with the recovery gap
 
@@ -314,7 +345,7 @@ def test_random_schedule_with_few_faults_and_a_subset_of_kinds(small: WiringPlan
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"kinds": ["link-cut"]}, "kinds: unknown kind"),
+    ({"kinds": ["link-cut"]}, "kinds: unknown fault kind 'link-cut'"),
     ({"kinds": []}, "kinds must name"),
     ({"n": 0}, "n must be"),
     ({"duration_s": 0}, "duration_s must be"),
@@ -372,7 +403,7 @@ class FakeLab:
 def fake(small: WiringPlan) -> tuple[FakeLab, FaultInjector]:
     lab = FakeLab(small)
     inj = FaultInjector(lab)
-    inj._sh = lab.sh  # type: ignore[method-assign]
+    inj.context.sh = lab.sh  # type: ignore[method-assign]
     return lab, inj
 
 
@@ -479,7 +510,7 @@ def test_leaving_the_block_undoes_everything_even_on_errors(small: WiringPlan,
                                                             exc: type[BaseException]) -> None:
     lab = FakeLab(small)
     with pytest.raises(exc), FaultInjector(lab) as inj:
-        inj._sh = lab.sh  # type: ignore[method-assign]
+        inj.context.sh = lab.sh  # type: ignore[method-assign]
         inj.inject(Fault("link-down", "lf0r0~spine0"))
         inj.inject(Fault("switch-down", "spine1"))
         inj.inject(Fault("controller-kill"))

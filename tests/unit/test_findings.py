@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from scenarios import demo as dm
 from scenarios.common import distribution
+from scenarios.experiments import demo as dm
 from scenarios.findings import caveat_text, margin_text, pace_caveats
 
 
@@ -245,7 +245,7 @@ def lbr(wl: str, mode: str, measured: list[float], model: list[float], *, bound:
 
 
 def test_lb_compare_ecmp_finding_permutation_and_alltoall() -> None:
-    from scenarios import lb_compare as lc
+    from scenarios.experiments import lb_compare as lc
 
     res = {"permutation/ecmp": lbr("permutation", "ecmp", [3.0, 4.5, 4.5],
                                    [3.0] * 50 + [4.5] * 150),
@@ -279,7 +279,7 @@ def test_lb_compare_ecmp_finding_permutation_and_alltoall() -> None:
 def test_lb_compare_ecmp_finding_out_of_band(measured: list[float], model: list[float],
                                             kw: dict[str, Any], said: str,
                                             unsaid: str) -> None:
-    from scenarios import lb_compare as lc
+    from scenarios.experiments import lb_compare as lc
 
     res = {"permutation/ecmp": lbr("permutation", "ecmp", measured, model, **kw)}
     why = lc.ecmp_finding(res, "permutation", 2, (4, 4))["why"]
@@ -287,7 +287,7 @@ def test_lb_compare_ecmp_finding_out_of_band(measured: list[float], model: list[
 
 
 def test_lb_compare_gap_and_adaptive_findings() -> None:
-    from scenarios import lb_compare as lc
+    from scenarios.experiments import lb_compare as lc
 
     e = lbr("permutation", "ecmp", [4.5] * 3, [4.5] * 200)
     pl = lc.gap_finding(lbr("permutation", "planned", [2.5], [1.5]))
@@ -323,7 +323,7 @@ def es_cases(**skewed: Any) -> dict[str, dict[str, Any]]:
 
 
 def test_expert_skew_completion_finding_branches() -> None:
-    from scenarios import expert_skew as es
+    from scenarios.experiments import expert_skew as es
 
     ok = es.completion_finding(es_cases(), {}, "ecmp", 1e-5)
     assert ok["title"] == "Completion follows the hottest receiver"
@@ -356,7 +356,7 @@ def test_expert_skew_completion_finding_branches() -> None:
 def test_expert_skew_completion_finding_out_of_band(skewed: dict[str, Any],
                                                     margin: dict[str, float], said: str,
                                                     unsaid: str) -> None:
-    from scenarios import expert_skew as es
+    from scenarios.experiments import expert_skew as es
 
     why = es.completion_finding(es_cases(**skewed), margin, "ecmp", 1e-5)["why"]
     assert "skewed: the ratio" in why and said in why and unsaid not in why
@@ -364,7 +364,7 @@ def test_expert_skew_completion_finding_out_of_band(skewed: dict[str, Any],
 
 
 def test_expert_skew_incast_finding_branches() -> None:
-    from scenarios import expert_skew as es
+    from scenarios.experiments import expert_skew as es
 
     c = es_cases(hot=1.6, mid=0.5)
     f = es.incast_finding(c["uniform"], c["skewed"], c["skewed+eplb"], 8.0)
@@ -510,7 +510,7 @@ def tc_r(design: str, kernel: str, measured: float, model: float, *, bound: floa
 
 
 def test_topology_compare_tiers_and_railonly_findings() -> None:
-    from scenarios import topology_compare as tc
+    from scenarios.experiments import topology_compare as tc
 
     a, r3 = tc_r("astral3", "flat", 1.2, 1.2), tc_r("rail3", "flat", 1.3, 1.3, hops=4.9)
     f = tc.tiers_finding(a, r3, "flat", 0.66)
@@ -527,7 +527,7 @@ def test_topology_compare_tiers_and_railonly_findings() -> None:
 
 
 def test_topology_compare_high_bandwidth_and_gap() -> None:
-    from scenarios import topology_compare as tc
+    from scenarios.experiments import topology_compare as tc
 
     res = {"astral3/flat": tc_r("astral3", "flat", 1.0, 1.0),
            "rail3/flat": tc_r("rail3", "flat", 1.6, 1.6),
@@ -555,7 +555,7 @@ def test_topology_compare_high_bandwidth_and_gap() -> None:
 
 # --- paper-shapes ------------------------------------------------------------------------
 def test_paper_shapes_rows_3_4_5_follow_their_numbers() -> None:
-    from scenarios import paper_shapes as ps
+    from scenarios.experiments import paper_shapes as ps
 
     assert "stays at 1.40, above 1" in ps.eplb_why({"median": 1.40}, 1.2)
     assert "here to a max/mean of 1.02" in ps.eplb_why({"median": 1.02}, 1.2)
@@ -574,7 +574,7 @@ def test_paper_shapes_rows_3_4_5_follow_their_numbers() -> None:
 
 # --- ops-eval ----------------------------------------------------------------------------
 def test_ops_eval_steady_gap_branches() -> None:
-    from scenarios.ops_eval import steady_gap
+    from scenarios.experiments.ops_eval import steady_gap
 
     assert steady_gap(1.0, 83.4, 83.4, 5.0) == ""
     low = steady_gap(0.5, 83.4, 83.0, 5.0)

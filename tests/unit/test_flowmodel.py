@@ -23,9 +23,10 @@ import pytest
 from astral_lab.cli import main
 from controllers import lb
 from controllers.paths import PathFinder
+from testbed.fabricspec import FabricSpec
 from testbed.models import flowmodel as fm
 from testbed.models import maxmin, perflow, solver
-from testbed.topologies import FabricSpec, build
+from testbed.topologies import build
 from tests.unit.fabrics import plan_of
 from vocab.flows import Flow, sport_for_qp
 

@@ -30,8 +30,8 @@ def test_frame_time_and_base_delay_follow_the_slowest_fabric_link(plan) -> None:
 
 
 def test_each_policy_asks_the_sender_for_its_entropy_rule(plan) -> None:  # type: ignore[no-untyped-def]
-    assert hostlb.sender_settings(policies.get("ecmp"), plan, 4096) == {}
-    assert hostlb.sender_settings(policies.get("qp-scaling"), plan, 4096) == {}
+    assert hostlb.sender_settings(policies.POLICIES.get("ecmp"), plan, 4096) == {}
+    assert hostlb.sender_settings(policies.POLICIES.get("qp-scaling"), plan, 4096) == {}
     assert hostlb.sender_settings(policies.parse("spray:entropies=16"), plan, 4096) == \
         {"entropy": "packet", "entropies": 16}
     fl = hostlb.sender_settings(policies.parse("flowlet:gap_rtts=3"), plan, 4096)
@@ -39,15 +39,15 @@ def test_each_policy_asks_the_sender_for_its_entropy_rule(plan) -> None:  # type
     assert fl["flowlet_gap_us"] == pytest.approx(3e6 * hostlb.base_one_way_s(plan, 4096))
     assert hostlb.sender_settings(policies.parse("plb:rounds=5"), plan, 4096) == \
         {"entropy": "plb", "plb_rounds": 5}
-    for name in policies.names():  # whatever a policy asks, a sender's spec accepts
-        extra = hostlb.sender_settings(policies.get(name), plan, 4096)
+    for name in policies.POLICIES.names():  # whatever a policy asks, a sender's spec accepts
+        extra = hostlb.sender_settings(policies.POLICIES.get(name), plan, 4096)
         ReplaySpec.from_dict({"intf": "h-eth0", "src_mac": "02:00:00:00:00:01",
                               "src_ip": "10.0.0.1", "rate_mbps": 1.0, "flows": [], **extra})
 
 
 def test_only_plb_receivers_answer_with_feedback(plan) -> None:  # type: ignore[no-untyped-def]
     for name in ("ecmp", "spray", "flowlet", "qp-scaling", "planned"):
-        assert hostlb.receiver_args(policies.get(name), plan, 4096) == []
+        assert hostlb.receiver_args(policies.POLICIES.get(name), plan, 4096) == []
     args = hostlb.receiver_args(policies.parse("plb:round_rtts=2:delay_frames=2"), plan, 4096)
     base = hostlb.base_one_way_s(plan, 4096)
     want = (base + 2 * hostlb.frame_s(plan, 4096)) * 1e6
@@ -64,7 +64,7 @@ def test_qp_scaling_stripes_every_message_over_its_own_qps() -> None:
     assert sum(g.bytes for g in got) == f.bytes
     assert {g.message_bytes for g in got} == {33_334}
     assert all(g.messages == -(-g.bytes // g.message_bytes) for g in got)
-    assert policies.get("spray").expand([f]) == [f]
+    assert policies.POLICIES.get("spray").expand([f]) == [f]
 
 
 def test_policy_options_are_checked_once() -> None:
@@ -132,7 +132,7 @@ def test_the_python_plane_refuses_a_host_side_policy_before_anything_starts(
 
     client = SimpleNamespace(lb=lambda: {"mode": "spray", "pins": False})
     lab = SimpleNamespace(plan=plan, client=lambda: client, workdir=str(tmp_path),
-                          lb_policy=policies.get("spray"))
+                          lb_policy=policies.POLICIES.get("spray"))
     flows = [FlowSpec.make("s0g0", "s0g1", 10_000, qp=1, message_bytes=5_000)]
     with pytest.raises(ValueError, match="only the native plane"):
         replay(lab, flows, plane="python")

@@ -35,9 +35,10 @@ PURE = (
     "controllers.policies.plb", "traffic.hostlb", "testbed.topologies.astral3",
     "testbed.topologies.rail3",
     "testbed.topologies.railonly", "testbed.topologies.fattree",
-    "testbed.topologies", "testbed.shuffle", "testbed.draw", "testbed.models.cost",
+    "testbed.topologies", "testbed.fabricspec", "testbed.shuffle", "testbed.draw",
+    "testbed.models.cost",
     "testbed.models.flowmodel", "testbed.models.maxmin", "testbed.faultmarks",
-    "testbed.faultspec",
+    "testbed.faultspec", "testbed.datapath",
     "testbed.shaping", "testbed.reachability", "testbed.faultkinds",
     "testbed.faultkinds.link_down", "testbed.faultkinds.link_flap",
     "testbed.faultkinds.link_degrade", "testbed.faultkinds.nic_loss",
@@ -46,6 +47,7 @@ PURE = (
     "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
     "scenarios.link_failure_metrics", "testbed.capture", "ops.dashboard", "ops.metrics",
+    "ops.detectors", "ops.evaluate",
 )
 
 Graph = dict[str, set[str]]

@@ -20,7 +20,7 @@ from functools import cache
 
 import pytest
 
-from controllers import lb
+from controllers import lb, lbscore
 from controllers.paths import Path, PathFinder
 from controllers.routing import attach_points, shortest_switch_hops
 from tests.unit.fabrics import FABRICS, plan_of
@@ -489,9 +489,9 @@ def test_planned_greedy_is_the_same_with_array_scoring(name: str, seed: int,
     # candidates in NumPy (MIN 1) and in Python (MIN huge): the same plan
     finder = finder_of(name)
     flows = random_flows(finder.hosts, seed, 400, (1, 2, 3, 5, 8, 13))
-    monkeypatch.setattr(lb._ManyCandidates, "MIN", 10**9)
+    monkeypatch.setattr(lbscore.ManyCandidates, "MIN", 10**9)
     python = lb.plan_assign(flows, finder)
-    monkeypatch.setattr(lb._ManyCandidates, "MIN", 1)
+    monkeypatch.setattr(lbscore.ManyCandidates, "MIN", 1)
     assert lb.plan_assign(flows, finder) == python
 
 
@@ -556,7 +556,7 @@ def test_block_scoring_moves_exactly_like_one_flow_at_a_time(name: str, seed: in
     # random sizes and rates, a low threshold and no hysteresis: many hot links and many
     # moves, several ticks with holds; blocks of 7 flows so block boundaries are crossed
     if seed == 1:
-        monkeypatch.setattr(lb._Scorer, "BLOCK", 7)
+        monkeypatch.setattr(lbscore.Scorer, "BLOCK", 7)
     finder = finder_of(name)
     rnd = random.Random(seed)
     flows = random_flows(finder.hosts, seed, 300, (1, 2, 3, 5, 8))

@@ -55,7 +55,7 @@ def _session(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, interrupt_at: int =
         return _Answer()
 
     monkeypatch.setattr(cli, "Live", Live)
-    monkeypatch.setattr(cli, "_answer", answer)
+    monkeypatch.setattr(cli, "answer", answer)
     args = argparse.Namespace(run=None, db=db, live=db is not None, ask="why is s1g1 slow?",
                               json=False, collect=0.0, interval=0.01, baseline=None,
                               llm=False, no_probe=True)

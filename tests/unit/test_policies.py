@@ -28,11 +28,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_shipped_policies_and_what_they_declare() -> None:
     host = ("flowlet", "plb", "qp-scaling", "spray")
-    assert policies.names() == ("ecmp", "ecmp-fluid", "planned", "adaptive", *host)
-    assert policies.names(controller=True) == ("ecmp", "planned", "adaptive", *host)
-    assert policies.names(controller=False) == ("ecmp-fluid",)
+    assert policies.POLICIES.names() == ("ecmp", "ecmp-fluid", "planned", "adaptive", *host)
+    assert policies.CONTROLLER_MODES.names() == ("ecmp", "planned", "adaptive", *host)
+    assert tuple(n for n, p in policies.POLICIES.all().items() if not p.controller) == (
+        "ecmp-fluid",)
     got = {n: (p.pins, p.polls, p.random, p.entropy, p.whatif)
-           for n, p in policies.available().items()}
+           for n, p in policies.POLICIES.all().items()}
     assert got == {"ecmp": (False, False, True, "qp", "hash"),
                    "ecmp-fluid": (False, False, False, "qp", "fluid"),
                    "planned": (True, False, False, "qp", "lanes"),
@@ -42,19 +43,20 @@ def test_the_shipped_policies_and_what_they_declare() -> None:
                    "qp-scaling": (False, False, True, "qp", None),
                    "spray": (False, False, True, "packet", "fluid")}
     assert policies.random_names() == ("ecmp", "adaptive", *host)
-    assert policies.get("ecmp-fluid").module.__name__ == "controllers.policies.ecmp_fluid"
+    assert policies.POLICIES.get("ecmp-fluid").module.__name__ == "controllers.policies.ecmp_fluid"
     for row in policies.table():
         assert row["summary"] and "\n" not in row["summary"], row
 
 
 def test_an_unknown_or_model_only_policy_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown policy 'nope'; choose from ecmp, ecmp-fluid"):
-        policies.get("nope")
+        policies.POLICIES.get("nope")
     plan = build("astral3", servers=4, gpus=2, servers_per_block=2)
-    with pytest.raises(ValueError, match=r"mode must be one of \['ecmp', 'planned', 'adaptive', "):
+    with pytest.raises(ValueError, match="unknown controller mode 'ecmp-fluid'; choose from "
+                                         "ecmp, planned, adaptive, "):
         FabricLogic(plan, "ecmp-fluid")
     logic = FabricLogic(plan, "ecmp")
-    with pytest.raises(ValueError, match="mode must be one of"):
+    with pytest.raises(ValueError, match="unknown controller mode 'ecmp-fluid'"):
         logic.set_mode("ecmp-fluid")
     assert logic.mode == "ecmp"
 
@@ -64,7 +66,7 @@ def test_the_mode_decides_pins_not_its_name() -> None:
     plan = build("astral3", servers=4, gpus=2, servers_per_block=2)
     hosts = [h.name for h in plan.hosts]
     flows = [Flow(hosts[0], hosts[-1], 49152 + q, bytes=1 << 20) for q in range(4)]
-    for name, pol in policies.available(controller=True).items():
+    for name, pol in policies.CONTROLLER_MODES.all().items():
         logic = FabricLogic(plan, name)
         logic.set_flows(flows)
         assert bool(logic.assign) == pol.pins, name
@@ -85,8 +87,8 @@ _CHECK = textwrap.dedent("""
     from testbed.models import flowmodel as fm
     from testbed.topologies import build
     from astral_lab.cli import main
-    report = {"names": list(policies.names()), "modes": list(MODES)}
-    p_new, p_orig = policies.get(new), policies.get(orig)
+    report = {"names": list(policies.POLICIES.names()), "modes": list(MODES)}
+    p_new, p_orig = policies.POLICIES.get(new), policies.POLICIES.get(orig)
     report["same_declarations"] = [(p_new.pins, p_new.polls, p_new.random, p_new.split,
                                     p_new.controller, p_new.whatif, p_new.summary)
                                    == (p_orig.pins, p_orig.polls, p_orig.random, p_orig.split,
@@ -119,11 +121,11 @@ _CHECK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("orig", policies.names())
+@pytest.mark.parametrize("orig", policies.POLICIES.names())
 def test_a_copied_policy_module_works_in_controller_model_and_cli(orig: str,
                                                                  tmp_path: Path) -> None:
     new = f"copy-of-{orig}"
-    src = policies.get(orig).module.__file__
+    src = policies.POLICIES.get(orig).module.__file__
     extra = tmp_path / "extra"
     extra.mkdir()
     shutil.copy(src, extra / f"{new.replace('-', '_')}.py")
@@ -139,11 +141,11 @@ def test_a_copied_policy_module_works_in_controller_model_and_cli(orig: str,
     assert a == b and a > 0 and label == new and same_method
     (o_pol, o_t, o_kind), (n_pol, n_t, n_kind) = rep["whatif"]
     assert (o_pol, n_pol) == (orig, new) and o_t == n_t and o_kind == n_kind
-    if policies.get(orig).controller:
+    if policies.POLICIES.get(orig).controller:
         assert new in rep["modes"]
         same_assign, same_tables, pinned = rep["controller"]
         assert same_assign and all(same_tables.values())
-        assert (pinned > 0) == policies.get(orig).pins
+        assert (pinned > 0) == policies.POLICIES.get(orig).pins
         assert rep["controller_mode"] == new
     else:
         assert new not in rep["modes"]

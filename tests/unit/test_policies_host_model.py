@@ -162,7 +162,8 @@ def test_flowlet_decides_for_the_median_sender() -> None:
                         for s in ("s1g0", "s3g0") for q in range(4)]
     assert not flowlet.rule(flows, finder, {"frame_bytes": FRAME_BYTES, "gap_rtts": 2.0}
                             )["split"]
-    assert policies.get("flowlet").split is False and policies.get("flowlet").split_rule
+    flowlet_policy = policies.POLICIES.get("flowlet")
+    assert flowlet_policy.split is False and flowlet_policy.split_rule
     assert "split or hash by a rule per job" in next(
         r["traits"] for r in policies.table() if r["name"] == "flowlet")
 

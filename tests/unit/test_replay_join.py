@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -77,3 +78,54 @@ def test_results_join_receivers_to_flows_by_source_ip_and_qp(lab: SimpleNamespac
     assert r.latency_us["bulk"]["count"] == 2 and r.latency_us["bulk"]["max"] == 4000.0
     assert r.latency_us["decode"] == {"count": 1, "p50": 7000.0, "p99": 7000.0,
                                       "max": 7000.0, "mean": 7000.0}
+
+
+# --- the two traffic planes behind one interface --------------------------------------------
+def test_each_plane_starts_its_own_programs_with_the_replay_s_files(
+        lab: SimpleNamespace, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The command lines the replay runs in the hosts, per plane: the compiled receiver reads
+    the host's NIC and the sender a prebuilt plan, started at an integer nanosecond; the
+    Python agents read a JSON spec, started at a float second."""
+    from controllers import policies
+    from traffic.roce import Plane
+    from traffic.shell.replay import AGENT, PLANES, NativePlane, PythonPlane
+
+    assert set(PLANES) == set(Plane) and PLANES[Plane.NATIVE] is NativePlane
+    monkeypatch.setenv("ASTRAL_PKTIO", "/opt/pktio")
+    ecmp = policies.POLICIES.get("ecmp")
+    spec = _spec(lab, "s0g0", [flow("s0g0", "s2g1", 5)], 1024, None)
+    nat, py = NativePlane(ecmp, lab.plan, 1024), PythonPlane(ecmp, lab.plan, 1024)
+    assert (nat.name, py.name) == (Plane.NATIVE, Plane.PYTHON)
+    assert nat.recv_cmd("s2g1", "o", "r") == ["/opt/pktio", "recv", "--intf", "s2g1-eth0",
+                                              "--out", "o", "--ready", "r"]
+    assert py.recv_cmd("s2g1", "o", "r") == AGENT + ["recv", "--out", "o", "--ready", "r"]
+    plan_path = nat.write_spec("s0g0", spec, str(tmp_path))
+    assert plan_path == str(tmp_path / "plan-s0g0.bin") and (tmp_path / "plan-s0g0.bin").exists()
+    spec_path = py.write_spec("s0g0", spec, str(tmp_path))
+    assert json.loads((tmp_path / "spec-s0g0.json").read_text()) == spec
+    assert nat.send_cmd("s0g0", plan_path, "s", 1.5) == [
+        "/opt/pktio", "send", "--plan", plan_path, "--out", "s", "--intf", "s0g0-eth0",
+        "--start-at", "1500000000"]
+    assert py.send_cmd("s0g0", spec_path, "s", 1.5) == AGENT + [
+        "send", "--spec", spec_path, "--out", "s", "--start-at", "1.500000"]
+    assert (nat.lead_s(10), py.lead_s(10)) == (pytest.approx(0.5), pytest.approx(3.5))
+    assert nat.dropping(["b", "a"], ["c"]) == ["a", "b"] and py.dropping(["a"], ["c"]) == []
+
+
+def test_only_the_compiled_plane_moves_source_ports_and_answers_senders(
+        lab: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    from controllers import policies
+    from traffic.shell.replay import NativePlane, PythonPlane, _plane
+
+    monkeypatch.setenv("ASTRAL_PKTIO", "/opt/pktio")
+    plb = policies.POLICIES.get("plb")
+    NativePlane.refuse(plb)
+    with pytest.raises(ValueError, match="only the native plane"):
+        PythonPlane.refuse(plb)
+    PythonPlane.refuse(policies.POLICIES.get("ecmp"))
+    nat = NativePlane(plb, lab.plan, 1024)
+    assert nat.feedback and nat.recv_cmd("d", "o", "r")[-len(nat.feedback):] == nat.feedback
+    assert nat.dropping(["d"], ["s"]) == ["d", "s"]  # feedback's senders drop too
+    assert _plane("python") is PythonPlane
+    with pytest.raises(ValueError, match=r"plane must be one of \('native', 'python'\)"):
+        _plane("rust")

@@ -7,6 +7,7 @@ switches. Error cases go through raw ``http.client``/sockets so the client canno
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import inspect
 import json
@@ -26,6 +27,7 @@ from controllers.shell.rest import (
     ENDPOINTS,
     MAX_BODY_BYTES,
     MAX_JSON_DEPTH,
+    ROUTES,
     ControllerAPI,
     make_server,
 )
@@ -378,7 +380,9 @@ def test_rest_layer_bug_still_answers_500(server: Any, api: FakeAPI,
     def broken(*_args: Any) -> Any:
         raise AttributeError("oops")
 
-    monkeypatch.setattr("controllers.shell.rest._parse_query", broken)
+    # an endpoint whose argument parsing has a bug, put in the public route table
+    links = ROUTES["/links"]["GET"]
+    monkeypatch.setitem(ROUTES["/links"], "GET", dataclasses.replace(links, args=broken))
     status, _, body = raw(server, "GET", "/links")
     assert status == 500 and body == {"error": "internal error: AttributeError: oops"}
     monkeypatch.undo()

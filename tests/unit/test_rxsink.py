@@ -66,7 +66,7 @@ def test_collector_leaves_a_sinking_hosts_inbound_loss_unmeasured(
     # every frame the NIC received was dropped before IP: 1,000 frames/s, none delivered
     for t, rx in ((0.0, 0), (1.0, 1000)):
         files = _fake_files(rx, 0)
-        monkeypatch.setattr(col, "_read", lambda p, f=files: f.get(p))
+        monkeypatch.setattr(col, "read_kernel_file", lambda p, f=files: f.get(p))
         values = {}
         c._poll_hosts(t, values)
     assert values[("s0g0", "in_pps")] == pytest.approx(1000)

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
-from scenarios import decode_latency as dl
+from scenarios.experiments import decode_latency as dl
 from testbed.topologies import build
+from traffic.workload import Phase
 
 
 def test_model_case_gives_percentiles_over_draws() -> None:
@@ -34,7 +35,7 @@ def test_a_run_reports_distributions_beside_the_model(tmp_path: Any,
     res = dl.decode_latency(quick=True, output=out, log=lambda _m: None, model_draws=4)
     p = dl.decode_latency.resolve(True, {})
     n = p["draws"]
-    want = {(e, c, ph) for e in p["ep_sizes"] for ph in dl.PHASES
+    want = {(e, c, ph) for e in p["ep_sizes"] for ph in Phase
             for c in (dl.CASES if e in p["background_eps"] else ("alone",))}
     assert {(r["ep"], r["case"], r["phase"]) for r in res.rows} == want
     summary = read_json(out, "summary.json")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from scenarios import demo as dm
 from scenarios.common import compare, distribution, fmt_distribution
+from scenarios.experiments import demo as dm
 from testbed.topologies import build
 
 

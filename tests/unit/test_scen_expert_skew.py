@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from scenarios.expert_skew import (
+from scenarios.experiments.expert_skew import (
     analyse,
     expert_skew,
     incast,
@@ -90,7 +90,7 @@ def test_a_run_reports_distributions_beside_the_model(tmp_path: Any,
 
     from scen_fakes import check_entry, install, read_json, read_text
 
-    from scenarios import expert_skew as es
+    from scenarios.experiments import expert_skew as es
 
     labs = install(monkeypatch, es)
     out = os.path.join(str(tmp_path), "run")

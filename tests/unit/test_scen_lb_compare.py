@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
-from scenarios import lb_compare as lc
-from scenarios.common import model_draws, shift_qps
+from scenarios.common import DRAW_QP_STRIDE, model_draws, shift_qps
+from scenarios.experiments import lb_compare as lc
 from testbed.topologies import build
 
 
@@ -21,10 +21,10 @@ def plan() -> Any:
 
 def test_draws_use_other_source_ports_on_the_same_pairs(plan: Any) -> None:
     a = lc._flows(plan, "permutation", 1.0, 2, 1, qp_base=0)
-    b = lc._flows(plan, "permutation", 1.0, 2, 1, qp_base=lc.DRAW_QP_STRIDE)
+    b = lc._flows(plan, "permutation", 1.0, 2, 1, qp_base=DRAW_QP_STRIDE)
     assert [(f.src, f.dst, f.bytes) for f in a] == [(f.src, f.dst, f.bytes) for f in b]
     assert not {f.sport for f in a} & {f.sport for f in b}
-    c = shift_qps(a, lc.DRAW_QP_STRIDE)
+    c = shift_qps(a, DRAW_QP_STRIDE)
     assert [f.sport for f in c] == [f.sport for f in b]
     assert lc.draws_for("ecmp", 3) == lc.draws_for("adaptive", 3) == 3
     assert lc.draws_for("planned", 3) == 1
@@ -94,7 +94,7 @@ def test_host_side_policies_stand_beside_their_published_shapes(
     report = read_text(out, "REPORT.md")
     table = report[report.index("| workload | policy | measured / bound"):]
     for mode in modes:
-        pol = policies.get(mode)
+        pol = policies.POLICIES.get(mode)
         row = next(line for line in table.splitlines() if line.startswith(f"| alltoall | {mode} |"))
         assert pol.published[:40] in row and pol.source in row, mode
         if pol.differs:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from controllers.paths import PathFinder
-from scenarios import link_failure as lf
+from scenarios import link_failure_metrics as lm
+from scenarios.experiments import link_failure as lf
 from testbed.models.flowmodel import model_flows
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
@@ -41,7 +42,7 @@ def test_pick_lane_takes_a_lane_the_probe_pair_can_cross(plan) -> None:  # type:
     assert any(finder.peer(p[0])[0] == spine for p in finder.candidates(src, dst))
     links = lf.spine_links(plan, spine)
     assert len(links) == sum(1 for s in plan.switches if s.tier == "leaf")
-    assert len(lf.down_hops(links)) == 2 * len(links)
+    assert len(lm.down_hops(links)) == 2 * len(links)
     with pytest.raises(ValueError):
         lf.spine_links(plan, "spine99")
 
@@ -49,12 +50,12 @@ def test_pick_lane_takes_a_lane_the_probe_pair_can_cross(plan) -> None:  # type:
 def test_remaining_after_constant_rates_and_finished_flows() -> None:
     flows = [FlowSpec.make("a", "b", 1000, 0, message_bytes=100),
              FlowSpec.make("a", "c", 1000, 1, message_bytes=100)]
-    left = lf.remaining_after(flows, [2.0, 0.4], [4000.0, 8000.0], 0.5)  # 500 B/s, 1000 B/s
+    left = lm.remaining_after(flows, [2.0, 0.4], [4000.0, 8000.0], 0.5)  # 500 B/s, 1000 B/s
     assert [(f.dst, f.bytes, f.qp) for f in left] == [("b", 750, 0)]
     assert left[0].messages == 8  # 750 B in 100 B messages
-    assert lf.remaining_after(flows, [1.0, 1.0], [8000.0, 8000.0], 0.0)[0].bytes == 1000
+    assert lm.remaining_after(flows, [1.0, 1.0], [8000.0, 8000.0], 0.0)[0].bytes == 1000
     with pytest.raises(ValueError):
-        lf.remaining_after(flows, [1.0, 1.0], [1.0, 1.0], -1.0)
+        lm.remaining_after(flows, [1.0, 1.0], [1.0, 1.0], -1.0)
 
 
 def test_fluid_ideal_after_a_failure_is_slower_and_spine_is_worse(plan) -> None:  # type: ignore
@@ -62,13 +63,13 @@ def test_fluid_ideal_after_a_failure_is_slower_and_spine_is_worse(plan) -> None:
     fluid = model_flows(plan, flows, "ecmp-fluid", unit="mbps")
     leaf, spine, _, _ = lf.pick_lane(plan)
     t = fluid.completion_s / 3
-    left = lf.remaining_after(flows, fluid.flow_finish_s, fluid.flow_start_rate_bps, t)
+    left = lm.remaining_after(flows, fluid.flow_finish_s, fluid.flow_start_rate_bps, t)
     assert sum(f.bytes for f in left) == pytest.approx(sum(f.bytes for f in flows) * 2 / 3,
                                                        rel=0.01)
     totals = {}
     for case, links in (("lane", [ln for ln in plan.links if {ln.a, ln.b} == {leaf, spine}]),
                         ("spine", lf.spine_links(plan, spine))):
-        finder = PathFinder(plan, down=lf.down_hops(links))
+        finder = PathFinder(plan, down=lm.down_hops(links))
         totals[case] = t + model_flows(finder, left, "ecmp-fluid", unit="mbps").completion_s
     # a leaf's uplinks carry 6/7 of its NICs' rate; with 3 of 4 lanes they bind
     assert fluid.completion_s * 1.02 < totals["lane"] <= totals["spine"]
@@ -77,26 +78,26 @@ def test_fluid_ideal_after_a_failure_is_slower_and_spine_is_worse(plan) -> None:
 def test_rates_smooth_level_and_fraction() -> None:
     start = 10**18
     samples = [(start + k * 100_000_000, k * 125_000) for k in range(11)]  # 10 Mb/s
-    t, mbps = lf.rates(samples, start)
+    t, mbps = lm.rates(samples, start)
     assert np.allclose(mbps, 10.0) and t[0] == pytest.approx(0.05)
-    assert lf.rates(samples[:1], start)[0].size == 0
-    assert np.allclose(lf.smooth(np.array([3.0, 6.0, 9.0, 0.0]), 2), [3.0, 4.5, 7.5, 4.5])
-    assert lf.level(t, mbps, 0.0, 0.5) == pytest.approx(10.0)
-    assert np.isnan(lf.level(t, mbps, 5.0, 6.0))
-    assert lf.time_of_fraction(t, mbps, 0.5) == pytest.approx(0.45, abs=0.051)
+    assert lm.rates(samples[:1], start)[0].size == 0
+    assert np.allclose(lm.smooth(np.array([3.0, 6.0, 9.0, 0.0]), 2), [3.0, 4.5, 7.5, 4.5])
+    assert lm.level(t, mbps, 0.0, 0.5) == pytest.approx(10.0)
+    assert np.isnan(lm.level(t, mbps, 5.0, 6.0))
+    assert lm.time_of_fraction(t, mbps, 0.5) == pytest.approx(0.45, abs=0.051)
     with pytest.raises(ValueError):
-        lf.smooth(mbps, 0)
+        lm.smooth(mbps, 0)
 
 
 def test_recovery_time_rule() -> None:
     t = np.arange(0.05, 6.0, 0.1)
     mbps = np.where((t > 2.0) & (t < 3.0), 2.0, 10.0)  # a dip of 1 s after a cut at 2 s
-    rec = lf.recovery_time(t, mbps, 2.0, 9.0, until_s=5.5)
+    rec = lm.recovery_time(t, mbps, 2.0, 9.0, until_s=5.5)
     # the 3-sample average is back above 9 once all 3 samples are after the dip
     assert rec == pytest.approx(1.2, abs=0.11)
-    assert lf.recovery_time(t, np.full_like(t, 10.0), 2.0, 9.0, until_s=5.5) == pytest.approx(0.0)
-    assert lf.recovery_time(t, mbps, 2.0, 11.0, until_s=5.5) is None
-    assert lf.recovery_time(t, mbps, 2.0, 9.0, until_s=2.8) is None  # the tail came first
+    assert lm.recovery_time(t, np.full_like(t, 10.0), 2.0, 9.0, until_s=5.5) == pytest.approx(0.0)
+    assert lm.recovery_time(t, mbps, 2.0, 11.0, until_s=5.5) is None
+    assert lm.recovery_time(t, mbps, 2.0, 9.0, until_s=2.8) is None  # the tail came first
 
 
 def test_probe_gap_only_counts_silences_at_the_cut() -> None:
@@ -104,8 +105,8 @@ def test_probe_gap_only_counts_silences_at_the_cut() -> None:
                      "50101": {"max_gap_s": 0.09, "gap_at": 100.3},
                      "50102": {"max_gap_s": 0.5, "gap_at": 90.0},
                      "50103": {"max_gap_s": 0.02, "gap_at": None}}}
-    assert lf.probe_gap(res, 100.0) == (pytest.approx(0.09), 2)
-    assert lf.probe_gap({"flows": {}}, 100.0) == (None, 0)
+    assert lm.probe_gap(res, 100.0) == (pytest.approx(0.09), 2)
+    assert lm.probe_gap({"flows": {}}, 100.0) == (None, 0)
 
 
 def test_sampler_detects_the_start_and_fires_once_after_the_delay(
@@ -183,7 +184,7 @@ def test_a_run_reports_penalties_over_draws_beside_the_model(
     from scen_fakes import check_entry, install, read_json, read_text
 
     install(monkeypatch, lf)
-    monkeypatch.setattr(lf, "_one_run", _fake_run)
+    monkeypatch.setattr(lf, "one_run", _fake_run)
     out = os.path.join(str(tmp_path), "run")
     res = lf.link_failure(quick=True, output=out, log=lambda _m: None, model_draws=6,
                           modes=["ecmp", "planned"])
@@ -213,8 +214,8 @@ def test_model_penalty_follows_the_policy(plan) -> None:  # type: ignore
     flows = lf.all_to_all(plan, 4.0)
     leaf, spine, _, _ = lf.pick_lane(plan)
     lane = [ln for ln in plan.links if {ln.a, ln.b} == {leaf, spine}]
-    planned = lf.model_penalties(plan, flows, "planned", lane, 0.33, 10)
-    ecmp = lf.model_penalties(plan, flows, "ecmp", lane, 0.33, 10)
+    planned = lm.model_penalties(plan, flows, "planned", lane, 0.33, 10)
+    ecmp = lm.model_penalties(plan, flows, "ecmp", lane, 0.33, 10)
     assert len(planned) == 1 and len(ecmp) == 10
     assert planned[0]["penalty"] > 1.0  # the leaf's three surviving lanes bind
     # a hash over fewer ports re-spreads the flows toward and from the failed leaf, and
@@ -232,7 +233,7 @@ def test_host_side_policies_report_the_whole_messages_a_failure_cost(
     from scen_fakes import install, read_text
 
     install(monkeypatch, lf)
-    monkeypatch.setattr(lf, "_one_run", _fake_run)
+    monkeypatch.setattr(lf, "one_run", _fake_run)
     out = os.path.join(str(tmp_path), "run")
     lf.link_failure(quick=True, output=out, log=lambda _m: None, model_draws=4,
                     modes=["ecmp", "spray"], draws=1)

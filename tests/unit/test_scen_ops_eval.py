@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
-from scenarios import ops_eval as oe
+from scenarios.experiments import ops_eval as oe
 from testbed.topologies import build
 
 

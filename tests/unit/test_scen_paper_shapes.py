@@ -12,21 +12,24 @@ from typing import Any
 import pytest
 
 from scenarios import base
-from scenarios.paper_shapes import (
-    PUBLISHED,
-    ROWS,
+from scenarios.experiments import SCENARIOS
+from scenarios.experiments.paper_shapes import (
     _check_params,
-    balls_into_bins,
-    build_rows,
     ecmp_model,
     eplb_imbalance,
-    flow_throughput,
     overlap,
-    paired_growth,
     paper_shapes,
     position,
     publish,
     tiers,
+)
+from scenarios.paper_shapes_table import (
+    PUBLISHED,
+    ROWS,
+    balls_into_bins,
+    build_rows,
+    flow_throughput,
+    paired_growth,
 )
 from testbed.topologies import build
 
@@ -222,7 +225,7 @@ def test_parameters_are_checked() -> None:
 
 
 def test_registered_with_quick_values() -> None:
-    sc = base.load_all()["paper-shapes"]
+    sc = SCENARIOS.get("paper-shapes")
     quick, full = sc.resolve(True, {}), sc.resolve(False, {})
     assert quick["ecmp_draws"] < full["ecmp_draws"] and quick["ep_seeds"] <= full["ep_seeds"]
     assert full["ep_sizes"] == [8, 16, 32]

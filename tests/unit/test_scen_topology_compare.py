@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
-from scenarios import topology_compare as tc
+from scenarios.experiments import topology_compare as tc
 from testbed.topologies import build
 
 

@@ -11,7 +11,9 @@ import pytest
 
 from scenarios import base, common, fidelity
 from scenarios.base import Param, Run, scenario
+from scenarios.experiments import SCENARIOS
 from testbed.topologies import build
+from traffic.roce import DEFAULT_PMTU, OP_WRITE_MIDDLE, frame_len
 
 
 def _read(*parts: Any) -> str:
@@ -28,9 +30,9 @@ def results(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.fixture
 def toy() -> Any:
     """A scenario that writes rows, a JSON file and a finding, or fails where told."""
-    @scenario("toy-test", "a toy", Param("n", 3, "rows", quick=1),
+    @scenario("a toy", Param("n", 3, "rows", quick=1),
               Param("fail", "", "'error' or 'interrupt' after the first row"),
-              Param("modes", ["a", "b"], "modes", choices=("a", "b", "c")))
+              Param("modes", ["a", "b"], "modes", choices=("a", "b", "c")), name="toy-test")
     def toy_fn(run: Run) -> None:
         for i in range(run.params["n"]):
             run.row(i=i, square=i * i, mode=run.params["modes"][0])
@@ -48,8 +50,7 @@ def toy() -> Any:
                            why="arithmetic")
         run.summary = {"rows": len(run.rows)}
 
-    yield toy_fn
-    base.REGISTRY.pop("toy-test", None)
+    return toy_fn
 
 
 def test_param_parse_follows_the_default_type() -> None:
@@ -119,22 +120,19 @@ def test_bad_parameters_create_nothing(results: Any, toy: Any) -> None:
 
 
 def test_a_value_error_before_anything_ran_leaves_no_folder(results: Any, toy: Any) -> None:
-    @scenario("toy-early", "rejects its parameters in the body", Param("n", 1, "n"))
+    @scenario("rejects its parameters in the body", Param("n", 1, "n"), name="toy-early")
     def early(run: Run) -> None:
         raise ValueError("servers=3 must be a multiple of 2")
 
-    try:
-        with pytest.raises(ValueError, match="servers=3"):
-            early(log=lambda _m: None)
-        assert os.listdir(results) == []
-        # after a stage has finished, the same error keeps a marked partial folder
-        with pytest.raises(ValueError):
-            toy(fail="value", log=lambda _m: None)
-        (partial,) = os.listdir(results)
-        assert partial.endswith(".partial")
-        assert "stopped by an error" in _read(results, partial, "INTERRUPTED.md")
-    finally:
-        base.REGISTRY.pop("toy-early", None)
+    with pytest.raises(ValueError, match="servers=3"):
+        early(log=lambda _m: None)
+    assert os.listdir(results) == []
+    # after a stage has finished, the same error keeps a marked partial folder
+    with pytest.raises(ValueError):
+        toy(fail="value", log=lambda _m: None)
+    (partial,) = os.listdir(results)
+    assert partial.endswith(".partial")
+    assert "stopped by an error" in _read(results, partial, "INTERRUPTED.md")
 
 
 def test_tables() -> None:
@@ -147,9 +145,9 @@ def test_tables() -> None:
 
 
 def test_registry_lists_the_issue_scenarios() -> None:
-    names = set(base.load_all())
+    names = set(SCENARIOS.names())
     assert {"demo", "lb-compare", "topology-compare"} <= names
-    for sc in base.REGISTRY.values():
+    for sc in SCENARIOS.all().values():
         assert sc.description and sc.params
         for prm in sc.params:  # every --flag parses its own default's text
             text = ",".join(map(str, prm.default)) if isinstance(prm.default, list) \
@@ -193,7 +191,7 @@ def test_a_run_pmtu_sets_the_model_framing_and_a_bad_one_fails_first(
     flows = [FlowSpec.make("a", "b", 64_000, message_bytes=64_000)]
     seen = {}
 
-    @base.scenario("toy-pmtu", "records the wire bytes it would model")
+    @base.scenario("records the wire bytes it would model", name="toy-pmtu")
     def toy(run: base.Run) -> None:
         seen[run.pmtu] = common.wire_flows(flows)[0].bytes
 
@@ -215,7 +213,8 @@ def test_offered_load_counts_rates_and_hops() -> None:
     # 2 Mb/s lane), 3 switch hops each
     assert load["flows"] == 8
     assert load["mbps"] == pytest.approx(32.0, rel=0.01)
-    assert load["hop_pps"] == pytest.approx(32e6 / 8 / fidelity.FRAME_BYTES * 3, rel=0.01)
+    frame = frame_len(OP_WRITE_MIDDLE, DEFAULT_PMTU)  # one full packet on the wire
+    assert load["hop_pps"] == pytest.approx(32e6 / 8 / frame * 3, rel=0.01)
     # an incast is limited by the one receiver's NIC, whatever the senders offer
     hosts = [h.name for h in plan.hosts]
     from traffic.kernels import FlowSpec
@@ -237,7 +236,7 @@ def test_guard_refuses_without_force(monkeypatch: pytest.MonkeyPatch) -> None:
         pass
 
     lab = FakeLab()
-    lab.plan = plan  # type: ignore[attr-defined]
+    lab.plan, lab.pmtu = plan, DEFAULT_PMTU  # type: ignore[attr-defined]
     with pytest.raises(fidelity.CapacityError, match="would measure the CPU"):
         fidelity.check(lab, flows, log=lambda _m: None)
     said: list[str] = []
@@ -312,6 +311,7 @@ class _FakeLab:
     def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
         self.plan, self.lb, self.datapath = plan, kw.get("lb", "ecmp"), "fake"
         self.timings = {"total": 0.0}
+        self.pmtu, self.mtu = DEFAULT_PMTU, None
 
     def __enter__(self) -> _FakeLab:
         return self
@@ -346,7 +346,7 @@ def slow_machine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 @pytest.fixture
 def guarded() -> Any:
     """A scenario with two fabrics and one guarded traffic phase on each (as the demo)."""
-    @scenario("toy-guarded", "two fabrics, one guarded phase each", Param("n", 1, "n"))
+    @scenario("two fabrics, one guarded phase each", Param("n", 1, "n"), name="toy-guarded")
     def toy_fn(run: Run) -> None:
         for topo in ("astral3", "rail3"):
             plan = build(topo, servers=2, gpus=4, scale=1e-5)
@@ -357,8 +357,7 @@ def guarded() -> Any:
                         thin=v["margin"] < 2)
                 run.stage(f"{topo} done")
 
-    yield toy_fn
-    base.REGISTRY.pop("toy-guarded", None)
+    return toy_fn
 
 
 def test_calibration_failure_is_one_line_with_what_was_measured() -> None:
@@ -380,7 +379,7 @@ def test_calibrate_raises_the_one_line_error_and_caches_nothing(
     monkeypatch.setenv("ASTRAL_LAB_CACHE", str(tmp_path))
     monkeypatch.setattr(testbed.shell.lab, "Lab", _FakeLab)
     slow = iter(SLOW * fidelity.ATTEMPTS)
-    monkeypatch.setattr(fidelity, "_trial", lambda *_a, **_k: dict(next(slow)))
+    monkeypatch.setattr(fidelity, "paced_trial", lambda *_a, **_k: dict(next(slow)))
     with pytest.raises(fidelity.CalibrationError, match="could not hold even 5 Mb/s") as info:
         fidelity.calibrate(log=lambda _m: None)
     assert len(info.value.trials) == fidelity.ATTEMPTS
@@ -444,7 +443,7 @@ def test_a_calibration_trial_that_times_out_is_not_held(monkeypatch: pytest.Monk
         raise TimeoutError("senders still running after 36 s")
 
     monkeypatch.setattr(traffic.shell.replay, "replay", overrun)
-    trial = fidelity._trial(None, plan, pairs, 5.0, lambda _m: None)
+    trial = fidelity.paced_trial(None, plan, pairs, 5.0, lambda _m: None)
     assert trial["held"] is False and trial["delivered_fraction"] == 0.0
     assert "36 s" in trial["timed_out"]
     text = str(fidelity.calibration_failed([trial, dict(trial)], senders=2))

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
+from testbed.datapath import choose_datapath
 from testbed.shell import preflight
 from testbed.shell.lab import Reachability, _fping_unreached, htb_commands, queue_packets
-from testbed.shell.mntopo import HTB_QUANTUM, OF_PROTOCOLS, PlanTopo, choose_datapath
+from testbed.shell.mntopo import HTB_QUANTUM, OF_PROTOCOLS, PlanTopo
 from testbed.topologies import build
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

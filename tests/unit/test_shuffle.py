@@ -102,10 +102,16 @@ def test_map_agrees_with_table(shuffle: OpticalShuffle) -> None:
         assert shuffle.map(x.leaf, x.port, x.lane) == x
 
 
+@pytest.mark.parametrize("combo", [(1, 1, 1, 1), (5, 2, 4, 8)], ids=["one-lane", "part-full"])
 @pytest.mark.parametrize("leaf, port, lane", [(-1, 0, 0), (None, 0, 0), (0, -1, 0),
                                               (0, None, 0), (0, 0, -1), (0, 0, None)])
-def test_map_rejects_a_lane_that_does_not_exist(shuffle: OpticalShuffle, leaf: int | None,
-                                                port: int | None, lane: int | None) -> None:
+def test_map_rejects_a_lane_that_does_not_exist(combo: tuple[int, int, int, int],
+                                                leaf: int | None, port: int | None,
+                                                lane: int | None) -> None:
+    """Each bound of each dimension (the same check at every size: the smallest shuffle,
+    and one whose last box is partly filled)."""
+    leaves, uplinks, lanes, spines = combo
+    shuffle = OpticalShuffle(leaves=leaves, uplinks=uplinks, lanes=lanes, spines=spines)
     # None stands for "one past the end" of that dimension.
     args = [shuffle.leaves if leaf is None else leaf,
             shuffle.uplinks if port is None else port,

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from testbed import topologies
+from testbed.fabricspec import FabricSpec
 from testbed.models.cost import counts_for_spec
-from testbed.topologies import FabricSpec, build
+from testbed.topologies import build
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,28 +30,29 @@ SMALL = {"servers": 4, "gpus": 2, "servers_per_block": 2}
 
 
 def test_the_shipped_topologies_and_what_they_declare() -> None:
-    assert topologies.names() == ("astral3", "rail3", "railonly", "fattree")
+    assert topologies.TOPOLOGIES.names() == ("astral3", "rail3", "railonly", "fattree")
     got = {n: (t.blocks, t.bisection, t.two_tier is not None)
-           for n, t in topologies.available().items()}
+           for n, t in topologies.TOPOLOGIES.all().items()}
     assert got == {"astral3": (True, True, True), "rail3": (True, False, False),
                    "railonly": (True, False, False), "fattree": (False, False, False)}
-    for name, topo in topologies.available().items():
+    for name, topo in topologies.TOPOLOGIES.all().items():
         assert topo.summary and "\n" not in topo.summary, name
         plan = build(name, **SMALL)
         assert plan.topology == name
         assert counts_for_spec(name, FabricSpec(**SMALL)).design == name
-    with pytest.raises(ValueError, match="unknown topology 'mesh'; choose one of astral3"):
+    with pytest.raises(ValueError, match="unknown topology 'mesh'; choose from astral3"):
         build("mesh")
-    with pytest.raises(ValueError, match="unknown design 'mesh'; choose from astral3"):
+    with pytest.raises(ValueError, match="unknown topology 'mesh'; choose from astral3"):
         counts_for_spec("mesh", FabricSpec())
 
 
 def test_builders_maps_every_topology_to_its_module_builder() -> None:
     from testbed.topologies import BUILDERS
 
-    assert list(BUILDERS) == list(topologies.names())
+    assert list(BUILDERS) == list(topologies.TOPOLOGIES.names())
     spec = FabricSpec(**SMALL)
-    assert BUILDERS["astral3"](spec).to_dict() == topologies.get("astral3").build(spec).to_dict()
+    own = topologies.TOPOLOGIES.get("astral3").build(spec)
+    assert BUILDERS["astral3"](spec).to_dict() == own.to_dict()
     assert BUILDERS["fattree"](spec).topology == "fattree"
 
 
@@ -66,9 +68,10 @@ _CHECK = textwrap.dedent("""
     from testbed.models import cost
     from testbed.models import flowmodel as fm
     from testbed.shell import mntopo
-    from testbed.topologies import FabricSpec, build
+    from testbed.fabricspec import FabricSpec
+    from testbed.topologies import build
     small = {"servers": 4, "gpus": 2, "servers_per_block": 2}
-    rep = {"names": list(topologies.names()), "mn": new in mntopo.topos}
+    rep = {"names": list(topologies.TOPOLOGIES.names()), "mn": new in mntopo.topos}
     a, b = build(orig, **small).to_dict(), build(new, **small).to_dict()
     rep["plan"] = [b["topology"], {k: v for k, v in a.items() if k != "topology"}
                    == {k: v for k, v in b.items() if k != "topology"}]
@@ -81,7 +84,7 @@ _CHECK = textwrap.dedent("""
     _, r_orig = fm.run(orig, 32, gpus_per_server=4, policies=["ecmp", "planned"])
     _, r_new = fm.run(new, 32, gpus_per_server=4, policies=["ecmp", "planned"])
     rep["model"] = [[r.completion_s for r in r_orig], [r.completion_s for r in r_new]]
-    if topologies.get(orig).two_tier:
+    if topologies.TOPOLOGIES.get(orig).two_tier:
         kw = dict(mode="aggregate", policies=["planned"], fabric={"servers_per_block": 4})
         rep["whatif"] = [fm.run(t, 64, **kw)[1][0].completion_s for t in (orig, new)]
     buf = io.StringIO()
@@ -97,13 +100,13 @@ _CHECK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("orig", topologies.names())
+@pytest.mark.parametrize("orig", topologies.TOPOLOGIES.names())
 def test_a_copied_topology_module_works_in_topo_cost_and_model(orig: str,
                                                                tmp_path: Path) -> None:
     new = f"copy_of_{orig}"
     extra = tmp_path / "extra"
     extra.mkdir()
-    shutil.copy(topologies.get(orig).module.__file__, extra / f"{new}.py")
+    shutil.copy(topologies.TOPOLOGIES.get(orig).module.__file__, extra / f"{new}.py")
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.run([sys.executable, "-c", _CHECK, str(extra), orig, new, str(out)],
@@ -118,7 +121,7 @@ def test_a_copied_topology_module_works_in_topo_cost_and_model(orig: str,
     if "whatif" in rep:
         assert rep["whatif"][0] == rep["whatif"][1] > 0
     else:
-        assert topologies.get(orig).two_tier is None
+        assert topologies.TOPOLOGIES.get(orig).two_tier is None
     assert rep["cli"] == [0, 0, 0]
     assert json.loads((out / "plan.json").read_text())["topology"] == new
     designs = [r["design"] for r in json.loads((out / "cost" / "cost.json").read_text())["rows"]]

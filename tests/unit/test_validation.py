@@ -19,18 +19,11 @@ import pytest
 
 from astral_lab import cli, controller_cli
 from controllers import policies
-from scenarios.base import load_all
+from scenarios.experiments import SCENARIOS
 from testbed import topologies
+from testbed.fabricspec import COST_RULES, FABRIC_RULES, CostSpec, FabricSpec
 from testbed.models import flowmodel
-from testbed.topologies import (
-    COST_RULES,
-    FABRIC_RULES,
-    CostSpec,
-    FabricSpec,
-    build,
-    fabric_spec,
-    spec_for_gpus,
-)
+from testbed.topologies import build, fabric_spec, spec_for_gpus
 from vocab.plan import WiringPlan, check_schema
 from vocab.validate import BadValue, Rule, count, items, out_dir, out_file, positive, real
 
@@ -306,21 +299,26 @@ def test_the_controller_runs_the_mode_of_a_spec_with_options(tmp_path: Path,
     monkeypatch.setattr(run, "make_server", fake_server)
     args = controller_cli.parse_args(["--plan", str(plan), "--lb", "qp-scaling:qps=8",
                                       "--of-port", "1", "--rest-port", "1"])
-    monkeypatch.setattr(run, "_can_listen", lambda *_a: "")
+    monkeypatch.setattr(run, "can_listen", lambda *_a: "")
     with pytest.raises(Stop):
         run.serve(args)
     assert seen["lb"] == "qp-scaling"
 
 
 # --- every scenario's parameters, from their declarations --------------------------------------
+#: not finite: refused by every rule alike, so tried once per kind of rule (below)
+NOT_FINITE = ["nan", "inf", "-inf"]
+
+
 def _bad_values(rule: Rule) -> list[str]:
-    """Values a rule refuses: not finite, below, above, fractional where whole."""
-    out = ["nan", "inf", "-inf"]
-    for v in ("-1", "0"):
+    """Values at this rule's own edges: just below, just above, fractional where whole."""
+    out = []
+    for v in ("0", "-1"):  # the largest of these the rule refuses is just below its low
         try:
             rule.check(v)
         except BadValue:
             out.append(v)
+            break
     if rule.low is not None and rule.low not in (0, -1):
         out.append(f"{rule.low}" if rule.low_open else f"{rule.low - 1}")
     if rule.high is not None:
@@ -331,12 +329,19 @@ def _bad_values(rule: Rule) -> list[str]:
 
 
 def _scenario_cases() -> list[tuple[str, str, str]]:
+    """Every scenario parameter at its own edges; the values every rule refuses alike (not
+    finite) once for each kind of parameter (a list or one value, whole or not)."""
     cases = []
-    for name, sc in load_all().items():
+    kinds_tried: set[tuple[bool, bool]] = set()
+    for name, sc in SCENARIOS.all().items():
         for p in sc.params:
             if p.numeric:
                 assert p.rule is not None, f"{name} --{p.flag} declares no rule"
                 bad = _bad_values(p.rule)
+                kind = (isinstance(p.default, list), bool(p.rule.whole))
+                if kind not in kinds_tried:
+                    kinds_tried.add(kind)
+                    bad = NOT_FINITE + bad
                 if isinstance(p.default, list):
                     ok = str(p.default[0])
                     bad += [f"{ok},,{ok}", f"{ok},{ok}"]
@@ -355,7 +360,7 @@ SCENARIO_CASES = _scenario_cases()
 
 
 def test_every_numeric_scenario_parameter_declares_a_rule_its_defaults_meet() -> None:
-    for name, sc in load_all().items():
+    for name, sc in SCENARIOS.all().items():
         for p in sc.params:
             if p.numeric:
                 assert p.rule is not None, f"{name} --{p.flag}"
@@ -374,7 +379,7 @@ def test_a_bad_scenario_parameter_is_refused_at_parse(
     assert line.startswith(f"astral-lab run {scenario}: error: argument --{flag}: "), line
     assert _nothing_in(no_fabric)
     # ... and from Python (a notebook), before any folder
-    sc = load_all()[scenario]
+    sc = SCENARIOS.get(scenario)
     param = next(p for p in sc.params if p.flag == flag)
     py: Any = value
     if param.numeric and not isinstance(param.default, list):
@@ -387,7 +392,7 @@ def test_a_bad_scenario_parameter_is_refused_at_parse(
 
 # --- policy options ---------------------------------------------------------------------------
 def test_every_policy_option_has_a_rule_its_default_meets() -> None:
-    for name, pol in policies.available().items():
+    for name, pol in policies.POLICIES.all().items():
         assert set(pol.rules) == set(pol.defaults), name
         for key, value in pol.defaults.items():
             assert pol.rules[key].check(value, key) == value
@@ -443,7 +448,7 @@ def test_output_paths_are_checked_without_writing(tmp_path: Path) -> None:
 
 
 # --- one fabric per name -------------------------------------------------------------------
-@pytest.mark.parametrize("design", topologies.names())
+@pytest.mark.parametrize("design", topologies.TOPOLOGIES.names())
 def test_every_verb_builds_the_same_default_fabric(design: str) -> None:
     """``topo``, ``up``, ``model``, ``mn --custom`` and ``spec_for_gpus`` resolve the same
     spec for a bare design name, and ``model`` builds the very plan ``topo`` writes."""
@@ -455,7 +460,7 @@ def test_every_verb_builds_the_same_default_fabric(design: str) -> None:
               if getattr(margs, n) is not None}
     model = flowmodel._spec(design, margs.gpus, margs.gpus_per_server, fabric)
     assert topo == up == model == spec_for_gpus(design) == fabric_spec(design)
-    assert topo == topologies.get(design).resolve(FabricSpec())
+    assert topo == topologies.TOPOLOGIES.get(design).resolve(FabricSpec())
     plan = build(design)  # what `mn --custom testbed/shell/mntopo.py --topo DESIGN` builds
     doc, _ = flowmodel.run(design, margs.gpus, gpus_per_server=margs.gpus_per_server,
                            policies=["ecmp"], fabric=fabric, mode="per-flow")
@@ -481,7 +486,7 @@ def test_servers_per_block_0_fills_the_leaf_in_every_verb() -> None:
 def test_the_demo_and_cost_share_the_defaults() -> None:
     """The demo's fabric is the default 32-GPU one; the cost model's fields are
     ``FabricSpec``'s, with the same rules (it sizes blocks and spines as a buyer would)."""
-    demo = {p.name: p.default for p in load_all()["demo"].params}
+    demo = {p.name: p.default for p in SCENARIOS.get("demo").params}
     assert (demo["servers"], demo["gpus"]) == (FabricSpec().servers, FabricSpec().gpus)
     fab, cost = FabricSpec(), CostSpec()
     for name in COST_RULES:

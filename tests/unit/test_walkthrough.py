@@ -75,14 +75,14 @@ def test_command(line: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
         return
     args, extra = cli.parser().parse_known_args(argv)  # flags must exist
     if verb == "run":
-        from scenarios.base import get
+        from scenarios.experiments import SCENARIOS
 
-        sc = get(args.scenario)
+        sc = SCENARIOS.get(args.scenario)
         cli._run_parser(args.scenario).parse_args(args.rest)
         assert f"{sc.fn.__name__}(quick=True" in integration_sources(), \
             f"no integration test runs {args.scenario}"
     elif verb == "demo":
-        from scenarios.demo import demo
+        from scenarios.experiments.demo import demo
 
         demo.resolve(False, {})
         assert "demo(quick=True" in integration_sources()

@@ -79,12 +79,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traffic.roce import (
-    BURST_S,  # noqa: F401  (re-exported: a message latency floor is one bucket less)
     ECN_ECT0,
     MAX_OVERHEAD,
+    PAYLOAD_HDR,
     PSN_MASK,
     Endpoints,
     FrameBuilder,
+    Plane,
     ReplayFlow,
     ReplaySpec,
     burst_s,
@@ -201,7 +202,7 @@ def send(spec: ReplaySpec, out: str | None = None, start_at: float | None = None
     flows = [j.report(spec.pmtu) for j in jobs]
     result = sender_report(spec, flows, start_at=start_at, started_ns=started_ns,
                            finished_ns=finished_ns, retries=retries, interrupted=interrupted,
-                           plane="python", cpu_s=_cpu_s())
+                           plane=Plane.PYTHON, cpu_s=_cpu_s())
     if out:
         write_json_atomic(out, result)
     return result
@@ -295,7 +296,6 @@ def _retry(send: Any, buf: bytearray, exc: OSError) -> int:
 # --- receiver ----------------------------------------------------------------------------------
 DRAIN_S = 2.0
 _BTH_HDR = struct.Struct(">BB6xIIIQ")  # opcode, flags, PSN word, then 16 bytes after the BTH
-_REPLAY_HDR = struct.Struct(">IIQ")
 _TIMESPEC = struct.Struct("qq")
 def _stamp_ns(stamp: Any) -> int | None:
     """A packet's arrival time: a kernel timestamp from ancillary data, or ``time_ns()``."""
@@ -386,7 +386,7 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
     ancsize = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)
     recv = sock.recvmsg_into
     unpack = _BTH_HDR.unpack_from
-    unpack_hdr = _REPLAY_HDR.unpack_from
+    unpack_hdr = PAYLOAD_HDR.unpack_from
     time_ns = time.time_ns
     mono = time.monotonic
     poller = select.poll()
@@ -463,7 +463,7 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
         "socket": drops,
         "udp_rcvbuf_errors": (errors1 - errors0) if errors0 is not None and errors1 is not None
         else None}
-    result["plane"] = "python"
+    result["plane"] = Plane.PYTHON
     result["cpu_s"] = _cpu_s()
     write_json_atomic(out, result)
     return result

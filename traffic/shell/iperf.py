@@ -22,18 +22,21 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from traffic.kernels import FlowSpec
+from traffic.shell.running import RunningLab
 
 BASE_PORT = 5201
+#: the transports iperf3 runs a flow over
+Proto = Literal["tcp", "udp"]
 
 
 @dataclass
 class IperfResult:
     flows: list[dict[str, Any]]
     job_completion_s: float
-    proto: str
+    proto: Proto
 
     def summary(self) -> dict[str, Any]:
         rates = [f["mbps"] for f in self.flows if f["mbps"] is not None]
@@ -43,17 +46,17 @@ class IperfResult:
                 "bytes": sum(f["bytes_received"] or 0 for f in self.flows)}
 
 
-def iperf_flows(flows: Iterable[FlowSpec], proto: str = "tcp") -> list[dict[str, Any]]:
+def iperf_flows(flows: Iterable[FlowSpec], proto: Proto = "tcp") -> list[dict[str, Any]]:
     """The controller's view of the iperf3 flows: 5-tuples with the iperf3 ports."""
     return [{"src": f.src, "dst": f.dst, "sport": f.sport, "dport": BASE_PORT + i,
              "proto": proto, "bytes": f.bytes} for i, f in enumerate(flows)]
 
 
-def run_iperf(lab: Any, flows: Iterable[FlowSpec], *, proto: str = "tcp",
+def run_iperf(lab: RunningLab, flows: Iterable[FlowSpec], *, proto: Proto = "tcp",
               udp_mbps: float | None = None, post: bool | None = None,
               timeout: float = 300.0) -> IperfResult:
     """Run every flow as an iperf3 test at once; see the module docstring."""
-    if proto not in ("tcp", "udp"):
+    if proto not in get_args(Proto):
         raise ValueError(f"proto must be tcp or udp (got {proto!r})")
     flows = [f for f in flows if f.bytes > 0]
     if not flows:

@@ -30,23 +30,25 @@ import signal
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from controllers import policies
+from controllers.fabric import DEFAULT_MODE
 from traffic import hostlb, native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
-from traffic.roce import ReplaySpec
+from traffic.roce import Plane, ReplaySpec
 from traffic.shell import native as helper
+from traffic.shell.running import RunningLab
+from traffic.workload import Phase
 from vocab.flows import ROCE_PORT
+from vocab.plan import WiringPlan
 
 AGENT = [sys.executable, "-m", "astral_lab.agent_cli"]
-DEFAULT_PMTU = 1024  # RoCE payload bytes per packet (IB MTU 1024)
-#: ``native``: the compiled sender/receiver (``astral-pktio``); ``python``: the Python agents
-PLANES = ("native", "python")
-DEFAULT_PLANE = "native"
+DEFAULT_PLANE = Plane.NATIVE
 #: an nftables table that drops RoCE frames in a receiving host after the compiled receiver's
 #: ring has seen them, so the host's UDP stack does not process (and answer) each one
 _RX_TABLE = "astral_rx"
@@ -64,9 +66,9 @@ class ReplayResult:
     bytes_received: int
     latency_us: dict[str, dict[str, float]] = field(default_factory=dict)  # class -> stats
     lost_packets: int = 0
-    mode: str = "ecmp"
+    mode: str = DEFAULT_MODE
     start_skew_s: float = 0.0  # how late the last sender started after the common instant
-    plane: str = "native"
+    plane: Plane = DEFAULT_PLANE
     cpu_s: dict[str, float] = field(default_factory=dict)  # senders / receivers, summed
     feedback: dict[str, int] = field(default_factory=dict)  # ACK/CNP frames receivers sent
 
@@ -89,7 +91,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
-def _check(flows: list[FlowSpec], lab: Any) -> None:
+def _check(flows: list[FlowSpec], lab: RunningLab) -> None:
     names = {h.name for h in lab.plan.hosts}
     seen: set[tuple[str, str, str, int, int]] = set()
     for f in flows:
@@ -102,6 +104,146 @@ def _check(flows: list[FlowSpec], lab: Any) -> None:
         seen.add(f.key)
         if f.bytes and not f.message_bytes:
             raise ValueError(f"flow {f.key} has bytes but no message_bytes")
+
+
+class TrafficPlane(ABC):
+    """The hooks the replay calls on a traffic plane, the programs that send and receive.
+
+    Which hosts run what, when they start and how the reports are joined is the replay's,
+    the same for every plane; a plane says only how its programs are started and how their
+    reports are read. One instance serves one replay (it holds what its senders were given).
+    """
+
+    name: ClassVar[Plane]
+    #: whether the senders can change a QP's source port per packet or path (host-side load
+    #: balancing: spray, flowlet, plb)
+    moves_ports: ClassVar[bool]
+
+    def __init__(self, policy: policies.Policy, plan: WiringPlan, pmtu: int) -> None:
+        #: receiver options that make receivers answer the senders (empty: they do not)
+        self.feedback: list[str] = []
+
+    @classmethod
+    def refuse(cls, policy: policies.Policy) -> None:
+        """Raise ``ValueError`` when this plane cannot do what ``policy`` asks of the hosts
+        (called before anything starts)."""
+        if policy.entropy != "qp" and not cls.moves_ports:
+            raise ValueError(f"{policy.name} changes source ports per packet or path; only "
+                             "the native plane does that (plane='native')")
+
+    def dropping(self, dsts: Iterable[str], srcs: Iterable[str]) -> list[str]:
+        """The hosts whose own stacks must not see the replay's frames (see ``drop_roce``)."""
+        return []
+
+    @abstractmethod
+    def recv_cmd(self, dst: str, out: str, ready: str) -> list[str]:
+        """The receiver's command line in host ``dst``: report to ``out``, touch ``ready``."""
+
+    @abstractmethod
+    def write_spec(self, src: str, spec: dict[str, Any], work: str) -> str:
+        """Write what sender ``src`` is to send into ``work``; return the file's path."""
+
+    @abstractmethod
+    def lead_s(self, senders: int) -> float:
+        """How far ahead of now the common start goes, for this many senders."""
+
+    @abstractmethod
+    def send_cmd(self, src: str, spec_path: str, out: str, start_at: float) -> list[str]:
+        """The sender's command line in host ``src``, to start at ``start_at`` (epoch s)."""
+
+    @abstractmethod
+    def read_sent(self, src: str, path: str, start_at: float) -> dict[str, Any]:
+        """Sender ``src``'s report as ``SENT.json``'s dict."""
+
+    @abstractmethod
+    def read_received(self, out: str) -> dict[str, Any]:
+        """A receiver's report as ``RECV.json``'s dict."""
+
+
+class NativePlane(TrafficPlane):
+    """The compiled sender and receiver (``astral-pktio``): frames are built before the clock
+    starts, and host-side policies that move source ports (or answer with feedback) work."""
+
+    name = Plane.NATIVE
+    moves_ports = True
+
+    def __init__(self, policy: policies.Policy, plan: WiringPlan, pmtu: int) -> None:
+        super().__init__(policy, plan, pmtu)
+        self.exe = helper.path()
+        self.feedback = hostlb.receiver_args(policy, plan, pmtu)
+        self._plans: dict[str, Any] = {}
+
+    def dropping(self, dsts: Iterable[str], srcs: Iterable[str]) -> list[str]:
+        # the receivers read a packet ring; feedback goes to senders, whose stacks must
+        # not answer it either
+        return sorted(set(dsts) | (set(srcs) if self.feedback else set()))
+
+    def recv_cmd(self, dst: str, out: str, ready: str) -> list[str]:
+        return [self.exe, "recv", "--intf", f"{dst}-eth0", "--out", out, "--ready", ready,
+                *self.feedback]
+
+    def write_spec(self, src: str, spec: dict[str, Any], work: str) -> str:
+        path = os.path.join(work, f"plan-{src}.bin")  # frames are built here
+        self._plans[src] = native.write_plan(ReplaySpec.from_dict(spec), path)
+        return path
+
+    def lead_s(self, senders: int) -> float:
+        return 0.3 + 0.02 * senders
+
+    def send_cmd(self, src: str, spec_path: str, out: str, start_at: float) -> list[str]:
+        return [self.exe, "send", "--plan", spec_path, "--out", out, "--intf", f"{src}-eth0",
+                "--start-at", str(int(start_at * 1e9))]
+
+    def read_sent(self, src: str, path: str, start_at: float) -> dict[str, Any]:
+        return native.read_sent(path, self._plans[src], start_at)
+
+    def read_received(self, out: str) -> dict[str, Any]:
+        return native.read_received(out, ROCE_PORT)
+
+
+class PythonPlane(TrafficPlane):
+    """The Python agents (``traffic.shell.agent``): they read a JSON spec and build their
+    frames after they start, and keep one source port per QP."""
+
+    name = Plane.PYTHON
+    moves_ports = False
+
+    def recv_cmd(self, dst: str, out: str, ready: str) -> list[str]:
+        return AGENT + ["recv", "--out", out, "--ready", ready]
+
+    def write_spec(self, src: str, spec: dict[str, Any], work: str) -> str:
+        path = os.path.join(work, f"spec-{src}.json")
+        with open(path, "w") as fh:
+            json.dump(spec, fh)
+        return path
+
+    def lead_s(self, senders: int) -> float:
+        return 1.0 + 0.25 * senders  # a Python sender builds its frames after it starts
+
+    def send_cmd(self, src: str, spec_path: str, out: str, start_at: float) -> list[str]:
+        return AGENT + ["send", "--spec", spec_path, "--out", out,
+                        "--start-at", f"{start_at:.6f}"]
+
+    def read_sent(self, src: str, path: str, start_at: float) -> dict[str, Any]:
+        with open(path) as fh:
+            return json.load(fh)
+
+    def read_received(self, out: str) -> dict[str, Any]:
+        with open(out) as fh:
+            return json.load(fh)
+
+
+#: every traffic plane, by the name a caller passes (``replay(plane=...)``)
+PLANES: dict[Plane, type[TrafficPlane]] = {Plane.NATIVE: NativePlane, Plane.PYTHON: PythonPlane}
+
+
+def _plane(name: Plane | str) -> type[TrafficPlane]:
+    """The plane class of ``name``, or the ``ValueError`` a caller can act on."""
+    try:
+        return PLANES[Plane(name)]
+    except ValueError:
+        raise ValueError(f"plane must be one of {tuple(p.value for p in PLANES)} "
+                         f"(got {name!r})") from None
 
 
 class _Progress:
@@ -124,12 +266,12 @@ class _Progress:
             sys.stderr.write("\n")
 
 
-def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
+def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
            rate_mbps: float | None = None, post: bool | None = None,
            lead_s: float | None = None,
            timeout: float | None = None, progress: bool = True,
            label: str = "replay", recv_idle_s: float = 5.0,
-           recv_grace_s: float = 10.0, plane: str | None = None,
+           recv_grace_s: float = 10.0, plane: Plane | str | None = None,
            policy: str | policies.Policy | None = None) -> ReplayResult:
     """Replay ``flows`` on ``lab`` and measure them (see the module docstring).
 
@@ -155,15 +297,11 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     client = lab.client()
     state = client.lb()
     mode = state["mode"]
-    own = getattr(lab, "lb_policy", None)  # Lab(lb="name:key=value"): the lab's options
+    own = lab.lb_policy  # Lab(lb="name:key=value"): the lab's options
     pol = policy if isinstance(policy, policies.Policy) else policies.parse(policy) \
-        if policy else own if own is not None and own.name == mode else policies.parse(mode)
-    plane = plane or DEFAULT_PLANE
-    if plane not in PLANES:
-        raise ValueError(f"plane must be one of {PLANES} (got {plane!r})")
-    if plane == "python" and pol.entropy != "qp":
-        raise ValueError(f"{pol.name} changes source ports per packet or path; only the "
-                         "native plane does that (plane='native')")
+        if policy else own if own.name == mode else policies.parse(mode)
+    kind = _plane(plane or DEFAULT_PLANE)
+    kind.refuse(pol)
     if pol.expands:
         flows = pol.expand(flows)
         _check(flows, lab)  # the QPs the hosts open must still be distinct
@@ -171,8 +309,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
         client.post_traffic(controller_body(flows)["flows"])
         client.wait_converged(timeout=60)
 
-    pmtu = pmtu or getattr(lab, "pmtu", DEFAULT_PMTU)  # the lab's interfaces carry its pmtu
-    exe = helper.path() if plane == "native" else ""
+    pmtu = pmtu or lab.pmtu  # the lab's interfaces carry its pmtu
+    tp = kind(pol, lab.plan, pmtu)  # the compiled plane finds its program here
     work = os.path.join(lab.workdir, f"replay-{time.time_ns()}")
     os.makedirs(work)
     by_src: dict[str, list[FlowSpec]] = defaultdict(list)
@@ -185,26 +323,18 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     procs: list[subprocess.Popen[bytes]] = []
     recv: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     sent_files: dict[str, str] = {}
-    plans: dict[str, Any] = {}
     dropping: list[str] = []
     nic = lab.plan.rdma_nic()
     slowest = max(f.bytes / ((rate_mbps or nic[f.src]) * 1e6 / 8) + f.start for f in flows)
     entropy = hostlb.sender_settings(pol, lab.plan, pmtu)
-    feedback = hostlb.receiver_args(pol, lab.plan, pmtu) if plane == "native" else []
     timeout = timeout if timeout is not None else 4 * slowest + 30
     bar = _Progress(len(by_src), label, progress)
     try:
-        if plane == "native":  # feedback goes to senders: their stacks must not answer it
-            dropping = sorted(set(dsts) | (set(by_src) if feedback else set()))
-            drop_roce(lab, dropping)
+        dropping = tp.dropping(dsts, by_src)
+        drop_roce(lab, dropping)
         for dst in dsts:
             out = os.path.join(work, f"recv-{dst}.json")
-            ready = out + ".ready"
-            if plane == "native":
-                cmd = [exe, "recv", "--intf", f"{dst}-eth0", "--out", out, "--ready", ready,
-                       *feedback]
-            else:
-                cmd = AGENT + ["recv", "--out", out, "--ready", ready]
+            cmd = tp.recv_cmd(dst, out, out + ".ready")
             p = lab.hosts[dst].popen(cmd + ["--expect-bytes", str(expect[dst]),
                                             "--idle-timeout", f"{recv_idle_s:g}"])
             procs.append(p)
@@ -220,25 +350,14 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
         for src, mine in sorted(by_src.items()):
             spec = _spec(lab, src, mine, pmtu, rate_mbps) | entropy
             sent_files[src] = os.path.join(work, f"sent-{src}.json")
-            if plane == "native":  # frames are built here, before the clock starts
-                spec_paths[src] = os.path.join(work, f"plan-{src}.bin")
-                plans[src] = native.write_plan(ReplaySpec.from_dict(spec), spec_paths[src])
-            else:
-                spec_paths[src] = os.path.join(work, f"spec-{src}.json")
-                with open(spec_paths[src], "w") as fh:
-                    json.dump(spec, fh)
-        if lead_s is None:  # a Python sender builds its frames after it starts
-            lead_s = 0.3 + 0.02 * len(by_src) if plane == "native" else 1.0 + 0.25 * len(by_src)
+            spec_paths[src] = tp.write_spec(src, spec, work)  # before the clock starts
+        if lead_s is None:
+            lead_s = tp.lead_s(len(by_src))
         start_at = time.time() + lead_s
         senders: dict[str, subprocess.Popen[bytes]] = {}
         for src in sorted(by_src):
-            if plane == "native":
-                cmd = [exe, "send", "--plan", spec_paths[src], "--out", sent_files[src],
-                       "--intf", f"{src}-eth0", "--start-at", str(int(start_at * 1e9))]
-            else:
-                cmd = AGENT + ["send", "--spec", spec_paths[src], "--out", sent_files[src],
-                               "--start-at", f"{start_at:.6f}"]
-            p = lab.hosts[src].popen(cmd)
+            p = lab.hosts[src].popen(tp.send_cmd(src, spec_paths[src], sent_files[src],
+                                                 start_at))
             procs.append(p)
             senders[src] = p
         end_by = time.monotonic() + lead_s + timeout
@@ -262,20 +381,8 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=10)
-        sent = {}
-        for src, path in sent_files.items():
-            if plane == "native":
-                sent[src] = native.read_sent(path, plans[src], start_at)
-            else:
-                with open(path) as fh:
-                    sent[src] = json.load(fh)
-        received = {}
-        for dst, (_p, out) in recv.items():
-            if plane == "native":
-                received[dst] = native.read_received(out, ROCE_PORT)
-            else:
-                with open(out) as fh:
-                    received[dst] = json.load(fh)
+        sent = {src: tp.read_sent(src, path, start_at) for src, path in sent_files.items()}
+        received = {dst: tp.read_received(out) for dst, (_p, out) in recv.items()}
     finally:
         bar.close() if bar.enabled else None
         for p in procs:
@@ -286,9 +393,9 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     result = _result(lab, flows, sent, received, int(start_at * 1e9), pol.label
                      if pol.name != mode or pol.options else mode)
     result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
-    result.plane = plane
+    result.plane = tp.name
     fb = [d.get("feedback") or {} for d in received.values()]
-    if feedback:  # the receivers answered rounds (plb)
+    if tp.feedback:  # the receivers answered rounds (plb)
         result.feedback = {k: sum(int(x.get(k, 0)) for x in fb)
                            for k in ("acks_sent", "cnps_sent", "seen")}
     result.cpu_s = {"senders": round(sum(d.get("cpu_s") or 0.0 for d in sent.values()), 3),
@@ -296,7 +403,7 @@ def replay(lab: Any, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
     return result
 
 
-def drop_roce(lab: Any, hosts: list[str], undo: bool = False) -> None:
+def drop_roce(lab: RunningLab, hosts: list[str], undo: bool = False) -> None:
     """Drop RoCE frames at each host's ingress hook (after packet taps, before IP), or stop.
 
     Every host's shell gets its command first, then every answer is read: one round trip
@@ -325,7 +432,7 @@ def _stderr(p: subprocess.Popen[bytes]) -> str:
     return (err or b"").decode(errors="replace")[-500:]
 
 
-def _spec(lab: Any, src: str, flows: list[FlowSpec], pmtu: int,
+def _spec(lab: RunningLab, src: str, flows: list[FlowSpec], pmtu: int,
           rate_mbps: float | None) -> dict[str, Any]:
     node = lab.plan.node(src)
     out = {"intf": f"{src}-eth0", "src_mac": node.mac, "src_ip": node.ip,
@@ -341,7 +448,7 @@ def _spec(lab: Any, src: str, flows: list[FlowSpec], pmtu: int,
     return out
 
 
-def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
+def _result(lab: RunningLab, flows: list[FlowSpec], sent: dict[str, Any],
             received: dict[str, Any], start_ns: int, mode: str) -> ReplayResult:
     """Join what senders sent and receivers got, by (source IP, QP number)."""
     ip_of = {h.name: h.ip for h in lab.plan.hosts}
@@ -396,11 +503,10 @@ def _result(lab: Any, flows: list[FlowSpec], sent: dict[str, Any],
                         latency_us=stats, lost_packets=lost, mode=mode)
 
 
-def replay_step(lab: Any, traffic: KernelTraffic, **kw: Any) -> dict[str, ReplayResult]:
+def replay_step(lab: RunningLab, traffic: KernelTraffic, **kw: Any) -> dict[Phase, ReplayResult]:
     """Replay a kernel model's step phase by phase (dispatch, then combine)."""
-    phases: dict[str, list[FlowSpec]] = defaultdict(list)
+    phases: dict[Phase, list[FlowSpec]] = defaultdict(list)
     for f in traffic.flows:
         phases[f.phase].append(f)
-    order = [p for p in ("dispatch", "combine") if p in phases] + \
-        [p for p in phases if p not in ("dispatch", "combine")]
+    order = [p for p in Phase if p in phases] + [p for p in phases if p not in tuple(Phase)]
     return {p: replay(lab, phases[p], label=f"{traffic.kernel} {p}", **kw) for p in order}

@@ -33,52 +33,35 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
                    played as steady UDP streams (``testbed.shell.probe``) at ``overload`` x its NIC.
 
 **One module per kind.** Each kind's injector half is ``testbed/shell/faults/<name>.py``
-(name = module name with ``_`` written ``-``), found by ``kinds()`` as the load-balancing
-policies and the detectors are found. ``FaultInjector`` calls it by the fault's kind:
+(name = module name with ``_`` written ``-``), found in ``INJECTORS`` as every plug-in is
+found (``vocab.plugins``). What it implements is ``InjectorModule``; what it may use of the
+running lab is the ``FaultContext`` the injector hands it (commands in a namespace, a
+link's state, the event log, the nic-loss backend), never the injector itself. The kind's
+pure half, which makes it a ``Fault`` kind at all (its target, its rules, its random
+knobs), is ``testbed/faultkinds/<name>.py`` (see there why the two halves are two files);
+a new kind is that pair of new files.
 
-``apply(inj, handle)``
-    make the change (``handle.fault`` is resolved; put what undo needs in ``handle.info``,
-    and the inject event's detail in ``handle.info["detail"]``). Raise ``FaultError`` and
-    leave nothing changed if it cannot be done.
-``revert(inj, handle) -> dict``
-    restore the exact previous state, checked; the dict is the undo event's detail.
-``worker(inj, handle)``
-    (optional) background work in its own thread after ``apply`` (link-flap's flapping,
-    controller-restart's downtime); the fault is undone when it returns. Without one, a
-    fault with a ``duration`` gets a timer.
-``check(inj, fault)``
-    (optional) raise ``FaultError`` before anything changes when this machine or lab
-    cannot carry the kind (no controller, no shaping, no nftables or iptables).
-
-The module gets the injector: it runs commands through ``inj._sh`` (and the other
-helpers, ``inj._link_target``, ``inj._admin_up``, ``inj._class_show``, ...), the lab
-as ``inj.lab`` and the plan as ``inj.plan``; ``FaultError``, ``Handle`` and ``_pause``
-are in ``_base``. The kind's pure half, which makes it a ``Fault`` kind at all (its
-target, its rules, its random knobs), is ``testbed/faultkinds/<name>.py`` (see there
-why the two halves are two files); a new kind is that pair of new files.
-
-Where things live (every name is importable from here): the pure parts, unit-tested
-without root (``Fault`` and its validation, targets, the ``nft``/``iptables`` commands,
-the incast's shape, ``random_schedule``), are in ``testbed.faultspec`` and
-``testbed.faultkinds``; this package runs them on a lab (``FaultInjector``, and
-link-degrade's ``tc`` lines, which come from the lab's own shaping). Removing what a
-crashed run left (``cleanup_faults``) belongs to ``testbed.shell.cleanup``, so
-``astral-lab clean`` needs no injector; the nic-loss probe (``loss_backend_problems``)
-sits with the other capability probes in ``testbed.shell.preflight``.
+Where things live (each name below but the tc lines is importable from here): the pure
+parts, unit-tested without root (``Fault`` and its validation, targets, the
+``nft``/``iptables`` commands, the incast's shape, ``random_schedule``), are in
+``testbed.faultspec`` and ``testbed.faultkinds``; this package runs them on a lab
+(``FaultInjector``; link-degrade's ``tc`` lines, which come from the lab's own shaping, are
+in ``link_degrade``). Removing what a crashed run left (``cleanup_faults``) belongs to
+``testbed.shell.cleanup``, so ``astral-lab clean`` needs no injector; the nic-loss probe
+(``loss_backend_problems``) sits with the other capability probes in
+``testbed.shell.preflight``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable
-from functools import cache
-from types import ModuleType
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from testbed.faultmarks import (
     ENV_MARK,
@@ -91,7 +74,6 @@ from testbed.faultmarks import (
 )
 from testbed.faultspec import (
     CONTROLLER,
-    DIRECTIONS,
     HOT_PAYLOAD,
     HOT_PORT,
     HOT_SPORT_BASE,
@@ -121,44 +103,192 @@ from testbed.faultspec import (
 )
 from testbed.shell import cleanup
 from testbed.shell.cleanup import cleanup_faults, fault_processes, nic_loss_leftovers
-from testbed.shell.faults._base import FaultError, Handle, _pause
-from testbed.shell.faults.link_degrade import degrade_commands, htb_rate_command
-from testbed.shell.preflight import loss_backend_problems
+from testbed.shell.preflight import LabError, loss_backend_problems
+from traffic.shell.running import RunningLab
 from vocab.plan import Link, WiringPlan
-from vocab.plugins import discover
+from vocab.plugins import Plugin, Plugins
 
 #: Every public name, including those defined in ``faultspec``, ``faultmarks``, ``cleanup``
 #: and ``preflight``: callers import them all from here.
 __all__ = [
-    "CONTROLLER", "DIRECTIONS", "ENV_MARK", "Fault", "FaultError", "FaultInjector", "HOT_PAYLOAD",
-    "HOT_PORT", "HOT_SPORT_BASE", "Handle", "IPT_IN", "IPT_OUT", "KINDS", "MAX_HOT_SENDERS",
-    "NFT_FAMILY", "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun", "TARGET_KIND",
-    "Target", "WIRE_OVERHEAD", "canonical_component", "cleanup_faults", "degrade_commands",
-    "fault_processes", "hot_streams", "htb_rate_command", "incast_bytes", "incast_weights",
-    "iptables_loss_commands", "kinds", "leaf_switches", "link_ends", "link_name",
-    "loss_backend_problems", "nft_loss_commands", "nft_loss_script", "nic_loss_leftovers",
-    "parallel_links", "parse_htb_rate", "parse_target", "random_schedule", "resolve",
-    "traffic_links",
+    "CONTROLLER", "ENV_MARK", "Fault", "FaultContext", "FaultError",
+    "FaultInjector", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "Handle", "INJECTORS",
+    "IPT_IN", "IPT_OUT", "InjectorModule", "KINDS", "MAX_HOT_SENDERS", "NFT_FAMILY",
+    "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun", "TARGET_KIND", "Target",
+    "WIRE_OVERHEAD", "canonical_component", "cleanup_faults", "fault_processes",
+    "hot_streams", "incast_bytes", "incast_weights", "iptables_loss_commands",
+    "leaf_switches", "link_ends", "link_name", "loss_backend_problems", "nft_loss_commands",
+    "nft_loss_script", "nic_loss_leftovers", "parallel_links", "parse_htb_rate",
+    "parse_target", "random_schedule", "resolve", "traffic_links",
 ]
 
 
-# ----------------------------------------------------------------------------------------
-# The kinds' injector modules
-# ----------------------------------------------------------------------------------------
-@cache
-def kinds() -> dict[str, ModuleType]:
-    """Every kind's injector module, by name (module name with ``_`` written ``-``), in the
-    order of ``KINDS`` (``testbed.faultkinds``), then any others by name."""
-    return discover(__name__, __path__, KINDS)
+class FaultError(LabError):
+    """A fault cannot be applied or undone here; the message says what is missing or wrong."""
 
 
-def _kind(name: str) -> ModuleType:
-    """The injector module of kind ``name``; ``FaultError`` if there is none."""
-    mod = kinds().get(name)
-    if mod is None:
+@dataclass(eq=False)
+class Handle:
+    """One injected fault: its resolved description, state and what undo needs.
+
+    A kind module keeps what its undo needs in ``info`` (and the inject event's detail in
+    ``info["detail"]``); a background ``worker`` waits with ``pause`` and stops when it
+    says the fault is being undone.
+    """
+
+    id: int
+    fault: Fault
+    component: str
+    injected_at: float = 0.0  # time.time()
+    state: str = "active"  # active -> undoing -> undone (or failed)
+    info: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _worker: threading.Thread | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return not self._done.is_set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once the fault is being undone: a worker returns."""
+        return self._stop.is_set()
+
+    def pause(self, seconds: float) -> bool:
+        """Wait ``seconds`` of the injector's clock; True if the fault is being undone
+        meanwhile (then return at once)."""
+        return _pause(self._stop, seconds, self._clock)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the fault has been undone (by a timer, a flap's end, or ``undo``)."""
+        return self._done.wait(timeout)
+
+
+def _pause(stop: threading.Event, seconds: float, clock: Callable[[], float]) -> bool:
+    """Sleep ``seconds`` of ``clock`` time; True if ``stop`` was set meanwhile."""
+    end = clock() + seconds
+    while True:
+        left = end - clock()
+        if left <= 0:
+            return stop.is_set()
+        if stop.wait(min(left, 0.05)):
+            return True
+
+
+class FaultContext:
+    """What a kind's injector module may use of the running lab (the injector hands it one).
+
+    ``lab`` and ``plan`` are the running ``Lab`` and its wiring plan; the methods are the
+    shell work every kind shares. A kind module needs nothing else from the injector, so
+    the injector's own bookkeeping (handles, locks, schedules) stays its own.
+    """
+
+    def __init__(self, lab: Any, *, nic_loss_backend: str,
+                 record: Callable[..., dict[str, Any]]) -> None:
+        self.lab = lab
+        self.plan: WiringPlan = lab.plan
+        self.nic_loss_backend = nic_loss_backend
+        self._record = record
+
+    def sh(self, argv: list[str], host: str | None = None, stdin: str | None = None,
+           check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` in the root namespace, or in ``host``'s (``mnexec -a``: thread-safe,
+        unlike the host's interactive shell); ``FaultError`` when it fails and ``check``."""
+        prefix = ["mnexec", "-a", str(self.lab.hosts[host].pid)] if host is not None else []
+        proc = cleanup.run(prefix + argv, stdin=stdin, timeout=60)
+        if check and proc.returncode != 0:
+            where = f" in {host}'s namespace" if host else ""
+            raise FaultError(f"`{' '.join(argv[:8])}`{where} failed: "
+                             f"{(proc.stderr or proc.stdout).strip()[:300]}")
+        return proc
+
+    def link_target(self, handle: Handle) -> tuple[Link, int]:
+        """The plan link and lane index a link fault targets, also kept in ``handle.info``
+        (``link``, ``lane``) for its undo."""
+        t = parse_target(self.plan, handle.fault.target)
+        assert t.link is not None
+        handle.info.update(link=t.link, lane=t.lane)
+        return t.link, t.lane
+
+    def admin_up(self, node: str, intf: str, in_host: bool) -> bool:
+        """Is the interface administratively up (``ip link set ... up``)? (An end as
+        ``faultspec.link_ends`` gives it.)"""
+        out = self.sh(["ip", "-j", "link", "show", "dev", intf], node if in_host else None)
+        return "UP" in json.loads(out.stdout)[0].get("flags", [])
+
+    def link_up(self, link: Link) -> bool:
+        """Are both ends of ``link`` administratively up?"""
+        return all(self.admin_up(n, i, h) for n, i, h in link_ends(self.plan, link))
+
+    def event(self, handle: Handle, action: str, **detail: Any) -> dict[str, Any]:
+        """Log what the fault did now (``flap-down``, ...) in the injector's event log."""
+        return self._record(handle, action, **detail)
+
+    def loss_backend(self) -> str:
+        """The nic-loss backend: the injector's ``nic_loss_backend``, or for "auto" the first
+        of nftables and iptables this machine can use; ``FaultError`` naming what is
+        missing when none can be."""
+        if self.nic_loss_backend != "auto":
+            why = loss_backend_problems().get(self.nic_loss_backend)
+            if why:
+                raise FaultError(f"nic-loss backend {self.nic_loss_backend} cannot be used "
+                                 f"here: {why}")
+            return self.nic_loss_backend
+        problems = loss_backend_problems()
+        for backend in ("nft", "iptables"):
+            if not problems.get(backend):
+                return backend
+        raise FaultError("nic-loss needs nftables (nft with netdev ingress/egress hooks, "
+                         f"Linux >= 5.16: {problems['nft']}) or iptables with the statistic "
+                         f"match ({problems['iptables']}); install nftables or iptables")
+
+
+class InjectorModule(Protocol):
+    """What a kind's injector module (``testbed/shell/faults/<name>.py``) implements.
+
+    ``apply`` and ``revert`` are required; ``worker`` and ``check`` are optional.
+    """
+
+    worker: Callable[[FaultContext, Handle], None] | None = None
+    """``worker(ctx, handle)``: background work in its own thread after ``apply`` (a flap's
+    flapping, a restart's downtime), waiting with ``handle.pause``; the fault is undone
+    when it returns. Left out, a fault with a ``duration`` gets a timer."""
+    check: Callable[[FaultContext, Fault], None] | None = None
+    """``check(ctx, fault)``: raise ``FaultError`` before anything changes when this machine
+    or lab cannot carry the kind (no controller, no shaping, no nftables or iptables)."""
+
+    def apply(self, ctx: FaultContext, handle: Handle) -> None:
+        """Make the change (``handle.fault`` is resolved; put what undo needs in
+        ``handle.info``, and the inject event's detail in ``handle.info["detail"]``).
+        Raise ``FaultError`` and leave nothing changed if it cannot be done."""
+
+    def revert(self, ctx: FaultContext, handle: Handle) -> dict[str, Any]:
+        """Restore the exact previous state, checked; the dict is the undo event's detail."""
+
+
+@dataclass(frozen=True)
+class Injector(Plugin):
+    """A kind's injector module read against ``InjectorModule``."""
+
+    CONTRACT = InjectorModule
+
+
+#: Every kind's injector, by kind name, in the order of ``KINDS`` (``testbed.faultkinds``),
+#: then any others by name. A kind with no injector here cannot be injected (``FaultError``).
+INJECTORS: Plugins[Injector] = Plugins("fault injector", __name__, Injector, first=KINDS)
+
+
+def _injector(name: str) -> Injector:
+    """The injector of kind ``name``; ``FaultError`` if there is none."""
+    found = INJECTORS.find(name)
+    if found is None:
         raise FaultError(f"{name}: no injector for this kind (testbed/shell/faults/"
                          f"{name.replace('-', '_')}.py is missing)")
-    return mod
+    return found
 
 
 # ----------------------------------------------------------------------------------------
@@ -176,7 +306,7 @@ class FaultInjector:
     ``clock`` is the monotonic time source for durations, flaps and schedules.
     """
 
-    def __init__(self, lab: Any, *, nic_loss_backend: str = "auto",
+    def __init__(self, lab: RunningLab, *, nic_loss_backend: str = "auto",
                  clock: Callable[[], float] = time.monotonic,
                  log: Callable[[str], None] | None = None) -> None:
         if nic_loss_backend not in ("auto", "nft", "iptables"):
@@ -185,6 +315,8 @@ class FaultInjector:
         self.lab = lab
         self.plan: WiringPlan = lab.plan
         self.nic_loss_backend = nic_loss_backend
+        #: what the kind modules get: the lab's shell, links, event log and loss backend
+        self.context = FaultContext(lab, nic_loss_backend=nic_loss_backend, record=self._event)
         self.clock = clock
         self.log = log or (lambda _msg: None)
         self._lock = threading.Lock()
@@ -226,27 +358,6 @@ class FaultInjector:
         self.log(f"fault {handle.id} {handle.fault.kind} {handle.component}: {action}")
         return ev
 
-    # --- shell helpers -----------------------------------------------------------------
-    def _sh(self, argv: list[str], host: str | None = None, stdin: str | None = None,
-            check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` in the root namespace, or in ``host``'s (``mnexec -a``: thread-safe,
-        unlike the host's interactive shell)."""
-        prefix = ["mnexec", "-a", str(self.lab.hosts[host].pid)] if host is not None else []
-        proc = cleanup.run(prefix + argv, stdin=stdin, timeout=60)
-        if check and proc.returncode != 0:
-            where = f" in {host}'s namespace" if host else ""
-            raise FaultError(f"`{' '.join(argv[:8])}`{where} failed: "
-                             f"{(proc.stderr or proc.stdout).strip()[:300]}")
-        return proc
-
-    def _admin_up(self, node: str, intf: str, in_host: bool) -> bool:
-        """Is the interface administratively up (``ip link set ... up``)?"""
-        out = self._sh(["ip", "-j", "link", "show", "dev", intf], node if in_host else None)
-        return "UP" in json.loads(out.stdout)[0].get("flags", [])
-
-    def _link_up(self, link: Link) -> bool:
-        return all(self._admin_up(n, i, h) for n, i, h in link_ends(self.plan, link))
-
     # --- inject ------------------------------------------------------------------------
     def inject(self, fault: Fault) -> Handle:
         """Apply ``fault`` now (``at`` is ignored) and return its handle.
@@ -269,7 +380,7 @@ class FaultInjector:
             self._next_id += 1
             self._handles[handle.id] = handle
         try:
-            _kind(fault.kind).apply(self, handle)
+            _injector(fault.kind).module.apply(self.context, handle)
         except BaseException:
             with self._lock:
                 del self._handles[handle.id]
@@ -285,24 +396,9 @@ class FaultInjector:
         return handle
 
     def _check_capability(self, fault: Fault) -> None:
-        check = getattr(_kind(fault.kind), "check", None)
+        check = _injector(fault.kind).hook("check")
         if check is not None:
-            check(self, fault)
-
-    def _loss_backend(self) -> str:
-        if self.nic_loss_backend != "auto":
-            why = loss_backend_problems().get(self.nic_loss_backend)
-            if why:
-                raise FaultError(f"nic-loss backend {self.nic_loss_backend} cannot be used "
-                                 f"here: {why}")
-            return self.nic_loss_backend
-        problems = loss_backend_problems()
-        for backend in ("nft", "iptables"):
-            if not problems.get(backend):
-                return backend
-        raise FaultError("nic-loss needs nftables (nft with netdev ingress/egress hooks, "
-                         f"Linux >= 5.16: {problems['nft']}) or iptables with the statistic "
-                         f"match ({problems['iptables']}); install nftables or iptables")
+            check(self.context, fault)
 
     # --- undo --------------------------------------------------------------------------
     def undo(self, handle: Handle) -> None:
@@ -322,7 +418,7 @@ class FaultInjector:
         if worker is not None and worker is not threading.current_thread():
             worker.join()
         try:
-            detail = _kind(handle.fault.kind).revert(self, handle)
+            detail = _injector(handle.fault.kind).module.revert(self.context, handle)
         except BaseException as exc:
             handle.state, handle.error = "failed", str(exc)
             self._event(handle, "error", error=str(exc))
@@ -346,9 +442,9 @@ class FaultInjector:
 
     # --- background work (timers, flaps, restarts) -------------------------------------
     def _worker_for(self, handle: Handle) -> Callable[[Handle], None] | None:
-        work = getattr(_kind(handle.fault.kind), "worker", None)
+        work = _injector(handle.fault.kind).hook("worker")
         if work is not None:
-            return lambda h: work(self, h)
+            return lambda h: work(self.context, h)
         return self._timed if handle.fault.duration is not None else None
 
     def _run_worker(self, handle: Handle, work: Callable[[Handle], None]) -> None:
@@ -362,7 +458,7 @@ class FaultInjector:
                 self.undo(handle)
 
     def _timed(self, handle: Handle) -> None:
-        _pause(handle._stop, handle.fault.span or 0.0, handle._clock)
+        handle.pause(handle.fault.span or 0.0)
 
     # --- schedules ---------------------------------------------------------------------
     def run_schedule(self, faults: Iterable[Fault], clock: Callable[[], float] | None = None
@@ -379,73 +475,6 @@ class FaultInjector:
             self._schedules.append(run)
         run.start()
         return run
-
-    # --- helpers of the kind modules (each calls them on the injector it is given) ----
-    def _link_target(self, handle: Handle) -> tuple[Link, int]:
-        t = parse_target(self.plan, handle.fault.target)
-        assert t.link is not None
-        handle.info.update(link=t.link, lane=t.lane)
-        return t.link, t.lane
-
-    def _class_show(self, node: str, intf: str, in_host: bool) -> str:
-        out = self._sh(["tc", "class", "show", "dev", intf, "classid", "5:1"],
-                       node if in_host else None).stdout.strip()
-        if parse_htb_rate(out) is None:
-            raise FaultError(f"link-degrade: {intf} has no HTB class 5:1 (is the lab shaped?): "
-                             f"{out[:120]!r}")
-        return out
-
-    def _restore_rates(self, handle: Handle) -> list[str]:
-        link = handle.info["link"]
-        after = []
-        for end in link_ends(self.plan, link):
-            if end not in handle.info["changed"]:
-                continue
-            i = link_ends(self.plan, link).index(end)
-            node, intf, in_host = end
-            self._sh(htb_rate_command(intf, handle.info["restore"][i]), node if in_host else None)
-            after.append(self._class_show(*end))
-        return after
-
-    def _loss_counters(self, host: str, backend: str) -> dict[str, int]:
-        """Frames the fault's rules dropped, per direction."""
-        out: dict[str, int] = {}
-        if backend == "nft":
-            proc = self._sh(["nft", "-j", "list", "table", NFT_FAMILY, NFT_TABLE], host,
-                            check=False)
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                for item in json.loads(proc.stdout)["nftables"]:
-                    rule = item.get("rule")
-                    for expr in (rule or {}).get("expr", []):
-                        if "counter" in expr:
-                            out[rule["chain"]] = int(expr["counter"]["packets"])
-        else:
-            for chain, name in ((IPT_IN, "ingress"), (IPT_OUT, "egress")):
-                proc = self._sh(["iptables", "-w", "-L", chain, "-v", "-n", "-x"], host,
-                                check=False)
-                rows = [ln.split() for ln in proc.stdout.splitlines()[2:] if ln.strip()]
-                if rows and rows[0][0].isdigit():
-                    out[name] = int(rows[0][0])
-        return out
-
-    def _stop_hot(self, handle: Handle) -> None:
-        procs = handle.info.get("procs", [])
-        recv = handle.info.get("recv")
-        for p in procs:
-            if p is not recv and p.poll() is None:
-                p.kill()
-        for p in procs:
-            if p is not recv:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=5)
-        if recv is not None and recv.poll() is None:
-            time.sleep(0.2)  # packets in flight land
-            recv.send_signal(signal.SIGTERM)
-            try:
-                recv.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                recv.kill()
-                recv.wait()
 
 
 class ScheduleRun:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from testbed.shell.faults._base import Handle
+from testbed.shell.faults import FaultContext, Handle
 from testbed.shell.faults.controller_kill import apply, check, revert
 
 __all__ = ["apply", "check", "revert", "worker"]
 
 
-def worker(inj: Any, handle: Handle) -> None:
+def worker(ctx: FaultContext, handle: Handle) -> None:
     """The downtime (``span``, 0 without a duration); the injector restarts it after."""
-    inj._timed(handle)
+    handle.pause(handle.fault.span or 0.0)

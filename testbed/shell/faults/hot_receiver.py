@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,13 +14,13 @@ from typing import Any
 
 from testbed.faultmarks import ENV_MARK
 from testbed.faultspec import HOT_PAYLOAD, HOT_PORT, HOT_SPORT_BASE, MAX_HOT_SENDERS, hot_streams
-from testbed.shell.faults._base import FaultError, Handle
+from testbed.shell.faults import FaultContext, FaultError, Handle
 
 
-def apply(inj: Any, handle: Handle) -> None:
+def apply(ctx: FaultContext, handle: Handle) -> None:
     f = handle.fault
-    streams = hot_streams(inj.plan, f, HOT_SPORT_BASE + MAX_HOT_SENDERS * (handle.id % 64))
-    lab = inj.lab
+    streams = hot_streams(ctx.plan, f, HOT_SPORT_BASE + MAX_HOT_SENDERS * (handle.id % 64))
+    lab = ctx.lab
     tag = f"{getattr(lab, 'run_id', 'lab')}:{handle.id}"
     env = dict(os.environ, **{ENV_MARK: tag})
     seconds = (f.duration + 5.0) if f.duration is not None else 24 * 3600.0  # bounded
@@ -39,7 +40,7 @@ def apply(inj: Any, handle: Handle) -> None:
             if recv.poll() is not None or time.monotonic() > deadline:
                 raise FaultError(f"hot-receiver: receiver on {f.target} did not start")
             time.sleep(0.02)
-        ip = inj.plan.node(f.target).ip
+        ip = ctx.plan.node(f.target).ip
         for s in streams:
             procs.append(lab.hosts[s["src"]].popen(
                 py + ["send", "--dst", str(ip), "--port", str(HOT_PORT),
@@ -47,14 +48,14 @@ def apply(inj: Any, handle: Handle) -> None:
                       "--duration", f"{seconds:.1f}", "--size", str(HOT_PAYLOAD)],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     except BaseException:
-        inj._stop_hot(handle)
+        _stop(handle)
         raise
     handle.info["detail"] = {"sources": [s["src"] for s in streams],
                              "offered_mbps": round(sum(s["mbps"] for s in streams), 3)}
 
 
-def revert(inj: Any, handle: Handle) -> dict[str, Any]:
-    inj._stop_hot(handle)
+def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
+    _stop(handle)
     left = [p.pid for p in handle.info["procs"] if p.poll() is None]
     if left:
         raise FaultError(f"hot-receiver: processes still running: {left}")
@@ -66,3 +67,25 @@ def revert(inj: Any, handle: Handle) -> dict[str, Any]:
                 received[src_of[sport]] = int(flow["received"])
     handle.info["received"] = received
     return {"received_packets": received}
+
+
+def _stop(handle: Handle) -> None:
+    """Senders killed first, then the receiver told to stop once packets in flight landed
+    (SIGTERM: it writes what it received), killed if it does not."""
+    procs = handle.info.get("procs", [])
+    recv = handle.info.get("recv")
+    for p in procs:
+        if p is not recv and p.poll() is None:
+            p.kill()
+    for p in procs:
+        if p is not recv:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5)
+    if recv is not None and recv.poll() is None:
+        time.sleep(0.2)  # packets in flight land
+        recv.send_signal(signal.SIGTERM)
+        try:
+            recv.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            recv.kill()
+            recv.wait()

@@ -6,7 +6,7 @@ from typing import Any
 
 from testbed.faultspec import Fault, link_ends, parse_htb_rate
 from testbed.shaping import htb_commands
-from testbed.shell.faults._base import FaultError, Handle
+from testbed.shell.faults import FaultContext, FaultError, Handle
 from vocab.plan import Link, WiringPlan
 
 
@@ -34,41 +34,65 @@ def degrade_commands(plan: WiringPlan, link: Link, mbps: float
             for node, intf, in_host in link_ends(plan, link)]
 
 
+def _class_show(ctx: FaultContext, node: str, intf: str, in_host: bool) -> str:
+    """``tc class show`` of the lab's HTB class 5:1 on one end; FaultError if it has none."""
+    out = ctx.sh(["tc", "class", "show", "dev", intf, "classid", "5:1"],
+                 node if in_host else None).stdout.strip()
+    if parse_htb_rate(out) is None:
+        raise FaultError(f"link-degrade: {intf} has no HTB class 5:1 (is the lab shaped?): "
+                         f"{out[:120]!r}")
+    return out
+
+
+def _restore_rates(ctx: FaultContext, handle: Handle) -> list[str]:
+    """Every end this fault changed back to its previous rate; their classes read back."""
+    link = handle.info["link"]
+    ends = link_ends(ctx.plan, link)
+    after = []
+    for i, end in enumerate(ends):
+        if end not in handle.info["changed"]:
+            continue
+        node, intf, in_host = end
+        ctx.sh(htb_rate_command(intf, handle.info["restore"][i]), node if in_host else None)
+        after.append(_class_show(ctx, *end))
+    return after
+
+
 # ----------------------------------------------------------------------------------------
 # The fault
 # ----------------------------------------------------------------------------------------
-def check(inj: Any, fault: Fault) -> None:
-    if not getattr(inj.lab, "shape", True):
+def check(ctx: FaultContext, fault: Fault) -> None:
+    if not getattr(ctx.lab, "shape", True):
         raise FaultError("link-degrade changes the links' HTB rate, but this lab was "
                          "brought up without shaping (Lab(shape=False))")
 
 
-def apply(inj: Any, handle: Handle) -> None:
-    link, _lane = inj._link_target(handle)
-    ends = link_ends(inj.plan, link)
-    before = [inj._class_show(*end) for end in ends]
+def apply(ctx: FaultContext, handle: Handle) -> None:
+    link, _lane = ctx.link_target(handle)
+    ends = link_ends(ctx.plan, link)
+    before = [_class_show(ctx, *end) for end in ends]
     old = [parse_htb_rate(text) or 0.0 for text in before]
     # restore the plan's exact rate when that is what runs (tc prints rates rounded)
     restore = [link.mbps if abs(r - link.mbps) <= 1e-3 * link.mbps else r for r in old]
-    new = [r * handle.fault.fraction for r in restore]
+    new = [r * handle.fault.settings.fraction for r in restore]
     handle.info.update(before=before, restore=restore, changed=[])
     try:
         for end, mbps in zip(ends, new, strict=True):
             node, intf, in_host = end
-            inj._sh(htb_rate_command(intf, mbps), node if in_host else None)
+            ctx.sh(htb_rate_command(intf, mbps), node if in_host else None)
             handle.info["changed"].append(end)
-            got = parse_htb_rate(inj._class_show(*end)) or 0.0
+            got = parse_htb_rate(_class_show(ctx, *end)) or 0.0
             if abs(got - mbps) > 0.01 * mbps:
                 raise FaultError(f"link-degrade: {intf} reads back {got:g} Mb/s after "
                                  f"setting {mbps:g}")
     except BaseException:
-        inj._restore_rates(handle)
+        _restore_rates(ctx, handle)
         raise
     handle.info["detail"] = {"mbps_before": restore, "mbps": [round(m, 6) for m in new]}
 
 
-def revert(inj: Any, handle: Handle) -> dict[str, Any]:
-    after = inj._restore_rates(handle)
+def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
+    after = _restore_rates(ctx, handle)
     for was, now, mbps in zip(handle.info["before"], after, handle.info["restore"],
                               strict=True):
         got = parse_htb_rate(now) or 0.0

@@ -4,42 +4,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.shell.faults._base import FaultError, Handle, _pause
+from testbed.shell.faults import FaultContext, FaultError, Handle
 
 
-def apply(inj: Any, handle: Handle) -> None:
-    link, _lane = inj._link_target(handle)
-    if not inj._link_up(link):
+def apply(ctx: FaultContext, handle: Handle) -> None:
+    link, _lane = ctx.link_target(handle)
+    if not ctx.link_up(link):
         raise FaultError(f"link-flap: {handle.component} is down already; a flap needs "
                          "a link that is up")
     handle.info["down"] = False
-    handle.info["detail"] = {"period": handle.fault.period, "count": handle.fault.count}
+    knobs = handle.fault.settings
+    handle.info["detail"] = {"period": knobs.period, "count": knobs.count}
 
 
-def revert(inj: Any, handle: Handle) -> dict[str, Any]:
+def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     if handle.info.get("down"):
         link, lane = handle.info["link"], handle.info["lane"]
-        inj.lab.set_link(link.a, link.b, up=True, lane=lane)
+        ctx.lab.set_link(link.a, link.b, up=True, lane=lane)
         handle.info["down"] = False
     return {}
 
 
-def worker(inj: Any, handle: Handle) -> None:
+def worker(ctx: FaultContext, handle: Handle) -> None:
     """The flapping itself (the injector undoes the fault when it returns)."""
-    f = handle.fault
+    knobs = handle.fault.settings
     link, lane = handle.info["link"], handle.info["lane"]
-    half = f.period / 2
-    for i in range(f.count):
-        if i and _pause(handle._stop, half, handle._clock):  # up phase of the last cycle
+    half = knobs.period / 2
+    for i in range(knobs.count):
+        if i and handle.pause(half):  # up phase of the last cycle
             return
-        if handle._stop.is_set():
+        if handle.stopping:
             return
-        inj.lab.set_link(link.a, link.b, up=False, lane=lane)
+        ctx.lab.set_link(link.a, link.b, up=False, lane=lane)
         handle.info["down"] = True
-        inj._event(handle, "flap-down", cycle=i + 1)
-        if _pause(handle._stop, half, handle._clock):
+        ctx.event(handle, "flap-down", cycle=i + 1)
+        if handle.pause(half):
             return
-        inj.lab.set_link(link.a, link.b, up=True, lane=lane)
+        ctx.lab.set_link(link.a, link.b, up=True, lane=lane)
         handle.info["down"] = False
-        inj._event(handle, "flap-up", cycle=i + 1)
-    _pause(handle._stop, half, handle._clock)
+        ctx.event(handle, "flap-up", cycle=i + 1)
+    handle.pause(half)

@@ -2,48 +2,72 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any
 
+from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE
 from testbed.faultspec import Fault, iptables_loss_commands, nft_loss_commands
 from testbed.shell.cleanup import nic_loss_leftovers
-from testbed.shell.faults._base import FaultError, Handle
+from testbed.shell.faults import FaultContext, FaultError, Handle
 
 
-def check(inj: Any, fault: Fault) -> None:
-    inj._loss_backend()
+def check(ctx: FaultContext, fault: Fault) -> None:
+    ctx.loss_backend()
 
 
-def apply(inj: Any, handle: Handle) -> None:
+def apply(ctx: FaultContext, handle: Handle) -> None:
     f = handle.fault
     host = f.target
-    dev = next(ln.a_intf for ln in inj.plan.links if ln.a == host)
-    backend = inj._loss_backend()
+    dev = next(ln.a_intf for ln in ctx.plan.links if ln.a == host)
+    backend = ctx.loss_backend()
     handle.info.update(host=host, backend=backend)
+    knobs = f.settings
     if backend == "nft":
-        setup, script, undo = nft_loss_commands(dev, f.probability, f.direction)
+        setup, script, undo = nft_loss_commands(dev, knobs.probability, knobs.direction)
     else:
-        setup, undo = iptables_loss_commands(dev, f.probability, f.direction)
+        setup, undo = iptables_loss_commands(dev, knobs.probability, knobs.direction)
         script = None
     handle.info["undo"] = undo
     try:
         for argv in setup:
-            inj._sh(argv, host)
+            ctx.sh(argv, host)
         if script is not None:
-            inj._sh(["nft", "-f", "-"], host, stdin=script)
+            ctx.sh(["nft", "-f", "-"], host, stdin=script)
     except BaseException:
         for argv in undo:
-            inj._sh(argv, host, check=False)
+            ctx.sh(argv, host, check=False)
         raise
-    handle.info["detail"] = {"probability": f.probability, "direction": f.direction,
+    handle.info["detail"] = {"probability": knobs.probability, "direction": knobs.direction,
                              "backend": backend}
 
 
-def revert(inj: Any, handle: Handle) -> dict[str, Any]:
+def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     host, backend = handle.info["host"], handle.info["backend"]
-    dropped = inj._loss_counters(host, backend)
+    dropped = _loss_counters(ctx, host, backend)
     for argv in handle.info["undo"]:
-        inj._sh(argv, host, check=False)
-    left = nic_loss_leftovers(inj._sh, host)
+        ctx.sh(argv, host, check=False)
+    left = nic_loss_leftovers(ctx.sh, host)
     if left:
         raise FaultError(f"nic-loss on {host}: still present after undo: {left}")
     return {"dropped": dropped}
+
+
+def _loss_counters(ctx: FaultContext, host: str, backend: str) -> dict[str, int]:
+    """Frames the fault's rules dropped, per direction."""
+    out: dict[str, int] = {}
+    if backend == "nft":
+        proc = ctx.sh(["nft", "-j", "list", "table", NFT_FAMILY, NFT_TABLE], host, check=False)
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            for item in json.loads(proc.stdout)["nftables"]:
+                rule = item.get("rule")
+                for expr in (rule or {}).get("expr", []):
+                    if "counter" in expr:
+                        out[rule["chain"]] = int(expr["counter"]["packets"])
+    else:
+        for chain, name in ((IPT_IN, "ingress"), (IPT_OUT, "egress")):
+            proc = ctx.sh(["iptables", "-w", "-L", chain, "-v", "-n", "-x"], host, check=False)
+            rows = [ln.split() for ln in proc.stdout.splitlines()[2:] if ln.strip()]
+            if rows and rows[0][0].isdigit():
+                out[name] = int(rows[0][0])
+    return out

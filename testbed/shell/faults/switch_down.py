@@ -5,28 +5,28 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.faultspec import parallel_links
-from testbed.shell.faults._base import Handle
+from testbed.shell.faults import FaultContext, Handle
 from vocab.plan import Link
 
 
-def apply(inj: Any, handle: Handle) -> None:
+def apply(ctx: FaultContext, handle: Handle) -> None:
     sw = handle.fault.target
     taken: list[tuple[Link, int]] = []
     handle.info["taken"] = taken
-    links = [ln for ln in inj.plan.links if sw in (ln.a, ln.b)]
+    links = [ln for ln in ctx.plan.links if sw in (ln.a, ln.b)]
     try:
         for link in links:
-            lane = parallel_links(inj.plan, link.a, link.b).index(link)
-            if inj._link_up(link):
-                inj.lab.set_link(link.a, link.b, up=False, lane=lane)
+            lane = parallel_links(ctx.plan, link.a, link.b).index(link)
+            if ctx.link_up(link):
+                ctx.lab.set_link(link.a, link.b, up=False, lane=lane)
                 taken.append((link, lane))
     except BaseException:
-        revert(inj, handle)
+        revert(ctx, handle)
         raise
     handle.info["detail"] = {"links_down": len(taken), "links": len(links)}
 
 
-def revert(inj: Any, handle: Handle) -> dict[str, Any]:
+def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     for link, lane in reversed(handle.info["taken"]):
-        inj.lab.set_link(link.a, link.b, up=True, lane=lane)
+        ctx.lab.set_link(link.a, link.b, up=True, lane=lane)
     return {"links_up": len(handle.info["taken"])}

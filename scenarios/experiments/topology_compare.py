@@ -48,6 +48,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -63,13 +64,13 @@ from scenarios.common import (
     wire_flows,
 )
 from scenarios.findings import margin_text, pace_caveats
+from scenarios.prose import Prose
 from testbed.topologies import build
+from traffic.workload import Phase
 
+WORDS = Prose("topology_compare")  # the report's prose: scenarios/templates/topology_compare.md
 DESIGNS = ("astral3", "rail3", "railonly", "fattree")
 KERNELS = ("high_bandwidth", "flat")
-PHASES = ("dispatch", "combine")
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 
 
 def _traffic(kernel: str, step: Any, plan: Any) -> Any:
@@ -89,7 +90,7 @@ def _tokens_for(p: dict[str, Any], plan: Any) -> int:
     worst = 0.0
     for kernel in p["kernels"]:
         step = simulate_step("deepseek-v3", p["servers"], p["gpus"], probe, seed=p["seed"])
-        flows = [f for f in _traffic(kernel, step, plan).flows if f.phase == "dispatch"]
+        flows = [f for f in _traffic(kernel, step, plan).flows if f.phase == Phase.DISPATCH]
         worst = max(worst, bounds(plan, flows, unit="mbps")["host_start"])
     return max(1, round(probe * p["seconds"] / worst)) if worst else probe
 
@@ -102,7 +103,7 @@ def _phase_flows(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draw: i
     step = simulate_step("deepseek-v3", p["servers"], p["gpus"], tokens, seed=p["seed"] + draw)
     traffic = _traffic(kernel, step, plan)
     return traffic, {ph: shift_qps([f for f in traffic.flows if f.phase == ph],
-                                   DRAW_QP_STRIDE * draw) for ph in PHASES}
+                                   DRAW_QP_STRIDE * draw) for ph in Phase}
 
 
 def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: int
@@ -116,7 +117,7 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
     for j in range(max(1, draws)):
         _traffic_j, flows = _phase_flows(kernel, p, plan, tokens, j)
         t = b = 0.0
-        for ph in PHASES:
+        for ph in Phase:
             wire = wire_flows(flows[ph])
             if not wire:
                 continue
@@ -133,7 +134,7 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
 
 
 @scenario(
-    "topology-compare", "one MoE All-to-All on astral3, rail3, railonly, fattree: "
+    "one MoE All-to-All on astral3, rail3, railonly, fattree: "
     "completion, hops, per-tier load, cost",
     Param("servers", 4, "servers (equal GPU count on every design)", quick=2, rule=SERVERS),
     Param("gpus", 4, "GPUs (NICs, rails) per server", rule=GPUS),
@@ -173,13 +174,13 @@ def topology_compare(run: Run) -> None:
             for kernel in p["kernels"]:
                 traffic, flows0 = _phase_flows(kernel, p, plan, tokens, 0)
                 margin = min(run.guard(lab, flows0[ph], f"{design}/{kernel}/{ph}")["margin"]
-                             for ph in PHASES if flows0[ph])
+                             for ph in Phase if flows0[ph])
                 per_draw = []
                 for k in range(n):
                     traffic, flows = _phase_flows(kernel, p, plan, tokens, k)
                     before = link_counters(plan)
                     total_t, lost, skew, plane = 0.0, 0, 0.0, None
-                    for ph in PHASES:
+                    for ph in Phase:
                         if not flows[ph]:
                             continue
                         res = replay(lab, flows[ph], label=f"{design} {kernel} {ph} "
@@ -366,37 +367,28 @@ def _gap(r: dict[str, Any]) -> str:
             if v["candidates"] >= 4 and v["idle"] >= 0.25 * v["candidates"]}
     polar = ""
     if idle and ratio and ratio > 1:
-        polar = ("the per-link counters show why: of the links ECMP could use, "
-                 + ", ".join(f"{v['idle']:g} of {v['candidates']} {t}" for t, v in
-                             idle.items())
-                 + " carried nothing (median over the draws). The switches' choices are "
-                 "correlated: OVS's dp_hash is the same function of the same 5-tuple at "
-                 "every hop, so a packet that took one half of the upward ports at the first "
-                 "switch takes the same half at the next (hash polarization), leaving the "
-                 "other uplinks idle. The model hashes every switch independently (salted "
-                 "by switch name), as switches with per-hop seeds do, so it spreads over "
-                 "all of them.")
+        polar = WORDS("polar", idle=", ".join(
+            WORDS("polar_idle", idle=v["idle"], candidates=v["candidates"], tier=t)
+            for t, v in idle.items()))
     caveats = pace_caveats(margin=r["margin"], plane=r.get("plane"), lost=r["lost"],
                            start_skew_s=r["start_skew_s"], span_s=r["measured"]["median"])
     tiers = sorted(set(r["bottleneck_tiers"]), key=r["bottleneck_tiers"].count)[-1:] \
         if r["bottleneck_tiers"] else ["-"]
-    return (f" **{r['design']}/{r['kernel']}: the ratio ({ratio:.2f}) is outside 0.7-1.3.** "
-            f"The measured median falls at the {100 * at:.0f}th percentile of the model's "
-            f"draws (range {r['model']['min']:.2f}-{r['model']['max']:.2f} s); the model's "
-            f"bottleneck is mostly on {tiers[0]} links, the emulation's busiest link was "
-            f"{r['busiest_link']} ({r['busiest_link_draws']} of {r['measured']['draws']} "
-            f"draws) at {r['busiest_util']['median']:.2f} utilisation; fidelity margin "
-            f"{margin_text(r['margin'])}, start skew up to {r['start_skew_s']:.3f} s, "
-            f"{r['lost']} packets lost. "
-            + ("Inside the model's range, so the hash's luck over few draws is a candidate; "
-               if r["model"]["min"] * 0.97 <= r["measured"]["median"] <= r["model"]["max"]
-               * 1.03 else "Outside the model's whole range: not luck; ")
-            + ("the run itself may be the cause: " + "; ".join(caveats) + "." if caveats else
-               polar if polar else
-               "the fabric's queues (FIFO, not max-min fair) and the senders' round-robin "
-               "pacing are what the fluid model leaves out." if ratio and ratio > 1 else
-               "a measurement faster than the fluid model means the model charged a "
-               "bottleneck the emulation did not have (e.g. a relay the replay skips)."))
+    inside = (r["model"]["min"] * 0.97 <= r["measured"]["median"]
+              <= r["model"]["max"] * 1.03)
+    if caveats:
+        tail = WORDS("gap_caveats", caveats="; ".join(caveats))
+    elif polar:
+        tail = polar
+    else:
+        tail = WORDS("gap_queues" if ratio and ratio > 1 else "gap_faster")
+    return " " + " ".join([
+        WORDS("gap", design=r["design"], kernel=r["kernel"], ratio=ratio, pct=100 * at,
+              lo=r["model"]["min"], hi=r["model"]["max"], tier=tiers[0],
+              busiest=r["busiest_link"], busiest_draws=r["busiest_link_draws"],
+              draws=r["measured"]["draws"], util=r["busiest_util"]["median"],
+              margin=margin_text(r["margin"]), skew=r["start_skew_s"], lost=r["lost"]),
+        WORDS("gap_inside" if inside else "gap_outside"), tail])
 
 
 def _report(run: Run, ref: Any, cost: list[dict[str, Any]], tokens: int,
@@ -406,18 +398,11 @@ def _report(run: Run, ref: Any, cost: list[dict[str, Any]], tokens: int,
     p = run.params
     rep = run.report
     n = len(ref.hosts)
-    rep.section("Setup", f"""
-Every design built from the same spec: {n} GPUs ({p['servers']} servers x {p['gpus']}),
-400G NICs and 200G lanes at scale {p['scale']:g} (a NIC is
-{ref.host_link_mbps()[ref.hosts[0].name]:g} Mb/s emulated; real-rate times are emulated
-times x {real_time_factor(ref):g}, the scale). One DeepSeek-V3 step, {tokens} tokens per
-GPU, uniform gating, replayed as RoCEv2 with the controller in `{p['lb']}` mode; dispatch
-then combine. **{p['draws']} draws per design**: draw k uses gating seed {p['seed']} + k and
-QPs shifted by k x {DRAW_QP_STRIDE} (new source ports: another ECMP hash draw). The flow model
-runs beside them over {p['model_draws']} draws (gating seed {p['seed']} + j, hash seed j) on
-the frame bytes the shapers count. NVLink legs of the kernels are accounted (nvlink_MB) but
-not sent as packets; on `railonly` the cross-rail RDMA flows cross the server's NVLink
-switch (`nvsN`).""")
+    rep.section("Setup", WORDS(
+        "setup", gpus=n, servers=p["servers"], gpus_per_server=p["gpus"], scale=p["scale"],
+        nic=ref.host_link_mbps()[ref.hosts[0].name], real=real_time_factor(ref),
+        tokens=tokens, lb=p["lb"], draws=p["draws"], seed=p["seed"], stride=DRAW_QP_STRIDE,
+        model_draws=p["model_draws"]))
     rep.section("Results")
     rep.table([{"design": r["design"], "kernel": r["kernel"], "flows": r["flows"],
                 "rdma MB": r["rdma_MB"], "hops (deterministic)": r["hops"],
@@ -429,18 +414,10 @@ switch (`nvsN`).""")
                                         f"{r['measured']['draws']})",
                 "busiest util": _dt(r["busiest_util"], ""), "lost": r["lost"]}
                for r in results.values()])
-    rep.text("*measured*: dispatch + combine completion, median [p25-p75] over N draws; "
-             "*ideal*: the flow model's completion of the same kernel's flows under the "
-             f"controller's policy ({p['lb']}) over its own draws; *ratio* = measured median / "
-             "ideal median; *bound*: the analytic lower bound (median over the model's "
-             "draws); hops per byte are the design's, the same in every draw. Per-draw "
-             "numbers: draws.json; raw flows, messages and link counters: runs.json.")
-    rep.image("completion.png", "Step completion per design and kernel: emulated draws, the "
-              "flow model's draws, the lower bound")
-    rep.image("tier_load_heatmap.png", "Mean link utilisation per tier (rows: design/kernel), "
-              "mean over the draws")
-    rep.section("Cost model", "At this size and at 8,192 GPUs, assumed list prices "
-                "(`astral-lab cost --help`):\n\n```\n" + format_table(cost) + "\n```")
+    rep.text(WORDS("table_note", lb=p["lb"]))
+    rep.image("completion.png", WORDS("completion_caption"))
+    rep.image("tier_load_heatmap.png", WORDS("heatmap_caption"))
+    rep.section("Cost model", WORDS("cost", table=format_table(cost)))
     rep.section("Findings")
     k = "flat" if "flat" in p["kernels"] else p["kernels"][0]
     gaps = "".join(_gap(r) for r in results.values())
@@ -457,7 +434,7 @@ switch (`nvsN`).""")
         rep.finding(**high_bandwidth_finding(results, gaps))
         gaps = ""
     if gaps:
-        rep.finding("measured vs model", measured="see the table", ideal="see the table",
+        rep.finding(WORDS("gaps_title"), measured="see the table", ideal="see the table",
                     published="-", why=gaps.strip())
 
 
@@ -472,30 +449,21 @@ def tiers_finding(a: dict[str, Any], r3: dict[str, Any], kernel: str,
     """astral3 against rail3 on one kernel: hops, completion, bounds, cost."""
     ba, br = a["model_bound"]["median"], r3["model_bound"]["median"]
     equal = abs(ba - br) <= 0.02 * max(ba, br)
-    rel = f"; cost at 8,192 GPUs {relative_cost:.2f}x rail3" if relative_cost else ""
-    if equal:
-        why = ("Both fabrics have the same bound here, so neither design's tiers limit "
-               "completion below it: the NICs and hash collisions set it, not the tier "
-               "count; ")
-    else:
-        why = (f"The bounds differ ({ba:.2f} s vs {br:.2f} s): at this size one fabric "
-               f"binds before the NICs, {'rail3' if br > ba else 'astral3'} the tighter; ")
+    rel = WORDS("tiers_cost", relative=relative_cost) if relative_cost else ""
     fewer = a["hops"] < r3["hops"]
-    why += (f"astral3 crosses {a['hops']:.2f} switch hops per byte against rail3's "
-            f"{r3['hops']:.2f}" + (" (latency, fewer places to collide or fail)" if fewer
-                                   else "") + rel.replace("; cost", ", and costs")
-            + ". Collisions differ per design because each hashes over a different number "
-            "of parallel paths, which is why each design's completion is a spread over "
-            "draws." + gaps)
+    why = (WORDS("tiers_equal") if equal else
+           WORDS("tiers_bounds_differ", ba=ba, br=br, tighter="rail3" if br > ba else "astral3")
+           ) + " " + WORDS("tiers_hops", hops_a=a["hops"], hops_r=r3["hops"]) \
+        + (" " + WORDS("tiers_fewer") if fewer else "") + rel.replace("; cost", ", and costs") \
+        + WORDS("tiers_spread") + gaps
     return {
-        "title": f"{kernel}: two tiers vs three",
-        "measured": f"astral3 {a['hops']:.2f} switch hops per byte, {_dt(a['measured'])}; "
-                    f"rail3 {r3['hops']:.2f} hops, {_dt(r3['measured'])}",
-        "ideal": f"flow model astral3 {_dt(a['model'])}, rail3 {_dt(r3['model'])} (ratios "
-                 f"{_fmt(_ratio(a))}, {_fmt(_ratio(r3))}); bounds {ba:.2f} s vs {br:.2f} s"
-                 + (" (equal: both non-blocking here)" if equal else "") + rel,
-        "published": "Astral 3.0: cross-rail traffic in at most leaf-spine-leaf (3 hops) "
-                     "instead of 5 through aggregation and core; fewer switches and optics",
+        "title": WORDS("tiers_title", kernel=kernel),
+        "measured": WORDS("tiers_measured", hops_a=a["hops"], measured_a=_dt(a["measured"]),
+                          hops_r=r3["hops"], measured_r=_dt(r3["measured"])),
+        "ideal": WORDS("tiers_ideal", model_a=_dt(a["model"]), model_r=_dt(r3["model"]),
+                       ratio_a=_fmt(_ratio(a)), ratio_r=_fmt(_ratio(r3)), ba=ba, br=br)
+                 + (" " + WORDS("tiers_ideal_equal") if equal else "") + rel,
+        "published": WORDS("tiers_published"),
         "why": why}
 
 
@@ -503,26 +471,17 @@ def railonly_finding(ro: dict[str, Any], a: dict[str, Any], gaps: str = "") -> d
     """Flat (cross-rail) traffic on railonly against astral3."""
     x = ro["measured"]["median"] / a["measured"]["median"]
     xm = ro["model"]["median"] / a["model"]["median"]
-    why = ("Cross-rail bytes first cross NVLink inside the source server to the GPU of the "
-           "destination's rail, then the rail network: the NVLink switch and the relaying "
-           "NIC carry extra load. ")
-    if x > 1.05:
-        why += (f"Here railonly took {x:.2f}x astral3's time (the model {xm:.2f}x): an MoE "
-                "dispatch that is not rail-aligned pays for the missing spine layer.")
-    else:
-        why += (f"Here railonly took {x:.2f}x astral3's time (the model {xm:.2f}x): the "
-                "relay cost no completion time at this size, because the NVLink links and "
-                "the relaying NICs had capacity to spare.")
+    why = WORDS("railonly_why") + " " + WORDS(
+        "railonly_slower" if x > 1.05 else "railonly_same", x=x, xm=xm)
     return {
-        "title": "flat (cross-rail) traffic on a rail-only network",
-        "measured": f"railonly {_dt(ro['measured'])} vs astral3 {_dt(a['measured'])}; "
-                    f"railonly busiest link {ro['busiest_link']} at "
-                    f"{_dt(ro['busiest_util'], '')}",
-        "ideal": f"flow model railonly {_dt(ro['model'])} vs astral3 {_dt(a['model'])}; "
-                 f"bounds {ro['model_bound']['median']:.2f} s vs "
-                 f"{a['model_bound']['median']:.2f} s",
-        "published": "Rail-only (Wang et al., arXiv 2307.12169): cheaper, and fine when "
-                     "traffic is rail-aligned; cross-rail traffic must relay over NVLink",
+        "title": WORDS("railonly_title"),
+        "measured": WORDS("railonly_measured", measured_ro=_dt(ro["measured"]),
+                          measured_a=_dt(a["measured"]), busiest=ro["busiest_link"],
+                          util=_dt(ro["busiest_util"], "")),
+        "ideal": WORDS("railonly_ideal", model_ro=_dt(ro["model"]), model_a=_dt(a["model"]),
+                       bound_ro=ro["model_bound"]["median"],
+                       bound_a=a["model_bound"]["median"]),
+        "published": WORDS("railonly_published"),
         "why": why + gaps}
 
 
@@ -530,23 +489,19 @@ def high_bandwidth_finding(results: dict[str, dict[str, Any]], gaps: str = ""
                            ) -> dict[str, str]:
     """The hierarchical kernel on astral3, and how much the design mattered for it."""
     hb = results["astral3/high_bandwidth"]
-    why = ("Hierarchical dispatch sends each token once per destination server over its own "
-           "rail, so on rail fabrics most bytes stay under one leaf or cross one spine")
+    why = WORDS("hb_why")
     s_hb, s_flat = _spread(results, "high_bandwidth"), _spread(results, "flat")
     if s_hb is not None and s_flat is not None:
-        word = "much less" if s_hb - 1 < 0.5 * (s_flat - 1) else "not much less"
-        why += (f": across the designs its completion varied {s_hb:.2f}x (slowest over "
-                f"fastest) against {s_flat:.2f}x for the flat kernel, so the design mattered "
-                f"{word} than for cross-rail traffic.")
+        why += WORDS("hb_spread", s_hb=s_hb, s_flat=s_flat,
+                     word="much less" if s_hb - 1 < 0.5 * (s_flat - 1) else "not much less")
     else:
         why += "."
     return {
-        "title": "high-bandwidth (rail-aligned) kernel",
-        "measured": f"astral3 {hb['hops']:.2f} hops per byte, {_dt(hb['measured'])} "
-                    f"({hb['measured']['median'] / hb['model_bound']['median']:.2f}x bound)",
-        "ideal": f"flow model {_dt(hb['model'])}; bound {hb['model_bound']['median']:.2f} s",
-        "published": "DeepEP normal kernels: ~43-58 GB/s RDMA per GPU on 400G NICs "
-                     "(DeepEP README), i.e. close to the NIC",
+        "title": WORDS("hb_title"),
+        "measured": WORDS("hb_measured", hops=hb["hops"], measured=_dt(hb["measured"]),
+                          x=hb["measured"]["median"] / hb["model_bound"]["median"]),
+        "ideal": WORDS("hb_ideal", model=_dt(hb["model"]), bound=hb["model_bound"]["median"]),
+        "published": WORDS("hb_published"),
         "why": why + gaps}
 
 

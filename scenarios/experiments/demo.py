@@ -57,7 +57,12 @@ from scenarios.common import (
     wire_flows,
 )
 from scenarios.findings import margin_text, pace_caveats
+from scenarios.prose import Prose
 from testbed.topologies import build
+from traffic.shell.running import RunningLab
+from traffic.workload import Phase
+
+WORDS = Prose("demo")  # the report's prose: scenarios/templates/demo.md
 
 #: QPs per GPU pair in the permutation (each QP is one 5-tuple, hashed on its own)
 QPS = 2
@@ -92,7 +97,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     """
     from testbed.models.flowmodel import model_flows
 
-    n = draws if policies.get(mode).random else 1
+    n = draws if policies.POLICIES.get(mode).random else 1
     done, slow = [], []
     for d in range(n):
         flows = wire_flows(_flows(plan, nbytes, seed, d))
@@ -103,7 +108,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     return {"completion_s": distribution(done), "slowdown": distribution(slow)}
 
 
-def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[str, Any]:
+def _permutation(run: Run, lab: RunningLab, plan: Any, mode: str, label: str) -> dict[str, Any]:
     """One permutation under ``mode``: ECMP over ``draws`` hash draws, planned once."""
     from testbed.models.flowmodel import bounds
     from traffic.shell.replay import replay
@@ -113,7 +118,7 @@ def _permutation(run: Run, lab: Any, plan: Any, mode: str, label: str) -> dict[s
     client.set_lb(mode)
     client.wait_converged()
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * p["seconds"])
-    n = p["draws"] if policies.get(mode).random else 1
+    n = p["draws"] if policies.POLICIES.get(mode).random else 1
     margin = run.guard(lab, _flows(plan, nbytes, p["seed"], 0), label)["margin"]
     per_draw = []
     for d in range(n):
@@ -147,7 +152,7 @@ def _permutation_row(run: Run, stop: str, fabric: str, r: dict[str, Any], note: 
             note=note)
 
 
-def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
+def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
     """The decode burst over ``decode_draws`` gating seeds; the model on each draw's flows
     (its message latencies, and the phase's completion: do the bytes arrive on time?)."""
     from traffic.kernels import low_latency
@@ -164,7 +169,7 @@ def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
                              seed=seed)
         traffic = low_latency(step, plan)
         if d == 0:
-            out["margin"] = run.guard(lab, [f for f in traffic.flows if f.phase == "dispatch"],
+            out["margin"] = run.guard(lab, [f for f in traffic.flows if f.phase == Phase.DISPATCH],
                                       "decode burst")["margin"]
         res = replay_step(lab, traffic)
         draw: dict[str, Any] = {"seed": seed}
@@ -209,7 +214,7 @@ def _decode(run: Run, lab: Any, plan: Any) -> dict[str, Any]:
 
 
 @scenario(
-    "demo", "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
+    "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
     Param("servers", 4, "servers (4 x 8 GPUs: the default 32-GPU astral3)", quick=2,
           rule=SERVERS),
     Param("gpus", 8, "GPUs (NICs, rails) per server", quick=4, rule=GPUS),
@@ -255,7 +260,7 @@ def demo(run: Run) -> None:
                       f"{fmt_distribution(r['measured'], ' s')}")
         decode = _decode(run, lab, plan)
         rtf = real_time_factor(plan)
-        for phase in ("dispatch", "combine"):
+        for phase in Phase:
             if phase not in decode:
                 continue
             d = decode[phase]
@@ -342,17 +347,12 @@ def _report(run: Run, plan: Any, results: dict[str, Any]) -> None:
     rep = run.report
     rtf = real_time_factor(plan)
     rep.section("The tour", __doc__.split("\n\n", 1)[1].split("It ends")[0])
-    rep.section("Summary", "*measured*: the emulation (ECMP: median [p25-p75] over N hash "
-                "draws); *ideal*: the flow model's number for the same plan, flows and "
-                "policy (ECMP: over many more hash draws); *ratio* = measured / ideal "
-                "(medians; decode: the median over gating seeds of each seed's ratio); "
-                "*bound*: the analytic floor no routing can beat.")
+    rep.section("Summary", WORDS("summary"))
     rep.table(run.rows, ["stop", "fabric", "what", "measured", "ideal", "ratio", "bound",
                          "note"])
-    rep.image("fabric.png", "The astral3 fabric of this run (wiring plan drawing)")
-    rep.image("permutation.png", "Permutation completion: ECMP draws vs planned, astral3 vs "
-              "rail3, beside the flow model's distribution")
-    rep.image("decode_cdf.png", "Decode bursts: message latency CDF (dispatch, combine)")
+    rep.image("fabric.png", WORDS("fabric_caption"))
+    rep.image("permutation.png", WORDS("permutation_caption"))
+    rep.image("decode_cdf.png", WORDS("decode_caption"))
     rep.section("Findings")
     e, pl = results["astral3/ecmp"], results["astral3/planned"]
     rep.finding(**ecmp_finding(e, pl, leaf_fanout(plan, _flows(plan, 1, run.params["seed"], 0))))
@@ -361,11 +361,7 @@ def _report(run: Run, plan: Any, results: dict[str, Any]) -> None:
     dec = results.get("decode", {})
     if dec.get("dispatch"):
         rep.finding(**decode_finding(dec, run.params["decode_tokens"], rtf))
-    rep.section("Where next", """
-* `astral-lab run lb-compare` adds adaptive mode, the host-side policies (spray,
-  qp-scaling, flowlet, plb) and an all-to-all; `topology-compare` adds rail-only and
-  fat-tree; `decode-latency` sweeps EP size with background traffic.
-* The fabric is a plain Mininet network: `sudo astral-lab up astral3` opens the CLI.""")
+    rep.section("Where next", WORDS("where_next"))
 
 
 # --- findings: each reason chosen from the run's own evidence -------------------------------
@@ -385,23 +381,15 @@ def _vs_model(r: dict[str, Any]) -> str:
     ratio = m["median"] / i["median"]
     if in_band(ratio):
         return ""
-    head = (f" **Measured / model = {ratio:.2f}, outside 0.7-1.3** ({r['mode']}): ")
+    head = " " + WORDS("vs_model_head", ratio=ratio, mode=r["mode"]) + " "
     caveats = _caveats(r, m["median"])
     if caveats:
         return head + "; ".join(caveats) + "."
     if i["draws"] > 1:  # the placement is a hash draw
         chance = median_chance(i["values"], m["median"], m["draws"])
-        if chance >= 0.05:
-            return head + (f"the model's own draws give a median of {m['draws']} this far "
-                           f"from theirs in {100 * chance:.0f}% of samples, so the draws' "
-                           "luck is a candidate (OVS's hash and the model's agree in "
-                           "distribution, not draw by draw).")
-        return head + (f"the model's own draws give a median of {m['draws']} this far from "
-                       f"theirs in only {100 * chance:.1f}% of samples: OVS's hash spreads "
-                       "these source ports differently from the model's (another hash "
-                       "function).")
-    return head + ("the paths are the model's (one placement), and the margin, plane, "
-                   "losses and start skew of this run show nothing that explains it.")
+        return head + WORDS("vs_model_luck" if chance >= 0.05 else "vs_model_hash",
+                            n=m["draws"], pct=100 * chance)
+    return head + WORDS("vs_model_nothing")
 
 
 def ecmp_finding(e: dict[str, Any], pl: dict[str, Any], fanout: tuple[int, int]
@@ -412,47 +400,37 @@ def ecmp_finding(e: dict[str, Any], pl: dict[str, Any], fanout: tuple[int, int]
     ex, px = m["median"] / b, pl["measured"]["median"] / b
     slow = e["slowdown"]["median"]
     qps, lanes = fanout
-    why = (f"The busiest leaf sends {qps} QPs over {lanes} uplink lanes; a hash can put "
-           "several on one lane (they share its rate) and leave others idle, while the "
-           "controller's planned mode spreads them, and the job ends with its slowest QP. ")
+    why = WORDS("ecmp_why", qps=qps, lanes=lanes) + " "
     if ex > 1 + NEAR and slow > 1 + NEAR:
-        why += (f"Here the busiest link carried {slow:.1f}x its share (median over "
-                f"{m['draws']} draws), and the typical ECMP draw took {ex:.2f}x the bound")
-        title = "ECMP collisions vs planned placement"
+        why += WORDS("ecmp_collided", slow=slow, draws=m["draws"], ex=ex)
+        title = WORDS("ecmp_collided_title")
     elif ex > 1 + NEAR:
-        why += (f"Here the typical ECMP draw took {ex:.2f}x the bound, while the link "
-                f"counters show no link far above its share (busiest {slow:.2f}x): they do "
-                "not show where the time went (runs.json has every link of every draw)")
-        title = "ECMP vs planned placement"
+        why += WORDS("ecmp_slow", ex=ex, slow=slow)
+        title = WORDS("ecmp_slow_title")
     else:
         lucky = sum(v <= b * (1 + NEAR) for v in e["model"]["completion_s"]["values"])
-        why += (f"In these {m['draws']} draws ECMP came within {100 * abs(ex - 1):.0f}% of the "
-                f"bound (busiest link {slow:.2f}x its share): the hash left no costly "
-                f"collision, as in {lucky} of the model's "
-                f"{e['model']['completion_s']['draws']} draws")
-        title = "ECMP vs planned placement: no collision cost in these draws"
+        why += WORDS("ecmp_lucky", draws=m["draws"], pct=100 * abs(ex - 1), slow=slow,
+                     lucky=lucky, model_draws=e["model"]["completion_s"]["draws"])
+        title = WORDS("ecmp_lucky_title")
     if m["draws"] > 1 and m["p75"] > m["p25"] * (1 + NEAR / 5):
-        why += (f", from {m['p25'] / b:.2f}x to {m['p75'] / b:.2f}x (p25-p75): the spread "
-                "across draws is the hash's luck. ")
+        why += WORDS("ecmp_spread", lo=m["p25"] / b, hi=m["p75"] / b) + " "
     else:
-        why += "; the draws gave about the same time. "
+        why += WORDS("ecmp_same") + " "
     if px <= 1 + NEAR:
-        why += f"Planned placement came within {100 * abs(px - 1):.0f}% of the bound."
+        why += WORDS("planned_near", pct=100 * abs(px - 1))
     else:
         caveats = _caveats(pl, pl["measured"]["median"])
-        why += (f"Planned placement took {px:.2f}x the bound: "
-                + ("; ".join(caveats) + "." if caveats else
-                   "its paths put no two QPs on a lane, and this run's margin, plane, losses "
-                   "and start skew show nothing that explains the rest."))
+        why += WORDS("planned_slow", px=px) + " " + (
+            WORDS("planned_caveats", caveats="; ".join(caveats)) if caveats
+            else WORDS("planned_nothing"))
     why += _vs_model(e) + _vs_model(pl)
     return {
         "title": title,
-        "measured": f"ECMP {fmt_distribution(m, ' s')}, planned "
-                    f"{pl['measured']['median']:.2f} s",
-        "ideal": f"flow model ECMP {fmt_distribution(e['model']['completion_s'], ' s')}, "
-                 f"planned {pl['model']['completion_s']['median']:.2f} s; bound {b:.2f} s",
-        "published": "balls into bins: hashing n flows onto n paths leaves ~37% of paths "
-                     "idle; Hedera (NSDI 2010) reports large ECMP losses for permutations",
+        "measured": WORDS("ecmp_measured", ecmp=fmt_distribution(m, " s"),
+                          planned=pl["measured"]["median"]),
+        "ideal": WORDS("ecmp_ideal", model=fmt_distribution(e["model"]["completion_s"], " s"),
+                       planned=pl["model"]["completion_s"]["median"], bound=b),
+        "published": WORDS("ecmp_published"),
         "why": why}
 
 
@@ -462,53 +440,37 @@ def fabric_finding(e: dict[str, Any], r3: dict[str, Any], pl: dict[str, Any],
     eb, rb = e["draws"][0]["busiest"], r3["draws"][0]["busiest"]
     a, r = e["slowdown"]["median"], r3["slowdown"]["median"]
     ma, mr = e["model"]["slowdown"]["median"], r3["model"]["slowdown"]["median"]
-    links = (f"astral3's busiest were {eb['tier']} links of {eb['mbps']:g} Mb/s that hold "
-             f"{eb['holds_qps']:.0f} QP at full rate, rail3's {rb['tier']} links of "
-             f"{rb['mbps']:g} Mb/s that hold {rb['holds_qps']:.0f}")
-    model = "as the flow model has it" if (ma > mr) == (a > r) else "unlike the flow model"
-    model += f" ({ma:.1f}x and {mr:.1f}x over its draws)"
+    links = WORDS("fabric_links", tier_a=eb["tier"], mbps_a=eb["mbps"],
+                  holds_a=eb["holds_qps"], tier_r=rb["tier"], mbps_r=rb["mbps"],
+                  holds_r=rb["holds_qps"])
+    model = (WORDS("fabric_as_model" if (ma > mr) == (a > r) else "fabric_unlike_model")
+             + " " + WORDS("fabric_model_draws", ma=ma, mr=mr))
+    fill = {"a": a, "r": r, "model": model, "links": links}
     if a > r * (1 + 2 * NEAR):
-        title = "thin shuffled lanes make a collision cost more than fat uplinks"
-        why = (f"Under ECMP the busiest link carried {a:.1f}x its share on astral3 against "
-               f"{r:.1f}x on rail3, {model}: {links}. QPs hashed onto one thin lane split "
-               "its rate, while a fat uplink absorbs a collision of QPs it can all carry. "
-               "More, thinner paths are the price of the flat fabric's reach, so hashing "
-               "must get better: planned placement here, spraying and QP scaling elsewhere.")
+        title, why = WORDS("fabric_thin_title"), WORDS("fabric_thin", **fill)
     elif r > a * (1 + 2 * NEAR):
-        title = "collision cost: rail3's uplinks fared worse than astral3's lanes here"
-        why = (f"Under ECMP the busiest link carried {a:.1f}x its share on astral3 against "
-               f"{r:.1f}x on rail3, {model}: {links}. In these draws rail3's hash collided "
-               "more QPs than its fat links absorb.")
+        title, why = WORDS("fabric_fat_title"), WORDS("fabric_fat", **fill)
     else:
-        title = "collision cost on astral3's lanes and rail3's uplinks: alike here"
-        why = (f"Under ECMP the busiest link carried {a:.1f}x its share on astral3 and "
-               f"{r:.1f}x on rail3, {model}: {links}.")
+        title, why = WORDS("fabric_alike_title"), WORDS("fabric_alike", **fill)
     b, b3 = pl["bound_s"], pl3["bound_s"]
     pa, pr = pl["measured"]["median"] / b, pl3["measured"]["median"] / b3
-    hops = (f"astral3 crossing {e['hops']:.1f} switch hops per packet against "
-            f"{r3['hops']:.1f}")
+    hops = WORDS("fabric_hops", hops_a=e["hops"], hops_r=r3["hops"])
     off = max(abs(pa - 1), abs(pr - 1))
     if abs(b - b3) <= NEAR * b and off <= NEAR:
-        why += (f" Under planned placement both came within {100 * off:.0f}% "
-                f"of the same bound ({b:.2f} s; {pa:.2f}x and {pr:.2f}x), so neither "
-                f"fabric was the bottleneck, with {hops}.")
+        why += " " + WORDS("fabric_planned_same", pct=100 * off, b=b, pa=pa, pr=pr, hops=hops)
     else:
-        why += (f" Under planned placement astral3 took {pa:.2f}x its bound ({b:.2f} s) and "
-                f"rail3 {pr:.2f}x its own ({b3:.2f} s), with {hops}.")
-    completion = (f"Completion astral3 {e['measured']['median']:.2f} s vs rail3 "
-                  f"{r3['measured']['median']:.2f} s (medians)")
+        why += " " + WORDS("fabric_planned_differ", pa=pa, b=b, pr=pr, b3=b3, hops=hops)
+    completion = WORDS("fabric_completion", a=e["measured"]["median"],
+                       r=r3["measured"]["median"])
     return {
         "title": title,
-        "measured": f"ECMP busiest link: astral3 {fmt_distribution(e['slowdown'], 'x')} of "
-                    f"its share, rail3 {fmt_distribution(r3['slowdown'], 'x')}. {completion}",
-        "ideal": f"flow model busiest-link factor astral3 "
-                 f"{fmt_distribution(e['model']['slowdown'], 'x')}, rail3 "
-                 f"{fmt_distribution(r3['model']['slowdown'], 'x')}; planned "
-                 f"{pl['model']['slowdown']['median']:.1f}x and "
-                 f"{pl3['model']['slowdown']['median']:.1f}x",
-        "published": "Astral 3.0: the optical shuffle splits each 1.6T leaf port into 200G "
-                     "lanes to reach every spine in two tiers; MegaScale and Meta's RoCE "
-                     "fabric report ECMP collisions on thin paths as a first-order loss",
+        "measured": WORDS("fabric_measured", a=fmt_distribution(e["slowdown"], "x"),
+                          r=fmt_distribution(r3["slowdown"], "x"), completion=completion),
+        "ideal": WORDS("fabric_ideal", a=fmt_distribution(e["model"]["slowdown"], "x"),
+                       r=fmt_distribution(r3["model"]["slowdown"], "x"),
+                       pa=pl["model"]["slowdown"]["median"],
+                       pr=pl3["model"]["slowdown"]["median"]),
+        "published": WORDS("fabric_published"),
         "why": why}
 
 
@@ -518,31 +480,16 @@ def decode_gap(d: dict[str, Any], margin: float | None) -> str:
     if in_band(r50) and in_band(r99):
         return ""
     done = d["completion_ratio"]["median"]
-    head = f" The ratios ({r50:.2f}/{r99:.2f}) are outside 0.7-1.3"
+    head = " " + WORDS("decode_gap_head", r50=r50, r99=r99)
     caveats = pace_caveats(margin=margin, plane=d.get("plane"), lost=d.get("lost", 0),
                            start_skew_s=d.get("start_skew_s"),
                            span_s=d["completion_s"]["median"])
     if caveats:
-        return head + ", and the run itself may be the cause: " + "; ".join(caveats) + "."
-    if max(r50, r99) > RATIO_BAND[1] and in_band(done):
-        return (head + f", while the phase as a whole completed at {done:.2f}x the model's: "
-                "the bytes arrive on time, the messages wait longer. The lab's senders have "
-                "no congestion control: each QP leaves at its share of the NIC, and where "
-                "QPs put more than a lane's rate on a lane the excess waits in that lane's "
-                "FIFO, so a message's frames meet a queue the burst built; the model's "
-                "ideal transport sends each QP at its bottleneck share and builds none "
-                f"(fidelity margin {margin_text(margin)}, {d.get('plane')} plane: the "
-                "senders kept their pace).")
+        return head + WORDS("decode_gap_caveats", caveats="; ".join(caveats))
     if max(r50, r99) > RATIO_BAND[1]:
-        return (head + f", and the phase as a whole also completed at {done:.2f}x the "
-                "model's: the bytes themselves arrived late, which queueing inside the "
-                f"burst does not explain, and this run's margin ({margin_text(margin)}), "
-                f"plane ({d.get('plane')}), losses and start skew show nothing that would: "
-                "runs.json has every draw.")
-    return (head + f" on the low side (the phase completed at {_fmt(done)}x the model's): "
-            "the messages finished sooner than the model's max-min sharing lets them; a "
-            "candidate is placement (under hashing, OVS's hash and the model's put QPs on "
-            "different lanes draw by draw).")
+        return head + WORDS("decode_gap_queues" if in_band(done) else "decode_gap_late",
+                            done=done, margin=margin_text(margin), plane=d.get("plane"))
+    return head + " " + WORDS("decode_gap_low", done=_fmt(done))
 
 
 def _fmt(v: float | None) -> str:
@@ -555,36 +502,28 @@ def decode_finding(dec: dict[str, Any], tokens: int, rtf: float) -> dict[str, st
     m50, m99 = d["p50"]["measured"], d["p99"]["measured"]
     i50, i99 = d["p50"]["ideal"], d["p99"]["ideal"]
     phase_ms = d["completion_s"]["median"] * 1e3
-    why = ("All ranks fire every token copy at once, so messages wait behind others at their "
-           "own NIC and at the receiver")
+    why = WORDS("decode_why")
     if m99["median"] >= 0.7 * phase_ms:
-        why += (f": p99 ({m99['median']:.0f} ms) is most of the phase ({phase_ms:.0f} ms), "
-                "the burst's length rather than one message's")
+        why += WORDS("decode_burst", p99=m99["median"], phase=phase_ms)
     else:
-        why += (f"; p99 ({m99['median']:.0f} ms) is {100 * m99['median'] / phase_ms:.0f}% of "
-                f"the phase ({phase_ms:.0f} ms)")
+        why += WORDS("decode_share", p99=m99["median"], pct=100 * m99["median"] / phase_ms,
+                     phase=phase_ms)
     gap = decode_gap(d, dec.get("margin"))
     if not gap:
-        why += (f", and the fluid model of the same flows predicts it (ratios "
-                f"{d['p50']['ratio']['median']:.2f}/{d['p99']['ratio']['median']:.2f}).")
+        why += WORDS("decode_predicted", r50=d["p50"]["ratio"]["median"],
+                     r99=d["p99"]["ratio"]["median"])
     else:
         why += "." + gap
-    why += (" Real-rate times are the emulated ones x the scale, for this run's "
-            f"{tokens} tokens per GPU (DeepEP's figure is for 128) and without the GPU-side "
-            "costs of the real kernel (launch, copies, synchronisation): compare shapes, not "
-            "values.")
+    why += " " + WORDS("decode_real", tokens=tokens)
     return {
-        "title": "decode dispatch latency",
-        "measured": f"p50 {fmt_distribution(m50, ' ms', 0)}, p99 "
-                    f"{fmt_distribution(m99, ' ms', 0)} emulated (= "
-                    f"{m50['median'] * 1e3 * rtf:.2f} / {m99['median'] * 1e3 * rtf:.2f} us "
-                    "at real rates); phase completion "
-                    f"{fmt_distribution(d['completion_ratio'], 'x')} the model's",
-        "ideal": f"flow model ({dec['mode']}, same flows) p50 {i50['median']:.0f} ms, p99 "
-                 f"{i99['median']:.0f} ms; floor {d['floor_ms']:.1f} ms (one message's "
-                 "serialisation)",
-        "published": "DeepEP low-latency dispatch: 77 us at EP8 (H800, 400G IB, 128 tokens "
-                     "per GPU)",
+        "title": WORDS("decode_title"),
+        "measured": WORDS("decode_measured", p50=fmt_distribution(m50, " ms", 0),
+                          p99=fmt_distribution(m99, " ms", 0), p50_us=m50["median"] * 1e3 * rtf,
+                          p99_us=m99["median"] * 1e3 * rtf,
+                          completion=fmt_distribution(d["completion_ratio"], "x")),
+        "ideal": WORDS("decode_ideal", mode=dec["mode"], p50=i50["median"], p99=i99["median"],
+                       floor=d["floor_ms"]),
+        "published": WORDS("decode_published"),
         "why": why}
 
 
@@ -601,7 +540,7 @@ def _summary(run: Run, results: dict[str, Any]) -> None:
             lost=r["lost"], busiest_slowdown=r["slowdown"],
             model_busiest_slowdown=r["model"]["slowdown"])
     dec = results.get("decode", {})
-    for phase in ("dispatch", "combine"):
+    for phase in Phase:
         if phase not in dec:
             continue
         for q in ("p50", "p99"):

@@ -29,8 +29,8 @@ has one entry per row: ``measured`` (the lab), ``ideal`` (the flow model's value
 quantity), ``ratio`` = measured / ideal, the distribution where there is one, and the
 published value with its source. The pure parts (``PUBLISHED``, ``build_rows``, the
 per-row arithmetic) need no fabric and are unit-tested; they live in
-``scenarios.paper_shapes_table`` and are re-exported here. This module runs the
-measurements and writes the plot and the report.
+``scenarios.paper_shapes_table``. This module runs the measurements and writes the plot
+and the report (its words in ``scenarios/templates/paper_shapes.md``).
 """
 
 from __future__ import annotations
@@ -54,22 +54,19 @@ from scenarios.base import (
     Run,
     scenario,
 )
-from scenarios.common import fmt_distribution, permutation_flows
-from scenarios.decode_latency import _decode_flows, _decode_stats
-from scenarios.paper_shapes_table import (
-    PUBLISHED,
-    ROWS,
-    _dist,
-    balls_into_bins,
-    build_rows,
-    flow_throughput,
-    paired_growth,
-)
-from testbed.topologies import FABRIC_RULES, GPU_COUNT, build
+from scenarios.common import DRAW_QP_STRIDE, fmt_distribution, permutation_flows
+from scenarios.experiments.decode_latency import _decode_flows, _decode_stats
+from scenarios.paper_shapes_table import PUBLISHED, _dist, build_rows, flow_throughput
+from scenarios.prose import Prose
+from testbed.fabricspec import FABRIC_RULES, GPU_COUNT
+from testbed.topologies import build
+from traffic.roce import DEFAULT_PMTU
+from traffic.shell.running import RunningLab
+from traffic.workload import Phase
 from vocab.validate import count
 
-#: QP numbers of successive hash draws are this far apart (distinct UDP source ports).
-QP_STRIDE = 1000
+WORDS = Prose("paper_shapes")  # the report's prose: scenarios/templates/paper_shapes.md
+
 #: DeepEP's EP sizes the table compares (the flow model always covers all three).
 EP_SIZES = (8, 16, 32)
 
@@ -98,7 +95,6 @@ def _check_params(p: dict[str, Any]) -> None:
 
 # --- the scenario ------------------------------------------------------------------------------
 @scenario(
-    "paper-shapes",
     "one table: published shapes (ECMP collisions, DeepEP EP growth, EPLB, rail-only relay, "
     "2 vs 3 tiers) beside the lab's emulated value and the flow model's",
     Param("servers", 4, "servers of the ECMP and relay fabrics (astral3/railonly, 2 per block)",
@@ -177,7 +173,7 @@ def _median(values: Sequence[float]) -> float:
 def _perm(plan: Any, p: dict[str, Any], draw: int) -> list[Any]:
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * p["seconds"])
     return permutation_flows(plan, nbytes, qps=p["qps"], seed=p["seed"],
-                             qp_base=QP_STRIDE * draw)
+                             qp_base=DRAW_QP_STRIDE * draw)
 
 
 def _paths_per_hash(plan: Any, flows: list[Any]) -> int:
@@ -206,7 +202,7 @@ def ecmp_model(plan: Any, p: dict[str, Any]) -> dict[str, Any]:
             "planned_lab": None}
 
 
-def _emulate_ecmp(run: Run, lab: Any, plan: Any, e: dict[str, Any], raw: dict[str, Any]
+def _emulate_ecmp(run: Run, lab: RunningLab, plan: Any, e: dict[str, Any], raw: dict[str, Any]
                   ) -> None:
     from traffic.shell.replay import replay
 
@@ -275,7 +271,7 @@ def _ep_growth(run: Run, p: dict[str, Any], raw: dict[str, Any]) -> dict[str, An
                  for s in range(p["ep_seeds"])}
         # the guard's own arithmetic before bringing the fabric up: a size this machine
         # cannot switch is skipped (and said so) instead of failing the whole table
-        pmtu = getattr(run, "pmtu", 1024)
+        pmtu = getattr(run, "pmtu", DEFAULT_PMTU)
         load = max((offered(plan, f, pmtu=pmtu) for f in seeds.values()),
                    key=lambda x: x["hop_pps"])
         unguarded = getattr(run, "unguarded", None) is not None  # --force, guard off
@@ -326,14 +322,14 @@ def eplb_imbalance(p: dict[str, Any]) -> dict[str, list[float]]:
 # --- row 4: rail-only relay ----------------------------------------------------------------------
 def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]]:
     """One flat All-to-All dispatch (topology-compare's kernel and sizing) on both fabrics."""
-    from scenarios.topology_compare import _tokens_for, _traffic
+    from scenarios.experiments.topology_compare import _tokens_for, _traffic
     from traffic.workload import simulate_step
 
     tp = {"servers": p["servers"], "gpus": p["gpus"], "seconds": p["seconds"],
           "kernels": ["flat"], "seed": p["seed"]}
     step = simulate_step("deepseek-v3", p["servers"], p["gpus"], _tokens_for(tp, plan),
                          seed=p["seed"])
-    return {name: [f for f in _traffic("flat", step, pl).flows if f.phase == "dispatch"]
+    return {name: [f for f in _traffic("flat", step, pl).flows if f.phase == Phase.DISPATCH]
             for name, pl in (("astral3", plan), ("railonly", rail))}
 
 
@@ -345,7 +341,7 @@ def _relay_model(plan: Any, rail: Any, flows: dict[str, list[Any]]) -> float:
     return r / a
 
 
-def _emulate_relay(run: Run, lab: Any, name: str, flows: list[Any], raw: dict[str, Any]
+def _emulate_relay(run: Run, lab: RunningLab, name: str, flows: list[Any], raw: dict[str, Any]
                    ) -> list[float]:
     from traffic.shell.replay import replay
 
@@ -367,8 +363,8 @@ def _emulate_relay(run: Run, lab: Any, name: str, flows: list[Any], raw: dict[st
 def tiers(p: dict[str, Any]) -> dict[str, Any]:
     """Hops from the lab's plans (every GPU pair, controller paths) and cost, lab and paper size."""
     from controllers.paths import PathFinder
+    from testbed.fabricspec import FabricSpec
     from testbed.models.cost import CostSpec, Prices, analyze, counts_for_spec, price
-    from testbed.topologies import FabricSpec
 
     hops, lab_cost, model_cost, model_hops = [], [], [], []
     spec = FabricSpec(servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
@@ -455,28 +451,17 @@ def _report(run: Run, plan: Any, summary: dict[str, dict[str, Any]]) -> None:
     p = run.params
     rep = run.report
     nic = min(plan.rdma_nic().values())
-    rep.section("Setup", f"""
-Rows 1 and 4 run on `astral3` (and `railonly` for 4) with {len(plan.hosts)} GPUs
-({p['servers']} servers x {p['gpus']}) at scale {p['scale']:g} (a 400G NIC is {nic:g} Mb/s);
-the permutation and the relay all-to-all are sized to {p['seconds']:g} emulated s at the NIC
-bound. Row 2 runs one `astral3` fabric per EP size ({', '.join(f'EP{e}' for e in
-sorted(p['ep_sizes']))}, {p['ep_gpus_per_server']} GPUs per server) at scale {p['ep_scale']:g},
-{p['ep_tokens']} decode tokens per GPU (DeepEP: 128), same-server copies over NVLink. Row 3
-is DeepSeek-V3 at EP32 (4 servers x 8 GPUs, 9 slots per GPU), {p['eplb_tokens']} tokens per
-GPU, Zipf({p['zipf_exponent']:g}) gating scattered over expert ids (an assumption: DeepSeek
-publishes no load distribution). Row 5 is at the lab's size and at {p['cost_gpus']:,} GPUs,
-radix {p['cost_radix']} lanes. The controller runs `ecmp` (OVS `dp_hash` select groups) unless
-a row says planned.""")
+    rep.section("Setup", WORDS(
+        "setup", gpus=len(plan.hosts), servers=p["servers"], gpus_per_server=p["gpus"],
+        scale=p["scale"], nic=nic, seconds=p["seconds"],
+        eps=", ".join(f"EP{e}" for e in sorted(p["ep_sizes"])),
+        ep_gpus_per_server=p["ep_gpus_per_server"], ep_scale=p["ep_scale"],
+        ep_tokens=p["ep_tokens"], eplb_tokens=p["eplb_tokens"],
+        zipf_exponent=p["zipf_exponent"], cost_gpus=p["cost_gpus"], cost_radix=p["cost_radix"]))
     rep.section("The table")
     rep.table(run.rows, ["row", "shape", "lab", "lab is", "model", "published", "source"])
-    rep.text("`lab`: this machine, median [p25-p75], N draws where the figure depends on a "
-             "random draw. `lab is`: where the lab's number comes from (emulated = RoCEv2 "
-             "packets through OVS). `model`: the flow model of the same flows "
-             "(testbed/models/flowmodel.py), or the cost model. summary.json has every entry with "
-             "measured, ideal (= the model), ratio, the distributions and the full source; "
-             "runs.json every replay.")
-    rep.image("shapes.png", "Each row: the lab (median, p25-p75), the flow or cost model, and "
-              "the published value or range (grey)")
+    rep.text(WORDS("table_note"))
+    rep.image("shapes.png", WORDS("shapes_caption"))
     rep.section("Findings")
     _findings(run, summary)
     rep.section("Sources", "\n".join(f"* **{k}**: {v['source']}" for k, v in PUBLISHED.items()))
@@ -487,7 +472,7 @@ def _f(d: dict[str, Any] | None, unit: str = "", digits: int = 2) -> str:
 
 
 def _pub(key: str) -> str:
-    return f"{PUBLISHED[key]['text']} ({PUBLISHED[key]['short']}; see Sources)"
+    return WORDS("published", text=PUBLISHED[key]["text"], short=PUBLISHED[key]["short"])
 
 
 def _findings(run: Run, s: dict[str, dict[str, Any]]) -> None:
@@ -500,160 +485,107 @@ def _findings(run: Run, s: dict[str, dict[str, Any]]) -> None:
     vs_model = ("overlaps" if overlap(lab, mod) else "does not overlap")
     in_pub = ("n/a" if not lab else "below" if lab["median"] < lo
               else "above" if lab["median"] > hi else "inside")
-    own = (f" Divided by the planned run's {planned:.2f} (the emulation's own pacing and "
-           f"start-skew loss, with no collision at all), the lab's median is "
-           f"{lab['median'] / planned:.2f}." if planned and lab else "")
+    own = (" " + WORDS("ecmp_own", planned=planned, own=lab["median"] / planned)
+           if planned and lab else "")
     lost = [n for n in e.get("lost_packets", []) if n]
     if lost:
-        own += (f" {len(lost)} of {e['draws']} draws lost packets in the software switch (at "
-                f"most {max(lost)}, runs.json); those bytes count as not carried.")
+        own += " " + WORDS("ecmp_lost", lost=len(lost), draws=e["draws"], most=max(lost))
+    paths, bins = e["paths_per_hash"], e["balls_into_bins_here"]
     rep.finding(
-        "1. ECMP collisions on a permutation",
-        measured=f"mean flow throughput {_f(lab)} of ideal ({e['draws']} emulated hash draws); "
-                 f"job (ideal over the slowest flow) {_f(e['job_lab'])}; planned mode on the "
-                 f"same fabric {'-' if planned is None else f'{planned:.2f}'}",
-        ideal=f"flow model, same flows, the controller's hash model: {_f(mod)}; job "
-              f"{_f(e['job_model'])}; balls into bins, one hash stage over "
-              f"{e['paths_per_hash']} lanes: {e['balls_into_bins_here']:.2f}",
+        WORDS("ecmp_title"),
+        measured=WORDS("ecmp_measured", lab=_f(lab), draws=e["draws"], job=_f(e["job_lab"]),
+                       planned="-" if planned is None else f"{planned:.2f}"),
+        ideal=WORDS("ecmp_ideal", model=_f(mod), job=_f(e["job_model"]), paths=paths,
+                    bins=bins),
         published=_pub("ecmp"),
-        why=(f"Each leaf hashes as many QPs as it has uplink lanes ({e['paths_per_hash']}), so "
-             "a QP that shares its lane runs at half rate while another lane idles. Balls into "
-             f"bins gives {e['balls_into_bins_here']:.2f} for one hash stage over "
-             f"{e['paths_per_hash']} lanes (0.63 for many); flows also meet on a spine's lane "
-             "down to the destination leaf, a second collision point, which is why the flow "
-             f"model's median ({mod['median']:.2f}) is below that. Here the lab's median is "
-             f"{in_pub} the published range (whose top, 0.63, is the many-lane limit) and its "
-             f"p25-p75 {vs_model} the model's.{own} The "
-             "emulated draws are OVS dp_hash outcomes and the model's the controller's hash "
-             "model: two different hash functions, so only their distributions can be "
-             "compared, not draw by draw, and with few emulated draws the lab's quartiles are "
-             "themselves uncertain (the full run takes more). The job "
-             "figure is lower still: a permutation ends with its worst collision, which is "
-             "what a synchronous All-to-All step waits for."))
+        why=WORDS("ecmp_why", paths=paths, bins=bins, model_median=mod["median"],
+                  in_pub=in_pub, vs_model=vs_model, own=own))
     gps = p["ep_gpus_per_server"]
     shares = {ep: 1 - gps / ep for ep in (8, 16, 32)}
     parts, where = [], []
     for key, size in (("2a", 16), ("2b", 32)):
         x = s[key]
         lx = _lab(x)
-        parts.append(f"EP{size}/EP8 {_f(lx, 'x') if lx else x.get('skipped', 'not run')}")
+        parts.append(WORDS("deepep_part", size=size,
+                           growth=_f(lx, "x") if lx else x.get("skipped", "not run")))
         if lx:
             pub = x["published_value"]
-            where.append(f"DeepEP's {pub:.2f}x is {position(pub, lx)} the lab's p25-p75 and "
-                         f"{position(pub, x['model_distribution'])} the model's at EP{size}")
+            where.append(WORDS("deepep_where", pub=pub, vs_lab=position(pub, lx),
+                               vs_model=position(pub, x["model_distribution"]), size=size))
     rep.finding(
-        "2. DeepEP low-latency dispatch: growth with EP size",
-        measured="; ".join(parts) + " (dispatch phase completion, paired by gating seed)",
-        ideal=f"flow model: EP16/EP8 {_f(s['2a']['model_distribution'], 'x')}; EP32/EP8 "
-              f"{_f(s['2b']['model_distribution'], 'x')}",
-        published=f"{s['2a']['published_value']:.2f}x and {s['2b']['published_value']:.2f}x "
-                  f"(77 -> 118 -> 155 us; {PUBLISHED['deepep']['short']}; see Sources)",
-        why=("The lab compares shapes, not times: its step moves "
-             f"{p['ep_tokens']}/128 of DeepEP's tokens at scaled rates and has no GPU-side "
-             "work. At a fixed batch per GPU the copies per GPU do not grow with EP; what "
-             f"grows is the share that leaves the server (1 - {gps}/EP: "
-             + ", ".join(f"EP{k} {100 * v:.1f}%" for k, v in shares.items())
-             + f", x{shares[16] / shares[8]:.2f} and x{shares[32] / shares[8]:.2f} of EP8) and "
-             "how unevenly copies land on receivers and lanes (the phase waits for the "
-             "busiest). " + ("; ".join(where) + ". " if where else "")
-             + "DeepEP's EP8 is one 8-GPU node, which the lab cannot build (astral3 pairs "
-             "servers in blocks), so the lab's EP8 already sends half its copies over the "
-             "fabric. EP sizes the fidelity guard would refuse on this machine are skipped "
-             "and marked in their row."))
+        WORDS("deepep_title"),
+        measured=WORDS("deepep_measured", parts="; ".join(parts)),
+        ideal=WORDS("deepep_ideal", ep16=_f(s["2a"]["model_distribution"], "x"),
+                    ep32=_f(s["2b"]["model_distribution"], "x")),
+        published=WORDS("deepep_published", ep16=s["2a"]["published_value"],
+                        ep32=s["2b"]["published_value"], short=PUBLISHED["deepep"]["short"]),
+        why=(WORDS("deepep_why", tokens=p["ep_tokens"], gps=gps,
+                   shares=", ".join(f"EP{k} {100 * v:.1f}%" for k, v in shares.items()),
+                   x16=shares[16] / shares[8], x32=shares[32] / shares[8])
+             + " " + ("; ".join(where) + ". " if where else "") + WORDS("deepep_why_tail")))
     b = s["3"]
     rep.finding(
-        "3. EPLB: rank imbalance before and after replication",
-        measured=f"max/mean token copies per GPU {_f(b['before'])} before, {_f(_lab(b))} after "
-                 f"(drop {b['drop']:.2f}x); workload simulation, not emulated",
-        ideal=f"the balancer's own figure after (each expert's load split evenly over its "
-              f"replicas): {_f(b['model_distribution'])}",
+        WORDS("eplb_title"),
+        measured=WORDS("eplb_measured", before=_f(b["before"]), after=_f(_lab(b)),
+                       drop=b["drop"]),
+        ideal=WORDS("eplb_ideal", model=_f(b["model_distribution"])),
         published=_pub("eplb"),
         why=eplb_why(b, p["zipf_exponent"]))
     r = s["4"]
     rl = _lab(r)
     rep.finding(
-        "4. Rail-only: relaying cross-rail traffic over NVLink",
-        measured=f"flat All-to-All dispatch, railonly / astral3 completion: {_f(rl, 'x')} "
-                 "(planned mode on both)",
-        ideal=f"flow model {r['ideal']:.2f}x: both fabrics are bound by the same NICs",
+        WORDS("relay_title"),
+        measured=WORDS("relay_measured", lab=_f(rl, "x")),
+        ideal=WORDS("relay_ideal", ideal=r["ideal"]),
         published=_pub("railonly"),
         why=relay_why(r["ideal"], rl))
     h, c = s["5a"], s["5b"]
     rep.finding(
-        "5. Two tiers vs three: hops and cost",
-        measured=f"{h['lab_hops'][0]} vs {h['lab_hops'][1]} switch hops (every GPU pair of the "
-                 f"lab's plans, {h['lab_gpus']} GPUs); cost {c['measured']:.2f}x of rail3 at "
-                 "that size (same cost model)",
-        ideal=f"at {h['paper_gpus']:,} GPUs: {h['model_hops'][0]} vs {h['model_hops'][1]} hops, "
-              f"cost {c['ideal']:.2f}x (${c['model_cost_usd'][0] / 1e6:,.1f}M vs "
-              f"${c['model_cost_usd'][1] / 1e6:,.1f}M)",
-        published=f"{_pub('hops')}; cost: {_pub('cost')}",
+        WORDS("tiers_title"),
+        measured=WORDS("tiers_measured", lab_two=h["lab_hops"][0], lab_three=h["lab_hops"][1],
+                       lab_gpus=h["lab_gpus"], cost=c["measured"]),
+        ideal=WORDS("tiers_ideal", paper_gpus=h["paper_gpus"], model_two=h["model_hops"][0],
+                    model_three=h["model_hops"][1], cost=c["ideal"],
+                    usd_two=c["model_cost_usd"][0] / 1e6,
+                    usd_three=c["model_cost_usd"][1] / 1e6),
+        published=WORDS("tiers_published", hops=_pub("hops"), cost=_pub("cost")),
         why=tiers_why(h, c))
 
 
 def eplb_why(b: dict[str, Any], zipf_exponent: float) -> str:
     """Row 3's reason, as far as its numbers go."""
     after = b["median"] if b.get("median") is not None else math.nan
-    why = ("EPLB replicates the hottest experts into the redundant slot of every GPU and "
-           "packs replicas so GPU loads even out")
-    if after > 1.05:
-        why += (f"; with one redundant slot per GPU and a Zipf({zipf_exponent:g}) gate the "
-                f"hottest experts keep more than a fair share, so max/mean stays at "
-                f"{after:.2f}, above 1. ")
-    else:
-        why += f", here to a max/mean of {after:.2f}. "
-    return why + ("The realised figure differs from the balancer's expectation only by the "
-                  "random replica each token copy picks. No emulation is needed for this row: "
-                  "it is a property of the routed step; its network consequence (the hot "
-                  "receiver's incast) is what `expert-skew` replays.")
+    return (WORDS("eplb_why")
+            + (WORDS("eplb_uneven", zipf=zipf_exponent, after=after) if after > 1.05
+               else WORDS("eplb_even", after=after))
+            + " " + WORDS("eplb_why_tail"))
 
 
 def relay_why(ideal: float, lab: dict[str, Any] | None) -> str:
     """Row 4's reason: the relay's cost in the model, and whether the emulation agrees."""
-    why = ("In the lab a cross-rail flow crosses its server's NVLink switch onto the NIC of "
-           "the destination's rail; that NIC carries each byte once, as the source's own "
-           "would, and NVLink runs at 9x the NIC rate, so in the model the relay costs two "
-           f"extra switch hops and no NIC bandwidth ({ideal:.2f}x). ")
+    why = WORDS("relay_why", ideal=ideal) + " "
     if lab and abs(lab["median"] - ideal) <= 0.05 * ideal:
-        why += f"The emulation agrees ({lab['median']:.2f}x). "
+        why += WORDS("relay_agrees", lab=lab["median"]) + " "
     elif lab:
-        why += (f"The emulation gave {lab['median']:.2f}x, "
-                + ("more" if lab["median"] > ideal else "less")
-                + " than the model: runs.json has both fabrics' replays. ")
-    return why + ("The paper's 8.2-11.2% is larger; the lab models no GPU-side cost of "
-                  "forwarding (the relaying GPU's copy and synchronisation) and cannot say "
-                  "which part of the paper's figure that is. Planned mode keeps ECMP "
-                  "collisions, which differ between the two designs' path sets, out of the "
-                  "comparison.")
+        why += WORDS("relay_differs", lab=lab["median"],
+                     word="more" if lab["median"] > ideal else "less") + " "
+    return why + WORDS("relay_why_tail")
 
 
 def tiers_why(h: dict[str, Any], c: dict[str, Any]) -> str:
     """Row 5's reason: hops from the plans at both sizes, the cost ratio's change with size."""
     lab, paper = tuple(h["lab_hops"]), tuple(h["model_hops"])
-    if lab == paper:
-        why = (f"Hops are structural: the lab's plans give {lab[0]} vs {lab[1]} at "
-               f"{h['lab_gpus']} GPUs, as the cost model does at {h['paper_gpus']:,}. ")
-    else:
-        why = (f"The lab's plans give {lab[0]} vs {lab[1]} hops at {h['lab_gpus']} GPUs, the "
-               f"cost model {paper[0]} vs {paper[1]} at {h['paper_gpus']:,}: the structure "
-               "changes with size. ")
-    why += ("The cost ratio is the cost model's, with stated list prices (`astral-lab cost "
-            "--help`); ")
     x, y = c["measured"], c["ideal"]
-    if abs(x - y) <= 0.1 * y:
-        why += (f"it hardly moves with size ({x:.2f}x at the lab's size, {y:.2f}x at the "
-                "paper's) because both designs grow by whole leaves and spines: rail3's "
-                "extra tier costs its switch ports and optics, the passive shuffle boxes "
-                "little. ")
-    else:
-        why += f"it moves with size ({x:.2f}x at the lab's size, {y:.2f}x at the paper's). "
-    return why + "Emulation adds nothing to either row."
+    return " ".join([
+        WORDS("tiers_same" if lab == paper else "tiers_differ", lab_two=lab[0],
+              lab_three=lab[1], lab_gpus=h["lab_gpus"], model_two=paper[0],
+              model_three=paper[1], paper_gpus=h["paper_gpus"]),
+        WORDS("tiers_cost"),
+        WORDS("tiers_cost_flat" if abs(x - y) <= 0.1 * y else "tiers_cost_moves", x=x, y=y),
+        WORDS("tiers_tail")])
 
 
-# Its own names and those it re-exports from scenarios.paper_shapes_table.
 __all__ = [
-    "QP_STRIDE", "EP_SIZES", "paper_shapes", "publish", "ecmp_model", "ep_model",
+    "EP_SIZES", "paper_shapes", "publish", "ecmp_model", "ep_model",
     "eplb_imbalance", "tiers", "position", "overlap",
-    # scenarios.paper_shapes_table
-    "ROWS", "PUBLISHED", "balls_into_bins", "flow_throughput", "paired_growth", "build_rows",
 ]

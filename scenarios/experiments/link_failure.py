@@ -49,11 +49,11 @@ barrier) and the data-plane gap (the longest silence of a light probe stream,
 ``testbed.shell.probe.Stream``, from a GPU under the failed lane's leaf, that began at the cut)
 are recorded for each failure.
 
-Where things live (every name is importable from here): this module holds the parameters,
-the traffic, the links to fail, the sampler and the runs on the fabric. The arithmetic on
-the runs' records (rates, recovery time, bytes left at the cut, the flow model's penalties)
-is in ``scenarios.link_failure_metrics`` (pure); the analysis over the draws, the tables,
-figures and report in ``scenarios.link_failure_report``.
+Where things live: this module holds the parameters, the traffic, the links to fail, the
+sampler and the runs on the fabric. The arithmetic on the runs' records (rates, recovery
+time, bytes left at the cut, the flow model's penalties, their distributions over the
+draws) is in ``scenarios.link_failure_metrics`` (pure); the tables, figures and report in
+``scenarios.link_failure_report`` (its words in ``scenarios/templates/link_failure.md``).
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers import policies
+from controllers.fabric import MODES
 from controllers.paths import PathFinder
 from scenarios.base import (
     DRAWS,
@@ -84,39 +85,24 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     _tx_bytes,
     replay_lead,
     shift_qps,
     wire_flows,
 )
-from scenarios.link_failure_metrics import (
-    DRAW_QP_STRIDE,
-    MESSAGE_BYTES,
-    SMOOTH,
-    TAIL_FRACTION,
-    down_hops,
-    draws_for,
-    level,
-    model_penalties,
-    probe_gap,
-    rates,
-    recovery_time,
-    remaining_after,
-    smooth,
-    time_of_fraction,
-)
-from scenarios.link_failure_report import CASES, PUBLISHED_FAILOVER, _analyse
+from scenarios.link_failure_metrics import MESSAGE_BYTES, draws_for
+from scenarios.link_failure_report import _analyse
 from testbed.models.flowmodel import model_flows
 from testbed.shell.probe import Stream
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, flat_all_to_all
 from traffic.shell.replay import replay
-from traffic.workload import preset, simulate_step, uniform
+from traffic.shell.running import RunningLab
+from traffic.workload import Phase, preset, simulate_step, uniform
 from vocab.plan import Link, WiringPlan
 from vocab.validate import real
 
-#: every policy the controller runs (controllers/policies/)
-MODES = policies.names(controller=True)
 PROBE_PORT = 4792  # the replay's receivers own 4791
 PROBE_SPORTS = range(50100, 50108)
 PROBE_PPS = 40.0  # per source port: 8 x 40 x ~110 B frames = 0.28 Mb/s in all
@@ -145,7 +131,7 @@ def all_to_all(plan: WiringPlan, duration_s: float, *, qps_per_peer: int = 2, se
     tokens = max(1, math.ceil(volume / (m.top_k * m.dispatch_bytes)))
     step = simulate_step(m, servers, gps, tokens, gating=uniform(), seed=seed)
     return flat_all_to_all(step, plan, qps_per_peer=qps_per_peer, message_bytes=MESSAGE_BYTES,
-                           phases=("dispatch",), intra_server="fabric").flows
+                           phases=(Phase.DISPATCH,), intra_server="fabric").flows
 
 
 def pick_lane(plan: WiringPlan) -> tuple[str, str, str, str]:
@@ -249,7 +235,6 @@ class Sampler:
 
 # --- the scenario ------------------------------------------------------------------------
 @scenario(
-    "link-failure",
     "fail a leaf-spine lane, then a whole spine, mid All-to-All: throughput timeline, "
     "recovery time, completion penalty, per mode",
     Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),
@@ -294,18 +279,18 @@ def link_failure(run: Run) -> None:
         for mode in modes:
             if client.lb()["mode"] != mode:
                 client.set_lb(mode)
-            if not policies.get(mode).pins:  # switches hash: no flows to hold
+            if not policies.POLICIES.get(mode).pins:  # switches hash: no flows to hold
                 client.clear_traffic()
             client.wait_converged(timeout=60)
             run.guard(lab, flows, label=mode)
             for k in range(draws_for(mode, int(p["draws"]))):
                 fk = shift_qps(flows, DRAW_QP_STRIDE * k)
-                base = _one_run(run, lab, fk, mode, "baseline", [], None,
+                base = one_run(run, lab, fk, mode, "baseline", [], None,
                                 (probe_src, probe_dst), k)
                 results[f"{mode}/{k}/baseline"] = base
                 delay = float(p["cut_fraction"]) * base["completion_s"]
                 for case in ("lane", "spine"):
-                    results[f"{mode}/{k}/{case}"] = _one_run(
+                    results[f"{mode}/{k}/{case}"] = one_run(
                         run, lab, fk, mode, case, failures[case], delay,
                         (probe_src, probe_dst), k)
     _analyse(run, plan, flows, fluid, failures, results, (leaf, spine))
@@ -329,11 +314,11 @@ def _check(p: dict[str, Any]) -> None:
         raise ValueError("--draws and --model-draws must be >= 1")
 
 
-def _set_links(lab: Any, links: Sequence[Link], up: bool) -> None:
+def _set_links(lab: RunningLab, links: Sequence[Link], up: bool) -> None:
     lab.set_links(list(links), up=up)  # one `ip -batch` for every switch-side end
 
 
-def _restore(lab: Any, links: Sequence[Link]) -> None:
+def _restore(lab: RunningLab, links: Sequence[Link]) -> None:
     """Bring failed links back and wait until the controller has seen every port up."""
     _set_links(lab, links, up=True)
     client = lab.client()
@@ -343,10 +328,13 @@ def _restore(lab: Any, links: Sequence[Link]) -> None:
     client.wait_converged(timeout=60)
 
 
-def _one_run(run: Run, lab: Any, flows: list[FlowSpec], mode: str, case: str,
+def one_run(run: Run, lab: RunningLab, flows: list[FlowSpec], mode: str, case: str,
              links: Sequence[Link], delay_s: float | None, probe: tuple[str, str],
              draw: int = 0) -> dict[str, Any]:
-    """One replay with the sampler (and, for a failure, the cut and a probe stream)."""
+    """One replay with the sampler (and, for a failure, the cut and a probe stream).
+
+    Public as a seam: the only step that needs a running fabric, so a test replaces it and
+    checks the draws, the model beside them and the report."""
     p = run.params
     plan = lab.plan
     nic = plan.host_link_mbps()
@@ -401,15 +389,7 @@ def _one_run(run: Run, lab: Any, flows: list[FlowSpec], mode: str, case: str,
     return out
 
 
-# Its own names and those it re-exports from scenarios.link_failure_metrics and
-# scenarios.link_failure_report.
 __all__ = [
-    "MODES", "MESSAGE_BYTES", "PROBE_PORT", "PROBE_SPORTS", "PROBE_PPS", "PROBE_BYTES",
-    "RECV_IDLE_S", "Sampler", "all_to_all", "link_failure", "pick_lane", "spine_links",
-    # scenarios.link_failure_metrics
-    "SMOOTH", "TAIL_FRACTION", "DRAW_QP_STRIDE", "draws_for", "down_hops", "remaining_after",
-    "rates", "smooth", "level", "recovery_time", "time_of_fraction", "probe_gap",
-    "model_penalties",
-    # scenarios.link_failure_report
-    "CASES", "PUBLISHED_FAILOVER",
+    "PROBE_PORT", "PROBE_SPORTS", "PROBE_PPS", "PROBE_BYTES", "RECV_IDLE_S", "Sampler",
+    "all_to_all", "link_failure", "pick_lane", "spine_links",
 ]

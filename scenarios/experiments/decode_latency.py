@@ -63,6 +63,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -74,9 +75,13 @@ from scenarios.common import (
     shift_qps,
 )
 from scenarios.decode_findings import DEEPEP_TOKENS, gap_line, growth_why, isolation_why
+from scenarios.prose import Prose
 from testbed.topologies import build
-from traffic.workload import PRESETS
+from traffic.roce import DEFAULT_PMTU
+from traffic.workload import PRESETS, Phase
 from vocab.validate import count
+
+WORDS = Prose("decode_latency")  # the report's prose: scenarios/templates/decode_latency.md
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the
 #: README's table before V2): H800, CX7 InfiniBand 400 Gb/s, 128 tokens per batch, hidden
@@ -90,12 +95,9 @@ DEEPEP_SOURCE = ("DeepEP V1 docs/legacy.md (github.com/deepseek-ai/DeepEP), low-
 CASES = ("alone", "background", "isolated")
 CASE_LABEL = {"alone": "no background", "background": "background, one FIFO",
               "isolated": "background + isolation"}
-PHASES = ("dispatch", "combine")
 #: QP numbers of the bulk flows: far above any decode QP (destination slot numbers)
 BULK_QP = 8000
 BULK_MESSAGE = 256_000  # bytes per bulk message (``permutation_flows``' size)
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 
 
 #: an EP size in GPUs: a fabric of at most SERVERS x GPUS
@@ -103,7 +105,6 @@ EP_SIZE = count(2, (SERVERS.high or 0) * (GPUS.high or 0))
 
 
 @scenario(
-    "decode-latency",
     "decode dispatch/combine latency vs EP size, with background bulk traffic, "
     "with and without traffic-class isolation",
     Param("ep_sizes", [8, 16, 32], "EP sizes in GPUs, one fabric each; each a multiple of "
@@ -182,7 +183,7 @@ def _decode_flows(plan: Any, p: dict[str, Any], draw: int = 0) -> dict[str, list
                          seed=p["seed"] + draw)
     traffic = low_latency(step, plan, intra_server=p["intra_server"])
     return {ph: shift_qps([f for f in traffic.flows if f.phase == ph], DRAW_QP_STRIDE * draw)
-            for ph in PHASES}
+            for ph in Phase}
 
 
 def _bulk_flows(plan: Any, p: dict[str, Any], draw: int, seconds: float) -> list[Any]:
@@ -195,7 +196,7 @@ def _bulk_flows(plan: Any, p: dict[str, Any], draw: int, seconds: float) -> list
                              qp_base=BULK_QP + DRAW_QP_STRIDE * draw)
 
 
-def _serial_s(flows: list[Any], nic_mbps: float, pmtu: int = 1024) -> float:
+def _serial_s(flows: list[Any], nic_mbps: float, pmtu: int = DEFAULT_PMTU) -> float:
     """One message alone at the NIC: the floor under any message latency."""
     from traffic.roce import message_wire_bytes
 
@@ -276,21 +277,21 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
     nic = min(plan.rdma_nic().values())
     decode = [_decode_flows(plan, p, k) for k in range(n)]
     phase_s = {ph: model_flows(plan, decode[0][ph], "ecmp-fluid", unit="mbps").completion_s
-               for ph in PHASES}
-    serial = {ph: _serial_s(decode[0][ph], nic, run.pmtu) for ph in PHASES}
+               for ph in Phase}
+    serial = {ph: _serial_s(decode[0][ph], nic, run.pmtu) for ph in Phase}
     # the bulk flows must still be sending when the slower decode phase ends; what they
     # queued by then drains at the lane rate before the replay returns
     bulk_s = p["fill_s"] + max(phase_s.values()) + 0.1
     cases = CASES if ep in p["background_eps"] else ("alone",)
     model: dict[tuple[str, str], dict[str, Any]] = {}
     for c in cases:  # the model has no priorities: isolation is the background case to it
-        for ph in PHASES:
+        for ph in Phase:
             model[(c, ph)] = model[("background", ph)] if c == "isolated" else \
                 model_case(plan, p, c, ph, max(n, int(p["model_draws"])), bulk_s)
     run.stage(f"EP{ep}: modelled {max(n, int(p['model_draws']))} draws per case and phase")
     per: dict[tuple[str, str], list[dict[str, Any]]] = {(c, ph): [] for c in cases
-                                                         for ph in PHASES}
-    lat: dict[str, list[list[float]]] = {f"{ep}/{c}/{ph}": [] for c in cases for ph in PHASES}
+                                                         for ph in Phase}
+    lat: dict[str, list[list[float]]] = {f"{ep}/{c}/{ph}": [] for c in cases for ph in Phase}
     with run.lab(plan, label=f"astral3-ep{ep}", lb="ecmp") as lab:
         # the heaviest moment: bulk and a decode phase sending at once (NICs shared)
         heavy = (_bulk_flows(plan, p, 0, bulk_s) if len(cases) > 1 else []) + \
@@ -302,7 +303,7 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
                 cls["enable"] = qos.enable(lab)
             for k in range(n):
                 bulk = _bulk_flows(plan, p, k, bulk_s)
-                for ph in PHASES:
+                for ph in Phase:
                     flows = decode[k][ph] if case == "alone" else bulk + [
                         dataclasses.replace(f, start=p["fill_s"]) for f in decode[k][ph]]
                     # what bulk flows queued on a lane drains after the senders stop (in
@@ -413,9 +414,9 @@ def _plots(run: Run, latencies: dict[str, list[list[float]]], cases: list[dict[s
     p = run.params
     eps = p["ep_sizes"]
     colors = {"alone": "tab:green", "background": "tab:red", "isolated": "tab:blue"}
-    fig, axes = plt.subplots(len(PHASES), len(eps), figsize=(4 * len(eps), 6.4),
+    fig, axes = plt.subplots(len(Phase), len(eps), figsize=(4 * len(eps), 6.4),
                              squeeze=False, sharey=True)
-    for i, ph in enumerate(PHASES):
+    for i, ph in enumerate(Phase):
         for j, ep in enumerate(eps):
             ax = axes[i][j]
             for case in CASES:
@@ -439,8 +440,8 @@ def _plots(run: Run, latencies: dict[str, list[list[float]]], cases: list[dict[s
     fig.tight_layout()
     run.save_figure(fig, "latency_cdf.png")
 
-    fig, axes = plt.subplots(1, len(PHASES), figsize=(10, 3.8), squeeze=False)
-    for ax, ph in zip(axes[0], PHASES, strict=True):
+    fig, axes = plt.subplots(1, len(Phase), figsize=(10, 3.8), squeeze=False)
+    for ax, ph in zip(axes[0], Phase, strict=True):
         d_eps, d_growth = _deepep_growth(ph)
         ax.plot(d_eps, d_growth, "k--o", label="DeepEP (H800, /EP8)")
         for col, lo, hi, style, colour, what in (
@@ -468,9 +469,9 @@ def _plots(run: Run, latencies: dict[str, list[list[float]]], cases: list[dict[s
     fig.tight_layout()
     run.save_figure(fig, "latency_vs_ep.png")
 
-    fig, axes = plt.subplots(1, len(PHASES), figsize=(11, 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(Phase), figsize=(11, 3.8), squeeze=False)
     keys = [(ep, c) for ep in eps for c in CASES if f"{ep}/{c}/dispatch" in latencies]
-    for ax, ph in zip(axes[0], PHASES, strict=True):
+    for ax, ph in zip(axes[0], Phase, strict=True):
         rows = {(r["ep"], r["case"]): r for r in cases if r["phase"] == ph}
         plot_draws(ax, [f"EP{ep}\n{c}" for ep, c in keys],
                    [[x["p99_us"] / 1e3 for x in rows[k]["per_draw"]] for k in keys],
@@ -507,30 +508,15 @@ def _report(run: Run, classes: dict[int, dict[str, Any]], cases: list[dict[str, 
     scale = p["scale"]
     nic = 400 * 1000 * scale
     bg = [e for e in eps if e in p["background_eps"]]
-    rep.section("Setup", f"""
-One `astral3` fabric per EP size ({', '.join(f'EP{e}' for e in eps)}: EP/{p['gpus_per_server']}
-servers of {p['gpus_per_server']} GPUs, two servers per block), at scale {scale:g}: a 400G NIC is
-{nic:g} Mb/s and a 200G lane {nic / 2:g} Mb/s. Workload: one {p['model']} decode step,
-**{p['tokens']} tokens per GPU** ({_tokens_note(p['tokens'])}), top-8, low-latency kernel
-model (FP8 dispatch, BF16 combine), same-server copies over {p['intra_server']}
-({'NVLink: not on the fabric, as DeepEP does by default' if p['intra_server'] == 'nvlink'
-  else 'through the NICs, as the V1 pure-RDMA kernels'}). Dispatch and combine are replayed
-one after the other. **{p['draws']} draws per case**: draw k uses gating and permutation
-seed {p['seed']} + k and shifts every QP by k x {DRAW_QP_STRIDE} (new ECMP source ports); the
-flow model runs beside them over {p['model_draws']} draws. Times are emulated; at real
-(unscaled) rates a time is **emulated time x {scale:g}** (e.g. 100 emulated ms =
-{100e-3 * scale * 1e6:g} us).
-
-Background (on {', '.join(f'EP{e}' for e in bg) or 'no EP size'}): each GPU also streams one
-long bulk flow (DSCP 26, one QP) at its NIC rate to a GPU under another leaf, starting
-{p['fill_s']:g} s before the decode burst; a 400G flow on a 200G lane fills that lane's queue
-at {nic / 2:g} Mb/s, so after {p['fill_s']:g} s a decode packet hashed onto that lane waits
-about {p['fill_s']:g} s behind it in a FIFO. Isolation (`testbed.shell.qos.enable`): on every shaped
-port (host NICs and both ends of every switch link) the link's HTB class gets two children,
-decode (DSCP 46, matched by a u32 filter on the IP DS field) at `prio 0` with 99% of the
-rate and bulk (everything else) at `prio 1` with a 1% floor, both allowed to borrow the full
-link: strict priority for decode, each with its own queue. Only decode-class messages are
-measured.""")
+    rep.section("Setup", WORDS(
+        "setup", eps=", ".join(f"EP{e}" for e in eps), gpus_per_server=p["gpus_per_server"],
+        scale=scale, nic=nic, lane=nic / 2, model=p["model"], tokens=p["tokens"],
+        tokens_note=_tokens_note(p["tokens"]), intra_server=p["intra_server"],
+        intra_note=WORDS("intra_nvlink" if p["intra_server"] == "nvlink" else "intra_nics"),
+        draws=p["draws"], seed=p["seed"], stride=DRAW_QP_STRIDE, model_draws=p["model_draws"],
+        example_us=100e-3 * scale * 1e6,
+        background=", ".join(f"EP{e}" for e in bg) or WORDS("no_background"),
+        fill_s=p["fill_s"]))
     rep.section("Results")
     rep.table([{"EP": r["ep"], "case": r["case"], "phase": r["phase"],
                 "messages": r["count"], "p50 measured": _dt(r, "p50"),
@@ -539,39 +525,21 @@ measured.""")
                 "ratio p99": r["ratio_p99"], "bound (ms)": r["serial_ms"],
                 "completion (ms)": r["completion_ms"],
                 "p99 real (us)": r["p99_real_us"], "lost": r["lost"]} for r in cases])
-    rep.text("*measured*: decode message latency percentiles per replay, median [p25-p75] "
-             "over N draws (emulated ms); *ideal*: the flow model's latency of the same "
-             "messages (ECMP hash, max-min sharing, frame bytes), the median over its draws of "
-             "each draw's percentile; *ratio* = measured median / ideal median; *bound*: one "
-             "message's serialisation at the NIC; *completion*: last decode byte of the "
-             "phase from its start (median over draws; what DeepEP's kernel time measures); "
-             "*p99 real*: at real rates. Per-draw numbers: runs.json; every message: "
-             "latency.json.")
-    rep.image("latency_cdf.png", "CDF of decode message latency per EP size and phase, one "
-              "curve per draw: no background, background with one FIFO per port, background "
-              "with isolation")
-    rep.image("latency_vs_ep.png", "Latency growth with EP size, each curve over its smallest "
-              "EP (medians over draws, bars: p25-p75): the lab (no background) and the flow "
-              "model beside DeepEP's published low-latency figures")
-    rep.image("p99_by_case.png", "Decode p99 per case and EP size: emulated draws beside the "
-              "flow model's draws")
+    rep.text(WORDS("table_note"))
+    rep.image("latency_cdf.png", WORDS("cdf_caption"))
+    rep.image("latency_vs_ep.png", WORDS("growth_caption"))
+    rep.image("p99_by_case.png", WORDS("p99_caption"))
     rep.section("Findings")
     _finding_growth(run)
     if bg:
         _finding_isolation(run, classes, cases)
     _finding_gaps(run, cases)
-    rep.section("How to read this", """
-A message's latency is from its first packet leaving the sender to its last packet arriving
-(all hosts share one clock). Every rank starts the phase at the same instant and its NIC
-serves all its QPs round-robin, so most messages of a phase finish near its end: the p99 is
-close to the phase completion. The raw per-message latencies are in latency.json (per draw),
-per-case numbers (bytes, losses, start skew) in runs.json, and the qos class counters
-(packets the decode and bulk classes carried on all ports) there too.""")
+    rep.section("How to read this", WORDS("how_to_read"))
     run.summary["growth"] = {ph: {"lab_completion": _growth(run, ph, "completion_ms"),
                                   "lab_p99": _growth(run, ph, "p99_ms"),
                                   "model_p99": _growth(run, ph, "ideal_p99_ms"),
                                   "deepep": dict(zip(*_deepep_growth(ph), strict=True))}
-                             for ph in PHASES}
+                             for ph in Phase}
 
 
 def _finding_gaps(run: Run, cases: list[dict[str, Any]]) -> None:
@@ -595,7 +563,7 @@ def _finding_growth(run: Run) -> None:
     lo, hi = eps[0], eps[-1]
     doublings = math.log2(hi / lo)
     meas, ideal, pub = [], [], []
-    for ph in PHASES:
+    for ph in Phase:
         g = _growth(run, ph, "completion_ms")[-1]
         g99 = _growth(run, ph, "p99_ms")[-1]
         gm = _growth(run, ph, "ideal_p99_ms")[-1]
@@ -609,9 +577,9 @@ def _finding_growth(run: Run) -> None:
                    f"x{d[256] / d[8]:.2f} to EP256")
     remote = {ep: _remote_share(ep, p) for ep in eps}
     grow = {ph: (_growth(run, ph, "completion_ms")[-1], _growth(run, ph, "ideal_p99_ms")[-1])
-            for ph in PHASES}
+            for ph in Phase}
     why = growth_why(remote, grow, p["gpus_per_server"], p["tokens"],
-                     {ph: DEEPEP_US[ph][256] / DEEPEP_US[ph][8] for ph in PHASES})
+                     {ph: DEEPEP_US[ph][256] / DEEPEP_US[ph][8] for ph in Phase})
     run.report.finding("1. Decode latency growth with EP size", measured="; ".join(meas),
                        ideal="flow model (same flows, ECMP, medians of its draws) "
                              + "; ".join(ideal),
@@ -630,7 +598,7 @@ def _finding_isolation(run: Run, classes: dict[int, dict[str, Any]],
     eps = [e for e in p["ep_sizes"] if e in p["background_eps"]]
     parts, model, moved = [], [], []
     for ep in eps:
-        for ph in PHASES:
+        for ph in Phase:
             x = {q: [_get(run.rows, ep, c, ph, f"{q}_ms") for c in CASES]
                  for q in ("p50", "p99")}
             a, b, i = x["p99"]

@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from controllers import policies
+from controllers.fabric import MODES
 from scenarios.base import (
     DRAWS,
     GPUS,
@@ -50,6 +51,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     RANDOM_POLICIES,
     all_to_all_flows,
     bytes_per_node,
@@ -70,15 +72,11 @@ from scenarios.common import (
     wire_flows,
 )
 from scenarios.findings import margin_text, pace_caveats
+from scenarios.prose import Prose
 from testbed.topologies import build
 
-#: every policy the controller runs (controllers/policies/)
-MODES = policies.names(controller=True)
+WORDS = Prose("lb_compare")  # the report's prose: scenarios/templates/lb_compare.md
 WORKLOADS = ("permutation", "alltoall")
-#: flow-model policy that predicts each controller mode: the same module
-MODEL_POLICY = {m: m for m in MODES}
-#: QP numbers of draw k start at k x this (far apart: every draw has its own source ports)
-DRAW_QP_STRIDE = 1000
 _COLOURS = {"ecmp": "tab:red", "planned": "tab:blue", "adaptive": "tab:green"}
 _PALETTE = ("tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 #: a colour per mode: the shipped ones fixed, any other from the palette by position
@@ -113,11 +111,11 @@ def model_lane_skew(result: Any) -> float | None:
 
 def draws_for(mode: str, samples: int) -> int:
     """Emulated runs of a mode: one per hash draw where the mode's paths depend on it."""
-    return max(1, int(samples)) if MODEL_POLICY[mode] in RANDOM_POLICIES else 1
+    return max(1, int(samples)) if mode in RANDOM_POLICIES else 1
 
 
 @scenario(
-    "lb-compare", f"every load-balancing mode ({', '.join(MODES)}) on astral3: completion, "
+    f"every load-balancing mode ({', '.join(MODES)}) on astral3: completion, "
     "lane load, spines",
     Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2, rule=SERVERS),
     Param("gpus", 4, "GPUs (NICs, rails) per server", rule=GPUS),
@@ -170,8 +168,8 @@ def lb_compare(run: Run) -> None:
                     # these 5-tuples: the model's answer for this draw; ECMP's data-plane
                     # hash (OVS dp_hash) has no per-draw counterpart
                     exact = None
-                    if policies.get(mode).pins:
-                        exact = model_draws(plan, flows, MODEL_POLICY[mode], 1)[0]
+                    if policies.POLICIES.get(mode).pins:
+                        exact = model_draws(plan, flows, mode, 1)[0]
                     per_draw.append({"draw": k, "completion_s": t, "loads": loads,
                                      "lane_skew": lane_skew(loads), "lost": res.lost_packets,
                                      "host": host_effects(res),
@@ -185,8 +183,8 @@ def lb_compare(run: Run) -> None:
                                 "bounds": bound})
                     run.stage(f"{key} draw {k + 1}/{n}: {t:.2f} s (bound "
                               f"{bound['unsplit']:.2f} s)")
-                models = model_draws(plan, base, MODEL_POLICY[mode], p["model_draws"])
-                hashed = not policies.get(mode).pins  # the switches hash: beside its mean
+                models = model_draws(plan, base, mode, p["model_draws"])
+                hashed = not policies.POLICIES.get(mode).pins  # the switches hash: beside its mean
                 fluid = model_draws(plan, base, "ecmp-fluid", 1)[0] if hashed else None
                 results[key] = _summarise(workload, mode, per_draw, models, fluid, bound,
                                           margin)
@@ -205,9 +203,9 @@ def _summarise(workload: str, mode: str, per_draw: list[dict[str, Any]], models:
     model_skew = [s for s in (model_lane_skew(m) for m in models) if s is not None]
     return {
         "workload": workload, "mode": mode, "randomized": len(per_draw) > 1 or
-        MODEL_POLICY[mode] in RANDOM_POLICIES,
+        mode in RANDOM_POLICIES,
         "measured": distribution([d["completion_s"] for d in per_draw]),
-        "model": distribution(model_t), "model_policy": MODEL_POLICY[mode],
+        "model": distribution(model_t), "model_policy": mode,
         "lane_skew": distribution([d["lane_skew"] for d in per_draw]),
         "model_lane_skew": distribution(model_skew),
         "fluid_s": fluid.completion_s if fluid is not None else None,
@@ -340,19 +338,13 @@ def _report(run: Run, plan: Any, results: dict[str, dict[str, Any]]) -> None:
     p = run.params
     rep = run.report
     rtf = real_time_factor(plan)
-    rep.section("Setup", f"""
-astral3 with {len(plan.hosts)} GPUs ({p['servers']} servers x {p['gpus']}), {len(plan.switches)}
-switches, at scale {plan.scale:g}: a 400G NIC is {plan.host_link_mbps()[plan.hosts[0].name]:g}
-Mb/s, a 200G lane {min(ln.mbps for ln in plan.links if ln.kind == 'lane'):g} Mb/s. Each
-workload is sized to take {p['seconds']:g} s (emulated) at the NIC bound; at real rates that
-is {p['seconds'] * rtf * 1e6:g} us (emulated time x scale). Modes:
-{', '.join(p['modes'])} (one fabric, switched with `PUT /lb`). ECMP and adaptive depend on
-the hash: each is run {p['ecmp_samples']} times with other UDP source ports (QP numbers
-{DRAW_QP_STRIDE} x draw upward) and quoted as median [p25-p75], N=draws; planned is
-deterministic (one run). The flow model runs beside them over {p['model_draws']} draws of
-its hash; model and bound count the frame bytes (headers and ICRC) the shapers count, so
-they are emulated times of the same flows. RoCEv2 packets from the lab's paced sender agents;
-lossless (deep) queues.""")
+    rep.section("Setup", WORDS(
+        "setup", gpus=len(plan.hosts), servers=p["servers"], gpus_per_server=p["gpus"],
+        switches=len(plan.switches), scale=plan.scale,
+        nic=plan.host_link_mbps()[plan.hosts[0].name],
+        lane=min(ln.mbps for ln in plan.links if ln.kind == "lane"), seconds=p["seconds"],
+        real_us=p["seconds"] * rtf * 1e6, modes=", ".join(p["modes"]),
+        samples=p["ecmp_samples"], stride=DRAW_QP_STRIDE, model_draws=p["model_draws"]))
     rep.section("Results")
     table = []
     for r in results.values():
@@ -369,35 +361,24 @@ lossless (deep) queues.""")
                                                      r["model_lane_skew"]["draws"] > 1),
             "lost": r["lost"]})
     rep.table(table)
-    rep.text("*measured*: emulated completion, median [p25-p75] over N hash draws (one run "
-             "where the mode is deterministic); *ideal*: the flow model's completion for the "
-             "same plan, flows and policy (ECMP and adaptive: over many draws of its hash); "
-             "*ratio* = measured median / ideal median; *bound*: the analytic floor (NIC and "
-             "leaf-uplink capacity, flows unsplit) that no routing beats. Per-draw numbers "
-             "are in draws.json; raw flows and messages in runs.json.")
+    rep.text(WORDS("table_note"))
     _published(run, results)
-    rep.image("completion.png", "Completion per mode: emulated draws (dots) beside the flow "
-              "model's distribution over hash draws (box) and the lower bound (dashed)")
-    rep.image("spine_load.png", "Bytes each spine forwarded, every draw of every mode")
-    rep.image("lane_heatmap.png", "Leaf-to-spine lane load relative to the mean, every run")
+    rep.image("completion.png", WORDS("completion_caption"))
+    rep.image("spine_load.png", WORDS("spine_caption"))
+    rep.image("lane_heatmap.png", WORDS("lane_caption"))
     rep.section("Findings")
     fanout = leaf_fanout(plan, _flows(plan, "permutation", 1.0, p["qps"], p["seed"], 0))
     for wl in p["workloads"]:
         if f"{wl}/ecmp" in results:
             rep.finding(**ecmp_finding(results, wl, p["qps"], fanout))
     for r in results.values():
-        if policies.get(r["mode"]).pins and not in_band(_ratio(r)):
+        if policies.POLICIES.get(r["mode"]).pins and not in_band(_ratio(r)):
             rep.finding(**gap_finding(r, results.get(f"{r['workload']}/ecmp")))
     if "adaptive" in p["modes"]:
         wl = p["workloads"][0]
         rep.finding(**adaptive_finding(results[f"{wl}/adaptive"], p["seconds"],
                                        results.get(f"{wl}/ecmp")))
-    rep.section("How to read this", """
-`ratio` is measured median over ideal median: 1.0 means the emulation did what the flow
-model predicts for these flows under this policy. `vs bound` is measured over the lower
-bound. `busiest lane / mean` is the bytes on the busiest leaf-spine lane (either direction)
-over the mean lane: 1.0 is perfect balance; the model's column is the same quantity on its
-paths. A ratio outside 0.7-1.3 has its own finding with the evidence.""")
+    rep.section("How to read this", WORDS("how_to_read"))
 
 
 def _published(run: Run, results: dict[str, dict[str, Any]]) -> None:
@@ -405,33 +386,32 @@ def _published(run: Run, results: dict[str, dict[str, Any]]) -> None:
     completion (reordering, moves, feedback) that explains where it differs."""
     rows = []
     for r in results.values():
-        pol = policies.get(r["mode"])
+        pol = policies.POLICIES.get(r["mode"])
         m, b = r["measured"]["median"], r["bound_s"]
         host = [d.get("host", {}) for d in r["per_draw"]]
         seen = []
         if any(h.get("reordered") for h in host):
-            seen.append(f"{max(h['reordered'] for h in host)} packets out of order, window "
-                        f"<= {max(h['reorder_window_max'] for h in host)} packets")
+            seen.append(WORDS("seen_reordered", packets=max(h["reordered"] for h in host),
+                              window=max(h["reorder_window_max"] for h in host)))
         if any(h.get("moves") for h in host):
-            seen.append(f"{max(h['moves'] for h in host)} entropy moves")
+            seen.append(WORDS("seen_moves", moves=max(h["moves"] for h in host)))
         fb = [h.get("feedback") or {} for h in host]
         if any(fb):
-            seen.append(f"{max(f.get('acks_sent', 0) for f in fb)} ACKs / "
-                        f"{max(f.get('cnps_sent', 0) for f in fb)} CNPs")
+            seen.append(WORDS("seen_feedback", acks=max(f.get("acks_sent", 0) for f in fb),
+                              cnps=max(f.get("cnps_sent", 0) for f in fb)))
         if host and pol.expands:
-            seen.append(f"{host[0].get('qps')} QPs opened")
+            seen.append(WORDS("seen_qps", qps=host[0].get("qps")))
         rows.append({"workload": r["workload"], "policy": r["mode"],
                      "measured / bound": m / b if m is not None and b else None,
                      "model / bound": r["model"]["median"] / b if b else None,
                      "published": pol.published or "-", "source": pol.source or "-",
                      "the lab saw": "; ".join(seen) or "-"})
-    run.report.text("Each policy beside its published shape (medians over the draws; "
-                    "*the lab saw*: the worst draw):")
+    run.report.text(WORDS("published_intro"))
     run.report.table(rows)
-    notes = [f"**{n}**: {policies.get(n).differs}" for n in run.params["modes"]
-             if policies.get(n).differs]
+    notes = [f"**{n}**: {policies.POLICIES.get(n).differs}" for n in run.params["modes"]
+             if policies.POLICIES.get(n).differs]
     if notes:
-        run.report.text("Where the lab differs from the published shape, and why:\n\n"
+        run.report.text(WORDS("differs_intro") + "\n\n"
                         + "\n".join(f"* {n}" for n in notes))
 
 
@@ -441,9 +421,8 @@ def _caveats(r: dict[str, Any]) -> list[str]:
 
 
 def _nothing(r: dict[str, Any]) -> str:
-    return (f"this run's fidelity margin ({margin_text(r['margin'])}), plane "
-            f"({r.get('plane')}), losses ({r['lost']}) and start skew "
-            f"({r['start_skew_s']:.3f} s) show nothing that would explain it")
+    return WORDS("nothing", margin=margin_text(r["margin"]), plane=r.get("plane"),
+                 lost=r["lost"], skew=r["start_skew_s"])
 
 
 def ecmp_finding(results: dict[str, dict[str, Any]], wl: str, qps: int,
@@ -454,71 +433,48 @@ def ecmp_finding(results: dict[str, dict[str, Any]], wl: str, qps: int,
     m, i = e["measured"], e["model"]
     ratio = _ratio(e)
     b = e["bound_s"]
-    measured = (f"ECMP {fmt_distribution(m, ' s')} = {m['median'] / b:.2f}x the bound "
-                f"(busiest lane {fmt_distribution(e['lane_skew'], 'x')} the mean)")
+    measured = WORDS("ecmp_measured", ecmp=fmt_distribution(m, " s"), x=m["median"] / b,
+                     lanes=fmt_distribution(e["lane_skew"], "x"))
     if pl is not None:
-        measured += f"; planned {pl['measured']['median']:.2f} s (1 run)"
-    ideal = (f"flow model ECMP {fmt_distribution(i, ' s')} over its hash draws (ratio "
-             f"{ratio:.2f}); busiest lane {fmt_distribution(e['model_lane_skew'], 'x')}; "
-             f"ecmp-fluid (the hash's expectation) {e['fluid_s']:.2f} s; bound {b:.2f} s")
+        measured += WORDS("ecmp_measured_planned", planned=pl["measured"]["median"])
+    ideal = WORDS("ecmp_ideal", model=fmt_distribution(i, " s"), ratio=ratio,
+                  lanes=fmt_distribution(e["model_lane_skew"], "x"), fluid=e["fluid_s"], bound=b)
     if pl is not None:
-        ideal += f"; planned {pl['model']['median']:.2f} s"
+        ideal += WORDS("ecmp_ideal_planned", planned=pl["model"]["median"])
     steps = sorted({round(v / b, 1) for v in m["values"]})
     took = ", ".join(f"{x:g}x" for x in steps)
     if wl == "permutation":
-        published = ("random hashing of n flows onto n paths leaves ~1/e (37%) of paths idle "
-                     "(balls into bins); Hedera (NSDI 2010) and later fabric papers report "
-                     "ECMP losing a large share of bisection bandwidth to collisions")
-        why = (f"With {qps} QPs per GPU pair the busiest leaf sends {fanout[0]} QPs over "
-               f"{fanout[1]} uplink lanes; QPs the hash puts on one lane share its rate "
-               "while another lane idles, and the slowest QP sets the job's completion, so "
-               "completion takes few values: here the draws took "
-               f"{took} the bound. Planned mode colours the leaf-to-leaf flow multigraph so "
-               "no lane carries more than its share.")
+        published = WORDS("perm_published")
+        why = WORDS("perm_why", qps=qps, qps_out=fanout[0], lanes=fanout[1], took=took)
     else:
-        published = ("all-to-all spreads n-1 flows per GPU: hashing averages out (the "
-                     "lab's model: busiest lane 1.3-1.5x its share at 64-256 GPUs, "
-                     "docs/controller.md, 'Load-balancing quality')")
-        why = ("Every lane carries many flows, so the hash's imbalance is a few flows more "
-               "or less per lane rather than two on one and none on another")
+        published = WORDS("a2a_published")
+        why = WORDS("a2a_why")
         perm = results.get("permutation/ecmp")
         x = m["median"] / b
         if perm is not None:
             px = perm["measured"]["median"] / perm["bound_s"]
-            word = "smaller than" if x < px else "not smaller than"
-            why += (f": here ECMP took {x:.2f}x the bound, {word} the permutation's "
-                    f"{px:.2f}x")
+            why += WORDS("a2a_vs_perm", x=x, px=px,
+                         word="smaller than" if x < px else "not smaller than")
         else:
-            why += f": here ECMP took {x:.2f}x the bound"
-        why += (". Flows that stay under one leaf (same rail) never touch a lane.")
-    why += (" The emulated draws are OVS's dp_hash of the real source ports, the model's "
-            "are the controller's hash model under other seeds: they agree in distribution, "
-            "not draw by draw.")
+            why += WORDS("a2a_alone", x=x)
+        why += WORDS("a2a_local")
+    why += " " + WORDS("ecmp_hashes")
     if not in_band(ratio):
-        at = rank_in(m["median"], i["values"])
-        why += (f" **The ratio ({ratio:.2f}) is outside 0.7-1.3.** The measured median "
-                f"falls at the {100 * at:.0f}th percentile of the model's {i['draws']} "
-                f"draws (range {i['min']:.2f}-{i['max']:.2f} s), and the emulated busiest "
-                f"lane carried {e['lane_skew']['median']:.2f}x the mean against the model's "
-                f"{e['model_lane_skew']['median']:.2f}x: ")
+        why += " " + WORDS("ecmp_gap", ratio=ratio, pct=100 * rank_in(m["median"], i["values"]),
+                           draws=i["draws"], lo=i["min"], hi=i["max"],
+                           lanes=e["lane_skew"]["median"],
+                           model_lanes=e["model_lane_skew"]["median"]) + " "
         inside = i["min"] * 0.97 <= m["median"] <= i["max"] * 1.03
         chance = median_chance(i["values"], m["median"], m["draws"])
         caveats = _caveats(e)
         if caveats:
-            why += "the run itself may be the cause: " + "; ".join(caveats) + "."
-        elif inside and chance >= 0.05:
-            why += (f"the model's own draws give a median of {m['draws']} this far from "
-                    f"theirs in {100 * chance:.0f}% of samples, so with N={m['draws']} "
-                    "emulated draws the gap may be the draws' luck (more --ecmp-samples "
-                    "narrow it).")
+            why += WORDS("ecmp_gap_caveats", caveats="; ".join(caveats))
         elif inside:
-            why += (f"the model's own draws give a median of {m['draws']} this far from "
-                    f"theirs in only {100 * chance:.1f}% of samples: the lane loads differ "
-                    "systematically, i.e. OVS's hash spreads these source ports differently "
-                    "from the model's hash (a different hash function).")
+            why += WORDS("ecmp_gap_luck" if chance >= 0.05 else "ecmp_gap_hash", n=m["draws"],
+                         pct=100 * chance)
         else:
-            why += f"outside the model's whole range, so not luck; {_nothing(e)}."
-    return {"title": f"{wl}: ECMP collision penalty", "measured": measured, "ideal": ideal,
+            why += WORDS("ecmp_gap_outside", nothing=_nothing(e))
+    return {"title": WORDS("ecmp_title", workload=wl), "measured": measured, "ideal": ideal,
             "published": published, "why": why}
 
 
@@ -526,23 +482,21 @@ def gap_finding(r: dict[str, Any], ecmp: dict[str, Any] | None = None) -> dict[s
     """A deterministic (or adaptive) row whose ratio is outside the band: why."""
     ratio = _ratio(r)
     m = r["measured"]
-    lanes = r["lane_skew"]["median"]
-    why = (f"The emulated busiest lane carried {lanes:.2f}x the mean (model "
-           f"{r['model_lane_skew']['median']:.2f}x); fidelity margin "
-           f"{margin_text(r['margin'])}, start skew {r['start_skew_s']:.3f} s, {r['lost']} "
-           "packets lost. ")
+    why = WORDS("gap_why", lanes=r["lane_skew"]["median"],
+                model_lanes=r["model_lane_skew"]["median"], margin=margin_text(r["margin"]),
+                skew=r["start_skew_s"], lost=r["lost"]) + " "
     caveats = _caveats(r)
     if caveats:
-        why += "The run itself may be the cause: " + "; ".join(caveats) + "."
-    elif r["mode"] == "adaptive":
+        why += WORDS("gap_caveats", caveats="; ".join(caveats))
+    elif policies.POLICIES.get(r["mode"]).polls:  # re-paths on measured rates
         why += _adaptive_position(r, ecmp)
     else:
-        why += ("The controller pins every flow on its planned path, so the paths are the "
-                f"model's; {_nothing(r)}.")
-    return {"title": f"{r['workload']}/{r['mode']}: measured vs model",
+        why += WORDS("gap_pinned", nothing=_nothing(r))
+    return {"title": WORDS("gap_title", workload=r["workload"], mode=r["mode"]),
             "measured": _dist_text(m, " s", m["draws"] > 1),
-            "ideal": f"{_dist_text(r['model'], ' s', r['model']['draws'] > 1)} (ratio "
-                     f"{ratio:.2f})" if ratio else "-",
+            "ideal": WORDS("gap_ideal", model=_dist_text(r["model"], " s",
+                                                         r["model"]["draws"] > 1),
+                           ratio=ratio) if ratio else "-",
             "published": "-", "why": why}
 
 
@@ -550,37 +504,27 @@ def _adaptive_position(a: dict[str, Any], ecmp: dict[str, Any] | None) -> str:
     """Where adaptive's measurement sits between the hash placement and its final paths."""
     got, final = a["measured"]["median"], a["model"]["median"]
     hashed = ecmp["measured"]["median"] if ecmp else None
-    out = ("Adaptive moves flows only after the controller's polls (1 s, hold 3 polls), "
-           "while the model keeps its final paths from the start. ")
+    out = WORDS("adaptive_polls") + " "
     if got > final * 1.05 and hashed is not None and got < hashed * 0.95:
-        return out + (f"Here it took {got:.2f} s, between ECMP's {hashed:.2f} s and the "
-                      f"final paths' {final:.2f} s: the first polls ran on the hash "
-                      "placement.")
+        return out + WORDS("adaptive_between", got=got, hashed=hashed, final=final)
     if got > final * 1.05 and hashed is not None:
-        return out + (f"Here it took {got:.2f} s, no faster than ECMP's {hashed:.2f} s: "
-                      "no move paid off within the job.")
+        return out + WORDS("adaptive_no_gain", got=got, hashed=hashed)
     if got > final * 1.05:
-        return out + (f"Here it took {got:.2f} s against the final paths' {final:.2f} s: "
-                      "the first polls ran on the hash placement.")
-    return out + (f"Here it took {got:.2f} s, as fast as the final paths ({final:.2f} s): "
-                  "the moves came early enough to pay off.")
+        return out + WORDS("adaptive_late", got=got, final=final)
+    return out + WORDS("adaptive_early", got=got, final=final)
 
 
 def adaptive_finding(a: dict[str, Any], seconds: float, ecmp: dict[str, Any] | None
                      ) -> dict[str, str]:
     """Adaptive mode against its final paths and the hash placement it starts from."""
     return {
-        "title": "adaptive mode",
-        "measured": f"{fmt_distribution(a['measured'], ' s')} "
-                    f"({a['measured']['median'] / a['bound_s']:.2f}x the bound)",
-        "ideal": f"flow model, adaptive's final paths: {fmt_distribution(a['model'], ' s')}",
-        "published": "Hedera's global first fit recovers most of the ECMP loss for long "
-                     "flows",
-        "why": ("Adaptive starts from the hash placement (the controller's hash model, the "
-                "same as the flow model's seed 0 on these 5-tuples) and moves flows off "
-                f"lanes above its threshold; the job is sized to {seconds:g} s at the "
-                "bound. "
-                + _adaptive_position(a, ecmp) + " The model is the ideal of a long job.")}
+        "title": WORDS("adaptive_title"),
+        "measured": WORDS("adaptive_measured", measured=fmt_distribution(a["measured"], " s"),
+                          x=a["measured"]["median"] / a["bound_s"]),
+        "ideal": WORDS("adaptive_ideal", model=fmt_distribution(a["model"], " s")),
+        "published": WORDS("adaptive_published"),
+        "why": " ".join([WORDS("adaptive_why", seconds=seconds), _adaptive_position(a, ecmp),
+                         WORDS("adaptive_why_tail")])}
 
 
 def _summary(run: Run, results: dict[str, dict[str, Any]]) -> None:

@@ -1,9 +1,10 @@
-"""What every topology module shares: the spec it is built from, the builder's helpers, and
-the closed-form counting vocabulary of the cost model. Pure, no root.
+"""What every topology is built and counted with: ``FabricSpec`` (what to build, in real
+units) and its rules, the ``Builder`` a design wires its plan with and the checks it runs,
+and the closed-form counting vocabulary of the cost model (``CostSpec``, ``Fabric``). Pure.
 
-Kept apart from the designs so a topology module (``testbed/topologies/<name>.py``) holds
-only its own rules, and so the cost model and the flow model import these without
-importing any design.
+Public, and apart from the designs, so a topology module (``testbed/topologies/<name>.py``)
+holds only its own rules and imports the rest from here, and so the cost model, the flow
+model and the CLI read the spec without importing any design.
 """
 
 from __future__ import annotations

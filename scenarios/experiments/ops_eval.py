@@ -39,14 +39,19 @@ from scenarios.base import (
 )
 from scenarios.common import compare, distribution, fmt_distribution, in_band
 from scenarios.findings import margin_text, pace_caveats
+from scenarios.prose import Prose
+from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultspec import KINDS
-from testbed.topologies import MAX_EMULATED_MBPS, build
+from testbed.topologies import build
+from traffic.shell.running import RunningLab
 from vocab.validate import count, positive
+
+WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
 
 
 @scenario(
-    "ops-eval", "seeded faults of every kind during traffic: detection, false alarms, "
-                "time to detect, lead time, localization",
+    "seeded faults of every kind during traffic: detection, false alarms, "
+    "time to detect, lead time, localization",
     Param("servers", 2, "servers (of `gpus` GPUs each)", rule=SERVERS),
     Param("gpus", 4, "GPUs (NICs, rails) per server", quick=2, rule=GPUS),
     Param("per_kind", 3, "faults of each kind", quick=1, rule=count(1, 100)),
@@ -139,7 +144,7 @@ def steady_model(plan: Any, mbps_per_host: float, draws: int) -> dict[str, Any]:
     return {**distribution(rates), "offered_mbps": cap * len(flows)}
 
 
-def _stream_flows(lab: Any) -> list[Any]:
+def _stream_flows(lab: RunningLab) -> list[Any]:
     """The steady streams as flows, for the fidelity guard (each host to its peer)."""
     from ops.shell.experiment import stream_pairs
     from traffic.kernels import FlowSpec
@@ -186,50 +191,32 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
     ])
     rep.section("By fault kind", "")
     rep.table([{"kind": k, **v} for k, v in faults["by_kind"].items()])
-    rep.section("Every fault", "Ground truth from the injector's event log; `first alert` is "
-                "the first alert raised in the fault's window; `answer` is the agent's "
-                "ranking two polls after detection.")
+    rep.section("Every fault", WORDS("every_fault"))
     rep.table(run.rows)
     if clean["false_alarm_list"] or faults["false_alarm_list"]:
-        rep.section("False alarms", "Fault-free phase: " + (", ".join(
-            clean["false_alarm_list"]) or "none") + ". Fault phase, outside every fault's "
-            "window: " + (", ".join(faults["false_alarm_list"]) or "none") + ".")
+        rep.section("False alarms", WORDS(
+            "false_alarms", clean=", ".join(clean["false_alarm_list"]) or "none",
+            faults=", ".join(faults["false_alarm_list"]) or "none"))
     rep.section("Findings")
     base = run.summary["baseline_mbps"]
     gap = steady_gap(base["ratio"], model["offered_mbps"], model["median"],
                      next((v["margin"] for v in run.config.get("fidelity", [])
                            if v.get("label") == "steady probe streams"), None))
     rep.finding(
-        "does the operations layer see every fault, only faults, and name the component?",
-        measured=f"detection {faults['detected']}/{n} faults, "
-                 f"{clean['false_alarms']} false alarms fault-free, top-1 "
-                 f"{_pct(faults['top1'])} of {n}, time to detect "
-                 f"{fmt_distribution(detect, ' polls')}; steady job rate (the detectors' "
-                 f"baseline) {res['baseline_mbps']:.1f} Mb/s (one hash draw of the probes' "
-                 "source ports)",
-        ideal=f"flow model, steady job rate: {fmt_distribution(model, ' Mb/s', 1)} over hash "
-              f"draws (ratio {base['ratio']:.2f}; offered {model['offered_mbps']:.1f} Mb/s). "
-              "The scores have no model counterpart: every fault changes a counter or a "
-              "state the next poll reads, so 100% detected within 1 poll, 0 false alarms and "
-              "top-1 100% is the reference",
-        published="tracker goals: >= 95% detection, 0 false alarms, top-1 >= 90%, <= 3 "
-                  "polls; the Astral 3.0 paper describes agent-driven warning and diagnosis "
-                  "without per-fault scores",
-        why="Detection takes 1-2 polls because the controller's port counters refresh at its "
-            "own poll interval and rules that read rates need two polls in a row (one noisy "
-            "sample on shared cores is not a fault). A degraded lane is only visible while "
-            "it is offered more than its reduced rate: an idle dirty optic stays silent. "
-            "Lead time exists only for faults whose signal precedes the job's slowdown "
-            "(flapping, degrading), and is n/a for faults that hurt at once. The scores are "
-            f"counts over this schedule's {n} faults (seed {run.params['seed']}): with "
-            f"{len({r['kind'] for r in faults['per_fault']})} kinds "
-            "and few faults of each, one miss moves a rate by a large step; more --per-kind "
-            "narrows it." + gap)
+        WORDS("finding_title"),
+        measured=WORDS("finding_measured", detected=faults["detected"], n=n,
+                       false_alarms=clean["false_alarms"], top1=_pct(faults["top1"]),
+                       ttd=fmt_distribution(detect, " polls"), baseline=res["baseline_mbps"]),
+        ideal=WORDS("finding_ideal", model=fmt_distribution(model, " Mb/s", 1),
+                    ratio=base["ratio"], offered=model["offered_mbps"]),
+        published=WORDS("finding_published"),
+        why=WORDS("finding_why", n=n, seed=run.params["seed"],
+                  kinds=len({r["kind"] for r in faults["per_fault"]})) + gap)
     tel = res.get("telemetry", {})
-    rep.section("Telemetry cost", f"{tel.get('polls')} polls, median "
-                f"{tel.get('poll_s_median')} s, max {tel.get('poll_s_max')} s per poll; "
-                f"{tel.get('rows')} rows in telemetry.sqlite. Job baseline "
-                f"{res.get('baseline_mbps')} Mb/s received.")
+    rep.section("Telemetry cost", WORDS(
+        "telemetry", polls=tel.get("polls"), poll_median=tel.get("poll_s_median"),
+        poll_max=tel.get("poll_s_max"), rows=tel.get("rows"),
+        baseline=res.get("baseline_mbps")))
     if res.get("injector_errors"):
         rep.section("Injector errors", "\n".join(f"- {e}" for e in res["injector_errors"]))
 
@@ -239,17 +226,13 @@ def steady_gap(ratio: float | None, offered: float, carried: float,
     """Why the steady job rate differs from the model's ('' inside 0.7-1.3)."""
     if in_band(ratio) or ratio is None:
         return ""
-    out = (f" The steady rate's ratio ({ratio:.2f}) is outside 0.7-1.3: the offered rate is "
-           f"{offered:.1f} Mb/s and the model carries {carried:.1f}")
+    out = " " + WORDS("steady_gap", ratio=ratio, offered=offered, carried=carried)
     caveats = pace_caveats(margin=margin)
     if caveats:
-        return out + "; " + "; ".join(caveats) + "."
+        return out + WORDS("steady_caveats", caveats="; ".join(caveats))
     if ratio < 1:
-        return out + (f", and with a fidelity margin of {margin_text(margin)} the machine "
-                      "kept up, so the probe streams' senders (Python UDP sockets, "
-                      "testbed.shell.probe) did not hold their pace, or lanes queued.")
-    return out + (": the streams delivered more than the model carries, i.e. the model "
-                  "charged a bottleneck the streams did not meet.")
+        return out + WORDS("steady_slow", margin=margin_text(margin))
+    return out + WORDS("steady_fast")
 
 
 def _plot(run: Run, res: dict[str, Any]) -> None:
@@ -273,5 +256,4 @@ def _plot(run: Run, res: dict[str, Any]) -> None:
     ax.set_title("ops-eval: detection time per fault (green: agent's top-1 right)")
     ax.legend()
     run.save_figure(fig, "detect_time.png")
-    run.report.image("detect_time.png", "Time from injection to the first alert, per fault, in "
-                     "polling intervals; colour: was the agent's first suspect right?")
+    run.report.image("detect_time.png", WORDS("detect_caption"))

@@ -57,6 +57,7 @@ from scenarios.base import (
     scenario,
 )
 from scenarios.common import (
+    DRAW_QP_STRIDE,
     compare,
     distribution,
     fmt_distribution,
@@ -69,21 +70,28 @@ from scenarios.common import (
     wire_flows,
 )
 from scenarios.findings import margin_text, pace_caveats
+from scenarios.prose import Prose
 from testbed.models.flowmodel import bounds, model_flows
 from testbed.topologies import build
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
 from traffic.shell.replay import replay
-from traffic.workload import PRESETS, Gating, StepTraffic, hotset, simulate_step, uniform, zipf
+from traffic.workload import (
+    PRESETS,
+    Gating,
+    Phase,
+    StepTraffic,
+    hotset,
+    simulate_step,
+    uniform,
+    zipf,
+)
 from vocab.plan import WiringPlan
 from vocab.validate import real
 
 CASES = ("uniform", "skewed", "skewed+eplb")
 
-EPLB_README = ("DeepSeek EPLB README (github.com/deepseek-ai/EPLB): expert loads differ with "
-               "the workload, so heavy experts are duplicated (\"redundant experts\", as in the "
-               "DeepSeek-V3 report) and packed onto GPUs to balance them; experts of a group "
-               "are kept on one node to limit inter-node traffic. No imbalance or speed-up "
-               "figure is published there.")
+WORDS = Prose("expert_skew")  # the report's prose: scenarios/templates/expert_skew.md
+EPLB_README = WORDS("eplb_readme")
 
 
 # --- pure helpers (unit-tested) ----------------------------------------------------------
@@ -140,9 +148,9 @@ def analyse(plan: WiringPlan, step: StepTraffic, qp_offset: int = 0) -> dict[str
     ``qp_offset`` shifts the dispatch flows' QPs (another ECMP hash draw, same bytes);
     ``model_s`` is the fluid model (ECMP split evenly: the hash's expectation)."""
     hosts = [h.name for h in plan.hosts]
-    ll = low_latency(step, plan, phases=("dispatch",))
+    ll = low_latency(step, plan, phases=(Phase.DISPATCH,))
     ll_flows = shift_qps(ll.flows, qp_offset)
-    hb = high_bandwidth(step, plan, phases=("dispatch",))
+    hb = high_bandwidth(step, plan, phases=(Phase.DISPATCH,))
     rx = receive_bytes(ll.flows, hosts)
     rx_hb = receive_bytes(hb.flows, hosts)
     hot, ratio = incast(rx)
@@ -179,7 +187,7 @@ def model_case_draws(plan: WiringPlan, p: dict[str, Any], skew: Gating, policy: 
         steps = make_steps(p["model"], int(p["servers"]), int(p["gpus_per_server"]),
                            int(p["tokens_per_gpu"]), skew, int(p["seed"]) + j)
         for case, step in steps.items():
-            flows = wire_flows(low_latency(step, plan, phases=("dispatch",)).flows)
+            flows = wire_flows(low_latency(step, plan, phases=(Phase.DISPATCH,)).flows)
             rx = receive_bytes(flows, hosts)
             hot, ratio = incast(rx)
             m = model_flows(plan, flows, policy, seed=j, unit="mbps")
@@ -191,12 +199,9 @@ def model_case_draws(plan: WiringPlan, p: dict[str, Any], skew: Gating, policy: 
 
 
 # --- the scenario ------------------------------------------------------------------------
-#: QP numbers of draw k are shifted by k x this (every draw its own UDP source ports)
-DRAW_QP_STRIDE = 1000
 
 
 @scenario(
-    "expert-skew",
     "uniform vs skewed gating vs skewed + EPLB: rank imbalance, hot-receiver incast, completion",
     Param("model", "deepseek-v3", "MoE model preset", choices=tuple(PRESETS)),
     Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),
@@ -218,7 +223,7 @@ DRAW_QP_STRIDE = 1000
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
           quick=2e-5, rule=SCALE),
     Param("lb", "ecmp", "load-balancing mode of the controller",
-          choices=policies.names(controller=True)),
+          choices=policies.CONTROLLER_MODES.names()),
 )
 def expert_skew(run: Run) -> None:
     """Replay one MoE dispatch under uniform, skewed and skewed+EPLB gating (module docstring)."""
@@ -367,69 +372,35 @@ def _report(run: Run, plan: WiringPlan, steps: list[dict[str, StepTraffic]],
     rep = run.report
     u, s, e = (cases[c] for c in CASES)
     n = p["draws"]
-    rep.section("Setup", (
-        f"{p['model']} MoE layer, {p['servers']} servers x {p['gpus_per_server']} GPUs "
-        f"({len(hosts)} GPUs) on astral3 (2 servers per block, {len(plan.switches)} "
-        f"switches), {p['tokens_per_gpu']} tokens per GPU; skewed gate: {_gate_text(p)}. "
-        f"The dispatch phase is replayed with the low-latency kernel model "
-        f"(one {steps[0]['uniform'].model.ll_dispatch_message_bytes:,}-byte message per "
-        "token copy straight to the expert's GPU; same-server copies go over NVLink and are "
-        f"not on the wire), controller mode `{p['lb']}`. **{n} draws**: draw k routes the "
-        f"tokens with gating seed {p['seed']} + k (the same for the three cases) and shifts "
-        "every QP by k x 1000 (new UDP source ports: another ECMP hash draw). The flow model "
-        f"({p['lb']}) runs beside them over {u['model_s']['draws']} draws (gating seed "
-        f"{p['seed']} + j, hash seed j); model and bound count the frame bytes (headers, ICRC) "
-        f"the shapers count. Scale {p['scale']:g}: a 400G NIC is {nic:g} Mb/s, "
-        f"so time at real rates = emulated time x {real:g}."))
-
-    def dt(d: dict[str, Any], unit: str = "", digits: int = 2) -> str:
-        return fmt_distribution(d, unit, digits)
-
+    rep.section("Setup", WORDS(
+        "setup", model=p["model"], servers=p["servers"], gpus_per_server=p["gpus_per_server"],
+        gpus=len(hosts), switches=len(plan.switches), tokens_per_gpu=p["tokens_per_gpu"],
+        gate=_gate_text(p), message_bytes=steps[0]["uniform"].model.ll_dispatch_message_bytes,
+        lb=p["lb"], draws=n, seed=p["seed"], model_draws=u["model_s"]["draws"],
+        scale=p["scale"], nic=nic, real=real))
+    dt = _dt
     rep.table([{"case": c, "placement": r["placement"],
                 "imbalance": dt(r["imbalance"]), "rx max/mean": dt(r["incast"]),
                 "measured (s)": dt(r["measured_s"]), "ideal: model (s)": dt(r["model_s"]),
                 "ratio": _ratio(r), "bound: hottest NIC (s)": r["hot_nic_bound_s"]["median"],
                 "lost": r["lost"]} for c, r in cases.items()])
-    rep.text("*measured*: dispatch completion in the emulation, median [p25-p75] over N "
-             "draws; *ideal*: the flow model's completion of the same flows under the "
-             f"controller's policy ({p['lb']}), over its own draws; *ratio* = measured median "
-             "/ ideal median; *bound*: the hottest receiver's bytes over its NIC rate (median "
-             "over the draws). Imbalance and rx max/mean are over the emulated draws. Per-draw "
-             "numbers: cases.json; the model's draws: model_draws.json.")
+    rep.text(WORDS("table_note", lb=p["lb"]))
     short = [c for c, r in cases.items() if r["delivered"] < 0.999]
     if short:
-        rep.text(
-            f"**Not every byte arrived** in {', '.join(short)} (column `delivered` in "
-            "summary.csv: the worst draw). With `lost_packets` 0 this means the receivers "
-            "were stopped before the hottest one had drained its queue (the replay gives "
-            "receivers a fixed grace period after the last sender ends), so that case's "
-            "measured completion is cut short; with losses, packets were dropped in the "
-            "emulated switch. Lower --tokens-per-gpu or the skew to keep the hottest receiver "
-            "within the grace period.")
-    rep.image("rx_bytes.png", "Bytes each GPU's NIC receives in the dispatch, receivers "
-              "ranked by bytes in each draw: the kernel model's median over the emulated draws "
-              "(bars) and each draw's measured bytes (dots)")
-    rep.image("completion.png", "Dispatch completion: emulated draws (dots), the flow model's "
-              "draws (box), the hottest receiver's NIC bound (dashed)")
+        rep.text(WORDS("short", cases=", ".join(short)))
+    rep.image("rx_bytes.png", WORDS("rx_caption"))
+    rep.image("completion.png", WORDS("completion_caption"))
     rep.section("Findings")
     rep.finding(
-        "Skew unbalances ranks; EPLB rebalances them",
-        measured=(f"realised imbalance (max-mean)/mean of token copies per GPU: uniform "
-                  f"{dt(u['imbalance'])}, skewed {dt(s['imbalance'])}, skewed+EPLB "
-                  f"{dt(e['imbalance'])}"),
-        ideal=(f"0 (every GPU's experts receive the same number of copies); over the "
-               f"model's {u['model_imbalance']['draws']} gating seeds: uniform "
-               f"{dt(u['model_imbalance'])}, skewed {dt(s['model_imbalance'])}, skewed+EPLB "
-               f"{dt(e['model_imbalance'])}"),
+        WORDS("imbalance_title"),
+        measured=WORDS("imbalance_measured", uniform=dt(u["imbalance"]),
+                       skewed=dt(s["imbalance"]), eplb=dt(e["imbalance"])),
+        ideal=WORDS("imbalance_ideal", seeds=u["model_imbalance"]["draws"],
+                    uniform=dt(u["model_imbalance"]), skewed=dt(s["model_imbalance"]),
+                    eplb=dt(e["model_imbalance"])),
         published=EPLB_README,
-        why=("Uniform gating is not exactly 0 because tokens are sampled; the skewed gate "
-             "concentrates copies on the GPUs that hold the popular experts, and which GPUs "
-             "those are changes with the seed (hot experts are scattered over ids), hence "
-             "the spread over draws. EPLB replicates the heaviest experts into one redundant "
-             f"slot per GPU and packs replicas by load ({e['placement']}); what remains is "
-             "the hierarchical policy keeping each group's replicas on one server and the "
-             "random choice among replicas (expected after balancing: "
-             f"{dt(e['imbalance_expected'])})."))
+        why=WORDS("imbalance_why", placement=e["placement"],
+                  expected=dt(e["imbalance_expected"])))
     rep.finding(**incast_finding(u, s, e, nic))
     rep.finding(**completion_finding(cases, margin, p["lb"], real))
 
@@ -442,36 +413,20 @@ def incast_finding(u: dict[str, Any], s: dict[str, Any], e: dict[str, Any], nic:
                    ) -> dict[str, str]:
     """The hot expert's NIC as a hot receiver, as far as the draws show it."""
     hot, mid = s["hottest_done_s"]["median"], s["median_rx_done_s"]["median"]
-    why = ("With direct sends, a GPU's NIC receives in proportion to its experts' load, so "
-           "every sender's copies for the hot GPU converge on one 400G (here "
-           f"{nic:g} Mb/s) downlink")
+    why = WORDS("incast_why", nic=nic)
     if hot == hot and mid == mid and hot > 1.2 * mid:
-        why += (f", and the other receivers finish early: under the skewed gate the median "
-                f"receiver's last byte came at {mid:.2f} s, the hottest's at {hot:.2f} s.")
+        why += WORDS("incast_idle_others", mid=mid, hot=hot)
     else:
-        why += (f"; here the skewed gate's median receiver finished about with the hottest "
-                f"({_fmt(mid)} s against {_fmt(hot)} s): this skew did not leave the others "
-                "idle.")
+        why += WORDS("incast_no_idle", mid=_fmt(mid), hot=_fmt(hot))
     hb, ll = s["incast_hb"]["median"], s["incast"]["median"]
-    if hb < ll:
-        why += (f" The hierarchical kernel moves that hot spot onto NVLink inside the "
-                f"destination server (its NIC-level max/mean {hb:.2f} against {ll:.2f}), "
-                "which is why the lab replays the low-latency model here.")
-    else:
-        why += (f" The hierarchical kernel's NIC-level max/mean ({hb:.2f}) is no lower "
-                f"than the low-latency kernel's ({ll:.2f}) for these steps.")
+    why += " " + WORDS("incast_hb_lower" if hb < ll else "incast_hb_not_lower", hb=hb, ll=ll)
     return {
-        "title": "A hot expert is a hot receiver NIC (incast)",
-        "measured": (f"hottest receiver's bytes / mean: uniform {_dt(u['incast'])}, skewed "
-                     f"{_dt(s['incast'])}, skewed+EPLB {_dt(e['incast'])}; skewed: the "
-                     f"hottest receiver finished at {_dt(s['hottest_done_s'], ' s')} vs a "
-                     f"median receiver at {_dt(s['median_rx_done_s'], ' s')}"),
-        "ideal": ("1.0 per GPU; with the high-bandwidth (hierarchical) kernel the NIC-level "
-                  f"ratio is {_dt(s['incast_hb'])} for the same skewed steps (model), "
-                  "because it sends per destination server and forwards over NVLink"),
-        "published": ("DeepEP's low-latency kernels send each token copy directly to the "
-                      "expert's rank (traffic/kernels.py cites internode_ll.cu); no published "
-                      "incast figure was found in the stored sources"),
+        "title": WORDS("incast_title"),
+        "measured": WORDS("incast_measured", uniform=_dt(u["incast"]), skewed=_dt(s["incast"]),
+                          eplb=_dt(e["incast"]), hot_done=_dt(s["hottest_done_s"], " s"),
+                          mid_done=_dt(s["median_rx_done_s"], " s")),
+        "ideal": WORDS("incast_ideal", hb=_dt(s["incast_hb"])),
+        "published": WORDS("incast_published"),
         "why": why}
 
 
@@ -484,78 +439,50 @@ def completion_finding(cases: dict[str, dict[str, Any]], margin: dict[str, float
     vs = {c: r["measured_s"]["median"] / r["hot_nic_bound_s"]["median"]
           for c, r in cases.items() if r["hot_nic_bound_s"]["median"]}
     follows = vs.get("skewed", math.inf) <= 1.3
-    why = ("The job cannot end before the hottest receiver's NIC has taken all its bytes; "
-           "here the cases took " + ", ".join(f"{c} {v:.2f}x" for c, v in vs.items())
-           + " their hottest NIC's bound, "
-           + ("so under the skewed gate that NIC set the completion. " if follows else
-              "so even under the skewed gate something besides that NIC set the pace. "))
-    if em <= um * 1.1:
-        why += (f"Rebalancing brought completion back near the uniform case ({em / um:.2f}x "
-                f"its median, from {sm / um:.2f}x skewed): it removes the one overloaded "
-                "NIC, it adds no capacity. ")
-    elif em < sm:
-        why += (f"Rebalancing cut completion from {sm / um:.2f}x to {em / um:.2f}x the "
-                "uniform median, not back to it. ")
-    else:
-        why += (f"Rebalancing did not shorten it here ({em / um:.2f}x against "
-                f"{sm / um:.2f}x skewed, of the uniform median). ")
+    why = " ".join([
+        WORDS("completion_why", vs=", ".join(f"{c} {v:.2f}x" for c, v in vs.items())),
+        WORDS("completion_follows" if follows else "completion_not_follows"), ""])
+    x = {"skewed_x": sm / um, "eplb_x": em / um}
+    why += WORDS("eplb_back" if em <= um * 1.1 else "eplb_cut" if em < sm
+                 else "eplb_no_gain", **x) + " "
     ratios = {c: _ratio(r) for c, r in cases.items()}
     inside = [r for r in ratios.values() if r is not None and in_band(r)]
     if inside and len(inside) == len(ratios):
-        off = max(abs(1 - r) for r in inside)
-        skew = max(r["start_skew_s"] for r in cases.values())
-        why += (f"Measured and model medians agree within {100 * off:.0f}% here. What can "
-                f"separate them: the replay's start skew (up to {1e3 * skew:.0f} ms "
-                "here), the fluid model's lack of queues and per-packet costs, and the "
-                "hash: OVS's draws and the model's agree in distribution, not draw by "
-                "draw, and with few emulated draws a median moves by a draw's luck.")
+        why += WORDS("agree", off_pct=100 * max(abs(1 - r) for r in inside),
+                     skew_ms=1e3 * max(r["start_skew_s"] for r in cases.values()))
     for c, r in cases.items():
         ratio = ratios[c]
         if in_band(ratio):
             continue
-        at = rank_in(r["measured_s"]["median"], r["model_s"]["values"])
-        why += (f" **{c}: the ratio ({_fmt(ratio)}) is outside 0.7-1.3.** The measured "
-                f"median falls at the {100 * at:.0f}th percentile of the model's draws; the "
-                f"hottest receiver's last byte came at {_dt(r['hottest_done_s'], ' s')} "
-                f"against its NIC bound of {_dt(r['hot_nic_bound_s'], ' s')}, ")
+        why += " " + WORDS("gap_head", case=c, ratio=_fmt(ratio),
+                           pct=100 * rank_in(r["measured_s"]["median"], r["model_s"]["values"]),
+                           hot_done=_dt(r["hottest_done_s"], " s"),
+                           bound=_dt(r["hot_nic_bound_s"], " s")) + " "
         late = (r["hottest_done_s"]["median"] or 0) / (r["hot_nic_bound_s"]["median"] or 1)
         caveats = pace_caveats(margin=margin.get(c), plane=r.get("plane"), lost=r["lost"],
                                start_skew_s=r["start_skew_s"],
                                span_s=r["measured_s"]["median"])
         if caveats:
-            why += "and the run itself may be the cause: " + "; ".join(caveats) + "; "
-        elif ratio is not None and ratio > 1 and late > 1.3:
-            why += (f"{late:.2f}x later: the hot NIC's downlink was not kept busy, i.e. its "
-                    "senders did not deliver at the model's max-min rates (a FIFO queue "
-                    "upstream, shared by flows to other receivers, holds them back; the "
-                    "model's fair sharing does not); ")
+            why += WORDS("gap_caveats", caveats="; ".join(caveats))
         elif ratio is not None and ratio > 1:
-            why += (f"{late:.2f}x its bound, so the hot NIC was not what set the measured "
-                    "time, and this run's margin, plane, losses and start skew show "
-                    "nothing that would; ")
+            why += WORDS("gap_late" if late > 1.3 else "gap_slow", late=late)
         else:
-            why += ("the emulation finished sooner than the model: a candidate is the hash "
-                    "(OVS's draws put fewer of these flows on shared lanes than the "
-                    "model's); ")
-        why += (f"fidelity margin {margin_text(margin.get(c))}, start skew up to "
-                f"{r['start_skew_s']:.3f} s, {r['lost']} packets lost, delivered "
-                f"{100 * r['delivered']:.1f}% (worst draw).")
+            why += WORDS("gap_fast")
+        why += " " + WORDS("gap_tail", margin=margin_text(margin.get(c)),
+                           skew=r["start_skew_s"], lost=r["lost"],
+                           delivered_pct=100 * r["delivered"])
     return {
-        "title": ("Completion follows the hottest receiver" if follows else
-                  "Completion against the hottest receiver's bound"),
-        "measured": (f"dispatch: uniform {_dt(u['measured_s'], ' s')}, skewed "
-                     f"{_dt(s['measured_s'], ' s')} ({sm / um:.2f}x the uniform median), "
-                     f"skewed+EPLB {_dt(e['measured_s'], ' s')} ({em / um:.2f}x); "
-                     f"{s['measured_s']['median'] * real * 1e3:.2f} ms at real rates for "
-                     "skewed"),
-        "ideal": (f"flow model ({lb}): uniform {_dt(u['model_s'], ' s')}, skewed "
-                  f"{_dt(s['model_s'], ' s')}, skewed+EPLB {_dt(e['model_s'], ' s')}; ratios "
-                  f"{', '.join(_fmt(_ratio(r)) for r in cases.values())}; bound (hottest "
-                  f"NIC): {u['hot_nic_bound_s']['median']:.2f} / "
-                  f"{s['hot_nic_bound_s']['median']:.2f} / "
-                  f"{e['hot_nic_bound_s']['median']:.2f} s"),
-        "published": ("DeepSeek-V3 motivates EPLB by load balance across GPUs (EPLB README); "
-                      "no published completion-time penalty for a given skew was found"),
+        "title": WORDS("completion_title_follows" if follows else "completion_title"),
+        "measured": WORDS("completion_measured", uniform=_dt(u["measured_s"], " s"),
+                          skewed=_dt(s["measured_s"], " s"), eplb=_dt(e["measured_s"], " s"),
+                          real_ms=s["measured_s"]["median"] * real * 1e3, **x),
+        "ideal": WORDS("completion_ideal", lb=lb, uniform=_dt(u["model_s"], " s"),
+                       skewed=_dt(s["model_s"], " s"), eplb=_dt(e["model_s"], " s"),
+                       ratios=", ".join(_fmt(_ratio(r)) for r in cases.values()),
+                       bound_u=u["hot_nic_bound_s"]["median"],
+                       bound_s=s["hot_nic_bound_s"]["median"],
+                       bound_e=e["hot_nic_bound_s"]["median"]),
+        "published": WORDS("completion_published"),
         "why": why}
 
 
@@ -565,9 +492,8 @@ def _fmt(v: float | None) -> str:
 
 def _gate_text(p: dict[str, Any]) -> str:
     if p["skew"] == "zipf":
-        return f"Zipf exponent {p['zipf_exponent']:g}, hot experts scattered over ids"
-    return (f"{100 * p['hot_fraction']:g}% of experts take {100 * p['hot_share']:g}% of "
-            "the popularity, scattered over ids")
+        return WORDS("gate_zipf", exponent=p["zipf_exponent"])
+    return WORDS("gate_hot", hot_pct=100 * p["hot_fraction"], share_pct=100 * p["hot_share"])
 
 
 def _plot_rx(run: Run, hosts: list[str], cases: dict[str, dict[str, Any]]) -> None:
