@@ -11,7 +11,10 @@ none of these applies.
 from __future__ import annotations
 
 from scenarios.fidelity import WARN_BELOW
+from scenarios.prose import Prose
 from traffic.roce import Plane
+
+WORDS = Prose("findings")
 
 #: start skew above this share of the span it is compared with is worth saying
 SKEW_SHARE = 0.1
@@ -25,33 +28,26 @@ def pace_caveats(*, margin: float | None, plane: Plane | str | None = None, lost
     guard off (``--force``); None is a margin that was not recorded."""
     out = []
     if margin is not None and margin != margin:
-        out.append("the fidelity guard was off (--force), so nothing checked that this "
-                   "machine could switch the load: the CPU may have set the pace")
+        out.append(WORDS("guard_off"))
     elif margin is not None and margin < WARN_BELOW:
-        out.append(f"the fidelity margin was {margin:.2f}x (the guard warns below "
-                   f"{WARN_BELOW:g}): this machine's switching was near its limit, so the "
-                   "CPU may have set the pace, not the fabric")
+        out.append(WORDS("thin_margin", margin=margin, warn_below=WARN_BELOW))
     if plane == Plane.PYTHON:
-        out.append("the Python agents sent the packets (plane python; a sleep per packet), "
-                   "and they fall behind their pace under load where the compiled plane "
-                   "does not")
+        out.append(WORDS("python_plane"))
     if lost:
-        out.append(f"{lost} packets were lost and not retransmitted")
+        out.append(WORDS("lost", lost=lost))
     if start_skew_s is not None and span_s and start_skew_s > SKEW_SHARE * span_s:
-        out.append(f"the senders started up to {1e3 * start_skew_s:.0f} ms apart, "
-                   f"{100 * start_skew_s / span_s:.0f}% of the {span_s:.2f} s measured")
+        out.append(WORDS("start_skew", skew_ms=1e3 * start_skew_s,
+                         share_pct=100 * start_skew_s / span_s, span_s=span_s))
     return out
 
 
 def caveat_text(caveats: list[str]) -> str:
     """The caveats as one sentence ('' for none)."""
-    if not caveats:
-        return ""
-    return "In this run " + "; ".join(caveats) + "."
+    return WORDS("caveats", caveats="; ".join(caveats)) if caveats else ""
 
 
 def margin_text(margin: float | None) -> str:
     """A margin as the report quotes it."""
     if margin is None:
-        return "not recorded"
-    return "off (guard off)" if margin != margin else f"{margin:.2f}x"
+        return WORDS("margin_not_recorded")
+    return WORDS("margin_off") if margin != margin else WORDS("margin", margin=margin)

@@ -27,7 +27,7 @@ from scenarios.common import (
     plot_draws,
     real_time_factor,
 )
-from scenarios.findings import margin_text, pace_caveats
+from scenarios.findings import caveat_text, margin_text, pace_caveats
 from scenarios.link_failure_metrics import CASES, MESSAGE_BYTES, aggregate, draws_for, rates
 from scenarios.prose import Prose
 from testbed.shaping import LOSSLESS_QUEUE_S
@@ -317,7 +317,7 @@ def penalty_why(agg: dict[str, dict[str, Any]], modes: list[str], uplinks: int) 
                      ratio=_fmt(ratio)) + " "
         caveats = _caveats(a)
         if caveats:
-            text += WORDS("gap_caveats", caveats="; ".join(caveats))
+            text += caveat_text(caveats)
         else:
             text += WORDS("gap_nothing", margin=margin_text(a.get("margin")),
                           skew=a["start_skew_s"], lost=a["lost"])

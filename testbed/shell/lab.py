@@ -97,7 +97,7 @@ class Lab:
         if self.capture and not capture_dir:
             raise ValueError("capture needs capture_dir: the folder the pcaps go to")
         self.capture_dir = capture_dir or ""
-        self._sidecars: dict[str, list[subprocess.Popen[bytes]]] = {"dashboard": [],
+        self.sidecar_procs: dict[str, list[subprocess.Popen[bytes]]] = {"dashboard": [],
                                                                       "capture": []}
         self.pmtu = pmtu  # the RoCE path MTU replays use by default
         self.mtu = mtu_for(pmtu)  # every emulated interface's MTU (None: the kernel's 1,500)
@@ -173,15 +173,13 @@ class Lab:
             self._step("switches", self._create_bridges)
             self._step("mininet", self.assemble_mininet)
             if self.capture:
-                self._step("capture", lambda: self._sidecars["capture"].extend(
-                    sidecars.start_captures(self)))
+                self._step("capture", self._start_captures)
             if self.use_controller:
                 self._step("converge", self.wait_converged)
                 if self.datapath == Datapath.USER and self.lossless and self.shape:
                     self._step("tx-buffer", self._deepen_ovs_tx_buffer)
             if self.dashboard:
-                self._step("dashboard", lambda: self._sidecars["dashboard"].append(
-                    sidecars.start_dashboard(self)))
+                self._step("dashboard", self._start_dashboard)
         except BaseException:
             self.stop()
             raise
@@ -248,6 +246,23 @@ class Lab:
 
     def _save_record(self) -> None:
         cleanup.write_record(self.run_id, self._record)
+
+    def _note_pid(self, pid: int) -> None:
+        self._record["pids"].append(pid)
+        self._save_record()
+
+    def _start_captures(self) -> None:
+        self.sidecar_procs["capture"] += sidecars.start_captures(
+            self.capture, self.capture_dir, self.workdir, self._note_pid)
+        self.log(f"capturing {len(self.capture)} port(s) into {self.capture_dir}/")
+
+    def _start_dashboard(self) -> None:
+        proc, self.dashboard_url = sidecars.start_dashboard(
+            self.plan, self.workdir, self.run_id, port=self.dashboard_port,
+            interval=self.poll_interval, rest_port=self.rest_port,
+            progress=self.dashboard_progress, on_pid=self._note_pid)
+        self.sidecar_procs["dashboard"].append(proc)
+        self.log(f"live view: {self.dashboard_url}")
 
     def _start_controller(self) -> None:
         if not self.use_controller:
@@ -674,9 +689,9 @@ class Lab:
         """The live view and the captures go before the fabric (here, not in ``teardown_fabric``,
         which a ClusterLab replaces): a capture flushes its pcap on SIGINT while its port
         still exists."""
-        sidecars.stop(self._sidecars["dashboard"])
-        sidecars.stop(self._sidecars["capture"], sig=signal.SIGINT)
-        self._sidecars = {"dashboard": [], "capture": []}
+        sidecars.stop(self.sidecar_procs["dashboard"])
+        sidecars.stop(self.sidecar_procs["capture"], sig=signal.SIGINT)
+        self.sidecar_procs = {"dashboard": [], "capture": []}
         self.dashboard_url = None
 
     def teardown_fabric(self) -> None:

@@ -3,8 +3,9 @@
 The dashboard is started the way the controller is, by module name in a process of its own
 (``python -m astral_lab.dashboard_cli``; the testbed never imports the ops layer), in its
 own session so a Ctrl-C in the terminal reaches the Lab, which then stops it. Captures are
-one ``tcpdump`` per requested switch port (``testbed.capture``). Every PID goes into the
-run record first, so ``astral-lab clean`` finds them if the Lab itself is killed.
+one ``tcpdump`` per requested switch port (``testbed.capture``). Each start hands every PID
+to ``on_pid`` (the Lab writes it into its run record) before it waits for the process, so
+``astral-lab clean`` finds them if the Lab itself is killed.
 """
 
 from __future__ import annotations
@@ -16,44 +17,43 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from testbed import capture
 from testbed.shell import cleanup
 from testbed.shell.machine import free_port
 from testbed.shell.preflight import LabError
+from vocab.plan import WiringPlan
 
 START_TIMEOUT_S = 30.0
 
 
-def start_dashboard(lab: Any) -> subprocess.Popen[bytes]:
-    """Start the live view for ``lab``; returns its process once it serves (its URL is in
-    ``lab.dashboard_url``). Raises ``LabError`` with its log if it does not come up."""
-    port = lab.dashboard_port or free_port()
-    plan_path = os.path.join(lab.workdir, "plan.json")
+def start_dashboard(plan: WiringPlan, workdir: str, run_id: str, *, port: int | None,
+                    interval: float, rest_port: int | None, progress: str | None,
+                    on_pid: Callable[[int], None]) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the live view of ``plan`` (``port`` None: a free one); returns its process and
+    URL once it serves. Raises ``LabError`` with its log if it does not come up."""
+    port = port or free_port()
+    plan_path = os.path.join(workdir, "plan.json")
     if not os.path.exists(plan_path):
-        lab.plan.save(plan_path)
-    url_file = os.path.join(lab.workdir, "dashboard.url")
-    log_path = os.path.join(lab.workdir, "dashboard.log")
+        plan.save(plan_path)
+    url_file = os.path.join(workdir, "dashboard.url")
+    log_path = os.path.join(workdir, "dashboard.log")
     argv = [sys.executable, "-m", cleanup.DASHBOARD_MODULE, "--plan", plan_path,
-            "--port", str(port), "--url-file", url_file, "--interval", str(lab.poll_interval),
-            "--run-id", lab.run_id]
-    if lab.rest_port:
-        argv += ["--controller", f"http://127.0.0.1:{lab.rest_port}"]
-    if lab.dashboard_progress:
-        argv += ["--progress", lab.dashboard_progress]
+            "--port", str(port), "--url-file", url_file, "--interval", str(interval),
+            "--run-id", run_id]
+    if rest_port:
+        argv += ["--controller", f"http://127.0.0.1:{rest_port}"]
+    if progress:
+        argv += ["--progress", progress]
     with open(log_path, "ab") as logf:
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    lab._record["pids"].append(proc.pid)
-    lab._save_record()
+    on_pid(proc.pid)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError, ValueError), open(url_file, encoding="utf-8") as f:
-            url = json.load(f)["url"]  # written atomically: complete once it exists
-            lab.dashboard_url = url
-            lab.log(f"live view: {url}")
-            return proc
+            return proc, json.load(f)["url"]  # written atomically: complete once it exists
         if proc.poll() is not None:
             raise LabError(f"the dashboard exited at start:\n{_tail(log_path)}")
         time.sleep(0.05)
@@ -61,13 +61,15 @@ def start_dashboard(lab: Any) -> subprocess.Popen[bytes]:
                    f"{_tail(log_path)}")
 
 
-def start_captures(lab: Any) -> list[subprocess.Popen[bytes]]:
-    """One capture per requested port into ``lab.capture_dir``; each writes ``<intf>.pcap``."""
-    os.makedirs(lab.capture_dir, exist_ok=True)
+def start_captures(ports: Sequence[str], capture_dir: str, workdir: str,
+                   on_pid: Callable[[int], None]) -> list[subprocess.Popen[bytes]]:
+    """One capture per switch port in ``ports`` into ``capture_dir`` (``<intf>.pcap``, its log
+    in ``workdir``); returns once every one listens."""
+    os.makedirs(capture_dir, exist_ok=True)
     procs = []
-    for intf in lab.capture:
-        path = capture.pcap_path(lab.capture_dir, intf)
-        with open(os.path.join(lab.workdir, f"capture-{intf}.log"), "ab") as logf:
+    for intf in ports:
+        path = capture.pcap_path(capture_dir, intf)
+        with open(os.path.join(workdir, f"capture-{intf}.log"), "ab") as logf:
             try:
                 proc = subprocess.Popen(capture.command(intf, path), stdout=logf,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -75,24 +77,23 @@ def start_captures(lab: Any) -> list[subprocess.Popen[bytes]]:
             except FileNotFoundError:
                 raise LabError(f"--capture needs {capture.TOOL} (apt package {capture.TOOL}; "
                                "sudo bash scripts/setup.sh installs it)") from None
-        lab._record["pids"].append(proc.pid)
+        on_pid(proc.pid)
         procs.append(proc)
-    lab._save_record()
-    _wait_listening(lab, procs)
-    lab.log(f"capturing {len(procs)} port(s) into {lab.capture_dir}/")
+    _wait_listening(ports, capture_dir, workdir, procs)
     return procs
 
 
-def _wait_listening(lab: Any, procs: list[subprocess.Popen[bytes]]) -> None:
+def _wait_listening(ports: Sequence[str], capture_dir: str, workdir: str,
+                    procs: list[subprocess.Popen[bytes]]) -> None:
     """Until every capture has opened its file (its first line of output says it listens),
     so traffic that follows is in the pcap; a capture that dies is a ``LabError``."""
     deadline = time.monotonic() + 10
-    for intf, proc in zip(lab.capture, procs, strict=True):
-        log_path = os.path.join(lab.workdir, f"capture-{intf}.log")
+    for intf, proc in zip(ports, procs, strict=True):
+        log_path = os.path.join(workdir, f"capture-{intf}.log")
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise LabError(f"capture of {intf} exited: {_tail(log_path, 5)}")
-            if os.path.exists(capture.pcap_path(lab.capture_dir, intf)):
+            if os.path.exists(capture.pcap_path(capture_dir, intf)):
                 break
             time.sleep(0.05)
 

@@ -35,7 +35,7 @@ def wait_alert(mon: Monitor, detector: str, component: str, timeout: float = 20)
                          f"{[(a['detector'], a['component']) for a in mon.alerts()]}")
 
 
-def ask(lab: Any, mon: Monitor, question: str = "what is wrong?") -> list[str]:
+def ask(lab: Lab, mon: Monitor, question: str = "what is wrong?") -> list[str]:
     with mon.lock:
         tools = Tools(lab.plan, history=mon.collector.history, engine=mon.engine,
                       client=mon.collector.client,

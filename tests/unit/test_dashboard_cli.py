@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 import urllib.request
 from typing import Any
 
@@ -156,7 +155,7 @@ def test_lab_stop_ends_its_dashboard_by_sigterm_and_captures_by_sigint_first(
     while not all((tmp_path / f"{k}.ready").exists() for k in procs):
         assert time.monotonic() < deadline, "the stand-in processes never got ready"
         time.sleep(0.02)
-    lab._sidecars = {k: [p] for k, p in procs.items()}
+    lab.sidecar_procs = {k: [p] for k, p in procs.items()}
     lab.dashboard_url = "http://127.0.0.1:1/"
 
     def teardown() -> None:
@@ -174,7 +173,7 @@ def test_lab_stop_ends_its_dashboard_by_sigterm_and_captures_by_sigint_first(
     assert order == ["teardown"]
     assert (tmp_path / "dashboard").read_text() == str(int(signal.SIGTERM))
     assert (tmp_path / "capture").read_text() == str(int(signal.SIGINT))
-    assert lab.dashboard_url is None and lab._sidecars == {"dashboard": [], "capture": []}
+    assert lab.dashboard_url is None and lab.sidecar_procs == {"dashboard": [], "capture": []}
 
 
 # --- scenario runs: options reach every Lab, progress.json is written ---------------------------
@@ -236,23 +235,19 @@ def test_a_labs_dashboard_process_prints_its_url_serves_and_stops(tmp_path: Any)
     """The real ``python -m astral_lab.dashboard_cli``, as ``Lab`` starts it (no controller;
     it polls kernel counters of interfaces that do not exist here)."""
     plan = demo_plan()
-    record: dict[str, Any] = {"pids": []}
-    logs: list[str] = []
-    lab = types.SimpleNamespace(plan=plan, workdir=str(tmp_path), dashboard_port=None,
-                                poll_interval=0.5, run_id="0123456789", rest_port=None,
-                                dashboard_progress=None, dashboard_url=None, _record=record,
-                                _save_record=lambda: None, log=logs.append)
-    proc = sidecars.start_dashboard(lab)
+    pids: list[int] = []
+    proc, url = sidecars.start_dashboard(plan, str(tmp_path), "0123456789", port=None,
+                                         interval=0.5, rest_port=None, progress=None,
+                                         on_pid=pids.append)
     try:
-        assert record["pids"] == [proc.pid] and lab.dashboard_url.startswith("http://127.0.0.1:")
-        assert logs == [f"live view: {lab.dashboard_url}"]
-        with urllib.request.urlopen(lab.dashboard_url + "api/state", timeout=10) as r:
+        assert pids == [proc.pid] and url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(url + "api/state", timeout=10) as r:
             state = json.load(r)
         assert set(state["links"]) == {f"{ln.a}~{ln.b}#0" for ln in plan.links}
-        with urllib.request.urlopen(lab.dashboard_url + "metrics", timeout=10) as r:
+        with urllib.request.urlopen(url + "metrics", timeout=10) as r:
             assert b"astral_link_capacity_bytes_per_second" in r.read()
         with open(tmp_path / "dashboard.url") as f:
-            assert json.load(f) == {"url": lab.dashboard_url, "pid": proc.pid}
+            assert json.load(f) == {"url": url, "pid": proc.pid}
         with open(f"/proc/{proc.pid}/cmdline") as f:
             assert cleanup._is_sidecar(f.read().split("\0"))
     finally:
@@ -260,7 +255,7 @@ def test_a_labs_dashboard_process_prints_its_url_serves_and_stops(tmp_path: Any)
     assert proc.poll() is not None and not os.path.exists(f"/proc/{proc.pid}")
     with open(tmp_path / "dashboard.log") as f:
         log = f.read()
-    assert log.splitlines()[0] == lab.dashboard_url  # the URL is its first line
+    assert log.splitlines()[0] == url  # the URL is its first line
     assert "Traceback" not in log  # SIGTERM ended it through its own handler
 
 

@@ -187,7 +187,7 @@ class FaultContext:
     the injector's own bookkeeping (handles, locks, schedules) stays its own.
     """
 
-    def __init__(self, lab: Any, *, nic_loss_backend: str,
+    def __init__(self, lab: RunningLab, *, nic_loss_backend: str,
                  record: Callable[..., dict[str, Any]]) -> None:
         self.lab = lab
         self.plan: WiringPlan = lab.plan
