@@ -28,13 +28,17 @@ def _note_swallowed(unraisable: object) -> None:
 
 sys.unraisablehook = _note_swallowed
 
-from testbed.shell.signals import stop_inside, stop_on_signals  # noqa: E402  (after the hook, on purpose)
+try:  # a Ctrl-C can land in this import too, before any handler of ours is in
+    from testbed.shell.signals import stop_inside, stop_on_signals  # noqa: E402  (after the hook)
+except KeyboardInterrupt:
+    print("astral-lab: interrupted before it started", file=sys.stderr)
+    raise SystemExit(130) from None
 
 
 def main(argv: list[str] | None = None) -> int:
     """Install the stop handlers, then run ``astral_lab.cli.main``."""
-    stop_on_signals()
     try:
+        stop_on_signals()
         if _swallowed:  # a stop that came while the handlers were being imported
             raise _swallowed[0]
         from astral_lab.cli import main as cli_main

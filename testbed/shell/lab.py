@@ -273,20 +273,21 @@ class Lab:
         if not os.path.exists(plan_path):
             self.plan.save(plan_path)
         # appended to, so a restarted controller's log follows the first one's
-        logf = open(os.path.join(self.workdir, "controller.log"), "ab")  # noqa: SIM115
-        self.controller_proc = subprocess.Popen(
-            [sys.executable, "-m", cleanup.CONTROLLER_MODULE, "--plan", plan_path,
-             "--of-host", self.of_host,
-             "--of-port", str(self.of_port), "--rest-port", str(self.rest_port),
-             "--select-method", self.select_method, "--lb", self.lb,
-             "--poll-interval", str(self.poll_interval),
-             "--state", os.path.join(self.workdir, "controller-state.json"),
-             "--run-id", self.run_id],
-            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)  # Ctrl-C in the terminal goes to us, not to it
-        logf.close()
-        self._record["pids"].append(self.controller_proc.pid)
-        self._save_record()
+        # a stop that lands between the start and the record would leave the process
+        # unknown to ``stop``: held until it is recorded, then delivered
+        with signals.held(), open(os.path.join(self.workdir, "controller.log"), "ab") as logf:
+            # appended to, so a restarted controller's log follows the first one's
+            self.controller_proc = subprocess.Popen(
+                [sys.executable, "-m", cleanup.CONTROLLER_MODULE, "--plan", plan_path,
+                 "--of-host", self.of_host,
+                 "--of-port", str(self.of_port), "--rest-port", str(self.rest_port),
+                 "--select-method", self.select_method, "--lb", self.lb,
+                 "--poll-interval", str(self.poll_interval),
+                 "--state", os.path.join(self.workdir, "controller-state.json"),
+                 "--run-id", self.run_id],
+                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True)  # Ctrl-C in the terminal goes to us, not to it
+            self._note_pid(self.controller_proc.pid)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.controller_proc.poll() is not None:
@@ -311,7 +312,8 @@ class Lab:
         def start(name: str) -> Any:
             return Host(name, inNamespace=True)
 
-        with ThreadPoolExecutor(max_workers=8) as pool:
+        # held: a stop while shells start would leave the ones still starting unrecorded
+        with signals.held(), ThreadPoolExecutor(max_workers=8) as pool:
             futures = {n.name: pool.submit(start, n.name) for n in self.plan.hosts}
             errors = []
             for name, fut in futures.items():

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from testbed import capture
-from testbed.shell import cleanup
+from testbed.shell import cleanup, signals
 from testbed.shell.machine import free_port
 from testbed.shell.preflight import LabError
 from vocab.plan import WiringPlan
@@ -46,10 +46,10 @@ def start_dashboard(plan: WiringPlan, workdir: str, run_id: str, *, port: int | 
         argv += ["--controller", f"http://127.0.0.1:{rest_port}"]
     if progress:
         argv += ["--progress", progress]
-    with open(log_path, "ab") as logf:
+    with signals.held(), open(log_path, "ab") as logf:  # recorded before a stop lands
         proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    on_pid(proc.pid)
+        on_pid(proc.pid)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError, ValueError), open(url_file, encoding="utf-8") as f:
@@ -69,7 +69,7 @@ def start_captures(ports: Sequence[str], capture_dir: str, workdir: str,
     procs = []
     for intf in ports:
         path = capture.pcap_path(capture_dir, intf)
-        with open(os.path.join(workdir, f"capture-{intf}.log"), "ab") as logf:
+        with signals.held(), open(os.path.join(workdir, f"capture-{intf}.log"), "ab") as logf:
             try:
                 proc = subprocess.Popen(capture.command(intf, path), stdout=logf,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -77,7 +77,7 @@ def start_captures(ports: Sequence[str], capture_dir: str, workdir: str,
             except FileNotFoundError:
                 raise LabError(f"--capture needs {capture.TOOL} (apt package {capture.TOOL}; "
                                "sudo bash scripts/setup.sh installs it)") from None
-        on_pid(proc.pid)
+            on_pid(proc.pid)
         procs.append(proc)
     _wait_listening(ports, capture_dir, workdir, procs)
     return procs

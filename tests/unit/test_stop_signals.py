@@ -146,3 +146,55 @@ def test_exit_status_is_the_shells() -> None:
 
     assert [exit_status(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)] == \
         [130, 143, 129]
+
+
+#: A Ctrl-C raised while the program imports its stop handlers (a finder that interrupts
+#: exactly that import stands in for the signal's timing).
+_IN_HANDLER_IMPORT = """
+import runpy, sys
+class Interrupting:
+    def find_spec(self, name, path=None, target=None):
+        if name == "testbed.shell.signals":
+            raise KeyboardInterrupt
+        return None
+sys.meta_path.insert(0, Interrupting())
+sys.argv = ["astral-lab", "policies"]
+runpy.run_module("astral_lab", run_name="__main__")
+"""
+
+
+def test_a_ctrl_c_during_the_handlers_import_is_a_clean_stop() -> None:
+    got = _run(_IN_HANDLER_IMPORT)
+    assert got.returncode == 130, (got.stdout, got.stderr)
+    assert got.stderr.strip() == "astral-lab: interrupted before it started"
+
+
+#: A stop that lands the moment the controller's process exists (``Popen`` returning):
+#: the Lab must know the process by then, or ``stop`` leaves it running.
+_AT_CONTROLLER_START = """
+import os, signal, subprocess, sys
+from testbed.shell import cleanup, signals
+from testbed.shell import lab as lab_module
+from testbed.topologies import build
+signals.stop_on_signals()
+real = subprocess.Popen
+def popen(argv, **kw):
+    proc = real(["sleep", "30"], **kw)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return proc
+lab_module.subprocess.Popen = popen
+cleanup.write_record = lambda *_a: None
+lab = lab_module.Lab(build("astral3", servers=2, gpus=2))
+lab.workdir = sys.argv[1]
+lab._record = {"pids": []}
+try:
+    lab._start_controller()
+except SystemExit as exc:
+    print(exc.code, lab._record["pids"] == [lab.controller_proc.pid])
+    lab.controller_proc.kill()
+"""
+
+
+def test_a_stop_at_the_controllers_start_finds_it_recorded(tmp_path: object) -> None:
+    got = _run(_AT_CONTROLLER_START, tmp_path)
+    assert got.stdout.strip() == "143 True", got.stderr
