@@ -51,6 +51,8 @@ def doubled() -> WiringPlan:
     ({"kind": "link-flap", "target": "a~b", "count": 0}, "count"),
     ({"kind": "link-flap", "target": "a~b", "count": 2.5}, "count"),
     ({"kind": "link-flap", "target": "a~b", "count": True}, "count"),
+    ({"kind": "link-flap", "target": "a~b", "jitter": 1.0}, "jitter"),
+    ({"kind": "link-flap", "target": "a~b", "seed": -1}, "seed"),
     ({"kind": "link-degrade", "target": "a~b", "fraction": 0}, "fraction"),
     ({"kind": "link-degrade", "target": "a~b", "fraction": 1}, "fraction"),
     ({"kind": "link-degrade", "target": "a~b", "fraction": 1.5}, "fraction"),
@@ -95,7 +97,7 @@ def test_each_kind_takes_its_own_settings_and_refuses_another_kinds() -> None:
 
     got = {k: FAULT_KINDS.get(k).knobs for k in FAULT_KINDS.names()}
     assert {k: v for k, v in got.items() if v} == {
-        "link-flap": ("period", "count"), "link-degrade": ("fraction",),
+        "link-flap": ("period", "count", "jitter", "seed"), "link-degrade": ("fraction",),
         "nic-loss": ("probability", "direction"),
         "hot-receiver": ("overload", "hot_share", "senders", "seed")}
     for kind in FAULT_KINDS.names():  # every kind round-trips with its defaults
