@@ -230,7 +230,8 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
     add_live_options(p)
     for prm in sc.params:
         quick = f" [{prm.quick}]" if prm.quick is not None else ""
-        choices = f" (one or more of {', '.join(map(str, prm.choices))})" if prm.choices else ""
+        many = "one or more" if isinstance(prm.default, (list, tuple)) else "one"
+        choices = f" ({many} of {', '.join(map(str, prm.choices))})" if prm.choices else ""
         rule = f"; {prm.rule}" if prm.rule is not None else ""
         p.add_argument(f"--{prm.flag}", dest=prm.name, type=prm.parse, default=None,
                        metavar=type(prm.default).__name__.upper(),

@@ -15,13 +15,14 @@ import them from there.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.faultkinds import FAULT_KINDS, number
+from testbed.faultkinds import FAULT_KINDS, MIXED, SCHEDULE_SEVERITIES, number, whole
 from testbed.faultkinds.hot_receiver import (
     HOT_PAYLOAD,
     HOT_PORT,
@@ -39,10 +40,10 @@ from vocab.plugins import unknown
 __all__ = [
     "CONTROLLER", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "KINDS",
     "MAX_HOT_SENDERS", "NUMGEN_MOD", "TARGET_KIND", "WIRE_OVERHEAD", "Fault", "Target",
-    "canonical_component", "hot_streams", "incast_bytes", "incast_weights",
+    "canonical_component", "fabric_part", "hot_streams", "incast_bytes", "incast_weights",
     "iptables_loss_commands", "leaf_switches", "link_ends", "link_name", "nft_loss_commands",
     "nft_loss_script", "parallel_links", "parse_htb_rate", "parse_target", "random_schedule",
-    "resolve", "traffic_links",
+    "resolve", "schedule_kinds", "traffic_links",
 ]
 
 #: Every kind (``testbed.faultkinds``: one module each), in listing order.
@@ -68,14 +69,16 @@ class Fault:
     ``lane``), a switch, a host (its NIC), or ``controller``. ``at`` is seconds after
     the start of a schedule (``inject`` applies a fault at once and ignores it);
     ``duration`` is seconds until it is undone (None: until ``undo``). ``link-flap``
-    lasts ``count * period`` and takes no duration; for ``controller-restart`` the
-    duration is the downtime between kill and start (None = 0).
+    lasts ``count * period`` (with ``jitter``, the sum of its phases) and takes no
+    duration; for ``controller-restart`` the duration is the downtime between kill and
+    start (None = 0).
 
     ``settings`` holds the knobs of the kind, declared by its module (``SETTINGS``:
-    ``period``, ``count`` for link-flap; ``fraction`` for link-degrade; ``probability``,
-    ``direction`` for nic-loss; ``overload``, ``hot_share``, ``senders``, ``seed`` for
-    hot-receiver). Give them as keywords (``Fault("link-degrade", t, fraction=0.25)``);
-    each is checked by its kind, and a knob the kind does not have is refused.
+    ``period``, ``count``, ``jitter``, ``seed`` for link-flap; ``fraction`` for
+    link-degrade; ``probability``, ``direction`` for nic-loss; ``overload``,
+    ``hot_share``, ``senders``, ``seed`` for hot-receiver). Give them as keywords
+    (``Fault("link-degrade", t, fraction=0.25)``); each is checked by its kind, and a
+    knob the kind does not have is refused.
     """
 
     kind: str
@@ -352,9 +355,113 @@ def leaf_switches(plan: WiringPlan) -> list[str]:
     return [s.name for s in plan.switches if s.tier in ("leaf", "tor", "edge")]
 
 
+def schedule_kinds(kinds: Iterable[str] | None = None, severity: str = "hard") -> list[str]:
+    """The kinds a schedule of ``severity`` draws: ``kinds`` checked, or (None) every kind
+    that declares ``severity`` (``mixed``: every kind). A ValueError starting with
+    ``severity`` or ``kinds`` names what is wrong: an unknown kind, or kinds that have no
+    ``severity`` draw. Pure."""
+    if severity not in SCHEDULE_SEVERITIES:
+        raise ValueError(f"severity must be one of {', '.join(SCHEDULE_SEVERITIES)} "
+                         f"(got {severity!r})")
+    if kinds is None:
+        return [k for k in KINDS if severity == MIXED or severity in _KINDS[k].severities]
+    kinds = list(kinds)
+    for k in kinds:
+        if k not in KINDS:
+            raise ValueError(f"kinds: {unknown('fault kind', k, KINDS)}")
+    lacking = [k for k in kinds if severity != MIXED and severity not in _KINDS[k].severities]
+    if lacking:
+        able = [k for k in KINDS if severity in _KINDS[k].severities]
+        raise ValueError(f"kinds: {', '.join(lacking)} {'has' if len(lacking) == 1 else 'have'}"
+                         f" no {severity} faults (kinds with {severity} faults: "
+                         f"{', '.join(able) or 'none'}; severity mixed takes every kind)")
+    return kinds
+
+
+def fabric_part(plan: WiringPlan, fault: Fault) -> frozenset[str]:
+    """The part of the fabric ``fault`` touches: the switches whose ports it changes or
+    whose queues show it. Pure.
+
+    A link: its switch ends (a leaf-spine lane both, a NIC cable its leaf); a switch:
+    itself; a host (its NIC): the switch its NIC is cabled to; the controller:
+    ``{"controller"}``, a part of its own. Two faults with disjoint parts are in
+    different parts of the fabric (``random_schedule``'s ``concurrent``). A switch-down's
+    neighbours see their ports toward it go down too, but counting them would tie every
+    leaf to every spine of a leaf-spine fabric, so a switch's part is the switch.
+    """
+    return _part(plan, TARGET_KIND[fault.kind], fault.target)
+
+
+def _part(plan: WiringPlan, target_kind: str, target: str) -> frozenset[str]:
+    switches = {s.name for s in plan.switches}
+    if target_kind == CONTROLLER:
+        return frozenset({CONTROLLER})
+    if target_kind == "switch":
+        return frozenset({target})
+    if target_kind == "host":
+        return frozenset(ln.b if ln.a == target else ln.a for ln in plan.links
+                         if target in (ln.a, ln.b) and {ln.a, ln.b} - {target} <= switches)
+    link = parse_target(plan, target).link
+    assert link is not None
+    return frozenset({link.a, link.b} & switches)
+
+
+def _disjoint_targets(group: Sequence[str], pools: dict[str, list[str]],
+                      parts: dict[str, frozenset[str]], rng: random.Random | None
+                      ) -> list[str] | None:
+    """One target for each kind of ``group``, their parts pairwise disjoint, or None when
+    there is no such choice. Seeded choices with ``rng``; without, the first choice found."""
+    def search(i: int, used: frozenset[str]) -> list[str] | None:
+        if i == len(group):
+            return []
+        free = [t for t in pools[group[i]] if not parts[t] & used]
+        if rng is not None:
+            rng.shuffle(free)
+        for t in free:
+            rest = search(i + 1, used | parts[t])
+            if rest is not None:
+                return [t, *rest]
+        return None
+
+    return search(0, frozenset())
+
+
+def _groups(seq: list[str], size: int, fits: Callable[[list[str]], bool]) -> list[list[str]]:
+    """``seq`` (kinds in draw order) cut into groups of ``size`` (the last one smaller when
+    ``size`` does not divide it) whose kinds can be placed in different parts at once.
+
+    In order: a group takes the next kinds that fit with it; when the rest cannot fill it,
+    a kind is swapped with one of an earlier group. A ValueError when no swap helps."""
+    pending, groups = list(seq), []
+    sizes = [size] * (len(seq) // size) + ([len(seq) % size] if len(seq) % size else [])
+    for want in sizes:
+        group = [pending.pop(0)]
+        j = 0
+        while len(group) < want and j < len(pending):
+            if fits([*group, pending[j]]):
+                group.append(pending.pop(j))
+            else:
+                j += 1
+        while len(group) < want:
+            swap = next(((g, k, j) for g in groups for k in range(len(g))
+                         for j in range(len(pending)) if fits([*group, g[k]])
+                         and fits([*g[:k], *g[k + 1:], pending[j]])), None)
+            if swap is None:
+                stuck = sorted({*group, *pending})
+                raise ValueError(f"concurrent: cannot place {', '.join(stuck)} with other "
+                                 f"faults in different parts of this plan at once (a part: "
+                                 "the switches a fault touches, or the controller)")
+            g, k, j = swap
+            group.append(g[k])
+            g[k] = pending.pop(j)
+        groups.append(group)
+    return groups
+
+
 def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int = 8,
                     duration_s: float = 120.0, seed: int = 0, min_gap_s: float = 5.0,
-                    overlap: bool = False) -> list[Fault]:
+                    overlap: bool = False, severity: str = "hard",
+                    concurrent: int = 1) -> list[Fault]:
     """``n`` faults within ``duration_s`` seconds, reproducible for a ``seed``. Pure.
 
     Kinds are spread evenly (a seeded order of ``kinds`` repeated, so counts differ by
@@ -363,25 +470,38 @@ def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int
     NICs among the hosts. Without ``overlap`` the run is cut into ``n`` equal slots
     and each fault, with its recovery gap of ``min_gap_s``, fits in its own slot, so
     faults never overlap and are ``min_gap_s`` apart. Kind knobs are drawn by each
-    kind's ``random_knobs`` from ranges a detector should see: degrade to 10-50%, loss
-    2-20%, 2-4 flaps; a kind's ``random_targets`` may narrow its pool (a hot receiver
-    needs a plan with GPUs on two servers).
+    kind's ``random_knobs`` for ``severity`` from ranges a detector should see (hard:
+    degrade to 10-50%, loss 2-20%, 2-4 flaps; gray: degrade to 50-90%, loss 0.05-1%, a
+    few irregular flaps); a kind's ``random_targets`` may narrow its pool (a hot
+    receiver needs a plan with GPUs on two servers).
+
+    ``severity`` ``gray`` or ``hard`` draws only kinds declaring it (``kinds`` None: all
+    of them; a listed kind without it is an error, ``schedule_kinds``); ``mixed`` draws
+    each fault's severity from what its kind declares. ``concurrent`` > 1 places the
+    faults in groups of that many (the last smaller when it does not divide ``n``), one
+    group per slot: the faults of a group overlap in time (each covers the middle fifth
+    of the slot's room), their targets lie in different parts of the fabric
+    (``fabric_part``: disjoint sets of switches, the controller a part of its own), so
+    never two on one component. ``concurrent`` 1 with ``severity`` hard draws what this
+    function drew before either existed, for the same seed.
     """
-    kinds = list(KINDS if kinds is None else kinds)
-    for k in kinds:
-        if k not in KINDS:
-            raise ValueError(f"kinds: {unknown('fault kind', k, KINDS)}")
+    kinds = schedule_kinds(kinds, severity)
     if not kinds:
         raise ValueError("kinds must name at least one kind")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1 (got {n!r})")
     number("duration_s", duration_s, low=0.0, low_open=True)
     number("min_gap_s", min_gap_s, low=0.0)
-    slot = duration_s / n
+    whole("concurrent", concurrent, 1)
+    if concurrent > 1 and overlap:
+        raise ValueError("concurrent: faults overlap within their group already; "
+                         "overlap=True places faults anywhere and cannot keep groups apart")
+    slot = duration_s / math.ceil(n / concurrent)
     room = slot - min_gap_s
     if not overlap and room < 1.0:
+        each = "each" if concurrent == 1 else f"each group of {concurrent}"
         raise ValueError(f"duration_s={duration_s:g} is too short for n={n} faults with "
-                         f"min_gap_s={min_gap_s:g}: each needs >= {min_gap_s + 1:g} s")
+                         f"min_gap_s={min_gap_s:g}: {each} needs >= {min_gap_s + 1:g} s")
     rng = random.Random(seed)
     by_target = {"link": [link_name(plan, ln) for ln in traffic_links(plan)],
                  "switch": leaf_switches(plan), "host": [h.name for h in plan.hosts],
@@ -393,16 +513,41 @@ def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int
             raise ValueError(f"kinds: this plan has no target for {k}")
     order = kinds[:]
     rng.shuffle(order)
+    seq = [order[i % len(order)] for i in range(n)]
+    if concurrent == 1:
+        groups = [[k] for k in seq]
+    else:
+        parts = {t: _part(plan, TARGET_KIND[k], t) for k in pools for t in pools[k]}
+        fit_cache: dict[tuple[str, ...], bool] = {}
+
+        def fits(group: list[str]) -> bool:
+            key = tuple(sorted(group))
+            if key not in fit_cache:
+                fit_cache[key] = _disjoint_targets(key, pools, parts, None) is not None
+            return fit_cache[key]
+
+        groups = _groups(seq, concurrent, fits)
     faults = []
-    for i in range(n):
-        kind = order[i % len(order)]
-        target = rng.choice(pools[kind])
-        span = rng.uniform(0.5, 1.0) * (room if not overlap else min(slot, duration_s / 2))
-        span = max(span, 0.5)
-        if overlap:
-            at = rng.uniform(0.0, max(0.0, duration_s - span))
+    for i, group in enumerate(groups):
+        if concurrent == 1:
+            targets = [rng.choice(pools[group[0]])]
         else:
-            at = i * slot + rng.uniform(0.0, room - span)
-        knobs = {"duration": round(span, 3), **_KINDS[kind].random_knobs(rng, span)}
-        faults.append(Fault(kind, target, at=round(at, 3), **knobs))
+            found = _disjoint_targets(group, pools, parts, rng)
+            assert found is not None  # _groups kept only groups that fit
+            targets = found
+        for kind, target in zip(group, targets, strict=True):
+            if concurrent == 1:
+                span = rng.uniform(0.5, 1.0) * (room if not overlap else
+                                                min(slot, duration_s / 2))
+                span = max(span, 0.5)
+                if overlap:
+                    at = rng.uniform(0.0, max(0.0, duration_s - span))
+                else:
+                    at = i * slot + rng.uniform(0.0, room - span)
+            else:  # every fault of the group covers [0.4, 0.6] x room of the slot
+                span = rng.uniform(0.6, 1.0) * room
+                at = i * slot + rng.uniform(0.0, room - span)
+            sev = rng.choice(_KINDS[kind].severities) if severity == MIXED else severity
+            knobs = {"duration": round(span, 3), **_KINDS[kind].random_knobs(rng, span, sev)}
+            faults.append(Fault(kind, target, at=round(at, 3), **knobs))
     return sorted(faults, key=lambda f: f.at)

@@ -109,29 +109,31 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                 interval: float = DEFAULT_INTERVAL_S, store_path: str | None = None,
                 log: Callable[[str], None] = print,
                 fault_params: dict[str, dict[str, Any]] | None = None,
-                mbps_per_host: float = 20.0) -> dict[str, Any]:
+                mbps_per_host: float = 20.0, severity: str = "hard") -> dict[str, Any]:
     """A fault-free phase and a fault phase of equal length on a running lab; score both.
 
     The schedule is ``testbed.shell.faults.random_schedule(plan, kinds, per_kind * len(kinds),
     ...)`` with its knobs as drawn (``fault_params`` overrides a kind's knobs, e.g.
     ``{"link-degrade": {"fraction": 0.25}}``); faults last at most ``fault_s`` and are
-    ``gap_s`` apart. ``store_path``: keep the telemetry in that SQLite file. Returns
+    ``gap_s`` apart. ``severity`` (gray, hard or mixed) is the schedule's; ``kinds`` None
+    takes every kind that has it. ``store_path``: keep the telemetry in that SQLite file. Returns
     ``{"clean": score, "faults": score, "schedule", "events", "baseline_mbps",
     "telemetry", ...}``.
     """
     from testbed.shell import faults as F
 
     plan = lab.plan
-    kinds = list(kinds or F.KINDS)
+    kinds = F.schedule_kinds(kinds or None, severity)
     n = per_kind * len(kinds)
     phase_s = n * (fault_s + gap_s) + gap_s
-    schedule = F.random_schedule(plan, kinds, n, phase_s - gap_s, seed, gap_s)
+    schedule = F.random_schedule(plan, kinds, n, phase_s - gap_s, seed, gap_s,
+                                 severity=severity)
     schedule = [dataclasses.replace(f, at=f.at + gap_s / 2,
                                     **(fault_params or {}).get(f.kind, {})) for f in schedule]
     warmup_s = 15 * interval
     store = Store(store_path) if store_path else None
     out: dict[str, Any] = {"phase_s": phase_s, "interval_s": interval,
-                           "mbps_per_host": mbps_per_host,
+                           "mbps_per_host": mbps_per_host, "severity": severity,
                            "schedule": [_fault_dict(f) for f in schedule]}
     streams = steady_traffic(lab, warmup_s + 2 * phase_s + 60, mbps_per_host)
     mon = Monitor(lab, store, interval)
@@ -147,7 +149,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                              [], run_s=t_fault - t_clean, interval=interval, plan=plan)
         out["clean"]["alerts_during_warmup"] = sum(a["opened"] < t_clean for a in alerts)
         out["baseline_mbps"] = mon.engine.baseline
-        log(f"ops-eval: fault phase, {n} faults ({', '.join(kinds)})")
+        log(f"ops-eval: fault phase, {n} {severity} faults ({', '.join(kinds)})")
         with F.FaultInjector(lab, log=log) as inj:
             runner = inj.run_schedule(schedule)
             runner.wait(timeout=phase_s + 120)

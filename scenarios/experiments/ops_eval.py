@@ -11,6 +11,12 @@ collector polls every ``interval``; the detectors run after every poll; the dete
 agent is asked "what is wrong?" at every poll with an open alert, and its answer two polls
 after a detection is scored (the scoring is ``ops.evaluate.score``).
 
+How bad the faults are is ``severity``: ``hard`` (the default) draws each kind's obvious
+range, ``gray`` only the kinds that have a degraded-but-working range, drawn in it (a lane
+at 50-90% of its rate, 0.05-1% loss, a few irregular flaps), ``mixed`` each fault's
+severity from what its kind has. The default ``kinds`` (every kind) means every kind with
+that severity.
+
 Goals (tracker issue 7): >= 95% detection, 0 false alarms in the fault-free phase,
 top-1 localization >= 90%, detection within 3 polling intervals.
 
@@ -41,7 +47,8 @@ from scenarios.common import compare, distribution, fmt_distribution, in_band
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
 from testbed.fabricspec import MAX_EMULATED_MBPS
-from testbed.faultspec import KINDS
+from testbed.faultkinds import SCHEDULE_SEVERITIES
+from testbed.faultspec import KINDS, schedule_kinds
 from testbed.topologies import build
 from traffic.shell.running import RunningLab
 from vocab.validate import count, positive
@@ -55,7 +62,10 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
     Param("servers", 2, "servers (of `gpus` GPUs each)", rule=SERVERS),
     Param("gpus", 4, "GPUs (NICs, rails) per server", quick=2, rule=GPUS),
     Param("per_kind", 3, "faults of each kind", quick=1, rule=count(1, 100)),
-    Param("kinds", list(KINDS), "fault kinds", choices=KINDS),
+    Param("kinds", list(KINDS), "fault kinds (all: every kind with --severity's faults)",
+          choices=KINDS),
+    Param("severity", "hard", "how bad the faults are: gray (degraded, working), hard "
+          "(obvious) or mixed (each fault drawn from its kind's)", choices=SCHEDULE_SEVERITIES),
     Param("fault_s", 10.0, "longest fault (s)", quick=8.0, rule=SECONDS),
     Param("gap_s", 12.0, "gap between faults (s): recovery before the next", quick=10.0,
           rule=SECONDS),
@@ -73,11 +83,14 @@ def ops_eval(run: Run) -> None:
     p = run.params
     if p["model_draws"] < 1:
         raise ValueError("--model-draws must be >= 1")
+    # before any fabric: kinds without a range of this severity are refused here
+    kinds = schedule_kinds(None if list(p["kinds"]) == list(KINDS) else p["kinds"],
+                           p["severity"])
     plan = build("astral3", servers=p["servers"], gpus=p["gpus"])
     with run.lab(plan, label="astral3", poll_interval=p["interval"]) as lab:
         run.guard(lab, _stream_flows(lab), "steady probe streams",
                   rate_mbps=p["mbps_per_host"])
-        res = eval_on_lab(lab, per_kind=p["per_kind"], kinds=list(p["kinds"]),
+        res = eval_on_lab(lab, per_kind=p["per_kind"], kinds=kinds, severity=p["severity"],
                           fault_s=p["fault_s"], gap_s=p["gap_s"], seed=p["seed"],
                           interval=p["interval"], mbps_per_host=p["mbps_per_host"],
                           store_path=run.path("telemetry.sqlite"), log=run.log)

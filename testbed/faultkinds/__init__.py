@@ -20,6 +20,13 @@ under a new name), and ``tests/unit/test_faultkinds.py`` checks that the two reg
 (``FAULT_KINDS`` here, ``testbed.shell.faults.INJECTORS``) name the same kinds.
 
 What a module here declares and implements is ``FaultKindModule``.
+
+**Severity.** A kind declares the severities its random knobs can draw (``SEVERITIES``):
+``gray`` is degraded, not dead (a lane at three quarters of its rate, a fraction of a
+percent of loss, a link that flaps now and then at irregular times: the subtle faults a
+production fault-finder must catch), ``hard`` is obvious (a cut, a lane at a fraction of
+its rate, loss in percent). ``random_knobs(rng, span, severity)`` draws for one of them;
+``testbed.faultspec.random_schedule(..., severity=...)`` asks for one, or for ``mixed``.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol
 
 from vocab.plan import WiringPlan
@@ -36,6 +44,21 @@ from vocab.plugins import Plugin, Plugins
 
 #: What a kind's ``TARGET`` may be.
 TARGETS = ("link", "host", "switch", "controller")
+
+
+class Severity(StrEnum):
+    """How bad a drawn fault is: ``gray`` degraded but working, ``hard`` obviously broken."""
+
+    GRAY = "gray"
+    HARD = "hard"
+
+
+#: What a kind's ``SEVERITIES`` may name.
+SEVERITIES = tuple(s.value for s in Severity)
+#: A schedule of faults whose severity is drawn, each from what its kind declares.
+MIXED = "mixed"
+#: What a schedule may ask for: one severity for every fault, or ``mixed``.
+SCHEDULE_SEVERITIES = (*SEVERITIES, MIXED)
 
 
 @dataclass(frozen=True)
@@ -73,10 +96,14 @@ class FaultKindModule(Protocol):
     """``random_targets(plan, pool)``: which of ``pool`` (the schedule's candidates for its
     ``TARGET``: leaf-spine lanes, leaf switches, hosts, the controller) ``random_schedule``
     may pick; left out, all."""
-    random_knobs: Callable[[random.Random, float], dict[str, Any]] | None = None
-    """``random_knobs(rng, span)``: ``Fault`` fields ``random_schedule`` draws for a fault
-    lasting about ``span`` seconds (``duration`` defaults to ``span``; return
-    ``duration=None`` for a kind without one); left out, none."""
+    SEVERITIES: tuple[str, ...] = ("hard",)
+    """The severities (``Severity``: ``"gray"``, ``"hard"``) ``random_knobs`` can draw, one
+    or both; ``random_schedule`` draws a kind only for a severity it declares."""
+    random_knobs: Callable[[random.Random, float, str], dict[str, Any]] | None = None
+    """``random_knobs(rng, span, severity)``: ``Fault`` fields ``random_schedule`` draws for
+    a fault of ``severity`` (one of ``SEVERITIES``) lasting about ``span`` seconds
+    (``duration`` defaults to ``span``; return ``duration=None`` for a kind without one);
+    left out, none."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +117,20 @@ class FaultKind(Plugin):
         if self.module.TARGET not in TARGETS:
             raise ValueError(f"fault kind module {self.module.__name__}: TARGET must be one "
                              f"of {', '.join(TARGETS)} (got {self.module.TARGET!r})")
+        sev = self.declared("SEVERITIES")
+        if (not isinstance(sev, tuple) or not sev or len(set(sev)) != len(sev)
+                or any(s not in SEVERITIES for s in sev)):
+            raise ValueError(f"fault kind module {self.module.__name__}: SEVERITIES must be a "
+                             f"tuple of one or both of {', '.join(SEVERITIES)} (got {sev!r})")
 
     @property
     def target(self) -> str:
         return str(self.module.TARGET)
+
+    @property
+    def severities(self) -> tuple[str, ...]:
+        """The severities the kind's random knobs can draw (``SEVERITIES``)."""
+        return tuple(str(s) for s in self.declared("SEVERITIES"))
 
     @property
     def knobs(self) -> tuple[str, ...]:
@@ -127,9 +164,13 @@ class FaultKind(Plugin):
         fn = self.hook("random_targets")
         return pool if fn is None else list(fn(plan, pool))
 
-    def random_knobs(self, rng: random.Random, span: float) -> dict[str, Any]:
+    def random_knobs(self, rng: random.Random, span: float, severity: str) -> dict[str, Any]:
+        """The module's draw for ``severity``; a ValueError for one the kind does not declare."""
+        if severity not in self.severities:
+            raise ValueError(f"severity: {self.name} draws no {severity!r} faults (its "
+                             f"severities: {', '.join(self.severities)})")
         fn = self.hook("random_knobs")
-        return {} if fn is None else dict(fn(rng, span))
+        return {} if fn is None else dict(fn(rng, span, str(severity)))
 
 
 #: Every kind, in listing order (and the order a random schedule's draws are made in):

@@ -56,8 +56,8 @@ def random_targets(plan: WiringPlan, pool: list[str]) -> list[str]:
     return pool if _has_incast(plan) else []
 
 
-def random_knobs(rng: random.Random, span: float) -> dict[str, Any]:
-    """A workload seed."""
+def random_knobs(rng: random.Random, span: float, severity: str) -> dict[str, Any]:
+    """A workload seed (hard only: an incast at twice the NIC's rate)."""
     return {"seed": rng.randrange(1 << 16)}
 
 

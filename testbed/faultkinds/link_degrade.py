@@ -9,6 +9,7 @@ from typing import Any
 from testbed.faultkinds import number
 
 TARGET = "link"
+SEVERITIES = ("gray", "hard")
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class Settings:
 SETTINGS = Settings
 
 
-def random_knobs(rng: random.Random, span: float) -> dict[str, Any]:
-    """Down to 10-50% of the rate."""
+def random_knobs(rng: random.Random, span: float, severity: str) -> dict[str, Any]:
+    """Gray: 50-90% of the rate (a port running on some of its lanes: 3 of 4 is 0.75);
+    hard: down to 10-50%."""
+    if severity == "gray":
+        return {"fraction": round(rng.uniform(0.5, 0.9), 3)}
     return {"fraction": round(rng.uniform(0.1, 0.5), 3)}

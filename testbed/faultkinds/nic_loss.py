@@ -9,6 +9,7 @@ from typing import Any
 from testbed.faultkinds import number
 
 TARGET = "host"
+SEVERITIES = ("gray", "hard")
 #: Which frames a nic-loss drops: those the NIC receives, those it sends, or both.
 DIRECTIONS = ("ingress", "egress", "both")
 
@@ -31,6 +32,8 @@ class Settings:
 SETTINGS = Settings
 
 
-def random_knobs(rng: random.Random, span: float) -> dict[str, Any]:
-    """2-20% loss."""
+def random_knobs(rng: random.Random, span: float, severity: str) -> dict[str, Any]:
+    """Gray: 0.05-1% loss (a marginal optic: retransmissions, no outage); hard: 2-20%."""
+    if severity == "gray":
+        return {"probability": round(rng.uniform(0.0005, 0.01), 6)}
     return {"probability": round(rng.uniform(0.02, 0.2), 3)}

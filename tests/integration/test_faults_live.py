@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from testbed.faultkinds.link_flap import phases
 from testbed.shell import cleanup
 from testbed.shell import faults as F
 from testbed.shell.faults import Fault, FaultInjector
@@ -156,6 +157,57 @@ def test_link_flap_goes_down_and_up_count_times(lab: Lab, injector: FaultInjecto
     assert acts == ["inject"] + ["flap-down", "flap-up"] * 3 + ["undo"]
     downs = [e["time"] for e in injector.events if e["action"] == "flap-down"]
     assert all(0.5 < b - a < 1.2 for a, b in zip(downs, downs[1:], strict=False)), downs
+
+
+def test_a_gray_link_flap_flaps_at_its_irregular_intervals(lab: Lab,
+                                                           injector: FaultInjector) -> None:
+    """A gray flap drawn by ``random_schedule``: 3 flaps, each phase stretched or shortened
+    by up to 69% (0.57-1.64 s). Both ends' operstate, polled every 5 ms from the kernel,
+    go down and up at the phases' times, and the lane ends up."""
+    (f,) = F.random_schedule(PLAN, kinds=["link-flap"], n=1, duration_s=8, seed=0,
+                             min_gap_s=1, severity="gray")
+    want = phases(f.settings)
+    assert f.settings.jitter > 0.5 and max(want) - min(want) > 1.0  # irregular by design
+    link = F.parse_target(PLAN, f.target).link
+    paths = [f"/sys/class/net/{i}/operstate" for i in (link.a_intf, link.b_intf)]
+    seen: list[tuple[float, str]] = []
+    stop = threading.Event()
+
+    def sample() -> None:  # the lane is up when both ends are (a peer going down first
+        while not stop.is_set():  # shows as "lowerlayerdown")
+            states = []
+            for path in paths:
+                with open(path) as fh:
+                    states.append(fh.read().strip())
+            state = "up" if states == ["up", "up"] else "down"
+            if not seen or seen[-1][1] != state:
+                seen.append((time.time(), state))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=sample)
+    watcher.start()
+    try:
+        time.sleep(0.1)
+        h = injector.inject(f)
+        assert h.wait(30)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        watcher.join()
+    assert [st for _, st in seen] == ["up"] + ["down", "up"] * f.settings.count, seen
+    edges = [t for t, _ in seen[1:]]
+    measured = [b - a for a, b in zip(edges, edges[1:], strict=False)]
+    print("gray flap phases (s): planned", [round(x, 3) for x in want[:-1]],
+          "measured", [round(x, 3) for x in measured])
+    assert measured == pytest.approx(want[:-1], abs=0.1), (measured, want)
+    assert max(measured) - min(measured) > 0.8
+    # the injector's own times agree with the kernel's
+    flaps = [e["time"] for e in injector.events if e["action"].startswith("flap-")]
+    assert len(flaps) == len(edges)
+    assert all(abs(a - b) < 0.1 for a, b in zip(flaps, edges, strict=True)), (flaps, edges)
+    for node, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
+        assert link_state(lab, node, intf) == (True, "UP")
+    assert injector.events[0]["detail"]["jitter"] == f.settings.jitter
 
 
 def test_link_degrade_cuts_a_lanes_measured_rate_to_the_fraction(lab: Lab,

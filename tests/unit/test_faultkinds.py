@@ -258,11 +258,17 @@ _CHECK = textwrap.dedent("""
     f_new, f_orig = Fault(new, **knobs), Fault(orig, **knobs)
     rep["fault"] = [f_new.span == f_orig.span, f_new.component == f_orig.component,
                     faultspec.resolve(plan, f_new).target == faultspec.resolve(plan, f_orig).target]
-    a = faultspec.random_schedule(plan, kinds=[orig], n=3, duration_s=60, seed=5)
-    b = faultspec.random_schedule(plan, kinds=[new], n=3, duration_s=60, seed=5)
-    rep["schedule"] = [dict(x.to_dict(), kind=None) == dict(y.to_dict(), kind=None)
-                       for x, y in zip(a, b)]
-    rep["drawn"] = sorted({f.kind for f in faultspec.random_schedule(plan, n=18, duration_s=360)})
+    rep["schedule"] = []
+    for sev in pure.FAULT_KINDS.get(orig).severities:
+        a = faultspec.random_schedule(plan, kinds=[orig], n=3, duration_s=60, seed=5,
+                                      severity=sev)
+        b = faultspec.random_schedule(plan, kinds=[new], n=3, duration_s=60, seed=5,
+                                      severity=sev)
+        rep["schedule"] += [dict(x.to_dict(), kind=None) == dict(y.to_dict(), kind=None)
+                            for x, y in zip(a, b)]
+    rep["drawn"] = sorted({f.kind for f in faultspec.random_schedule(
+        plan, n=3 * len(faultspec.KINDS), duration_s=20 * len(faultspec.KINDS),
+        severity="mixed")})
     rep["orig"] = record(plan, orig, knobs, how, work)
     rep["new"] = record(plan, new, knobs, how, work)
     lab = RecordingLab(plan, work)

@@ -20,7 +20,8 @@ change the injector makes is written to an event log with wall-clock times.
 The kinds, and how each is realised on Linux (docs/faults.md has the long version):
 
 ``link-down``      ``Lab.set_link(..., up=False)``: both ends, so both switches see port status.
-``link-flap``      down/up every ``period/2`` seconds, ``count`` times, then left up.
+``link-flap``      down/up every ``period/2`` seconds (each phase stretched by up to
+                   ``jitter``, seeded), ``count`` times, then left up.
 ``link-degrade``   the HTB class of *both* ends changed to ``fraction`` x its rate
                    (``tc class change``), read back, and the exact previous rate restored.
 ``nic-loss``       random loss of IPv4 frames (not ARP) on a host NIC, inside the host's
@@ -85,6 +86,7 @@ from testbed.faultspec import (
     Fault,
     Target,
     canonical_component,
+    fabric_part,
     hot_streams,
     incast_bytes,
     incast_weights,
@@ -99,6 +101,7 @@ from testbed.faultspec import (
     parse_target,
     random_schedule,
     resolve,
+    schedule_kinds,
     traffic_links,
 )
 from testbed.shell import cleanup
@@ -115,11 +118,11 @@ __all__ = [
     "FaultInjector", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "Handle", "INJECTORS",
     "IPT_IN", "IPT_OUT", "InjectorModule", "KINDS", "MAX_HOT_SENDERS", "NFT_FAMILY",
     "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun", "TARGET_KIND", "Target",
-    "WIRE_OVERHEAD", "canonical_component", "cleanup_faults", "fault_processes",
+    "WIRE_OVERHEAD", "canonical_component", "cleanup_faults", "fabric_part", "fault_processes",
     "hot_streams", "incast_bytes", "incast_weights", "iptables_loss_commands",
     "leaf_switches", "link_ends", "link_name", "loss_backend_problems", "nft_loss_commands",
     "nft_loss_script", "nic_loss_leftovers", "parallel_links", "parse_htb_rate",
-    "parse_target", "random_schedule", "resolve", "traffic_links",
+    "parse_target", "random_schedule", "resolve", "schedule_kinds", "traffic_links",
 ]
 
 

@@ -1,9 +1,10 @@
-"""A flapping optic: the cable goes down and up every ``period/2`` s, ``count`` times."""
+"""A flapping optic: the cable goes down and up ``count`` times, each phase as ``phases`` says."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from testbed.faultkinds.link_flap import phases
 from testbed.shell.faults import FaultContext, FaultError, Handle
 
 
@@ -15,6 +16,8 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
     handle.info["down"] = False
     knobs = handle.fault.settings
     handle.info["detail"] = {"period": knobs.period, "count": knobs.count}
+    if knobs.jitter:
+        handle.info["detail"].update(jitter=knobs.jitter, seed=knobs.seed)
 
 
 def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
@@ -26,21 +29,22 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
 
 
 def worker(ctx: FaultContext, handle: Handle) -> None:
-    """The flapping itself (the injector undoes the fault when it returns)."""
+    """The flapping itself (the injector undoes the fault when it returns): down for the
+    next phase's seconds, up for the one after, ``count`` times."""
     knobs = handle.fault.settings
     link, lane = handle.info["link"], handle.info["lane"]
-    half = knobs.period / 2
+    seconds = phases(knobs)
     for i in range(knobs.count):
-        if i and handle.pause(half):  # up phase of the last cycle
+        if i and handle.pause(seconds[2 * i - 1]):  # up phase of the last cycle
             return
         if handle.stopping:
             return
         ctx.lab.set_link(link.a, link.b, up=False, lane=lane)
         handle.info["down"] = True
         ctx.event(handle, "flap-down", cycle=i + 1)
-        if handle.pause(half):
+        if handle.pause(seconds[2 * i]):
             return
         ctx.lab.set_link(link.a, link.b, up=True, lane=lane)
         handle.info["down"] = False
         ctx.event(handle, "flap-up", cycle=i + 1)
-    handle.pause(half)
+    handle.pause(seconds[-1])
