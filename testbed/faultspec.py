@@ -2,7 +2,8 @@
 
 Everything here is pure (no root, no commands run; unit-tested): ``Fault`` and its
 validation, target names resolved against a wiring plan (``parse_target``, ``resolve``,
-``canonical_component``), the exact ``nft``/``iptables`` commands of a nic-loss, the
+``canonical_component``), the exact ``nft``/``iptables`` commands of the loss and
+corruption kinds (nic-loss, gray-loss, corruption) and where a link fault acts, the
 shape of a hot-receiver incast (``incast_weights``, ``hot_streams``: defined with that
 kind in ``testbed.faultkinds.hot_receiver``, re-exported here) and seeded
 ``random_schedule``s. The kinds are the modules of ``testbed.faultkinds`` (``KINDS``,
@@ -22,7 +23,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.faultkinds import FAULT_KINDS, MIXED, SCHEDULE_SEVERITIES, number, whole
+from testbed.faultkinds import (
+    FAULT_KINDS,
+    LINK_DIRECTIONS,
+    MIXED,
+    SCHEDULE_SEVERITIES,
+    number,
+    whole,
+)
 from testbed.faultkinds.hot_receiver import (
     HOT_PAYLOAD,
     HOT_PORT,
@@ -33,17 +41,25 @@ from testbed.faultkinds.hot_receiver import (
     incast_bytes,
     incast_weights,
 )
-from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK, SINK_PEER
+from testbed.faultmarks import (
+    IPT_IN,
+    IPT_OUT,
+    NFT_FAMILY,
+    NFT_TABLE,
+    SINK,
+    SINK_PEER,
+)
 from vocab.plan import Link, WiringPlan
 from vocab.plugins import unknown
 
 __all__ = [
-    "CONTROLLER", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "KINDS",
-    "MAX_HOT_SENDERS", "NUMGEN_MOD", "TARGET_KIND", "WIRE_OVERHEAD", "Fault", "Target",
-    "canonical_component", "fabric_part", "hot_streams", "incast_bytes", "incast_weights",
-    "iptables_loss_commands", "leaf_switches", "link_ends", "link_name", "nft_loss_commands",
-    "nft_loss_script", "parallel_links", "parse_htb_rate", "parse_target", "random_schedule",
-    "resolve", "schedule_kinds", "traffic_links",
+    "CONTROLLER", "CORRUPT_XOR", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "KINDS",
+    "LINK_DIRECTIONS", "MAX_HOT_SENDERS", "NUMGEN_MOD", "TARGET_KIND", "WIRE_OVERHEAD",
+    "Fault", "Target", "canonical_component", "fabric_part", "hot_streams", "incast_bytes",
+    "incast_weights", "iptables_loss_commands", "leaf_switches", "link_ends", "link_name",
+    "nft_corruption_script", "nft_loss_commands", "nft_loss_script", "parallel_links",
+    "parse_htb_rate", "parse_target", "random_schedule", "resolve", "schedule_kinds",
+    "sending_ends", "traffic_links",
 ]
 
 #: Every kind (``testbed.faultkinds``: one module each), in listing order.
@@ -265,20 +281,25 @@ def link_ends(plan: WiringPlan, link: Link) -> list[tuple[str, str, bool]]:
     return [(link.a, link.a_intf, link.a in hosts), (link.b, link.b_intf, link.b in hosts)]
 
 
+def _chance(probability: float) -> str:
+    """The ``numgen`` match that is true with ``probability`` (in steps of ``1/NUMGEN_MOD``,
+    at least one step); empty for 1, since nft refuses a bound equal to the modulus."""
+    k = max(1, round(probability * NUMGEN_MOD))
+    return f"numgen random mod {NUMGEN_MOD} < {k} " if k < NUMGEN_MOD else ""
 
-def nft_loss_script(dev: str, probability: float, direction: str = "both") -> str:
+
+def nft_loss_script(dev: str, probability: float, direction: str = "both",
+                    table: str = NFT_TABLE, sink: str = SINK) -> str:
     """``nft -f`` input: drop IPv4 frames with ``probability`` on ``dev`` (netdev hooks).
 
     Only ``meta protocol ip`` frames are touched, so ARP keeps working (a lossy link
     loses ARP too, but then a loss fault turns into reachability noise). Ingress losses
     are dropped before the host's stack sees them; egress losses are forwarded to the
-    ``astral-sink`` veth (see ``SINK``) so the sending socket is not told.
+    ``sink`` veth (see ``SINK``) so the sending socket is not told.
     """
-    k = max(1, round(probability * NUMGEN_MOD))
-    # nft refuses a bound equal to the modulus: probability 1 simply matches every frame
-    chance = f"numgen random mod {NUMGEN_MOD} < {k} " if k < NUMGEN_MOD else ""
-    lines = [f"table {NFT_FAMILY} {NFT_TABLE} {{"]
-    hooks = (("ingress", "drop"), ("egress", f'fwd to "{SINK}"'))
+    chance = _chance(probability)
+    lines = [f"table {NFT_FAMILY} {table} {{"]
+    hooks = (("ingress", "drop"), ("egress", f'fwd to "{sink}"'))
     for hook, verdict in hooks:
         if direction in (hook, "both"):
             lines += [f"  chain {hook} {{",
@@ -290,20 +311,61 @@ def nft_loss_script(dev: str, probability: float, direction: str = "both") -> st
     return "\n".join(lines) + "\n"
 
 
-def nft_loss_commands(dev: str, probability: float, direction: str = "both"
+def nft_loss_commands(dev: str, probability: float, direction: str = "both",
+                      table: str = NFT_TABLE, sink: tuple[str, str] = (SINK, SINK_PEER)
                       ) -> tuple[list[list[str]], str, list[list[str]]]:
-    """``(setup argv list, nft script, undo argv list)`` for a nic-loss with nftables.
+    """``(setup argv list, nft script, undo argv list)`` for a loss with nftables.
 
-    Run inside the host's namespace: setup first (the egress sink), then
-    ``nft -f -`` with the script; undo deletes the table and the sink.
+    Run in the namespace ``dev`` lives in: setup first (the egress sink veth pair
+    ``sink``), then ``nft -f -`` with the script; undo deletes the table and the sink.
+    A nic-loss uses the defaults; a gray-loss gives each link end its own ``table``
+    and ``sink`` (``testbed.faultmarks.link_table``, ``link_sink``).
     """
     setup: list[list[str]] = []
-    undo = [["nft", "delete", "table", NFT_FAMILY, NFT_TABLE]]
+    undo = [["nft", "delete", "table", NFT_FAMILY, table]]
     if direction in ("egress", "both"):
-        setup = [["ip", "link", "add", SINK, "type", "veth", "peer", "name", SINK_PEER],
-                 ["ip", "link", "set", SINK, "up"]]
-        undo.append(["ip", "link", "del", SINK])
-    return setup, nft_loss_script(dev, probability, direction), undo
+        setup = [["ip", "link", "add", sink[0], "type", "veth", "peer", "name", sink[1]],
+                 ["ip", "link", "set", sink[0], "up"]]
+        undo.append(["ip", "link", "del", sink[0]])
+    return setup, nft_loss_script(dev, probability, direction, table, sink[0]), undo
+
+
+def sending_ends(plan: WiringPlan, link: Link, direction: str = "both"
+                 ) -> list[tuple[str, str, str, bool]]:
+    """``(way, node, interface, in a host namespace?)`` of the ends of ``link`` that send
+    frames ``direction``: a frame going a->b leaves through a's interface, so a link fault
+    acts there, at the egress hook, before the frame is on the wire."""
+    if direction not in LINK_DIRECTIONS:
+        raise ValueError(f"direction must be one of {', '.join(LINK_DIRECTIONS)} "
+                         f"(got {direction!r})")
+    a, b = link_ends(plan, link)
+    ends = [("a-to-b", *a), ("b-to-a", *b)]
+    return [e for e in ends if direction in (e[0], "both")]
+
+
+#: What a corruption XORs into an IPv4 header checksum. Any value but 0x0000 and 0xffff
+#: (ones' complement's two zeros) makes the header's sum wrong, whatever the packet.
+CORRUPT_XOR = 0x5A5A
+
+
+def nft_corruption_script(dev: str, probability: float, table: str) -> str:
+    """``nft -f`` input: IPv4 frames leaving ``dev`` get a bad header checksum with
+    ``probability`` (netdev egress hook).
+
+    nft fixes the checksum of the header a payload statement changes, so a field other
+    than the checksum would leave the frame valid; writing the checksum field itself
+    stores the new value last (after that fix-up), so the frame leaves with exactly
+    ``checksum ^ CORRUPT_XOR``. The receiving host's IP layer drops it and counts it
+    (``Ip: InHdrErrors``, ``IpExt: InCsumErrors``), as a NIC counts a bad FCS; switches
+    on the way forward it (OVS checks no IP checksum). ARP is untouched.
+    """
+    return (f"table {NFT_FAMILY} {table} {{\n"
+            "  chain egress {\n"
+            f'    type filter hook egress device "{dev}" priority -500; policy accept;\n'
+            f"    meta protocol ip {_chance(probability)}counter "
+            f"ip checksum set ip checksum ^ {CORRUPT_XOR:#06x}\n"
+            "  }\n"
+            "}\n")
 
 
 def iptables_loss_commands(dev: str, probability: float, direction: str = "both"

@@ -44,6 +44,9 @@ from vocab.plugins import Plugin, Plugins
 
 #: What a kind's ``TARGET`` may be.
 TARGETS = ("link", "host", "switch", "controller")
+#: Which way along a link a link fault acts (a ``direction`` knob): from its ``a`` end (the
+#: lower tier: leaf before spine, host before leaf) to ``b``, from ``b`` to ``a``, or both.
+LINK_DIRECTIONS = ("a-to-b", "b-to-a", "both")
 
 
 class Severity(StrEnum):
@@ -177,8 +180,8 @@ class FaultKind(Plugin):
 #: these first, then the rest by name.
 FAULT_KINDS: Plugins[FaultKind] = Plugins(
     "fault kind", __name__, FaultKind,
-    first=("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
-           "controller-kill", "controller-restart", "hot-receiver"))
+    first=("link-down", "link-flap", "link-degrade", "nic-loss", "gray-loss", "corruption",
+           "switch-down", "controller-kill", "controller-restart", "hot-receiver"))
 
 
 def number(name: str, value: Any, *, low: float | None = None, high: float | None = None,

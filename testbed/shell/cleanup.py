@@ -13,10 +13,11 @@ Plain Mininet built from the lab's plans (the bring-up benchmark's baseline,
 leaves is recognised by the lab's node names (``NODE_RE``), and only while no
 fabric that could own those names is alive (``plain_mininet_leftovers``).
 
-Fault injection (``testbed.shell.faults``) leaves rules in host namespaces and traffic
-processes when its run dies; ``cleanup_faults`` removes them by the names in
-``testbed.faultmarks``. This module is the lowest layer of the lab's shell side: it
-imports neither the injector nor ``testbed.shell.lab``, which both build on it.
+Fault injection (``testbed.shell.faults``) leaves rules in host namespaces (and, for link
+faults on switch ports, in the root namespace) and traffic processes when its run dies;
+``cleanup_faults`` removes them by the names in ``testbed.faultmarks``. This module is the
+lowest layer of the lab's shell side: it imports neither the injector nor
+``testbed.shell.lab``, which both build on it.
 
 Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
 not the lab's.
@@ -38,7 +39,17 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from testbed.capture import is_capture
-from testbed.faultmarks import ENV_MARK, IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK
+from testbed.faultmarks import (
+    ENV_MARK,
+    IPT_IN,
+    IPT_OUT,
+    LINK_SINK,
+    NFT_FAMILY,
+    NFT_PREFIX,
+    NFT_TABLE,
+    SINK,
+    link_sink,
+)
 from traffic import rxsink
 from vocab.plan import write_json_atomic
 
@@ -533,6 +544,7 @@ def leftovers(plan: Any) -> list[str]:
             if rec.get("owner_pid") and _alive(int(rec["owner_pid"]))}
     found += [f"scratch folder {d}" for d in stale_scratch(live) if not scratch_kept(d)]
     found += [f"fault process pid {p}" for p in fault_processes()]
+    found += [f"{x} (root namespace)" for x in fault_leftovers(_root_sh)]
     return found
 
 
@@ -550,6 +562,72 @@ def nic_loss_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]], host
     chains = sh(["iptables", "-w", "-S"], host, check=False).stdout
     left += [f"iptables chain {c}" for c in (IPT_IN, IPT_OUT) if f"-N {c}" in chains]
     return left
+
+
+def fault_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]],
+                    host: str | None = None) -> list[str]:
+    """Every nft table and sink veth of fault injection present in ``host``'s namespace
+    (None: the root namespace, where link faults on switch ports put theirs); ``sh`` runs a
+    command there. A link fault's undo checks its own names against this."""
+    tables = _fault_tables(sh(["nft", "list", "tables", NFT_FAMILY], host, check=False).stdout)
+    sinks = _sinks(sh(["ip", "-o", "link", "show"], host, check=False).stdout)
+    return [f"nft table {NFT_FAMILY} {t}" for t in tables] + [f"interface {i}" for i in sinks]
+
+
+def _fault_tables(nft_list_tables: str) -> list[str]:
+    """Names of fault injection's tables in ``nft list tables netdev`` output."""
+    return [w[2] for w in (ln.split() for ln in nft_list_tables.splitlines())
+            if len(w) == 3 and w[0] == "table" and w[2].startswith(NFT_PREFIX)]
+
+
+def _is_sink(name: str) -> bool:
+    return name == SINK or (name.startswith(LINK_SINK) and len(name) == len(LINK_SINK) + 6)
+
+
+def _sinks(ip_o_link: str) -> list[str]:
+    """Sink veths (``SINK``, a gray-loss end's ``LINK_SINK...``) in ``ip -o link`` output."""
+    names = [ln.split(": ", 2)[1].split("@")[0] for ln in ip_o_link.splitlines()
+             if ln.count(": ") >= 2]
+    return [n for n in names if _is_sink(n)]
+
+
+def _root_sh(argv: list[str], _host: str | None = None, stdin: str | None = None,
+             check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``run`` with a fault context's ``sh`` signature, for the root namespace."""
+    return run(argv, stdin=stdin, check=check)
+
+
+def _table_devices(table: str) -> set[str]:
+    """The interfaces a root-namespace table's chains hook (none once they were deleted)."""
+    proc = run(["nft", "-j", "list", "table", NFT_FAMILY, table])
+    devs: set[str] = set()
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        for item in json.loads(proc.stdout)["nftables"]:
+            chain = item.get("chain") or {}
+            dev = chain.get("dev", [])
+            devs.update([dev] if isinstance(dev, str) else dev)
+    return devs
+
+
+def _clean_root(keep_runs: Collection[str]) -> bool:
+    """Remove fault injection's tables and sinks in the root namespace; True if any were.
+
+    While runs in ``keep_runs`` are alive, a table that hooks an interface still present
+    is a live fabric's active fault (its switch ports) and stays, with its sink; the
+    interfaces of dead runs are gone by now (``clean`` deletes them first).
+    """
+    existing = existing_interfaces()
+    keep_devs: set[str] = set()
+    removed = False
+    for table in _fault_tables(run(["nft", "list", "tables", NFT_FAMILY]).stdout):
+        devs = _table_devices(table)
+        if keep_runs and devs & existing:
+            keep_devs |= devs
+            continue
+        removed |= run(["nft", "delete", "table", NFT_FAMILY, table]).returncode == 0
+    keep = {link_sink(d)[0] for d in keep_devs}
+    removed |= delete_links([i for i in sorted(existing) if _is_sink(i) and i not in keep]) > 0
+    return removed
 
 
 def _host_shells() -> dict[int, str]:
@@ -577,10 +655,15 @@ def _host_shells() -> dict[int, str]:
 
 
 #: One shell script per namespace (a subprocess each is what cleanup costs): remove what a
-#: nic-loss leaves, print 1 if something was there.
+#: nic-loss or a link fault leaves, print 1 if something was there.
 _CLEAN_NS = f"""n=0
-nft delete table {NFT_FAMILY} {NFT_TABLE} 2>/dev/null && n=1
-ip link del {SINK} 2>/dev/null && n=1
+for t in $(nft list tables {NFT_FAMILY} 2>/dev/null | awk '$3 ~ /^{NFT_PREFIX}/ {{print $3}}'); do
+  nft delete table {NFT_FAMILY} $t && n=1
+done
+for i in $(ip -o link show 2>/dev/null | awk -F'[@: ]+' '$2 == "{SINK}" ||
+    ($2 ~ /^{LINK_SINK}[0-9a-f]+$/ && length($2) == {len(LINK_SINK) + 6}) {{print $2}}'); do
+  ip link del $i 2>/dev/null && n=1
+done
 if iptables -w -S 2>/dev/null | grep -q ASTRAL_LAB_FAULTS; then
   n=1
   while iptables -w -D INPUT -j {IPT_IN} 2>/dev/null; do :; done
@@ -620,12 +703,14 @@ def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection
     """Remove fault leftovers; restore nothing else. Safe to run any time.
 
     In the namespace of each host shell (``host_pids``, default every Mininet host shell
-    except those of ``keep_runs``): delete the nft table ``astral_lab_faults``, the
-    ``astral-sink`` veth and the iptables fallback chains. Then kill hot-receiver traffic
-    processes whose lab run is not in ``keep_runs`` (and, if ``runs`` is given, is one
-    of ``runs``). Link states and HTB rates need no cleanup: they live on interfaces
-    that are deleted with the lab. Returns how many namespaces had something removed
-    and how many processes were killed.
+    except those of ``keep_runs``): delete fault injection's nft tables (``astral_lab_*``),
+    its sink veths and the iptables fallback chains. In the root namespace: the tables
+    and sinks of link faults on switch ports (those of a live run in ``keep_runs``
+    stay). Then kill hot-receiver traffic processes whose lab run is not in
+    ``keep_runs`` (and, if ``runs`` is given, is one of ``runs``). Link states and HTB
+    rates need no cleanup: they live on interfaces that are deleted with the lab.
+    Returns how many namespaces (the root one included) had something removed and how
+    many processes were killed.
     """
     done = {"namespaces": 0, "processes": 0}
     if host_pids is None:
@@ -634,6 +719,7 @@ def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection
     for pid in host_pids:
         out = run(["mnexec", "-a", str(pid), "sh", "-c", _CLEAN_NS]).stdout
         done["namespaces"] += int(out.strip().endswith("1"))
+    done["namespaces"] += int(_clean_root(keep_runs))
     orphans = [p for p, run_id in fault_processes().items()
                if run_id not in keep_runs and (runs is None or run_id in runs)
                and p != os.getpid()]

@@ -4,7 +4,8 @@ Mininet reports many failures only as a printed ``*** Error`` and carries on (a
 missing netem qdisc, an over-limit ``bw``), and a userspace OVS without
 offloads turned off passes ping but stalls TCP. The lab checks first and
 refuses with one message that lists every problem and its fix. The probes of what
-fault injection needs (``loss_backend_problems``) are here for the same reason.
+fault injection needs (``loss_backend_problems``, ``nft_rules_problem``) are here for the
+same reason.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import shutil
 import subprocess
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from testbed.datapath import Datapath, choose_datapath, kernel_ovs_available
@@ -103,6 +105,22 @@ def netem_available() -> bool:
 _BACKEND_CACHE: dict[str, dict[str, str]] = {}
 
 
+@contextlib.contextmanager
+def _probe_namespace() -> Iterator[list[str] | None]:
+    """A throwaway namespace with a veth ``fp0`` (peer ``fp1``) to try rules on: yields
+    the ``ip netns exec`` prefix (None when no namespace can be made), deletes it after."""
+    ns = f"astral-fprobe-{uuid.uuid4().hex[:8]}"
+    try:
+        if cleanup.run(["ip", "netns", "add", ns]).returncode != 0:
+            yield None
+            return
+        cleanup.run(["ip", "-n", ns, "link", "add", "fp0", "type", "veth", "peer", "name",
+                     "fp1"])
+        yield ["ip", "netns", "exec", ns]
+    finally:
+        cleanup.run(["ip", "netns", "del", ns])
+
+
 def loss_backend_problems() -> dict[str, str]:
     """``{"nft": why not or "", "iptables": why not or ""}`` for a nic-loss fault, probed once.
 
@@ -111,32 +129,51 @@ def loss_backend_problems() -> dict[str, str]:
     """
     if "result" in _BACKEND_CACHE:
         return _BACKEND_CACHE["result"]
-    ns = f"astral-fprobe-{uuid.uuid4().hex[:8]}"
     found = {"nft": "", "iptables": ""}
-    try:
-        if cleanup.run(["ip", "netns", "add", ns]).returncode != 0:
+    with _probe_namespace() as nsx:
+        if nsx is None:
             why = "cannot create a network namespace to test in"
             found = {"nft": why, "iptables": why}
         else:
-            cleanup.run(["ip", "-n", ns, "link", "add", "fp0", "type", "veth", "peer", "name",
-                         "fp1"])
-            nsx = ["ip", "netns", "exec", ns]
             setup, script, _undo = nft_loss_commands("fp0", 0.5, "both")
-            for argv in setup:
-                cleanup.run(nsx + argv)
-            proc = cleanup.run(nsx + ["nft", "-f", "-"], stdin=script)
-            if proc.returncode != 0:
-                found["nft"] = (proc.stderr or proc.stdout).strip()[:200] or "nft failed"
+            found["nft"] = _load_problem(nsx, setup, script)
             setup_i, _u = iptables_loss_commands("fp0", 0.5, "both")
             for argv in setup_i:
                 proc = cleanup.run(nsx + argv)
                 if proc.returncode != 0:
                     found["iptables"] = (proc.stderr or proc.stdout).strip()[:200]
                     break
-    finally:
-        cleanup.run(["ip", "netns", "del", ns])
     _BACKEND_CACHE["result"] = found
     return found
+
+
+def _load_problem(nsx: list[str], setup: list[list[str]], script: str) -> str:
+    """Run ``setup``, then ``nft -f`` the script, behind the prefix ``nsx``: why it failed
+    or ""."""
+    for argv in setup:
+        cleanup.run(nsx + argv)
+    proc = cleanup.run(nsx + ["nft", "-f", "-"], stdin=script)
+    if proc.returncode != 0:
+        return (proc.stderr or proc.stdout).strip()[:200] or "nft failed"
+    return ""
+
+
+_RULES_CACHE: dict[str, str] = {}
+
+
+def nft_rules_problem(name: str, rules: Callable[[str], tuple[list[list[str]], str]]) -> str:
+    """Why the nftables rules ``rules(dev)`` gives (setup argv list, ``nft -f`` script)
+    cannot be loaded here, or "" when they load; probed once per ``name``.
+
+    As ``loss_backend_problems`` does for a nic-loss: a link fault's exact rules (the
+    netdev egress hook, ``fwd`` to a sink, a payload statement) are tried on a veth in a
+    throwaway namespace, which is deleted again.
+    """
+    if name not in _RULES_CACHE:
+        with _probe_namespace() as nsx:
+            _RULES_CACHE[name] = ("cannot create a network namespace to test in"
+                                  if nsx is None else _load_problem(nsx, *rules("fp0")))
+    return _RULES_CACHE[name]
 
 
 def existing_bridges() -> set[str]:

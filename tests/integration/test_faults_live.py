@@ -10,6 +10,7 @@ which the ``injector`` fixture checks (links up, rates as planned, no fault left
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from ops.telemetry import parse_snmp
 from testbed.faultkinds.link_flap import phases
 from testbed.shell import cleanup
 from testbed.shell import faults as F
@@ -28,6 +30,7 @@ from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
 from testbed.topologies import build
+from vocab.plan import Link
 
 PLAN = build("astral3", servers=4, gpus=2, servers_per_block=2)
 _ports = itertools.count(6000)  # a fresh receiver port per stream (its ready file is per port)
@@ -69,11 +72,14 @@ def htb_line(lab: Lab, node: str, intf: str) -> str:
 
 
 def fabric_state(lab: Lab) -> dict[str, Any]:
-    """Admin state and HTB class of every link end, and fault leftovers in every host."""
+    """Admin state and HTB class of every link end, and fault leftovers in every host's
+    namespace and in the root one (link faults on switch ports)."""
     ends = {f"{n}/{i}": (link_state(lab, n, i)[0], htb_line(lab, n, i))
             for ln in PLAN.links for n, i in ((ln.a, ln.a_intf), (ln.b, ln.b_intf))}
-    inj = FaultInjector(lab)
-    left = {h: F.nic_loss_leftovers(inj.context.sh, h) for h in lab.hosts}
+    sh = FaultInjector(lab).context.sh
+    left = {h: sorted({*F.nic_loss_leftovers(sh, h), *F.fault_leftovers(sh, h)})
+            for h in lab.hosts}
+    left["root"] = F.fault_leftovers(sh)
     return {"ends": ends, "leftovers": {h: v for h, v in left.items() if v}}
 
 
@@ -94,9 +100,16 @@ def injector(lab: Lab, baseline: dict[str, Any]) -> Iterator[FaultInjector]:
 
 
 def stream(lab: Lab, src: str, dst: str, sports: range, pps: float, duration: float,
-           size: int = 200) -> Stream:
-    return Stream(lab, src, dst, sports=sports, pps=pps, duration=duration,
-                  port=next(_ports), size=size)
+           size: int = 200, port: int | None = None) -> Stream:
+    """A probe stream to a fresh receiver port, or to ``port`` (a pinned flow's; its ready
+    file is removed first, so a second stream there waits for its own receiver)."""
+    if port is None:
+        port = next(_ports)
+    st = Stream(lab, src, dst, sports=sports, pps=pps, duration=duration, port=port,
+                size=size)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(st.out + ".ready")
+    return st
 
 
 def received(st: Stream) -> int:
@@ -309,6 +322,144 @@ def test_nic_loss_with_the_iptables_fallback(lab: Lab, baseline: dict[str, Any])
     assert fabric_state(lab) == baseline
 
 
+@contextlib.contextmanager
+def pinned(lab: Lab, src: str, dst: str, sport: int) -> Iterator[tuple[Link, int]]:
+    """A flow ``src`` -> ``dst`` from ``sport`` to a fresh port, pinned by the planned
+    controller (an exact 5-tuple match); yields the leaf-spine lane it leaves the source
+    leaf on (the lane's ``a`` end sends it) and the port."""
+    c = lab.client()
+    port = next(_ports)
+    c.post_traffic([{"src": src, "dst": dst, "sport": sport, "dport": port, "bytes": 10**7}])
+    c.wait_converged()
+    try:
+        hop = c.paths(src, dst, sport=sport, dport=port)["path"][0]
+        lane = PLAN.ports()[hop["switch"]][hop["out_port"]][2]
+        assert lane.kind == "lane" and lane.a == hop["switch"], lane
+        yield lane, port
+        assert c.paths(src, dst, sport=sport, dport=port)["path"][0] == hop  # stayed there
+    finally:
+        c.clear_traffic()
+
+
+def port_packets(lane: Link) -> tuple[int, int]:
+    """(frames sent by the lane's ``a`` port, frames received by its ``b`` port): the
+    kernel's counters of the two switch ports (root namespace)."""
+    got = []
+    for intf, what in ((lane.a_intf, "tx_packets"), (lane.b_intf, "rx_packets")):
+        with open(f"/sys/class/net/{intf}/statistics/{what}") as fh:
+            got.append(int(fh.read()))
+    return got[0], got[1]
+
+
+def ip_counters(lab: Lab, host: str) -> dict[str, int]:
+    """The host kernel's IP counters (``/proc/net/snmp`` and ``netstat``), read from its
+    namespace as the telemetry collector reads them."""
+    pid = lab.hosts[host].pid
+    with open(f"/proc/{pid}/net/snmp") as a, open(f"/proc/{pid}/net/netstat") as b:
+        return parse_snmp(a.read() + b.read())
+
+
+def test_gray_loss_drops_one_way_on_a_lane_at_the_probability(lab: Lab,
+                                                             injector: FaultInjector) -> None:
+    """p = 0.05 leaf -> spine on the lane a pinned flow takes: 3,000 packets, loss within
+    5 sigma (+-0.02); the switch port's rule counted exactly the frames the stream lost,
+    the sender was not told, neither port counted them, and once undone nothing is
+    lost."""
+    sport = 50600
+    with pinned(lab, "s0g0", "s2g1", sport) as (lane, port):
+        target = F.link_name(PLAN, lane)
+        h = injector.inject(Fault("gray-loss", target, probability=0.05, direction="a-to-b"))
+        assert injector.events[-1]["detail"]["interfaces"] == [lane.a_intf]
+        before = port_packets(lane)
+        with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=1000, duration=3.0,
+                    port=port) as st:
+            pass
+        tx, rx = (x - b for x, b in zip(port_packets(lane), before, strict=True))
+        injector.undo(h)
+        dropped = injector.events[-1]["detail"]["dropped"]
+        with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=500, duration=1.0,
+                    port=port) as clean:
+            pass
+    n = st.sent["sent_per_sport"]
+    lost = n - received(st)
+    print(f"gray-loss p=0.05 a-to-b on {target}: {lost} of {n} lost, rule counted {dropped}")
+    assert n >= 2500 and within(0.05, n, lost / n), (n, lost)
+    assert dropped == {"a-to-b": lost} and st.sent["errors"] == 0
+    assert tx == rx >= n - lost  # the lost frames left no trace in either port's counters
+    assert received(clean) == clean.sent["sent_per_sport"]
+
+
+def test_gray_loss_on_a_nic_cable_both_ways_at_a_gray_setting(lab: Lab,
+                                                             injector: FaultInjector) -> None:
+    """p = 0.01 (the gray range's top) both ways on s0g0's cable: the host's NIC drops
+    what it sends (its namespace), the leaf's port what it sends toward the host (root
+    namespace). 3,200 packets each way: a few dozen lost, within 5 sigma. ARP is not
+    dropped: with every IPv4 frame lost both ways the neighbour still resolves."""
+    h = injector.inject(Fault("gray-loss", "lf0r0~s0g0", probability=0.01))
+    inbound = stream(lab, "s2g1", "s0g0", range(50700, 50704), pps=200, duration=4.0).start()
+    outbound = stream(lab, "s0g0", "s2g1", range(50710, 50714), pps=200, duration=4.0).start()
+    try:
+        inbound.wait()
+        outbound.wait()
+    finally:
+        inbound.stop()
+        outbound.stop()
+    injector.undo(h)
+    dropped = injector.events[-1]["detail"]["dropped"]
+    lost = {}
+    for way, st in (("a-to-b", outbound), ("b-to-a", inbound)):
+        n = st.sent["sent_per_sport"] * 4
+        lost[way] = n - received(st)
+        print(f"gray-loss p=0.01 {way} on s0g0~lf0r0#0: {lost[way]} of {n} lost")
+        assert n >= 2500 and lost[way] > 0 and within(0.01, n, lost[way] / n), (n, lost)
+        assert st.sent["errors"] == 0
+    assert dropped == lost
+    h = injector.inject(Fault("gray-loss", "s0g0~lf0r0", probability=1.0))
+    peer = str(PLAN.node("s2g1").ip)
+    host_sh(lab, "s0g0", "ip", "neigh", "flush", "dev", "s0g0-eth0")
+    ping = host_sh(lab, "s0g0", "ping", "-c", "2", "-i", "0.2", "-W", "1", peer)
+    assert ping.returncode != 0 and " 0 received" in ping.stdout, ping.stdout
+    neigh = host_sh(lab, "s0g0", "ip", "neigh", "show", peer).stdout
+    assert "lladdr" in neigh and "FAILED" not in neigh, neigh
+    injector.undo(h)
+    assert host_sh(lab, "s0g0", "fping", "-q", "-c", "20", "-p", "20", peer
+                   ).returncode == 0  # no loss once undone
+
+
+def test_corruption_is_dropped_and_counted_by_the_receivers_kernel(lab: Lab,
+                                                                  injector: FaultInjector
+                                                                  ) -> None:
+    """p = 0.05 on the lane a pinned flow takes: corrupted frames cross the spine and the
+    far leaf (OVS forwards them) and the receiving host's IP layer drops them, counting
+    each in ``Ip: InHdrErrors`` and ``IpExt: InCsumErrors``: exactly the frames the stream
+    lost and the rule corrupted, within 5 sigma of the knob. Once undone, none."""
+    sport = 50800
+    with pinned(lab, "s0g0", "s2g1", sport) as (lane, port):
+        target = F.link_name(PLAN, lane)
+        h = injector.inject(Fault("corruption", target, probability=0.05))
+        before = ip_counters(lab, "s2g1")
+        with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=1000, duration=3.0,
+                    port=port) as st:
+            pass
+        after = ip_counters(lab, "s2g1")
+        injector.undo(h)
+        corrupted = injector.events[-1]["detail"]["corrupted"]
+        with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=500, duration=1.0,
+                    port=port) as clean:
+            pass
+        final = ip_counters(lab, "s2g1")
+    n = st.sent["sent_per_sport"]
+    lost = n - received(st)
+    counted = {k: after[k] - before[k] for k in ("Ip.InHdrErrors", "IpExt.InCsumErrors")}
+    print(f"corruption p=0.05 on {target}: {lost} of {n} lost; receiver counted {counted}; "
+          f"rules corrupted {corrupted}")
+    assert n >= 2500 and within(0.05, n, lost / n), (n, lost)
+    assert counted == {"Ip.InHdrErrors": lost, "IpExt.InCsumErrors": lost}
+    assert corrupted["a-to-b"] == lost
+    assert received(clean) == clean.sent["sent_per_sport"]
+    assert final["Ip.InHdrErrors"] == after["Ip.InHdrErrors"]
+
+
 def test_switch_down_isolates_its_hosts_only_and_restores_exactly(lab: Lab,
                                                                   injector: FaultInjector
                                                                   ) -> None:
@@ -389,13 +540,16 @@ def test_cleanup_faults_removes_what_a_crashed_injector_left(lab: Lab,
                                                              baseline: dict[str, Any]) -> None:
     inj = FaultInjector(lab)
     inj.inject(Fault("nic-loss", "s2g0", probability=0.1))
+    inj.inject(Fault("gray-loss", "lf1r1~spine3", probability=0.1))  # root namespace
+    inj.inject(Fault("corruption", "s1g0~lf0r0", probability=0.1))  # s1g0's and root
     hot = inj.inject(Fault("hot-receiver", "s1g1", senders=2, overload=0.5))
     procs = [p.pid for p in hot.info["procs"]]
     assert len(procs) == 3 and all(alive(p) for p in procs)
+    assert len(F.fault_leftovers(inj.context.sh)) == 5  # 3 tables, 2 sinks
     # the injector "crashes": nothing is undone; the cleanup hook finds it all
     done = F.cleanup_faults(host_pids=[h.pid for h in lab.hosts.values()],
                             runs=[lab.run_id])
-    assert done == {"namespaces": 1, "processes": 3}
+    assert done == {"namespaces": 3, "processes": 3}
     assert not any(alive(p) for p in procs)
     assert fabric_state(lab) == baseline
     assert inj.undo_all() == []  # undoing what is already gone is harmless

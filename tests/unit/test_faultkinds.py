@@ -36,8 +36,8 @@ from vocab.plugins import Plugins
 
 REPO = Path(__file__).resolve().parents[2]
 
-SHIPPED = ("link-down", "link-flap", "link-degrade", "nic-loss", "switch-down",
-           "controller-kill", "controller-restart", "hot-receiver")
+SHIPPED = ("link-down", "link-flap", "link-degrade", "nic-loss", "gray-loss", "corruption",
+           "switch-down", "controller-kill", "controller-restart", "hot-receiver")
 
 
 def small_plan() -> WiringPlan:
@@ -50,7 +50,8 @@ def test_every_shipped_kind_is_registered_on_both_sides_in_order() -> None:
     assert FAULT_KINDS.names() == KINDS == SHIPPED
     assert INJECTORS.names() == SHIPPED and F.KINDS == SHIPPED
     assert TARGET_KIND == {"link-down": "link", "link-flap": "link", "link-degrade": "link",
-                           "nic-loss": "host", "switch-down": "switch",
+                           "nic-loss": "host", "gray-loss": "link", "corruption": "link",
+                           "switch-down": "switch",
                            "controller-kill": "controller", "controller-restart": "controller",
                            "hot-receiver": "host"}
     for name, injector in INJECTORS.all().items():
@@ -66,7 +67,8 @@ def test_every_shipped_kind_is_registered_on_both_sides_in_order() -> None:
     workers = {n for n, i in INJECTORS.all().items() if i.hook("worker")}
     checks = {n for n, i in INJECTORS.all().items() if i.hook("check")}
     assert workers == {"link-flap", "controller-restart"}
-    assert checks == {"link-degrade", "nic-loss", "controller-kill", "controller-restart"}
+    assert checks == {"link-degrade", "nic-loss", "gray-loss", "corruption", "controller-kill",
+                      "controller-restart"}
 
 
 def test_an_unknown_kind_is_one_clear_error() -> None:
@@ -162,6 +164,8 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str]] = {
     "link-flap": ({"target": "lf0r0~spine1", "period": 0.1, "count": 2}, "wait"),
     "link-degrade": ({"target": "s1g1~lf0r1", "fraction": 0.25}, "undo"),
     "nic-loss": ({"target": "s1g1", "probability": 0.2, "direction": "both"}, "undo"),
+    "gray-loss": ({"target": "s1g1~lf0r1", "probability": 0.05, "direction": "both"}, "undo"),
+    "corruption": ({"target": "spine2~lf0r1", "probability": 0.05}, "undo"),
     "switch-down": ({"target": "lf0r0"}, "undo"),
     "controller-kill": ({}, "undo"),
     "controller-restart": ({"duration": 0.05}, "wait"),
@@ -176,6 +180,7 @@ def record(plan: WiringPlan, kind: str, knobs: dict[str, Any], how: str, workdir
     inj = FaultInjector(lab)
     inj.context.sh = lab.sh  # type: ignore[method-assign]
     inj.context.loss_backend = lambda: backend  # type: ignore[method-assign]  # no probe: no root
+    inj.context.require_nft = lambda *_a: None  # type: ignore[method-assign]
     h = inj.inject(Fault(kind, **knobs))
     if how == "wait":
         assert h.wait(10)
@@ -205,6 +210,7 @@ def test_the_injector_dispatches_every_kind_to_its_module(kind: str, tmp_path: P
     lab = RecordingLab(small_plan(), str(tmp_path))
     inj = FaultInjector(lab)
     inj.context.loss_backend = lambda: "nft"  # type: ignore[method-assign]
+    inj.context.require_nft = lambda *_a: None  # type: ignore[method-assign]
     h = inj.inject(Fault(kind, **knobs))
     if hasattr(mod, "worker"):
         assert h.wait(5)
@@ -228,6 +234,23 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     setup, undo = F.iptables_loss_commands("s1g1-eth0", 0.2, "both")
     ran = [argv for host, argv, _ in loss["commands"] if host == "s1g1"]
     assert ran[:len(setup)] == setup and all(u in ran for u in undo)
+    gray = record(plan, "gray-loss", *SCENARIOS["gray-loss"], str(tmp_path))
+    nic, port = "s1g1-eth0", F.parse_target(plan, "s1g1~lf0r1").link.b_intf
+    want = []  # the host's NIC in its namespace, the leaf's port in the root one
+    for where, dev in (("s1g1", nic), (None, port)):
+        setup, script, undo = F.nft_loss_commands(dev, 0.05, "egress", sink=F.link_sink(dev),
+                                                  table=F.link_table(F.LOSS_TABLE, dev))
+        want += [(where, argv, None) for argv in setup] + [(where, ["nft", "-f", "-"], script)]
+    assert [c for c in gray["commands"] if c[1][:2] != ["nft", "-j"]][:len(want)] == want
+    assert gray["events"][0]["detail"] == {"probability": 0.05, "direction": "both",
+                                           "interfaces": [nic, port]}
+    assert gray["events"][-1]["detail"] == {"dropped": {"a-to-b": 0, "b-to-a": 0}}
+    bad = record(plan, "corruption", *SCENARIOS["corruption"], str(tmp_path))
+    lane = F.parse_target(plan, "lf0r1~spine2").link
+    loads = [(host, stdin) for host, argv, stdin in bad["commands"] if argv[:2] == ["nft", "-f"]]
+    assert loads == [(None, F.nft_corruption_script(dev, 0.05, F.link_table(F.CORRUPT_TABLE, dev)))
+                     for dev in (lane.a_intf, lane.b_intf)]
+    assert bad["events"][-1]["detail"] == {"corrupted": {"a-to-b": 0, "b-to-a": 0}}
     hot = record(plan, "hot-receiver", *SCENARIOS["hot-receiver"], str(tmp_path))
     popens = [c for c in hot["calls"] if c[0] == "popen"]
     assert [p[1] for p in popens] == ["s0g0", *hot["events"][0]["detail"]["sources"]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import subprocess
 import threading
 import time
@@ -60,6 +61,10 @@ def doubled() -> WiringPlan:
     ({"kind": "nic-loss", "target": "s0g0", "probability": 1.01}, "probability"),
     ({"kind": "nic-loss", "target": "s0g0", "probability": "0.1"}, "probability"),
     ({"kind": "nic-loss", "target": "s0g0", "direction": "up"}, "direction"),
+    ({"kind": "gray-loss", "target": "a~b", "probability": 0}, "probability"),
+    ({"kind": "gray-loss", "target": "a~b", "direction": "egress"}, "direction"),
+    ({"kind": "corruption", "target": "a~b", "probability": 1.5}, "probability"),
+    ({"kind": "corruption", "target": "a~b", "direction": "both"}, "direction"),
     ({"kind": "hot-receiver", "target": "s0g0", "overload": 0}, "overload"),
     ({"kind": "hot-receiver", "target": "s0g0", "hot_share": 1.0}, "hot_share"),
     ({"kind": "hot-receiver", "target": "s0g0", "senders": -1}, "senders"),
@@ -98,7 +103,8 @@ def test_each_kind_takes_its_own_settings_and_refuses_another_kinds() -> None:
     got = {k: FAULT_KINDS.get(k).knobs for k in FAULT_KINDS.names()}
     assert {k: v for k, v in got.items() if v} == {
         "link-flap": ("period", "count", "jitter", "seed"), "link-degrade": ("fraction",),
-        "nic-loss": ("probability", "direction"),
+        "nic-loss": ("probability", "direction"), "gray-loss": ("probability", "direction"),
+        "corruption": ("probability",),
         "hot-receiver": ("overload", "hot_share", "senders", "seed")}
     for kind in FAULT_KINDS.names():  # every kind round-trips with its defaults
         f = Fault(kind, "" if FAULT_KINDS.get(kind).target == "controller" else "a~b")
@@ -256,6 +262,74 @@ def test_nic_loss_nft_rules_drop_ipv4_only_in_a_dedicated_table() -> None:
     assert "ingress" not in script and "< 1 counter fwd" in script  # never rounded to no loss
 
 
+def test_link_faults_act_at_the_sending_ends_egress(small: WiringPlan) -> None:
+    """A frame going a->b is lost or corrupted as a's interface sends it: lane ends are
+    switch ports (root namespace), a NIC link's a end is the host's NIC."""
+    lane = F.parse_target(small, "spine2~lf0r1").link
+    assert F.sending_ends(small, lane, "a-to-b") == [("a-to-b", "lf0r1", lane.a_intf, False)]
+    assert F.sending_ends(small, lane, "b-to-a") == [("b-to-a", "spine2", lane.b_intf, False)]
+    nic = F.parse_target(small, "lf0r0~s0g0").link
+    assert [(w, n, h) for w, n, _i, h in F.sending_ends(small, nic, "both")] == [
+        ("a-to-b", "s0g0", True), ("b-to-a", "lf0r0", False)]
+    with pytest.raises(ValueError, match="direction must be one of a-to-b, b-to-a, both"):
+        F.sending_ends(small, nic, "up")
+
+
+def test_gray_loss_is_nic_loss_egress_with_a_table_and_sink_per_end() -> None:
+    table, sink = F.link_table(F.LOSS_TABLE, "lf0r1-eth5"), F.link_sink("lf0r1-eth5")
+    assert table == "astral_lab_loss_lf0r1_eth5"
+    assert sink[0].startswith("astral-sk") and len(sink[0]) == 15 == len(sink[1])
+    assert F.link_sink("lf0r1-eth6") != sink  # one per interface
+    setup, script, undo = F.nft_loss_commands("lf0r1-eth5", 0.005, "egress", table=table,
+                                              sink=sink)
+    assert script == (
+        f"table netdev {table} {{\n"
+        "  chain egress {\n"
+        '    type filter hook egress device "lf0r1-eth5" priority -500; policy accept;\n'
+        f'    meta protocol ip numgen random mod 1000000 < 5000 counter fwd to "{sink[0]}"\n'
+        "  }\n"
+        "}\n")
+    assert setup == [["ip", "link", "add", sink[0], "type", "veth", "peer", "name", sink[1]],
+                     ["ip", "link", "set", sink[0], "up"]]
+    assert undo == [["nft", "delete", "table", "netdev", table], ["ip", "link", "del", sink[0]]]
+
+
+def test_corruption_rewrites_the_ipv4_header_checksum_itself() -> None:
+    """Writing the checksum field (not another field nft would fix the checksum for) leaves
+    checksum ^ 0x5a5a: wrong for every packet."""
+    table = F.link_table(F.CORRUPT_TABLE, "spine2-eth1")
+    assert F.nft_corruption_script("spine2-eth1", 0.0005, table) == (
+        "table netdev astral_lab_corrupt_spine2_eth1 {\n"
+        "  chain egress {\n"
+        '    type filter hook egress device "spine2-eth1" priority -500; policy accept;\n'
+        "    meta protocol ip numgen random mod 1000000 < 500 counter "
+        "ip checksum set ip checksum ^ 0x5a5a\n"
+        "  }\n"
+        "}\n")
+    assert F.CORRUPT_XOR not in (0, 0xFFFF)  # ones' complement's zeros would leave it valid
+    assert "numgen" not in F.nft_corruption_script("spine2-eth1", 1.0, table)
+
+
+@pytest.mark.parametrize("kind", ["gray-loss", "corruption"])
+def test_link_fault_knobs_come_from_the_severitys_range(kind: str) -> None:
+    from testbed.faultkinds import FAULT_KINDS
+
+    mod = FAULT_KINDS.get(kind).module
+    assert mod.SEVERITIES == ("gray", "hard")
+    rng = random.Random(3)
+    for severity, (low, high) in (("gray", (0.0005, 0.01)), ("hard", (0.02, 0.10))):
+        drawn = [mod.random_knobs(rng, 10.0, severity) for _ in range(200)]
+        ps = [k["probability"] for k in drawn]
+        assert low <= min(ps) and max(ps) <= high, (severity, min(ps), max(ps))
+        assert min(ps) < 2 * low and max(ps) > high / 2  # the whole range is drawn
+        for knobs in drawn:
+            Fault(kind, "a~b", **knobs)  # every draw is a valid fault
+        if kind == "gray-loss":
+            assert {k["direction"] for k in drawn} == set(F.LINK_DIRECTIONS)
+    with pytest.raises(ValueError, match="severity must be one of gray, hard"):
+        mod.random_knobs(rng, 10.0, "mixed")
+
+
 def test_nic_loss_iptables_fallback_commands() -> None:
     setup, undo = F.iptables_loss_commands("s0g0-eth0", 0.05, "both")
     assert setup == [
@@ -338,7 +412,8 @@ def test_random_schedule_properties(topology: str, params: dict[str, int]) -> No
 
 
 def test_random_schedule_with_few_faults_and_a_subset_of_kinds(small: WiringPlan) -> None:
-    sched = F.random_schedule(small, n=8, duration_s=80, seed=1)
+    n = len(F.KINDS)
+    sched = F.random_schedule(small, n=n, duration_s=10 * n, seed=1)
     assert sorted(f.kind for f in sched) == sorted(F.KINDS)  # n = kinds: each exactly once
     two = F.random_schedule(small, kinds=["nic-loss", "link-down"], n=5, duration_s=50, seed=2)
     assert {f.kind for f in two} == {"nic-loss", "link-down"}
@@ -446,6 +521,29 @@ def test_refused_faults_change_nothing(fake: Any) -> None:
     assert len(lab.calls) == 2
     with pytest.raises(ValueError, match="nic_loss_backend"):
         FaultInjector(lab, nic_loss_backend="netem")
+
+
+@pytest.mark.parametrize("kind", ["gray-loss", "corruption"])
+def test_link_faults_are_refused_where_nft_cannot_load_their_rules(
+        fake: Any, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe (``nft_rules_problem``) gets the kind's exact rules; its complaint is the
+    refusal, before any command runs."""
+    lab, inj = fake
+    probed: list[tuple[str, str]] = []
+
+    def no_egress(name: str, rules: Any) -> str:
+        probed.append((name, rules("fp0")[1]))
+        return "Error: Could not process rule: No such file or directory"
+
+    monkeypatch.setattr(F, "nft_rules_problem", no_egress)
+    ran: list[list[str]] = []
+    inj.context.sh = lambda argv, *a, **k: ran.append(argv)  # type: ignore[method-assign]
+    with pytest.raises(FaultError, match=rf"^{kind} needs nftables with the netdev egress "
+                                         r"hook .*: Error: Could not process rule"):
+        inj.inject(Fault(kind, "lf0r1~spine2", probability=0.01))
+    assert ran == [] and inj.events == [] and lab.calls == []
+    (name, script), = probed
+    assert name == kind and 'hook egress device "fp0"' in script
 
 
 def test_a_duration_undoes_the_fault_by_itself(fake: Any) -> None:

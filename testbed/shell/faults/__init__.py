@@ -27,6 +27,12 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
 ``nic-loss``       random loss of IPv4 frames (not ARP) on a host NIC, inside the host's
                    namespace, with an nftables table ``astral_lab_faults`` (netdev
                    ingress/egress hooks on the NIC; iptables ``statistic`` as a fallback).
+``gray-loss``      random loss of IPv4 frames on one cable (a lane or a NIC link), one way or
+                   both, at the sending end's netdev egress hook (switch ports in the root
+                   namespace, a NIC in its host's): one nftables table and sink veth per end.
+``corruption``     IPv4 frames on one cable leave with a bad header checksum (an nft payload
+                   statement at each end's egress hook); the receiving host's IP layer drops
+                   and counts them (``InHdrErrors``).
 ``switch-down``    every link of a switch down (those that were up), restored after.
 ``controller-kill`` / ``controller-restart``  ``Lab.kill_controller`` / ``restart_controller``.
 ``hot-receiver``   incast onto one host: the per-source shares of an MoE dispatch whose hot
@@ -37,7 +43,8 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
 (name = module name with ``_`` written ``-``), found in ``INJECTORS`` as every plug-in is
 found (``vocab.plugins``). What it implements is ``InjectorModule``; what it may use of the
 running lab is the ``FaultContext`` the injector hands it (commands in a namespace, a
-link's state, the event log, the nic-loss backend), never the injector itself. The kind's
+link's state, the event log, the nic-loss backend, nft counters and rule probes), never
+the injector itself. The kind's
 pure half, which makes it a ``Fault`` kind at all (its target, its rules, its random
 knobs), is ``testbed/faultkinds/<name>.py`` (see there why the two halves are two files);
 a new kind is that pair of new files.
@@ -48,9 +55,9 @@ parts, unit-tested without root (``Fault`` and its validation, targets, the
 ``testbed.faultspec`` and ``testbed.faultkinds``; this package runs them on a lab
 (``FaultInjector``; link-degrade's ``tc`` lines, which come from the lab's own shaping, are
 in ``link_degrade``). Removing what a crashed run left (``cleanup_faults``) belongs to
-``testbed.shell.cleanup``, so ``astral-lab clean`` needs no injector; the nic-loss probe
-(``loss_backend_problems``) sits with the other capability probes in
-``testbed.shell.preflight``.
+``testbed.shell.cleanup``, so ``astral-lab clean`` needs no injector; the probes of what
+the nftables kinds need (``loss_backend_problems``, ``nft_rules_problem``) sit with the
+other capability probes in ``testbed.shell.preflight``.
 """
 
 from __future__ import annotations
@@ -65,20 +72,29 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from testbed.faultmarks import (
+    CORRUPT_TABLE,
     ENV_MARK,
     IPT_IN,
     IPT_OUT,
+    LINK_SINK,
+    LINK_SINK_PEER,
+    LOSS_TABLE,
     NFT_FAMILY,
+    NFT_PREFIX,
     NFT_TABLE,
     SINK,
     SINK_PEER,
+    link_sink,
+    link_table,
 )
 from testbed.faultspec import (
     CONTROLLER,
+    CORRUPT_XOR,
     HOT_PAYLOAD,
     HOT_PORT,
     HOT_SPORT_BASE,
     KINDS,
+    LINK_DIRECTIONS,
     MAX_HOT_SENDERS,
     NUMGEN_MOD,
     TARGET_KIND,
@@ -94,6 +110,7 @@ from testbed.faultspec import (
     leaf_switches,
     link_ends,
     link_name,
+    nft_corruption_script,
     nft_loss_commands,
     nft_loss_script,
     parallel_links,
@@ -102,11 +119,17 @@ from testbed.faultspec import (
     random_schedule,
     resolve,
     schedule_kinds,
+    sending_ends,
     traffic_links,
 )
 from testbed.shell import cleanup
-from testbed.shell.cleanup import cleanup_faults, fault_processes, nic_loss_leftovers
-from testbed.shell.preflight import LabError, loss_backend_problems
+from testbed.shell.cleanup import (
+    cleanup_faults,
+    fault_leftovers,
+    fault_processes,
+    nic_loss_leftovers,
+)
+from testbed.shell.preflight import LabError, loss_backend_problems, nft_rules_problem
 from traffic.shell.running import RunningLab
 from vocab.plan import Link, WiringPlan
 from vocab.plugins import Plugin, Plugins
@@ -114,15 +137,18 @@ from vocab.plugins import Plugin, Plugins
 #: Every public name, including those defined in ``faultspec``, ``faultmarks``, ``cleanup``
 #: and ``preflight``: callers import them all from here.
 __all__ = [
-    "CONTROLLER", "ENV_MARK", "Fault", "FaultContext", "FaultError",
-    "FaultInjector", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "Handle", "INJECTORS",
-    "IPT_IN", "IPT_OUT", "InjectorModule", "KINDS", "MAX_HOT_SENDERS", "NFT_FAMILY",
-    "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun", "TARGET_KIND", "Target",
-    "WIRE_OVERHEAD", "canonical_component", "cleanup_faults", "fabric_part", "fault_processes",
-    "hot_streams", "incast_bytes", "incast_weights", "iptables_loss_commands",
-    "leaf_switches", "link_ends", "link_name", "loss_backend_problems", "nft_loss_commands",
-    "nft_loss_script", "nic_loss_leftovers", "parallel_links", "parse_htb_rate",
-    "parse_target", "random_schedule", "resolve", "schedule_kinds", "traffic_links",
+    "CONTROLLER", "CORRUPT_TABLE", "CORRUPT_XOR", "ENV_MARK", "Fault", "FaultContext",
+    "FaultError", "FaultInjector", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "Handle",
+    "INJECTORS", "IPT_IN", "IPT_OUT", "InjectorModule", "KINDS", "LINK_DIRECTIONS",
+    "LINK_SINK", "LINK_SINK_PEER", "LOSS_TABLE", "MAX_HOT_SENDERS", "NFT_FAMILY",
+    "NFT_PREFIX", "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun",
+    "TARGET_KIND", "Target", "WIRE_OVERHEAD", "canonical_component", "cleanup_faults",
+    "fabric_part", "fault_leftovers", "fault_processes", "hot_streams", "incast_bytes",
+    "incast_weights", "iptables_loss_commands", "leaf_switches", "link_ends", "link_name",
+    "link_sink", "link_table", "loss_backend_problems", "nft_corruption_script",
+    "nft_loss_commands", "nft_loss_script", "nft_rules_problem", "nic_loss_leftovers",
+    "parallel_links", "parse_htb_rate", "parse_target", "random_schedule", "resolve",
+    "schedule_kinds", "sending_ends", "traffic_links",
 ]
 
 
@@ -230,6 +256,29 @@ class FaultContext:
     def event(self, handle: Handle, action: str, **detail: Any) -> dict[str, Any]:
         """Log what the fault did now (``flap-down``, ...) in the injector's event log."""
         return self._record(handle, action, **detail)
+
+    def nft_counters(self, table: str, host: str | None = None) -> dict[str, int]:
+        """``chain -> packets`` of the counters in nft table ``table`` (netdev family), in
+        ``host``'s namespace or the root one: what a fault's rules matched. Empty when the
+        table is gone or unreadable."""
+        proc = self.sh(["nft", "-j", "list", "table", NFT_FAMILY, table], host, check=False)
+        out: dict[str, int] = {}
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            for item in json.loads(proc.stdout)["nftables"]:
+                rule = item.get("rule")
+                for expr in (rule or {}).get("expr", []):
+                    if "counter" in expr:
+                        out[rule["chain"]] = int(expr["counter"]["packets"])
+        return out
+
+    def require_nft(self, kind: str, rules: Callable[[str], tuple[list[list[str]], str]]
+                    ) -> None:
+        """``FaultError`` unless nftables here loads the rules ``rules(dev)`` gives (setup
+        argv list, ``nft -f`` script), probed once per ``kind`` (``nft_rules_problem``)."""
+        why = nft_rules_problem(kind, rules)
+        if why:
+            raise FaultError(f"{kind} needs nftables with the netdev egress hook (Linux >= "
+                             f"5.16, nft >= 1.0.1), which cannot load its rules here: {why}")
 
     def loss_backend(self) -> str:
         """The nic-loss backend: the injector's ``nic_loss_backend``, or for "auto" the first

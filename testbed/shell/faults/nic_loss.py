@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
 from typing import Any
 
-from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE
+from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_TABLE
 from testbed.faultspec import Fault, iptables_loss_commands, nft_loss_commands
 from testbed.shell.cleanup import nic_loss_leftovers
 from testbed.shell.faults import FaultContext, FaultError, Handle
@@ -55,19 +53,12 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
 
 def _loss_counters(ctx: FaultContext, host: str, backend: str) -> dict[str, int]:
     """Frames the fault's rules dropped, per direction."""
-    out: dict[str, int] = {}
     if backend == "nft":
-        proc = ctx.sh(["nft", "-j", "list", "table", NFT_FAMILY, NFT_TABLE], host, check=False)
-        with contextlib.suppress(ValueError, KeyError, TypeError):
-            for item in json.loads(proc.stdout)["nftables"]:
-                rule = item.get("rule")
-                for expr in (rule or {}).get("expr", []):
-                    if "counter" in expr:
-                        out[rule["chain"]] = int(expr["counter"]["packets"])
-    else:
-        for chain, name in ((IPT_IN, "ingress"), (IPT_OUT, "egress")):
-            proc = ctx.sh(["iptables", "-w", "-L", chain, "-v", "-n", "-x"], host, check=False)
-            rows = [ln.split() for ln in proc.stdout.splitlines()[2:] if ln.strip()]
-            if rows and rows[0][0].isdigit():
-                out[name] = int(rows[0][0])
+        return ctx.nft_counters(NFT_TABLE, host)
+    out: dict[str, int] = {}
+    for chain, name in ((IPT_IN, "ingress"), (IPT_OUT, "egress")):
+        proc = ctx.sh(["iptables", "-w", "-L", chain, "-v", "-n", "-x"], host, check=False)
+        rows = [ln.split() for ln in proc.stdout.splitlines()[2:] if ln.strip()]
+        if rows and rows[0][0].isdigit():
+            out[name] = int(rows[0][0])
     return out
