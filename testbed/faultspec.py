@@ -73,9 +73,10 @@ class Fault:
 
     ``settings`` holds the knobs of the kind, declared by its module (``SETTINGS``:
     ``period``, ``count`` for link-flap; ``fraction`` for link-degrade; ``probability``,
-    ``direction`` for nic-loss; ``overload``, ``hot_share``, ``senders``, ``seed`` for
-    hot-receiver). Give them as keywords (``Fault("link-degrade", t, fraction=0.25)``);
-    each is checked by its kind, and a knob the kind does not have is refused.
+    ``direction`` for nic-loss; ``share``, ``seed`` for partial-blackhole; ``mtu`` for
+    mtu-mismatch; ``overload``, ``hot_share``, ``senders``, ``seed`` for hot-receiver).
+    Give them as keywords (``Fault("link-degrade", t, fraction=0.25)``); each is
+    checked by its kind, and a knob the kind does not have is refused.
     """
 
     kind: str

@@ -13,10 +13,11 @@ Plain Mininet built from the lab's plans (the bring-up benchmark's baseline,
 leaves is recognised by the lab's node names (``NODE_RE``), and only while no
 fabric that could own those names is alive (``plain_mininet_leftovers``).
 
-Fault injection (``testbed.shell.faults``) leaves rules in host namespaces and traffic
-processes when its run dies; ``cleanup_faults`` removes them by the names in
-``testbed.faultmarks``. This module is the lowest layer of the lab's shell side: it
-imports neither the injector nor ``testbed.shell.lab``, which both build on it.
+Fault injection (``testbed.shell.faults``) leaves rules in host namespaces, traffic
+processes, drop rules on bridges and lowered port MTUs when its run dies;
+``cleanup_faults`` removes them by the names in ``testbed.faultmarks``. This module is
+the lowest layer of the lab's shell side: it imports neither the injector nor
+``testbed.shell.lab``, which both build on it.
 
 Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
 not the lab's.
@@ -38,6 +39,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from testbed.capture import is_capture
+from testbed.faultkinds import mtu_mismatch, partial_blackhole
 from testbed.faultmarks import ENV_MARK, IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK
 from traffic import rxsink
 from vocab.plan import write_json_atomic
@@ -615,19 +617,103 @@ def _run_pids(keep_runs: Collection[str]) -> set[int]:
     return pids
 
 
+def blackhole_rules(sh: Callable[..., subprocess.CompletedProcess[str]], bridge: str
+                    ) -> list[tuple[int, int, int]]:
+    """The partial-blackhole rules on ``bridge`` (``sh`` runs a command in the root
+    namespace): ``(value, mask, packets dropped)`` each; none if the bridge cannot be read."""
+    proc = sh(partial_blackhole.dump_command(bridge), check=False)
+    return partial_blackhole.parse_rules(proc.stdout) if proc.returncode == 0 else []
+
+
+def intf_state(sh: Callable[..., subprocess.CompletedProcess[str]], intf: str
+               ) -> dict[str, Any] | None:
+    """``ip -j -s link show`` of one root-namespace interface (mtu, ifalias, stats64);
+    None if there is no such interface."""
+    proc = sh(["ip", "-j", "-s", "link", "show", "dev", intf], check=False)
+    if proc.returncode != 0:
+        return None
+    return dict(json.loads(proc.stdout)[0])
+
+
+def ovs_mtus(sh: Callable[..., subprocess.CompletedProcess[str]], names: Iterable[str]
+             ) -> dict[str, int | None]:
+    """Open vSwitch's view: the ``mtu`` column of these rows of its Interface table (None
+    where it is empty; rows OVS does not have are left out)."""
+    proc = sh(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,mtu",
+               "--if-exists", "list", "Interface", *names], check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return {}
+    rows = json.loads(proc.stdout).get("data", [])
+    return {name: (mtu if isinstance(mtu, int) else None) for name, mtu in rows}
+
+
+def restore_mtus(sh: Callable[..., subprocess.CompletedProcess[str]], restore: dict[str, int],
+                 timeout: float = 10.0, settle: float = 0.5) -> dict[str, int | None]:
+    """Put root-namespace interfaces back to their MTUs and hold them there until Open
+    vSwitch agrees; the MTUs the kernel reads at the end.
+
+    Raising a port's MTU makes OVS set its bridge's internal port to the new minimum of
+    the bridge's ports, which need not be the MTU it had. So every interface of
+    ``restore`` is set back, and again while OVS changes it, until the kernel and OVS's
+    Interface table both read ``restore`` for ``settle`` seconds (or ``timeout`` passes).
+    """
+    deadline = time.monotonic() + timeout
+    calm: float | None = None
+    while True:
+        now = {}
+        for name, mtu in restore.items():
+            state = intf_state(sh, name)
+            now[name] = None if state is None else state["mtu"]
+            if state is not None and state["mtu"] != mtu:
+                sh(mtu_mismatch.mtu_command(name, mtu), check=False)
+        present = {n: m for n, m in restore.items() if now[n] is not None}
+        agreed = all(now[n] == m for n, m in present.items()) \
+            and ovs_mtus(sh, present) == present
+        t = time.monotonic()
+        if not agreed:
+            calm = None
+        elif calm is None:
+            calm = t
+        if (calm is not None and t - calm >= settle) or t > deadline:
+            return now
+        time.sleep(0.05)
+
+
+def _marked_ports() -> dict[str, str]:
+    """``interface -> alias`` of root-namespace interfaces an mtu-mismatch marked."""
+    out = {}
+    for path in glob.glob("/sys/class/net/*/ifalias"):
+        with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as fh:
+            alias = fh.read().strip()
+        if mtu_mismatch.parse_mark(alias) is not None:
+            out[path.split("/")[-2]] = alias
+    return out
+
+
+def _root_sh(argv: list[str], host: str | None = None, stdin: str | None = None,
+             check: bool = False) -> subprocess.CompletedProcess[str]:
+    return run(argv, stdin=stdin, timeout=60)
+
+
 def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection[str] = (),
                    runs: Collection[str] | None = None) -> dict[str, int]:
     """Remove fault leftovers; restore nothing else. Safe to run any time.
 
     In the namespace of each host shell (``host_pids``, default every Mininet host shell
     except those of ``keep_runs``): delete the nft table ``astral_lab_faults``, the
-    ``astral-sink`` veth and the iptables fallback chains. Then kill hot-receiver traffic
-    processes whose lab run is not in ``keep_runs`` (and, if ``runs`` is given, is one
-    of ``runs``). Link states and HTB rates need no cleanup: they live on interfaces
-    that are deleted with the lab. Returns how many namespaces had something removed
+    ``astral-sink`` veth and the iptables fallback chains. Then, for runs not in
+    ``keep_runs`` (and, if ``runs`` is given, in ``runs``): kill hot-receiver traffic
+    processes, delete the partial-blackhole rules (cookie ``OF_COOKIE``) from the run's
+    bridges, and put the ports an mtu-mismatch marked back to the MTUs their mark names.
+    Link states and HTB rates need no cleanup: they live on interfaces that are deleted
+    with the lab. Returns how many namespaces, switches and ports had something removed
     and how many processes were killed.
     """
-    done = {"namespaces": 0, "processes": 0}
+    done = {"namespaces": 0, "processes": 0, "switches": 0, "ports": 0}
+
+    def theirs(run_id: str) -> bool:
+        return run_id not in keep_runs and (runs is None or run_id in runs)
+
     if host_pids is None:
         skip = _run_pids(keep_runs)
         host_pids = [p for p in _host_shells() if p not in skip]
@@ -635,9 +721,18 @@ def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection
         out = run(["mnexec", "-a", str(pid), "sh", "-c", _CLEAN_NS]).stdout
         done["namespaces"] += int(out.strip().endswith("1"))
     orphans = [p for p, run_id in fault_processes().items()
-               if run_id not in keep_runs and (runs is None or run_id in runs)
-               and p != os.getpid()]
+               if theirs(run_id) and p != os.getpid()]
     if orphans:
         kill_pids(orphans, grace=1.0)
         done["processes"] = len(orphans)
+    for bridge, run_id in tagged_bridges().items():
+        if theirs(run_id) and blackhole_rules(_root_sh, bridge):
+            run(partial_blackhole.delete_command(bridge))
+            done["switches"] += 1
+    for intf, alias in _marked_ports().items():
+        run_id, restore = mtu_mismatch.parse_mark(alias) or ("", {})
+        if theirs(run_id):
+            restore_mtus(_root_sh, restore)
+            run(mtu_mismatch.alias_command(intf, ""))
+            done["ports"] += 1
     return done

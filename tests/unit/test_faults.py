@@ -61,6 +61,12 @@ def doubled() -> WiringPlan:
     ({"kind": "hot-receiver", "target": "s0g0", "overload": 0}, "overload"),
     ({"kind": "hot-receiver", "target": "s0g0", "hot_share": 1.0}, "hot_share"),
     ({"kind": "hot-receiver", "target": "s0g0", "senders": -1}, "senders"),
+    ({"kind": "partial-blackhole", "target": "lf0r0", "share": 0}, "share"),
+    ({"kind": "partial-blackhole", "target": "lf0r0", "share": 1}, "share"),
+    ({"kind": "partial-blackhole", "target": "lf0r0", "share": 0.1}, "share"),
+    ({"kind": "partial-blackhole", "target": "lf0r0", "seed": -1}, "seed"),
+    ({"kind": "mtu-mismatch", "target": "a~b", "mtu": 500}, "mtu"),
+    ({"kind": "mtu-mismatch", "target": "a~b", "mtu": 1500.0}, "mtu"),
 ])
 def test_bad_fault_parameters_name_the_parameter(kwargs: dict[str, Any], param: str) -> None:
     with pytest.raises(ValueError) as err:
@@ -97,6 +103,7 @@ def test_each_kind_takes_its_own_settings_and_refuses_another_kinds() -> None:
     assert {k: v for k, v in got.items() if v} == {
         "link-flap": ("period", "count"), "link-degrade": ("fraction",),
         "nic-loss": ("probability", "direction"),
+        "partial-blackhole": ("share", "seed"), "mtu-mismatch": ("mtu",),
         "hot-receiver": ("overload", "hot_share", "senders", "seed")}
     for kind in FAULT_KINDS.names():  # every kind round-trips with its defaults
         f = Fault(kind, "" if FAULT_KINDS.get(kind).target == "controller" else "a~b")
@@ -336,7 +343,7 @@ def test_random_schedule_properties(topology: str, params: dict[str, int]) -> No
 
 
 def test_random_schedule_with_few_faults_and_a_subset_of_kinds(small: WiringPlan) -> None:
-    sched = F.random_schedule(small, n=8, duration_s=80, seed=1)
+    sched = F.random_schedule(small, n=len(F.KINDS), duration_s=100, seed=1)
     assert sorted(f.kind for f in sched) == sorted(F.KINDS)  # n = kinds: each exactly once
     two = F.random_schedule(small, kinds=["nic-loss", "link-down"], n=5, duration_s=50, seed=2)
     assert {f.kind for f in two} == {"nic-loss", "link-down"}

@@ -27,6 +27,11 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
                    namespace, with an nftables table ``astral_lab_faults`` (netdev
                    ingress/egress hooks on the NIC; iptables ``statistic`` as a fallback).
 ``switch-down``    every link of a switch down (those that were up), restored after.
+``partial-blackhole`` OpenFlow drop rules (``ovs-ofctl``, cookie ``OF_COOKIE``, above every
+                   controller rule) on one switch for ``share`` of the UDP source ports
+                   (masked ``udp_src`` matches): some QPs stall, pings pass.
+``mtu-mismatch``   ``ip link set mtu`` on the upper-tier end of a link: frames into it above
+                   ``mtu`` are dropped (counted); the port's and its bridge's MTUs restored.
 ``controller-kill`` / ``controller-restart``  ``Lab.kill_controller`` / ``restart_controller``.
 ``hot-receiver``   incast onto one host: the per-source shares of an MoE dispatch whose hot
                    experts sit on the target's GPU (``traffic.workload`` + ``traffic.kernels``),
@@ -67,8 +72,10 @@ from testbed.faultmarks import (
     ENV_MARK,
     IPT_IN,
     IPT_OUT,
+    MTU_MARK,
     NFT_FAMILY,
     NFT_TABLE,
+    OF_COOKIE,
     SINK,
     SINK_PEER,
 )
@@ -102,7 +109,12 @@ from testbed.faultspec import (
     traffic_links,
 )
 from testbed.shell import cleanup
-from testbed.shell.cleanup import cleanup_faults, fault_processes, nic_loss_leftovers
+from testbed.shell.cleanup import (
+    blackhole_rules,
+    cleanup_faults,
+    fault_processes,
+    nic_loss_leftovers,
+)
 from testbed.shell.preflight import LabError, loss_backend_problems
 from traffic.shell.running import RunningLab
 from vocab.plan import Link, WiringPlan
@@ -113,9 +125,10 @@ from vocab.plugins import Plugin, Plugins
 __all__ = [
     "CONTROLLER", "ENV_MARK", "Fault", "FaultContext", "FaultError",
     "FaultInjector", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "Handle", "INJECTORS",
-    "IPT_IN", "IPT_OUT", "InjectorModule", "KINDS", "MAX_HOT_SENDERS", "NFT_FAMILY",
-    "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun", "TARGET_KIND", "Target",
-    "WIRE_OVERHEAD", "canonical_component", "cleanup_faults", "fault_processes",
+    "IPT_IN", "IPT_OUT", "InjectorModule", "KINDS", "MAX_HOT_SENDERS", "MTU_MARK",
+    "NFT_FAMILY", "NFT_TABLE", "NUMGEN_MOD", "OF_COOKIE", "SINK", "SINK_PEER", "ScheduleRun",
+    "TARGET_KIND", "Target", "WIRE_OVERHEAD", "blackhole_rules", "canonical_component",
+    "cleanup_faults", "fault_processes",
     "hot_streams", "incast_bytes", "incast_weights", "iptables_loss_commands",
     "leaf_switches", "link_ends", "link_name", "loss_backend_problems", "nft_loss_commands",
     "nft_loss_script", "nic_loss_leftovers", "parallel_links", "parse_htb_rate",
