@@ -27,6 +27,7 @@ from typing import Any
 
 from controllers import lb, policies
 from controllers.flowtable import (
+    OWN_COOKIES,
     Changes,
     Entry,
     GroupSpec,
@@ -257,8 +258,10 @@ class FabricLogic:
         (group stats). Group contents cannot be read back (see
         ``flowtable.infer_groups``), so every wanted group is re-sent with
         ``add_or_mod`` (atomic, harmless); identical entries are left alone, so
-        forwarding never stops.
+        forwarding never stops. Entries without one of the controller's cookies
+        (``OWN_COOKIES``) are someone else's and are neither changed nor deleted.
         """
+        read_back = {k: e for k, e in read_back.items() if e.cookie in OWN_COOKIES}
         fresh = self.table(switch, previous=Table())
         guess = _infer_groups(read_back, fresh)
         for gid in group_ids:  # groups we cannot explain: avoid their ids, then delete them

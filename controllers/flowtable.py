@@ -45,6 +45,9 @@ ETH_ARP = 0x0806
 #: Every entry carries a cookie saying who made it: routes, or per-flow pins.
 COOKIE_ROUTE = 0xA5700001
 COOKIE_PIN = 0xA5700002
+#: The controller owns the entries with its cookies; an entry with any other cookie is
+#: another agent's (an operator's rule, an injected fault) and is left alone.
+OWN_COOKIES = frozenset({COOKIE_ROUTE, COOKIE_PIN})
 #: Pins sit above the ECMP routes and below local delivery (see ``routing``).
 PRIO_PIN = 250
 

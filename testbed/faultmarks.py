@@ -2,7 +2,8 @@
 
 ``testbed.shell.faults`` puts these on a running lab (nftables tables and sink veths in host
 namespaces and, for link faults on switch ports, in the root namespace; iptables chains in
-host namespaces; a marker in its traffic processes' environment), and
+host namespaces; a marker in its traffic processes' environment; a cookie on the OpenFlow
+rules it adds to a switch; an alias on a switch port whose MTU it lowered), and
 ``testbed.shell.cleanup`` removes what a crashed run left by the same names. They live here,
 below both, so ``astral-lab clean`` finds fault leftovers without importing the injector.
 """
@@ -43,3 +44,52 @@ def link_sink(dev: str) -> tuple[str, str]:
     named by a hash of ``dev`` (interface names are capped at 15 characters)."""
     tag = f"{zlib.crc32(dev.encode()) & 0xFFFFFF:06x}"
     return LINK_SINK + tag, LINK_SINK_PEER + tag
+
+
+#: Cookie of every OpenFlow rule a fault adds to a switch (partial-blackhole). The
+#: controller's own cookies are others (``controllers.flowtable.OWN_COOKIES``), and it
+#: leaves rules with a cookie not its own alone, so these survive its resyncs.
+OF_COOKIE = 0xA57FF001
+#: Start of the alias (``ip link set dev X alias``) of a switch port whose MTU an
+#: mtu-mismatch lowered: ``<MTU_MARK> run=<run id> <intf>=<mtu> ...``, the run and the
+#: MTUs to restore (the port's and its bridge's internal port's), for a crashed run.
+MTU_MARK = "astral-lab-fault-mtu"
+
+
+def fault_tables(nft_list_tables: str) -> list[str]:
+    """Names of fault injection's tables in ``nft list tables netdev`` output."""
+    return [w[2] for w in (ln.split() for ln in nft_list_tables.splitlines())
+            if len(w) == 3 and w[0] == "table" and w[2].startswith(NFT_PREFIX)]
+
+
+def is_sink(name: str) -> bool:
+    """Is ``name`` a sink veth of fault injection (``SINK``, a gray-loss end's)?"""
+    return name == SINK or (name.startswith(LINK_SINK) and len(name) == len(LINK_SINK) + 6)
+
+
+def sinks(ip_o_link: str) -> list[str]:
+    """Sink veths (``SINK``, a gray-loss end's ``LINK_SINK...``) in ``ip -o link`` output."""
+    names = [ln.split(": ", 2)[1].split("@")[0] for ln in ip_o_link.splitlines()
+             if ln.count(": ") >= 2]
+    return [n for n in names if is_sink(n)]
+
+
+#: One shell script per namespace (``cleanup_faults`` runs it in each host's: a subprocess
+#: each is what cleanup costs): remove what a nic-loss or a link fault leaves, print 1 if
+#: something was there.
+CLEAN_NAMESPACE = f"""n=0
+for t in $(nft list tables {NFT_FAMILY} 2>/dev/null | awk '$3 ~ /^{NFT_PREFIX}/ {{print $3}}'); do
+  nft delete table {NFT_FAMILY} $t && n=1
+done
+for i in $(ip -o link show 2>/dev/null | awk -F'[@: ]+' '$2 == "{SINK}" ||
+    ($2 ~ /^{LINK_SINK}[0-9a-f]+$/ && length($2) == {len(LINK_SINK) + 6}) {{print $2}}'); do
+  ip link del $i 2>/dev/null && n=1
+done
+if iptables -w -S 2>/dev/null | grep -q ASTRAL_LAB_FAULTS; then
+  n=1
+  while iptables -w -D INPUT -j {IPT_IN} 2>/dev/null; do :; done
+  while iptables -w -D OUTPUT -j {IPT_OUT} 2>/dev/null; do :; done
+  for c in {IPT_IN} {IPT_OUT}; do iptables -w -F $c 2>/dev/null; iptables -w -X $c 2>/dev/null; done
+fi
+echo $n
+"""

@@ -91,10 +91,11 @@ class Fault:
 
     ``settings`` holds the knobs of the kind, declared by its module (``SETTINGS``:
     ``period``, ``count``, ``jitter``, ``seed`` for link-flap; ``fraction`` for
-    link-degrade; ``probability``, ``direction`` for nic-loss; ``overload``,
-    ``hot_share``, ``senders``, ``seed`` for hot-receiver). Give them as keywords
-    (``Fault("link-degrade", t, fraction=0.25)``); each is checked by its kind, and a
-    knob the kind does not have is refused.
+    link-degrade; ``probability``, ``direction`` for nic-loss and gray-loss;
+    ``probability`` for corruption; ``share``, ``seed`` for partial-blackhole; ``mtu`` for
+    mtu-mismatch; ``overload``, ``hot_share``, ``senders``, ``seed`` for hot-receiver).
+    Give them as keywords (``Fault("link-degrade", t, fraction=0.25)``); each is checked
+    by its kind, and a knob the kind does not have is refused.
     """
 
     kind: str

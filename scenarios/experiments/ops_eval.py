@@ -6,7 +6,8 @@ carries steady probe streams (every NIC to a NIC under another leaf, many source
 so ECMP spreads them) for a fault-free phase and then a fault phase of equal length, in
 which ``testbed.shell.faults.random_schedule`` injects ``per_kind`` faults of every kind
 (each module of ``testbed/faultkinds/``: link-down, link-flap, link-degrade, nic-loss,
-switch-down, controller-kill, controller-restart, hot-receiver), one at a time. The
+switch-down, partial-blackhole, mtu-mismatch, controller-kill, controller-restart,
+hot-receiver), one at a time. The
 collector polls every ``interval``; the detectors run after every poll; the deterministic
 agent is asked "what is wrong?" at every poll with an open alert, and its answer two polls
 after a detection is scored (the scoring is ``ops.evaluate.score``).

@@ -181,7 +181,8 @@ class FaultKind(Plugin):
 FAULT_KINDS: Plugins[FaultKind] = Plugins(
     "fault kind", __name__, FaultKind,
     first=("link-down", "link-flap", "link-degrade", "nic-loss", "gray-loss", "corruption",
-           "switch-down", "controller-kill", "controller-restart", "hot-receiver"))
+           "switch-down", "partial-blackhole", "mtu-mismatch", "controller-kill",
+           "controller-restart", "hot-receiver"))
 
 
 def number(name: str, value: Any, *, low: float | None = None, high: float | None = None,

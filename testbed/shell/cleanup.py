@@ -14,9 +14,10 @@ leaves is recognised by the lab's node names (``NODE_RE``), and only while no
 fabric that could own those names is alive (``plain_mininet_leftovers``).
 
 Fault injection (``testbed.shell.faults``) leaves rules in host namespaces (and, for link
-faults on switch ports, in the root namespace) and traffic processes when its run dies;
-``cleanup_faults`` removes them by the names in ``testbed.faultmarks``. This module is the
-lowest layer of the lab's shell side: it imports neither the injector nor
+faults on switch ports, in the root namespace), traffic processes, drop rules on bridges
+and lowered port MTUs when its run dies; ``cleanup_faults`` removes them by the names in
+``testbed.faultmarks``. This module is the lowest layer of the lab's shell side: it
+imports neither the injector nor
 ``testbed.shell.lab``, which both build on it.
 
 Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
@@ -39,16 +40,19 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from testbed.capture import is_capture
+from testbed.faultkinds import mtu_mismatch, partial_blackhole
 from testbed.faultmarks import (
+    CLEAN_NAMESPACE,
     ENV_MARK,
     IPT_IN,
     IPT_OUT,
-    LINK_SINK,
     NFT_FAMILY,
-    NFT_PREFIX,
     NFT_TABLE,
     SINK,
+    fault_tables,
+    is_sink,
     link_sink,
+    sinks,
 )
 from traffic import rxsink
 from vocab.plan import write_json_atomic
@@ -569,32 +573,15 @@ def fault_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]],
     """Every nft table and sink veth of fault injection present in ``host``'s namespace
     (None: the root namespace, where link faults on switch ports put theirs); ``sh`` runs a
     command there. A link fault's undo checks its own names against this."""
-    tables = _fault_tables(sh(["nft", "list", "tables", NFT_FAMILY], host, check=False).stdout)
-    sinks = _sinks(sh(["ip", "-o", "link", "show"], host, check=False).stdout)
-    return [f"nft table {NFT_FAMILY} {t}" for t in tables] + [f"interface {i}" for i in sinks]
-
-
-def _fault_tables(nft_list_tables: str) -> list[str]:
-    """Names of fault injection's tables in ``nft list tables netdev`` output."""
-    return [w[2] for w in (ln.split() for ln in nft_list_tables.splitlines())
-            if len(w) == 3 and w[0] == "table" and w[2].startswith(NFT_PREFIX)]
-
-
-def _is_sink(name: str) -> bool:
-    return name == SINK or (name.startswith(LINK_SINK) and len(name) == len(LINK_SINK) + 6)
-
-
-def _sinks(ip_o_link: str) -> list[str]:
-    """Sink veths (``SINK``, a gray-loss end's ``LINK_SINK...``) in ``ip -o link`` output."""
-    names = [ln.split(": ", 2)[1].split("@")[0] for ln in ip_o_link.splitlines()
-             if ln.count(": ") >= 2]
-    return [n for n in names if _is_sink(n)]
+    tables = fault_tables(sh(["nft", "list", "tables", NFT_FAMILY], host, check=False).stdout)
+    veths = sinks(sh(["ip", "-o", "link", "show"], host, check=False).stdout)
+    return [f"nft table {NFT_FAMILY} {t}" for t in tables] + [f"interface {i}" for i in veths]
 
 
 def _root_sh(argv: list[str], _host: str | None = None, stdin: str | None = None,
              check: bool = False) -> subprocess.CompletedProcess[str]:
     """``run`` with a fault context's ``sh`` signature, for the root namespace."""
-    return run(argv, stdin=stdin, check=check)
+    return run(argv, stdin=stdin, check=check, timeout=60)
 
 
 def _table_devices(table: str) -> set[str]:
@@ -619,14 +606,14 @@ def _clean_root(keep_runs: Collection[str]) -> bool:
     existing = existing_interfaces()
     keep_devs: set[str] = set()
     removed = False
-    for table in _fault_tables(run(["nft", "list", "tables", NFT_FAMILY]).stdout):
+    for table in fault_tables(run(["nft", "list", "tables", NFT_FAMILY]).stdout):
         devs = _table_devices(table)
         if keep_runs and devs & existing:
             keep_devs |= devs
             continue
         removed |= run(["nft", "delete", "table", NFT_FAMILY, table]).returncode == 0
     keep = {link_sink(d)[0] for d in keep_devs}
-    removed |= delete_links([i for i in sorted(existing) if _is_sink(i) and i not in keep]) > 0
+    removed |= delete_links([i for i in sorted(existing) if is_sink(i) and i not in keep]) > 0
     return removed
 
 
@@ -654,26 +641,6 @@ def _host_shells() -> dict[int, str]:
     return shells
 
 
-#: One shell script per namespace (a subprocess each is what cleanup costs): remove what a
-#: nic-loss or a link fault leaves, print 1 if something was there.
-_CLEAN_NS = f"""n=0
-for t in $(nft list tables {NFT_FAMILY} 2>/dev/null | awk '$3 ~ /^{NFT_PREFIX}/ {{print $3}}'); do
-  nft delete table {NFT_FAMILY} $t && n=1
-done
-for i in $(ip -o link show 2>/dev/null | awk -F'[@: ]+' '$2 == "{SINK}" ||
-    ($2 ~ /^{LINK_SINK}[0-9a-f]+$/ && length($2) == {len(LINK_SINK) + 6}) {{print $2}}'); do
-  ip link del $i 2>/dev/null && n=1
-done
-if iptables -w -S 2>/dev/null | grep -q ASTRAL_LAB_FAULTS; then
-  n=1
-  while iptables -w -D INPUT -j {IPT_IN} 2>/dev/null; do :; done
-  while iptables -w -D OUTPUT -j {IPT_OUT} 2>/dev/null; do :; done
-  for c in {IPT_IN} {IPT_OUT}; do iptables -w -F $c 2>/dev/null; iptables -w -X $c 2>/dev/null; done
-fi
-echo $n
-"""
-
-
 def fault_processes() -> dict[int, str]:
     """``pid -> run id`` of processes a hot-receiver started (``ASTRAL_LAB_FAULT`` marker)."""
     found = {}
@@ -698,6 +665,79 @@ def _run_pids(keep_runs: Collection[str]) -> set[int]:
     return pids
 
 
+def blackhole_rules(sh: Callable[..., subprocess.CompletedProcess[str]], bridge: str
+                    ) -> list[tuple[int, int, int]]:
+    """The partial-blackhole rules on ``bridge`` (``sh`` runs a command in the root
+    namespace): ``(value, mask, packets dropped)`` each; none if the bridge cannot be read."""
+    proc = sh(partial_blackhole.dump_command(bridge), check=False)
+    return partial_blackhole.parse_rules(proc.stdout) if proc.returncode == 0 else []
+
+
+def intf_state(sh: Callable[..., subprocess.CompletedProcess[str]], intf: str
+               ) -> dict[str, Any] | None:
+    """``ip -j -s link show`` of one root-namespace interface (mtu, ifalias, stats64);
+    None if there is no such interface."""
+    proc = sh(["ip", "-j", "-s", "link", "show", "dev", intf], check=False)
+    if proc.returncode != 0:
+        return None
+    return dict(json.loads(proc.stdout)[0])
+
+
+def ovs_mtus(sh: Callable[..., subprocess.CompletedProcess[str]], names: Iterable[str]
+             ) -> dict[str, int | None]:
+    """Open vSwitch's view: the ``mtu`` column of these rows of its Interface table (None
+    where it is empty; rows OVS does not have are left out)."""
+    proc = sh(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,mtu",
+               "--if-exists", "list", "Interface", *names], check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return {}
+    rows = json.loads(proc.stdout).get("data", [])
+    return {name: (mtu if isinstance(mtu, int) else None) for name, mtu in rows}
+
+
+def restore_mtus(sh: Callable[..., subprocess.CompletedProcess[str]], restore: dict[str, int],
+                 timeout: float = 10.0, settle: float = 0.5) -> dict[str, int | None]:
+    """Put root-namespace interfaces back to their MTUs and hold them there until Open
+    vSwitch agrees; the MTUs the kernel reads at the end.
+
+    Raising a port's MTU makes OVS set its bridge's internal port to the new minimum of
+    the bridge's ports, which need not be the MTU it had. So every interface of
+    ``restore`` is set back, and again while OVS changes it, until the kernel and OVS's
+    Interface table both read ``restore`` for ``settle`` seconds (or ``timeout`` passes).
+    """
+    deadline = time.monotonic() + timeout
+    calm: float | None = None
+    while True:
+        now = {}
+        for name, mtu in restore.items():
+            state = intf_state(sh, name)
+            now[name] = None if state is None else state["mtu"]
+            if state is not None and state["mtu"] != mtu:
+                sh(mtu_mismatch.mtu_command(name, mtu), check=False)
+        present = {n: m for n, m in restore.items() if now[n] is not None}
+        agreed = all(now[n] == m for n, m in present.items()) \
+            and ovs_mtus(sh, present) == present
+        t = time.monotonic()
+        if not agreed:
+            calm = None
+        elif calm is None:
+            calm = t
+        if (calm is not None and t - calm >= settle) or t > deadline:
+            return now
+        time.sleep(0.05)
+
+
+def _marked_ports() -> dict[str, str]:
+    """``interface -> alias`` of root-namespace interfaces an mtu-mismatch marked."""
+    out = {}
+    for path in glob.glob("/sys/class/net/*/ifalias"):
+        with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as fh:
+            alias = fh.read().strip()
+        if mtu_mismatch.parse_mark(alias) is not None:
+            out[path.split("/")[-2]] = alias
+    return out
+
+
 def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection[str] = (),
                    runs: Collection[str] | None = None) -> dict[str, int]:
     """Remove fault leftovers; restore nothing else. Safe to run any time.
@@ -706,24 +746,39 @@ def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection
     except those of ``keep_runs``): delete fault injection's nft tables (``astral_lab_*``),
     its sink veths and the iptables fallback chains. In the root namespace: the tables
     and sinks of link faults on switch ports (those of a live run in ``keep_runs``
-    stay). Then kill hot-receiver traffic processes whose lab run is not in
-    ``keep_runs`` (and, if ``runs`` is given, is one of ``runs``). Link states and HTB
-    rates need no cleanup: they live on interfaces that are deleted with the lab.
-    Returns how many namespaces (the root one included) had something removed and how
-    many processes were killed.
+    stay). Then, for runs not in ``keep_runs`` (and, if ``runs`` is given, in ``runs``):
+    kill hot-receiver traffic processes, delete the partial-blackhole rules (cookie
+    ``OF_COOKIE``) from the run's bridges, and put the ports an mtu-mismatch marked back
+    to the MTUs their mark names. Link states and HTB rates need no cleanup: they live on
+    interfaces that are deleted with the lab. Returns how many namespaces (the root one
+    included), switches and ports had something removed and how many processes were
+    killed.
     """
-    done = {"namespaces": 0, "processes": 0}
+    done = {"namespaces": 0, "processes": 0, "switches": 0, "ports": 0}
+
+    def theirs(run_id: str) -> bool:
+        return run_id not in keep_runs and (runs is None or run_id in runs)
+
     if host_pids is None:
         skip = _run_pids(keep_runs)
         host_pids = [p for p in _host_shells() if p not in skip]
     for pid in host_pids:
-        out = run(["mnexec", "-a", str(pid), "sh", "-c", _CLEAN_NS]).stdout
+        out = run(["mnexec", "-a", str(pid), "sh", "-c", CLEAN_NAMESPACE]).stdout
         done["namespaces"] += int(out.strip().endswith("1"))
     done["namespaces"] += int(_clean_root(keep_runs))
     orphans = [p for p, run_id in fault_processes().items()
-               if run_id not in keep_runs and (runs is None or run_id in runs)
-               and p != os.getpid()]
+               if theirs(run_id) and p != os.getpid()]
     if orphans:
         kill_pids(orphans, grace=1.0)
         done["processes"] = len(orphans)
+    for bridge, run_id in tagged_bridges().items():
+        if theirs(run_id) and blackhole_rules(_root_sh, bridge):
+            run(partial_blackhole.delete_command(bridge))
+            done["switches"] += 1
+    for intf, alias in _marked_ports().items():
+        run_id, restore = mtu_mismatch.parse_mark(alias) or ("", {})
+        if theirs(run_id):
+            restore_mtus(_root_sh, restore)
+            run(mtu_mismatch.alias_command(intf, ""))
+            done["ports"] += 1
     return done

@@ -16,6 +16,7 @@ All hosts share the machine's clock, so send and receive times compare directly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -152,6 +153,9 @@ class Stream:
 
     def start(self) -> Stream:
         py = [sys.executable, "-m", "astral_lab.probe_cli"]
+        for stale in (self.out, self.out + ".ready"):  # an earlier stream's on this port
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(stale)
         self._recv = self.lab.hosts[self.dst].popen(
             py + ["recv", "--port", str(self.port), "--out", self.out])
         deadline = time.monotonic() + 10

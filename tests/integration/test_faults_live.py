@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from ops.telemetry import parse_snmp
+from testbed.faultkinds import partial_blackhole
 from testbed.faultkinds.link_flap import phases
 from testbed.shell import cleanup
 from testbed.shell import faults as F
@@ -30,10 +31,11 @@ from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
 from testbed.topologies import build
+from traffic.roce import LAB_PMTU, OP_WRITE_FIRST, frame_len
 from vocab.plan import Link
 
 PLAN = build("astral3", servers=4, gpus=2, servers_per_block=2)
-_ports = itertools.count(6000)  # a fresh receiver port per stream (its ready file is per port)
+_ports = itertools.count(6000)  # a fresh receiver port per stream, unless its flows are pinned
 
 
 @pytest.fixture(autouse=True)
@@ -71,22 +73,46 @@ def htb_line(lab: Lab, node: str, intf: str) -> str:
             subprocess.run(argv, capture_output=True, text=True)).stdout.strip()
 
 
+def link_info(lab: Lab, node: str, intf: str) -> dict[str, Any]:
+    """``ip -j -s link show`` of an interface, in its own namespace."""
+    argv = ["ip", "-j", "-s", "link", "show", "dev", intf]
+    out = (host_sh(lab, node, *argv) if node in lab.hosts else
+           subprocess.run(argv, capture_output=True, text=True)).stdout
+    return dict(json.loads(out)[0])
+
+
+def ovs_interfaces() -> dict[str, tuple[Any, Any]]:
+    """Open vSwitch's view of every interface: ``name -> (mtu, mtu_request)``."""
+    out = subprocess.run(["ovs-vsctl", "--format=json", "--columns=name,mtu,mtu_request",
+                          "list", "Interface"], capture_output=True, text=True).stdout
+    return {name: (str(mtu), str(req)) for name, mtu, req in json.loads(out)["data"]}
+
+
 def fabric_state(lab: Lab) -> dict[str, Any]:
-    """Admin state and HTB class of every link end, and fault leftovers in every host's
-    namespace and in the root one (link faults on switch ports)."""
-    ends = {f"{n}/{i}": (link_state(lab, n, i)[0], htb_line(lab, n, i))
-            for ln in PLAN.links for n, i in ((ln.a, ln.a_intf), (ln.b, ln.b_intf))}
+    """Admin state, MTU, alias and HTB class of every link end, OVS's interface MTUs, and
+    fault leftovers in every host's namespace, in the root one (link faults on switch
+    ports) and on every switch."""
+    ends = {}
+    for ln in PLAN.links:
+        for n, i in ((ln.a, ln.a_intf), (ln.b, ln.b_intf)):
+            info = link_info(lab, n, i)
+            ends[f"{n}/{i}"] = ("UP" in info["flags"], info["mtu"], info.get("ifalias"),
+                                htb_line(lab, n, i))
     sh = FaultInjector(lab).context.sh
     left = {h: sorted({*F.nic_loss_leftovers(sh, h), *F.fault_leftovers(sh, h)})
             for h in lab.hosts}
     left["root"] = F.fault_leftovers(sh)
-    return {"ends": ends, "leftovers": {h: v for h, v in left.items() if v}}
+    rules = {s.name: F.blackhole_rules(sh, s.name) for s in PLAN.switches}
+    return {"ends": ends, "ovs": ovs_interfaces(),
+            "leftovers": {h: v for h, v in left.items() if v},
+            "rules": {s: r for s, r in rules.items() if r}}
 
 
 @pytest.fixture(scope="module")
 def baseline(lab: Lab) -> dict[str, Any]:
     state = fabric_state(lab)
-    assert all(up for up, _ in state["ends"].values()) and not state["leftovers"]
+    assert all(e[0] and e[1] == lab.mtu for e in state["ends"].values())
+    assert not state["leftovers"] and not state["rules"]
     return state
 
 
@@ -101,15 +127,8 @@ def injector(lab: Lab, baseline: dict[str, Any]) -> Iterator[FaultInjector]:
 
 def stream(lab: Lab, src: str, dst: str, sports: range, pps: float, duration: float,
            size: int = 200, port: int | None = None) -> Stream:
-    """A probe stream to a fresh receiver port, or to ``port`` (a pinned flow's; its ready
-    file is removed first, so a second stream there waits for its own receiver)."""
-    if port is None:
-        port = next(_ports)
-    st = Stream(lab, src, dst, sports=sports, pps=pps, duration=duration, port=port,
-                size=size)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(st.out + ".ready")
-    return st
+    return Stream(lab, src, dst, sports=sports, pps=pps, duration=duration,
+                  port=port or next(_ports), size=size)
 
 
 def received(st: Stream) -> int:
@@ -543,13 +562,17 @@ def test_cleanup_faults_removes_what_a_crashed_injector_left(lab: Lab,
     inj.inject(Fault("gray-loss", "lf1r1~spine3", probability=0.1))  # root namespace
     inj.inject(Fault("corruption", "s1g0~lf0r0", probability=0.1))  # s1g0's and root
     hot = inj.inject(Fault("hot-receiver", "s1g1", senders=2, overload=0.5))
+    inj.inject(Fault("partial-blackhole", "spine2", share=0.25))
+    low = inj.inject(Fault("mtu-mismatch", "lf1r1~spine3", mtu=2200))
     procs = [p.pid for p in hot.info["procs"]]
     assert len(procs) == 3 and all(alive(p) for p in procs)
     assert len(F.fault_leftovers(inj.context.sh)) == 5  # 3 tables, 2 sinks
+    assert F.blackhole_rules(inj.context.sh, "spine2")
+    assert link_info(lab, "spine3", low.info["intf"])["mtu"] == 2200
     # the injector "crashes": nothing is undone; the cleanup hook finds it all
     done = F.cleanup_faults(host_pids=[h.pid for h in lab.hosts.values()],
                             runs=[lab.run_id])
-    assert done == {"namespaces": 3, "processes": 3}
+    assert done == {"namespaces": 3, "processes": 3, "switches": 1, "ports": 1}
     assert not any(alive(p) for p in procs)
     assert fabric_state(lab) == baseline
     assert inj.undo_all() == []  # undoing what is already gone is harmless
@@ -577,3 +600,96 @@ def test_hot_receiver_incast_saturates_the_targets_nic(lab: Lab,
     assert all(p.poll() is not None for p in procs)
     assert not [p for p, run in F.fault_processes().items() if run == lab.run_id]
     time.sleep(1.5)  # the leaf port's backlog toward s0g0 drains
+
+
+def pinned_paths(lab: Lab, src: str, dst: str, sports: range, port: int) -> dict[int, list[str]]:
+    """Pin ``src -> dst`` flows (planned mode) with the probe's destination port, so the
+    stream's packets take the controller's paths; ``sport -> switches crossed``."""
+    c = lab.client()
+    c.post_traffic([{"src": src, "dst": dst, "sport": p, "dport": port, "bytes": 10**7}
+                    for p in sports])
+    c.wait_converged()
+    return {p: [hop["switch"] for hop in c.paths(src, dst, sport=p, dport=port)["path"]]
+            for p in sports}
+
+
+def test_partial_blackhole_drops_exactly_the_matched_flows_through_its_switch(
+        lab: Lab, injector: FaultInjector) -> None:
+    """64 pinned flows s0g0 -> s2g1 spread over the 4 spines; the spine most of them cross
+    drops 3/8 of the source ports: exactly the matched flows through it vanish, every other
+    flow (matched ones on other spines too) arrives in full, pings pass. The rules outlive
+    a controller restart (its resync leaves foreign cookies alone); undo leaves none."""
+    sports, port = range(50600, 50664), next(_ports)
+    try:
+        crossed = pinned_paths(lab, "s0g0", "s2g1", sports, port)
+        spines = [sw for p in sports for sw in crossed[p] if sw.startswith("spine")]
+        target = max(set(spines), key=spines.count)
+        h = injector.inject(Fault("partial-blackhole", target, share=0.375, seed=3))
+        matches = h.info["matches"]
+        lost = {p for p in sports
+                if target in crossed[p] and partial_blackhole.dropped(p, matches)}
+        elsewhere = {p for p in sports if partial_blackhole.dropped(p, matches)} - lost
+        assert lost and elsewhere, (target, crossed)
+        with stream(lab, "s0g0", "s2g1", sports, pps=10, duration=2.0, port=port) as st:
+            pass
+        sent = st.sent["sent_per_sport"]
+        got = {int(p): f["received"] for p, f in st.result["flows"].items()}
+        print(f"partial-blackhole on {target}, share 3/8 {matches}: {len(lost)} of 64 flows "
+              f"lost, {len(elsewhere)} matched flows on other spines arrived")
+        assert set(got) == set(sports) - lost  # none of a lost flow's packets arrives
+        assert all(n == sent for n in got.values()), got  # all the others in full
+        assert lab.reachability(retries=1).received == 56  # ICMP passes
+        lab.restart_controller()
+        assert sorted(r[:2] for r in F.blackhole_rules(injector.context.sh, target)) == \
+            sorted(matches)
+        assert lab.health()["resync"]["entries_del"] == 0
+        injector.undo(h)
+        assert injector.events[-1]["detail"]["dropped"] == len(lost) * sent
+        assert F.blackhole_rules(injector.context.sh, target) == []
+        with stream(lab, "s0g0", "s2g1", sports, pps=10, duration=1.0, port=port) as st:
+            pass
+        assert received(st) == st.sent["sent_per_sport"] * 64  # everything passes again
+    finally:
+        lab.client().clear_traffic()
+
+
+def test_mtu_mismatch_drops_full_frames_toward_the_lowered_end(lab: Lab,
+                                                               injector: FaultInjector
+                                                               ) -> None:
+    """One lane's spine end at MTU 1500: full-size frames (a 4,096-byte RoCE payload's
+    4,170) from the leaf die on arrival, counted by the kernel; 1,000-byte frames and
+    pings pass. Undo puts the kernel's and OVS's MTUs back exactly and everything passes."""
+    sport, port = 50700, next(_ports)
+    try:
+        hops = pinned_paths(lab, "s0g0", "s2g1", range(sport, sport + 1), port)[sport]
+        lane = F.parse_target(PLAN, f"{hops[0]}~{hops[1]}").link
+        target = F.link_name(PLAN, lane)
+        ovs_before = ovs_interfaces()
+        h = injector.inject(Fault("mtu-mismatch", target, mtu=1500))
+        assert h.info["intf"] == lane.b_intf  # the spine's end: frames going up die
+        assert set(h.info["ovs"]) == {lane.b_intf, lane.b}  # OVS's view was read: port, bridge
+        assert link_info(lab, lane.b, lane.b_intf)["mtu"] == 1500
+        before = link_info(lab, lane.b, lane.b_intf)["stats64"]["rx"]["dropped"]
+        full = frame_len(OP_WRITE_FIRST, LAB_PMTU) - 14 - 20 - 8  # UDP payload of a full frame
+        sizes = {}
+        for size in (full, 1000):
+            with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=20,
+                        duration=1.0, size=size, port=port) as st:
+                pass
+            sizes[size] = (st.sent["sent_per_sport"], received(st))
+        dropped = link_info(lab, lane.b, lane.b_intf)["stats64"]["rx"]["dropped"] - before
+        print(f"mtu-mismatch on {target} (1500): {sizes}, {dropped} counted dropped")
+        assert sizes[full][1] == 0 and dropped == sizes[full][0]
+        assert sizes[1000][1] == sizes[1000][0]
+        peer = str(PLAN.node("s2g1").ip)
+        assert host_sh(lab, "s0g0", "fping", "-q", "-c", "5", "-p", "20", peer).returncode == 0
+        injector.undo(h)
+        assert injector.events[-1]["detail"] == {"mtu": lab.mtu, "rx_dropped": dropped}
+        assert link_info(lab, lane.b, lane.b_intf)["mtu"] == lab.mtu
+        assert ovs_interfaces() == ovs_before  # OVS's view too, internal ports included
+        with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=20, duration=1.0,
+                    size=full, port=port) as st:
+            pass
+        assert received(st) == st.sent["sent_per_sport"]  # full frames pass again
+    finally:
+        lab.client().clear_traffic()

@@ -273,7 +273,8 @@ def test_restart_resyncs_without_touching_entries(mode: str) -> None:
 
 
 def test_resync_replaces_a_foreign_or_stale_table() -> None:
-    """A switch holding someone else's rules ends up with exactly ours, without a wipe."""
+    """A switch holding another controller's rules ends up with exactly ours, without a
+    wipe; rules with a cookie not ours stay."""
     plan = plan_of("astral3")
     logic, fabric = fresh(plan, "ecmp")
     other = FabricLogic(plan, "planned")
@@ -283,8 +284,13 @@ def test_resync_replaces_a_foreign_or_stale_table() -> None:
     # pretend the switch holds a stale pin and an extra group
     stale = next(e for e in other.table(sw).entries.values() if e.cookie == COOKIE_PIN)
     entries[stale.key] = stale
+    # and another agent's rule (an operator's, an injected fault's): not ours to touch
+    theirs = Entry(1000, (("eth_type", 0x800), ("ip_proto", 17), ("udp_src", (5, 7))), (),
+                   0xA57FF001)
+    entries[theirs.key] = theirs
     ch, want = logic.sync(sw, entries, gids + [999])
     assert stale in ch.entries_del and 999 in ch.groups_del
+    assert theirs not in ch.entries_del + ch.entries_set
 
 
 # --- adaptive -------------------------------------------------------------------------------

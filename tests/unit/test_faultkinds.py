@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -24,20 +25,28 @@ from typing import Any
 import pytest
 from test_faults import FakeLab
 
+from controllers.flowtable import OWN_COOKIES, PRIO_PIN
+from controllers.routing import PRIO_LOCAL, PRIO_ROUTE
 from testbed import faultkinds
 from testbed.faultkinds import FAULT_KINDS
+from testbed.faultkinds import mtu_mismatch as mtu
+from testbed.faultkinds import partial_blackhole as blackhole
 from testbed.faultspec import KINDS, TARGET_KIND, Fault
 from testbed.shell import faults as F
 from testbed.shell.faults import INJECTORS, FaultInjector
 from testbed.shell.faults.link_degrade import htb_rate_command
+from testbed.shell.mntopo import OF_PROTOCOLS
 from testbed.topologies import build
+from traffic.roce import ETH_LEN, LAB_PMTU, OP_WRITE_MIDDLE, frame_len
+from vocab.flows import sport_for_qp
 from vocab.plan import WiringPlan
 from vocab.plugins import Plugins
 
 REPO = Path(__file__).resolve().parents[2]
 
 SHIPPED = ("link-down", "link-flap", "link-degrade", "nic-loss", "gray-loss", "corruption",
-           "switch-down", "controller-kill", "controller-restart", "hot-receiver")
+           "switch-down", "partial-blackhole", "mtu-mismatch", "controller-kill",
+           "controller-restart", "hot-receiver")
 
 
 def small_plan() -> WiringPlan:
@@ -52,6 +61,7 @@ def test_every_shipped_kind_is_registered_on_both_sides_in_order() -> None:
     assert TARGET_KIND == {"link-down": "link", "link-flap": "link", "link-degrade": "link",
                            "nic-loss": "host", "gray-loss": "link", "corruption": "link",
                            "switch-down": "switch",
+                           "partial-blackhole": "switch", "mtu-mismatch": "link",
                            "controller-kill": "controller", "controller-restart": "controller",
                            "hot-receiver": "host"}
     for name, injector in INJECTORS.all().items():
@@ -94,6 +104,62 @@ def test_a_kind_module_without_a_valid_target_is_named(tmp_path: Path,
     assert FAULT_KINDS.names() == SHIPPED
 
 
+# --- partial-blackhole and mtu-mismatch: their matches, knobs and commands --------------------
+@pytest.mark.parametrize("share", [1 / 2, 3 / 8, 3 / 32, 1 / 16384, 16383 / 16384])
+def test_a_blackholes_matches_cover_exactly_its_share_of_the_qps(share: float) -> None:
+    """Disjoint masked matches, one per 1 in the share's binary expansion; the QPs' source
+    ports (their low bits are the QP number) are hit in exactly that share; seeds differ."""
+    seen = set()
+    for seed in range(4):
+        matches = blackhole.port_matches(share, seed)
+        assert len(matches) == bin(round(share * 16384)).count("1")
+        hits = [sum(p & m == v for v, m in matches) for p in range(1 << 16)]
+        assert max(hits) == 1 and sum(hits) == share * (1 << 16)
+        qps = [blackhole.dropped(sport_for_qp(q), matches) for q in range(16384)]
+        assert sum(qps) == share * 16384
+        seen.add(tuple(matches))
+    assert len(seen) > 1
+
+
+def test_blackhole_rules_sit_above_the_controllers_and_parse_back() -> None:
+    assert max(PRIO_LOCAL, PRIO_PIN, PRIO_ROUTE) < blackhole.PRIORITY
+    assert F.OF_COOKIE not in OWN_COOKIES  # so the controller's resync leaves them alone
+    assert blackhole.OFCTL[2] in OF_PROTOCOLS.split(",")  # a version the bridges speak
+    assert blackhole.flow_lines([(3, 3), (1, 7)]) == (
+        "cookie=0xa57ff001,priority=1000,udp,udp_src=0x3/0x3,actions=drop\n"
+        "cookie=0xa57ff001,priority=1000,udp,udp_src=0x1/0x7,actions=drop\n")
+    dump = ("OFPST_FLOW reply (OF1.3) (xid=0x6):\n"  # as ovs-ofctl 3.1 prints them
+            " cookie=0xa57ff001, duration=2.063s, table=0, n_packets=60, n_bytes=14520, "
+            "priority=1000,udp,tp_src=0x5/0x7 actions=drop\n"
+            " cookie=0xa57ff001, duration=2.063s, table=0, n_packets=0, n_bytes=0, "
+            "priority=1000,udp,tp_src=0/0x1 actions=drop\n")
+    assert blackhole.parse_rules(dump) == [(5, 7, 60), (0, 1, 0)]
+
+
+def test_the_new_kinds_knobs_follow_the_severity() -> None:
+    rng = random.Random(1)
+    gray = [blackhole.random_knobs(rng, 10.0, "gray") for _ in range(40)]
+    hard = [blackhole.random_knobs(rng, 10.0, "hard") for _ in range(40)]
+    assert {k["share"] for k in gray} == {1 / 32, 2 / 32, 3 / 32, 4 / 32}
+    assert {k["share"] for k in hard} == {2 / 8, 3 / 8, 4 / 8}
+    assert all(Fault("partial-blackhole", "lf0r0", **k) for k in gray + hard)
+    assert blackhole.SEVERITIES == ("gray", "hard") and mtu.SEVERITIES == ("hard",)
+    mtus = {mtu.random_knobs(rng, 10.0, "hard")["mtu"] for _ in range(40)}
+    full = frame_len(OP_WRITE_MIDDLE, LAB_PMTU) - ETH_LEN  # the IP length of a full frame
+    assert mtus == {1500, 2200, 4096} and max(mtus) < full  # every draw drops full frames
+    for kind in (blackhole, mtu):
+        with pytest.raises(ValueError, match="^severity must be one of"):
+            kind.random_knobs(rng, 10.0, "mild")
+
+
+def test_an_mtu_mark_names_its_run_and_what_to_restore() -> None:
+    text = mtu.mark("abc123", {"spine1-eth1": 4200, "spine1": 1500})
+    assert text == "astral-lab-fault-mtu run=abc123 spine1-eth1=4200 spine1=1500"
+    assert mtu.parse_mark(text) == ("abc123", {"spine1-eth1": 4200, "spine1": 1500})
+    for other in ("", "uplink to spine1", "astral-lab-fault-mtu", "astral-lab-fault-mtu run=x a=b"):
+        assert mtu.parse_mark(other) is None
+
+
 # --- a lab that records what the injector would run -------------------------------------------
 class FakeProc:
     """A process the fake hosts started: alive until killed or signalled."""
@@ -116,8 +182,9 @@ class FakeProc:
 
 class RecordingLab(FakeLab):
     """``FakeLab`` whose ``sh`` (the fault context's ``sh``) records every command and answers
-    like a shaped lab (``tc class show``/``change``, no nic-loss leftovers), and whose hosts
-    start fake processes (recorded; a receiver reports ready at once)."""
+    like a shaped lab (``tc class show``/``change``, no nic-loss leftovers, interface MTUs
+    and aliases, a bridge's rules by cookie), and whose hosts start fake processes
+    (recorded; a receiver reports ready at once). Reads are answered, not recorded."""
 
     def __init__(self, plan: WiringPlan, workdir: str) -> None:
         super().__init__(plan)
@@ -125,6 +192,10 @@ class RecordingLab(FakeLab):
         self.commands: list[tuple[str | None, list[str], str | None]] = []
         self.rates = {i: htb_rate_command(i, ln.mbps)[-5] for ln in plan.links
                       for i in (ln.a_intf, ln.b_intf)}
+        self.mtus = {**{i: 4200 for ln in plan.links for i in (ln.a_intf, ln.b_intf)},
+                     **{s.name: 1500 for s in plan.switches}}  # bridges' internal ports
+        self.aliases: dict[str, str] = {}
+        self.rules: dict[str, str] = {}  # bridge -> add-flows lines
         self.hosts = {h: _FakeHost(self, h, ns.pid) for h, ns in self.hosts.items()}
         self.pids = 5000
 
@@ -132,6 +203,18 @@ class RecordingLab(FakeLab):
            check: bool = True) -> subprocess.CompletedProcess[str]:
         if argv[:4] == ["ip", "-j", "link", "show"]:
             return super().sh(argv, host, stdin, check)
+        if argv[:5] == ["ip", "-j", "-s", "link", "show"]:
+            alias = {"ifalias": self.aliases[argv[-1]]} if self.aliases.get(argv[-1]) else {}
+            return _done(argv, json.dumps([{"mtu": self.mtus[argv[-1]], **alias,
+                                            "stats64": {"rx": {"dropped": 0}}}]))
+        if argv[0] == "ovs-vsctl" and "list" in argv:
+            names = argv[argv.index("Interface") + 1:]
+            return _done(argv, json.dumps({"data": [[n, self.mtus[n]] for n in names]}))
+        if argv[0] == "ovs-ofctl" and argv[3] == "dump-flows":
+            return _done(argv, "".join(
+                " cookie=0xa57ff001, duration=1s, table=0, n_packets=2, n_bytes=9, "
+                + line.split(",", 1)[1].replace("udp_src", "tp_src").replace(",actions", " actions")
+                for line in self.rules.get(argv[4], "").splitlines(keepends=True)))
         self.commands.append((host, list(argv), stdin))
         out, rc = "", 0
         if argv[:3] == ["tc", "class", "show"]:
@@ -141,7 +224,17 @@ class RecordingLab(FakeLab):
             self.rates[argv[4]] = argv[argv.index("rate") + 1]
         elif argv[:3] == ["ip", "link", "show"]:
             rc = 1  # no sink veth left
-        return subprocess.CompletedProcess(argv, rc, out, "")
+        elif argv[:4] == ["ip", "link", "set", "dev"] and argv[5] == "mtu":
+            self.mtus[argv[4]] = int(argv[6])
+        elif argv[:4] == ["ip", "link", "set", "dev"] and argv[5] == "alias":
+            self.aliases[argv[4]] = argv[6]
+        elif argv[0] == "ovs-ofctl":
+            self.rules[argv[4]] = stdin or "" if argv[3] == "add-flows" else ""
+        return _done(argv, out, rc)
+
+
+def _done(argv: list[str], out: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess(argv, rc, out, "")
 
 
 class _FakeHost:
@@ -167,6 +260,8 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str]] = {
     "gray-loss": ({"target": "s1g1~lf0r1", "probability": 0.05, "direction": "both"}, "undo"),
     "corruption": ({"target": "spine2~lf0r1", "probability": 0.05}, "undo"),
     "switch-down": ({"target": "lf0r0"}, "undo"),
+    "partial-blackhole": ({"target": "spine1", "share": 0.375, "seed": 3}, "undo"),
+    "mtu-mismatch": ({"target": "lf0r0~spine1", "mtu": 1500}, "undo"),
     "controller-kill": ({}, "undo"),
     "controller-restart": ({"duration": 0.05}, "wait"),
     "hot-receiver": ({"target": "s0g0", "senders": 2}, "undo"),
@@ -251,6 +346,20 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     assert loads == [(None, F.nft_corruption_script(dev, 0.05, F.link_table(F.CORRUPT_TABLE, dev)))
                      for dev in (lane.a_intf, lane.b_intf)]
     assert bad["events"][-1]["detail"] == {"corrupted": {"a-to-b": 0, "b-to-a": 0}}
+    hole = record(plan, "partial-blackhole", *SCENARIOS["partial-blackhole"], str(tmp_path))
+    matches = blackhole.port_matches(0.375, 3)
+    assert hole["commands"] == [(None, blackhole.add_command("spine1"),
+                                 blackhole.flow_lines(matches)),
+                                (None, blackhole.delete_command("spine1"), None)]
+    assert hole["events"][0]["detail"]["udp_src"] == [f"{v:#x}/{m:#x}" for v, m in matches]
+    assert hole["events"][-1]["detail"] == {"dropped": 4, "rules": 2, "rules_added": 2}
+    low = record(plan, "mtu-mismatch", *SCENARIOS["mtu-mismatch"], str(tmp_path))
+    intf = F.parse_target(plan, "lf0r0~spine1").link.b_intf  # the spine's end
+    assert intf.startswith("spine1-") and low["commands"] == [
+        (None, mtu.alias_command(intf, mtu.mark("fake", {intf: 4200, "spine1": 1500})), None),
+        (None, mtu.mtu_command(intf, 1500), None), (None, mtu.mtu_command(intf, 4200), None),
+        (None, mtu.alias_command(intf, ""), None)]
+    assert low["events"][-1]["detail"] == {"mtu": 4200, "rx_dropped": 0}
     hot = record(plan, "hot-receiver", *SCENARIOS["hot-receiver"], str(tmp_path))
     popens = [c for c in hot["calls"] if c[0] == "popen"]
     assert [p[1] for p in popens] == ["s0g0", *hot["events"][0]["detail"]["sources"]]

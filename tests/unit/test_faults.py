@@ -68,6 +68,12 @@ def doubled() -> WiringPlan:
     ({"kind": "hot-receiver", "target": "s0g0", "overload": 0}, "overload"),
     ({"kind": "hot-receiver", "target": "s0g0", "hot_share": 1.0}, "hot_share"),
     ({"kind": "hot-receiver", "target": "s0g0", "senders": -1}, "senders"),
+    ({"kind": "partial-blackhole", "target": "lf0r0", "share": 0}, "share"),
+    ({"kind": "partial-blackhole", "target": "lf0r0", "share": 1}, "share"),
+    ({"kind": "partial-blackhole", "target": "lf0r0", "share": 0.1}, "share"),
+    ({"kind": "partial-blackhole", "target": "lf0r0", "seed": -1}, "seed"),
+    ({"kind": "mtu-mismatch", "target": "a~b", "mtu": 500}, "mtu"),
+    ({"kind": "mtu-mismatch", "target": "a~b", "mtu": 1500.0}, "mtu"),
 ])
 def test_bad_fault_parameters_name_the_parameter(kwargs: dict[str, Any], param: str) -> None:
     with pytest.raises(ValueError) as err:
@@ -105,6 +111,7 @@ def test_each_kind_takes_its_own_settings_and_refuses_another_kinds() -> None:
         "link-flap": ("period", "count", "jitter", "seed"), "link-degrade": ("fraction",),
         "nic-loss": ("probability", "direction"), "gray-loss": ("probability", "direction"),
         "corruption": ("probability",),
+        "partial-blackhole": ("share", "seed"), "mtu-mismatch": ("mtu",),
         "hot-receiver": ("overload", "hot_share", "senders", "seed")}
     for kind in FAULT_KINDS.names():  # every kind round-trips with its defaults
         f = Fault(kind, "" if FAULT_KINDS.get(kind).target == "controller" else "a~b")
@@ -389,16 +396,17 @@ def test_hot_streams_offer_overload_times_the_nic_split_by_the_weights(small: Wi
 ])
 def test_random_schedule_properties(topology: str, params: dict[str, int]) -> None:
     plan = build(topology, **params)
-    sched = F.random_schedule(plan, n=20, duration_s=300, seed=7, min_gap_s=4)
-    assert sched == F.random_schedule(plan, n=20, duration_s=300, seed=7, min_gap_s=4)
-    assert sched != F.random_schedule(plan, n=20, duration_s=300, seed=8, min_gap_s=4)
+    n = 2 * len(F.schedule_kinds(None, "hard")) + 1  # every kind twice, some thrice
+    sched = F.random_schedule(plan, n=n, duration_s=15 * n, seed=7, min_gap_s=4)
+    assert sched == F.random_schedule(plan, n=n, duration_s=15 * n, seed=7, min_gap_s=4)
+    assert sched != F.random_schedule(plan, n=n, duration_s=15 * n, seed=8, min_gap_s=4)
     counts = {k: sum(f.kind == k for f in sched) for k in F.schedule_kinds(None, "hard")}
     assert min(counts.values()) >= 2 and max(counts.values()) - min(counts.values()) <= 1
     lanes = {F.link_name(plan, ln) for ln in F.traffic_links(plan)}
     leaves = set(F.leaf_switches(plan))
     for f in sched:
         assert F.resolve(plan, f) == f  # canonical and valid on this plan
-        assert f.at >= 0 and f.end is not None and f.end <= 300
+        assert f.at >= 0 and f.end is not None and f.end <= 15 * n
         if F.TARGET_KIND[f.kind] == "link":
             assert f.target in lanes
         if f.kind == "switch-down":

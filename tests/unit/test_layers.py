@@ -44,6 +44,8 @@ PURE = (
     "testbed.faultkinds.link_degrade", "testbed.faultkinds.nic_loss",
     "testbed.faultkinds.switch_down", "testbed.faultkinds.controller_kill",
     "testbed.faultkinds.controller_restart", "testbed.faultkinds.hot_receiver",
+    "testbed.faultkinds.partial_blackhole", "testbed.faultkinds.mtu_mismatch",
+    "testbed.faultkinds.gray_loss", "testbed.faultkinds.corruption",
     "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
     "scenarios.link_failure_metrics", "testbed.capture", "ops.dashboard", "ops.metrics",

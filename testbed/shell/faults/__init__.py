@@ -34,6 +34,11 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
                    statement at each end's egress hook); the receiving host's IP layer drops
                    and counts them (``InHdrErrors``).
 ``switch-down``    every link of a switch down (those that were up), restored after.
+``partial-blackhole`` OpenFlow drop rules (``ovs-ofctl``, cookie ``OF_COOKIE``, above every
+                   controller rule) on one switch for ``share`` of the UDP source ports
+                   (masked ``udp_src`` matches): some QPs stall, pings pass.
+``mtu-mismatch``   ``ip link set mtu`` on the upper-tier end of a link: frames into it above
+                   ``mtu`` are dropped (counted); the port's and its bridge's MTUs restored.
 ``controller-kill`` / ``controller-restart``  ``Lab.kill_controller`` / ``restart_controller``.
 ``hot-receiver``   incast onto one host: the per-source shares of an MoE dispatch whose hot
                    experts sit on the target's GPU (``traffic.workload`` + ``traffic.kernels``),
@@ -79,9 +84,11 @@ from testbed.faultmarks import (
     LINK_SINK,
     LINK_SINK_PEER,
     LOSS_TABLE,
+    MTU_MARK,
     NFT_FAMILY,
     NFT_PREFIX,
     NFT_TABLE,
+    OF_COOKIE,
     SINK,
     SINK_PEER,
     link_sink,
@@ -124,6 +131,7 @@ from testbed.faultspec import (
 )
 from testbed.shell import cleanup
 from testbed.shell.cleanup import (
+    blackhole_rules,
     cleanup_faults,
     fault_leftovers,
     fault_processes,
@@ -140,15 +148,15 @@ __all__ = [
     "CONTROLLER", "CORRUPT_TABLE", "CORRUPT_XOR", "ENV_MARK", "Fault", "FaultContext",
     "FaultError", "FaultInjector", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "Handle",
     "INJECTORS", "IPT_IN", "IPT_OUT", "InjectorModule", "KINDS", "LINK_DIRECTIONS",
-    "LINK_SINK", "LINK_SINK_PEER", "LOSS_TABLE", "MAX_HOT_SENDERS", "NFT_FAMILY",
-    "NFT_PREFIX", "NFT_TABLE", "NUMGEN_MOD", "SINK", "SINK_PEER", "ScheduleRun",
-    "TARGET_KIND", "Target", "WIRE_OVERHEAD", "canonical_component", "cleanup_faults",
-    "fabric_part", "fault_leftovers", "fault_processes", "hot_streams", "incast_bytes",
-    "incast_weights", "iptables_loss_commands", "leaf_switches", "link_ends", "link_name",
-    "link_sink", "link_table", "loss_backend_problems", "nft_corruption_script",
-    "nft_loss_commands", "nft_loss_script", "nft_rules_problem", "nic_loss_leftovers",
-    "parallel_links", "parse_htb_rate", "parse_target", "random_schedule", "resolve",
-    "schedule_kinds", "sending_ends", "traffic_links",
+    "LINK_SINK", "LINK_SINK_PEER", "LOSS_TABLE", "MAX_HOT_SENDERS", "MTU_MARK", "NFT_FAMILY",
+    "NFT_PREFIX", "NFT_TABLE", "NUMGEN_MOD", "OF_COOKIE", "SINK", "SINK_PEER", "ScheduleRun",
+    "TARGET_KIND", "Target", "WIRE_OVERHEAD", "blackhole_rules", "canonical_component",
+    "cleanup_faults", "fabric_part", "fault_leftovers", "fault_processes", "hot_streams",
+    "incast_bytes", "incast_weights", "iptables_loss_commands", "leaf_switches",
+    "link_ends", "link_name", "link_sink", "link_table", "loss_backend_problems",
+    "nft_corruption_script", "nft_loss_commands", "nft_loss_script", "nft_rules_problem",
+    "nic_loss_leftovers", "parallel_links", "parse_htb_rate", "parse_target",
+    "random_schedule", "resolve", "schedule_kinds", "sending_ends", "traffic_links",
 ]
 
 
