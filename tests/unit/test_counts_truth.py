@@ -89,7 +89,8 @@ def _halves_are_blocks(name: str, spec: FabricSpec) -> bool:
 def features(name: str, params: dict[str, Any], plan: WiringPlan) -> set[tuple[Any, ...]]:
     """What makes a size a distinct case: each value of each parameter the design reads; the
     structure (one block or several, one rail or several) at each oversubscription; halves
-    that are whole blocks or not; the plan's shape (its tiers and kinds of link)."""
+    that are whole blocks or not; the plan's shape (its tiers and kinds of link); its size
+    to within a factor of four (a closed form can go wrong only past some size)."""
     spec = FabricSpec(**params)
     out: set[tuple[Any, ...]] = {("value", k, v) for k, v in params.items()}
     # the structure, at each oversubscription (which sizes the uplinks between blocks)
@@ -97,6 +98,7 @@ def features(name: str, params: dict[str, Any], plan: WiringPlan) -> set[tuple[A
     out.add(("bisected", _halves_are_blocks(name, spec), spec.blocks > 1))
     out.add(("shape", tuple(sorted(plan.counts["switches_per_tier"])),
              tuple(sorted(plan.counts["links_per_kind"]))))
+    out.add(("size", plan.counts["gpus"].bit_length() // 2))
     return out
 
 
