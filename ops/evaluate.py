@@ -3,21 +3,40 @@
 Two parts:
 
 * ``score(...)`` is pure: ground-truth faults (kind, component, start, end), the alerts
-  raised (with the poll time each was raised) and the agent's diagnoses (ranked
-  components, with time) in; the scores out:
+  raised (with the poll time each was raised) by any alert source (the lab's detectors,
+  or a baseline of ``ops.baselines``) and the agent's diagnoses (ranked components, with
+  time; None for a source without an agent) in; the scores out. The definitions:
 
-  - **detection rate**: faults with at least one alert raised between the fault's start
-    and ``grace_s`` after its end;
-  - **false alarms per hour**: alerts raised outside every fault's window, per hour of
-    run (the fault-free run is scored the same way: every alert there is false);
-  - **time to detect**: from injection to the first alert raised, in seconds and in
-    polling intervals (goal: within 3);
+  - a fault's **window** runs from one interval before its injection (a poll's time is
+    taken when it starts, so the poll during which a fault lands sees it) to ``grace_s``
+    after its undo (default ``GRACE_POLLS`` intervals + ``GRACE_S``: a link back up, a
+    restarted controller's counters settle, and an alert a poll late still belongs to it);
+  - a fault is **detected** (a true positive of detection) when at least one alert, on
+    any component, is raised inside its window; **recall** = detected / faults (the
+    ``detection_rate``);
+  - a **false alarm** (false positive) is an alert raised outside every fault's window;
+    **false alarms per hour** = false alarms x 3600 / the phase's length (the fault-free
+    phase is scored the same way: every alert there is false);
+  - **precision** = detected / (detected + false alarms): each fault counts once however
+    many alerts it raised (alerts on wrong components inside a window are not false
+    alarms; localization scores them), each false alarm once; **F1** = 2PR / (P + R);
+  - **time to detect**: from injection to the first alert raised in the window, in
+    seconds and in polling intervals (``ttd_s`` / ``ttd_polls``: p50 and p95, linear
+    interpolation between the sorted detected faults; goal: within 3 polls);
   - **warning lead time**: how long before the job visibly suffered (the job-slow
     detector's first bad sample) the first other alert came; None when the job never
     suffered (e.g. a lane cut that ECMP failover absorbed);
-  - **localization top-1 / top-3**: the agent's answer asked ``ask_delay_s`` after the
-    detection (an operator reading the alert): is the ground-truth component first /
-    among the first three? Names compare with ``ops.telemetry.canonical``.
+  - **localization top-1 / top-3** (a true positive of localization: the right
+    component): the answer asked ``ask_delay_s`` after the detection (an operator reading
+    the alert): is the ground-truth component first / among the first three? The agent's
+    answer is its ranking; a source without an agent answers with the components of its
+    alerts raised in the window up to that moment, in the order raised. Names compare with
+    ``ops.telemetry.canonical`` (a NIC's link is the NIC);
+  - **per kind** the same, over that kind's faults; a false alarm belongs to no fault, so
+    precision, F1 and false alarms per hour are the run's only (None per kind).
+
+  ``summarize(clean, faults)`` puts both phases' scores in the shape ``summary.json``
+  carries for the agent and each baseline (precision over both phases' false alarms).
 
 * ``ops.shell.experiment.run_ops_eval(...)`` does the experiment on a real fabric: steady
   probe streams between NICs of different leaves, the collector and detectors running, a
@@ -38,6 +57,8 @@ from ops.telemetry import canonical
 from vocab.plan import WiringPlan
 
 GOALS = {"detection_rate": 0.95, "false_alarms_clean": 0, "top1": 0.90, "detect_polls": 3.0}
+#: a fault's window ends GRACE_POLLS intervals + GRACE_S seconds after its undo
+GRACE_POLLS, GRACE_S = 3, 5.0
 
 
 @dataclass
@@ -84,15 +105,16 @@ def ground_truth(events: list[dict[str, Any]], end_of_run: float) -> list[Ground
 
 
 def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
-          diagnoses: list[tuple[float, list[str]]], *, run_s: float, interval: float,
+          diagnoses: list[tuple[float, list[str]]] | None, *, run_s: float, interval: float,
           plan: WiringPlan | None = None, grace_s: float | None = None,
           ask_delay_s: float | None = None) -> dict[str, Any]:
-    """Score one run (see the module docstring); pure."""
-    grace = 3 * interval + 5.0 if grace_s is None else grace_s
+    """Score one run (see the module docstring); pure. ``diagnoses`` None: the source has
+    no agent, its alerts' components are its answer."""
+    grace = GRACE_POLLS * interval + GRACE_S if grace_s is None else grace_s
     delay = 2 * interval if ask_delay_s is None else ask_delay_s
     raised = sorted((a for a in alerts if a.get("opened") is not None),
                     key=lambda a: a["opened"])
-    diag = sorted(diagnoses, key=lambda d: d[0])
+    diag = sorted(diagnoses or [], key=lambda d: d[0])
     rows: list[FaultScore] = []
     attributed: set[int] = set()
     for f in faults:
@@ -111,7 +133,11 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
             if suffer and signals:
                 fs.lead_s = round(min(suffer) - signals[0]["opened"], 3)
             ask = first["opened"] + delay
-            answer = next((r for t, r in diag if t >= ask - 1e-6 and t <= f.end + grace), None)
+            if diagnoses is None:  # no agent: its alerts so far, in the order raised
+                answer = list(dict.fromkeys(canonical(a["component"], plan)
+                                            for _, a in window if a["opened"] <= ask + 1e-6))
+            else:
+                answer = next((r for t, r in diag if ask - 1e-6 <= t <= f.end + grace), None)
             if answer is None:  # the fault ended before the operator asked: last answer
                 answer = next((r for t, r in reversed(diag)
                                if first["opened"] <= t <= f.end + grace), [])
@@ -126,6 +152,8 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
     detected = [r for r in rows if r.detected]
     times = [r.detect_s for r in detected if r.detect_s is not None]
     leads = [r.lead_s for r in rows if r.lead_s is not None]
+    precision = _ratio(len(detected), len(detected) + len(false))
+    recall = _ratio(len(detected), n)
     by_kind: dict[str, dict[str, Any]] = {}
     for r in rows:
         k = by_kind.setdefault(r.kind, {"faults": 0, "detected": 0, "top1": 0, "top3": 0,
@@ -159,7 +187,69 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
         "top3": round(sum(r.top3 for r in rows) / n, 4) if n else None,
         "by_kind": by_kind,
         "per_fault": [r.to_dict() for r in rows],
+        "precision": precision,
+        "recall": recall,
+        "f1": f1(precision, recall),
+        "ttd_s": percentiles(times),
+        "ttd_polls": percentiles([t / interval for t in times]),
+        "per_kind": {k: _kind_scores([r for r in rows if r.kind == k], interval)
+                     for k in sorted({r.kind for r in rows})},
     }
+
+
+def summarize(clean: dict[str, Any], faults: dict[str, Any]) -> dict[str, Any]:
+    """One alert source's scores as ``summary.json`` carries them, from ``score`` of the
+    fault-free phase (``clean``) and of the fault phase: recall, localization and time to
+    detect from the faults; false alarms per hour from the fault-free phase (same length
+    and traffic); precision counting both phases' false alarms."""
+    fa = clean["false_alarms"] + faults["false_alarms"]
+    precision = _ratio(faults["detected"], faults["detected"] + fa)
+    return {"precision": precision, "recall": faults["recall"],
+            "f1": f1(precision, faults["recall"]), "top1": faults["top1"],
+            "top3": faults["top3"], "false_alarms_per_hour": clean["false_alarms_per_hour"],
+            "false_alarms_clean": clean["false_alarms"],
+            "false_alarms_fault_phase": faults["false_alarms"],
+            "ttd_s": faults["ttd_s"], "ttd_polls": faults["ttd_polls"],
+            "faults": faults["faults"], "detected": faults["detected"],
+            "per_kind": faults["per_kind"]}
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """``{"p50", "p95"}`` of ``values`` (linear between order statistics; None if empty)."""
+    return {"p50": _quantile(values, 0.5), "p95": _quantile(values, 0.95)}
+
+
+def f1(precision: float | None, recall: float | None) -> float | None:
+    if precision is None or recall is None:
+        return None
+    return round(2 * precision * recall / (precision + recall), 4) if precision + recall \
+        else 0.0
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return round(v[lo] + (v[hi] - v[lo]) * (pos - lo), 3)
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return round(a / b, 4) if b else None
+
+
+def _kind_scores(rows: list[FaultScore], interval: float) -> dict[str, Any]:
+    """One kind's scores, the keys of ``summarize`` (run-wide ones None: see docstring)."""
+    n = len(rows)
+    times = [r.detect_s for r in rows if r.detect_s is not None]
+    return {"faults": n, "detected": sum(r.detected for r in rows),
+            "recall": _ratio(sum(r.detected for r in rows), n),
+            "top1": _ratio(sum(r.top1 for r in rows), n),
+            "top3": _ratio(sum(r.top3 for r in rows), n),
+            "ttd_s": percentiles(times), "ttd_polls": percentiles([t / interval for t in times]),
+            "precision": None, "f1": None, "false_alarms_per_hour": None}
 
 
 def _symptom(alert: dict[str, Any]) -> bool:

@@ -214,47 +214,30 @@ def job_rate(hist: History, hosts: set[str]) -> list[float | None]:
     return out
 
 
-class Engine:
-    """Runs every detector after each poll; keeps the alert list (dedup, first seen, clear).
-
-    ``job_hosts`` restricts the job-slow detector to a job's hosts (default: every host);
-    ``baseline_mbps`` fixes the job's baseline (else learned from the first
-    BASELINE_POLLS polls with traffic). ``on_alert(alert, event)`` is called with event
-    "open" or "clear" (``ops watch`` prints them; the store saves them).
+class AlertBook:
+    """Findings poll after poll -> alerts: one per (detector, component) while its condition
+    lasts (deduplicated), with the time the condition was first seen, cleared once absent
+    for ``CLEAR_POLLS`` polls. ``findings(hist)`` says what holds at the latest poll (the
+    ``Engine``: every detector; ``ops.baselines``: a baseline's rules), so every alert
+    source opens and clears alerts the same way and scores the same.
+    ``on_alert(alert, event)`` is called with event "open" or "clear".
     """
 
-    def __init__(self, plan: WiringPlan, *, job_hosts: set[str] | None = None,
-                 baseline_mbps: float | None = None,
-                 on_alert: Callable[[Alert, str], None] | None = None) -> None:
-        self.topo = Topo.from_plan(plan)
-        self.job_topo = Topo(self.topo.links, set(job_hosts) if job_hosts else self.topo.hosts,
-                             self.topo.switch_links, self.topo.uplinks, self.topo.nic_link)
-        self.baseline = baseline_mbps
-        self._learn: list[float] = []
+    def __init__(self, on_alert: Callable[[Alert, str], None] | None = None) -> None:
         self.on_alert = on_alert
         self.active: dict[tuple[str, str], Alert] = {}
         self.closed: list[Alert] = []
 
-    def _update_baseline(self, hist: History) -> None:
-        if self.baseline is not None or self.active:
-            return
-        r = job_rate(hist, self.job_topo.hosts)[-1] if len(hist) else None
-        if r is not None and r >= JOB_MIN_MBPS:
-            self._learn.append(r)
-        if len(self._learn) >= BASELINE_POLLS:
-            self.baseline = statistics.median(self._learn)
-
     def findings(self, hist: History) -> list[Finding]:
-        out = []
-        for det in DETECTORS.all().values():  # the ones that compare with a baseline: job hosts
-            out.extend(det.detect(hist, self.job_topo, self.baseline) if det.baseline
-                       else det.detect(hist, self.topo))
-        return out
+        raise NotImplementedError
 
     def step(self, hist: History) -> list[Alert]:
         """Evaluate after a poll; return alerts opened by this poll."""
-        now = hist.now
-        found = {(f.detector, f.component): f for f in self.findings(hist)}
+        return self.update(self.findings(hist), hist.now)
+
+    def update(self, findings: list[Finding], now: float) -> list[Alert]:
+        """Open, refresh and clear alerts from one poll's findings; return the opened."""
+        found = {(f.detector, f.component): f for f in findings}
         opened = []
         for key, f in found.items():
             a = self.active.get(key)
@@ -277,8 +260,49 @@ class Engine:
                 self.closed.append(a)
                 if self.on_alert:
                     self.on_alert(a, "clear")
-        self._update_baseline(hist)
         return opened
 
     def all_alerts(self) -> list[Alert]:
         return sorted([*self.closed, *self.active.values()], key=lambda a: a.first_seen)
+
+
+class Engine(AlertBook):
+    """Runs every detector after each poll; keeps the alert list (``AlertBook``).
+
+    ``job_hosts`` restricts the job-slow detector to a job's hosts (default: every host);
+    ``baseline_mbps`` fixes the job's baseline (else learned from the first
+    BASELINE_POLLS polls with traffic). ``on_alert(alert, event)`` is called with event
+    "open" or "clear" (``ops watch`` prints them; the store saves them).
+    """
+
+    def __init__(self, plan: WiringPlan, *, job_hosts: set[str] | None = None,
+                 baseline_mbps: float | None = None,
+                 on_alert: Callable[[Alert, str], None] | None = None) -> None:
+        super().__init__(on_alert)
+        self.topo = Topo.from_plan(plan)
+        self.job_topo = Topo(self.topo.links, set(job_hosts) if job_hosts else self.topo.hosts,
+                             self.topo.switch_links, self.topo.uplinks, self.topo.nic_link)
+        self.baseline = baseline_mbps
+        self._learn: list[float] = []
+
+    def _update_baseline(self, hist: History) -> None:
+        if self.baseline is not None or self.active:
+            return
+        r = job_rate(hist, self.job_topo.hosts)[-1] if len(hist) else None
+        if r is not None and r >= JOB_MIN_MBPS:
+            self._learn.append(r)
+        if len(self._learn) >= BASELINE_POLLS:
+            self.baseline = statistics.median(self._learn)
+
+    def findings(self, hist: History) -> list[Finding]:
+        out = []
+        for det in DETECTORS.all().values():  # the ones that compare with a baseline: job hosts
+            out.extend(det.detect(hist, self.job_topo, self.baseline) if det.baseline
+                       else det.detect(hist, self.topo))
+        return out
+
+    def step(self, hist: History) -> list[Alert]:
+        """Evaluate after a poll; return alerts opened by this poll."""
+        opened = super().step(hist)
+        self._update_baseline(hist)
+        return opened

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ops.agent import Tools, diagnose
+from ops.baselines import baselines
 from ops.detectors import Engine
 from ops.evaluate import ground_truth, score
 from ops.shell.collector import Collector
@@ -24,7 +25,8 @@ from vocab.plan import WiringPlan
 
 # --- the experiment (thin shell over a real Lab) ---------------------------------------------
 class Monitor:
-    """Collector + detectors + agent asked at every poll with an open alert (in-process)."""
+    """Collector + detectors + agent asked at every poll with an open alert (in-process),
+    and the baselines (``ops.baselines``) stepped on the same history after every poll."""
 
     def __init__(self, lab: RunningLab, store: Store | None, interval: float,
                  baseline_mbps: float | None = None, job_hosts: set[str] | None = None) -> None:
@@ -33,6 +35,7 @@ class Monitor:
                              on_alert=self._saved)
         self.store = store
         self.diagnoses: list[tuple[float, list[str]]] = []
+        self.baselines = baselines(lab.plan)
         self.collector = Collector.for_lab(lab, store, interval=interval,
                                            on_poll=self._after_poll)
         self.lock = threading.Lock()
@@ -44,15 +47,19 @@ class Monitor:
     def _after_poll(self, t: float, _values: dict[tuple[str, str], float]) -> None:
         with self.lock:
             self.engine.step(self.collector.history)
+            for b in self.baselines.values():
+                b.step(self.collector.history)
             if self.engine.active:
                 tools = Tools(self.lab.plan, history=self.collector.history, engine=self.engine,
                               client=self.collector.client)
                 d = diagnose(tools, "what is wrong?", probe=False)
                 self.diagnoses.append((t, d.components()[:5]))
 
-    def alerts(self) -> list[dict[str, Any]]:
+    def alerts(self, baseline: str | None = None) -> list[dict[str, Any]]:
+        """The engine's alerts, or those of the baseline so named."""
+        book = self.engine if baseline is None else self.baselines[baseline]
         with self.lock:
-            return [a.to_dict() for a in self.engine.all_alerts()]
+            return [a.to_dict() for a in book.all_alerts()]
 
 
 def stream_pairs(plan: WiringPlan) -> list[tuple[str, str]]:
@@ -118,7 +125,8 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     ``gap_s`` apart. ``severity`` (gray, hard or mixed) is the schedule's; ``kinds`` None
     takes every kind that has it. ``store_path``: keep the telemetry in that SQLite file. Returns
     ``{"clean": score, "faults": score, "schedule", "events", "baseline_mbps",
-    "telemetry", ...}``.
+    "telemetry", "baselines": {name: {"clean": score, "faults": score}}, ...}`` (the
+    baselines scored on the same polls, with no agent).
     """
     from testbed.shell import faults as F
 
@@ -163,6 +171,14 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         out["faults"] = score(truth, [a for a in mon.alerts() if a["opened"] >= t_fault],
                               [d for d in mon.diagnoses if d[0] >= t_fault],
                               run_s=t1 - t_fault, interval=interval, plan=plan)
+        out["baselines"] = {}
+        for name in mon.baselines:
+            raised = mon.alerts(name)
+            out["baselines"][name] = {
+                "clean": score([], [a for a in raised if t_clean <= a["opened"] < t_fault],
+                               None, run_s=t_fault - t_clean, interval=interval, plan=plan),
+                "faults": score(truth, [a for a in raised if a["opened"] >= t_fault], None,
+                                run_s=t1 - t_fault, interval=interval, plan=plan)}
         out["events"] = events
         out["alerts"] = mon.alerts()
         polls = mon.collector.poll_seconds

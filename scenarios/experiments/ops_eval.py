@@ -10,7 +10,9 @@ switch-down, partial-blackhole, mtu-mismatch, controller-kill, controller-restar
 hot-receiver), one at a time. The
 collector polls every ``interval``; the detectors run after every poll; the deterministic
 agent is asked "what is wrong?" at every poll with an open alert, and its answer two polls
-after a detection is scored (the scoring is ``ops.evaluate.score``).
+after a detection is scored (the scoring is ``ops.evaluate.score``). The same polls feed two
+baselines (``ops.baselines``: static per-counter thresholds, and a job-level detector that
+flags the host farthest from its peers), scored the same way beside it.
 
 How bad the faults are is ``severity``: ``hard`` (the default) draws each kind's obvious
 range, ``gray`` only the kinds that have a degraded-but-working range, drawn in it (a lane
@@ -78,7 +80,7 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
 )
 def ops_eval(run: Run) -> None:
     """See the module docstring."""
-    from ops.evaluate import GOALS
+    from ops.evaluate import GOALS, summarize
     from ops.shell.experiment import eval_on_lab
 
     p = run.params
@@ -105,7 +107,8 @@ def ops_eval(run: Run) -> None:
     model = steady_model(plan, p["mbps_per_host"], int(p["model_draws"]))
     detect = distribution([r["detect_s"] / res["interval_s"] for r in faults["per_fault"]
                            if r["detect_s"] is not None])
-    run.summary = {"detection_rate": faults["detection_rate"],
+    run.summary = {**summarize(clean, faults),
+                   "detection_rate": faults["detection_rate"],
                    "false_alarms_clean": clean["false_alarms"],
                    "false_alarms_per_hour_fault_phase": faults["false_alarms_per_hour"],
                    "detect_polls_median": faults["detect_polls_median"],
@@ -124,7 +127,10 @@ def ops_eval(run: Run) -> None:
                        policy="ecmp", draws=1, median=res["baseline_mbps"],
                        p25=res["baseline_mbps"], p75=res["baseline_mbps"],
                        values=[res["baseline_mbps"]], model=model,
-                       bound=model["offered_mbps"], bound_name="offered (paced) rate")}
+                       bound=model["offered_mbps"], bound_name="offered (paced) rate"),
+                   # the baselines, scored on the same polls (ops.baselines)
+                   "baselines": {name: summarize(b["clean"], b["faults"])
+                                 for name, b in res.get("baselines", {}).items()}}
     _report(run, res, GOALS, model, detect)
     _plot(run, res)
 
@@ -226,6 +232,8 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
         published=WORDS("finding_published"),
         why=WORDS("finding_why", n=n, seed=run.params["seed"],
                   kinds=len({r["kind"] for r in faults["per_fault"]})) + gap)
+    if run.summary["baselines"]:
+        _versus_baselines(run, run.summary)
     tel = res.get("telemetry", {})
     rep.section("Telemetry cost", WORDS(
         "telemetry", polls=tel.get("polls"), poll_median=tel.get("poll_s_median"),
@@ -233,6 +241,75 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
         baseline=res.get("baseline_mbps")))
     if res.get("injector_errors"):
         rep.section("Injector errors", "\n".join(f"- {e}" for e in res["injector_errors"]))
+
+
+def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:
+    """Agent vs each baseline, overall and per kind, with a line of words each (computed)."""
+    rep = run.report
+    names = list(summary["baselines"])
+    every = {"agent": summary, **summary["baselines"]}
+    rep.section("Beside the baselines", WORDS("baselines"))
+    overall = [("precision", "precision", True), ("recall", "recall", True),
+               ("F1", "f1", True), ("top-1", "top1", True), ("top-3", "top3", True),
+               ("fault-free false alarms", "false_alarms_clean", False),
+               ("median polls to detect", "ttd_polls.p50", False),
+               ("p95 polls to detect", "ttd_polls.p95", False)]
+    rep.table([{"score": label, **{n: _get(s, key) for n, s in every.items()}}
+               for label, key, _ in overall])
+    scores = [(label, key, up, None) for label, key, up in overall]
+    rep.text("\n".join("- " + WORDS("versus_overall", verdict=versus(
+        summary, summary["baselines"][n], n, scores)) for n in names) + "\n")
+    rows, lines = [], []
+    for kind, ag in summary["per_kind"].items():
+        row: dict[str, Any] = {"kind": kind, "faults": ag["faults"]}
+        verdicts = []
+        for n, s in every.items():
+            k = s["per_kind"].get(kind) or {}
+            row[f"{n} recall"] = _of(k.get("recall"), ag["faults"])
+            row[f"{n} top-1"] = _of(k.get("top1"), ag["faults"])
+            if n != "agent":
+                verdicts.append(versus(ag, k, n, [("recall", "recall", True, ag["faults"]),
+                                                  ("top-1", "top1", True, ag["faults"])]))
+        rows.append(row)
+        lines.append(f"- **{kind}**: " + WORDS("versus_kind", verdicts="; ".join(verdicts)))
+    rep.table(rows)
+    rep.text("\n".join(lines) + "\n")
+
+
+def _get(scores: dict[str, Any], key: str) -> Any:
+    """``scores[key]``, ``a.b`` reaching into a nested dict (None when absent)."""
+    for part in key.split("."):
+        scores = scores.get(part) if isinstance(scores, dict) else None  # type: ignore[assignment]
+    return scores
+
+
+def _of(ratio: float | None, n: int) -> str:
+    return "-" if ratio is None else f"{round(ratio * n)}/{n}"
+
+
+def versus(agent: dict[str, Any], base: dict[str, Any], name: str,
+           scores: list[tuple[str, str, bool, int | None]]) -> str:
+    """Where the agent does better and where worse than baseline ``name``, in words.
+
+    ``scores``: (label, key, higher is better, N: quote the ratio as k/N, or None: as is);
+    a score either side lacks (None) is not compared."""
+    better, worse, same = [], [], []
+    for label, key, up, n in scores:
+        a, b = _get(agent, key), _get(base, key)
+        if a is None or b is None:
+            continue
+        text = f"{label} ({_of(a, n)} vs {_of(b, n)})" if n else f"{label} ({a} vs {b})"
+        if a == b:
+            same.append(text)
+        elif (a > b) == up:
+            better.append(text)
+        else:
+            worse.append(text)
+    level = WORDS("versus_level", same=", ".join(same)) if same and (better or worse) else ""
+    return WORDS("versus_mixed" if better and worse else "versus_better" if better
+                 else "versus_worse" if worse else "versus_tie", name=name,
+                 better=", ".join(better), worse=", ".join(worse),
+                 same=", ".join(same) or "nothing comparable", level=level)
 
 
 def steady_gap(ratio: float | None, offered: float, carried: float,

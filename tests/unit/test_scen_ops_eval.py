@@ -24,17 +24,36 @@ def test_steady_model_carries_the_paced_streams() -> None:
 
 
 def _canned(lab: Any, **kw: Any) -> dict[str, Any]:
-    faults = [{"kind": k, "component": f"c{i}", "detected": True, "detect_s": 1.0 + 0.1 * i,
-               "first_alert": "x", "lead_s": None, "top1": i not in (2, 5), "top3": True,
-               "ranked": ["a", "b"]} for i, k in enumerate(oe.KINDS)]
-    score = {"faults": len(faults), "detected": len(faults), "detection_rate": 1.0,
-             "false_alarms": 0, "false_alarms_per_hour": 0.0, "false_alarm_list": [],
-             "detect_polls_median": 1.35, "detect_polls_max": 1.7, "within_3_polls": 1.0,
-             "lead_s_median": None, "lead_n": 0, "top1": (len(faults) - 2) / len(faults),
-             "top3": 1.0,
-             "by_kind": {}, "per_fault": faults}
-    clean = dict(score, faults=0, per_fault=[])
-    return {"clean": clean, "faults": score, "baseline_mbps": 83.3, "interval_s": 1.0,
+    """One fault of every kind, scored by ``ops.evaluate.score``: the agent detects all
+    (wrong first suspect for kinds 2 and 5); static-thresholds detects the even-numbered
+    kinds (right for every 4th) and rings once in the fault-free phase; peer-outlier
+    detects kinds 0 and 1 on the wrong component."""
+    from ops.evaluate import GroundTruth, score
+
+    truth = [GroundTruth(k, f"c{i}", 100.0 * (i + 1), 100.0 * (i + 1) + 8)
+             for i, k in enumerate(oe.KINDS)]
+
+    def alert(det: str, comp: str, t: float) -> dict[str, Any]:
+        return {"detector": det, "component": comp, "opened": t, "first_seen": t}
+
+    agent = [alert("loss", f"c{i}", f.start + 1.0 + 0.1 * i) for i, f in enumerate(truth)]
+    diag = [(f.start + 3.0 + 0.1 * i, ["x", "y"] if i in (2, 5) else [f"c{i}", "b"])
+            for i, f in enumerate(truth)]
+    static = [alert("static:up", f"c{i}" if i % 4 == 0 else "z", f.start + 1.0)
+              for i, f in enumerate(truth) if i % 2 == 0]
+    peer = [alert("peer-outlier", "h", f.start + 3.0) for f in truth[:2]]
+    run = {"run_s": 2000.0, "interval": 1.0}
+
+    def phases(alerts: list[dict[str, Any]], diagnoses: Any, clean: list[dict[str, Any]]
+               ) -> dict[str, Any]:
+        return {"clean": score([], clean, None, **run),
+                "faults": score(truth, alerts, diagnoses, **run)}
+
+    agent_ = phases(agent, diag, [])
+    return {**agent_, "baseline_mbps": 83.3, "interval_s": 1.0,
+            "baselines": {"static-thresholds": phases(static, None, [alert("static:up", "z",
+                                                                          5.0)]),
+                          "peer-outlier": phases(peer, None, [])},
             "telemetry": {"polls": 10, "poll_s_median": 0.1, "poll_s_max": 0.2, "rows": 5}}
 
 
@@ -55,3 +74,21 @@ def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
     n = len(oe.KINDS)
     assert f"{n}/{n} faults" in report and f"{n - 2}/{n}" in report
     assert "N=5 over hash draws" in report
+    # the baselines beside the agent, the same keys, scored on the same run
+    base = s["baselines"]
+    assert set(base) == {"static-thresholds", "peer-outlier"}
+    assert set(base["peer-outlier"]) == set(base["static-thresholds"]) <= set(s)
+    assert (s["recall"], s["precision"], s["false_alarms_per_hour"]) == (1.0, 1.0, 0.0)
+    st = base["static-thresholds"]
+    assert st["recall"] == 0.5 and st["false_alarms_clean"] == 1
+    assert st["precision"] == round(6 / 7, 4) and st["top1"] == 0.25
+    assert base["peer-outlier"]["top1"] == 0.0
+    assert "Beside the baselines" in report
+    # one computed line per kind and per baseline, from the scores
+    assert "- **link-down**: the agent is level with static-thresholds on recall (1/1 vs " \
+           "1/1), top-1 (1/1 vs 1/1); beats peer-outlier on top-1 (1/1 vs 0/1), level on " \
+           "recall (1/1 vs 1/1)." in report
+    assert "- **link-flap**: the agent beats static-thresholds on recall (1/1 vs 0/1), " \
+           "top-1 (1/1 vs 0/1);" in report
+    assert "Overall, the agent beats static-thresholds on precision (1.0 vs 0.8571)" in report
+    assert "median polls to detect (1.55 vs 1.0)" in report  # static is faster
