@@ -30,6 +30,7 @@ from ops.detectors import Alert, Engine
 from ops.shell.collector import Collector
 from ops.shell.probe import ping
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Store
+from testbed.shell.wiring import check_wiring
 from vocab.plan import WiringPlan
 from vocab.validate import SECONDS, Parser, count, in_file, out_file, real
 
@@ -111,7 +112,8 @@ class Live:
     def tools(self, baseline: Store | None = None) -> Tools:
         return Tools(self.lab["plan"], store=self.store, history=self.collector.history,
                      engine=self.engine, client=self.client, host_pids=self.lab["host_pids"],
-                     baseline=baseline, prober=ping)
+                     baseline=baseline, prober=ping,
+                     wiring=lambda: check_wiring(self.lab["plan"]))
 
 
 def _open_recorded(path: str, name: str) -> Store:

@@ -35,6 +35,7 @@ from controllers.shell.client import ControllerClient, ControllerError
 from ops.detectors import Engine, Topo, alert_kind
 from ops.detectors.degraded import DEGRADED_BACKLOG_S, DEGRADED_RATE_RATIO
 from ops.telemetry import CONTROLLER, History, Store, canonical, link_components
+from testbed.wiring import Finding, miswired
 from vocab.plan import WiringPlan
 
 #: Weight of an alert no detector here declares (``ops.detectors.alert_kind``: each
@@ -117,7 +118,11 @@ class Tools:
     REST client (None or unreachable: paths come from the plan). ``host_pids`` lets the
     probe enter host namespaces, and ``prober`` is the probe itself (the live one is
     ``ops.shell.probe.ping``, given by the caller beside a lab so the agent stays pure;
-    None: no probe). ``baseline`` is a baseline run's store.
+    None: no probe). ``wiring`` checks the cabling against the plan (the live one is
+    ``testbed.shell.wiring.check_wiring`` on the plan; None: no check): a tool the agent
+    calls, not a detector, because it sends frames and installs rules on every switch,
+    which a collector polling every half second should not do. ``baseline`` is a
+    baseline run's store.
     """
 
     SPECS: dict[str, dict[str, Any]] = {
@@ -143,13 +148,19 @@ class Tools:
         "baseline": {"description": "Compare a component's recent metrics with a baseline "
                                     "run's median of the same metrics.",
                      "parameters": {"component": "string"}},
+        "wiring": {"description": "Is the wiring as planned? Sends a frame out of each end of "
+                                  "every switch-to-switch link and lists the links whose "
+                                  "frames arrive at another switch port than the plan says "
+                                  "(miswired: healthy counters, wrong spine) or nowhere.",
+                   "parameters": {}},
     }
 
     def __init__(self, plan: WiringPlan, *, store: Store | None = None,
                  history: History | None = None, engine: Engine | None = None,
                  client: ControllerClient | None = None, host_pids: dict[str, int] | None = None,
                  baseline: Store | None = None, now: float | None = None,
-                 prober: Callable[[int, str, int], str] | None = None) -> None:
+                 prober: Callable[[int, str, int], str] | None = None,
+                 wiring: Callable[[], list[Finding]] | None = None) -> None:
         if store is None and history is None:
             raise ValueError("Tools need a store or a history to read telemetry from")
         self.plan = plan
@@ -158,6 +169,7 @@ class Tools:
         self.host_pids = host_pids or {}
         #: ping from a host's namespace: (shell pid, destination IP, count) -> ping's summary
         self.prober = prober
+        self.wiring = wiring
         self.baseline_store = baseline
         self.topo = Topo.from_plan(plan)
         self.links = link_components(plan)
@@ -318,6 +330,14 @@ class Tools:
         return {"src": s, "dst": d, "sent": int(count),
                 "loss_pct": float(loss.group(1)) if loss else None,
                 "avg_rtt_ms": float(rtt.group(1)) if rtt else None}
+
+    def tool_wiring(self) -> dict[str, Any]:
+        if self.wiring is None:
+            return {"error": "no wiring check here (it runs beside a live lab)"}
+        found = self.wiring()
+        return {"miswired": miswired(found),
+                "unseen": sorted({f.link for f in found if f.seen is None}),
+                "frames": [f.to_dict() for f in found]}
 
     def tool_baseline(self, component: str) -> dict[str, Any]:
         if self.baseline_store is None:

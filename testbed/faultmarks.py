@@ -3,7 +3,8 @@
 ``testbed.shell.faults`` puts these on a running lab (nftables tables and sink veths in host
 namespaces and, for link faults on switch ports, in the root namespace; iptables chains in
 host namespaces; a marker in its traffic processes' environment; a cookie on the OpenFlow
-rules it adds to a switch; an alias on a switch port whose MTU it lowered), and
+rules it adds to a switch; an alias on a switch port whose MTU it lowered or that it
+moved to another bridge), and
 ``testbed.shell.cleanup`` removes what a crashed run left by the same names. They live here,
 below both, so ``astral-lab clean`` finds fault leftovers without importing the injector.
 """
@@ -54,6 +55,10 @@ OF_COOKIE = 0xA57FF001
 #: mtu-mismatch lowered: ``<MTU_MARK> run=<run id> <intf>=<mtu> ...``, the run and the
 #: MTUs to restore (the port's and its bridge's internal port's), for a crashed run.
 MTU_MARK = "astral-lab-fault-mtu"
+#: Start of the alias of a switch port a shuffle-miswiring moved to another bridge:
+#: ``<WIRE_MARK> run=<run id> home=<bridge> ofport=<n> qos=<uuid>``, where it belongs, so
+#: ``astral-lab clean`` can put a crashed run's swapped lanes back.
+WIRE_MARK = "astral-lab-fault-wire"
 
 
 def fault_tables(nft_list_tables: str) -> list[str]:

@@ -539,7 +539,8 @@ def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int
     receiver needs a plan with GPUs on two servers).
 
     ``severity`` ``gray`` or ``hard`` draws only kinds declaring it (``kinds`` None: all
-    of them; a listed kind without it is an error, ``schedule_kinds``); ``mixed`` draws
+    of them that have a target on ``plan``; a listed kind without it, or without a
+    target, is an error, ``schedule_kinds``); ``mixed`` draws
     each fault's severity from what its kind declares. ``concurrent`` > 1 places the
     faults in groups of that many (the last smaller when it does not divide ``n``), one
     group per slot: the faults of a group overlap in time (each covers the middle fifth
@@ -548,6 +549,7 @@ def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int
     never two on one component. ``concurrent`` 1 with ``severity`` hard draws what this
     function drew before either existed, for the same seed.
     """
+    every = kinds is None
     kinds = schedule_kinds(kinds, severity)
     if not kinds:
         raise ValueError("kinds must name at least one kind")
@@ -571,6 +573,8 @@ def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int
                  CONTROLLER: [CONTROLLER]}
     pools = {k: _KINDS[k].random_targets(plan, by_target[TARGET_KIND[k]])
              for k in dict.fromkeys(kinds)}
+    if every:  # every kind this plan can carry (a shuffle-miswiring needs shuffled lanes)
+        kinds = [k for k in kinds if pools[k]]
     for k in kinds:
         if not pools[k]:
             raise ValueError(f"kinds: this plan has no target for {k}")

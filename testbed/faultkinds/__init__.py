@@ -181,7 +181,8 @@ class FaultKind(Plugin):
 FAULT_KINDS: Plugins[FaultKind] = Plugins(
     "fault kind", __name__, FaultKind,
     first=("link-down", "link-flap", "link-degrade", "nic-loss", "gray-loss", "corruption",
-           "switch-down", "partial-blackhole", "mtu-mismatch", "controller-kill",
+           "switch-down", "partial-blackhole", "mtu-mismatch", "shuffle-miswiring",
+           "controller-kill",
            "controller-restart", "hot-receiver"))
 
 

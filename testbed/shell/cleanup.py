@@ -14,11 +14,10 @@ leaves is recognised by the lab's node names (``NODE_RE``), and only while no
 fabric that could own those names is alive (``plain_mininet_leftovers``).
 
 Fault injection (``testbed.shell.faults``) leaves rules in host namespaces (and, for link
-faults on switch ports, in the root namespace), traffic processes, drop rules on bridges
-and lowered port MTUs when its run dies; ``cleanup_faults`` removes them by the names in
-``testbed.faultmarks``. This module is the lowest layer of the lab's shell side: it
-imports neither the injector nor
-``testbed.shell.lab``, which both build on it.
+faults on switch ports, in the root namespace), traffic processes, drop rules on bridges,
+lowered port MTUs and crossed lanes when its run dies; ``cleanup_faults`` removes them by
+the names in ``testbed.faultmarks``. This module is the lowest layer of the lab's shell
+side: it imports neither the injector nor ``testbed.shell.lab``, which both build on it.
 
 Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
 not the lab's.
@@ -40,7 +39,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from testbed.capture import is_capture
-from testbed.faultkinds import mtu_mismatch, partial_blackhole
+from testbed.faultkinds import mtu_mismatch, partial_blackhole, shuffle_miswiring
 from testbed.faultmarks import (
     CLEAN_NAMESPACE,
     ENV_MARK,
@@ -727,13 +726,14 @@ def restore_mtus(sh: Callable[..., subprocess.CompletedProcess[str]], restore: d
         time.sleep(0.05)
 
 
-def _marked_ports() -> dict[str, str]:
-    """``interface -> alias`` of root-namespace interfaces an mtu-mismatch marked."""
+def _marked_ports(parse: Callable[[str], Any]) -> dict[str, str]:
+    """``interface -> alias`` of root-namespace interfaces whose alias ``parse`` reads (an
+    mtu-mismatch's or a shuffle-miswiring's mark)."""
     out = {}
     for path in glob.glob("/sys/class/net/*/ifalias"):
         with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as fh:
             alias = fh.read().strip()
-        if mtu_mismatch.parse_mark(alias) is not None:
+        if parse(alias) is not None:
             out[path.split("/")[-2]] = alias
     return out
 
@@ -748,9 +748,10 @@ def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection
     and sinks of link faults on switch ports (those of a live run in ``keep_runs``
     stay). Then, for runs not in ``keep_runs`` (and, if ``runs`` is given, in ``runs``):
     kill hot-receiver traffic processes, delete the partial-blackhole rules (cookie
-    ``OF_COOKIE``) from the run's bridges, and put the ports an mtu-mismatch marked back
-    to the MTUs their mark names. Link states and HTB rates need no cleanup: they live on
-    interfaces that are deleted with the lab. Returns how many namespaces (the root one
+    ``OF_COOKIE``) from the run's bridges, put the ports an mtu-mismatch marked back to
+    the MTUs their mark names and the ports a shuffle-miswiring moved back to their homes.
+    Link states and HTB rates need no cleanup: they live on interfaces that are deleted
+    with the lab (so do a dead lab's crossed ports). Returns how many namespaces (the root one
     included), switches and ports had something removed and how many processes were
     killed.
     """
@@ -775,10 +776,18 @@ def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection
         if theirs(run_id) and blackhole_rules(_root_sh, bridge):
             run(partial_blackhole.delete_command(bridge))
             done["switches"] += 1
-    for intf, alias in _marked_ports().items():
+    for intf, alias in _marked_ports(mtu_mismatch.parse_mark).items():
         run_id, restore = mtu_mismatch.parse_mark(alias) or ("", {})
         if theirs(run_id):
             restore_mtus(_root_sh, restore)
             run(mtu_mismatch.alias_command(intf, ""))
             done["ports"] += 1
+    marks = {i: shuffle_miswiring.parse_mark(a) for i, a in
+             _marked_ports(shuffle_miswiring.parse_mark).items()}
+    moved = {i: m[1] for i, m in marks.items() if m and theirs(m[0])}
+    if moved:  # one transaction: two crossed ports trade places back at once
+        run(shuffle_miswiring.move_command(moved))
+        for intf in moved:
+            run(mtu_mismatch.alias_command(intf, ""))
+        done["ports"] += len(moved)
     return done

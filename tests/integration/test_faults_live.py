@@ -25,12 +25,15 @@ import pytest
 from ops.telemetry import parse_snmp
 from testbed.faultkinds import partial_blackhole
 from testbed.faultkinds.link_flap import phases
+from testbed.faultkinds.shuffle_miswiring import partner
 from testbed.shell import cleanup
 from testbed.shell import faults as F
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
+from testbed.shell.wiring import check_wiring
 from testbed.topologies import build
+from testbed.wiring import miswired
 from traffic.roce import LAB_PMTU, OP_WRITE_FIRST, frame_len
 from vocab.plan import Link
 
@@ -88,10 +91,27 @@ def ovs_interfaces() -> dict[str, tuple[Any, Any]]:
     return {name: (str(mtu), str(req)) for name, mtu, req in json.loads(out)["data"]}
 
 
+def ovs_ports() -> dict[str, tuple[str, int]]:
+    """Open vSwitch's wiring of the plan's switches: ``port -> (bridge, OpenFlow number)``."""
+    def rows(table: str, columns: str) -> list[list[Any]]:
+        out = subprocess.run(["ovs-vsctl", "--format=json", f"--columns={columns}", "list",
+                              table], capture_output=True, text=True).stdout
+        return list(json.loads(out)["data"])
+    names = {uuid[1]: name for uuid, name in rows("Port", "_uuid,name")}
+    ofport = {name: n for name, n in rows("Interface", "name,ofport")}
+    found = {}
+    switches = {s.name for s in PLAN.switches}
+    for bridge, ports in rows("Bridge", "name,ports"):
+        for uuid in (ports[1] if ports[0] == "set" else [ports]):
+            if bridge in switches:
+                found[names[uuid[1]]] = (bridge, ofport[names[uuid[1]]])
+    return found
+
+
 def fabric_state(lab: Lab) -> dict[str, Any]:
-    """Admin state, MTU, alias and HTB class of every link end, OVS's interface MTUs, and
-    fault leftovers in every host's namespace, in the root one (link faults on switch
-    ports) and on every switch."""
+    """Admin state, MTU, alias and HTB class of every link end, OVS's interface MTUs and
+    its ports' bridges and numbers, and fault leftovers in every host's namespace, in the
+    root one (link faults on switch ports) and on every switch."""
     ends = {}
     for ln in PLAN.links:
         for n, i in ((ln.a, ln.a_intf), (ln.b, ln.b_intf)):
@@ -103,7 +123,7 @@ def fabric_state(lab: Lab) -> dict[str, Any]:
             for h in lab.hosts}
     left["root"] = F.fault_leftovers(sh)
     rules = {s.name: F.blackhole_rules(sh, s.name) for s in PLAN.switches}
-    return {"ends": ends, "ovs": ovs_interfaces(),
+    return {"ends": ends, "ovs": ovs_interfaces(), "ports": ovs_ports(),
             "leftovers": {h: v for h, v in left.items() if v},
             "rules": {s: r for s, r in rules.items() if r}}
 
@@ -564,17 +584,20 @@ def test_cleanup_faults_removes_what_a_crashed_injector_left(lab: Lab,
     hot = inj.inject(Fault("hot-receiver", "s1g1", senders=2, overload=0.5))
     inj.inject(Fault("partial-blackhole", "spine2", share=0.25))
     low = inj.inject(Fault("mtu-mismatch", "lf1r1~spine3", mtu=2200))
+    crossed = inj.inject(Fault("shuffle-miswiring", "lf0r1~spine0", seed=1))
     procs = [p.pid for p in hot.info["procs"]]
     assert len(procs) == 3 and all(alive(p) for p in procs)
     assert len(F.fault_leftovers(inj.context.sh)) == 5  # 3 tables, 2 sinks
     assert F.blackhole_rules(inj.context.sh, "spine2")
     assert link_info(lab, "spine3", low.info["intf"])["mtu"] == 2200
+    assert len(miswired(check_wiring(PLAN))) == 2 and crossed.active
     # the injector "crashes": nothing is undone; the cleanup hook finds it all
     done = F.cleanup_faults(host_pids=[h.pid for h in lab.hosts.values()],
                             runs=[lab.run_id])
-    assert done == {"namespaces": 3, "processes": 3, "switches": 1, "ports": 1}
+    assert done == {"namespaces": 3, "processes": 3, "switches": 1, "ports": 3}
     assert not any(alive(p) for p in procs)
     assert fabric_state(lab) == baseline
+    assert check_wiring(PLAN) == []
     assert inj.undo_all() == []  # undoing what is already gone is harmless
 
 
@@ -700,3 +723,65 @@ def test_mtu_mismatch_drops_full_frames_toward_the_lowered_end(lab: Lab,
         assert received(st) == st.sent["sent_per_sport"]  # full frames pass again
     finally:
         lab.client().clear_traffic()
+
+
+def of_rx(switch: str, port: int) -> int:
+    """Frames Open vSwitch counted in on ``switch``'s OpenFlow port ``port``."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split("rx pkts=")[1].split(",")[0])
+
+
+def test_shuffle_miswiring_sends_traffic_through_the_wrong_spine_and_the_check_finds_it(
+        lab: Lab, injector: FaultInjector) -> None:
+    """lf0r0's lanes to spine0 and spine1 crossed at their spine ends: the flows the
+    controller pins through spine0 arrive, in full, through spine1's port (OVS's counters),
+    every host still reaches every other, and only the frames of the two lanes arrive
+    elsewhere than planned; undo puts the ports back on their bridges at their numbers
+    and the check finds nothing."""
+    assert check_wiring(PLAN) == []
+    lane = F.parse_target(PLAN, "lf0r0~spine0").link
+    sports, port = range(50800, 50816), next(_ports)
+    before = ovs_ports()
+    h = injector.inject(Fault("shuffle-miswiring", "lf0r0~spine0#0", seed=2))
+    other = partner(PLAN, lane, 2)
+    try:
+        assert h.info["partner"] == other and (other.a, other.b) == ("lf0r0", "spine1")
+        now = ovs_ports()
+        assert now[lane.b_intf] == before[other.b_intf]
+        assert now[other.b_intf] == before[lane.b_intf]
+        crossed = (lane.b_intf, other.b_intf)
+        assert {k: v for k, v in now.items() if k not in crossed} == \
+            {k: v for k, v in before.items() if k not in crossed}
+        lab.wait_converged(timeout=30)
+        # flows s0g0 -> s2g0 pinned by the plan: those through spine0 leave lf0r0 by the lane
+        paths = pinned_paths(lab, "s0g0", "s2g0", sports, port)
+        via = [p for p in sports if paths[p][1] == lane.b]
+        assert via, paths
+        planned_rx, wrong_rx = of_rx(lane.b, lane.b_port), of_rx(other.b, other.b_port)
+        with stream(lab, "s0g0", "s2g0", range(via[0], via[0] + 1), pps=20, duration=1.0,
+                    port=port) as st:
+            pass
+        sent = st.sent["sent_per_sport"]
+        planned_rx = of_rx(lane.b, lane.b_port) - planned_rx
+        wrong_rx = of_rx(other.b, other.b_port) - wrong_rx
+        found = check_wiring(PLAN)
+        reach = lab.reachability(retries=1)
+        print(f"shuffle-miswiring {F.link_name(PLAN, lane)} x {F.link_name(PLAN, other)}: "
+              f"flow pinned via {paths[via[0]]}: {received(st)}/{sent} received, {wrong_rx} "
+              f"in at {other.b}:{other.b_port}, {planned_rx} at {lane.b}:{lane.b_port}; "
+              f"pings {reach.received}/{reach.pairs}; check: {[f.to_dict() for f in found]}")
+        assert received(st) == sent  # traffic flows ...
+        assert wrong_rx >= sent and planned_rx < sent  # ... through the wrong spine
+        assert reach.failed == []
+        assert miswired(found) == sorted([F.link_name(PLAN, lane), F.link_name(PLAN, other)])
+        seen = {f.sent: f.seen for f in found}
+        assert seen == {(lane.a, lane.a_port): (other.b, other.b_port),
+                        (other.a, other.a_port): (lane.b, lane.b_port),
+                        (lane.b, lane.b_port): (other.a, other.a_port),
+                        (other.b, other.b_port): (lane.a, lane.a_port)}
+    finally:
+        lab.client().clear_traffic()
+    injector.undo(h)
+    assert ovs_ports() == before
+    assert check_wiring(PLAN) == []

@@ -31,6 +31,7 @@ from testbed import faultkinds
 from testbed.faultkinds import FAULT_KINDS
 from testbed.faultkinds import mtu_mismatch as mtu
 from testbed.faultkinds import partial_blackhole as blackhole
+from testbed.faultkinds import shuffle_miswiring as wire
 from testbed.faultspec import KINDS, TARGET_KIND, Fault
 from testbed.shell import faults as F
 from testbed.shell.faults import INJECTORS, FaultInjector
@@ -45,8 +46,8 @@ from vocab.plugins import Plugins
 REPO = Path(__file__).resolve().parents[2]
 
 SHIPPED = ("link-down", "link-flap", "link-degrade", "nic-loss", "gray-loss", "corruption",
-           "switch-down", "partial-blackhole", "mtu-mismatch", "controller-kill",
-           "controller-restart", "hot-receiver")
+           "switch-down", "partial-blackhole", "mtu-mismatch", "shuffle-miswiring",
+           "controller-kill", "controller-restart", "hot-receiver")
 
 
 def small_plan() -> WiringPlan:
@@ -62,6 +63,7 @@ def test_every_shipped_kind_is_registered_on_both_sides_in_order() -> None:
                            "nic-loss": "host", "gray-loss": "link", "corruption": "link",
                            "switch-down": "switch",
                            "partial-blackhole": "switch", "mtu-mismatch": "link",
+                           "shuffle-miswiring": "link",
                            "controller-kill": "controller", "controller-restart": "controller",
                            "hot-receiver": "host"}
     for name, injector in INJECTORS.all().items():
@@ -160,6 +162,47 @@ def test_an_mtu_mark_names_its_run_and_what_to_restore() -> None:
         assert mtu.parse_mark(other) is None
 
 
+def test_a_miswiring_crosses_a_lane_with_another_of_its_leafs_shuffled_port() -> None:
+    plan = small_plan()
+    lane = F.parse_target(plan, "lf0r0~spine1").link
+    assert [ln.b for ln in wire.partners(plan, lane)] == ["spine0", "spine2", "spine3"]
+    assert {wire.partner(plan, lane, s).b for s in range(20)} == {"spine0", "spine2", "spine3"}
+    nic = F.parse_target(plan, "s0g0~lf0r0").link
+    assert wire.partners(plan, nic) == []
+    with pytest.raises(ValueError, match="no other lane of this one reaches another spine"):
+        F.resolve(plan, Fault("shuffle-miswiring", "s0g0~lf0r0"))
+    fat = build("fattree", servers=4, gpus=2, k=4)  # no shuffle boxes: no target at all
+    pool = [F.link_name(fat, ln) for ln in F.traffic_links(fat)]
+    assert pool and wire.random_targets(fat, pool) == []
+    rng = random.Random(1)
+    knobs = wire.random_knobs(rng, 10.0, "gray")
+    assert set(knobs) == {"seed"} and wire.SEVERITIES == ("gray",)
+    with pytest.raises(ValueError, match="^severity must be one of gray"):
+        wire.random_knobs(rng, 10.0, "hard")
+
+
+def test_crossing_two_ports_trades_bridges_and_numbers_in_one_transaction() -> None:
+    a = ("spine1-eth1", wire.Home("spine1", 1, "q1"))
+    b = ("spine2-eth1", wire.Home("spine2", 1, "q2"))
+    moves = wire.swapped(a, b)
+    assert moves == {"spine1-eth1": wire.Home("spine2", 1, "q1"),
+                     "spine2-eth1": wire.Home("spine1", 1, "q2")}
+    assert wire.move_command(moves) == [
+        "ovs-vsctl", "--timeout=60", "--", "--if-exists", "del-port", "spine1-eth1",
+        "--", "--if-exists", "del-port", "spine2-eth1",
+        "--", "add-port", "spine2", "spine1-eth1", "qos=q1",
+        "--", "set", "Interface", "spine1-eth1", "ofport_request=1",
+        "--", "add-port", "spine1", "spine2-eth1", "qos=q2",
+        "--", "set", "Interface", "spine2-eth1", "ofport_request=1"]
+    text = wire.mark("abc123", a[1])
+    assert text == "astral-lab-fault-wire run=abc123 home=spine1 ofport=1 qos=q1"
+    assert wire.parse_mark(text) == ("abc123", a[1])
+    for other in ("", "astral-lab-fault-wire run=x home=s ofport=one qos=q", mtu.mark("x", {})):
+        assert wire.parse_mark(other) is None
+    assert wire.parse_locate("spine1\n1\n5e1f\n") == wire.Home("spine1", 1, "5e1f")
+    assert wire.parse_locate("spine1\n") is None
+
+
 # --- a lab that records what the injector would run -------------------------------------------
 class FakeProc:
     """A process the fake hosts started: alive until killed or signalled."""
@@ -196,6 +239,9 @@ class RecordingLab(FakeLab):
                      **{s.name: 1500 for s in plan.switches}}  # bridges' internal ports
         self.aliases: dict[str, str] = {}
         self.rules: dict[str, str] = {}  # bridge -> add-flows lines
+        self.homes = {i: wire.Home(n, p, "noop") for ln in plan.links  # OVS's switch ports
+                      for n, p, i in ((ln.a, ln.a_port, ln.a_intf), (ln.b, ln.b_port, ln.b_intf))
+                      if n.startswith(("lf", "spine"))}
         self.hosts = {h: _FakeHost(self, h, ns.pid) for h, ns in self.hosts.items()}
         self.pids = 5000
 
@@ -207,6 +253,9 @@ class RecordingLab(FakeLab):
             alias = {"ifalias": self.aliases[argv[-1]]} if self.aliases.get(argv[-1]) else {}
             return _done(argv, json.dumps([{"mtu": self.mtus[argv[-1]], **alias,
                                             "stats64": {"rx": {"dropped": 0}}}]))
+        if argv[:3] == wire.locate_command("x")[:3]:
+            h = self.homes[argv[3]]
+            return _done(argv, f"{h.bridge}\n{h.ofport}\n{h.qos}\n")
         if argv[0] == "ovs-vsctl" and "list" in argv:
             names = argv[argv.index("Interface") + 1:]
             return _done(argv, json.dumps({"data": [[n, self.mtus[n]] for n in names]}))
@@ -228,6 +277,10 @@ class RecordingLab(FakeLab):
             self.mtus[argv[4]] = int(argv[6])
         elif argv[:4] == ["ip", "link", "set", "dev"] and argv[5] == "alias":
             self.aliases[argv[4]] = argv[6]
+        elif argv[0] == "ovs-vsctl" and "add-port" in argv:  # a move_command
+            for i in (i for i, a in enumerate(argv) if a == "add-port"):
+                self.homes[argv[i + 2]] = wire.Home(argv[i + 1], int(argv[i + 8][15:]),
+                                                    argv[i + 3][4:])
         elif argv[0] == "ovs-ofctl":
             self.rules[argv[4]] = stdin or "" if argv[3] == "add-flows" else ""
         return _done(argv, out, rc)
@@ -262,6 +315,7 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str]] = {
     "switch-down": ({"target": "lf0r0"}, "undo"),
     "partial-blackhole": ({"target": "spine1", "share": 0.375, "seed": 3}, "undo"),
     "mtu-mismatch": ({"target": "lf0r0~spine1", "mtu": 1500}, "undo"),
+    "shuffle-miswiring": ({"target": "lf0r0~spine1", "seed": 0}, "undo"),
     "controller-kill": ({}, "undo"),
     "controller-restart": ({"duration": 0.05}, "wait"),
     "hot-receiver": ({"target": "s0g0", "senders": 2}, "undo"),
@@ -360,6 +414,17 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
         (None, mtu.mtu_command(intf, 1500), None), (None, mtu.mtu_command(intf, 4200), None),
         (None, mtu.alias_command(intf, ""), None)]
     assert low["events"][-1]["detail"] == {"mtu": 4200, "rx_dropped": 0}
+    crossed = record(plan, "shuffle-miswiring", *SCENARIOS["shuffle-miswiring"], str(tmp_path))
+    x, y = "spine1-eth1", "spine2-eth1"  # lf0r0's lanes to spine1 and (seed 0) spine2
+    hx, hy = wire.Home("spine1", 1, "noop"), wire.Home("spine2", 1, "noop")
+    assert [c for c in crossed["commands"] if c[1][0] != "tc"] == [
+        (None, mtu.alias_command(x, wire.mark("fake", hx)), None),
+        (None, mtu.alias_command(y, wire.mark("fake", hy)), None),
+        (None, wire.move_command({x: hy, y: hx}), None),
+        (None, wire.move_command({x: hx, y: hy}), None),
+        (None, mtu.alias_command(x, ""), None), (None, mtu.alias_command(y, ""), None)]
+    assert crossed["events"][0]["detail"] == {"partner": "lf0r0~spine2",
+                                              "ports": {x: "spine2:1", y: "spine1:1"}}
     hot = record(plan, "hot-receiver", *SCENARIOS["hot-receiver"], str(tmp_path))
     popens = [c for c in hot["calls"] if c[0] == "popen"]
     assert [p[1] for p in popens] == ["s0g0", *hot["events"][0]["detail"]["sources"]]

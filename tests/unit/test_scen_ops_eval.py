@@ -80,8 +80,10 @@ def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
     assert set(base["peer-outlier"]) == set(base["static-thresholds"]) <= set(s)
     assert (s["recall"], s["precision"], s["false_alarms_per_hour"]) == (1.0, 1.0, 0.0)
     st = base["static-thresholds"]
-    assert st["recall"] == 0.5 and st["false_alarms_clean"] == 1
-    assert st["precision"] == round(6 / 7, 4) and st["top1"] == 0.25
+    hits, right = (n + 1) // 2, (n + 3) // 4  # kinds 0, 2, 4, ... detected; 0, 4, ... right
+    assert st["recall"] == round(hits / n, 4) and st["false_alarms_clean"] == 1
+    assert st["precision"] == round(hits / (hits + 1), 4)
+    assert st["top1"] == round(right / n, 4)
     assert base["peer-outlier"]["top1"] == 0.0
     assert "Beside the baselines" in report
     # one computed line per kind and per baseline, from the scores
@@ -90,5 +92,7 @@ def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
            "recall (1/1 vs 1/1)." in report
     assert "- **link-flap**: the agent beats static-thresholds on recall (1/1 vs 0/1), " \
            "top-1 (1/1 vs 0/1);" in report
-    assert "Overall, the agent beats static-thresholds on precision (1.0 vs 0.8571)" in report
-    assert "median polls to detect (1.55 vs 1.0)" in report  # static is faster
+    assert "Overall, the agent beats static-thresholds on precision (1.0 vs " \
+           f"{round(hits / (hits + 1), 4)})" in report
+    agent_polls = round(1.0 + 0.1 * (n - 1) / 2, 2)  # the median of 1.0 + 0.1 i
+    assert f"median polls to detect ({agent_polls:g} vs 1.0)" in report  # static is faster

@@ -39,6 +39,9 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
                    (masked ``udp_src`` matches): some QPs stall, pings pass.
 ``mtu-mismatch``   ``ip link set mtu`` on the upper-tier end of a link: frames into it above
                    ``mtu`` are dropped (counted); the port's and its bridge's MTUs restored.
+``shuffle-miswiring`` two lanes of one leaf's shuffled uplink crossed: their spine-side ports
+                   trade bridges and OpenFlow numbers (one ``ovs-vsctl`` transaction, QoS and
+                   HTB kept): traffic flows through the wrong spine; ``check_wiring`` finds it.
 ``controller-kill`` / ``controller-restart``  ``Lab.kill_controller`` / ``restart_controller``.
 ``hot-receiver``   incast onto one host: the per-source shares of an MoE dispatch whose hot
                    experts sit on the target's GPU (``traffic.workload`` + ``traffic.kernels``),
