@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from testbed.datapath import Datapath, choose_datapath, kernel_ovs_available
 from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultspec import iptables_loss_commands, nft_loss_commands
-from testbed.shell import cleanup
+from testbed.shell import cleanup, signals
 from vocab.plan import WiringPlan
 
 #: Mininet silently ignores ``bw`` above this (Mb/s).
@@ -48,20 +48,27 @@ class Preflight:
 
 
 def ovs_running() -> bool:
+    """Both daemons answer: the database (``ovs-vsctl show``) and the switch itself. A start
+    cut short can leave ovsdb-server up without ovs-vswitchd, and then every bridge change
+    waits for a switch that never comes."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        return subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True,
-                              timeout=10).returncode == 0
+        return all(subprocess.run(cmd, capture_output=True, timeout=10).returncode == 0
+                   for cmd in (["ovs-vsctl", "--timeout=5", "show"],
+                               ["ovs-appctl", "--timeout=5", "-t", "ovs-vswitchd", "version"]))
     return False
 
 
 def start_ovs() -> bool:
-    """Start ovsdb-server and ovs-vswitchd (as ``make setup`` does) if they are not running."""
+    """Start ovsdb-server and ovs-vswitchd (as ``make setup`` does) if they are not both
+    running. A stop that lands meanwhile waits until the start is over: cut short, it would
+    leave one daemon up without the other."""
     if ovs_running():
         return True
-    if os.path.isdir("/run/systemd/system"):
-        subprocess.run(["systemctl", "start", "openvswitch-switch"], capture_output=True)
-    if not ovs_running() and os.path.exists(OVS_CTL):
-        subprocess.run([OVS_CTL, "start", "--system-id=random"], capture_output=True)
+    with signals.held():
+        if os.path.isdir("/run/systemd/system"):
+            subprocess.run(["systemctl", "start", "openvswitch-switch"], capture_output=True)
+        if not ovs_running() and os.path.exists(OVS_CTL):
+            subprocess.run([OVS_CTL, "start", "--system-id=random"], capture_output=True)
     return ovs_running()
 
 

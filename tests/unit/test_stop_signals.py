@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -198,3 +199,45 @@ except SystemExit as exc:
 def test_a_stop_at_the_controllers_start_finds_it_recorded(tmp_path: object) -> None:
     got = _run(_AT_CONTROLLER_START, tmp_path)
     assert got.stdout.strip() == "143 True", got.stderr
+
+
+def test_ovs_counts_as_running_only_when_both_daemons_answer(monkeypatch: Any) -> None:
+    """A start cut short leaves ovsdb-server without ovs-vswitchd: not running, so it is
+    started again instead of every bridge change waiting for a switch that is not there."""
+    from testbed.shell import preflight
+
+    up = {"ovs-vsctl"}
+
+    def run(cmd: list[str], **_kw: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(cmd, 0 if cmd[0] in up else 1, "", "")
+
+    monkeypatch.setattr(preflight.subprocess, "run", run)
+    assert not preflight.ovs_running()
+    up.add("ovs-appctl")
+    assert preflight.ovs_running()
+
+
+def test_a_stop_during_the_daemons_start_waits_until_both_are_up() -> None:
+    got = _run("""
+        import os, signal, subprocess
+        from testbed.shell import preflight, signals
+        signals.stop_on_signals()
+        up, steps = set(), []
+        def run(cmd, **kw):
+            if cmd[0] in ("ovs-vsctl", "ovs-appctl"):
+                ok = {"ovs-vsctl": "db", "ovs-appctl": "switch"}[cmd[0]] in up
+                return subprocess.CompletedProcess(cmd, 0 if ok else 1)
+            up.add("db")
+            os.kill(os.getpid(), signal.SIGTERM)  # lands between the two daemons
+            up.add("switch")
+            steps.append("started")
+            return subprocess.CompletedProcess(cmd, 0)
+        preflight.subprocess.run = run
+        preflight.os.path.isdir = lambda p: True
+        try:
+            preflight.start_ovs()
+        except SystemExit as exc:
+            steps.append(f"SystemExit {exc.code}, {sorted(up)}")
+        print("; ".join(steps))
+        """)
+    assert got.stdout.strip() == "started; SystemExit 143, ['db', 'switch']", got.stderr
