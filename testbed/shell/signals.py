@@ -34,8 +34,27 @@ def exit_status(signum: int) -> int:
 _STOP_STATUSES = frozenset(exit_status(s) for s in STOPPING)
 
 
-def _raise_exit(signum: int, _frame: FrameType | None) -> None:
+def _stop(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C raises ``KeyboardInterrupt``, the others ``SystemExit(128 + signal)``; but not
+    inside an import. An import runs other projects' module code, some of it behind a bare
+    ``except: pass`` (Cython's memoryview registration, in NumPy's random module), where the
+    stop would vanish and the command run on; there it is sent again a moment later, until
+    the import is over."""
+    if _importing(frame):
+        threading.Thread(target=_send_later, args=(signum,), daemon=True).start()
+        return
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise SystemExit(exit_status(signum))
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a caller of it is the import machinery's."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _main_thread() -> bool:
@@ -43,14 +62,14 @@ def _main_thread() -> bool:
 
 
 def stop_on_signals() -> None:
-    """SIGTERM and SIGHUP raise ``SystemExit(128 + signal)``; SIGINT keeps Python's
-    ``KeyboardInterrupt``; a stop that Python swallowed is delivered again (``_unswallow``).
+    """SIGTERM and SIGHUP raise ``SystemExit(128 + signal)``, SIGINT ``KeyboardInterrupt``
+    as Python's own handler does (``_stop``); a stop that Python swallowed is delivered
+    again (``_unswallow``).
     Call it first thing in a command's ``main``."""
     if not _main_thread():
         return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_exit)
+    for sig in STOPPING:
+        signal.signal(sig, _stop)
     if getattr(sys.unraisablehook, "__name__", "") != _unswallow.__name__:
         _unswallow.previous = sys.unraisablehook  # type: ignore[attr-defined]
         sys.unraisablehook = _unswallow

@@ -21,7 +21,7 @@ from testbed.shell import signals
 if sys.argv[2] == "hook":
     signals.stop_on_signals()
 else:
-    signal.signal(signal.SIGTERM, signals._raise_exit)
+    signal.signal(signal.SIGTERM, signals._stop)
 class A: pass
 def slow_callback(_ref):
     time.sleep(0.5)  # the signal lands in here
@@ -241,3 +241,36 @@ def test_a_stop_during_the_daemons_start_waits_until_both_are_up() -> None:
         print("; ".join(steps))
         """)
     assert got.stdout.strip() == "started; SystemExit 143, ['db', 'switch']", got.stderr
+
+
+#: A stop landing inside an import, in module code behind a bare ``except: pass``: Cython's
+#: memoryview registration in NumPy's random module (a patched ``register`` sends the signal
+#: exactly there, standing in for its timing).
+_IN_CYTHON_IMPORT = """
+import abc, os, signal, sys, time
+from testbed.shell import signals
+signals.stop_on_signals()
+register, sent = abc.ABCMeta.register, []
+def sending(cls, sub):
+    if not sent and sub.__name__ == "_memoryviewslice":
+        sent.append(sub.__name__)
+        os.kill(os.getpid(), int(sys.argv[1]))
+    return register(cls, sub)
+abc.ABCMeta.register = sending
+try:
+    import numpy.random
+    time.sleep(2)
+    print("LOST", sent)
+except KeyboardInterrupt:
+    print("CAUGHT KeyboardInterrupt", sent)
+except SystemExit as exc:
+    print(f"CAUGHT SystemExit {exc.code}", sent)
+"""
+
+
+@pytest.mark.parametrize(("sig", "caught"), [(signal.SIGINT, "KeyboardInterrupt"),
+                                             (signal.SIGTERM, "SystemExit 143")])
+def test_a_stop_inside_an_import_behind_a_bare_except_still_stops(sig: int,
+                                                                  caught: str) -> None:
+    got = _run(_IN_CYTHON_IMPORT, int(sig))
+    assert got.stdout.startswith(f"CAUGHT {caught} ['"), (got.stdout, got.stderr)
