@@ -24,10 +24,30 @@ from vocab.plan import WiringPlan
 #: the names ``ops-eval`` files the baselines' scores under
 NAMES = ("static-thresholds", "peer-outlier")
 
+_LOSS = ("nic-loss", "gray-loss", "corruption")
+_DOWN = ("link-down", "link-flap", "switch-down")
+#: The fault kinds each baseline alert is evidence of, by the name it carries: what
+#: ``ops.detectors.AlertKind.fault_kinds`` says for a detector's alert (``ops.evaluate``
+#: scores kind classification by either). A baseline names no kind itself; its rule does:
+#: a drop counter cannot tell whose loss, a port down cannot tell a cut from a flap or a
+#: dead switch (it fires per link), a host far from its peers is one of the kinds aimed at
+#: a host.
+FAULT_KINDS: dict[str, tuple[str, ...]] = {
+    "static:nic_drops": _LOSS, "static:qdrops_ab": _LOSS, "static:qdrops_ba": _LOSS,
+    "static:up": _DOWN, "static:ctl_up": _DOWN, "static:carrier_changes": _DOWN,
+    "static:controller_up": ("controller-kill", "controller-restart"),
+    # a switch's port drop/error counters: the kernel drops there the frames a lowered MTU
+    # refuses (a blackhole's OpenFlow drops and corrupted frames are not counted there)
+    "static:port_drops": ("mtu-mismatch",),
+    "static:mbps_ab": ("link-degrade",), "static:mbps_ba": ("link-degrade",),
+    "peer-outlier": ("nic-loss", "hot-receiver"),
+}
+
 
 class StaticThresholds(AlertBook):
     """Per-counter thresholds on the latest poll alone; each alert names the counter's
-    component and its rule (``static:<counter>``).
+    component and its rule (``static:<counter>``; the controller's ``up`` is
+    ``static:controller_up``, so the rule alone says what it is about: ``FAULT_KINDS``).
 
     * a NIC's drops (``in_drop_pps + out_drop_pps``) > ``NIC_DROP_PPS``: an operator's
       "discards > 0"; here the counter is the gap between the NIC's and IP's packet counts,
@@ -72,8 +92,8 @@ class StaticThresholds(AlertBook):
             v = hist.latest(sw, "port_drops")
             if v is not None and v > 0:
                 alarm("port_drops", sw, v)
-        if hist.latest(CONTROLLER, "up") == 0.0:
-            alarm("up", CONTROLLER, 0.0)
+        if hist.latest(CONTROLLER, "up") == 0.0:  # its own rule: a link's "up" is another
+            alarm("controller_up", CONTROLLER, 0.0)
         for lanes in self.topo.uplinks.values():
             for d in ("ab", "ba"):
                 rate = {c: hist.latest(c, f"mbps_{d}") for c in lanes}

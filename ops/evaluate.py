@@ -32,6 +32,18 @@ Two parts:
     answer is its ranking; a source without an agent answers with the components of its
     alerts raised in the window up to that moment, in the order raised. Names compare with
     ``ops.telemetry.canonical`` (a NIC's link is the NIC);
+  - **kind classification** (did it say *what* is wrong): at that same moment, the guess
+    is the fault kinds declared by the alert the top answer rests on: the agent's top
+    suspect's detector (a diagnosis recorded without one: the first alert in the window
+    on its top component), a baseline's first alert in the window. A detector's alert
+    declares them (``ops.detectors.AlertKind.fault_kinds``), a baseline's rule too
+    (``ops.baselines.FAULT_KINDS``): every kind the alert cannot tell apart (a NIC's drops:
+    ``nic-loss/gray-loss/corruption``), so a guess is a set, written joined by ``/``, and
+    ``none`` when the answer rests on no alert naming a kind (a missed fault, a counter
+    anomaly, a symptom, hash polarization). **kind_correct**: the fault's kind is in the
+    guess, whether or not the component is right (localization scores that). **kind
+    accuracy** = kind_correct / faults, over all faults as top-1 is (a missed fault is
+    guessed ``none``, wrong); the **confusion** matrix counts {true kind: {guess: faults}};
   - **per kind** the same, over that kind's faults; a false alarm belongs to no fault, so
     precision, F1 and false alarms per hour are the run's only (None per kind).
 
@@ -49,9 +61,11 @@ Two parts:
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ops.baselines import FAULT_KINDS
 from ops.detectors import alert_kind
 from ops.telemetry import canonical
 from vocab.plan import WiringPlan
@@ -59,6 +73,8 @@ from vocab.plan import WiringPlan
 GOALS = {"detection_rate": 0.95, "false_alarms_clean": 0, "top1": 0.90, "detect_polls": 3.0}
 #: a fault's window ends GRACE_POLLS intervals + GRACE_S seconds after its undo
 GRACE_POLLS, GRACE_S = 3, 5.0
+#: the kind guessed when the answer rests on no alert that names a fault kind
+NO_GUESS = "none"
 
 
 @dataclass
@@ -83,6 +99,9 @@ class FaultScore:
     ranked: list[str] = field(default_factory=list)
     top1: bool = False
     top3: bool = False
+    kind_alert: str | None = None  # the alert the kind guess rests on
+    kind_guess: str = NO_GUESS
+    kind_correct: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -104,17 +123,31 @@ def ground_truth(events: list[dict[str, Any]], end_of_run: float) -> list[Ground
     return sorted(out, key=lambda g: g.start)
 
 
+def fault_kinds(alert: str) -> tuple[str, ...]:
+    """The fault kinds alert ``alert`` is evidence of: its detector's declaration, else a
+    baseline rule's (none for an alert neither declares, e.g. the agent's ``counters``)."""
+    kind = alert_kind(alert)
+    return kind.fault_kinds if kind is not None else FAULT_KINDS.get(alert, ())
+
+
+def kind_label(kinds: Sequence[str]) -> str:
+    """A kind guess as the confusion matrix's column names it."""
+    return "/".join(kinds) or NO_GUESS
+
+
 def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
-          diagnoses: list[tuple[float, list[str]]] | None, *, run_s: float, interval: float,
+          diagnoses: Sequence[tuple[Any, ...]] | None, *, run_s: float, interval: float,
           plan: WiringPlan | None = None, grace_s: float | None = None,
           ask_delay_s: float | None = None) -> dict[str, Any]:
-    """Score one run (see the module docstring); pure. ``diagnoses`` None: the source has
-    no agent, its alerts' components are its answer."""
+    """Score one run (see the module docstring); pure. ``diagnoses``: the agent's answers,
+    ``(time, ranked components)`` or ``(time, ranked components, top suspect's detector)``;
+    None: the source has no agent, its alerts' components are its answer."""
     grace = GRACE_POLLS * interval + GRACE_S if grace_s is None else grace_s
     delay = 2 * interval if ask_delay_s is None else ask_delay_s
     raised = sorted((a for a in alerts if a.get("opened") is not None),
                     key=lambda a: a["opened"])
-    diag = sorted(diagnoses or [], key=lambda d: d[0])
+    diag = sorted(((d[0], list(d[1]), d[2] if len(d) > 2 else None) for d in diagnoses or []),
+                  key=lambda d: d[0])
     rows: list[FaultScore] = []
     attributed: set[int] = set()
     for f in faults:
@@ -133,19 +166,28 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
             if suffer and signals:
                 fs.lead_s = round(min(suffer) - signals[0]["opened"], 3)
             ask = first["opened"] + delay
+            so_far = [a for _, a in window if a["opened"] <= ask + 1e-6]
+            said: str | None
             if diagnoses is None:  # no agent: its alerts so far, in the order raised
-                answer = list(dict.fromkeys(canonical(a["component"], plan)
-                                            for _, a in window if a["opened"] <= ask + 1e-6))
+                answer = list(dict.fromkeys(canonical(a["component"], plan) for a in so_far))
+                said = first["detector"]
             else:
-                answer = next((r for t, r in diag if ask - 1e-6 <= t <= f.end + grace), None)
-            if answer is None:  # the fault ended before the operator asked: last answer
-                answer = next((r for t, r in reversed(diag)
-                               if first["opened"] <= t <= f.end + grace), [])
+                answer, said = next(((r, d) for t, r, d in diag
+                                     if ask - 1e-6 <= t <= f.end + grace), (None, None))
+                if answer is None:  # the fault ended before the operator asked: last answer
+                    answer, said = next(((r, d) for t, r, d in reversed(diag)
+                                         if first["opened"] <= t <= f.end + grace), ([], None))
+                if said is None and answer:  # not recorded: the alert that named its top
+                    said = next((a["detector"] for a in so_far if canonical(
+                        a["component"], plan) == canonical(answer[0], plan)), None)
             fs.ranked = answer[:5]
             want = canonical(f.component, plan)
             names = [canonical(c, plan) for c in answer]
             fs.top1 = bool(names) and names[0] == want
             fs.top3 = want in names[:3]
+            kinds = fault_kinds(said) if said else ()
+            fs.kind_alert, fs.kind_guess = said, kind_label(kinds)
+            fs.kind_correct = f.kind in kinds
         rows.append(fs)
     false = [a for i, a in enumerate(raised) if i not in attributed]
     n = len(rows)
@@ -157,11 +199,12 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
     by_kind: dict[str, dict[str, Any]] = {}
     for r in rows:
         k = by_kind.setdefault(r.kind, {"faults": 0, "detected": 0, "top1": 0, "top3": 0,
-                                        "detect_s": []})
+                                        "kind_correct": 0, "detect_s": []})
         k["faults"] += 1
         k["detected"] += r.detected
         k["top1"] += r.top1
         k["top3"] += r.top3
+        k["kind_correct"] += r.kind_correct
         if r.detect_s is not None:
             k["detect_s"].append(r.detect_s)
     for k in by_kind.values():
@@ -185,6 +228,8 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
         "lead_n": len(leads),
         "top1": round(sum(r.top1 for r in rows) / n, 4) if n else None,
         "top3": round(sum(r.top3 for r in rows) / n, 4) if n else None,
+        "kind_accuracy": _ratio(sum(r.kind_correct for r in rows), n),
+        "confusion": confusion(rows),
         "by_kind": by_kind,
         "per_fault": [r.to_dict() for r in rows],
         "precision": precision,
@@ -199,19 +244,32 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
 
 def summarize(clean: dict[str, Any], faults: dict[str, Any]) -> dict[str, Any]:
     """One alert source's scores as ``summary.json`` carries them, from ``score`` of the
-    fault-free phase (``clean``) and of the fault phase: recall, localization and time to
-    detect from the faults; false alarms per hour from the fault-free phase (same length
-    and traffic); precision counting both phases' false alarms."""
+    fault-free phase (``clean``) and of the fault phase: recall, localization, time to
+    detect and kind classification (accuracy, confusion matrix) from the faults; false
+    alarms per hour from the fault-free phase (same length and traffic); precision
+    counting both phases' false alarms."""
     fa = clean["false_alarms"] + faults["false_alarms"]
     precision = _ratio(faults["detected"], faults["detected"] + fa)
     return {"precision": precision, "recall": faults["recall"],
             "f1": f1(precision, faults["recall"]), "top1": faults["top1"],
-            "top3": faults["top3"], "false_alarms_per_hour": clean["false_alarms_per_hour"],
+            "top3": faults["top3"], "kind_accuracy": faults["kind_accuracy"],
+            "confusion": faults["confusion"],
+            "false_alarms_per_hour": clean["false_alarms_per_hour"],
             "false_alarms_clean": clean["false_alarms"],
             "false_alarms_fault_phase": faults["false_alarms"],
             "ttd_s": faults["ttd_s"], "ttd_polls": faults["ttd_polls"],
             "faults": faults["faults"], "detected": faults["detected"],
             "per_kind": faults["per_kind"]}
+
+
+def confusion(rows: Sequence[FaultScore]) -> dict[str, dict[str, int]]:
+    """{true kind: {kind guessed (``kind_label``): faults}}, both sorted by name: where a
+    source's kind guesses go, right or wrong, and how often it guessed nothing."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        row = out.setdefault(r.kind, {})
+        row[r.kind_guess] = row.get(r.kind_guess, 0) + 1
+    return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:
@@ -248,6 +306,7 @@ def _kind_scores(rows: list[FaultScore], interval: float) -> dict[str, Any]:
             "recall": _ratio(sum(r.detected for r in rows), n),
             "top1": _ratio(sum(r.top1 for r in rows), n),
             "top3": _ratio(sum(r.top3 for r in rows), n),
+            "kind_accuracy": _ratio(sum(r.kind_correct for r in rows), n),
             "ttd_s": percentiles(times), "ttd_polls": percentiles([t / interval for t in times]),
             "precision": None, "f1": None, "false_alarms_per_hour": None}
 

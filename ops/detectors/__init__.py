@@ -5,7 +5,8 @@ Each detector is a module here, ``ops/detectors/<name>.py`` (``DetectorModule``)
 which conditions hold *now*; its rule and thresholds are in its docstring and module
 constants, so a reader can check both against ``docs/operations.md``, and its ``ALERTS``
 say what each alert it raises means to an operator (``AlertKind``: how much it says about
-*where* the fault is, and the advice that goes with it; the diagnosis agent reads them).
+*where* the fault is, the advice that goes with it, and which fault kinds it is evidence
+of, i.e. *what* is wrong; the diagnosis agent and ``ops-eval`` read them).
 A new detector is a new file (its name is the module's, ``_`` written ``-``): ``Engine``,
 the agent and ``ops-eval`` take it with no other change. ``Engine`` runs them all after
 every poll and turns findings into ``Alert`` s: one alert per (detector, component) while
@@ -113,10 +114,18 @@ class AlertKind:
     says *that* the job suffers, not where (the agent notes it, ``ops-eval`` times the
     other alerts' lead against it). ``advice`` is the next action, with ``{component}``
     and ``{summary}`` filled in from the alert.
+
+    ``fault_kinds`` says *what* is wrong: the fault kinds (``testbed/faultkinds/``) the
+    alert is evidence of, every kind it cannot tell apart from the others (a NIC dropping
+    packets could be its own loss, a lossy cable or bit errors), none for an alert that
+    matches no injected kind (a symptom, ECMP hash polarization). ``ops-eval`` scores a
+    source's kind classification by it (``ops.evaluate``: right when the fault's kind is
+    one of these), so a tuple wider than the evidence earns credit it did not deserve.
     """
 
     weight: float | None
     advice: str
+    fault_kinds: tuple[str, ...] = ()
 
     @property
     def symptom(self) -> bool:

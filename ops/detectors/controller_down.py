@@ -13,8 +13,10 @@ from vocab.plugins import plugin_name
 
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
+#: a dead controller and one that will restart look the same while it is down
 ALERTS = {NAME: AlertKind(85, "restart the controller (switches keep forwarding on their "
-                               "last tables; no failover to new faults until it is back)")}
+                               "last tables; no failover to new faults until it is back)",
+                          fault_kinds=("controller-kill", "controller-restart"))}
 
 #: controller: the REST API did not answer in this many polls in a row.
 CONTROLLER_POLLS = 2

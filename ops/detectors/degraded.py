@@ -14,7 +14,8 @@ from vocab.plugins import plugin_name
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
 ALERTS = {NAME: AlertKind(75, "drain lane {component} (take it down: ECMP moves its flows "
-                               "to the other lanes) and replace its optic; {summary}")}
+                               "to the other lanes) and replace its optic; {summary}",
+                          fault_kinds=("link-degrade",))}
 
 #: degraded: the egress queue holds at least this many seconds of the configured rate ...
 DEGRADED_BACKLOG_S = 0.05

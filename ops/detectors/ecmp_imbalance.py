@@ -15,6 +15,7 @@ from vocab.plugins import plugin_name
 
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
+#: hash polarization is a load-balancing condition, evidence of no injected fault kind
 ALERTS = {NAME: AlertKind(40, "switch load balancing to planned/adaptive (PUT /lb) or "
                                "add entropy (more QPs); {component} carries far more than its "
                                "siblings")}

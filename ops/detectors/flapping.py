@@ -14,7 +14,8 @@ from vocab.plugins import plugin_name
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
 ALERTS = {NAME: AlertKind(80, "drain {component} (take it down so ECMP stops using it) "
-                               "before it fails for good, then reseat/replace the optic")}
+                               "before it fails for good, then reseat/replace the optic",
+                          fault_kinds=("link-flap",))}
 
 #: flapping: at least this many carrier transitions (both ends counted once) ...
 FLAP_MIN_CHANGES = 3

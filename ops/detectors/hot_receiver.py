@@ -15,7 +15,7 @@ from vocab.plugins import plugin_name
 NAME = plugin_name(__name__)
 ALERTS = {NAME: AlertKind(60, "rebalance experts away from {component} (EPLB replicas) "
                                "or pace its senders; the fabric is fine, the receiver is "
-                               "oversubscribed")}
+                               "oversubscribed", fault_kinds=("hot-receiver",))}
 
 #: hot receiver: the queue towards a NIC holds at least this many seconds of its rate ...
 INCAST_BACKLOG_S = 0.05

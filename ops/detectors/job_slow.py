@@ -13,8 +13,8 @@ from vocab.plugins import plugin_name
 
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
-#: it says *that* the job suffers (its component is ``job``), not where: the other
-#: detectors and the agent say where
+#: it says *that* the job suffers (its component is ``job``), not where nor what (no fault
+#: kinds): the other detectors and the agent say where
 ALERTS = {NAME: AlertKind(None, "find where: the other alerts and the paths of the job's "
                                 "hosts")}
 

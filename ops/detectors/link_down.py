@@ -15,11 +15,14 @@ from vocab.plugins import plugin_name
 NAME = plugin_name(__name__)
 #: this detector's alert, and the one it raises instead when all of a switch's links are down
 ALERTS = {
+    # a link seen down: a cut, or a flap in its first down phase (flapping tells them apart
+    # on the second loss of carrier)
     NAME: AlertKind(90, "replace the optic or cable of {component} (ECMP already skips it); "
-                        "check the port's error counters at both ends"),
+                        "check the port's error counters at both ends",
+                    fault_kinds=("link-down", "link-flap")),
     "switch-down": AlertKind(100, "check power and management of switch {component}; its "
                                   "traffic is rerouted over the other spines/leaves, capacity "
-                                  "is reduced until it is back"),
+                                  "is reduced until it is back", fault_kinds=("switch-down",)),
 }
 
 #: link down: a link is down when either end's operstate is not "up" in the latest poll.

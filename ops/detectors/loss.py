@@ -13,8 +13,11 @@ from vocab.plugins import plugin_name
 
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
+#: a NIC or a queue dropping packets looks the same whether the NIC loses them, the cable
+#: does, or bit errors make the receiver drop them
 ALERTS = {NAME: AlertKind(70, "check NIC/port {component}: drop counters, firmware, cable; "
-                               "drain it from the job if loss persists")}
+                               "drain it from the job if loss persists",
+                          fault_kinds=("nic-loss", "gray-loss", "corruption"))}
 
 #: loss: a host drops (in + out) at least this fraction of its IP packets ...
 LOSS_RATIO = 0.01

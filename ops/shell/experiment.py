@@ -34,7 +34,8 @@ class Monitor:
         self.engine = Engine(lab.plan, baseline_mbps=baseline_mbps, job_hosts=job_hosts,
                              on_alert=self._saved)
         self.store = store
-        self.diagnoses: list[tuple[float, list[str]]] = []
+        #: (poll time, ranked components, the top suspect's detector: what kind it says)
+        self.diagnoses: list[tuple[float, list[str], str | None]] = []
         self.baselines = baselines(lab.plan)
         self.collector = Collector.for_lab(lab, store, interval=interval,
                                            on_poll=self._after_poll)
@@ -53,7 +54,8 @@ class Monitor:
                 tools = Tools(self.lab.plan, history=self.collector.history, engine=self.engine,
                               client=self.collector.client)
                 d = diagnose(tools, "what is wrong?", probe=False)
-                self.diagnoses.append((t, d.components()[:5]))
+                self.diagnoses.append((t, d.components()[:5],
+                                       d.suspects[0].detector if d.suspects else None))
 
     def alerts(self, baseline: str | None = None) -> list[dict[str, Any]]:
         """The engine's alerts, or those of the baseline so named."""

@@ -10,7 +10,9 @@ switch-down, partial-blackhole, mtu-mismatch, controller-kill, controller-restar
 hot-receiver), one at a time. The
 collector polls every ``interval``; the detectors run after every poll; the deterministic
 agent is asked "what is wrong?" at every poll with an open alert, and its answer two polls
-after a detection is scored (the scoring is ``ops.evaluate.score``). The same polls feed two
+after a detection is scored: where (the component it names first) and what (the fault
+kinds its first suspect's alert is evidence of; the scoring is ``ops.evaluate.score``).
+The same polls feed two
 baselines (``ops.baselines``: static per-counter thresholds, and a job-level detector that
 flags the host farthest from its peers), scored the same way beside it.
 
@@ -103,7 +105,8 @@ def ops_eval(run: Run) -> None:
     for r in faults["per_fault"]:
         run.row(kind=r["kind"], component=r["component"], detected=r["detected"],
                 detect_s=r["detect_s"], first_alert=r["first_alert"], lead_s=r["lead_s"],
-                top1=r["top1"], top3=r["top3"], answer=" ".join(r["ranked"][:3]))
+                top1=r["top1"], top3=r["top3"], answer=" ".join(r["ranked"][:3]),
+                kind_guess=r["kind_guess"], kind_correct=r["kind_correct"])
     model = steady_model(plan, p["mbps_per_host"], int(p["model_draws"]))
     detect = distribution([r["detect_s"] / res["interval_s"] for r in faults["per_fault"]
                            if r["detect_s"] is not None])
@@ -208,9 +211,15 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
          "met": ok["top1"]},
         {"score": "localization top-3", "measured": _pct(faults["top3"]), "goal": "-",
          "met": "-"},
+        {"score": "kind classification (said what is wrong)",
+         "measured": f"{_pct(faults['kind_accuracy'])} "
+                     f"({sum(r['kind_correct'] for r in faults['per_fault'])}/{n})",
+         "goal": "-", "met": "-"},
     ])
     rep.section("By fault kind", "")
     rep.table([{"kind": k, **v} for k, v in faults["by_kind"].items()])
+    rep.section("What kind of fault it said", WORDS("kinds"))
+    rep.table(confusion_rows(faults["confusion"]))
     rep.section("Every fault", WORDS("every_fault"))
     rep.table(run.rows)
     if clean["false_alarm_list"] or faults["false_alarm_list"]:
@@ -251,6 +260,7 @@ def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:
     rep.section("Beside the baselines", WORDS("baselines"))
     overall = [("precision", "precision", True), ("recall", "recall", True),
                ("F1", "f1", True), ("top-1", "top1", True), ("top-3", "top3", True),
+               ("kind accuracy", "kind_accuracy", True),
                ("fault-free false alarms", "false_alarms_clean", False),
                ("median polls to detect", "ttd_polls.p50", False),
                ("p95 polls to detect", "ttd_polls.p95", False)]
@@ -267,13 +277,28 @@ def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:
             k = s["per_kind"].get(kind) or {}
             row[f"{n} recall"] = _of(k.get("recall"), ag["faults"])
             row[f"{n} top-1"] = _of(k.get("top1"), ag["faults"])
+            row[f"{n} kind"] = _of(k.get("kind_accuracy"), ag["faults"])
             if n != "agent":
                 verdicts.append(versus(ag, k, n, [("recall", "recall", True, ag["faults"]),
-                                                  ("top-1", "top1", True, ag["faults"])]))
+                                                  ("top-1", "top1", True, ag["faults"]),
+                                                  ("kind", "kind_accuracy", True,
+                                                   ag["faults"])]))
         rows.append(row)
         lines.append(f"- **{kind}**: " + WORDS("versus_kind", verdicts="; ".join(verdicts)))
     rep.table(rows)
     rep.text("\n".join(lines) + "\n")
+
+
+def confusion_rows(matrix: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    """The confusion matrix as table rows: a row per true kind, a column per guess (by
+    name, ``none`` last), a blank for zero so the guesses made stand out."""
+    from ops.evaluate import NO_GUESS
+
+    guesses = sorted({g for row in matrix.values() for g in row} - {NO_GUESS})
+    if any(NO_GUESS in row for row in matrix.values()):
+        guesses.append(NO_GUESS)
+    return [{"true kind": kind, **{g: row.get(g) or "" for g in guesses}}
+            for kind, row in matrix.items()]
 
 
 def _get(scores: dict[str, Any], key: str) -> Any:

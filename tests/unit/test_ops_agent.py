@@ -145,8 +145,12 @@ def test_score_counts_detection_false_alarms_and_localization(plan) -> None:  # 
     assert pf["link-degrade"]["top1"] and pf["link-degrade"]["ranked"][0] == LANE
     assert not pf["nic-loss"]["top1"] and pf["nic-loss"]["top3"]  # NIC link == NIC
     assert not pf["link-down"]["detected"]
+    # what it said is wrong: the answers carry no detector, so the alert on their top
+    # suspect says it (degraded on LANE); nothing was raised on the wrong lane it put first
+    assert pf["link-degrade"]["kind_alert"] == "degraded" and pf["link-degrade"]["kind_correct"]
+    assert (pf["nic-loss"]["kind_guess"], pf["link-down"]["kind_guess"]) == ("none", "none")
     assert s["by_kind"]["nic-loss"] == {"faults": 1, "detected": 1, "top1": 0, "top3": 1,
-                                        "median_detect_s": 2.0}
+                                        "kind_correct": 0, "median_detect_s": 2.0}
 
 
 def test_a_fresh_fault_outranks_the_last_faults_lingering_alerts(plan) -> None:  # noqa: ANN001

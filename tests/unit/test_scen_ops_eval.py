@@ -23,11 +23,21 @@ def test_steady_model_carries_the_paced_streams() -> None:
     assert oe.steady_model(plan, 400.0, 3)["median"] < 4 * 400
 
 
+#: the detector of the agent's first suspect, per kind in the canned run (others: loss):
+#: right about the kind for most, a counter anomaly (no kind) for partial-blackhole,
+#: ECMP imbalance (no kind) for shuffle-miswiring, wrong for mtu-mismatch and hot-receiver
+SAID = {"link-down": "link-down", "link-flap": "link-down", "link-degrade": "degraded",
+        "switch-down": "switch-down", "partial-blackhole": "counters",
+        "shuffle-miswiring": "ecmp-imbalance", "controller-kill": "controller-down",
+        "controller-restart": "controller-down", "hot-receiver": "degraded"}
+
+
 def _canned(lab: Any, **kw: Any) -> dict[str, Any]:
     """One fault of every kind, scored by ``ops.evaluate.score``: the agent detects all
-    (wrong first suspect for kinds 2 and 5); static-thresholds detects the even-numbered
-    kinds (right for every 4th) and rings once in the fault-free phase; peer-outlier
-    detects kinds 0 and 1 on the wrong component."""
+    (wrong first suspect for kinds 2 and 5; the kind its first suspect's detector says is
+    ``SAID``); static-thresholds detects the even-numbered kinds (right for every 4th;
+    every alert ``static:up``, a link down) and rings once in the fault-free phase;
+    peer-outlier detects kinds 0 and 1 on the wrong component."""
     from ops.evaluate import GroundTruth, score
 
     truth = [GroundTruth(k, f"c{i}", 100.0 * (i + 1), 100.0 * (i + 1) + 8)
@@ -37,8 +47,8 @@ def _canned(lab: Any, **kw: Any) -> dict[str, Any]:
         return {"detector": det, "component": comp, "opened": t, "first_seen": t}
 
     agent = [alert("loss", f"c{i}", f.start + 1.0 + 0.1 * i) for i, f in enumerate(truth)]
-    diag = [(f.start + 3.0 + 0.1 * i, ["x", "y"] if i in (2, 5) else [f"c{i}", "b"])
-            for i, f in enumerate(truth)]
+    diag = [(f.start + 3.0 + 0.1 * i, ["x", "y"] if i in (2, 5) else [f"c{i}", "b"],
+             SAID.get(f.kind, "loss")) for i, f in enumerate(truth)]
     static = [alert("static:up", f"c{i}" if i % 4 == 0 else "z", f.start + 1.0)
               for i, f in enumerate(truth) if i % 2 == 0]
     peer = [alert("peer-outlier", "h", f.start + 3.0) for f in truth[:2]]
@@ -85,13 +95,33 @@ def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
     assert st["precision"] == round(hits / (hits + 1), 4)
     assert st["top1"] == round(right / n, 4)
     assert base["peer-outlier"]["top1"] == 0.0
+    # what it said was wrong: a set where the alert cannot tell kinds apart, right whatever
+    # the component (link-degrade and corruption: wrong suspect, right kind)
+    conf = s["confusion"]
+    assert conf["link-flap"] == {"link-down/link-flap": 1}
+    assert conf["corruption"] == {"nic-loss/gray-loss/corruption": 1}
+    assert conf["mtu-mismatch"] == {"nic-loss/gray-loss/corruption": 1}
+    assert conf["partial-blackhole"] == conf["shuffle-miswiring"] == {"none": 1}
+    assert conf["hot-receiver"] == {"link-degrade": 1}
+    assert s["kind_accuracy"] == round(9 / n, 4)  # a kind SAID does not name: loss, wrong
+    assert s["per_kind"]["link-degrade"]["kind_accuracy"] == 1.0
+    assert s["per_kind"]["link-degrade"]["top1"] == 0.0
+    assert st["kind_accuracy"] == round(2 / n, 4)  # link-down and switch-down only
+    assert st["confusion"]["link-flap"] == {"none": 1}  # missed
+    assert base["peer-outlier"]["kind_accuracy"] == 0.0
+    assert base["peer-outlier"]["confusion"]["link-down"] == {"nic-loss/hot-receiver": 1}
+    assert f"| kind classification (said what is wrong) | {100 * 9 / n:.0f}% (9/{n}) |" \
+        in report
+    assert "| true kind | controller-kill/controller-restart | link-degrade | " in report
     assert "Beside the baselines" in report
     # one computed line per kind and per baseline, from the scores
     assert "- **link-down**: the agent is level with static-thresholds on recall (1/1 vs " \
-           "1/1), top-1 (1/1 vs 1/1); beats peer-outlier on top-1 (1/1 vs 0/1), level on " \
-           "recall (1/1 vs 1/1)." in report
+           "1/1), top-1 (1/1 vs 1/1), kind (1/1 vs 1/1); beats peer-outlier on top-1 (1/1 " \
+           "vs 0/1), kind (1/1 vs 0/1), level on recall (1/1 vs 1/1)." in report
     assert "- **link-flap**: the agent beats static-thresholds on recall (1/1 vs 0/1), " \
-           "top-1 (1/1 vs 0/1);" in report
+           "top-1 (1/1 vs 0/1), kind (1/1 vs 0/1);" in report
+    assert "- **mtu-mismatch**: the agent is level with static-thresholds on recall (1/1 " \
+           "vs 1/1), top-1 (1/1 vs 1/1), kind (0/1 vs 0/1);" in report
     assert "Overall, the agent beats static-thresholds on precision (1.0 vs " \
            f"{round(hits / (hits + 1), 4)})" in report
     agent_polls = round(1.0 + 0.1 * (n - 1) / 2, 2)  # the median of 1.0 + 0.1 i

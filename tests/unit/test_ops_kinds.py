@@ -1,0 +1,130 @@
+"""Kind classification in ops-eval: did the alert source say *what* is wrong.
+
+Each alert declares the fault kinds it is evidence of (``AlertKind.fault_kinds`` for a
+detector, ``ops.baselines.FAULT_KINDS`` for a baseline rule); ``ops.evaluate.score``
+reads the guess from the alert the source's top answer rests on. Hand-made faults,
+alerts and answers, right for some and wrong for others, whose accuracy and confusion
+matrix are known.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_ops_detectors import LANE, NIC
+
+from ops.baselines import FAULT_KINDS, StaticThresholds
+from ops.detectors import DETECTORS
+from ops.evaluate import GroundTruth, fault_kinds, kind_label, score, summarize
+from ops.telemetry import CONTROLLER, History
+from testbed.faultkinds import FAULT_KINDS as KINDS
+from testbed.topologies import build
+
+
+@pytest.fixture(scope="module")
+def plan():  # noqa: ANN201
+    return build("astral3", servers=2, gpus=2)
+
+
+def _alert(detector: str, comp: str, t: float) -> dict[str, Any]:
+    return {"detector": detector, "component": comp, "opened": t, "first_seen": t}
+
+
+def test_every_alert_names_real_fault_kinds_and_the_shipped_sets() -> None:
+    declared = {a: k.fault_kinds for d in DETECTORS.all().values() for a, k in d.alerts.items()}
+    assert declared == {
+        "link-down": ("link-down", "link-flap"), "switch-down": ("switch-down",),
+        "flapping": ("link-flap",), "degraded": ("link-degrade",),
+        "loss": ("nic-loss", "gray-loss", "corruption"), "ecmp-imbalance": (),
+        "hot-receiver": ("hot-receiver",),
+        "controller-down": ("controller-kill", "controller-restart"), "job-slow": ()}
+    names = set(KINDS.names())
+    for alert, kinds in [*declared.items(), *FAULT_KINDS.items()]:
+        assert set(kinds) <= names, alert
+        assert len(set(kinds)) == len(kinds), alert
+    # what no detector can say (its evidence is a slow job, or healthy counters)
+    assert names - {k for kinds in declared.values() for k in kinds} == {
+        "partial-blackhole", "mtu-mismatch", "shuffle-miswiring"}
+    assert fault_kinds("static:nic_drops") == fault_kinds("loss")
+    assert fault_kinds("counters") == () and kind_label(()) == "none"
+
+
+def test_the_agents_guess_is_its_top_suspects_detector(plan) -> None:  # noqa: ANN001
+    """Six faults: right (a set holding the kind, a single kind, a right kind on the wrong
+    component, a detector read from the alert on the top suspect), wrong (a loss called a
+    degraded lane, a counter anomaly naming no kind) and missed."""
+    truth = [GroundTruth("link-flap", LANE, 100.0, 110.0),
+             GroundTruth("corruption", NIC, 200.0, 210.0),
+             GroundTruth("controller-restart", CONTROLLER, 300.0, 305.0),
+             GroundTruth("gray-loss", LANE, 400.0, 410.0),
+             GroundTruth("nic-loss", NIC, 500.0, 510.0),
+             GroundTruth("partial-blackhole", "spine1", 600.0, 610.0),
+             GroundTruth("switch-down", "spine2", 700.0, 710.0)]
+    alerts = [_alert("link-down", LANE, 101.0), _alert("loss", NIC, 201.0),
+              _alert("controller-down", CONTROLLER, 301.0), _alert("degraded", LANE, 401.0),
+              _alert("loss", NIC, 501.0), _alert("job-slow", "job", 601.0)]
+    diagnoses = [(103.0, [LANE], "link-down"),
+                 (203.0, ["lf0r0~spine1#0", NIC], "loss"),  # wrong place, right kind
+                 (303.0, [CONTROLLER]),  # no detector recorded: the alert on its top
+                 (403.0, [LANE], "degraded"),  # a lossy lane called degraded
+                 (503.0, [NIC], "loss"),
+                 (603.0, ["spine1"], "counters")]  # a counter anomaly: no kind
+    s = score(truth, alerts, diagnoses, run_s=3600.0, interval=1.0, plan=plan)
+    pf = [(r["kind_alert"], r["kind_guess"], r["kind_correct"]) for r in s["per_fault"]]
+    assert pf == [("link-down", "link-down/link-flap", True),
+                  ("loss", "nic-loss/gray-loss/corruption", True),
+                  ("controller-down", "controller-kill/controller-restart", True),
+                  ("degraded", "link-degrade", False),
+                  ("loss", "nic-loss/gray-loss/corruption", True),
+                  ("counters", "none", False),
+                  (None, "none", False)]  # switch-down: missed
+    assert s["per_fault"][1]["top1"] is False  # localization is scored apart
+    assert s["kind_accuracy"] == round(4 / 7, 4)  # over all faults, missed ones wrong
+    assert s["confusion"] == {
+        "controller-restart": {"controller-kill/controller-restart": 1},
+        "corruption": {"nic-loss/gray-loss/corruption": 1},
+        "gray-loss": {"link-degrade": 1}, "link-flap": {"link-down/link-flap": 1},
+        "nic-loss": {"nic-loss/gray-loss/corruption": 1},
+        "partial-blackhole": {"none": 1}, "switch-down": {"none": 1}}
+    assert s["per_kind"]["gray-loss"]["kind_accuracy"] == 0.0
+    assert s["per_kind"]["corruption"]["kind_accuracy"] == 1.0
+    assert s["by_kind"]["link-flap"]["kind_correct"] == 1
+
+
+def test_a_baseline_guesses_by_its_first_alerts_rule(plan) -> None:  # noqa: ANN001
+    """A baseline names no kind: its first alert in the window does, by its rule; the
+    matrix adds up faults of one kind guessed alike or not."""
+    truth = [GroundTruth("link-flap", LANE, 100.0, 110.0),
+             GroundTruth("link-flap", LANE, 200.0, 210.0),
+             GroundTruth("corruption", NIC, 300.0, 310.0),
+             GroundTruth("link-degrade", LANE, 400.0, 410.0),
+             GroundTruth("controller-kill", CONTROLLER, 500.0, 505.0),
+             GroundTruth("mtu-mismatch", LANE, 600.0, 610.0)]
+    alerts = [_alert("static:carrier_changes", LANE, 100.5), _alert("static:up", LANE, 101.0),
+              _alert("peer-outlier", NIC, 202.0),  # first in the window: a host, wrong
+              _alert("static:nic_drops", NIC, 300.5),
+              _alert("peer-outlier", NIC, 402.0), _alert("static:mbps_ab", LANE, 403.0),
+              _alert("static:controller_up", CONTROLLER, 500.5),
+              _alert("static:port_drops", "spine1", 601.0)]
+    s = score(truth, alerts, None, run_s=3600.0, interval=1.0, plan=plan)
+    assert [r["kind_correct"] for r in s["per_fault"]] == [True, False, True, False, True,
+                                                            True]
+    assert s["kind_accuracy"] == round(4 / 6, 4)
+    assert s["confusion"]["link-flap"] == {"link-down/link-flap/switch-down": 1,
+                                           "nic-loss/hot-receiver": 1}
+    assert s["confusion"]["link-degrade"] == {"nic-loss/hot-receiver": 1}
+    assert s["per_kind"]["link-flap"]["kind_accuracy"] == 0.5
+    both = summarize(score([], [], None, run_s=3600.0, interval=1.0), s)
+    assert both["kind_accuracy"] == s["kind_accuracy"] and both["confusion"] == s["confusion"]
+    assert {"precision", "recall", "f1", "top1", "top3", "kind_accuracy",
+            "false_alarms_per_hour", "ttd_s", "faults", "per_kind"} <= set(both)
+    assert both["faults"] == 6 and set(both["ttd_s"]) == {"p50", "p95"}
+    assert set(both["per_kind"]["link-flap"]) >= {"kind_accuracy", "top1", "faults"}
+
+
+def test_static_thresholds_name_the_controller_rule_apart_from_a_links(plan) -> None:  # noqa: ANN001
+    hist = History()
+    hist.add(1000.0, {(CONTROLLER, "up"): 0.0, (LANE, "up"): 0.0})
+    found = {(f.detector, f.component) for f in StaticThresholds(plan).findings(hist)}
+    assert {("static:controller_up", CONTROLLER), ("static:up", LANE)} <= found
