@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ops import questions as Q
 from ops.agent import Tools, diagnose
 from ops.baselines import baselines
 from ops.detectors import Engine
-from ops.evaluate import ground_truth, score
+from ops.evaluate import GroundTruth, ground_truth, score
 from ops.shell.collector import Collector
 from ops.telemetry import DEFAULT_INTERVAL_S, Store
 from traffic.shell.running import RunningLab
@@ -40,6 +41,7 @@ class Monitor:
         self.collector = Collector.for_lab(lab, store, interval=interval,
                                            on_poll=self._after_poll)
         self.lock = threading.Lock()
+        self._consults: list[_Consult] = []
 
     def _saved(self, alert: Any, _event: str) -> None:
         if self.store is not None:
@@ -56,12 +58,136 @@ class Monitor:
                 d = diagnose(tools, "what is wrong?", probe=False)
                 self.diagnoses.append((t, d.components()[:5],
                                        d.suspects[0].detector if d.suspects else None))
+            for job in self._consults:
+                job.run(self.tools)
+            self._consults.clear()
+
+    def tools(self, **kw: Any) -> Tools:
+        """Fresh agent tools over the live history and alerts (``kw``: more ``Tools``
+        arguments, e.g. ``wiring``)."""
+        return Tools(self.lab.plan, history=self.collector.history, engine=self.engine,
+                     client=self.collector.client, **kw)
+
+    def consult(self, fn: Callable[[Callable[..., Tools]], Any], timeout: float) -> Any:
+        """``fn(make_tools)`` run in the collector's thread right after its next poll: the
+        history is whole there (the collector appends to it between polls only). Raises
+        TimeoutError when no poll came within ``timeout`` seconds."""
+        job = _Consult(fn)
+        with self.lock:
+            self._consults.append(job)
+        if not job.done.wait(timeout):
+            with self.lock:
+                if job in self._consults:
+                    self._consults.remove(job)
+            raise TimeoutError(f"no poll within {timeout:g} s to answer on")
+        if job.error is not None:
+            raise job.error
+        return job.result
 
     def alerts(self, baseline: str | None = None) -> list[dict[str, Any]]:
         """The engine's alerts, or those of the baseline so named."""
         book = self.engine if baseline is None else self.baselines[baseline]
         with self.lock:
             return [a.to_dict() for a in book.all_alerts()]
+
+
+class _Consult:
+    """One ``Monitor.consult`` call waiting for the collector's thread."""
+
+    def __init__(self, fn: Callable[[Callable[..., Tools]], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self, make: Callable[..., Tools]) -> None:
+        try:
+            self.result = self.fn(make)
+        except Exception as exc:  # handed to the waiting thread
+            self.error = exc
+        self.done.set()
+
+
+class Asker:
+    """Asks ``ops.questions`` while each fault is live: once per fault, ``delay_s`` after its
+    injection (detection has had its chance by then), a seeded sample of questions about
+    it and about healthy components, answered by the deterministic planner's tools on the
+    live telemetry (``consult``: ``Monitor.consult``); ``wiring`` is the wiring check, run
+    here (not in the collector's thread) and only when a question needs it."""
+
+    def __init__(self, plan: WiringPlan, consult: Callable[..., Any], *, seed: int,
+                 delay_s: float, job_pairs: list[tuple[str, str]], relevant: int = 4,
+                 healthy: int = 3, wiring: Callable[[], Any] | None = None,
+                 timeout: float = 10.0, clock: Callable[[], float] = time.time,
+                 log: Callable[[str], None] = print) -> None:
+        self.plan, self.consult, self.seed, self.delay_s = plan, consult, seed, delay_s
+        self.job_pairs, self.relevant, self.healthy = job_pairs, relevant, healthy
+        self.wiring, self.timeout, self.clock, self.log = wiring, timeout, clock, log
+        self.rows: list[dict[str, Any]] = []
+        self.done: set[Any] = set()
+        self.missed: list[Any] = []  # faults undone before their questions were due
+
+    def step(self, events: list[dict[str, Any]]) -> None:
+        """Ask about every injected fault whose questions are due and not yet asked."""
+        now = self.clock()
+        truth = ground_truth(events, float("inf"))
+        for ev in events:
+            fid = ev.get("fault_id")
+            if ev["action"] != "inject" or fid is None or fid in self.done:
+                continue
+            if now < ev["time"] + self.delay_s:
+                continue
+            self.done.add(fid)
+            live, recent = Q.live_at(truth, now)
+            mine = next((g for g in live if (g.kind, g.component, g.start)
+                         == (ev["kind"], ev["component"], ev["time"])), None)
+            if mine is None:
+                self.missed.append(fid)
+                continue
+            self._ask(fid, mine, live, recent)
+
+    def _ask(self, fid: Any, fault: GroundTruth, live: list[GroundTruth],
+             recent: list[GroundTruth]) -> None:
+        qs = Q.question_set(self.plan, live, seed=self.seed * 1000 + int(fid), recent=recent,
+                            job_pairs=self.job_pairs, relevant=self.relevant,
+                            healthy=self.healthy)
+        found = None
+        if self.wiring is not None and any(q.read is Q.miswired for q in qs):
+            try:
+                found = self.wiring()
+            except Exception as exc:  # the question is answered with the error
+                self.log(f"ops-eval: wiring check failed: {exc}")
+        kw = {} if found is None else {"wiring": lambda: found}
+
+        def ask_all(make: Callable[..., Tools]) -> list[tuple[Q.Question, Q.Answer, float]]:
+            out = []
+            for q in qs:
+                tools = make(**kw)
+                out.append((q, Q.answer(q, tools), tools.now()))
+            return out
+
+        base = {"fault_id": fid, "kind": fault.kind, "component": fault.component}
+        try:
+            answered = self.consult(ask_all, self.timeout)
+        except TimeoutError as exc:
+            answered = [(q, Q.Answer([], "", error=str(exc)), self.clock()) for q in qs]
+        for q, a, t in answered:
+            self.rows.append(Q.row(q, a, self.plan, **base, asked_at=round(t, 3)))
+        ok = sum(r["correct"] for r in self.rows[-len(answered):]) if answered else 0
+        self.log(f"ops-eval: asked {len(answered)} questions about {fault.kind} "
+                 f"{fault.component}: {ok} right")
+
+    def result(self, truth: list[GroundTruth]) -> dict[str, Any]:
+        """The rows (each marked ``stale`` when its fault had ended by the time it was
+        answered: not scored) and their summary (``ops.questions.summarize``)."""
+        for r in self.rows:
+            r["stale"] = not any(g.kind == r["kind"] and g.component == r["component"]
+                                 and g.start <= r["asked_at"] <= g.end for g in truth)
+        scored = [r for r in self.rows if not r["stale"]]
+        return {"rows": self.rows,
+                "summary": {**Q.summarize(scored), "stale": len(self.rows) - len(scored),
+                            "faults_missed": len(self.missed), "delay_s": self.delay_s,
+                            "templates": len(Q.TEMPLATES)}}
 
 
 def stream_pairs(plan: WiringPlan) -> list[tuple[str, str]]:
@@ -118,7 +244,9 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                 interval: float = DEFAULT_INTERVAL_S, store_path: str | None = None,
                 log: Callable[[str], None] = print,
                 fault_params: dict[str, dict[str, Any]] | None = None,
-                mbps_per_host: float = 20.0, severity: str = "hard") -> dict[str, Any]:
+                mbps_per_host: float = 20.0, severity: str = "hard",
+                questions: int = 4, healthy_questions: int = 3,
+                ask_delay_s: float | None = None) -> dict[str, Any]:
     """A fault-free phase and a fault phase of equal length on a running lab; score both.
 
     The schedule is ``testbed.shell.faults.random_schedule(plan, kinds, per_kind * len(kinds),
@@ -127,10 +255,15 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     ``gap_s`` apart. ``severity`` (gray, hard or mixed) is the schedule's; ``kinds`` None
     takes every kind that has it. ``store_path``: keep the telemetry in that SQLite file. Returns
     ``{"clean": score, "faults": score, "schedule", "events", "baseline_mbps",
-    "telemetry", "baselines": {name: {"clean": score, "faults": score}}, ...}`` (the
-    baselines scored on the same polls, with no agent).
+    "telemetry", "baselines": {name: {"clean": score, "faults": score}}, "questions",
+    ...}`` (the baselines scored on the same polls, with no agent). ``questions``: the
+    operator's questions (``ops.questions``) asked once per fault, ``ask_delay_s`` after its
+    injection (default 4 intervals): ``questions`` about the fault and
+    ``healthy_questions`` about healthy components, drawn from ``seed``; their rows and
+    ``summary`` (``Asker.result``).
     """
     from testbed.shell import faults as F
+    from testbed.shell.wiring import check_wiring
 
     plan = lab.plan
     kinds = F.schedule_kinds(kinds or None, severity)
@@ -160,9 +293,18 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         out["clean"]["alerts_during_warmup"] = sum(a["opened"] < t_clean for a in alerts)
         out["baseline_mbps"] = mon.engine.baseline
         log(f"ops-eval: fault phase, {n} {severity} faults ({', '.join(kinds)})")
+        asker = Asker(plan, mon.consult, seed=seed,
+                      delay_s=4 * interval if ask_delay_s is None else ask_delay_s,
+                      job_pairs=stream_pairs(plan), relevant=questions,
+                      healthy=healthy_questions, wiring=lambda: check_wiring(plan),
+                      timeout=5 * interval + 5, log=log)
         with F.FaultInjector(lab, log=log) as inj:
             runner = inj.run_schedule(schedule)
-            runner.wait(timeout=phase_s + 120)
+            end = time.monotonic() + phase_s + 120
+            while time.monotonic() < end:
+                asker.step(inj.events)
+                if runner.wait(timeout=min(0.25, max(0.0, end - time.monotonic()))):
+                    break
             runner.stop()
             events = runner.events
             out["injector_errors"] = list(runner.errors)
@@ -173,6 +315,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         out["faults"] = score(truth, [a for a in mon.alerts() if a["opened"] >= t_fault],
                               [d for d in mon.diagnoses if d[0] >= t_fault],
                               run_s=t1 - t_fault, interval=interval, plan=plan)
+        out["questions"] = asker.result(truth)
         out["baselines"] = {}
         for name in mon.baselines:
             raised = mon.alerts(name)

@@ -49,7 +49,7 @@ PURE = (
     "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
     "scenarios.link_failure_metrics", "testbed.capture", "ops.dashboard", "ops.metrics",
-    "ops.detectors", "ops.evaluate", "ops.baselines",
+    "ops.detectors", "ops.evaluate", "ops.baselines", "ops.questions",
 )
 
 Graph = dict[str, set[str]]
