@@ -134,6 +134,10 @@ def ops_eval(run: Run) -> None:
                    # the baselines, scored on the same polls (ops.baselines)
                    "baselines": {name: summarize(b["clean"], b["faults"])
                                  for name, b in res.get("baselines", {}).items()}}
+    if res.get("questions"):  # the operator's questions, asked while each fault was live
+        qs = res["questions"]["summary"]
+        run.summary["questions"] = {k: qs[k] for k in ("asked", "correct", "accuracy",
+                                                       "faulty", "healthy", "stale")}
     _report(run, res, GOALS, model, detect)
     _plot(run, res)
 
@@ -243,6 +247,8 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
                   kinds=len({r["kind"] for r in faults["per_fault"]})) + gap)
     if run.summary["baselines"]:
         _versus_baselines(run, run.summary)
+    if res.get("questions"):
+        _questions(run, res["questions"])
     tel = res.get("telemetry", {})
     rep.section("Telemetry cost", WORDS(
         "telemetry", polls=tel.get("polls"), poll_median=tel.get("poll_s_median"),
@@ -287,6 +293,22 @@ def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:
         lines.append(f"- **{kind}**: " + WORDS("versus_kind", verdicts="; ".join(verdicts)))
     rep.table(rows)
     rep.text("\n".join(lines) + "\n")
+
+
+def _questions(run: Run, questions: dict[str, Any]) -> None:
+    """The operator's questions: accuracy per template, and the ones answered wrong."""
+    s = questions["summary"]
+    run.report.section("Questions an operator asks", WORDS(
+        "questions", asked=s["asked"], correct=s["correct"], accuracy=_pct(s["accuracy"]),
+        faulty=_of(s["faulty"]["accuracy"], s["faulty"]["asked"]),
+        healthy=_of(s["healthy"]["accuracy"], s["healthy"]["asked"]), stale=s["stale"]))
+    run.report.table([{"question": t, "asked": v["asked"], "right": v["correct"]}
+                      for t, v in s["per_template"].items()])
+    wrong = [r for r in questions["rows"] if not r["correct"] and not r["stale"]]
+    if wrong:
+        run.report.table([{"fault": f"{r['kind']} {r['component']}", "question": r["question"],
+                           "expected": r["expected"], "answer": r["answer"],
+                           "why wrong": r["reason"]} for r in wrong])
 
 
 def confusion_rows(matrix: dict[str, dict[str, int]]) -> list[dict[str, Any]]:

@@ -60,11 +60,30 @@ def _canned(lab: Any, **kw: Any) -> dict[str, Any]:
                 "faults": score(truth, alerts, diagnoses, **run)}
 
     agent_ = phases(agent, diag, [])
-    return {**agent_, "baseline_mbps": 83.3, "interval_s": 1.0,
+    return {**agent_, "baseline_mbps": 83.3, "interval_s": 1.0, "questions": _questions(),
             "baselines": {"static-thresholds": phases(static, None, [alert("static:up", "z",
                                                                           5.0)]),
                           "peer-outlier": phases(peer, None, [])},
             "telemetry": {"polls": 10, "poll_s_median": 0.1, "poll_s_max": 0.2, "rows": 5}}
+
+
+def _questions() -> dict[str, Any]:
+    """Three operator questions: one right, one blaming a healthy spine, one answered after
+    its fault ended (not scored)."""
+    from ops.questions import summarize
+
+    def q(template: str, expected: str, answer: str, ok: bool, healthy: bool,
+          stale: bool = False) -> dict[str, Any]:
+        return {"kind": "link-down", "component": "c0", "template": template,
+                "question": f"{template}?", "expected": expected, "healthy": healthy,
+                "answer": answer, "named": [answer], "correct": ok,
+                "reason": "" if ok else f"named {answer}", "stale": stale}
+
+    rows = [q("links-down", "c0", "c0", True, False),
+            q("spine-health", "nothing wrong", "spine2", False, True),
+            q("lane-health", "c0", "nothing", False, False, stale=True)]
+    return {"rows": rows, "summary": {**summarize([r for r in rows if not r["stale"]]),
+                                      "stale": 1}}
 
 
 def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
@@ -126,3 +145,8 @@ def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
            f"{round(hits / (hits + 1), 4)})" in report
     agent_polls = round(1.0 + 0.1 * (n - 1) / 2, 2)  # the median of 1.0 + 0.1 i
     assert f"median polls to detect ({agent_polls:g} vs 1.0)" in report  # static is faster
+    # the operator's questions: the stale one not scored, the wrong one shown with why
+    assert s["questions"]["accuracy"] == 0.5 and s["questions"]["stale"] == 1
+    assert (s["questions"]["faulty"]["correct"], s["questions"]["healthy"]["correct"]) == (1, 0)
+    assert "1/2 right (50%): about the fault 1/1, about healthy components 0/1" in report
+    assert "| link-down c0 | spine-health? | nothing wrong | spine2 | named spine2 |" in report
