@@ -147,7 +147,7 @@ def quality(sizes: list[int], seeds: int) -> dict[str, Any]:
         row: dict[str, Any] = {}
         for kind in ("permutation", "all-to-all"):
             if kind == "all-to-all" and gpus > ALL_TO_ALL_MAX:
-                continue  # 1M flows: the flow model's job (testbed issue 5), not this bench
+                continue  # 1M flows: the flow model's job, not this bench
             flows = _flows(hosts, kind, seed=1)
             ideal = lb.ideal_max_link_time(finder, flows, fabric_only=True)
 

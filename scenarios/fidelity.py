@@ -23,7 +23,7 @@ error naming both numbers (``--force`` runs it anyway and the report says so); b
 ``WARN_BELOW`` it warns. The report states the margin. A machine that cannot hold even the
 lowest calibration rate has no capacity to compare with: ``calibrate`` raises
 ``CalibrationError`` saying what it measured, and a ``--force`` run goes ahead unguarded
-(``Run.lab``), its report saying so. Measured separately (issue 4): a
+(``Run.lab``), its report saying so. Measured separately: a
 Python sender holds ~96% of a 20 Mb/s pace and ~90% of 40 Mb/s when 8 senders share two
 cores with the switch, which is why the warning starts at a margin of 2.
 """

@@ -22,7 +22,7 @@ at 50-90% of its rate, 0.05-1% loss, a few irregular flaps), ``mixed`` each faul
 severity from what its kind has. The default ``kinds`` (every kind) means every kind with
 that severity.
 
-Goals (tracker issue 7): >= 95% detection, 0 false alarms in the fault-free phase,
+Goals: >= 95% detection, 0 false alarms in the fault-free phase,
 top-1 localization >= 90%, detection within 3 polling intervals.
 
 **Numbers and their ideal.** The scores are counts over the N faults of one seeded schedule
