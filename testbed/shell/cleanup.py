@@ -396,7 +396,7 @@ def our_processes() -> list[int]:
 def clean(verbose: bool = True) -> dict[str, int]:
     """Remove every leftover of crashed lab runs. Safe to run any time; returns what it did."""
     done = {"records": 0, "processes": 0, "bridges": 0, "links": 0, "scratch": 0,
-            "kept": 0, "unrecorded": 0}
+            "kept": 0, "unrecorded": 0, "namespaces": 0}
     live_runs: set[str] = set()
     kept: list[str] = []
 
@@ -455,6 +455,8 @@ def clean(verbose: bool = True) -> dict[str, int]:
             done["scratch"] += 1
     for pid in rxsink.stale():  # a killed replay's note that its receivers drop RoCE
         rxsink.unmark(pid)
+    for ns in stale_probe_namespaces():
+        done["namespaces"] += run(["ip", "netns", "del", ns]).returncode == 0
     # Plain Mininet on the lab's plans: no record, no tags, only names (after the runs above
     # are gone, so their names no longer count as someone's).
     tagged = tagged_bridges()
@@ -470,7 +472,8 @@ def clean(verbose: bool = True) -> dict[str, int]:
     done["kept"] = len(kept)
     if verbose:
         print("astral-lab clean: removed {records} run record(s), {processes} process(es), "
-              "{bridges} bridge(s), {links} interface(s), {scratch} scratch folder(s)"
+              "{bridges} bridge(s), {links} interface(s), {namespaces} probe namespace(s), "
+              "{scratch} scratch folder(s)"
               .format(**done))
         if done["unrecorded"]:
             print(f"  of which {len(bridges)} bridge(s) and {gone} interface(s) named like the "
@@ -481,6 +484,21 @@ def clean(verbose: bool = True) -> dict[str, int]:
             print(f"kept {len(kept)} scratch folder(s) of finished runs (ASTRAL_LAB_KEEP_LOGS): "
                   + " ".join(kept))
     return done
+
+
+#: Preflight's throwaway namespaces (``preflight.netem_available`` and its rule probes).
+PROBE_NS = "astral-probe-"
+
+
+def stale_probe_namespaces(age_s: float = 60.0, root: str = "/run/netns") -> list[str]:
+    """Probe namespaces older than ``age_s`` (a probe takes a second): a run killed mid-probe."""
+    found = []
+    for name in os.listdir(root) if os.path.isdir(root) else []:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            if name.startswith(PROBE_NS) and time.time() - os.stat(
+                    os.path.join(root, name)).st_mtime > age_s:
+                found.append(name)
+    return sorted(found)
 
 
 #: The telemetry file older versions of ``ops diagnose`` left in the temporary directory.
@@ -547,6 +565,7 @@ def leftovers(plan: Any) -> list[str]:
             if rec.get("owner_pid") and _alive(int(rec["owner_pid"]))}
     found += [f"scratch folder {d}" for d in stale_scratch(live) if not scratch_kept(d)]
     found += [f"fault process pid {p}" for p in fault_processes()]
+    found += [f"probe namespace {n}" for n in stale_probe_namespaces()]
     found += [f"{x} (root namespace)" for x in fault_leftovers(_root_sh)]
     return found
 

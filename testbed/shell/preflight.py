@@ -95,7 +95,7 @@ def netem_available() -> bool:
     """Try a netem qdisc on a dummy device in a throwaway namespace (leaves nothing behind)."""
     if "netem" in _NETEM_CACHE:
         return _NETEM_CACHE["netem"]
-    ns = f"astral-probe-{uuid.uuid4().hex[:8]}"
+    ns = f"{cleanup.PROBE_NS}{uuid.uuid4().hex[:8]}"
     ok = False
     try:
         if subprocess.run(["ip", "netns", "add", ns], capture_output=True).returncode == 0:
@@ -104,7 +104,8 @@ def netem_available() -> bool:
             ok = subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", "d0", "root", "netem",
                                  "delay", "1ms"], capture_output=True).returncode == 0
     finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        with signals.held():  # a second stop must not leave the namespace behind
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     _NETEM_CACHE["netem"] = ok
     return ok
 
@@ -116,7 +117,7 @@ _BACKEND_CACHE: dict[str, dict[str, str]] = {}
 def _probe_namespace() -> Iterator[list[str] | None]:
     """A throwaway namespace with a veth ``fp0`` (peer ``fp1``) to try rules on: yields
     the ``ip netns exec`` prefix (None when no namespace can be made), deletes it after."""
-    ns = f"astral-fprobe-{uuid.uuid4().hex[:8]}"
+    ns = f"{cleanup.PROBE_NS}f{uuid.uuid4().hex[:8]}"
     try:
         if cleanup.run(["ip", "netns", "add", ns]).returncode != 0:
             yield None
@@ -125,7 +126,8 @@ def _probe_namespace() -> Iterator[list[str] | None]:
                      "fp1"])
         yield ["ip", "netns", "exec", ns]
     finally:
-        cleanup.run(["ip", "netns", "del", ns])
+        with signals.held():
+            cleanup.run(["ip", "netns", "del", ns])
 
 
 def loss_backend_problems() -> dict[str, str]:

@@ -344,3 +344,17 @@ def test_clean_leaves_lab_names_alone_while_a_run_lives(state_dir: str,
     assert done["links"] == 0 and done["unrecorded"] == 0
     assert not [c for c in calls if c[0] == "ip" or "del-br" in c]
     assert "abcdef0123 is alive" in capsys.readouterr().out
+
+
+def test_stale_probe_namespaces_are_preflights_older_than_a_probe_takes(tmp_path: Any) -> None:
+    """A run killed while preflight probed left its throwaway namespace; one being probed
+    right now (younger than a minute) and anyone else's are not ours to remove."""
+    old = time.time() - 600
+    for name, mtime in [(f"{cleanup.PROBE_NS}0123abcd", old), (f"{cleanup.PROBE_NS}f0123abc", old),
+                        (f"{cleanup.PROBE_NS}young000", None), ("someone-else", old)]:
+        (tmp_path / name).touch()
+        if mtime is not None:
+            os.utime(tmp_path / name, (mtime, mtime))
+    assert cleanup.stale_probe_namespaces(root=str(tmp_path)) == [
+        f"{cleanup.PROBE_NS}0123abcd", f"{cleanup.PROBE_NS}f0123abc"]
+    assert cleanup.stale_probe_namespaces(root=str(tmp_path / "none")) == []
