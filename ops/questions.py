@@ -42,6 +42,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
@@ -104,7 +105,9 @@ class Question:
         if not self.accept:
             return "nothing wrong / none"
         names = " or ".join(sorted(self.accept))
-        return names if self.since is None else f"{names}, since {self.since:.1f}"
+        if self.since is None:
+            return names
+        return f"{names}, since {datetime.fromtimestamp(self.since, UTC):%H:%M:%S} UTC"
 
 
 def grade(q: Question, a: Answer, plan: WiringPlan | None = None) -> tuple[bool, str]:

@@ -235,3 +235,11 @@ def test_monitor_consult_runs_in_the_collectors_thread_after_a_poll(plan) -> Non
     with pytest.raises(TimeoutError):
         mon.consult(lambda make: None, timeout=0.05)
     assert mon._consults == []
+
+
+def test_a_since_when_answer_is_expected_at_a_wall_clock_time() -> None:
+    from ops.questions import Question
+
+    q = Question("since-when", "since when has something been wrong?", frozenset({"lf0r0"}),
+                 lambda _t, _q: None, since=1796252967.1)  # type: ignore[arg-type,return-value]
+    assert q.expected() == "lf0r0, since 23:09:27 UTC"
