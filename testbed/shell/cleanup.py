@@ -449,10 +449,6 @@ def clean(verbose: bool = True) -> dict[str, int]:
     done["processes"] += cleanup_faults(keep_runs=live_runs)["processes"]
     for path in stale_scratch(live_runs):  # folders of dead runs whose record is gone
         scratch(path)
-    for path in _old_diagnose_files():
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-            done["scratch"] += 1
     for pid in rxsink.stale():  # a killed replay's note that its receivers drop RoCE
         rxsink.unmark(pid)
     for ns in stale_probe_namespaces():
@@ -499,21 +495,6 @@ def stale_probe_namespaces(age_s: float = 60.0, root: str = "/run/netns") -> lis
                     os.path.join(root, name)).st_mtime > age_s:
                 found.append(name)
     return sorted(found)
-
-
-#: The telemetry file older versions of ``ops diagnose`` left in the temporary directory.
-_OLD_DIAGNOSE_RE = re.compile(r"astral-lab-diagnose-([0-9]+)\.sqlite(?:-wal|-shm|-journal)?")
-
-
-def _old_diagnose_files() -> list[str]:
-    """Those files whose process is gone (today's sessions use a run scratch folder)."""
-    root = scratch_root()
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return []
-    return sorted(os.path.join(root, n) for n in names
-                  if (m := _OLD_DIAGNOSE_RE.fullmatch(n)) and not _alive(int(m.group(1))))
 
 
 def _records() -> list[dict[str, Any]]:

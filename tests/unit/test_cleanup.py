@@ -172,20 +172,6 @@ def test_clean_removes_scratch_folders_of_dead_runs_only(state_dir: str) -> None
         assert os.path.isdir(path), path
 
 
-def test_clean_removes_old_diagnose_telemetry_of_dead_sessions_only(state_dir: str) -> None:
-    """Older `ops diagnose` sessions left astral-lab-diagnose-<pid>.sqlite in /tmp."""
-    root = cleanup.scratch_root()
-    dead, live = _dead_pid(), os.getppid()
-    names = [f"astral-lab-diagnose-{dead}.sqlite", f"astral-lab-diagnose-{dead}.sqlite-wal",
-             f"astral-lab-diagnose-{live}.sqlite", "astral-lab-diagnose-x.sqlite",
-             f"astral-lab-ops-{dead}.sqlite"]  # watch's file: the user was told of it
-    for n in names:
-        with open(os.path.join(root, n), "w", encoding="ascii") as f:
-            f.write("x")
-    assert cleanup.clean(verbose=False)["scratch"] == 2
-    assert sorted(os.listdir(root)) == sorted(names[2:])
-
-
 def test_clean_keeps_scratch_folders_when_logs_are_kept(state_dir: str,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]
