@@ -27,7 +27,8 @@ run-time changes and teardown. The ``tc`` lines of the shaping (``htb_commands``
 ``queue_packets``, ``root_ends``) are in ``testbed.shaping`` and the all-pairs ping's
 result and fping parsing (``Reachability``) in ``testbed.reachability``, both pure; the
 direct kernel calls (``free_port``, ``disable_offloads``, ``in_netns``, the machine's
-``fabric_lock``) are in ``testbed.shell.machine``. What runs beside the fabric on request,
+``fabric_lock``) are in ``testbed.shell.machine``; the host shells, Mininet's with a start
+that cannot hang, in ``testbed.shell.hostshell``. What runs beside the fabric on request,
 the live view (``dashboard=True``) and per-port captures (``capture=[...]``), is started and
 stopped by ``testbed.shell.sidecars``.
 """
@@ -307,10 +308,10 @@ class Lab:
         """
         from concurrent.futures import ThreadPoolExecutor
 
-        from mininet.node import Host
+        from testbed.shell.hostshell import LabHost
 
         def start(name: str) -> Any:
-            return Host(name, inNamespace=True)
+            return LabHost(name, inNamespace=True)
 
         # held: a stop while shells start would leave the ones still starting unrecorded
         with signals.held(), ThreadPoolExecutor(max_workers=8) as pool:
