@@ -175,6 +175,7 @@ def read_received(path: str, port: int) -> dict[str, Any]:
     result = receiver_report(flows, port, True, meta["stop_reason"], meta["stopped_ns"],
                              meta["malformed"])
     result["kernel_drops"] = {"ring": meta["ring_drops"], "ring_freezes": meta["ring_freezes"]}
+    result["receiver_drops"] = int(meta["ring_drops"])  # frames the full ring turned away
     result["feedback"] = meta.get("feedback", {})
     result["plane"] = Plane.NATIVE
     result["cpu_s"] = meta.get("cpu_s")

@@ -7,9 +7,17 @@ both give the same loss, reordering and latency figures for the same packets.
 Per QP (source IP, destination QP number: a sprayed QP changes its UDP source port every
 packet, so the port cannot name it) the PSN is followed: a gap is counted lost until the
 missing PSN shows up late (then it is reordered); a PSN seen twice is a duplicate and not
-counted as data. For reordering the QP also keeps how far behind the newest PSN a late
-packet came (its reorder distance) and the widest window between the oldest hole and the
-newest PSN (what an out-of-order receiver's bitmap or buffer must span).
+counted as data. The receiver does not know where a QP's PSNs start, so the first packet to
+arrive opens the range; a packet from before it (the QP's first packets, overtaken on
+another path) is late data, not a duplicate, and the range opens further back. For
+reordering the QP also keeps how far behind the newest PSN a late packet came (its reorder
+distance) and the widest window between the oldest hole and the newest PSN (what an
+out-of-order receiver's bitmap or buffer must span).
+
+``lost`` counts only the PSNs between the first and the newest seen: a packet missing at
+the head or the tail of a QP leaves no gap the receiver can see. ``first_psn`` ..
+``next_psn`` is the range seen (``packets + lost`` PSNs); whoever knows what was sent
+(``traffic.shell.replay`` joins the senders' packet counts) counts the rest as lost.
 
 Per message (QP, message number) the send time from the payload, first and
 last arrival, bytes and packets are kept; a message is complete when its RETH DMA length was
@@ -33,7 +41,8 @@ MAX_MISSING = 1 << 20
 
 
 def psn_event(f: list[Any], psn: int) -> bool:
-    """A PSN other than the expected one: a gap (loss so far) or a late/duplicate packet.
+    """A PSN other than the expected one: a gap (loss so far), a late packet (from a gap, or
+    up to ``MAX_TRACKED_GAP`` PSNs before the first seen) or a duplicate.
 
     Returns whether the packet carries new data (``False`` for a duplicate).
     """
@@ -52,6 +61,10 @@ def psn_event(f: list[Any], psn: int) -> bool:
         _window(f)
         return True
     missing = f[_F_MISSING]
+    back = (f[_F_PSN0] - psn) & PSN_MASK
+    if 0 < back <= MAX_TRACKED_GAP and back + ((exp - f[_F_PSN0]) & PSN_MASK) < (1 << 23):
+        _before_start(f, psn, back)
+        return True
     if psn in missing:  # a late packet fills an old gap: reordered, not lost
         missing.discard(psn)
         f[_F_LOST] -= 1
@@ -64,6 +77,30 @@ def psn_event(f: list[Any], psn: int) -> bool:
         return True
     f[_F_DUP] += 1
     return False
+
+
+def _before_start(f: list[Any], psn: int, back: int) -> None:
+    """A packet ``back`` PSNs before the first one seen: the QP's range now starts at it.
+
+    It came late (every packet seen so far overtook it); the PSNs between it and the old
+    start were not seen either, so they are holes, lost until they come.
+    """
+    exp, gap = f[_F_EXP], back - 1
+    if gap:
+        f[_F_LOST] += gap
+        missing = f[_F_MISSING]
+        if len(missing) < MAX_MISSING:
+            missing.update((psn + 1 + k) & PSN_MASK for k in range(gap))
+        else:
+            f[_F_UNTRACKED] += gap
+        f[_F_HOLE] = (psn + 1) & PSN_MASK  # older than any hole after the old start
+    f[_F_PSN0] = psn
+    f[_F_REORD] += 1
+    dist = (exp - 1 - psn) & PSN_MASK
+    if dist > f[_F_RDIST]:
+        f[_F_RDIST] = dist
+    if dist + 1 > f[_F_RWIN]:  # a receiver that knew the start had a hole at psn till now
+        f[_F_RWIN] = dist + 1
 
 
 def _window(f: list[Any]) -> None:

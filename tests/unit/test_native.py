@@ -34,6 +34,7 @@ from traffic.roce import (
     icrc,
     verify_icrc,
 )
+from traffic.rxstate import receiver_report
 from traffic.shell import native as helper
 
 
@@ -205,7 +206,6 @@ def test_records_fold_into_loss_reordering_duplicates_and_latency() -> None:
                     (140, 9, 1, OP_WRITE_ONLY, 100, 100, 60)])  # PSN 8 never comes
     flows = native.fold_records(recs)
     state = flows[("10.0.0.1", 7)]  # a QP is named by its number, not its port
-    from traffic.rxstate import receiver_report
     rep = receiver_report(flows, 4791, True, "idle", 200, 0)
     row = rep["flows"]["10.0.0.1/7"]
     assert (row["lost"], row["reordered"], row["duplicates"]) == (1, 1, 1)
@@ -231,13 +231,26 @@ def test_a_sprayed_qp_is_one_flow_whatever_its_ports_and_completes_out_of_order(
     recs["sport"] = [49153, 49160, 49170, 49180]
     flows = native.fold_records(recs)
     assert list(flows) == [("10.0.0.1", 7)]
-    from traffic.rxstate import receiver_report
     rep = receiver_report(flows, 4791, True, "idle", 200, 0)
     row = rep["flows"]["10.0.0.1/7"]
     assert (row["lost"], row["reordered"], row["packets"]) == (0, 2, 4)
     assert (row["reorder_distance_max"], row["reorder_window_max"]) == (2, 3)
     (msg,) = rep["messages"]
     assert msg["complete"] and msg["latency_ns"] == 103 - 50
+
+
+def test_a_qp_whose_first_packet_was_overtaken_is_whole() -> None:
+    """Sprayed over four spines, a QP's PSN 1 can arrive before its PSN 0: the records fold
+    into every byte, no loss, the first message complete, PSN 0 reordered (not a duplicate)."""
+    f, m, last = OP_WRITE_FIRST, OP_WRITE_MIDDLE, OP_WRITE_LAST
+    recs = records([(101, 1, 0, m, 4096, 0, 50), (102, 2, 0, m, 4096, 0, 50),
+                    (103, 0, 0, f, 4096, 12_588, 50), (104, 3, 0, last, 300, 0, 50),
+                    (105, 4, 1, OP_WRITE_ONLY, 64, 64, 60)])
+    rep = receiver_report(native.fold_records(recs), 4791, True, "idle", 200, 0)
+    row = rep["flows"]["10.0.0.1/7"]
+    assert row["bytes"] == 3 * 4096 + 300 + 64 and row["packets"] == 5
+    assert (row["lost"], row["reordered"], row["duplicates"], row["first_psn"]) == (0, 1, 0, 0)
+    assert all(x["complete"] for x in rep["messages"]) and len(rep["messages"]) == 2
 
 
 def test_read_received_joins_the_metadata_and_the_records(tmp_path: Path) -> None:
@@ -252,6 +265,7 @@ def test_read_received_joins_the_metadata_and_the_records(tmp_path: Path) -> Non
     got = native.read_received(str(out), 4791)
     assert got["stop_reason"] == "expect_bytes" and got["bytes"] == 64
     assert got["kernel_drops"]["ring"] == 3 and got["messages"][0]["latency_ns"] == 10
+    assert got["receiver_drops"] == 3  # the receiver's own loss, for the replay to report
     (tmp_path / "bad.json.bin").write_bytes(b"nope")
     with pytest.raises(ValueError, match="not a receiver record file"):
         native.read_records(str(tmp_path / "bad.json.bin"))

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
+from traffic.roce import OP_WRITE_MIDDLE
+from traffic.rxstate import fold, new_flow, receiver_report
 from traffic.shell.replay import _check, _result, _spec, percentile
 from vocab.flows import sport_for_qp
 
@@ -78,6 +81,39 @@ def test_results_join_receivers_to_flows_by_source_ip_and_qp(lab: SimpleNamespac
     assert r.latency_us["bulk"]["count"] == 2 and r.latency_us["bulk"]["max"] == 4000.0
     assert r.latency_us["decode"] == {"count": 1, "p50": 7000.0, "p99": 7000.0,
                                       "max": 7000.0, "mean": 7000.0}
+
+
+def arrived(ip: str, qp: int, psns: list[int]) -> dict[str, Any]:
+    """A receiver's report (both planes fold through ``traffic.rxstate``) of QP ``qp`` from
+    ``ip`` when 1,000-byte packets with these PSNs arrived, in this order."""
+    flows: dict[tuple[str, int], list[Any]] = {}
+    for i, psn in enumerate(psns):
+        f = flows.setdefault((ip, qp), new_flow(psn, qp, 100 + i))
+        fold(f, OP_WRITE_MIDDLE, psn, 0, 1000, 0, 50, 100 + i)
+    return receiver_report(flows, 4791, True, "idle", 1000, 0)
+
+
+def test_packets_missing_at_a_qps_head_or_tail_are_counted_lost(lab: SimpleNamespace) -> None:
+    """A receiver sees no gap when a QP's last packets (or its first) never come: the
+    senders' packet counts make them lost, so received + lost = sent on every flow."""
+    ips = {h: lab.plan.node(h).ip for h in ("s0g0", "s1g0", "s2g1", "s3g1")}
+    flows = [flow("s0g0", "s2g1", 1, n=2, size=3000), flow("s1g0", "s2g1", 2, n=2, size=3000),
+             flow("s0g0", "s3g1", 1, n=2, size=3000), flow("s1g0", "s3g1", 2, n=2, size=3000)]
+    sent = {src: {"flows": [{"dst_ip": ips[dst], "qp": qp, "packets": 6}
+                            for dst, qp in dq]}  # 3 packets of 1,024 bytes per message
+            for src, dq in (("s0g0", [("s2g1", 1), ("s3g1", 1)]),
+                            ("s1g0", [("s2g1", 2), ("s3g1", 2)]))}
+    r2 = arrived(ips["s0g0"], 1, [1, 0, 2, 3])  # the tail (PSNs 4, 5) never came
+    r2["flows"].update(arrived(ips["s1g0"], 2, [1, 2, 3, 4, 5])["flows"])  # nor PSN 0
+    r3 = arrived(ips["s0g0"], 1, [0, 2, 3])  # PSN 1 a gap, then the tail
+    r3["receiver_drops"] = 2  # (its ring was full twice); s1g0's QP 2 sent it nothing
+    assert r2["lost"] == 0 and r3["lost"] == 1  # what the receivers can see
+    r = _result(lab, flows, sent, {"s2g1": r2, "s3g1": r3}, 0, "spray")
+    got = [(f["sent_packets"], f["received_packets"], f["lost_packets"]) for f in r.flows]
+    assert got == [(6, 4, 2), (6, 5, 1), (6, 3, 3), (6, 0, 6)]
+    assert [f["received"] for f in r.flows] == [4000, 5000, 3000, 0]
+    assert r.lost_packets == 12 and r.receiver_drops == 2
+    assert r.summary()["lost_packets"] == 12 and r.summary()["receiver_drops"] == 2
 
 
 # --- the two traffic planes behind one interface --------------------------------------------

@@ -266,6 +266,42 @@ def test_psn_gap_across_the_wrap() -> None:
     assert (f[_F_LOST], f[_F_EXP], f[_F_MISSING]) == (2, 2, {PSN_MASK, 0})
 
 
+def test_a_packet_from_before_the_first_psn_seen_is_late_data_not_a_duplicate() -> None:
+    """Spraying can deliver a QP's second packet before its first: the first, when it comes,
+    is data that came late (reordered), and its message completes."""
+    from traffic.rxstate import fold, new_flow, receiver_report
+
+    f = new_flow(1, 7, 101)
+    assert fold(f, OP_WRITE_MIDDLE, 1, 0, 1000, 0, 50, 101) == 1000  # PSN 0 was overtaken
+    assert fold(f, OP_WRITE_MIDDLE, 2, 0, 1000, 0, 50, 102) == 1000
+    assert fold(f, OP_WRITE_FIRST, 0, 0, 1000, 4000, 50, 103) == 1000  # late, not a duplicate
+    assert fold(f, OP_WRITE_LAST, 3, 0, 1000, 0, 50, 104) == 1000
+    assert fold(f, OP_WRITE_FIRST, 0, 0, 1000, 4000, 50, 105) == 0  # again: a duplicate
+    row = receiver_report({("10.0.0.1", 7): f}, 4791, True, "idle", 200, 0)["flows"]["10.0.0.1/7"]
+    assert (row["lost"], row["reordered"], row["duplicates"]) == (0, 1, 1)
+    assert (row["first_psn"], row["next_psn"], row["packets"], row["bytes"]) == (0, 4, 4, 4000)
+    # two packets overtook PSN 0; a receiver that knew the start held PSNs 0..2 open
+    assert (row["reorder_distance_max"], row["reorder_window_max"]) == (2, 3)
+    assert row["complete_messages"] == 1
+
+
+def test_packets_between_a_late_first_packet_and_the_first_seen_are_holes() -> None:
+    from traffic.rxstate import _F_HOLE, _F_PSN0, fold, new_flow
+
+    f = new_flow(5, 7, 0)
+    fold(f, OP_WRITE_MIDDLE, 5, 0, 100, 0, 0, 0)
+    assert _psn_event(f, 2)  # 3 and 4 have not come either
+    assert (f[_F_LOST], f[_F_REORD], f[_F_MISSING], f[_F_PSN0]) == (2, 1, {3, 4}, 2)
+    assert f[_F_HOLE] == 3
+    assert _psn_event(f, 4) and _psn_event(f, 3)
+    assert (f[_F_LOST], f[_F_REORD], f[_F_MISSING], f[_F_HOLE]) == (0, 3, set(), -1)
+    assert not _psn_event(f, 2) and f[_F_DUP] == 1
+    g = new_flow(1, 7, 0)  # across the wrap: PSN_MASK is one before 0
+    fold(g, OP_WRITE_MIDDLE, 1, 0, 100, 0, 0, 0)
+    assert _psn_event(g, PSN_MASK)
+    assert (g[_F_LOST], g[_F_MISSING], g[_F_PSN0]) == (1, {0}, PSN_MASK)
+
+
 def test_kernel_flows_become_valid_specs() -> None:
     """Every flow the kernel models emit (DeepSeek-V3 decode and prefill) is replayable."""
     from traffic.kernels import high_bandwidth, low_latency

@@ -34,27 +34,29 @@ would back-pressure; retries are counted. ``SENT.json``: per flow packets, bytes
 (RDMA payload), wire bytes, message count, first message number and PSN, send time of
 every message (ns); totals, duration and packets/s.
 
-**Receiver.** A UDP socket on port 4791 (frames carry the host's own MAC/IP, so the
-kernel delivers them; RoCEv2 sends UDP checksum 0, which IPv4 accepts), kernel receive
-timestamps (``SO_TIMESTAMPNS``; else ``time.time_ns()`` after the read), a large receive
-buffer, and ``SO_RXQ_OVFL`` so socket-queue drops are reported. Per QP (source IP, UDP
-source port) it follows the PSN: gaps are counted as lost until the missing PSN shows up
-late (then it is reordered), a PSN seen twice is a duplicate (not counted as data). Per
-message (QP, message number from the replay header) it records the send time from the
-payload (``start_ns``), first and last arrival (``first_ns``, ``end_ns``), bytes and
-packets; ``latency_ns = end_ns - start_ns``; ``complete`` when the RETH DMA length was
-seen and that many bytes arrived including the LAST/ONLY packet. It stops on
-SIGTERM/SIGINT (after draining what the kernel already queued), when ``--expect-bytes``
-of payload arrived, after ``--idle-timeout`` seconds without a packet once traffic has
-started, or at ``--timeout``; then writes ``RECV.json`` atomically, with the kernel's drop
-counts (``SO_RXQ_OVFL``, the socket's drops in ``/proc/net/udp`` and the namespace's UDP
-``RcvbufErrors`` delta) so a run shows whether the receiver kept up. The ready file is
-written once the socket is bound. ``RECV.json``: ``flows`` keyed ``"SRC_IP:SPORT"`` (bytes,
-packets, lost, reordered, duplicates, first/next PSN, first/last arrival, messages seen
-and complete) and ``messages`` (``flow``, ``seq``, ``bytes``, ``packets``, ``dma_len``,
+**Receiver.** A UDP socket on port 4791 (frames carry the host's own MAC/IP, so the kernel
+delivers them; RoCEv2 sends UDP checksum 0, which IPv4 accepts), kernel receive timestamps
+(``SO_TIMESTAMPNS``; else ``time.time_ns()`` after the read), a large receive buffer, and
+``SO_RXQ_OVFL`` so socket-queue drops are reported. Per QP (source IP, QP number) it
+follows the PSN (``traffic.rxstate``): gaps are counted as lost until the missing PSN shows
+up late (then it is reordered), a PSN seen twice is a duplicate (not counted as data), a
+packet from before the first one seen is late data. Per message (QP, message number from
+the replay header) it records the send time from the payload (``start_ns``), first and last
+arrival (``first_ns``, ``end_ns``), bytes and packets; ``latency_ns = end_ns - start_ns``;
+``complete`` when the RETH DMA length was seen and that many bytes arrived including the
+LAST/ONLY packet. It stops on SIGTERM/SIGINT (after draining what the kernel already
+queued), when ``--expect-bytes`` of payload arrived, after ``--idle-timeout`` seconds
+without a packet once traffic has started, or at ``--timeout``; then writes ``RECV.json``
+atomically, with the kernel's drop counts (``SO_RXQ_OVFL``, the socket's drops in
+``/proc/net/udp`` and the namespace's UDP ``RcvbufErrors`` delta; the largest of them is
+``receiver_drops``) so a run shows whether the receiver kept up. The ready file is written
+once the socket is bound. ``RECV.json``: ``flows`` keyed ``"SRC_IP/QP"`` (bytes, packets,
+lost, reordered, duplicates, first/next PSN, first/last arrival, messages seen and
+complete) and ``messages`` (``flow``, ``seq``, ``bytes``, ``packets``, ``dma_len``,
 ``start_ns``, ``first_ns``, ``end_ns``, ``latency_ns``, ``complete``). Message numbers run
-per QP from 0; ``SENT.json`` gives each flow entry's ``sport`` and ``first_seq`` to join the
-two. The ICRC is not checked on receive (the kernel does not, and the sender's is tested).
+per QP from 0; ``SENT.json`` gives each flow entry's ``sport`` and ``first_seq`` to join
+the two. The ICRC is not checked on receive (the kernel does not, and the sender's is
+tested).
 
 Per-packet work is kept small on both sides: preallocated frames patched with
 ``struct.pack_into``, one ``zlib.crc32`` per frame; on receive, ``recvmsg_into`` a
@@ -463,6 +465,8 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
         "socket": drops,
         "udp_rcvbuf_errors": (errors1 - errors0) if errors0 is not None and errors1 is not None
         else None}
+    # three readings of the one socket queue's drops: the largest is the count
+    result["receiver_drops"] = max(v for v in result["kernel_drops"].values() if v is not None)
     result["plane"] = Plane.PYTHON
     result["cpu_s"] = _cpu_s()
     write_json_atomic(out, result)

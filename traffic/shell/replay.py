@@ -65,17 +65,22 @@ class ReplayResult:
     bytes_sent: int
     bytes_received: int
     latency_us: dict[str, dict[str, float]] = field(default_factory=dict)  # class -> stats
+    #: packets that never arrived: gaps the receivers saw, and the packets at a QP's head or
+    #: tail that the senders sent and no receiver saw (a receiver cannot tell those apart)
     lost_packets: int = 0
     mode: str = DEFAULT_MODE
     start_skew_s: float = 0.0  # how late the last sender started after the common instant
     plane: Plane = DEFAULT_PLANE
     cpu_s: dict[str, float] = field(default_factory=dict)  # senders / receivers, summed
     feedback: dict[str, int] = field(default_factory=dict)  # ACK/CNP frames receivers sent
+    #: packets the receivers' own sockets or rings dropped (counted lost too): a measurement
+    #: artifact, not the fabric's loss
+    receiver_drops: int = 0
 
     def summary(self) -> dict[str, Any]:
         return {"flows": len(self.flows), "messages": len(self.messages),
                 "bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
-                "lost_packets": self.lost_packets,
+                "lost_packets": self.lost_packets, "receiver_drops": self.receiver_drops,
                 "job_completion_s": round(self.job_completion_s, 6),
                 "latency_us": self.latency_us, "mode": self.mode,
                 "start_skew_s": round(self.start_skew_s, 4), "plane": self.plane,
@@ -450,32 +455,51 @@ def _spec(lab: RunningLab, src: str, flows: list[FlowSpec], pmtu: int,
 
 def _result(lab: RunningLab, flows: list[FlowSpec], sent: dict[str, Any],
             received: dict[str, Any], start_ns: int, mode: str) -> ReplayResult:
-    """Join what senders sent and receivers got, by (source IP, QP number)."""
+    """Join what senders sent and receivers got, by (receiver, source IP, QP number).
+
+    A receiver counts as lost only the PSNs missing between the first and the newest it saw
+    (``traffic.rxstate``); the senders' packet counts give the rest, so a packet missing at a
+    QP's head or tail is lost too: per flow, ``received_packets + lost_packets`` is
+    ``sent_packets`` (``None`` without a sender's report).
+    """
     ip_of = {h.name: h.ip for h in lab.plan.hosts}
-    rx_flows: dict[tuple[str, int], dict[str, Any]] = {}
-    rx_msgs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for data in received.values():  # the receiver keys flows and messages by "ip/qp"
+    rx_flows: dict[tuple[str, str, int], dict[str, Any]] = {}
+    rx_msgs: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    drops = 0
+    for dst, data in received.items():  # the receiver keys flows and messages by "ip/qp"
         for rf in data.get("flows", {}).values():
-            rx_flows[(rf["src_ip"], int(rf["qp"]))] = rf
+            rx_flows[(dst, rf["src_ip"], int(rf["qp"]))] = rf
         for m in data.get("messages", []):
             ip, _, qp = m["flow"].rpartition("/")
-            rx_msgs[(ip, int(qp))].append(m)
+            rx_msgs[(dst, ip, int(qp))].append(m)
+        drops += int(data.get("receiver_drops") or 0)
     moves = {(src, int(row["qp"])): row["entropy"] for src, data in sent.items()
              for row in data.get("flows", []) if "entropy" in row}
+    tx_packets: dict[tuple[str, str, int], int] = defaultdict(int)  # (src, dst IP, QP)
+    for src, data in sent.items():
+        for row in data.get("flows", []):
+            tx_packets[(src, row["dst_ip"], int(row["qp"]))] += int(row["packets"])
     rows, messages = [], []
     lat: dict[str, list[float]] = defaultdict(list)
     lost = 0
     job_end = start_ns
     for f in flows:
-        key = (ip_of[f.src], f.qp)
+        key = (f.dst, ip_of[f.src], f.qp)
         rf = rx_flows.get(key, {})
         got = int(rf.get("bytes", 0))
-        lost += int(rf.get("lost", 0))
+        packets = int(rf.get("packets", 0))
+        tx = tx_packets.get((f.src, ip_of[f.dst], f.qp))
+        # gaps the receiver saw, then what it never saw at the head or tail of the QP
+        missed = int(rf.get("lost", 0))
+        if tx is not None:
+            missed = max(missed, tx - packets)
+        lost += missed
         end = int(rf.get("last_ns", 0) or 0)
         begin = start_ns + int(f.start * 1e9)
         row = {"src": f.src, "dst": f.dst, "qp": f.qp, "sport": f.sport,
                "traffic_class": f.traffic_class, "bytes": f.bytes, "received": got,
-               "lost_packets": int(rf.get("lost", 0)), "reordered": int(rf.get("reordered", 0)),
+               "sent_packets": tx, "received_packets": packets,
+               "lost_packets": missed, "reordered": int(rf.get("reordered", 0)),
                "reorder_distance_max": int(rf.get("reorder_distance_max", 0)),
                "reorder_window_max": int(rf.get("reorder_window_max", 0)),
                "fct_s": (end - begin) / 1e9 if end else None}
@@ -500,7 +524,8 @@ def _result(lab: RunningLab, flows: list[FlowSpec], sent: dict[str, Any],
                         job_completion_s=(job_end - start_ns) / 1e9,
                         bytes_sent=sum(f.bytes for f in flows),
                         bytes_received=sum(r["received"] for r in rows),
-                        latency_us=stats, lost_packets=lost, mode=mode)
+                        latency_us=stats, lost_packets=lost, mode=mode,
+                        receiver_drops=drops)
 
 
 def replay_step(lab: RunningLab, traffic: KernelTraffic, **kw: Any) -> dict[Phase, ReplayResult]:
