@@ -123,6 +123,13 @@ def ground_truth(events: list[dict[str, Any]], end_of_run: float) -> list[Ground
     return sorted(out, key=lambda g: g.start)
 
 
+def live_faults(events: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    """The faults injected and not yet undone at ``now``, oldest first, as the live view
+    shows them beside the alerts: ``{kind, component, since}`` (``since``: wall clock)."""
+    return [{"kind": g.kind, "component": g.component, "since": round(g.start, 3)}
+            for g in ground_truth(events, float("inf")) if g.start <= now < g.end]
+
+
 def fault_kinds(alert: str) -> tuple[str, ...]:
     """The fault kinds alert ``alert`` is evidence of: its detector's declaration, else a
     baseline rule's (none for an alert neither declares, e.g. the agent's ``counters``)."""

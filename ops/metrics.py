@@ -21,6 +21,8 @@ Names (``astral_`` prefix; labels in brackets):
 * ``astral_spine_forwarded_bytes_total`` [spine]
 * ``astral_alerts`` [severity]: active alerts; ``astral_alert_active`` [detector,
   component, severity]: one series per active alert
+* ``astral_fault_injected`` [kind, component]: 1 for each fault an evaluation run
+  (``ops-eval``) has injected right now, to set beside the alerts it causes
 * ``astral_controller_up``, ``astral_controller_converged``, ``astral_controller_down_ports``
 * ``astral_lb_mode`` [mode]: 1 for the load-balancing mode in force
 * ``astral_telemetry_polls_total``, ``astral_telemetry_last_poll_timestamp_seconds``
@@ -144,6 +146,11 @@ def exposition(state: dict[str, Any], layout: dict[str, Any] | None = None) -> s
         if key not in seen:  # one series per alert: the engine deduplicates, be sure here
             seen.add(key)
             active.add(1, detector=key[0], component=key[1], severity=key[2])
+
+    injected = f("fault_injected", "gauge",
+                 "1 for each fault an evaluation run has injected and not yet undone.")
+    for fault in (state.get("progress") or {}).get("faults") or []:
+        injected.add(1, kind=fault.get("kind", ""), component=fault.get("component", ""))
 
     c = state.get("controller", {})
     f("controller_up", "gauge", "1 when the controller's REST API answers.").add(

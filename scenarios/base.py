@@ -223,6 +223,7 @@ class Run:
             "cluster": cluster, "tunnel": tunnel if cluster else None, "pmtu": self.pmtu,
         }
         self.stages: list[str] = []  # what finished, for INTERRUPTED.md
+        self.faults: list[dict[str, Any]] | None = None  # live injected faults, if it injects
         self.t0 = time.monotonic()
         self._save_config()
 
@@ -259,11 +260,20 @@ class Run:
         self.log(f"[{self.elapsed():6.1f} s] {what}")
         self._progress(what)
 
+    def show_faults(self, faults: list[dict[str, Any]]) -> None:
+        """Tell the live view which faults are injected now (``ops.evaluate.live_faults``):
+        a scenario that injects them on purpose shows them beside the alerts they cause."""
+        self.faults = list(faults)
+        self._progress(self.stages[-1] if self.stages else "starting")
+
     def _progress(self, what: str) -> None:
-        """``progress.json``: the last finished stage, for the live view (replaced whole)."""
-        write_json_atomic(self.path("progress.json"), {
-            "scenario": self.scenario.name, "stage": what, "done": len(self.stages),
-            "elapsed_s": round(self.elapsed(), 1), "updated": time.time()})
+        """``progress.json``: the last finished stage, for the live view (replaced whole);
+        ``faults`` only in a run that injects them."""
+        state = {"scenario": self.scenario.name, "stage": what, "done": len(self.stages),
+                 "elapsed_s": round(self.elapsed(), 1), "updated": time.time()}
+        if self.faults is not None:
+            state["faults"] = self.faults
+        write_json_atomic(self.path("progress.json"), state)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0

@@ -16,7 +16,7 @@ from ops import questions as Q
 from ops.agent import Tools, diagnose
 from ops.baselines import baselines
 from ops.detectors import Engine
-from ops.evaluate import GroundTruth, ground_truth, score
+from ops.evaluate import GroundTruth, ground_truth, live_faults, score
 from ops.shell.collector import Collector
 from ops.telemetry import DEFAULT_INTERVAL_S, Store
 from traffic.shell.running import RunningLab
@@ -246,7 +246,9 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                 fault_params: dict[str, dict[str, Any]] | None = None,
                 mbps_per_host: float = 20.0, severity: str = "hard",
                 questions: int = 4, healthy_questions: int = 3,
-                ask_delay_s: float | None = None) -> dict[str, Any]:
+                ask_delay_s: float | None = None,
+                on_faults: Callable[[list[dict[str, Any]]], None] | None = None
+                ) -> dict[str, Any]:
     """A fault-free phase and a fault phase of equal length on a running lab; score both.
 
     The schedule is ``testbed.shell.faults.random_schedule(plan, kinds, per_kind * len(kinds),
@@ -260,7 +262,9 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     operator's questions (``ops.questions``) asked once per fault, ``ask_delay_s`` after its
     injection (default 4 intervals): ``questions`` about the fault and
     ``healthy_questions`` about healthy components, drawn from ``seed``; their rows and
-    ``summary`` (``Asker.result``).
+    ``summary`` (``Asker.result``). ``on_faults`` is told the live faults
+    (``ops.evaluate.live_faults``) each time they change, and ``[]`` at the end: the live
+    view shows them beside the alerts.
     """
     from testbed.shell import faults as F
     from testbed.shell.wiring import check_wiring
@@ -301,11 +305,18 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         with F.FaultInjector(lab, log=log) as inj:
             runner = inj.run_schedule(schedule)
             end = time.monotonic() + phase_s + 120
+            shown: list[dict[str, Any]] | None = None
             while time.monotonic() < end:
                 asker.step(inj.events)
+                live = live_faults(inj.events, time.time())
+                if on_faults is not None and live != shown:
+                    on_faults(live)
+                    shown = live
                 if runner.wait(timeout=min(0.25, max(0.0, end - time.monotonic()))):
                     break
             runner.stop()
+            if on_faults is not None and shown:
+                on_faults([])
             events = runner.events
             out["injector_errors"] = list(runner.errors)
         time.sleep(gap_s / 2)

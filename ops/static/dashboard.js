@@ -146,6 +146,29 @@ function updateAlerts(alerts) {
   }
 }
 
+// Faults an evaluation run (ops-eval) injected: listed above the alerts, and the component
+// marked in the drawing, so what was done and what the detectors say can be read together.
+// A run that injects nothing has no "faults" in its progress: the panel stays hidden.
+function updateFaults(faults, now) {
+  document.getElementById("faults-panel").hidden = !Array.isArray(faults);
+  for (const e of document.querySelectorAll(".faulty")) e.classList.remove("faulty");
+  if (!Array.isArray(faults)) return;
+  const ul = document.getElementById("faults");
+  ul.innerHTML = faults.length ? "" : '<li class="none">none right now</li>';
+  for (const f of faults) {
+    const li = document.createElement("li");
+    li.dataset.kind = f.kind;
+    li.dataset.component = f.component;
+    const age = now && f.since ? ` for ${Math.max(0, Math.round(now - f.since))} s` : "";
+    li.textContent = `${f.kind} on ${f.component}${age}`;
+    ul.appendChild(li);
+    for (const e of document.querySelectorAll(
+        `[data-link="${CSS.escape(f.component)}"], [data-node="${CSS.escape(f.component)}"]`)) {
+      e.classList.add("faulty");
+    }
+  }
+}
+
 function updateLb(lb) {
   const sel = document.getElementById("lb-mode");
   if (!lb || !lb.mode || document.activeElement === sel) return;
@@ -201,6 +224,7 @@ async function refresh() {
     updateAlerts(s.alerts || []);
     updateLb(s.lb);
     updateProgress(s.progress);
+    updateFaults(s.progress ? s.progress.faults : undefined, s.t);
     updateStatus(s);
     document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes) + 1);
   } catch (err) {

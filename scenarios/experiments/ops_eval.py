@@ -98,7 +98,8 @@ def ops_eval(run: Run) -> None:
         res = eval_on_lab(lab, per_kind=p["per_kind"], kinds=kinds, severity=p["severity"],
                           fault_s=p["fault_s"], gap_s=p["gap_s"], seed=p["seed"],
                           interval=p["interval"], mbps_per_host=p["mbps_per_host"],
-                          store_path=run.path("telemetry.sqlite"), log=run.log)
+                          store_path=run.path("telemetry.sqlite"), log=run.log,
+                          on_faults=run.show_faults)
     run.stage("fault-free and fault phases done")
     run.save_json("ops_eval.json", res)
     clean, faults = res["clean"], res["faults"]

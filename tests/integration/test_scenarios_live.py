@@ -182,16 +182,26 @@ def test_ctrl_c_during_traffic_leaves_a_marked_partial_and_a_clean_machine(
     assert not cleanup.leftovers(build("astral3", servers=2, gpus=4))
 
 
-def test_ops_eval_quick(results_root: Any, assert_clean: Any) -> None:
+def test_ops_eval_quick(results_root: Any, assert_clean: Any,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The scored evaluation end to end: one fault of every kind, then the scores."""
+    from scenarios.base import Run
     from scenarios.experiments.ops_eval import ops_eval
     from testbed.faultspec import schedule_kinds
 
+    shown: list[list[dict[str, Any]]] = []  # what the live view was told, in order
+    show = Run.show_faults
+    monkeypatch.setattr(Run, "show_faults", lambda run, f: (shown.append(f), show(run, f)))
     res = ops_eval(quick=True)
     rows = check_run(res.path, ["detect_time.png"], ["## Scores against the goals",
                                                       "## Every fault"])
     # every kind with hard faults (the default severity), one each
     assert sorted(r["kind"] for r in rows) == sorted(schedule_kinds(None, "hard"))
+    # the live view was shown every kind while it was injected, one at a time, and none after
+    assert {f[0]["kind"] for f in shown if f} == set(schedule_kinds(None, "hard"))
+    assert max(len(f) for f in shown) == 1 and shown[-1] == []
+    with open(os.path.join(res.path, "progress.json")) as f:
+        assert json.load(f)["faults"] == []
     summary = json.loads(_read(res.path, "summary.json"))
     # not the goals (those are scores, reported): a broken pipeline scores near zero
     assert summary["detection_rate"] >= 0.75, summary

@@ -58,6 +58,25 @@ def test_a_links_colour_follows_the_load_within_3_s(page: Any, tmp_path: Any) ->
     assert browser.screenshot(str(tmp_path / "page.png"))
 
 
+def test_an_evaluations_faults_are_listed_and_marked_on_the_drawing(page: Any) -> None:
+    browser, backend = page
+    assert browser.evaluate("document.getElementById('faults-panel').hidden")  # no evaluation
+    backend.st.progress = {"scenario": "ops-eval", "stage": "fault phase", "faults": [
+        {"kind": "gray-loss", "component": LINK, "since": backend.t - 3},
+        {"kind": "hot-receiver", "component": "s1g1", "since": backend.t}]}
+    browser.wait_for("!document.getElementById('faults-panel').hidden", timeout=3.0)
+    items = browser.evaluate("[...document.querySelectorAll('#faults li')]"
+                             ".map(li => li.textContent)")
+    assert items[0].startswith(f"gray-loss on {LINK} for ") and items[1].startswith(
+        "hot-receiver on s1g1"), items
+    marked = browser.evaluate("[...document.querySelectorAll('.faulty')]"
+                              ".map(e => e.dataset.link || e.dataset.node).sort()")
+    assert marked == sorted([LINK, "s1g1"])
+    backend.st.progress = {**backend.st.progress, "faults": []}  # both undone
+    browser.wait_for("document.querySelectorAll('.faulty').length === 0", timeout=3.0)
+    assert browser.evaluate("document.querySelector('#faults li').className") == "none"
+
+
 def test_the_lb_selector_switches_the_mode(page: Any) -> None:
     browser, backend = page
     browser.wait_for("!document.getElementById('lb-mode').disabled", timeout=5)

@@ -207,6 +207,13 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
             run.stage("first fabric")
             with open(run.path("progress.json")) as f:
                 seen.update(json.load(f))
+            assert "faults" not in seen  # a run that injects nothing says nothing of faults
+            run.show_faults([{"kind": "link-down", "component": "lf0r0~spine1#0",
+                              "since": 1.0}])
+            with open(run.path("progress.json")) as f:
+                shown = json.load(f)
+            assert shown["stage"] == "first fabric" and shown["faults"] == [
+                {"kind": "link-down", "component": "lf0r0~spine1#0", "since": 1.0}]
         from testbed.topologies import build
 
         with run.lab(build("rail3"), label="rail3"):

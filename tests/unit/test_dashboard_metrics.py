@@ -108,6 +108,17 @@ def test_samples_carry_the_states_values_and_the_links_labels() -> None:
                 if lbl["link"] == "s1g3~lf0r3#0"]
 
 
+def test_an_evaluations_injected_faults_are_one_series_each() -> None:
+    state, lay = synthetic_state()
+    assert "astral_fault_injected" not in parse(exposition(state, lay))  # nothing injected
+    state["progress"] = {"scenario": "ops-eval", "stage": "warm-up", "faults": [
+        {"kind": "gray-loss", "component": "lf0r0~spine1#0", "since": 99.0},
+        {"kind": "hot-receiver", "component": "s1g1", "since": 100.0}]}
+    m = parse(exposition(state, lay))
+    assert sorted((lbl["kind"], lbl["component"], v) for lbl, v in m["astral_fault_injected"]) \
+        == [("gray-loss", "lf0r0~spine1#0", 1), ("hot-receiver", "s1g1", 1)]
+
+
 def test_label_values_are_escaped() -> None:
     assert escape('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
 

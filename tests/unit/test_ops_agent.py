@@ -112,7 +112,7 @@ def test_parse_question(plan) -> None:  # noqa: ANN001
 
 # --- scoring (ops.evaluate.score is pure) -------------------------------------------------------
 def test_score_counts_detection_false_alarms_and_localization(plan) -> None:  # noqa: ANN001
-    from ops.evaluate import GroundTruth, ground_truth, score
+    from ops.evaluate import GroundTruth, ground_truth, live_faults, score
 
     events = [{"time": 100.0, "kind": "link-degrade", "component": LANE, "action": "inject",
                "fault_id": 1},
@@ -126,6 +126,11 @@ def test_score_counts_detection_false_alarms_and_localization(plan) -> None:  # 
                "action": "inject", "fault_id": 3}]
     truth = ground_truth(events, end_of_run=320.0)
     assert truth[2] == GroundTruth("link-down", "lf0r1~spine0#0", 300.0, 320.0)
+    # what the live view lists at a moment: injected and not yet undone
+    assert live_faults(events, 105.0) == [{"kind": "link-degrade", "component": LANE,
+                                           "since": 100.0}]
+    assert live_faults(events, 110.0) == [] and live_faults(events, 150.0) == []
+    assert [f["kind"] for f in live_faults(events, 1e9)] == ["link-down"]
 
     def alert(detector: str, comp: str, opened: float, first: float | None = None) -> dict:
         return {"detector": detector, "component": comp, "opened": opened,
