@@ -25,7 +25,9 @@ Two parts:
     interpolation between the sorted detected faults; goal: within 3 polls);
   - **warning lead time**: how long before the job visibly suffered (the job-slow
     detector's first bad sample) the first other alert came; None when the job never
-    suffered (e.g. a lane cut that ECMP failover absorbed);
+    suffered (e.g. a lane cut that ECMP failover absorbed). The moment the job suffered
+    is the fault's, not the source's: a source without a job detector (a baseline) is
+    scored against the agent's (``score(..., suffered=...)``);
   - **localization top-1 / top-3** (a true positive of localization: the right
     component): the answer asked ``ask_delay_s`` after the detection (an operator reading
     the alert): is the ground-truth component first / among the first three? The agent's
@@ -96,6 +98,7 @@ class FaultScore:
     detect_s: float | None = None
     first_alert: str | None = None
     lead_s: float | None = None
+    suffered_at: float | None = None  # when the job first visibly suffered in the window
     ranked: list[str] = field(default_factory=list)
     top1: bool = False
     top3: bool = False
@@ -145,10 +148,13 @@ def kind_label(kinds: Sequence[str]) -> str:
 def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
           diagnoses: Sequence[tuple[Any, ...]] | None, *, run_s: float, interval: float,
           plan: WiringPlan | None = None, grace_s: float | None = None,
-          ask_delay_s: float | None = None) -> dict[str, Any]:
+          ask_delay_s: float | None = None,
+          suffered: Sequence[float | None] | None = None) -> dict[str, Any]:
     """Score one run (see the module docstring); pure. ``diagnoses``: the agent's answers,
     ``(time, ranked components)`` or ``(time, ranked components, top suspect's detector)``;
-    None: the source has no agent, its alerts' components are its answer."""
+    None: the source has no agent, its alerts' components are its answer. ``suffered``:
+    per fault, when the job visibly suffered (another source's ``suffered_at``), for a
+    source that cannot see it itself; default: this source's own symptom alerts."""
     grace = GRACE_POLLS * interval + GRACE_S if grace_s is None else grace_s
     delay = 2 * interval if ask_delay_s is None else ask_delay_s
     raised = sorted((a for a in alerts if a.get("opened") is not None),
@@ -157,7 +163,7 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
                   key=lambda d: d[0])
     rows: list[FaultScore] = []
     attributed: set[int] = set()
-    for f in faults:
+    for i, f in enumerate(faults):
         # a poll's time is taken when it starts: a fault injected during that poll is seen
         # by it, so the window opens one interval early
         window = [(i, a) for i, a in enumerate(raised)
@@ -165,13 +171,17 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
         attributed.update(i for i, _ in window)
         signals = [a for _, a in window if not _symptom(a)]
         fs = FaultScore(f.kind, f.component, f.start, detected=bool(window))
+        if suffered is not None:
+            fs.suffered_at = suffered[i]
+        else:
+            fs.suffered_at = min((a["first_seen"] for _, a in window if _symptom(a)),
+                                 default=None)
+        if signals and fs.suffered_at is not None:
+            fs.lead_s = round(fs.suffered_at - signals[0]["opened"], 3)
         if window:
             first = window[0][1]
             fs.detect_s = round(first["opened"] - f.start, 3)
             fs.first_alert = f"{first['detector']}:{first['component']}"
-            suffer = [a["first_seen"] for _, a in window if _symptom(a)]
-            if suffer and signals:
-                fs.lead_s = round(min(suffer) - signals[0]["opened"], 3)
             ask = first["opened"] + delay
             so_far = [a for _, a in window if a["opened"] <= ask + 1e-6]
             said: str | None
@@ -265,6 +275,7 @@ def summarize(clean: dict[str, Any], faults: dict[str, Any]) -> dict[str, Any]:
             "false_alarms_clean": clean["false_alarms"],
             "false_alarms_fault_phase": faults["false_alarms"],
             "ttd_s": faults["ttd_s"], "ttd_polls": faults["ttd_polls"],
+            "lead_s_median": faults["lead_s_median"], "lead_n": faults["lead_n"],
             "faults": faults["faults"], "detected": faults["detected"],
             "per_kind": faults["per_kind"]}
 

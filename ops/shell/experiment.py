@@ -328,13 +328,15 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                               run_s=t1 - t_fault, interval=interval, plan=plan)
         out["questions"] = asker.result(truth)
         out["baselines"] = {}
+        suffered = [r["suffered_at"] for r in out["faults"]["per_fault"]]  # the job's view
         for name in mon.baselines:
             raised = mon.alerts(name)
             out["baselines"][name] = {
                 "clean": score([], [a for a in raised if t_clean <= a["opened"] < t_fault],
                                None, run_s=t_fault - t_clean, interval=interval, plan=plan),
                 "faults": score(truth, [a for a in raised if a["opened"] >= t_fault], None,
-                                run_s=t1 - t_fault, interval=interval, plan=plan)}
+                                run_s=t1 - t_fault, interval=interval, plan=plan,
+                                suffered=suffered)}
         out["events"] = events
         out["alerts"] = mon.alerts()
         polls = mon.collector.poll_seconds

@@ -270,7 +270,8 @@ def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:
                ("kind accuracy", "kind_accuracy", True),
                ("fault-free false alarms", "false_alarms_clean", False),
                ("median polls to detect", "ttd_polls.p50", False),
-               ("p95 polls to detect", "ttd_polls.p95", False)]
+               ("p95 polls to detect", "ttd_polls.p95", False),
+               ("median warning lead (s)", "lead_s_median", True)]
     rep.table([{"score": label, **{n: _get(s, key) for n, s in every.items()}}
                for label, key, _ in overall])
     scores = [(label, key, up, None) for label, key, up in overall]

@@ -156,6 +156,14 @@ def test_score_counts_detection_false_alarms_and_localization(plan) -> None:  # 
     assert (pf["nic-loss"]["kind_guess"], pf["link-down"]["kind_guess"]) == ("none", "none")
     assert s["by_kind"]["nic-loss"] == {"faults": 1, "detected": 1, "top1": 0, "top3": 1,
                                         "kind_correct": 0, "median_detect_s": 2.0}
+    # a baseline has no job detector: its lead is against when the agent saw the job suffer
+    assert [r["suffered_at"] for r in s["per_fault"]] == [103.0, None, None]
+    static = [alert("static:loss", LANE, 101.5), alert("static:loss", "s1g1", 203.0)]
+    b = score(truth, static, None, run_s=3600.0, interval=1.0, plan=plan,
+              suffered=[r["suffered_at"] for r in s["per_fault"]])
+    assert b["lead_s_median"] == 1.5 and b["lead_n"] == 1
+    assert score(truth, static, None, run_s=3600.0, interval=1.0,
+                 plan=plan)["lead_s_median"] is None  # its own alerts never say the job
 
 
 def test_a_fresh_fault_outranks_the_last_faults_lingering_alerts(plan) -> None:  # noqa: ANN001
