@@ -163,7 +163,7 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
                   key=lambda d: d[0])
     rows: list[FaultScore] = []
     attributed: set[int] = set()
-    for i, f in enumerate(faults):
+    for idx, f in enumerate(faults):
         # a poll's time is taken when it starts: a fault injected during that poll is seen
         # by it, so the window opens one interval early
         window = [(i, a) for i, a in enumerate(raised)
@@ -172,7 +172,7 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
         signals = [a for _, a in window if not _symptom(a)]
         fs = FaultScore(f.kind, f.component, f.start, detected=bool(window))
         if suffered is not None:
-            fs.suffered_at = suffered[i]
+            fs.suffered_at = suffered[idx]
         else:
             fs.suffered_at = min((a["first_seen"] for _, a in window if _symptom(a)),
                                  default=None)

@@ -49,12 +49,7 @@ def psn_event(f: list[Any], psn: int) -> bool:
     exp = f[_F_EXP]
     ahead = (psn - exp) & PSN_MASK
     if ahead < (1 << 23):  # the packets exp .. psn-1 are missing (for now)
-        f[_F_LOST] += ahead
-        missing = f[_F_MISSING]
-        if ahead <= MAX_TRACKED_GAP and len(missing) < MAX_MISSING:
-            missing.update((exp + k) & PSN_MASK for k in range(ahead))
-        else:
-            f[_F_UNTRACKED] += ahead
+        _holes(f, exp, ahead)
         if f[_F_HOLE] < 0:
             f[_F_HOLE] = exp
         f[_F_EXP] = (psn + 1) & PSN_MASK
@@ -68,10 +63,7 @@ def psn_event(f: list[Any], psn: int) -> bool:
     if psn in missing:  # a late packet fills an old gap: reordered, not lost
         missing.discard(psn)
         f[_F_LOST] -= 1
-        f[_F_REORD] += 1
-        dist = (exp - 1 - psn) & PSN_MASK  # newer packets that overtook it
-        if dist > f[_F_RDIST]:
-            f[_F_RDIST] = dist
+        _late(f, psn)
         if psn == f[_F_HOLE]:  # the oldest hole filled: the next oldest (wrap-aware)
             f[_F_HOLE] = max(missing, key=lambda x: (exp - x) & PSN_MASK) if missing else -1
         return True
@@ -85,22 +77,34 @@ def _before_start(f: list[Any], psn: int, back: int) -> None:
     It came late (every packet seen so far overtook it); the PSNs between it and the old
     start were not seen either, so they are holes, lost until they come.
     """
-    exp, gap = f[_F_EXP], back - 1
+    gap = back - 1
     if gap:
-        f[_F_LOST] += gap
-        missing = f[_F_MISSING]
-        if len(missing) < MAX_MISSING:
-            missing.update((psn + 1 + k) & PSN_MASK for k in range(gap))
-        else:
-            f[_F_UNTRACKED] += gap
+        _holes(f, psn + 1, gap)
         f[_F_HOLE] = (psn + 1) & PSN_MASK  # older than any hole after the old start
     f[_F_PSN0] = psn
-    f[_F_REORD] += 1
-    dist = (exp - 1 - psn) & PSN_MASK
-    if dist > f[_F_RDIST]:
-        f[_F_RDIST] = dist
+    dist = _late(f, psn)
     if dist + 1 > f[_F_RWIN]:  # a receiver that knew the start had a hole at psn till now
         f[_F_RWIN] = dist + 1
+
+
+def _holes(f: list[Any], first: int, n: int) -> None:
+    """PSNs ``first`` .. ``first + n - 1`` not seen: lost until they come (remembered one by
+    one up to ``MAX_TRACKED_GAP`` of them at once and ``MAX_MISSING`` in all)."""
+    f[_F_LOST] += n
+    missing = f[_F_MISSING]
+    if n <= MAX_TRACKED_GAP and len(missing) < MAX_MISSING:
+        missing.update((first + k) & PSN_MASK for k in range(n))
+    else:
+        f[_F_UNTRACKED] += n
+
+
+def _late(f: list[Any], psn: int) -> int:
+    """Count ``psn`` as reordered; its reorder distance (newer packets that overtook it)."""
+    f[_F_REORD] += 1
+    dist = (f[_F_EXP] - 1 - psn) & PSN_MASK
+    if dist > f[_F_RDIST]:
+        f[_F_RDIST] = dist
+    return dist
 
 
 def _window(f: list[Any]) -> None:

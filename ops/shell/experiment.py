@@ -308,10 +308,11 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
             shown: list[dict[str, Any]] | None = None
             while time.monotonic() < end:
                 asker.step(inj.events)
-                live = live_faults(inj.events, time.time())
-                if on_faults is not None and live != shown:
-                    on_faults(live)
-                    shown = live
+                if on_faults is not None:
+                    live = live_faults(inj.events, time.time())
+                    if live != shown:
+                        on_faults(live)
+                        shown = live
                 if runner.wait(timeout=min(0.25, max(0.0, end - time.monotonic()))):
                     break
             runner.stop()

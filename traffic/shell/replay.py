@@ -473,12 +473,13 @@ def _result(lab: RunningLab, flows: list[FlowSpec], sent: dict[str, Any],
             ip, _, qp = m["flow"].rpartition("/")
             rx_msgs[(dst, ip, int(qp))].append(m)
         drops += int(data.get("receiver_drops") or 0)
-    moves = {(src, int(row["qp"])): row["entropy"] for src, data in sent.items()
-             for row in data.get("flows", []) if "entropy" in row}
+    moves: dict[tuple[str, int], dict[str, Any]] = {}
     tx_packets: dict[tuple[str, str, int], int] = defaultdict(int)  # (src, dst IP, QP)
     for src, data in sent.items():
         for row in data.get("flows", []):
             tx_packets[(src, row["dst_ip"], int(row["qp"]))] += int(row["packets"])
+            if "entropy" in row:
+                moves[(src, int(row["qp"]))] = row["entropy"]
     rows, messages = [], []
     lat: dict[str, list[float]] = defaultdict(list)
     lost = 0
