@@ -116,6 +116,8 @@ class Browser:
              "--hide-scrollbars", f"--window-size={width},{height}",
              "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
              f"--user-data-dir={self.profile}", url],
+            # its singleton lock and socket go in TMPDIR: inside the profile, removed with it
+            env={**os.environ, "TMPDIR": self.profile},
             stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL,
             start_new_session=True)  # its helpers in one group: close() stops them all
         log.close()

@@ -5,6 +5,9 @@ Skipped (saying why) where Chromium is not installed; ``scripts/setup.sh`` insta
 
 from __future__ import annotations
 
+import glob
+import os
+import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -85,3 +88,16 @@ def test_the_lb_selector_switches_the_mode(page: Any) -> None:
     browser.wait_for("document.getElementById('lb-message').textContent === 'now planned'",
                      timeout=5)
     assert backend.lb_calls == [{"mode": "planned"}]
+
+
+def test_the_browser_leaves_nothing_in_the_temporary_folder() -> None:
+    """Chromium puts its singleton lock folder in TMPDIR; the test browser's must go with
+    its profile, or every run of the suite leaves one behind."""
+    pattern = os.path.join(tempfile.gettempdir(), "org.chromium.*")
+    before = set(glob.glob(pattern))
+    backend = FakeBackend(load=0.05)
+    with DashboardServer(backend, 0) as srv, Browser(srv.url) as browser:
+        browser.wait_for("document.body.dataset.ready === '1'", timeout=30)
+        profile = browser.profile
+    assert set(glob.glob(pattern)) - before == set()
+    assert not os.path.exists(profile)
