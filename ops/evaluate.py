@@ -46,6 +46,9 @@ Two parts:
     guess, whether or not the component is right (localization scores that). **kind
     accuracy** = kind_correct / faults, over all faults as top-1 is (a missed fault is
     guessed ``none``, wrong); the **confusion** matrix counts {true kind: {guess: faults}};
+  - **faults at the same time** (``concurrent``): each is scored as if the others were
+    known: alerts on another live fault's component neither detect it nor are false
+    alarms, and that component is skipped in its ranking;
   - **per kind** the same, over that kind's faults; a false alarm belongs to no fault, so
     precision, F1 and false alarms per hour are the run's only (None per kind).
 
@@ -164,10 +167,15 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
     rows: list[FaultScore] = []
     attributed: set[int] = set()
     for idx, f in enumerate(faults):
+        # faults live at the same time: each is scored as if the others were known, so
+        # their components' alerts neither detect it nor stand first in its ranking
+        others = {canonical(g.component, plan) for g in faults if g is not f
+                  and g.start - interval <= f.end + grace and f.start - interval <= g.end + grace}
         # a poll's time is taken when it starts: a fault injected during that poll is seen
         # by it, so the window opens one interval early
         window = [(i, a) for i, a in enumerate(raised)
-                  if f.start - interval <= a["opened"] <= f.end + grace]
+                  if f.start - interval <= a["opened"] <= f.end + grace
+                  and canonical(a["component"], plan) not in others]
         attributed.update(i for i, _ in window)
         signals = [a for _, a in window if not _symptom(a)]
         fs = FaultScore(f.kind, f.component, f.start, detected=bool(window))
@@ -199,7 +207,7 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
                         a["component"], plan) == canonical(answer[0], plan)), None)
             fs.ranked = answer[:5]
             want = canonical(f.component, plan)
-            names = [canonical(c, plan) for c in answer]
+            names = [n for n in (canonical(c, plan) for c in answer) if n not in others]
             fs.top1 = bool(names) and names[0] == want
             fs.top3 = want in names[:3]
             kinds = fault_kinds(said) if said else ()

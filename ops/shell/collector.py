@@ -80,13 +80,16 @@ class Collector:
     ``client`` is the controller's REST client (None: kernel counters only);
     ``host_pids`` maps host name -> a PID inside that host's namespace (``Lab.hosts[h].pid``).
     ``on_poll(t, values)`` is called after each poll (the detectors hook in there).
+    ``extra(t)`` adds values a running workload reports about itself to each poll (a MoE
+    job's iterations: ``traffic.shell.moejob.MoeJob.take_values``).
     """
 
     def __init__(self, plan: WiringPlan, store: Store | None, *,
                  client: ControllerClient | None = None, host_pids: dict[str, int] | None = None,
                  interval: float = DEFAULT_INTERVAL_S,
                  on_poll: Callable[[float, dict[tuple[str, str], float]], None] | None = None,
-                 group_stats: bool = True) -> None:
+                 group_stats: bool = True,
+                 extra: Callable[[float], dict[tuple[str, str], float]] | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 s (got {interval})")
         self.plan = plan
@@ -96,6 +99,7 @@ class Collector:
         self.interval = interval
         self.on_poll = on_poll
         self.group_stats = group_stats
+        self.extra = extra
         self.history = History()
         self.links = link_components(plan)
         self.root_ends = self._root_ends()
@@ -136,6 +140,8 @@ class Collector:
         self._poll_kernel(t, values)
         self._poll_hosts(t, values)
         self._poll_controller(t, values)
+        if self.extra is not None:
+            values.update(self.extra(t))
         if self.store is not None:
             self.store.add_samples(t, values)
         self.history.add(t, values)

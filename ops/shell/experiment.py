@@ -19,6 +19,8 @@ from ops.detectors import Engine
 from ops.evaluate import GroundTruth, ground_truth, live_faults, score
 from ops.shell.collector import Collector
 from ops.telemetry import DEFAULT_INTERVAL_S, Store
+from traffic.kernels import KernelTraffic
+from traffic.shell.moejob import MoeJob
 from traffic.shell.running import RunningLab
 from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
@@ -30,7 +32,8 @@ class Monitor:
     and the baselines (``ops.baselines``) stepped on the same history after every poll."""
 
     def __init__(self, lab: RunningLab, store: Store | None, interval: float,
-                 baseline_mbps: float | None = None, job_hosts: set[str] | None = None) -> None:
+                 baseline_mbps: float | None = None, job_hosts: set[str] | None = None,
+                 job: MoeJob | None = None) -> None:
         self.lab = lab
         self.engine = Engine(lab.plan, baseline_mbps=baseline_mbps, job_hosts=job_hosts,
                              on_alert=self._saved)
@@ -39,7 +42,8 @@ class Monitor:
         self.diagnoses: list[tuple[float, list[str], str | None]] = []
         self.baselines = baselines(lab.plan)
         self.collector = Collector.for_lab(lab, store, interval=interval,
-                                           on_poll=self._after_poll)
+                                           on_poll=self._after_poll,
+                                           extra=job.take_values if job else None)
         self.lock = threading.Lock()
         self._consults: list[_Consult] = []
 
@@ -247,8 +251,9 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                 mbps_per_host: float = 20.0, severity: str = "hard",
                 questions: int = 4, healthy_questions: int = 3,
                 ask_delay_s: float | None = None,
-                on_faults: Callable[[list[dict[str, Any]]], None] | None = None
-                ) -> dict[str, Any]:
+                on_faults: Callable[[list[dict[str, Any]]], None] | None = None,
+                job: tuple[KernelTraffic, KernelTraffic | None] | None = None,
+                decode_every: int = 2, concurrent: int = 1) -> dict[str, Any]:
     """A fault-free phase and a fault phase of equal length on a running lab; score both.
 
     The schedule is ``testbed.shell.faults.random_schedule(plan, kinds, per_kind * len(kinds),
@@ -265,6 +270,11 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     ``summary`` (``Asker.result``). ``on_faults`` is told the live faults
     (``ops.evaluate.live_faults``) each time they change, and ``[]`` at the end: the live
     view shows them beside the alerts.
+
+    ``job``: ``(training step, decode burst)`` kernel traffic run as a MoE job
+    (``traffic.shell.moejob.MoeJob``) beside the streams from the warm-up to the end, its
+    iterations fed to the detectors (``out["job"]``: every iteration). ``concurrent`` > 1
+    injects faults in groups of that many at once, in different parts of the fabric.
     """
     from testbed.shell import faults as F
     from testbed.shell.wiring import check_wiring
@@ -272,9 +282,9 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     plan = lab.plan
     kinds = F.schedule_kinds(kinds or None, severity)
     n = per_kind * len(kinds)
-    phase_s = n * (fault_s + gap_s) + gap_s
+    phase_s = -(-n // concurrent) * (fault_s + gap_s) + gap_s
     schedule = F.random_schedule(plan, kinds, n, phase_s - gap_s, seed, gap_s,
-                                 severity=severity)
+                                 severity=severity, concurrent=concurrent)
     schedule = [dataclasses.replace(f, at=f.at + gap_s / 2,
                                     **(fault_params or {}).get(f.kind, {})) for f in schedule]
     warmup_s = 15 * interval
@@ -283,8 +293,13 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                            "mbps_per_host": mbps_per_host, "severity": severity,
                            "schedule": [_fault_dict(f) for f in schedule]}
     streams = steady_traffic(lab, warmup_s + 2 * phase_s + 60, mbps_per_host)
-    mon = Monitor(lab, store, interval)
+    moe = MoeJob(lab, job[0], job[1], decode_every=decode_every, log=log) if job else None
+    mon = Monitor(lab, store, interval, job=moe)
     try:
+        if moe is not None:
+            moe.start()
+            log(f"ops-eval: MoE job running ({len(moe.phases)} training phases per iteration, "
+                f"a decode burst every {decode_every})")
         mon.collector.start()
         log(f"ops-eval: warm-up {warmup_s:g} s, then a fault-free phase of {phase_s:g} s")
         time.sleep(warmup_s)
@@ -339,14 +354,20 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                                 run_s=t1 - t_fault, interval=interval, plan=plan,
                                 suffered=suffered)}
         out["events"] = events
+        out["phases"] = {"clean": t_clean, "faults": t_fault, "end": t1}
         out["alerts"] = mon.alerts()
         polls = mon.collector.poll_seconds
         out["telemetry"] = {"polls": len(polls),
                             "poll_s_median": round(statistics.median(polls), 4),
                             "poll_s_max": round(max(polls), 4),
                             "rows": store.count() if store is not None else None}
+        if moe is not None:
+            moe.stop()
+            out["job"] = [it.to_dict() for it in moe.iterations]
     finally:
         mon.collector.stop()
+        if moe is not None:
+            moe.stop()
         for s in streams:
             s.stop()
         if store is not None:

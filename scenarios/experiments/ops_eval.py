@@ -44,6 +44,7 @@ from scenarios.base import (
     SECONDS,
     SEED,
     SERVERS,
+    TOKENS,
     Param,
     Run,
     scenario,
@@ -56,17 +57,26 @@ from testbed.faultkinds import SCHEDULE_SEVERITIES
 from testbed.faultspec import KINDS, schedule_kinds
 from testbed.topologies import build
 from traffic.shell.running import RunningLab
+from traffic.workload import Phase
 from vocab.validate import count, positive
 
+#: what the faults land in (``--job``)
+JOB_TRAFFIC = ("moe", "probes")
 WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
 
 
 @scenario(
     "seeded faults of every kind during traffic: detection, false alarms, "
     "time to detect, lead time, localization",
-    Param("servers", 2, "servers (of `gpus` GPUs each)", rule=SERVERS),
-    Param("gpus", 4, "GPUs (NICs, rails) per server", quick=2, rule=GPUS),
-    Param("per_kind", 3, "faults of each kind", quick=1, rule=count(1, 100)),
+    Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2, rule=SERVERS),
+    Param("gpus", 8, "GPUs (NICs, rails) per server", quick=2, rule=GPUS),
+    Param("per_kind", 8, "faults of each kind", quick=1, rule=count(1, 100)),
+    Param("concurrent", 2, "faults injected at once, in different parts of the fabric",
+          quick=1, rule=count(1, 4)),
+    Param("job", "moe", "what the faults land in: moe (a MoE job's training iterations and "
+          "decode bursts, beside the probe streams) or probes (the streams alone)",
+          choices=JOB_TRAFFIC),
+    Param("job_tokens", 32, "tokens per GPU in the MoE job's training step", rule=TOKENS),
     Param("kinds", list(KINDS), "fault kinds (all: every kind with --severity's faults)",
           choices=KINDS),
     Param("severity", "hard", "how bad the faults are: gray (degraded, working), hard "
@@ -75,7 +85,7 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
     Param("gap_s", 12.0, "gap between faults (s): recovery before the next", quick=10.0,
           rule=SECONDS),
     Param("interval", 1.0, "telemetry polling interval (s)", rule=positive(60)),
-    Param("mbps_per_host", 20.0, "steady traffic each NIC sends (emulated Mb/s)",
+    Param("mbps_per_host", 4.0, "probe streams each NIC sends (emulated Mb/s)", quick=20.0,
           rule=positive(MAX_EMULATED_MBPS)),
     Param("model_draws", 100, "flow-model hash draws for the steady rate", rule=MODEL_DRAWS),
     Param("seed", 1, "schedule seed", rule=SEED),
@@ -95,7 +105,13 @@ def ops_eval(run: Run) -> None:
     with run.lab(plan, label="astral3", poll_interval=p["interval"]) as lab:
         run.guard(lab, _stream_flows(lab), "steady probe streams",
                   rate_mbps=p["mbps_per_host"])
+        job = moe_job(plan, p["servers"], p["gpus"], p["job_tokens"], p["seed"]) \
+            if p["job"] == "moe" else None
+        if job is not None:  # its heavier phase (combine: BF16), at the NICs' rate
+            run.guard(lab, [f for f in job[0].flows if f.phase == Phase.COMBINE],
+                      "MoE job (training combine)")
         res = eval_on_lab(lab, per_kind=p["per_kind"], kinds=kinds, severity=p["severity"],
+                          job=job, concurrent=p["concurrent"],
                           fault_s=p["fault_s"], gap_s=p["gap_s"], seed=p["seed"],
                           interval=p["interval"], mbps_per_host=p["mbps_per_host"],
                           store_path=run.path("telemetry.sqlite"), log=run.log,
@@ -135,12 +151,61 @@ def ops_eval(run: Run) -> None:
                    # the baselines, scored on the same polls (ops.baselines)
                    "baselines": {name: summarize(b["clean"], b["faults"])
                                  for name, b in res.get("baselines", {}).items()}}
+    if res.get("job") is not None:  # the MoE job's iterations: what the job felt
+        from ops.evaluate import ground_truth
+
+        run.summary["job"] = job_summary(res["job"], res["phases"],
+                                         ground_truth(res["events"], res["phases"]["end"]))
     if res.get("questions"):  # the operator's questions, asked while each fault was live
         qs = res["questions"]["summary"]
         run.summary["questions"] = {k: qs[k] for k in ("asked", "correct", "accuracy",
                                                        "faulty", "healthy", "stale")}
     _report(run, res, GOALS, model, detect)
     _plot(run, res)
+
+
+def moe_job(plan: Any, servers: int, gpus: int, tokens: int, seed: int) -> tuple[Any, Any]:
+    """The MoE job's traffic: DeepSeek-V3's training step (the high-bandwidth kernel's
+    dispatch and combine, ``tokens`` per GPU) and a decode burst (the low-latency kernel's
+    dispatch, DeepEP's decode shape at 2 tokens per GPU), each one seeded step."""
+    from traffic.kernels import high_bandwidth, low_latency
+    from traffic.workload import simulate_step
+
+    train = high_bandwidth(simulate_step("deepseek-v3", servers, gpus, tokens, seed=seed), plan)
+    decode = low_latency(simulate_step("deepseek-v3", servers, gpus, 2, seed=seed + 1), plan,
+                         phases=(Phase.DISPATCH,))
+    return train, decode
+
+
+def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
+                truth: list[Any]) -> dict[str, Any]:
+    """What the MoE job felt: its iteration time in the fault-free phase (median
+    [p25-p75], N), and per fault the iterations that overlapped it: the slowest against
+    that median, packets lost, failed replays; ``felt`` when one of them was at least
+    ``ops.detectors.job_slow.ITER_RATIO`` x slower, lost packets or failed (what the
+    job-slow detector would see). Per kind: faults the job felt / faults."""
+    from ops.detectors.job_slow import ITER_RATIO
+
+    ok = [it for it in iterations if it["error"] is None]
+    clean = [it["iter_s"] for it in ok if phases["clean"] <= it["started"] < phases["faults"]]
+    base = distribution(clean) if clean else None
+    rows, kinds = [], {}
+    for r in truth:  # ops.evaluate.GroundTruth: the injector's log
+        hit = [it for it in iterations if it["started"] <= r.end and it["ended"] >= r.start]
+        timed = [it["iter_s"] for it in hit if it["error"] is None]
+        slowest = round(max(timed) / base["median"], 2) if timed and base else None
+        lost = sum(it["lost_packets"] + it["decode_lost"] for it in hit)
+        failed = sum(it["error"] is not None for it in hit)
+        felt = bool(lost or failed or (slowest is not None and slowest >= ITER_RATIO))
+        rows.append({"kind": r.kind, "component": r.component, "iterations": len(hit),
+                     "slowest_x": slowest, "lost_packets": lost, "failed": failed,
+                     "felt": felt})
+        k = kinds.setdefault(r.kind, {"faults": 0, "felt": 0})
+        k["faults"] += 1
+        k["felt"] += felt
+    return {"iterations": len(iterations), "failed": len(iterations) - len(ok),
+            "lossy": sum(1 for it in ok if it["lost_packets"] or it["decode_lost"]),
+            "iter_s_clean": base, "per_fault": rows, "per_kind": kinds}
 
 
 #: what ``ops.shell.experiment.steady_traffic`` sends: source ports per stream, UDP payload bytes
@@ -223,6 +288,17 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
     ])
     rep.section("By fault kind", "")
     rep.table([{"kind": k, **v} for k, v in faults["by_kind"].items()])
+    job = run.summary.get("job")
+    if job is not None:
+        from ops.detectors.job_slow import ITER_RATIO
+
+        clean_iter = job["iter_s_clean"]
+        rep.section("What the job felt", WORDS(
+            "job", tokens=run.params["job_tokens"], iterations=job["iterations"],
+            lossy=job["lossy"], failed=job["failed"], ratio=ITER_RATIO,
+            clean=fmt_distribution(clean_iter, " s", 3) if clean_iter else "none measured"))
+        rep.table([{"kind": k, "faults": v["faults"], "felt by the job": v["felt"]}
+                   for k, v in job["per_kind"].items()])
     rep.section("What kind of fault it said", WORDS("kinds"))
     rep.table(confusion_rows(faults["confusion"]))
     rep.section("Every fault", WORDS("every_fault"))

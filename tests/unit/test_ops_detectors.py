@@ -255,3 +255,70 @@ def test_transmit_stall_is_not_random_loss(plan) -> None:  # noqa: ANN001
             v[(NIC, "out_drop_pps")] = 2000.0
 
     assert run(plan, 50, fault)[1] == {}
+
+
+def _iterations(times: dict[int, tuple[float, float]], bursty: bool = True):  # noqa: ANN202
+    """A fault hook: a MoE job's iteration (seconds, packets lost) ending at poll i, with the
+    job's received rate bursting and pausing as an all-to-all does."""
+    def fault(i: int, v: Values) -> None:
+        if bursty:
+            for h in ("s0g0", "s0g1", "s1g0", "s1g1"):
+                v[(h, "rx_mbps")] *= 3.0 if i % 3 == 0 else 0.1
+        if i in times:
+            secs, lost = times[i]
+            v[("job", "iter_s")] = secs
+            v[("job", "iter_lost")] = lost
+            v[("job", "iter_failed")] = 0.0
+    return fault
+
+
+def clean_iterations(n: int, rng: random.Random) -> dict[int, tuple[float, float]]:
+    """An iteration every 3 polls, 0.5 s +- 25%, no loss."""
+    return {i: (0.5 * rng.uniform(0.75, 1.25), 0.0) for i in range(2, n, 3)}
+
+
+def test_a_job_with_iterations_is_judged_by_them_not_by_its_bursty_rate(plan) -> None:  # noqa: ANN001
+    for seed in range(5):
+        its = clean_iterations(300, random.Random(seed))
+        _, opened = run(plan, 300, _iterations(its), seed=seed)
+        assert opened == {}, opened
+    # a long pause in what the job receives (between all-to-alls) is no alarm while its
+    # iterations keep their time; with no iterations reported it is one (the rate rule)
+    its = clean_iterations(120, random.Random(1))
+    bursts = _iterations(its, bursty=False)
+
+    def pause(i: int, v: Values) -> None:
+        bursts(i, v)
+        if i >= 60:
+            for h in plan.hosts:
+                v[(h.name, "rx_mbps")] *= 0.1
+    _, opened = run(plan, 120, pause)
+    assert opened == {}
+    its.clear()
+    _, opened = run(plan, 120, pause)
+    assert [a.detector for got in opened.values() for a in got] == ["job-slow"]
+
+
+def test_a_slow_iteration_raises_job_slow_at_the_poll_it_ends(plan) -> None:  # noqa: ANN001
+    its = clean_iterations(120, random.Random(3))
+    its[62] = (1.2, 0.0)  # 2.4x the median
+    _, opened = run(plan, 120, _iterations(its))
+    i, a = first(opened)
+    assert (i, a.detector, a.component) == (62, "job-slow", "job")
+    assert "1.20 s" in a.summary and a.first_seen == 1062.0
+
+
+def test_an_iteration_that_lost_packets_raises_job_slow(plan) -> None:  # noqa: ANN001
+    its = clean_iterations(120, random.Random(4))
+    its[50] = (its[50][0], 3.0)  # on time, but 3 packets never arrived
+    eng, opened = run(plan, 120, _iterations(its))
+    i, a = first(opened)
+    assert (i, a.detector) == (50, "job-slow") and "lost 3 packets" in a.summary
+    # the next clean iteration (poll 53) ends it; cleared after CLEAR_POLLS polls
+    assert [x.cleared for x in eng.closed if x.detector == "job-slow"] == [1000.0 + 54]
+
+
+def test_slow_iterations_need_earlier_ones_to_compare_with(plan) -> None:  # noqa: ANN001
+    its = {2: (0.5, 0.0), 5: (0.5, 0.0), 8: (2.0, 0.0)}  # only two before the slow one
+    _, opened = run(plan, 12, _iterations(its))
+    assert opened == {}

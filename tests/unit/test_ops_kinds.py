@@ -128,3 +128,20 @@ def test_static_thresholds_name_the_controller_rule_apart_from_a_links(plan) -> 
     hist.add(1000.0, {(CONTROLLER, "up"): 0.0, (LANE, "up"): 0.0})
     found = {(f.detector, f.component) for f in StaticThresholds(plan).findings(hist)}
     assert {("static:controller_up", CONTROLLER), ("static:up", LANE)} <= found
+
+
+def test_two_faults_at_once_are_each_scored_as_if_the_other_were_known(plan) -> None:  # noqa: ANN001
+    """Concurrent faults: the other fault's alerts do not detect this one, and its component
+    is skipped in this one's ranking (else the first fault named would fail the second)."""
+    truth = [GroundTruth("link-down", LANE, 100.0, 110.0),
+             GroundTruth("nic-loss", NIC, 101.0, 111.0),
+             GroundTruth("switch-down", "spine2", 102.0, 112.0)]
+    alerts = [_alert("link-down", LANE, 101.0), _alert("loss", NIC, 103.0)]
+    diagnoses = [(103.0, [LANE, NIC], "link-down"), (105.0, [LANE, NIC], "link-down")]
+    s = score(truth, alerts, diagnoses, run_s=3600.0, interval=1.0, plan=plan)
+    rows = {r["kind"]: r for r in s["per_fault"]}
+    assert rows["link-down"]["detected"] and rows["link-down"]["top1"]
+    assert rows["nic-loss"]["detected"] and rows["nic-loss"]["top1"]  # LANE skipped
+    assert rows["nic-loss"]["first_alert"] == f"loss:{NIC}"
+    assert not rows["switch-down"]["detected"]  # only the others' alerts in its window
+    assert s["false_alarms"] == 0

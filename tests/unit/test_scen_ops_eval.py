@@ -60,11 +60,48 @@ def _canned(lab: Any, **kw: Any) -> dict[str, Any]:
                 "faults": score(truth, alerts, diagnoses, **run)}
 
     agent_ = phases(agent, diag, [])
+    events = [e for i, f in enumerate(truth) for e in (
+        {"action": "inject", "kind": f.kind, "component": f.component, "time": f.start,
+         "fault_id": i + 1},
+        {"action": "undo", "kind": f.kind, "component": f.component, "time": f.end,
+         "fault_id": i + 1})]
     return {**agent_, "baseline_mbps": 83.3, "interval_s": 1.0, "questions": _questions(),
+            "events": events, "phases": {"clean": 0.0, "faults": 100.0, "end": 2000.0},
+            "job": _iterations(truth),
             "baselines": {"static-thresholds": phases(static, None, [alert("static:up", "z",
                                                                           5.0)]),
                           "peer-outlier": phases(peer, None, [])},
             "telemetry": {"polls": 10, "poll_s_median": 0.1, "poll_s_max": 0.2, "rows": 5}}
+
+
+def _iterations(truth: list[Any]) -> list[dict[str, Any]]:
+    """The MoE job: 0.5 s iterations every 4 s from t=0 (fault-free until 100); during the
+    first fault they take 1.0 s, during the second each loses 3 packets, during the third each
+    fails; the rest of the faults pass unfelt."""
+    its = []
+    for i in range(500):
+        start = 4.0 * i
+        hit = [k for k, f in enumerate(truth[:3]) if start <= f.end and start + 1 >= f.start]
+        its.append({"index": i, "started": start, "ended": start + 1.0,
+                    "iter_s": 1.0 if hit == [0] else 0.5 if hit != [2] else 0.0,
+                    "lost_packets": 3 if hit == [1] else 0, "decode_lost": 0,
+                    "error": "RuntimeError: boom" if hit == [2] else None})
+    return its
+
+
+def test_the_job_summary_says_which_faults_the_job_felt() -> None:
+    from ops.evaluate import GroundTruth
+
+    truth = [GroundTruth(k, f"c{i}", 100.0 * (i + 1), 100.0 * (i + 1) + 8)
+             for i, k in enumerate(oe.KINDS[:4])]
+    s = oe.job_summary(_iterations(truth), {"clean": 0.0, "faults": 100.0, "end": 500.0},
+                       truth)
+    assert s["iter_s_clean"]["median"] == 0.5 and s["iter_s_clean"]["draws"] == 25
+    assert [(r["slowest_x"], r["lost_packets"], r["failed"], r["felt"])
+            for r in s["per_fault"]] == [(2.0, 0, 0, True), (1.0, 9, 0, True),
+                                         (None, 0, 3, True), (1.0, 0, 0, False)]
+    assert s["failed"] == 3 and s["lossy"] == 3 and s["iterations"] == 500
+    assert s["per_kind"][oe.KINDS[3]] == {"faults": 1, "felt": 0}
 
 
 def _questions() -> dict[str, Any]:

@@ -277,7 +277,8 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
            timeout: float | None = None, progress: bool = True,
            label: str = "replay", recv_idle_s: float = 5.0,
            recv_grace_s: float = 10.0, plane: Plane | str | None = None,
-           policy: str | policies.Policy | None = None) -> ReplayResult:
+           policy: str | policies.Policy | None = None,
+           lb: dict[str, Any] | None = None) -> ReplayResult:
     """Replay ``flows`` on ``lab`` and measure them (see the module docstring).
 
     ``rate_mbps`` overrides the senders' pacing (default: each source NIC's
@@ -294,13 +295,15 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
     ``pmtu`` defaults to the lab's (``Lab(pmtu=...)``, 4,096 on one machine).
     ``policy`` (a name with options, ``"qp-scaling:qps=8"``) is what the hosts do: which QPs
     they open (``expand``) and how they pick source ports; default the controller's mode.
+    ``lb`` is the controller's ``GET /lb`` answer, read once by a caller that replays again
+    and again (a job's iterations), which must go on while the controller is down.
     """
     flows = [f for f in flows if f.bytes > 0]
     if not flows:
         raise ValueError("no flows with bytes to replay")
     _check(flows, lab)
     client = lab.client()
-    state = client.lb()
+    state = lb if lb is not None else client.lb()
     mode = state["mode"]
     own = lab.lb_policy  # Lab(lb="name:key=value"): the lab's options
     pol = policy if isinstance(policy, policies.Policy) else policies.parse(policy) \

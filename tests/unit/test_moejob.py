@@ -1,0 +1,105 @@
+"""``traffic.shell.moejob``: what one iteration measures and what the collector is handed,
+with the replays faked (the real fabric: tests/integration/test_moejob.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from testbed.topologies import build
+from traffic.kernels import high_bandwidth, low_latency
+from traffic.shell import moejob as M
+from traffic.workload import Phase, simulate_step
+
+
+@pytest.fixture(scope="module")
+def kernels() -> tuple[Any, Any]:
+    plan = build("astral3", servers=2, gpus=2)
+    train = high_bandwidth(simulate_step("deepseek-v3", 2, 2, 8, seed=1), plan)
+    decode = low_latency(simulate_step("deepseek-v3", 2, 2, 2, seed=2), plan,
+                         phases=(Phase.DISPATCH,))
+    return train, decode
+
+
+class FakeReplays:
+    """Stands in for ``replay``: each call's completion time and lost packets, in turn."""
+
+    def __init__(self, outcomes: list[tuple[float, int] | Exception]) -> None:
+        self.outcomes = list(outcomes)
+        self.calls: list[tuple[str, int]] = []
+
+    def __call__(self, lab: Any, flows: list[Any], *, label: str, **kw: Any) -> Any:
+        self.calls.append((label, len(flows)))
+        out = self.outcomes.pop(0)
+        if isinstance(out, Exception):
+            raise out
+        secs, lost = out
+        rows = [{"src": f.src, "dst": f.dst, "sport": f.sport,
+                 "lost_packets": lost if i == 0 else 0} for i, f in enumerate(flows)]
+        return SimpleNamespace(start_ns=int(1e18), job_completion_s=secs, lost_packets=lost,
+                               flows=rows)
+
+
+def job(kernels: tuple[Any, Any], fake: FakeReplays, monkeypatch: pytest.MonkeyPatch,
+        **kw: Any) -> M.MoeJob:
+    monkeypatch.setattr(M, "replay", fake)
+    train, decode = kernels
+    return M.MoeJob(SimpleNamespace(), train, decode, log=lambda _m: None, **kw)
+
+
+def test_an_iteration_is_dispatch_then_combine_and_a_decode_burst_every_other(
+        kernels: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeReplays([(0.2, 0), (0.3, 0), (0.05, 0), (0.25, 0), (0.35, 0)])
+    j = job(kernels, fake, monkeypatch, decode_every=2)
+    first, second = j.iterate(0), j.iterate(1)
+    assert [c[0] for c in fake.calls] == ["iteration 0 dispatch", "iteration 0 combine",
+                                          "iteration 0 decode", "iteration 1 dispatch",
+                                          "iteration 1 combine"]
+    assert first.phases == {"dispatch": 0.2, "combine": 0.3} and first.iter_s == 0.5
+    assert first.decode_s == 0.05 and first.started == 1e9
+    assert second.iter_s == pytest.approx(0.6) and second.decode_s is None
+    assert first.lost_packets == 0 and first.lossy == [] and first.error is None
+
+
+def test_lost_packets_are_counted_with_the_flows_that_lost_them(
+        kernels: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeReplays([(0.2, 3), (0.3, 0), (0.05, 2)])
+    j = job(kernels, fake, monkeypatch)
+    it = j.iterate(0)
+    assert it.lost_packets == 3 and it.decode_lost == 2
+    assert [(f["kernel"], f["lost"]) for f in it.lossy] == [("train", 3), ("decode", 2)]
+    values = M.iteration_values([it])
+    src, dst = it.lossy[0]["src"], it.lossy[0]["dst"]
+    assert values[("job", "iter_lost")] == 3 and values[("job", "iter_s")] == 0.5
+    assert values[(src, "job_lost_tx")] >= 3 and values[(dst, "job_lost_rx")] >= 3
+
+
+def test_a_failed_replay_is_an_untimed_failed_iteration_and_the_job_goes_on(
+        kernels: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeReplays([RuntimeError("receiver on s0g0 did not start"), (0.2, 0), (0.3, 0)])
+    j = job(kernels, fake, monkeypatch, decode_every=5)
+    bad, good = j.iterate(0), j.iterate(1)
+    assert bad.error == "RuntimeError: receiver on s0g0 did not start"
+    assert good.error is None and good.iter_s == 0.5
+    values = M.iteration_values([bad])
+    assert values[("job", "iter_failed")] == 1 and ("job", "iter_s") not in values
+
+
+def test_the_collector_is_handed_each_iteration_once(
+        kernels: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    j = job(kernels, FakeReplays([]), monkeypatch)
+    assert j.take_values(0.0) == {}
+    j.iterations += [M.Iteration(0, 1.0, 2.0, 0.5, {}, 0), M.Iteration(1, 3.0, 4.0, 0.9, {}, 0)]
+    assert j.take_values(5.0)[("job", "iter_s")] == 0.9  # the slowest since the last poll
+    assert j.take_values(6.0) == {}
+
+
+def test_bad_arguments_are_refused(kernels: tuple[Any, Any]) -> None:
+    train, decode = kernels
+    with pytest.raises(ValueError, match="decode_every"):
+        M.MoeJob(SimpleNamespace(), train, decode, decode_every=0)
+    empty = type(train)("high_bandwidth", [], [])
+    with pytest.raises(ValueError, match="no flows"):
+        M.MoeJob(SimpleNamespace(), empty)

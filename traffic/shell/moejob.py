@@ -1,0 +1,197 @@
+"""A MoE job on a running lab: training iterations and decode bursts, one after the other.
+
+What operators watch is the job, not the links: a training job's iteration time is the
+signal production fault-finders start from (a slow or stalled iteration says *that*
+something is wrong; the counters say where). ``MoeJob`` runs, in a background thread,
+iteration after iteration of the high-bandwidth (training/prefill) kernel's step: its
+dispatch flows, then its combine flows, each replayed as real RoCE packets
+(``traffic.shell.replay.replay``), and every ``decode_every``-th iteration one decode burst
+(the low-latency kernel's dispatch). The step is the same seeded one every iteration, so a
+change in iteration time is the fabric's doing.
+
+An iteration's time is what its traffic took on the wire: the dispatch's completion time
+plus the combine's, each from its common start to its last byte. The seconds between
+iterations, when the lab starts the next replay's senders and receivers, are the
+emulator's own and are not counted. The lab's senders do not retransmit: a packet lost in
+an iteration is counted (``lost_packets``, and which flows lost it) rather than timed; on
+an RC connection it would stall its queue pair until a retransmission, so a lossy
+iteration is a slow one.
+
+``take_values(t)`` hands the collector (``ops.shell.collector.Collector(extra=...)``) the
+iterations that ended since its last poll, as telemetry of component ``job``: ``iter_s``
+(the slowest of them), ``iter_lost`` and ``decode_s``, and per NIC the packets its job
+flows lost, sent (``job_lost_tx``) and received (``job_lost_rx``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from traffic.kernels import FlowSpec, KernelTraffic
+from traffic.shell.replay import ReplayResult, replay
+from traffic.shell.running import RunningLab
+from traffic.workload import Phase
+
+#: the telemetry component the job's samples belong to
+JOB = "job"
+
+
+@dataclass
+class Iteration:
+    """One iteration of the job, as measured."""
+
+    index: int
+    started: float  # wall clock: the dispatch's common start
+    ended: float  # wall clock: when its last phase's result was in
+    iter_s: float  # dispatch + combine completion (the wire's time, see the module docstring)
+    phases: dict[str, float]  # phase -> completion time (s)
+    lost_packets: int  # training flows' packets that never arrived
+    decode_s: float | None = None  # the decode burst's completion time, when one ran
+    decode_lost: int = 0
+    #: flows that lost packets: ``{"src", "dst", "sport", "lost", "kernel"}``
+    lossy: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None  # a replay that failed (the iteration is not timed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def iteration_values(done: list[Iteration]) -> dict[tuple[str, str], float]:
+    """Telemetry for iterations that ended since the last poll (see the module docstring).
+    Pure. Failed iterations count as lossy ones with no time."""
+    if not done:
+        return {}
+    out: dict[tuple[str, str], float] = {}
+    timed = [it.iter_s for it in done if it.error is None]
+    if timed:
+        out[(JOB, "iter_s")] = max(timed)
+    out[(JOB, "iter_lost")] = float(sum(it.lost_packets for it in done))
+    out[(JOB, "iter_failed")] = float(sum(it.error is not None for it in done))
+    decode = [it.decode_s for it in done if it.decode_s is not None]
+    if decode:
+        out[(JOB, "decode_s")] = max(decode)
+    per: dict[tuple[str, str], float] = defaultdict(float)
+    for it in done:
+        for f in it.lossy:
+            per[(f["src"], "job_lost_tx")] += f["lost"]
+            per[(f["dst"], "job_lost_rx")] += f["lost"]
+    out.update(per)
+    return out
+
+
+def _lossy(result: ReplayResult, kernel: str) -> list[dict[str, Any]]:
+    return [{"src": r["src"], "dst": r["dst"], "sport": r["sport"], "lost": r["lost_packets"],
+             "kernel": kernel} for r in result.flows if r["lost_packets"]]
+
+
+class MoeJob:
+    """Iterations of ``train`` (dispatch then combine), a burst of ``decode`` every
+    ``decode_every`` iterations, until ``stop()``. ``replay_kw`` go to every replay
+    (e.g. ``rate_mbps``); receivers give up ``recv_idle_s`` after a flow's last packet,
+    so a lossy iteration ends soon. ``on_iteration`` is told each iteration as it ends.
+    """
+
+    def __init__(self, lab: RunningLab, train: KernelTraffic,
+                 decode: KernelTraffic | None = None, *, decode_every: int = 2,
+                 recv_idle_s: float = 1.0,
+                 on_iteration: Callable[[Iteration], None] | None = None,
+                 log: Callable[[str], None] = print, **replay_kw: Any) -> None:
+        if decode_every < 1:
+            raise ValueError(f"decode_every must be >= 1 (got {decode_every})")
+        self.lab = lab
+        self.phases: list[tuple[str, list[FlowSpec]]] = [
+            (str(p), [f for f in train.flows if f.phase == p]) for p in Phase]
+        self.phases = [(p, fl) for p, fl in self.phases if fl]
+        if not self.phases:
+            raise ValueError("the training step has no flows to replay")
+        self.decode = [f for f in decode.flows if f.bytes > 0] if decode is not None else []
+        self.decode_every = decode_every
+        self.on_iteration = on_iteration
+        self.log = log
+        self.replay_kw = {"recv_idle_s": recv_idle_s, "recv_grace_s": 2.0, "progress": False,
+                          **replay_kw}
+        self.iterations: list[Iteration] = []
+        self._taken = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the loop ------------------------------------------------------------------------
+    def start(self) -> MoeJob:
+        """Start iterating in a background thread (the controller's LB mode is read once,
+        here: the job goes on while the controller is down, as a real one would)."""
+        if self._thread is not None:
+            raise RuntimeError("the job is running already")
+        self.replay_kw.setdefault("lb", self.lab.client().lb())
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="moe-job", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        index = 0
+        while not self._stop.is_set():
+            it = self.iterate(index)
+            with self._lock:
+                self.iterations.append(it)
+            if self.on_iteration is not None:
+                self.on_iteration(it)
+            if it.error is not None:
+                self._stop.wait(1.0)  # a broken replay: do not spin
+            index += 1
+
+    def iterate(self, index: int) -> Iteration:
+        """Run one iteration now (in the caller's thread) and return what it measured."""
+        phases: dict[str, float] = {}
+        lossy: list[dict[str, Any]] = []
+        lost, started = 0, time.time()
+        it = Iteration(index, started, started, 0.0, phases, 0, lossy=lossy)
+        try:
+            for name, flows in self.phases:
+                r = replay(self.lab, flows, label=f"iteration {index} {name}", **self.replay_kw)
+                if name == self.phases[0][0]:
+                    it.started = r.start_ns / 1e9
+                phases[name] = round(r.job_completion_s, 6)
+                lost += r.lost_packets
+                lossy += _lossy(r, "train")
+            it.iter_s = round(sum(phases.values()), 6)
+            it.lost_packets = lost
+            if self.decode and index % self.decode_every == 0 and not self._stop.is_set():
+                r = replay(self.lab, self.decode, label=f"iteration {index} decode",
+                           **self.replay_kw)
+                it.decode_s = round(r.job_completion_s, 6)
+                it.decode_lost = r.lost_packets
+                lossy += _lossy(r, "decode")
+        except Exception as exc:  # a failed replay is a data point, not the end of the job
+            it.error = f"{type(exc).__name__}: {exc}"[:300]
+            self.log(f"moe-job: iteration {index} failed: {it.error}")
+        it.ended = time.time()
+        return it
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """Stop after the replay in flight (its agents are cleaned up by ``replay``)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError(f"the MoE job did not stop within {timeout:g} s")
+            self._thread = None
+
+    def __enter__(self) -> MoeJob:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- what the collector reads -------------------------------------------------------
+    def take_values(self, _t: float | None = None) -> dict[tuple[str, str], float]:
+        """Telemetry of the iterations that ended since the last call (``iteration_values``)."""
+        with self._lock:
+            done = self.iterations[self._taken:]
+            self._taken = len(self.iterations)
+        return iteration_values(done)
