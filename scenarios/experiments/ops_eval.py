@@ -2,12 +2,13 @@
 
 The question: does the operations layer (``ops/``: telemetry, detectors, diagnosis agent)
 see every fault, only faults, soon enough, and name the right component? One fabric
-carries steady probe streams (every NIC to a NIC under another leaf, many source ports
+carries a MoE job (``traffic.shell.moejob``: training iterations of dispatch then combine,
+a decode burst every other one, the iteration time measured; ``job="probes"`` leaves it
+out) and steady probe streams (every NIC to a NIC under another leaf, many source ports
 so ECMP spreads them) for a fault-free phase and then a fault phase of equal length, in
 which ``testbed.shell.faults.random_schedule`` injects ``per_kind`` faults of every kind
-(each module of ``testbed/faultkinds/``: link-down, link-flap, link-degrade, nic-loss,
-switch-down, partial-blackhole, mtu-mismatch, controller-kill, controller-restart,
-hot-receiver), one at a time. The
+(each module of ``testbed/faultkinds/``), ``concurrent`` at a time in different parts of
+the fabric. The
 collector polls every ``interval``; the detectors run after every poll; the deterministic
 agent is asked "what is wrong?" at every poll with an open alert, and its answer two polls
 after a detection is scored: where (the component it names first) and what (the fault

@@ -1,0 +1,68 @@
+"""A MoE job on a real fabric: its iterations are timed, a fault shows in them, the ops
+layer's job-slow detector reads them (``traffic/shell/moejob.py``).
+
+Four servers of two GPUs (two rail blocks, so the training step's rail-aligned flows
+cross the spines): a few clean iterations, then a lossy NIC under the job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ops.shell.experiment import Monitor
+from scenarios.experiments.ops_eval import moe_job
+from testbed.shell.faults import Fault, FaultInjector
+from testbed.shell.lab import Lab
+from testbed.topologies import build
+from traffic.shell.moejob import MoeJob
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout:g} s")
+
+
+def test_iterations_are_timed_and_a_lossy_nic_shows_in_them_and_in_job_slow(
+        assert_clean: Callable[[Any], None]) -> None:
+    plan = build("astral3", servers=4, gpus=2)
+    train, decode = moe_job(plan, 4, 2, 16, seed=1)
+    assert {f.src[:2] for f in train.flows} == {"s0", "s1", "s2", "s3"}
+    with Lab(plan, log=lambda m: None) as lab:
+        job = MoeJob(lab, train, decode, decode_every=2, log=lambda m: None)
+        mon = Monitor(lab, None, interval=1.0, job=job)
+        try:
+            job.start()
+            mon.collector.start()
+            wait_for(lambda: len(job.iterations) >= 7, 90, "seven iterations")
+            clean = list(job.iterations)
+            assert all(it.error is None and it.lost_packets == 0 for it in clean), clean
+            assert all(0 < it.iter_s < 10 and set(it.phases) == {"dispatch", "combine"}
+                       for it in clean)
+            assert [it.decode_s is not None for it in clean[:4]] == [True, False, True, False]
+            # the collector was handed every iteration's time, each once
+            seen = [v for v in mon.collector.history.values("job", "iter_s") if v is not None]
+            assert 5 <= len(seen) <= len(clean) and set(seen) <= {it.iter_s for it in clean}
+            assert [a for a in mon.alerts() if a["detector"] == "job-slow"] == []
+            with FaultInjector(lab) as inj:
+                start = len(job.iterations)
+                inj.inject(Fault("nic-loss", "s1g1", probability=0.2))
+                lossy = wait_for(lambda: [it for it in job.iterations[start + 1:]
+                                          if it.lost_packets], 60, "a lossy iteration")[0]
+                assert {f["src"] for f in lossy.lossy} | {f["dst"] for f in lossy.lossy} \
+                    >= {"s1g1"}
+                assert all("s1g1" in (f["src"], f["dst"]) for f in lossy.lossy), lossy.lossy
+                alert = wait_for(lambda: [a for a in mon.alerts()
+                                          if a["detector"] == "job-slow"], 20, "job-slow")[0]
+                assert alert["component"] == "job" and "lost" in alert["summary"]
+        finally:
+            mon.collector.stop()
+            job.stop()
+        assert len(job.iterations) > start + 1
+    assert_clean(plan)
