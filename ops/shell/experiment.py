@@ -253,7 +253,8 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                 ask_delay_s: float | None = None,
                 on_faults: Callable[[list[dict[str, Any]]], None] | None = None,
                 job: tuple[KernelTraffic, KernelTraffic | None] | None = None,
-                decode_every: int = 2, concurrent: int = 1) -> dict[str, Any]:
+                decode_every: int = 2, job_mbps: float | None = None,
+                concurrent: int = 1) -> dict[str, Any]:
     """A fault-free phase and a fault phase of equal length on a running lab; score both.
 
     The schedule is ``testbed.shell.faults.random_schedule(plan, kinds, per_kind * len(kinds),
@@ -273,7 +274,8 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
 
     ``job``: ``(training step, decode burst)`` kernel traffic run as a MoE job
     (``traffic.shell.moejob.MoeJob``) beside the streams from the warm-up to the end, its
-    iterations fed to the detectors (``out["job"]``: every iteration). ``concurrent`` > 1
+    iterations fed to the detectors (``out["job"]``: every iteration), each NIC sending at
+    ``job_mbps`` (None: its emulated rate). ``concurrent`` > 1
     injects faults in groups of that many at once, in different parts of the fabric.
     """
     from testbed.shell import faults as F
@@ -293,7 +295,8 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                            "mbps_per_host": mbps_per_host, "severity": severity,
                            "schedule": [_fault_dict(f) for f in schedule]}
     streams = steady_traffic(lab, warmup_s + 2 * phase_s + 60, mbps_per_host)
-    moe = MoeJob(lab, job[0], job[1], decode_every=decode_every, log=log) if job else None
+    moe = MoeJob(lab, job[0], job[1], decode_every=decode_every, log=log,
+                 rate_mbps=job_mbps) if job else None
     mon = Monitor(lab, store, interval, job=moe)
     try:
         if moe is not None:

@@ -37,6 +37,7 @@ The emulation has one hash draw of those source ports (N=1).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from scenarios.base import (
@@ -78,6 +79,9 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
           "decode bursts, beside the probe streams) or probes (the streams alone)",
           choices=JOB_TRAFFIC),
     Param("job_tokens", 32, "tokens per GPU in the MoE job's training step", rule=TOKENS),
+    Param("job_mbps", 10.0, "what each NIC of the MoE job sends at (emulated Mb/s, paced "
+          "below the NIC so the job and the probes fit the machine's switching capacity)",
+          quick=40.0, rule=positive(MAX_EMULATED_MBPS)),
     Param("kinds", list(KINDS), "fault kinds (all: every kind with --severity's faults)",
           choices=KINDS),
     Param("severity", "hard", "how bad the faults are: gray (degraded, working), hard "
@@ -108,11 +112,13 @@ def ops_eval(run: Run) -> None:
                   rate_mbps=p["mbps_per_host"])
         job = moe_job(plan, p["servers"], p["gpus"], p["job_tokens"], p["seed"]) \
             if p["job"] == "moe" else None
-        if job is not None:  # its heavier phase (combine: BF16), at the NICs' rate
-            run.guard(lab, [f for f in job[0].flows if f.phase == Phase.COMBINE],
-                      "MoE job (training combine)")
+        if job is not None:  # its heavier phase (combine: BF16), each NIC at its pace
+            combine = [f for f in job[0].flows if f.phase == Phase.COMBINE]
+            per_nic = max(Counter(f.src for f in combine).values())
+            run.guard(lab, combine, "MoE job (training combine)",
+                      rate_mbps=p["job_mbps"] / per_nic)
         res = eval_on_lab(lab, per_kind=p["per_kind"], kinds=kinds, severity=p["severity"],
-                          job=job, concurrent=p["concurrent"],
+                          job=job, job_mbps=p["job_mbps"], concurrent=p["concurrent"],
                           fault_s=p["fault_s"], gap_s=p["gap_s"], seed=p["seed"],
                           interval=p["interval"], mbps_per_host=p["mbps_per_host"],
                           store_path=run.path("telemetry.sqlite"), log=run.log,

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from testbed.topologies import build
+from traffic import iterations as I
 from traffic.kernels import high_bandwidth, low_latency
 from traffic.shell import moejob as M
 from traffic.workload import Phase, simulate_step
@@ -70,10 +71,13 @@ def test_lost_packets_are_counted_with_the_flows_that_lost_them(
     it = j.iterate(0)
     assert it.lost_packets == 3 and it.decode_lost == 2
     assert [(f["kernel"], f["lost"]) for f in it.lossy] == [("train", 3), ("decode", 2)]
-    values = M.iteration_values([it])
+    values = I.iteration_values([it])
     src, dst = it.lossy[0]["src"], it.lossy[0]["dst"]
     assert values[("job", "iter_lost")] == 3 and values[("job", "iter_s")] == 0.5
-    assert values[(src, "job_lost_tx")] >= 3 and values[(dst, "job_lost_rx")] >= 3
+    assert values[("job", I.pair_metric(src, dst))] == sum(
+        f["lost"] for f in it.lossy if (f["src"], f["dst"]) == (src, dst))
+    assert I.parse_pair(I.pair_metric(src, dst)) == (src, dst)
+    assert I.parse_pair("iter_s") is None and I.parse_pair("lost:s0g0>") is None
 
 
 def test_a_failed_replay_is_an_untimed_failed_iteration_and_the_job_goes_on(
@@ -83,7 +87,7 @@ def test_a_failed_replay_is_an_untimed_failed_iteration_and_the_job_goes_on(
     bad, good = j.iterate(0), j.iterate(1)
     assert bad.error == "RuntimeError: receiver on s0g0 did not start"
     assert good.error is None and good.iter_s == 0.5
-    values = M.iteration_values([bad])
+    values = I.iteration_values([bad])
     assert values[("job", "iter_failed")] == 1 and ("job", "iter_s") not in values
 
 
@@ -91,7 +95,7 @@ def test_the_collector_is_handed_each_iteration_once(
         kernels: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     j = job(kernels, FakeReplays([]), monkeypatch)
     assert j.take_values(0.0) == {}
-    j.iterations += [M.Iteration(0, 1.0, 2.0, 0.5, {}, 0), M.Iteration(1, 3.0, 4.0, 0.9, {}, 0)]
+    j.iterations += [I.Iteration(0, 1.0, 2.0, 0.5, {}, 0), I.Iteration(1, 3.0, 4.0, 0.9, {}, 0)]
     assert j.take_values(5.0)[("job", "iter_s")] == 0.9  # the slowest since the last poll
     assert j.take_values(6.0) == {}
 

@@ -322,3 +322,40 @@ def test_slow_iterations_need_earlier_ones_to_compare_with(plan) -> None:  # noq
     its = {2: (0.5, 0.0), 5: (0.5, 0.0), 8: (2.0, 0.0)}  # only two before the slow one
     _, opened = run(plan, 12, _iterations(its))
     assert opened == {}
+
+
+def _lossy_pairs(at: dict[int, dict[tuple[str, str], float]]):  # noqa: ANN202
+    """A fault hook: at poll i, the job reports packets lost per (src, dst) NIC pair."""
+    from traffic.iterations import JOB, pair_metric
+
+    def fault(i: int, v: Values) -> None:
+        for (src, dst), n in at.get(i, {}).items():
+            v[(JOB, pair_metric(src, dst))] = n
+    return fault
+
+
+def test_job_loss_names_the_nic_every_lossy_flow_shares(plan) -> None:  # noqa: ANN001
+    eng, opened = run(plan, 40, _lossy_pairs({20: {("s1g1", "s0g0"): 5.0,
+                                                   ("s0g1", "s1g1"): 3.0}}))
+    i, a = first(opened)
+    assert (i, a.detector, a.component) == (20, "job-loss", "s1g1")
+    assert a.evidence["lost_packets"] == 8
+    # pooled over HOLD_POLLS polls, then cleared CLEAR_POLLS polls later
+    assert [x.cleared for x in eng.closed if x.detector == "job-loss"] == [1000.0 + 27]
+
+
+def test_job_loss_names_the_leaf_when_no_nic_explains_it(plan) -> None:  # noqa: ANN001
+    # s0g0 and s1g0 hang off lf0r0; s0g1 off lf0r1: every lossy flow touches lf0r0
+    _, opened = run(plan, 30, _lossy_pairs({20: {("s0g0", "s1g0"): 4.0},
+                                            23: {("s1g1", "s0g0"): 1.0,
+                                                 ("s1g0", "s0g1"): 2.0}}))
+    got = [(i, a.detector, a.component) for i, alerts in opened.items() for a in alerts]
+    assert got == [(23, "job-loss-switch", "lf0r0")]
+
+
+def test_job_loss_says_nothing_of_one_pair_or_of_losses_spread_everywhere(plan) -> None:  # noqa: ANN001
+    _, opened = run(plan, 30, _lossy_pairs({20: {("s0g0", "s1g1"): 9.0}}))
+    assert opened == {}  # its two ends (and two leaves) cannot be told apart
+    _, opened = run(plan, 30, _lossy_pairs({20: {("s0g0", "s1g1"): 3.0,
+                                                 ("s1g0", "s0g1"): 3.0}}))
+    assert opened == {}  # no NIC, and both leaves, on every lossy flow

@@ -18,70 +18,21 @@ an RC connection it would stall its queue pair until a retransmission, so a loss
 iteration is a slow one.
 
 ``take_values(t)`` hands the collector (``ops.shell.collector.Collector(extra=...)``) the
-iterations that ended since its last poll, as telemetry of component ``job``: ``iter_s``
-(the slowest of them), ``iter_lost`` and ``decode_s``, and per NIC the packets its job
-flows lost, sent (``job_lost_tx``) and received (``job_lost_rx``).
+iterations that ended since its last poll as telemetry (``traffic.iterations``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from traffic.iterations import Iteration, iteration_values
 from traffic.kernels import FlowSpec, KernelTraffic
 from traffic.shell.replay import ReplayResult, replay
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
-
-#: the telemetry component the job's samples belong to
-JOB = "job"
-
-
-@dataclass
-class Iteration:
-    """One iteration of the job, as measured."""
-
-    index: int
-    started: float  # wall clock: the dispatch's common start
-    ended: float  # wall clock: when its last phase's result was in
-    iter_s: float  # dispatch + combine completion (the wire's time, see the module docstring)
-    phases: dict[str, float]  # phase -> completion time (s)
-    lost_packets: int  # training flows' packets that never arrived
-    decode_s: float | None = None  # the decode burst's completion time, when one ran
-    decode_lost: int = 0
-    #: flows that lost packets: ``{"src", "dst", "sport", "lost", "kernel"}``
-    lossy: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None  # a replay that failed (the iteration is not timed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def iteration_values(done: list[Iteration]) -> dict[tuple[str, str], float]:
-    """Telemetry for iterations that ended since the last poll (see the module docstring).
-    Pure. Failed iterations count as lossy ones with no time."""
-    if not done:
-        return {}
-    out: dict[tuple[str, str], float] = {}
-    timed = [it.iter_s for it in done if it.error is None]
-    if timed:
-        out[(JOB, "iter_s")] = max(timed)
-    out[(JOB, "iter_lost")] = float(sum(it.lost_packets for it in done))
-    out[(JOB, "iter_failed")] = float(sum(it.error is not None for it in done))
-    decode = [it.decode_s for it in done if it.decode_s is not None]
-    if decode:
-        out[(JOB, "decode_s")] = max(decode)
-    per: dict[tuple[str, str], float] = defaultdict(float)
-    for it in done:
-        for f in it.lossy:
-            per[(f["src"], "job_lost_tx")] += f["lost"]
-            per[(f["dst"], "job_lost_rx")] += f["lost"]
-    out.update(per)
-    return out
 
 
 def _lossy(result: ReplayResult, kernel: str) -> list[dict[str, Any]]:

@@ -1,0 +1,98 @@
+"""Where the job's packets are lost: the NIC or the leaf every lossy flow shares. Pure.
+
+A detector module. A MoE job (``traffic.iterations``) reports, per pair of NICs, the
+packets its flows lost in the iterations that ended since the previous poll. A fault no
+counter sees (a switch's bad table entry dropping some flows, a lossy lane, bit errors, an
+MTU too small for full frames) still loses the job's packets on the flows that cross it,
+and only on those: the component on the path of (nearly) every lost packet is the
+suspect, as fault-finders that trace failed flows (SkeletonHunter, 007) localize. A NIC
+when one NIC is an end of them all, across at least two pairs (one pair alone cannot tell
+its two ends apart); else a leaf when each of them starts or ends under it. Under ECMP the
+lane a flow took is the switch's hash, which the lab does not know, so a lossy lane is
+named by its leaf, and a leaf's alert cannot say which of its kinds it is.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ops.detectors import AlertKind, Finding, Topo
+from ops.telemetry import History
+from traffic.iterations import JOB, parse_pair
+from vocab.plugins import plugin_name
+
+#: the name its NIC alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+#: a leaf's alert
+SWITCH = f"{NAME}-switch"
+ALERTS = {
+    NAME: AlertKind(70, "check NIC {component}: its flows lose packets ({summary}); drop "
+                        "counters, cable, firmware; drain it from the job if it persists",
+                    fault_kinds=("nic-loss", "gray-loss", "corruption")),
+    SWITCH: AlertKind(55, "check leaf {component} and its lanes: the flows through it lose "
+                          "packets ({summary}); its flow table (rules that drop), its ports' "
+                          "MTU and error counters, then drain it",
+                      fault_kinds=("partial-blackhole", "mtu-mismatch", "gray-loss",
+                                   "corruption")),
+}
+#: the losses of this many recent polls are pooled (an iteration ends every few polls, so
+#: the alert holds while the job's iterations keep losing)
+HOLD_POLLS = 6
+#: the suspect is on the paths of at least this share of the packets lost
+SHARE = 0.9
+
+
+def detect(hist: History, topo: Topo) -> list[Finding]:
+    """A NIC or leaf on the path of >= SHARE of the job's packets lost in the last
+    HOLD_POLLS polls (the most specific one: a NIC before its leaf)."""
+    lost = _lost_pairs(hist)
+    total = sum(lost.values())
+    if not total:
+        return []
+    leaf_of = {h: topo.links[c].b for h, c in topo.nic_link.items()}
+    host: dict[str, float] = defaultdict(float)
+    host_pairs: dict[str, int] = defaultdict(int)
+    leaf: dict[str, float] = defaultdict(float)
+    for (src, dst), n in lost.items():
+        for h in {src, dst}:
+            host[h] += n
+            host_pairs[h] += 1
+        for sw in {leaf_of.get(src), leaf_of.get(dst)} - {None}:
+            leaf[sw] += n  # type: ignore[index]
+    since = _since(hist)
+    evidence = {"lost_packets": int(total), "pairs": {f"{s}>{d}": int(n) for (s, d), n in
+                                                     sorted(lost.items())[:12]}}
+    nics = [h for h, n in host.items() if n >= SHARE * total and host_pairs[h] >= 2]
+    if len(nics) == 1:
+        h = nics[0]
+        return [Finding(NAME, h, "warning",
+                        f"{int(host[h])} of {int(total)} job packets lost were on {h}'s "
+                        f"flows ({host_pairs[h]} pairs)", evidence, since)]
+    leaves = [sw for sw, n in leaf.items() if n >= SHARE * total]
+    if len(leaves) == 1 and len(lost) >= 2:
+        sw = leaves[0]
+        return [Finding(SWITCH, sw, "warning",
+                        f"{int(leaf[sw])} of {int(total)} job packets lost were on flows "
+                        f"through {sw} ({len(lost)} pairs)", evidence, since)]
+    return []
+
+
+def _lost_pairs(hist: History) -> dict[tuple[str, str], float]:
+    """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for comp, metric in list(hist.keys()):
+        pair = parse_pair(metric) if comp == JOB else None
+        if pair is not None:
+            out[pair] += sum(v for v in hist.last(comp, metric, HOLD_POLLS) if v)
+    return {k: v for k, v in out.items() if v}
+
+
+def _since(hist: History) -> float:
+    """The first of the pooled polls that brought a loss."""
+    times = list(hist.times)[-HOLD_POLLS:]
+    lost = [0.0] * len(times)
+    for comp, metric in list(hist.keys()):
+        if comp == JOB and parse_pair(metric) is not None:
+            for i, v in enumerate(hist.last(comp, metric, HOLD_POLLS)):
+                lost[i] += v or 0.0
+    return next((t for t, n in zip(times, lost, strict=True) if n), hist.now)

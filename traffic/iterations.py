@@ -1,0 +1,78 @@
+"""What a MoE job's iterations measured, and the telemetry they become. Pure.
+
+``traffic.shell.moejob.MoeJob`` fills ``Iteration`` records as its iterations end; the
+collector takes ``iteration_values`` of the new ones at each poll, and the detectors
+(``ops/detectors/job_slow.py``, ``job_loss.py``) read them back by the names here: the
+job's iteration time is what operators watch first, and the pairs of NICs whose flows
+lost packets say where a fault the counters miss is.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: the telemetry component the job's samples belong to
+JOB = "job"
+#: the prefix of the per-pair loss metrics
+LOST = "lost:"
+
+
+def pair_metric(src: str, dst: str) -> str:
+    """The metric of the packets lost on the job's flows from ``src`` to ``dst``."""
+    return f"{LOST}{src}>{dst}"
+
+
+def parse_pair(metric: str) -> tuple[str, str] | None:
+    """``(src, dst)`` of a ``pair_metric``; None for any other metric."""
+    if not metric.startswith(LOST) or ">" not in metric:
+        return None
+    src, _, dst = metric[len(LOST):].partition(">")
+    return (src, dst) if src and dst else None
+
+
+@dataclass
+class Iteration:
+    """One iteration of the job, as measured."""
+
+    index: int
+    started: float  # wall clock: the dispatch's common start
+    ended: float  # wall clock: when its last phase's result was in
+    iter_s: float  # dispatch + combine completion (the wire's time, see the module docstring)
+    phases: dict[str, float]  # phase -> completion time (s)
+    lost_packets: int  # training flows' packets that never arrived
+    decode_s: float | None = None  # the decode burst's completion time, when one ran
+    decode_lost: int = 0
+    #: flows that lost packets: ``{"src", "dst", "sport", "lost", "kernel"}``
+    lossy: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None  # a replay that failed (the iteration is not timed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def iteration_values(done: list[Iteration]) -> dict[tuple[str, str], float]:
+    """Telemetry of component ``JOB`` for the iterations that ended since the last poll:
+    ``iter_s`` (the slowest of them), ``iter_lost``, ``iter_failed``, ``decode_s``, and
+    per pair of NICs whose flows lost packets, how many (``pair_metric``). A failed
+    iteration has no time."""
+    if not done:
+        return {}
+    out: dict[tuple[str, str], float] = {}
+    timed = [it.iter_s for it in done if it.error is None]
+    if timed:
+        out[(JOB, "iter_s")] = max(timed)
+    out[(JOB, "iter_lost")] = float(sum(it.lost_packets for it in done))
+    out[(JOB, "iter_failed")] = float(sum(it.error is not None for it in done))
+    decode = [it.decode_s for it in done if it.decode_s is not None]
+    if decode:
+        out[(JOB, "decode_s")] = max(decode)
+    per: dict[tuple[str, str], float] = defaultdict(float)
+    for it in done:
+        for f in it.lossy:
+            per[(JOB, pair_metric(f["src"], f["dst"]))] += f["lost"]
+    out.update(per)
+    return out
+
+
