@@ -24,8 +24,8 @@ from ops.detectors import DETECTORS, AlertKind, alert_kind
 
 REPO = Path(__file__).resolve().parents[2]
 
-SHIPPED = ("link-down", "flapping", "degraded", "loss", "ecmp-imbalance", "hot-receiver",
-           "controller-down", "job-slow")
+SHIPPED = ("link-down", "flapping", "degraded", "loss", "link-drops", "ecmp-imbalance",
+           "hot-receiver", "controller-down", "job-slow")
 
 
 def test_the_shipped_detectors_and_what_they_declare() -> None:
@@ -99,6 +99,8 @@ _CHECK = textwrap.dedent("""
             v[(LANE, "mbps_ab")], v[(LANE, "backlog_ab")] = 5.0, 375_000.0 * (i - 39)
         elif orig == "loss":
             v[(NIC, "in_drop_pps")], v[(NIC, "out_drop_pps")] = 100.0, 80.0
+        elif orig == "link-drops":
+            v[(LANE, "rxdrops_ab")] = 30.0
         elif orig == "ecmp-imbalance":
             for c in lanes:
                 v[(c, "mbps_ab")] = 1.0

@@ -36,7 +36,8 @@ def test_every_alert_names_real_fault_kinds_and_the_shipped_sets() -> None:
     assert declared == {
         "link-down": ("link-down", "link-flap"), "switch-down": ("switch-down",),
         "flapping": ("link-flap",), "degraded": ("link-degrade",),
-        "loss": ("nic-loss", "gray-loss", "corruption"), "ecmp-imbalance": (),
+        "loss": ("nic-loss", "gray-loss", "corruption"), "link-drops": ("mtu-mismatch",),
+        "ecmp-imbalance": (),
         "hot-receiver": ("hot-receiver",),
         "controller-down": ("controller-kill", "controller-restart"), "job-slow": ()}
     names = set(KINDS.names())
@@ -45,7 +46,7 @@ def test_every_alert_names_real_fault_kinds_and_the_shipped_sets() -> None:
         assert len(set(kinds)) == len(kinds), alert
     # what no detector can say (its evidence is a slow job, or healthy counters)
     assert names - {k for kinds in declared.values() for k in kinds} == {
-        "partial-blackhole", "mtu-mismatch", "shuffle-miswiring"}
+        "partial-blackhole", "shuffle-miswiring"}
     assert fault_kinds("static:nic_drops") == fault_kinds("loss")
     assert fault_kinds("counters") == () and kind_label(()) == "none"
 
