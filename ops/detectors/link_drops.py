@@ -30,8 +30,11 @@ ALERTS = {NAME: AlertKind(85, "compare the MTU of both ends of {component} (`ip 
 #: link-drops: the receiving end discards at least this many frames in a poll (one
 #: full-size frame is already more than a healthy fabric ever discards) ...
 DROPS_MIN = 1.0
-#: ... in this many polls in a row: a frame or two lost in flight as a link goes down or
-#: comes back is one poll's, a port that refuses every full-size frame keeps refusing them.
+#: ... in this many polls in a row, a port that refuses every full-size frame keeps
+#: refusing them. Polls in which the link is down or its carrier changed do not count: a
+#: link going down discards the frames in flight and those sent to it before its peer
+#: sees the carrier go (a few, in the poll it went down and sometimes the next), and
+#: those polls are link-down's and flapping's evidence, not an MTU's.
 DROPS_POLLS = 2
 
 
@@ -39,15 +42,19 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     """Link drops: one end of a link discards >= DROPS_MIN received frames per poll, in
     DROPS_POLLS polls in a row (either direction; the first one that holds is reported).
 
-    The queue drops of a congested port are ``loss``'s (``qdrops``); these are frames the
+    A poll counts only while the link is up and its carrier did not change in it. The
+    queue drops of a congested port are ``loss``'s (``qdrops``); these are frames the
     receiving interface itself refused, which congestion never causes.
     """
     times = list(hist.times)
     out = []
     for comp in topo.links:
+        steady = [u != 0.0 and not c for u, c in zip(
+            hist.values(comp, "up"), hist.values(comp, "carrier_changes"), strict=True)]
         for d in ("ab", "ba"):
             drops = hist.values(comp, f"rxdrops_{d}")
-            n, since = run_start(times, [v is not None and v >= DROPS_MIN for v in drops])
+            n, since = run_start(times, [s and v is not None and v >= DROPS_MIN
+                                         for s, v in zip(steady, drops, strict=True)])
             if n >= DROPS_POLLS:
                 recv = topo.links[comp].b if d == "ab" else topo.links[comp].a
                 out.append(Finding(

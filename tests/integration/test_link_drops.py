@@ -90,6 +90,8 @@ def test_mtu_mismatch_is_counted_on_the_lowered_link_and_raises_link_drops(
         raised = [(a.detector, a.component) for a in opened]
         assert ("link-drops", CABLE) in raised, raised
         assert [r for r in raised if r[0] == "link-drops" and r[1] != CABLE] == []
+        # a lowered MTU leaves the carrier alone (link-drops ignores polls where it changed)
+        assert ("link-down", CABLE) not in raised, raised
         assert all(a.cleared for a in opened if a.detector == "link-drops")  # cleared after
         after = _replay_polled(lab, col, eng, opened, _flows(20, 1_000_000))
         assert set(_drops(col, *after).values()) == {0.0}  # MTU back: full frames pass

@@ -131,6 +131,22 @@ def test_one_poll_or_a_frame_below_the_floor_is_not_a_fault(plan: Any) -> None:
     assert not [a for xs in opened.values() for a in xs if a.detector == "link-drops"]
 
 
+def test_discards_as_a_link_goes_down_or_flaps_are_not_an_mtu(plan: Any) -> None:
+    """What a real lane showed going down and flapping: a few discards in the poll its
+    carrier changed and the next (still down). Link-down and flapping own those polls."""
+    def fault(i: int, v: Values) -> None:
+        if i in (40, 41, 44, 45, 48, 49):  # down at 40, 44, 48; up at 42, 46, 50
+            v[(LANE, "carrier_changes")] = 1.0 if i % 4 == 0 else 0.0
+            v[(LANE, "up")] = 0.0
+            v[(LANE, "rxdrops_ba")] = 4.0
+        if i in (42, 46, 50):
+            v[(LANE, "carrier_changes")] = 1.0
+
+    _eng, opened = run(plan, 70, fault)
+    raised = [a.detector for xs in opened.values() for a in xs]
+    assert "link-drops" not in raised and {"link-down", "flapping"} <= set(raised), raised
+
+
 def test_the_thresholds_are_the_documented_ones() -> None:
     assert (link_drops.DROPS_MIN, link_drops.DROPS_POLLS) == (1.0, 2)
     kind = D.alert_kind("link-drops")
