@@ -7,7 +7,7 @@ its thresholds are the constants below.
 What it reads is an interface's discard counter, as a switch shows it: ``rxdrops_ab`` /
 ``rxdrops_ba``, frames of that direction the receiving end dropped (see
 ``ops.shell.collector.Collector._poll_kernel``). On a healthy fabric they stay at 0 under
-any traffic, so a few discards a poll are already specific: a port refusing frames larger
+traffic, so a few discards a poll are already specific: a port refusing frames larger
 than its MTU (small frames and pings pass, so nothing else looks wrong).
 """
 
