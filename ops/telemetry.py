@@ -6,7 +6,11 @@ What one poll reads (all of it cheap enough for 1 s at the default 32-GPU fabric
 * **root namespace, kernel counters** (no controller needed, so telemetry keeps working
   while the controller is dead): one ``tc -s -j qdisc show`` for every switch-side port's
   bytes sent, queue backlog and queue drops; one read of ``/proc/net/dev`` for bytes
-  received; ``/sys/class/net/<port>/{operstate,carrier_changes}`` for link state and
+  received and the frames each end discarded (``rxdrops_ab``/``rxdrops_ba`` per poll, by
+  the direction the discarded frames travelled: the receiving end's ``rx_dropped``, or,
+  where that end is in a host's namespace, the sending end's ``tx_dropped``, since a veth
+  pair counts a frame its receiver refuses at both ends; a port below the fabric's MTU
+  shows here); ``/sys/class/net/<port>/{operstate,carrier_changes}`` for link state and
   flaps (``carrier_changes`` counts every carrier transition, so a flap that comes and
   goes between two polls is still seen);
 * **host namespaces**: ``/proc/<shell pid>/net/dev`` and ``/proc/<shell pid>/net/snmp``

@@ -183,8 +183,8 @@ class Detector(Plugin):
 #: then the rest by name.
 DETECTORS: Plugins[Detector] = Plugins(
     "detector", __name__, Detector,
-    first=("link-down", "flapping", "degraded", "loss", "ecmp-imbalance", "hot-receiver",
-           "controller-down", "job-slow"))
+    first=("link-down", "flapping", "degraded", "loss", "link-drops", "ecmp-imbalance",
+           "hot-receiver", "controller-down", "job-slow", "job-loss"))
 
 
 def alert_kind(name: str) -> AlertKind | None:

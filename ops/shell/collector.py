@@ -156,6 +156,11 @@ class Collector:
         dev = parse_proc_net_dev(read_kernel_file("/proc/net/dev") or "")
         state: dict[str, list[float]] = defaultdict(list)
         flaps: dict[str, list[float]] = defaultdict(list)
+        # frames an end discarded, by the way they travelled: a veth pair counts a frame its
+        # receiving end refuses (larger than its MTU, say) in that end's rx_dropped and in
+        # the sender's tx_dropped, so a link whose receiving end is in a host's namespace
+        # is still seen from its root end; where both ends are here, the larger count
+        discards: dict[tuple[str, str], list[float]] = defaultdict(list)
         for intf, (comp, d) in self.root_ends.items():
             oper = (read_kernel_file(f"/sys/class/net/{intf}/operstate") or "").strip()
             if not oper:  # interface gone (lab torn down): no sample
@@ -186,10 +191,17 @@ class Collector:
                     r = self._rates.rate(("rxb", intf), t, counters["rx_bytes"])
                     if r is not None:
                         values[(comp, f"mbps_{other}")] = r * 8e-6
+            if counters is not None:
+                for key, way in (("rx_drop", other), ("tx_drop", d)):
+                    dd = self._rates.delta((key, intf), t, float(counters[key]))
+                    if dd is not None:
+                        discards[(comp, way)].append(dd)
         for comp, s in state.items():
             values[(comp, "up")] = min(s)
         for comp, f in flaps.items():
             values[(comp, "carrier_changes")] = max(f)
+        for (comp, way), dd in discards.items():
+            values[(comp, f"rxdrops_{way}")] = max(dd)
 
     def _poll_hosts(self, t: float, values: dict[tuple[str, str], float]) -> None:
         """NIC rates and drops inside each host, from two files of its namespace.

@@ -24,15 +24,15 @@ from ops.detectors import DETECTORS, AlertKind, alert_kind
 
 REPO = Path(__file__).resolve().parents[2]
 
-SHIPPED = ("link-down", "flapping", "degraded", "loss", "ecmp-imbalance", "hot-receiver",
-           "controller-down", "job-slow")
+SHIPPED = ("link-down", "flapping", "degraded", "loss", "link-drops", "ecmp-imbalance",
+           "hot-receiver", "controller-down", "job-slow", "job-loss")
 
 
 def test_the_shipped_detectors_and_what_they_declare() -> None:
     assert DETECTORS.names() == SHIPPED
     raised = {n: sorted(d.alerts) for n, d in DETECTORS.all().items()}
-    assert raised == {n: [n] for n in SHIPPED if n != "link-down"} | {
-        "link-down": ["link-down", "switch-down"]}
+    assert raised == {n: [n] for n in SHIPPED if n not in ("link-down", "job-loss")} | {
+        "link-down": ["link-down", "switch-down"], "job-loss": ["job-loss", "job-loss-switch"]}
     assert [n for n, d in DETECTORS.all().items() if d.baseline] == ["job-slow"]
     kinds = {a: k for d in DETECTORS.all().values() for a, k in d.alerts.items()}
     assert [a for a, k in kinds.items() if k.symptom] == ["job-slow"]
@@ -99,6 +99,8 @@ _CHECK = textwrap.dedent("""
             v[(LANE, "mbps_ab")], v[(LANE, "backlog_ab")] = 5.0, 375_000.0 * (i - 39)
         elif orig == "loss":
             v[(NIC, "in_drop_pps")], v[(NIC, "out_drop_pps")] = 100.0, 80.0
+        elif orig == "link-drops":
+            v[(LANE, "rxdrops_ab")] = 30.0
         elif orig == "ecmp-imbalance":
             for c in lanes:
                 v[(c, "mbps_ab")] = 1.0
@@ -110,6 +112,8 @@ _CHECK = textwrap.dedent("""
         elif orig == "job-slow":
             for h in plan.hosts:
                 v[(h.name, "rx_mbps")] *= 0.4
+        elif orig == "job-loss":
+            v[("job", f"lost:{NIC}>s0g0")] = v[("job", f"lost:s1g0>{NIC}")] = 2.0
 
     rng, hist, eng = random.Random(1), History(), Engine(plan)
     opened = []

@@ -36,6 +36,7 @@ def clean_poll(plan, rng: random.Random) -> Values:  # noqa: ANN001
             if not (d == "ab" and ln.a in hosts):
                 v[(comp, f"backlog_{d}")] = float(rng.choice([0, 0, 1500, 3000]))
                 v[(comp, f"qdrops_{d}")] = 0.0
+            v[(comp, f"rxdrops_{d}")] = 0.0
     for h in hosts:
         v[(h, "rx_mbps")] = 16 * rng.uniform(0.9, 1.1)
         v[(h, "tx_mbps")] = 16 * rng.uniform(0.9, 1.1)

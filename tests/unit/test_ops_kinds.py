@@ -36,16 +36,18 @@ def test_every_alert_names_real_fault_kinds_and_the_shipped_sets() -> None:
     assert declared == {
         "link-down": ("link-down", "link-flap"), "switch-down": ("switch-down",),
         "flapping": ("link-flap",), "degraded": ("link-degrade",),
-        "loss": ("nic-loss", "gray-loss", "corruption"), "ecmp-imbalance": (),
+        "loss": ("nic-loss", "gray-loss", "corruption"), "link-drops": ("mtu-mismatch",),
+        "ecmp-imbalance": (),
         "hot-receiver": ("hot-receiver",),
-        "controller-down": ("controller-kill", "controller-restart"), "job-slow": ()}
+        "controller-down": ("controller-kill", "controller-restart"), "job-slow": (),
+        "job-loss": ("nic-loss", "gray-loss", "corruption"),
+        "job-loss-switch": ("partial-blackhole", "mtu-mismatch", "gray-loss", "corruption")}
     names = set(KINDS.names())
     for alert, kinds in [*declared.items(), *FAULT_KINDS.items()]:
         assert set(kinds) <= names, alert
         assert len(set(kinds)) == len(kinds), alert
-    # what no detector can say (its evidence is a slow job, or healthy counters)
-    assert names - {k for kinds in declared.values() for k in kinds} == {
-        "partial-blackhole", "mtu-mismatch", "shuffle-miswiring"}
+    # what no detector can say (traffic flows, through the wrong spine)
+    assert names - {k for kinds in declared.values() for k in kinds} == {"shuffle-miswiring"}
     assert fault_kinds("static:nic_drops") == fault_kinds("loss")
     assert fault_kinds("counters") == () and kind_label(()) == "none"
 
