@@ -44,6 +44,9 @@ class Iteration:
     lost_packets: int  # training flows' packets that never arrived
     decode_s: float | None = None  # the decode burst's completion time, when one ran
     decode_lost: int = 0
+    #: packets the lab's own receivers dropped (their ring or socket overflowed: the
+    #: machine's CPU, not the fabric), over all of its replays
+    receiver_drops: int = 0
     #: flows that lost packets: ``{"src", "dst", "sport", "lost", "kernel"}``
     lossy: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None  # a replay that failed (the iteration is not timed)
@@ -56,10 +59,14 @@ def iteration_values(done: list[Iteration]) -> dict[tuple[str, str], float]:
     """Telemetry of component ``JOB`` for the iterations that ended since the last poll:
     ``iter_s`` (the slowest of them), ``iter_lost``, ``iter_failed``, ``decode_s``, and
     per pair of NICs whose flows lost packets, how many (``pair_metric``). A failed
-    iteration has no time."""
+    iteration has no time. An iteration whose receivers dropped packets measured the
+    machine, not the fabric: only ``iter_rxdrops`` says so (a receiver's drop cannot be
+    told from the fabric's loss flow by flow)."""
     if not done:
         return {}
-    out: dict[tuple[str, str], float] = {}
+    out: dict[tuple[str, str], float] = {(JOB, "iter_rxdrops"): float(
+        sum(it.receiver_drops for it in done))}
+    done = [it for it in done if not it.receiver_drops]
     timed = [it.iter_s for it in done if it.error is None]
     if timed:
         out[(JOB, "iter_s")] = max(timed)

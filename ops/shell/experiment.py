@@ -40,6 +40,7 @@ class Monitor:
         self.store = store
         #: (poll time, ranked components, the top suspect's detector: what kind it says)
         self.diagnoses: list[tuple[float, list[str], str | None]] = []
+        self.diagnose_s: list[float] = []  # what each answer cost (the agent's CPU)
         self.baselines = baselines(lab.plan)
         self.collector = Collector.for_lab(lab, store, interval=interval,
                                            on_poll=self._after_poll,
@@ -59,7 +60,9 @@ class Monitor:
             if self.engine.active:
                 tools = Tools(self.lab.plan, history=self.collector.history, engine=self.engine,
                               client=self.collector.client)
+                t0 = time.monotonic()
                 d = diagnose(tools, "what is wrong?", probe=False)
+                self.diagnose_s.append(time.monotonic() - t0)
                 self.diagnoses.append((t, d.components()[:5],
                                        d.suspects[0].detector if d.suspects else None))
             for job in self._consults:
@@ -363,6 +366,9 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         out["telemetry"] = {"polls": len(polls),
                             "poll_s_median": round(statistics.median(polls), 4),
                             "poll_s_max": round(max(polls), 4),
+                            "diagnoses": len(mon.diagnose_s),
+                            "diagnose_s_median": round(statistics.median(mon.diagnose_s), 4)
+                            if mon.diagnose_s else None,
                             "rows": store.count() if store is not None else None}
         if moe is not None:
             moe.stop()

@@ -40,7 +40,7 @@ class FakeReplays:
         rows = [{"src": f.src, "dst": f.dst, "sport": f.sport,
                  "lost_packets": lost if i == 0 else 0} for i, f in enumerate(flows)]
         return SimpleNamespace(start_ns=int(1e18), job_completion_s=secs, lost_packets=lost,
-                               flows=rows)
+                               flows=rows, receiver_drops=0)
 
 
 def job(kernels: tuple[Any, Any], fake: FakeReplays, monkeypatch: pytest.MonkeyPatch,
@@ -107,3 +107,12 @@ def test_bad_arguments_are_refused(kernels: tuple[Any, Any]) -> None:
     empty = type(train)("high_bandwidth", [], [])
     with pytest.raises(ValueError, match="no flows"):
         M.MoeJob(SimpleNamespace(), empty)
+
+
+def test_an_iteration_whose_receivers_dropped_packets_reports_only_that() -> None:
+    it = I.Iteration(0, 1.0, 2.0, 0.9, {}, 40, receiver_drops=40,
+                     lossy=[{"src": "s0g0", "dst": "s1g0", "lost": 40}])
+    ok = I.Iteration(1, 3.0, 4.0, 0.5, {}, 0)
+    values = I.iteration_values([it, ok])
+    assert values == {("job", "iter_rxdrops"): 40.0, ("job", "iter_s"): 0.5,
+                      ("job", "iter_lost"): 0.0, ("job", "iter_failed"): 0.0}

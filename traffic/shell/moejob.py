@@ -64,7 +64,7 @@ class MoeJob:
         self.decode_every = decode_every
         self.on_iteration = on_iteration
         self.log = log
-        self.replay_kw = {"recv_idle_s": recv_idle_s, "recv_grace_s": 2.0, "progress": False,
+        self.replay_kw = {"recv_idle_s": recv_idle_s, "recv_grace_s": 8.0, "progress": False,
                           **replay_kw}
         self.iterations: list[Iteration] = []
         self._taken = 0
@@ -109,6 +109,7 @@ class MoeJob:
                     it.started = r.start_ns / 1e9
                 phases[name] = round(r.job_completion_s, 6)
                 lost += r.lost_packets
+                it.receiver_drops += r.receiver_drops
                 lossy += _lossy(r, "train")
             it.iter_s = round(sum(phases.values()), 6)
             it.lost_packets = lost
@@ -117,6 +118,7 @@ class MoeJob:
                            **self.replay_kw)
                 it.decode_s = round(r.job_completion_s, 6)
                 it.decode_lost = r.lost_packets
+                it.receiver_drops += r.receiver_drops
                 lossy += _lossy(r, "decode")
         except Exception as exc:  # a failed replay is a data point, not the end of the job
             it.error = f"{type(exc).__name__}: {exc}"[:300]
