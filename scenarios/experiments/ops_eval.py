@@ -193,12 +193,13 @@ def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
     job-slow detector would see). Per kind: faults the job felt / faults."""
     from ops.detectors.job_slow import ITER_RATIO
 
-    ok = [it for it in iterations if it["error"] is None]
+    ok = [it for it in iterations if it["error"] is None and not it.get("receiver_drops")]
     clean = [it["iter_s"] for it in ok if phases["clean"] <= it["started"] < phases["faults"]]
     base = distribution(clean) if clean else None
     rows, kinds = [], {}
     for r in truth:  # ops.evaluate.GroundTruth: the injector's log
-        hit = [it for it in iterations if it["started"] <= r.end and it["ended"] >= r.start]
+        hit = [it for it in iterations if it["started"] <= r.end and it["ended"] >= r.start
+               and not it.get("receiver_drops")]
         timed = [it["iter_s"] for it in hit if it["error"] is None]
         slowest = round(max(timed) / base["median"], 2) if timed and base else None
         lost = sum(it["lost_packets"] + it["decode_lost"] for it in hit)
@@ -210,7 +211,9 @@ def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
         k = kinds.setdefault(r.kind, {"faults": 0, "felt": 0})
         k["faults"] += 1
         k["felt"] += felt
-    return {"iterations": len(iterations), "failed": len(iterations) - len(ok),
+    return {"iterations": len(iterations),
+            "failed": sum(it["error"] is not None for it in iterations),
+            "receiver_drops": sum(bool(it.get("receiver_drops")) for it in iterations),
             "lossy": sum(1 for it in ok if it["lost_packets"] or it["decode_lost"]),
             "iter_s_clean": base, "per_fault": rows, "per_kind": kinds}
 
@@ -303,6 +306,7 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
         rep.section("What the job felt", WORDS(
             "job", tokens=run.params["job_tokens"], iterations=job["iterations"],
             lossy=job["lossy"], failed=job["failed"], ratio=ITER_RATIO,
+            rxdrops=job["receiver_drops"],
             clean=fmt_distribution(clean_iter, " s", 3) if clean_iter else "none measured"))
         rep.table([{"kind": k, "faults": v["faults"], "felt by the job": v["felt"]}
                    for k, v in job["per_kind"].items()])

@@ -85,7 +85,9 @@ def _iterations(truth: list[Any]) -> list[dict[str, Any]]:
         its.append({"index": i, "started": start, "ended": start + 1.0,
                     "iter_s": 1.0 if hit == [0] else 0.5 if hit != [2] else 0.0,
                     "lost_packets": 3 if hit == [1] else 0, "decode_lost": 0,
-                    "error": "RuntimeError: boom" if hit == [2] else None})
+                    "error": "RuntimeError: boom" if hit == [2] else None,
+                    "receiver_drops": 50 if i == 3 else 0})
+    its[3]["iter_s"] = 9.0  # its receivers fell behind: left out
     return its
 
 
@@ -96,7 +98,8 @@ def test_the_job_summary_says_which_faults_the_job_felt() -> None:
              for i, k in enumerate(oe.KINDS[:4])]
     s = oe.job_summary(_iterations(truth), {"clean": 0.0, "faults": 100.0, "end": 500.0},
                        truth)
-    assert s["iter_s_clean"]["median"] == 0.5 and s["iter_s_clean"]["draws"] == 25
+    assert s["iter_s_clean"]["median"] == 0.5 and s["iter_s_clean"]["draws"] == 24
+    assert s["iter_s_clean"]["max"] == 0.5 and s["receiver_drops"] == 1
     assert [(r["slowest_x"], r["lost_packets"], r["failed"], r["felt"])
             for r in s["per_fault"]] == [(2.0, 0, 0, True), (1.0, 9, 0, True),
                                          (None, 0, 3, True), (1.0, 0, 0, False)]
