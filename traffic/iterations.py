@@ -55,6 +55,19 @@ class Iteration:
         return asdict(self)
 
 
+def settled(iterations: list[Iteration], n: int = 5, spread: float = 1.5) -> bool:
+    """Has the job settled: its last ``n`` iterations without a loss or failure, the slowest
+    within ``spread`` x the fastest? A fabric's first iterations are not its steady state
+    (the switch learns every new flow on its slow path first), and a baseline taken from
+    them would hide a slow one."""
+    last = iterations[-n:]
+    if len(last) < n or any(it.error or it.lost_packets or it.decode_lost
+                            or it.receiver_drops for it in last):
+        return False
+    times = [it.iter_s for it in last]
+    return min(times) > 0 and max(times) <= spread * min(times)
+
+
 def iteration_values(done: list[Iteration]) -> dict[tuple[str, str], float]:
     """Telemetry of component ``JOB`` for the iterations that ended since the last poll:
     ``iter_s`` (the slowest of them), ``iter_lost``, ``iter_failed``, ``decode_s``, and

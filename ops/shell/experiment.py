@@ -19,11 +19,15 @@ from ops.detectors import Engine
 from ops.evaluate import GroundTruth, ground_truth, live_faults, score
 from ops.shell.collector import Collector
 from ops.telemetry import DEFAULT_INTERVAL_S, Store
+from traffic.iterations import settled
 from traffic.kernels import KernelTraffic
 from traffic.shell.moejob import MoeJob
 from traffic.shell.running import RunningLab
 from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
+
+#: the longest the warm-up waits for the MoE job to settle (``traffic.iterations.settled``)
+SETTLE_S = 240.0
 
 
 # --- the experiment (thin shell over a real Lab) ---------------------------------------------
@@ -297,7 +301,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     out: dict[str, Any] = {"phase_s": phase_s, "interval_s": interval,
                            "mbps_per_host": mbps_per_host, "severity": severity,
                            "schedule": [_fault_dict(f) for f in schedule]}
-    streams = steady_traffic(lab, warmup_s + 2 * phase_s + 60, mbps_per_host)
+    streams = steady_traffic(lab, warmup_s + SETTLE_S + 2 * phase_s + 60, mbps_per_host)
     moe = MoeJob(lab, job[0], job[1], decode_every=decode_every, log=log,
                  rate_mbps=job_mbps) if job else None
     mon = Monitor(lab, store, interval, job=moe)
@@ -309,6 +313,12 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         mon.collector.start()
         log(f"ops-eval: warm-up {warmup_s:g} s, then a fault-free phase of {phase_s:g} s")
         time.sleep(warmup_s)
+        if moe is not None:  # the fault-free phase starts from the job's steady state
+            wait = time.monotonic() + SETTLE_S
+            while not settled(moe.iterations) and time.monotonic() < wait:
+                time.sleep(0.5)
+            log(f"ops-eval: the job {'settled' if settled(moe.iterations) else 'did not settle'}"
+                f" after {len(moe.iterations)} iterations")
         t_clean = time.time()
         time.sleep(phase_s)
         t_fault = time.time()

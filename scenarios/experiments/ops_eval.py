@@ -74,7 +74,7 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
     Param("gpus", 8, "GPUs (NICs, rails) per server", quick=2, rule=GPUS),
     Param("per_kind", 8, "faults of each kind", quick=1, rule=count(1, 100)),
     Param("concurrent", 2, "faults injected at once, in different parts of the fabric",
-          quick=1, rule=count(1, 4)),
+          rule=count(1, 4)),
     Param("job", "moe", "what the faults land in: moe (a MoE job's training iterations and "
           "decode bursts, beside the probe streams) or probes (the streams alone)",
           choices=JOB_TRAFFIC),

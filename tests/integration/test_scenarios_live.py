@@ -184,7 +184,8 @@ def test_ctrl_c_during_traffic_leaves_a_marked_partial_and_a_clean_machine(
 
 def test_ops_eval_quick(results_root: Any, assert_clean: Any,
                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The scored evaluation end to end: one fault of every kind, then the scores."""
+    """The scored evaluation end to end: one fault of every kind, two at a time, during the
+    MoE job, then the scores."""
     from scenarios.base import Run
     from scenarios.experiments.ops_eval import ops_eval
     from testbed.faultspec import schedule_kinds
@@ -197,9 +198,9 @@ def test_ops_eval_quick(results_root: Any, assert_clean: Any,
                                                       "## Every fault"])
     # every kind with hard faults (the default severity), one each
     assert sorted(r["kind"] for r in rows) == sorted(schedule_kinds(None, "hard"))
-    # the live view was shown every kind while it was injected, one at a time, and none after
-    assert {f[0]["kind"] for f in shown if f} == set(schedule_kinds(None, "hard"))
-    assert max(len(f) for f in shown) == 1 and shown[-1] == []
+    # the live view was shown every kind while it was injected, two at a time, none after
+    assert {g["kind"] for f in shown for g in f} == set(schedule_kinds(None, "hard"))
+    assert max(len(f) for f in shown) == 2 and shown[-1] == []
     with open(os.path.join(res.path, "progress.json")) as f:
         assert json.load(f)["faults"] == []
     summary = json.loads(_read(res.path, "summary.json"))
@@ -208,6 +209,11 @@ def test_ops_eval_quick(results_root: Any, assert_clean: Any,
     assert summary["top1"] >= 0.5, summary
     # the steady job rate beside the flow model's (one hash draw of the probe ports)
     check_entry(summary["baseline_mbps"], 1)
+    # the MoE job ran through both phases, its iterations timed
+    job = summary["job"]
+    assert job["iterations"] >= 20 and job["iter_s_clean"]["draws"] >= 10, job
+    assert 0 < job["iter_s_clean"]["p25"] <= job["iter_s_clean"]["median"]
+    assert sum(k["faults"] for k in job["per_kind"].values()) == len(rows)
     d = summary["detect_polls"]
     assert d["draws"] == summary["detected"] and d["p25"] <= d["median"] <= d["p75"]
     with open(os.path.join(res.path, "telemetry.sqlite"), "rb") as f:

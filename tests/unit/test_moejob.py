@@ -116,3 +116,15 @@ def test_an_iteration_whose_receivers_dropped_packets_reports_only_that() -> Non
     values = I.iteration_values([it, ok])
     assert values == {("job", "iter_rxdrops"): 40.0, ("job", "iter_s"): 0.5,
                       ("job", "iter_lost"): 0.0, ("job", "iter_failed"): 0.0}
+
+
+def test_a_job_has_settled_after_steady_lossless_iterations() -> None:
+    def it(secs: float, lost: int = 0) -> I.Iteration:
+        return I.Iteration(0, 0.0, 1.0, secs, {}, lost)
+
+    steady = [it(1.0), it(1.2), it(1.1), it(1.4), it(1.0)]
+    assert I.settled(steady)
+    assert not I.settled(steady[1:])  # too few
+    assert not I.settled([*steady, it(1.0, lost=3)])  # still losing
+    assert not I.settled([*steady[1:], it(1.6)])  # still slowing down
+    assert I.settled([it(5.0, lost=900), *steady])  # the warm-up behind it
