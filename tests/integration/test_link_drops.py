@@ -39,7 +39,7 @@ def _replay_polled(lab: Lab, col: Collector, eng: Engine, opened: list[Alert],
     clearing needs 2); return the time of the first and the last poll."""
     t0 = time.time()
     with ThreadPoolExecutor(1) as ex:
-        fut = ex.submit(replay, lab, flows, progress=False, plane="python", recv_idle_s=1.0,
+        fut = ex.submit(replay, lab, flows, progress=False, recv_idle_s=1.0,
                         recv_grace_s=1.0)
         extra = 3
         while extra:
