@@ -78,7 +78,7 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
     Param("job", "moe", "what the faults land in: moe (a MoE job's training iterations and "
           "decode bursts, beside the probe streams) or probes (the streams alone)",
           choices=JOB_TRAFFIC),
-    Param("job_tokens", 32, "tokens per GPU in the MoE job's training step", rule=TOKENS),
+    Param("job_tokens", 16, "tokens per GPU in the MoE job's training step", rule=TOKENS),
     Param("job_mbps", 10.0, "what each NIC of the MoE job sends at (emulated Mb/s, paced "
           "below the NIC so the job and the probes fit the machine's switching capacity)",
           quick=40.0, rule=positive(MAX_EMULATED_MBPS)),
