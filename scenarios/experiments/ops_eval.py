@@ -159,16 +159,47 @@ def ops_eval(run: Run) -> None:
                    "baselines": {name: summarize(b["clean"], b["faults"])
                                  for name, b in res.get("baselines", {}).items()}}
     if res.get("job") is not None:  # the MoE job's iterations: what the job felt
-        from ops.evaluate import ground_truth
-
-        run.summary["job"] = job_summary(res["job"], res["phases"],
-                                         ground_truth(res["events"], res["phases"]["end"]))
+        run.summary["job"] = job_summary(res["job"], res["phases"], ground_truth_of(res))
+    run.summary["shortfalls"] = shortfalls(
+        faults["per_fault"], res.get("alerts") or [],
+        ground_truth_of(res), res["interval_s"],
+        (run.summary.get("job") or {}).get("per_kind"))
     if res.get("questions"):  # the operator's questions, asked while each fault was live
         qs = res["questions"]["summary"]
         run.summary["questions"] = {k: qs[k] for k in ("asked", "correct", "accuracy",
                                                        "faulty", "healthy", "stale")}
     _report(run, res, GOALS, model, detect)
     _plot(run, res)
+
+
+def shortfalls(per_fault: list[dict[str, Any]], alerts: list[dict[str, Any]],
+               truth: list[Any], interval: float, felt: dict[str, dict[str, int]] | None,
+               recall: float = 0.9, top1: float = 0.8) -> list[dict[str, Any]]:
+    """Per kind where the agent's recall or top-1 falls short of the goals, the evidence
+    of why: how many of its faults an alert that names the kind (declares it among its
+    ``fault_kinds``) was raised for in the fault's window, which alerts came first
+    instead, and how many the job felt (``felt``: ``job_summary``'s per kind). An alert
+    naming the kind that never fired is the signal missing; a job that did not feel the
+    fault says the fault was also harmless to it."""
+    from ops.evaluate import GRACE_POLLS, GRACE_S, fault_kinds
+
+    grace = GRACE_POLLS * interval + GRACE_S
+    out = []
+    for kind in dict.fromkeys(r["kind"] for r in per_fault):
+        rows = [r for r in per_fault if r["kind"] == kind]
+        n = len(rows)
+        det, right = sum(r["detected"] for r in rows), sum(r["top1"] for r in rows)
+        if det >= recall * n and right >= top1 * n:
+            continue
+        named = 0
+        for g in (g for g in truth if g.kind == kind):
+            named += any(kind in fault_kinds(a["detector"]) for a in alerts
+                         if g.start - interval <= a["opened"] <= g.end + grace)
+        first = Counter(r["first_alert"].split(":")[0] for r in rows if r["first_alert"])
+        out.append({"kind": kind, "faults": n, "detected": det, "top1": right,
+                    "named": named, "first_alerts": dict(first.most_common()),
+                    "felt": (felt or {}).get(kind, {}).get("felt")})
+    return out
 
 
 def moe_job(plan: Any, servers: int, gpus: int, tokens: int, seed: int) -> tuple[Any, Any]:
@@ -182,6 +213,15 @@ def moe_job(plan: Any, servers: int, gpus: int, tokens: int, seed: int) -> tuple
     decode = low_latency(simulate_step("deepseek-v3", servers, gpus, 2, seed=seed + 1), plan,
                          phases=(Phase.DISPATCH,))
     return train, decode
+
+
+def ground_truth_of(res: dict[str, Any]) -> list[Any]:
+    """The faults of a run's injector log (``ops.evaluate.ground_truth``)."""
+    from ops.evaluate import ground_truth
+
+    if not res.get("events"):
+        return []
+    return ground_truth(res["events"], res.get("phases", {}).get("end", float("inf")))
 
 
 def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
@@ -335,6 +375,16 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
                   kinds=len({r["kind"] for r in faults["per_fault"]})) + gap)
     if run.summary["baselines"]:
         _versus_baselines(run, run.summary)
+    short = run.summary.get("shortfalls")
+    if short:
+        rep.section("Where the agent falls short, and the signal it lacked", WORDS("short"))
+        rep.table([{"kind": s["kind"], "detected": f"{s['detected']}/{s['faults']}",
+                    "top-1": f"{s['top1']}/{s['faults']}",
+                    "an alert naming the kind fired": f"{s['named']}/{s['faults']}",
+                    "first alerts": ", ".join(f"{k} {v}" for k, v in
+                                                      s["first_alerts"].items()) or "none",
+                    "felt by the job": "-" if s["felt"] is None
+                    else f"{s['felt']}/{s['faults']}"} for s in short])
     if res.get("questions"):
         _questions(run, res["questions"])
     tel = res.get("telemetry", {})

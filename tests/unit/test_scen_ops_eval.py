@@ -190,3 +190,21 @@ def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
     assert (s["questions"]["faulty"]["correct"], s["questions"]["healthy"]["correct"]) == (1, 0)
     assert "1/2 right (50%): about the fault 1/1, about healthy components 0/1" in report
     assert "| link-down c0 | spine-health? | nothing wrong | spine2 | named spine2 |" in report
+
+
+def test_shortfalls_say_which_signal_a_missed_kind_lacked() -> None:
+    from ops.evaluate import GroundTruth
+
+    truth = [GroundTruth("gray-loss", "L", 100.0, 108.0), GroundTruth("gray-loss", "L", 200.0,
+                                                                      208.0),
+             GroundTruth("link-down", "M", 300.0, 308.0)]
+    per_fault = [{"kind": "gray-loss", "detected": True, "top1": False,
+                  "first_alert": "job-slow:job"},
+                 {"kind": "gray-loss", "detected": False, "top1": False, "first_alert": None},
+                 {"kind": "link-down", "detected": True, "top1": True,
+                  "first_alert": "link-down:M"}]
+    alerts = [{"detector": "job-slow", "opened": 101.0}, {"detector": "loss", "opened": 103.0},
+              {"detector": "link-down", "opened": 301.0}]
+    got = oe.shortfalls(per_fault, alerts, truth, 1.0, {"gray-loss": {"faults": 2, "felt": 1}})
+    assert got == [{"kind": "gray-loss", "faults": 2, "detected": 1, "top1": 0, "named": 1,
+                    "first_alerts": {"job-slow": 1}, "felt": 1}]  # link-down met the goals
