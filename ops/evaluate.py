@@ -99,6 +99,7 @@ class FaultScore:
     start: float
     detected: bool
     detect_s: float | None = None
+    localize_s: float | None = None  # injection to the first answer naming it first
     first_alert: str | None = None
     lead_s: float | None = None
     suffered_at: float | None = None  # when the job first visibly suffered in the window
@@ -208,6 +209,8 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
             fs.ranked = answer[:5]
             want = canonical(f.component, plan)
             names = [n for n in (canonical(c, plan) for c in answer) if n not in others]
+            fs.localize_s = _localized(f, want, others, window, diag if diagnoses is not None
+                                       else None, interval, grace, plan)
             fs.top1 = bool(names) and names[0] == want
             fs.top3 = want in names[:3]
             kinds = fault_kinds(said) if said else ()
@@ -215,6 +218,7 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
             fs.kind_correct = f.kind in kinds
         rows.append(fs)
     false = [a for i, a in enumerate(raised) if i not in attributed]
+    located = [r.localize_s for r in rows if r.localize_s is not None]
     n = len(rows)
     detected = [r for r in rows if r.detected]
     times = [r.detect_s for r in detected if r.detect_s is not None]
@@ -262,6 +266,8 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
         "f1": f1(precision, recall),
         "ttd_s": percentiles(times),
         "ttd_polls": percentiles([t / interval for t in times]),
+        "ttl_s": percentiles(located),
+        "ttl_polls": percentiles([t / interval for t in located]),
         "per_kind": {k: _kind_scores([r for r in rows if r.kind == k], interval)
                      for k in sorted({r.kind for r in rows})},
     }
@@ -283,6 +289,7 @@ def summarize(clean: dict[str, Any], faults: dict[str, Any]) -> dict[str, Any]:
             "false_alarms_clean": clean["false_alarms"],
             "false_alarms_fault_phase": faults["false_alarms"],
             "ttd_s": faults["ttd_s"], "ttd_polls": faults["ttd_polls"],
+            "ttl_s": faults["ttl_s"], "ttl_polls": faults["ttl_polls"],
             "lead_s_median": faults["lead_s_median"], "lead_n": faults["lead_n"],
             "faults": faults["faults"], "detected": faults["detected"],
             "per_kind": faults["per_kind"]}
@@ -328,13 +335,34 @@ def _kind_scores(rows: list[FaultScore], interval: float) -> dict[str, Any]:
     """One kind's scores, the keys of ``summarize`` (run-wide ones None: see docstring)."""
     n = len(rows)
     times = [r.detect_s for r in rows if r.detect_s is not None]
+    located = [r.localize_s for r in rows if r.localize_s is not None]
     return {"faults": n, "detected": sum(r.detected for r in rows),
             "recall": _ratio(sum(r.detected for r in rows), n),
             "top1": _ratio(sum(r.top1 for r in rows), n),
             "top3": _ratio(sum(r.top3 for r in rows), n),
             "kind_accuracy": _ratio(sum(r.kind_correct for r in rows), n),
             "ttd_s": percentiles(times), "ttd_polls": percentiles([t / interval for t in times]),
+            "ttl_s": percentiles(located),
+            "ttl_polls": percentiles([t / interval for t in located]),
             "precision": None, "f1": None, "false_alarms_per_hour": None}
+
+
+def _localized(f: GroundTruth, want: str, others: set[str],
+               window: list[tuple[int, dict[str, Any]]],
+               diag: list[tuple[float, list[str], str | None]] | None, interval: float,
+               grace: float, plan: WiringPlan | None) -> float | None:
+    """Seconds from the injection to the first answer in the fault's window that names its
+    component first (the agent's ranking, the other live faults' components skipped), or
+    for a source without an agent its first alert on that component; None: never."""
+    if diag is None:
+        return next((round(a["opened"] - f.start, 3) for _, a in window
+                     if canonical(a["component"], plan) == want), None)
+    for t, ranked, _ in diag:
+        if f.start - interval <= t <= f.end + grace:
+            names = [n for n in (canonical(c, plan) for c in ranked) if n not in others]
+            if names and names[0] == want:
+                return round(t - f.start, 3)
+    return None
 
 
 def _symptom(alert: dict[str, Any]) -> bool:

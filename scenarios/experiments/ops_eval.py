@@ -322,6 +322,11 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
         {"score": "time to detect (polls: median [p25-p75], N=detected faults; max)",
          "measured": f"{fmt_distribution(detect, '', 2)}; max {faults['detect_polls_max']}",
          "goal": "<= 3 polls", "met": ok["ttd"]},
+        {"score": "time to localize (s from injection to the agent naming it first: p50 / "
+                   "p95, N)",
+         "measured": f"{faults['ttl_s']['p50']} / {faults['ttl_s']['p95']} "
+                     f"(N={sum(r['localize_s'] is not None for r in faults['per_fault'])})",
+         "goal": "-", "met": "-"},
         {"score": "warning lead time before the job suffered (median s, n)",
          "measured": f"{faults['lead_s_median']} (n={faults['lead_n']})", "goal": "> 0",
          "met": "-" if faults["lead_s_median"] is None else faults["lead_s_median"] > 0},
@@ -408,6 +413,7 @@ def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:
                ("fault-free false alarms", "false_alarms_clean", False),
                ("median polls to detect", "ttd_polls.p50", False),
                ("p95 polls to detect", "ttd_polls.p95", False),
+               ("median s to localize", "ttl_s.p50", False),
                ("median warning lead (s)", "lead_s_median", True)]
     rep.table([{"score": label, **{n: _get(s, key) for n, s in every.items()}}
                for label, key, _ in overall])

@@ -147,3 +147,10 @@ def test_two_faults_at_once_are_each_scored_as_if_the_other_were_known(plan) -> 
     assert rows["nic-loss"]["first_alert"] == f"loss:{NIC}"
     assert not rows["switch-down"]["detected"]  # only the others' alerts in its window
     assert s["false_alarms"] == 0
+    # time to localize: the first answer naming it first (the other faults skipped)
+    assert [r["localize_s"] for r in s["per_fault"]] == [3.0, 2.0, None]
+    assert s["ttl_s"] == {"p50": 2.5, "p95": 2.95}
+    # a source without an agent: its first alert on the component
+    b = score(truth, alerts + [_alert("static:up", NIC, 104.5)], None, run_s=3600.0,
+              interval=1.0, plan=plan)
+    assert [r["localize_s"] for r in b["per_fault"]] == [1.0, 2.0, None]
