@@ -372,6 +372,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         out["events"] = events
         out["phases"] = {"clean": t_clean, "faults": t_fault, "end": t1}
         out["alerts"] = mon.alerts()
+        out["diagnoses"] = [list(d) for d in mon.diagnoses]  # to score again from the file
         polls = mon.collector.poll_seconds
         out["telemetry"] = {"polls": len(polls),
                             "poll_s_median": round(statistics.median(polls), 4),
