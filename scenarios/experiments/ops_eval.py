@@ -389,7 +389,7 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
                     "first alerts": ", ".join(f"{k} {v}" for k, v in
                                                       s["first_alerts"].items()) or "none",
                     "felt by the job": "-" if s["felt"] is None
-                    else f"{s['felt']}/{s['faults']}"} for s in short])
+                    else f"{s['felt']}/{s['faults']}", "why": _why(s["kind"])} for s in short])
     if res.get("questions"):
         _questions(run, res["questions"])
     tel = res.get("telemetry", {})
@@ -399,6 +399,14 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
         baseline=res.get("baseline_mbps")))
     if res.get("injector_errors"):
         rep.section("Injector errors", "\n".join(f"- {e}" for e in res["injector_errors"]))
+
+
+def _why(kind: str) -> str:
+    """Why the lab's signals fall short for ``kind`` (the template's ``why_<kind>``)."""
+    try:
+        return WORDS(f"why_{kind.replace('-', '_')}")
+    except KeyError:
+        return WORDS("why_other")
 
 
 def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:

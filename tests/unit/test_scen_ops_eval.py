@@ -208,3 +208,8 @@ def test_shortfalls_say_which_signal_a_missed_kind_lacked() -> None:
     got = oe.shortfalls(per_fault, alerts, truth, 1.0, {"gray-loss": {"faults": 2, "felt": 1}})
     assert got == [{"kind": "gray-loss", "faults": 2, "detected": 1, "top1": 0, "named": 1,
                     "first_alerts": {"job-slow": 1}, "felt": 1}]  # link-down met the goals
+
+
+def test_each_shortfall_says_why_and_an_unknown_kind_points_to_the_docs() -> None:
+    assert "0.05-1%" in oe._why("gray-loss") and "wiring check" in oe._why("shuffle-miswiring")
+    assert oe._why("no-such-kind") == oe.WORDS("why_other")
