@@ -1,5 +1,5 @@
 """``traffic.shell.moejob``: what one iteration measures and what the collector is handed,
-with the replays faked (the real fabric: tests/integration/test_moejob.py)."""
+with the replays faked (the real fabric: tests/integration/test_moejob_live.py)."""
 
 from __future__ import annotations
 
