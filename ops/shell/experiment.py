@@ -1,5 +1,6 @@
-"""The ops-eval experiment on a real fabric: steady traffic, the collector, detectors and
-agent running, a fault-free phase, then a seeded schedule of faults; scored by the pure
+"""The ops-eval experiment on a real fabric: a MoE job beside steady probe traffic, the
+collector, detectors and agent running, a fault-free phase, then a seeded schedule of
+faults (some at once); scored by the pure
 ``ops.evaluate.score`` (whose docstring says what each score means and the goals).
 """
 
