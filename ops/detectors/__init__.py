@@ -184,7 +184,7 @@ class Detector(Plugin):
 DETECTORS: Plugins[Detector] = Plugins(
     "detector", __name__, Detector,
     first=("link-down", "flapping", "degraded", "loss", "link-drops", "ecmp-imbalance",
-           "hot-receiver", "controller-down", "job-slow", "job-loss"))
+           "hot-receiver", "controller-down", "job-slow", "job-loss", "miswired"))
 
 
 def alert_kind(name: str) -> AlertKind | None:

@@ -10,13 +10,14 @@ import dataclasses
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ops import questions as Q
 from ops.agent import Tools, diagnose
 from ops.baselines import baselines
-from ops.detectors import Engine
+from ops.detectors import Engine, alert_kind
+from ops.detectors import miswired as MISWIRED
 from ops.evaluate import GroundTruth, ground_truth, live_faults, score
 from ops.shell.collector import Collector
 from ops.telemetry import DEFAULT_INTERVAL_S, Store
@@ -29,6 +30,75 @@ from vocab.plan import WiringPlan
 
 #: the longest the warm-up waits for the MoE job to settle (``traffic.iterations.settled``)
 SETTLE_S = 240.0
+#: the agent checks the cabling against the plan at most this often (s)
+WIRING_EVERY_S = 10.0
+
+
+class WiringWatch:
+    """The wiring check (``testbed.shell.wiring.check_wiring``) as the agent uses it.
+
+    ``maybe(now)`` starts one in a thread of its own (it takes a second or so of
+    ``ovs-ofctl`` calls: not in the collector's thread) unless one runs or ran less than
+    ``every_s`` ago; ``run()`` does one now, in the caller's thread (the questions' "is the
+    wiring as planned?"), one at a time either way. Each result is handed to the collector's
+    next poll (``take_values``) as the miswired detector's telemetry
+    (``ops.detectors.miswired``). ``check`` stands in for the real check in tests."""
+
+    def __init__(self, plan: WiringPlan, check: Callable[[], list[Any]] | None = None,
+                 every_s: float = WIRING_EVERY_S, log: Callable[[str], None] = print) -> None:
+        if check is None:
+            from testbed.shell.wiring import check_wiring
+
+            def check() -> list[Any]:
+                return check_wiring(plan)
+        self.check, self.every_s, self.log = check, every_s, log
+        self.checks = 0
+        self._lock = threading.Lock()  # one check at a time: they share the switches' rules
+        self._busy = threading.Event()
+        self._last = -float("inf")
+        self._pending: dict[tuple[str, str], float] = {}
+
+    def run(self) -> list[Any]:
+        """Check now; the findings (``testbed.wiring.Finding``)."""
+        from testbed.wiring import miswired
+
+        with self._lock:
+            found = self.check()
+            self.checks += 1
+            values = {(MISWIRED.COMPONENT, MISWIRED.CHECKED): 1.0}
+            values.update({(link, MISWIRED.METRIC): 1.0 for link in miswired(found)})
+            self._pending = values
+        return found
+
+    def maybe(self, now: float) -> bool:
+        """Start a check in the background unless one runs or ran within ``every_s``."""
+        if self._busy.is_set() or now - self._last < self.every_s:
+            return False
+        self._busy.set()
+        self._last = now
+        threading.Thread(target=self._background, name="wiring-check", daemon=True).start()
+        return True
+
+    def _background(self) -> None:
+        try:
+            self.run()
+        except Exception as exc:  # a failed check is no finding; say so and go on
+            self.log(f"ops-eval: wiring check failed: {exc}")
+        finally:
+            self._busy.clear()
+
+    def take_values(self) -> dict[tuple[str, str], float]:
+        """The latest check's result, once."""
+        with self._lock:
+            values, self._pending = self._pending, {}
+        return values
+
+
+def unexplained(active: Iterable[Any]) -> bool:
+    """The job suffers (a symptom alert is open) and no open alert says where."""
+    kinds = [alert_kind(a.detector) for a in active]
+    return any(k is not None and k.symptom for k in kinds) and \
+        all(k is not None and k.symptom for k in kinds)
 
 
 # --- the experiment (thin shell over a real Lab) ---------------------------------------------
@@ -38,8 +108,9 @@ class Monitor:
 
     def __init__(self, lab: RunningLab, store: Store | None, interval: float,
                  baseline_mbps: float | None = None, job_hosts: set[str] | None = None,
-                 job: MoeJob | None = None) -> None:
+                 job: MoeJob | None = None, wiring: WiringWatch | None = None) -> None:
         self.lab = lab
+        self.job, self.wiring = job, wiring
         self.engine = Engine(lab.plan, baseline_mbps=baseline_mbps, job_hosts=job_hosts,
                              on_alert=self._saved)
         self.store = store
@@ -49,7 +120,7 @@ class Monitor:
         self.baselines = baselines(lab.plan)
         self.collector = Collector.for_lab(lab, store, interval=interval,
                                            on_poll=self._after_poll,
-                                           extra=job.take_values if job else None)
+                                           extra=self._extra)
         self.lock = threading.Lock()
         self._consults: list[_Consult] = []
 
@@ -57,9 +128,18 @@ class Monitor:
         if self.store is not None:
             self.store.save_alert(alert)
 
+    def _extra(self, t: float) -> dict[tuple[str, str], float]:
+        """What the job and the wiring check report, for the collector's poll."""
+        out = self.job.take_values(t) if self.job is not None else {}
+        if self.wiring is not None:
+            out.update(self.wiring.take_values())
+        return out
+
     def _after_poll(self, t: float, _values: dict[tuple[str, str], float]) -> None:
         with self.lock:
             self.engine.step(self.collector.history)
+            if self.wiring is not None and unexplained(self.engine.active.values()):
+                self.wiring.maybe(time.monotonic())  # the agent looks at the cabling
             for b in self.baselines.values():
                 b.step(self.collector.history)
             if self.engine.active:
@@ -284,10 +364,11 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     (``traffic.shell.moejob.MoeJob``) beside the streams from the warm-up to the end, its
     iterations fed to the detectors (``out["job"]``: every iteration), each NIC sending at
     ``job_mbps`` (None: its emulated rate). ``concurrent`` > 1
-    injects faults in groups of that many at once, in different parts of the fabric.
+    injects faults in groups of that many at once, in different parts of the fabric. The
+    agent checks the wiring (``WiringWatch``) when the job suffers and no alert says where;
+    ``out["telemetry"]["wiring_checks"]`` counts the checks, the questions' included.
     """
     from testbed.shell import faults as F
-    from testbed.shell.wiring import check_wiring
 
     plan = lab.plan
     kinds = F.schedule_kinds(kinds or None, severity)
@@ -305,7 +386,8 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     streams = steady_traffic(lab, warmup_s + SETTLE_S + 2 * phase_s + 60, mbps_per_host)
     moe = MoeJob(lab, job[0], job[1], decode_every=decode_every, log=log,
                  rate_mbps=job_mbps) if job else None
-    mon = Monitor(lab, store, interval, job=moe)
+    watch = WiringWatch(plan, log=log)
+    mon = Monitor(lab, store, interval, job=moe, wiring=watch)
     try:
         if moe is not None:
             moe.start()
@@ -332,7 +414,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         asker = Asker(plan, mon.consult, seed=seed,
                       delay_s=4 * interval if ask_delay_s is None else ask_delay_s,
                       job_pairs=stream_pairs(plan), relevant=questions,
-                      healthy=healthy_questions, wiring=lambda: check_wiring(plan),
+                      healthy=healthy_questions, wiring=watch.run,
                       timeout=5 * interval + 5, log=log)
         with F.FaultInjector(lab, log=log) as inj:
             runner = inj.run_schedule(schedule)
@@ -379,6 +461,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                             "poll_s_median": round(statistics.median(polls), 4),
                             "poll_s_max": round(max(polls), 4),
                             "diagnoses": len(mon.diagnose_s),
+                            "wiring_checks": watch.checks,
                             "diagnose_s_median": round(statistics.median(mon.diagnose_s), 4)
                             if mon.diagnose_s else None,
                             "rows": store.count() if store is not None else None}

@@ -106,3 +106,38 @@ def test_cli_finds_the_lab_and_answers_one_shot(assert_clean: Callable[[Any], No
             for s in streams:
                 s.stop()
     assert_clean(plan)
+
+
+def test_a_miswired_shuffle_is_found_by_the_agents_wiring_check(
+        assert_clean: Callable[[Any], None]) -> None:
+    """No counter moves when two lanes of a shuffle are crossed; the wiring check the agent
+    runs (``WiringWatch``) sees it, the miswired detector names both lanes, the agent ranks
+    one of them first, and a check after the repair clears it."""
+    from ops.shell.experiment import WiringWatch
+    from testbed.wiring import miswired
+
+    plan = build("astral3", servers=4, gpus=2)
+    with Lab(plan, log=lambda m: None) as lab:
+        watch = WiringWatch(plan, log=lambda m: None)
+        mon = Monitor(lab, None, interval=1.0, wiring=watch)
+        try:
+            mon.collector.start()
+            assert watch.run() == []  # as planned
+            time.sleep(3)
+            assert [a for a in mon.alerts() if a["detector"] == "miswired"] == []
+            with FaultInjector(lab) as inj:
+                h = inj.inject(Fault("shuffle-miswiring", "lf0r1~spine0", seed=1))
+                crossed = miswired(watch.run())
+                assert len(crossed) == 2, crossed
+                for lane in crossed:
+                    wait_alert(mon, "miswired", lane, timeout=10)
+                assert ask(lab, mon)[0] in crossed
+                inj.undo(h)
+            assert watch.run() == []
+            deadline = time.monotonic() + 10
+            while mon.engine.active and time.monotonic() < deadline:
+                time.sleep(0.25)
+            assert not [a for a in mon.engine.active.values() if a.detector == "miswired"]
+        finally:
+            mon.collector.stop()
+    assert_clean(plan)

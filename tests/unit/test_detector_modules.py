@@ -25,7 +25,7 @@ from ops.detectors import DETECTORS, AlertKind, alert_kind
 REPO = Path(__file__).resolve().parents[2]
 
 SHIPPED = ("link-down", "flapping", "degraded", "loss", "link-drops", "ecmp-imbalance",
-           "hot-receiver", "controller-down", "job-slow", "job-loss")
+           "hot-receiver", "controller-down", "job-slow", "job-loss", "miswired")
 
 
 def test_the_shipped_detectors_and_what_they_declare() -> None:
@@ -114,6 +114,8 @@ _CHECK = textwrap.dedent("""
                 v[(h.name, "rx_mbps")] *= 0.4
         elif orig == "job-loss":
             v[("job", f"lost:{NIC}>s0g0")] = v[("job", f"lost:s1g0>{NIC}")] = 2.0
+        elif orig == "miswired" and i == 40:
+            v[("wiring", "checked")] = v[(LANE, "miswired")] = 1.0
 
     rng, hist, eng = random.Random(1), History(), Engine(plan)
     opened = []

@@ -1,0 +1,48 @@
+"""A lane's frames arrive at another port than the wiring plan says: crossed fibres. Pure.
+
+A detector module. Nothing counts a miswired lane: traffic still flows, through the wrong
+spine, so no counter or rate moves. What finds it is a check of the cabling against the
+plan (``testbed.shell.wiring.check_wiring``: a probe frame out of each end of every
+switch-to-switch link, and where it arrived), which the agent runs when the job suffers
+and no alert says where (``ops.shell.experiment.WiringWatch``). Each check's result comes
+with the next poll: ``(COMPONENT, CHECKED)`` 1, and ``(link, METRIC)`` 1 for every link
+whose frames arrived elsewhere than planned (a link whose frames arrived nowhere is down:
+link-down's). The latest check within HOLD_POLLS polls stands until the next one.
+"""
+
+from __future__ import annotations
+
+from ops.detectors import AlertKind, Finding, Topo
+from ops.telemetry import History
+from vocab.plugins import plugin_name
+
+#: the name its alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+#: a probe frame that arrives at the wrong port says where and what, as a dead switch does
+ALERTS = {NAME: AlertKind(95, "compare lane {component}'s cabling with the plan: {summary}; "
+                               "uncross the fibres in its shuffle box",
+                          fault_kinds=("shuffle-miswiring",))}
+
+#: the series a wiring check's result is written to
+COMPONENT, CHECKED, METRIC = "wiring", "checked", "miswired"
+#: a check's result stands this many polls (the cabling changes rarely; a newer check
+#: replaces it)
+HOLD_POLLS = 30
+
+
+def detect(hist: History, topo: Topo) -> list[Finding]:
+    """Miswired: the latest wiring check (within HOLD_POLLS polls) saw a link's frames
+    arrive at another port than planned."""
+    checked = hist.last(COMPONENT, CHECKED, HOLD_POLLS)
+    at = next((i for i in range(len(checked) - 1, -1, -1) if checked[i] is not None), None)
+    if at is None:
+        return []
+    idx = len(hist.times) - len(checked) + at
+    when = list(hist.times)[idx]
+    out = []
+    for comp in topo.links:
+        if hist.values(comp, METRIC)[idx]:
+            out.append(Finding(NAME, comp, "warning",
+                               f"its probe frames arrived at another port than planned "
+                               f"(wiring check at {when:.0f})", {"checked_at": when}, when))
+    return out

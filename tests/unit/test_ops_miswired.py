@@ -1,0 +1,105 @@
+"""The miswired detector and the wiring check as the agent uses it (``WiringWatch``), with the
+check faked: no root, no fabric (the real check on a real fabric: tests/integration)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from test_ops_detectors import LANE, clean_poll, first, run
+
+from ops.detectors import miswired as M
+from ops.shell.experiment import WiringWatch, unexplained
+from testbed.wiring import Finding
+
+OTHER = "lf0r0~spine1#0"
+
+
+@pytest.fixture(scope="module")
+def plan():  # noqa: ANN201
+    from testbed.topologies import build
+
+    return build("astral3", servers=2, gpus=2)
+
+
+def _checked(at: int, links: list[str]):  # noqa: ANN202
+    def fault(i: int, v: dict[tuple[str, str], float]) -> None:
+        if i == at:
+            v[(M.COMPONENT, M.CHECKED)] = 1.0
+            v.update({(link, M.METRIC): 1.0 for link in links})
+    return fault
+
+
+def test_a_check_that_saw_crossed_lanes_names_both_until_it_goes_stale(plan) -> None:  # noqa: ANN001
+    eng, opened = run(plan, 60, _checked(20, [LANE, OTHER]))
+    assert sorted((i, a.detector, a.component) for i, got in opened.items() for a in got) == \
+        sorted([(20, "miswired", LANE), (20, "miswired", OTHER)])
+    # the check stands HOLD_POLLS polls, then clears CLEAR_POLLS polls later
+    assert {a.cleared for a in eng.closed} == {1000.0 + 20 + M.HOLD_POLLS + 1}
+
+
+def test_a_newer_clean_check_clears_it_and_no_check_says_nothing(plan) -> None:  # noqa: ANN001
+    def two_checks(i: int, v: dict[tuple[str, str], float]) -> None:
+        _checked(10, [LANE])(i, v)
+        _checked(15, [])(i, v)
+    eng, opened = run(plan, 25, two_checks)
+    i, a = first(opened)
+    assert (i, a.component) == (10, LANE)
+    assert [x.cleared for x in eng.closed] == [1000.0 + 16]
+    _, opened = run(plan, 40)
+    assert opened == {}
+    hist_values = clean_poll(plan, random.Random(1))
+    assert (M.COMPONENT, M.CHECKED) not in hist_values
+
+
+def _finding(link: str, seen: bool = True) -> Finding:
+    return Finding(link, ("lf0r0", 3), ("spine1", 1), ("spine2", 1) if seen else None)
+
+
+def test_the_watch_checks_once_at_a_time_and_not_too_often(plan) -> None:  # noqa: ANN001
+    gate = threading.Event()
+    calls: list[float] = []
+
+    def check() -> list[Finding]:
+        calls.append(time.monotonic())
+        gate.wait(5)
+        return [_finding(LANE), _finding(OTHER, seen=False)]  # OTHER arrived nowhere: down
+
+    w = WiringWatch(plan, check, every_s=10.0, log=lambda _m: None)
+    assert w.maybe(100.0) and not w.maybe(100.5)  # one running
+    gate.set()
+    deadline = time.monotonic() + 5
+    while w._busy.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert w.take_values() == {(M.COMPONENT, M.CHECKED): 1.0, (LANE, M.METRIC): 1.0}
+    assert w.take_values() == {}  # handed over once
+    assert not w.maybe(105.0) and w.maybe(110.0)  # not within every_s of the last
+    assert w.checks >= 1 and len(calls) >= 1
+
+
+def test_a_failed_check_is_said_and_the_watch_goes_on(plan) -> None:  # noqa: ANN001
+    said: list[str] = []
+
+    def broken() -> list[Any]:
+        raise RuntimeError("ovs-ofctl: no such bridge")
+
+    w = WiringWatch(plan, broken, every_s=0.0, log=said.append)
+    assert w.maybe(1.0)
+    deadline = time.monotonic() + 5
+    while w._busy.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert said == ["ops-eval: wiring check failed: ovs-ofctl: no such bridge"]
+    assert w.take_values() == {} and w.maybe(2.0)
+
+
+def test_the_agent_looks_at_the_cabling_only_when_the_job_suffers_unexplained() -> None:
+    def alert(detector: str) -> Any:
+        return SimpleNamespace(detector=detector)
+
+    assert unexplained([alert("job-slow")])
+    assert not unexplained([alert("job-slow"), alert("loss")])  # something says where
+    assert not unexplained([alert("loss")]) and not unexplained([])
