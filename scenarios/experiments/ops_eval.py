@@ -403,10 +403,13 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
 
 def _why(kind: str) -> str:
     """Why the lab's signals fall short for ``kind`` (the template's ``why_<kind>``)."""
-    try:
-        return WORDS(f"why_{kind.replace('-', '_')}")
-    except KeyError:
-        return WORDS("why_other")
+    reasons = {
+        "corruption": WORDS("why_corruption"), "gray-loss": WORDS("why_gray_loss"),
+        "hot-receiver": WORDS("why_hot_receiver"), "link-degrade": WORDS("why_link_degrade"),
+        "mtu-mismatch": WORDS("why_mtu_mismatch"), "nic-loss": WORDS("why_nic_loss"),
+        "partial-blackhole": WORDS("why_partial_blackhole"),
+        "shuffle-miswiring": WORDS("why_shuffle_miswiring")}
+    return reasons.get(kind) or WORDS("why_other")
 
 
 def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:
