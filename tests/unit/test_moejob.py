@@ -3,6 +3,7 @@ with the replays faked (the real fabric: tests/integration/test_moejob_live.py).
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,9 +28,21 @@ def kernels() -> tuple[Any, Any]:
 class FakeReplays:
     """Stands in for ``replay``: each call's completion time and lost packets, in turn."""
 
-    def __init__(self, outcomes: list[tuple[float, int] | Exception]) -> None:
+    def __init__(self, outcomes: list[tuple[float, int] | Exception],
+                 scratch: str = "") -> None:
         self.outcomes = list(outcomes)
         self.calls: list[tuple[str, int]] = []
+        self.scratch = scratch
+
+    def workdir(self, label: str) -> str:
+        """A replay's folder with a file in it, as ``replay`` leaves one ("" without scratch)."""
+        if not self.scratch:
+            return ""
+        path = os.path.join(self.scratch, label.replace(" ", "-"))
+        os.makedirs(path)
+        with open(os.path.join(path, "recv.json"), "w") as f:
+            f.write("{}")
+        return path
 
     def __call__(self, lab: Any, flows: list[Any], *, label: str, **kw: Any) -> Any:
         self.calls.append((label, len(flows)))
@@ -40,7 +53,7 @@ class FakeReplays:
         rows = [{"src": f.src, "dst": f.dst, "sport": f.sport,
                  "lost_packets": lost if i == 0 else 0} for i, f in enumerate(flows)]
         return SimpleNamespace(start_ns=int(1e18), job_completion_s=secs, lost_packets=lost,
-                               flows=rows, receiver_drops=0)
+                               flows=rows, receiver_drops=0, workdir=self.workdir(label))
 
 
 def job(kernels: tuple[Any, Any], fake: FakeReplays, monkeypatch: pytest.MonkeyPatch,
@@ -128,3 +141,11 @@ def test_a_job_has_settled_after_steady_lossless_iterations() -> None:
     assert not I.settled([*steady, it(1.0, lost=3)])  # still losing
     assert not I.settled([*steady[1:], it(1.6)])  # still slowing down
     assert I.settled([it(5.0, lost=900), *steady])  # the warm-up behind it
+
+
+def test_each_replays_files_go_once_the_iteration_has_read_them(
+        kernels: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    fake = FakeReplays([(0.2, 1), (0.3, 0), (0.05, 0)], scratch=str(tmp_path))
+    it = job(kernels, fake, monkeypatch).iterate(0)
+    assert it.lost_packets == 1 and len(fake.calls) == 3
+    assert os.listdir(tmp_path) == []

@@ -23,6 +23,7 @@ iterations that ended since its last poll as telemetry (``traffic.iterations``).
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -36,6 +37,10 @@ from traffic.workload import Phase
 
 
 def _lossy(result: ReplayResult, kernel: str) -> list[dict[str, Any]]:
+    """The flows of ``result`` that lost packets. The iteration has read what it needs, so
+    the replay's files go (megabytes a replay, and a job replays thousands of times)."""
+    if result.workdir:
+        shutil.rmtree(result.workdir, ignore_errors=True)
     return [{"src": r["src"], "dst": r["dst"], "sport": r["sport"], "lost": r["lost_packets"],
              "kernel": kernel} for r in result.flows if r["lost_packets"]]
 

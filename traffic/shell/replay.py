@@ -76,6 +76,9 @@ class ReplayResult:
     #: packets the receivers' own sockets or rings dropped (counted lost too): a measurement
     #: artifact, not the fabric's loss
     receiver_drops: int = 0
+    #: the folder of the agents' specs and reports (in the lab's scratch folder, which goes
+    #: with the lab; a caller that replays again and again removes each when done)
+    workdir: str = ""
 
     def summary(self) -> dict[str, Any]:
         return {"flows": len(self.flows), "messages": len(self.messages),
@@ -401,6 +404,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
     result = _result(lab, flows, sent, received, int(start_at * 1e9), pol.label
                      if pol.name != mode or pol.options else mode)
     result.start_skew_s = max((float(d.get("late_s", 0.0)) for d in sent.values()), default=0.0)
+    result.workdir = work
     result.plane = tp.name
     fb = [d.get("feedback") or {} for d in received.values()]
     if tp.feedback:  # the receivers answered rounds (plb)
