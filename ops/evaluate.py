@@ -130,6 +130,15 @@ def ground_truth(events: list[dict[str, Any]], end_of_run: float) -> list[Ground
     return sorted(out, key=lambda g: g.start)
 
 
+def fault_window(f: GroundTruth, interval: float, grace_s: float | None = None
+                 ) -> tuple[float, float]:
+    """The span in which an alert is the fault's: from one polling interval before its
+    injection (a poll's time is taken when it starts: a fault injected during that poll is
+    seen by it) to its undo plus a grace (default GRACE_POLLS intervals + GRACE_S)."""
+    grace = GRACE_POLLS * interval + GRACE_S if grace_s is None else grace_s
+    return f.start - interval, f.end + grace
+
+
 def live_faults(events: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
     """The faults injected and not yet undone at ``now``, oldest first, as the live view
     shows them beside the alerts: ``{kind, component, since}`` (``since``: wall clock)."""
@@ -159,7 +168,6 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
     None: the source has no agent, its alerts' components are its answer. ``suffered``:
     per fault, when the job visibly suffered (another source's ``suffered_at``), for a
     source that cannot see it itself; default: this source's own symptom alerts."""
-    grace = GRACE_POLLS * interval + GRACE_S if grace_s is None else grace_s
     delay = 2 * interval if ask_delay_s is None else ask_delay_s
     raised = sorted((a for a in alerts if a.get("opened") is not None),
                     key=lambda a: a["opened"])
@@ -167,16 +175,16 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
                   key=lambda d: d[0])
     rows: list[FaultScore] = []
     attributed: set[int] = set()
+    spans = [fault_window(f, interval, grace_s) for f in faults]
     for idx, f in enumerate(faults):
+        lo, hi = spans[idx]
         # faults live at the same time: each is scored as if the others were known, so
         # their components' alerts neither detect it nor stand first in its ranking
-        others = {canonical(g.component, plan) for g in faults if g is not f
-                  and g.start - interval <= f.end + grace and f.start - interval <= g.end + grace}
-        # a poll's time is taken when it starts: a fault injected during that poll is seen
-        # by it, so the window opens one interval early
+        others = {canonical(g.component, plan) for g, (glo, ghi) in zip(faults, spans,
+                                                                          strict=True)
+                  if g is not f and glo <= hi and lo <= ghi}
         window = [(i, a) for i, a in enumerate(raised)
-                  if f.start - interval <= a["opened"] <= f.end + grace
-                  and canonical(a["component"], plan) not in others]
+                  if lo <= a["opened"] <= hi and canonical(a["component"], plan) not in others]
         attributed.update(i for i, _ in window)
         signals = [a for _, a in window if not _symptom(a)]
         fs = FaultScore(f.kind, f.component, f.start, detected=bool(window))
@@ -199,18 +207,18 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
                 said = first["detector"]
             else:
                 answer, said = next(((r, d) for t, r, d in diag
-                                     if ask - 1e-6 <= t <= f.end + grace), (None, None))
+                                     if ask - 1e-6 <= t <= hi), (None, None))
                 if answer is None:  # the fault ended before the operator asked: last answer
                     answer, said = next(((r, d) for t, r, d in reversed(diag)
-                                         if first["opened"] <= t <= f.end + grace), ([], None))
+                                         if first["opened"] <= t <= hi), ([], None))
                 if said is None and answer:  # not recorded: the alert that named its top
                     said = next((a["detector"] for a in so_far if canonical(
                         a["component"], plan) == canonical(answer[0], plan)), None)
             fs.ranked = answer[:5]
             want = canonical(f.component, plan)
-            names = [n for n in (canonical(c, plan) for c in answer) if n not in others]
+            names = _ranked(answer, others, plan)
             fs.localize_s = _localized(f, want, others, window, diag if diagnoses is not None
-                                       else None, interval, grace, plan)
+                                       else None, (lo, hi), plan)
             fs.top1 = bool(names) and names[0] == want
             fs.top3 = want in names[:3]
             kinds = fault_kinds(said) if said else ()
@@ -347,10 +355,15 @@ def _kind_scores(rows: list[FaultScore], interval: float) -> dict[str, Any]:
             "precision": None, "f1": None, "false_alarms_per_hour": None}
 
 
+def _ranked(answer: Sequence[str], others: set[str], plan: WiringPlan | None) -> list[str]:
+    """An answer's components by their canonical names, the other live faults' skipped."""
+    return [n for n in (canonical(c, plan) for c in answer) if n not in others]
+
+
 def _localized(f: GroundTruth, want: str, others: set[str],
                window: list[tuple[int, dict[str, Any]]],
-               diag: list[tuple[float, list[str], str | None]] | None, interval: float,
-               grace: float, plan: WiringPlan | None) -> float | None:
+               diag: list[tuple[float, list[str], str | None]] | None,
+               span: tuple[float, float], plan: WiringPlan | None) -> float | None:
     """Seconds from the injection to the first answer in the fault's window that names its
     component first (the agent's ranking, the other live faults' components skipped), or
     for a source without an agent its first alert on that component; None: never."""
@@ -358,8 +371,8 @@ def _localized(f: GroundTruth, want: str, others: set[str],
         return next((round(a["opened"] - f.start, 3) for _, a in window
                      if canonical(a["component"], plan) == want), None)
     for t, ranked, _ in diag:
-        if f.start - interval <= t <= f.end + grace:
-            names = [n for n in (canonical(c, plan) for c in ranked) if n not in others]
+        if span[0] <= t <= span[1]:
+            names = _ranked(ranked, others, plan)
             if names and names[0] == want:
                 return round(t - f.start, 3)
     return None

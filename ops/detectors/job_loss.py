@@ -45,7 +45,7 @@ SHARE = 0.9
 def detect(hist: History, topo: Topo) -> list[Finding]:
     """A NIC or leaf on the path of >= SHARE of the job's packets lost in the last
     HOLD_POLLS polls (the most specific one: a NIC before its leaf)."""
-    lost = _lost_pairs(hist)
+    lost, since = _lost_pairs(hist)
     total = sum(lost.values())
     if not total:
         return []
@@ -59,7 +59,6 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
             host_pairs[h] += 1
         for sw in {leaf_of.get(src), leaf_of.get(dst)} - {None}:
             leaf[sw] += n  # type: ignore[index]
-    since = _since(hist)
     evidence = {"lost_packets": int(total), "pairs": {f"{s}>{d}": int(n) for (s, d), n in
                                                      sorted(lost.items())[:12]}}
     nics = [h for h, n in host.items() if n >= SHARE * total and host_pairs[h] >= 2]
@@ -77,22 +76,19 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     return []
 
 
-def _lost_pairs(hist: History) -> dict[tuple[str, str], float]:
-    """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls."""
+def _lost_pairs(hist: History) -> tuple[dict[tuple[str, str], float], float]:
+    """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls, and the first
+    of those polls that brought a loss."""
+    times = list(hist.times)[-HOLD_POLLS:]
+    per_poll = [0.0] * len(times)
     out: dict[tuple[str, str], float] = defaultdict(float)
     for comp, metric in list(hist.keys()):
         pair = parse_pair(metric) if comp == JOB else None
-        if pair is not None:
-            out[pair] += sum(v for v in hist.last(comp, metric, HOLD_POLLS) if v)
-    return {k: v for k, v in out.items() if v}
-
-
-def _since(hist: History) -> float:
-    """The first of the pooled polls that brought a loss."""
-    times = list(hist.times)[-HOLD_POLLS:]
-    lost = [0.0] * len(times)
-    for comp, metric in list(hist.keys()):
-        if comp == JOB and parse_pair(metric) is not None:
-            for i, v in enumerate(hist.last(comp, metric, HOLD_POLLS)):
-                lost[i] += v or 0.0
-    return next((t for t, n in zip(times, lost, strict=True) if n), hist.now)
+        if pair is None:
+            continue
+        for i, v in enumerate(hist.last(comp, metric, HOLD_POLLS)):
+            if v:
+                out[pair] += v
+                per_poll[i] += v
+    since = next((t for t, n in zip(times, per_poll, strict=True) if n), hist.now)
+    return {k: v for k, v in out.items() if v}, since

@@ -18,6 +18,7 @@ import statistics
 
 from ops.detectors import JOB_MIN_MBPS, AlertKind, Finding, Topo, job_rate, rounded, run_start
 from ops.telemetry import History
+from traffic.iterations import JOB
 from vocab.plugins import plugin_name
 
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
@@ -67,7 +68,7 @@ def detect(hist: History, topo: Topo, baseline: float | None) -> list[Finding]:
 def _iterations(hist: History) -> list[tuple[float, float | None, float, float]]:
     """``(poll time, iteration s or None, packets lost, failed)`` of every poll that
     brought an iteration's end."""
-    secs, lost, failed = (hist.values("job", m) for m in ("iter_s", "iter_lost", "iter_failed"))
+    secs, lost, failed = (hist.values(JOB, m) for m in ("iter_s", "iter_lost", "iter_failed"))
     return [(t, s, lo or 0.0, fa or 0.0) for t, s, lo, fa in zip(hist.times, secs, lost, failed,
                                                                 strict=True)
             if s is not None or lo is not None or fa is not None]

@@ -181,9 +181,8 @@ def shortfalls(per_fault: list[dict[str, Any]], alerts: list[dict[str, Any]],
     instead, and how many the job felt (``felt``: ``job_summary``'s per kind). An alert
     naming the kind that never fired is the signal missing; a job that did not feel the
     fault says the fault was also harmless to it."""
-    from ops.evaluate import GRACE_POLLS, GRACE_S, fault_kinds
+    from ops.evaluate import fault_kinds, fault_window
 
-    grace = GRACE_POLLS * interval + GRACE_S
     out = []
     for kind in dict.fromkeys(r["kind"] for r in per_fault):
         rows = [r for r in per_fault if r["kind"] == kind]
@@ -192,9 +191,9 @@ def shortfalls(per_fault: list[dict[str, Any]], alerts: list[dict[str, Any]],
         if det >= recall * n and right >= top1 * n:
             continue
         named = 0
-        for g in (g for g in truth if g.kind == kind):
+        for lo, hi in (fault_window(g, interval) for g in truth if g.kind == kind):
             named += any(kind in fault_kinds(a["detector"]) for a in alerts
-                         if g.start - interval <= a["opened"] <= g.end + grace)
+                         if lo <= a["opened"] <= hi)
         first = Counter(r["first_alert"].split(":")[0] for r in rows if r["first_alert"])
         out.append({"kind": kind, "faults": n, "detected": det, "top1": right,
                     "named": named, "first_alerts": dict(first.most_common()),

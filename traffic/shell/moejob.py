@@ -36,9 +36,10 @@ from traffic.shell.running import RunningLab
 from traffic.workload import Phase
 
 
-def _lossy(result: ReplayResult, kernel: str) -> list[dict[str, Any]]:
-    """The flows of ``result`` that lost packets. The iteration has read what it needs, so
-    the replay's files go (megabytes a replay, and a job replays thousands of times)."""
+def _keep(result: ReplayResult, kernel: str) -> list[dict[str, Any]]:
+    """What an iteration keeps of a replay besides its times: the flows that lost packets.
+    The rest, the replay's files, goes (megabytes a replay, and a job replays thousands of
+    times)."""
     if result.workdir:
         shutil.rmtree(result.workdir, ignore_errors=True)
     return [{"src": r["src"], "dst": r["dst"], "sport": r["sport"], "lost": r["lost_packets"],
@@ -115,7 +116,7 @@ class MoeJob:
                 phases[name] = round(r.job_completion_s, 6)
                 lost += r.lost_packets
                 it.receiver_drops += r.receiver_drops
-                lossy += _lossy(r, "train")
+                lossy += _keep(r, "train")
             it.iter_s = round(sum(phases.values()), 6)
             it.lost_packets = lost
             if self.decode and index % self.decode_every == 0 and not self._stop.is_set():
@@ -124,7 +125,7 @@ class MoeJob:
                 it.decode_s = round(r.job_completion_s, 6)
                 it.decode_lost = r.lost_packets
                 it.receiver_drops += r.receiver_drops
-                lossy += _lossy(r, "decode")
+                lossy += _keep(r, "decode")
         except Exception as exc:  # a failed replay is a data point, not the end of the job
             it.error = f"{type(exc).__name__}: {exc}"[:300]
             self.log(f"moe-job: iteration {index} failed: {it.error}")
