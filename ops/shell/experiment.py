@@ -6,7 +6,9 @@ faults (some at once); scored by the pure
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import statistics
 import threading
 import time
@@ -32,17 +34,21 @@ from vocab.plan import WiringPlan
 SETTLE_S = 240.0
 #: the agent checks the cabling against the plan at most this often (s)
 WIRING_EVERY_S = 10.0
+#: nice value of a background wiring check: the switches it probes need the cores more
+BACKGROUND_NICE = 10
 
 
 class WiringWatch:
     """The wiring check (``testbed.shell.wiring.check_wiring``) as the agent uses it.
 
-    ``maybe(now)`` starts one in a thread of its own (it takes a second or so of
-    ``ovs-ofctl`` calls: not in the collector's thread) unless one runs or ran less than
+    ``maybe(now)`` starts one in a thread of its own unless one runs or ran less than
     ``every_s`` ago; ``run()`` does one now, in the caller's thread (the questions' "is the
-    wiring as planned?"), one at a time either way. Each result is handed to the collector's
-    next poll (``take_values``) as the miswired detector's telemetry
-    (``ops.detectors.miswired``). ``check`` stands in for the real check in tests."""
+    wiring as planned?"), one at a time either way. A check is a few ``ovs-ofctl`` calls
+    per switch, seconds on a large fabric: it must never hold up the collector's poll, and
+    its processes run at a lower priority than the switches they share the cores with.
+    Each result is handed to the collector's next poll (``take_values``, which never waits
+    for a check) as the miswired detector's telemetry (``ops.detectors.miswired``).
+    ``check`` stands in for the real check in tests."""
 
     def __init__(self, plan: WiringPlan, check: Callable[[], list[Any]] | None = None,
                  every_s: float = WIRING_EVERY_S, log: Callable[[str], None] = print) -> None:
@@ -54,6 +60,7 @@ class WiringWatch:
         self.check, self.every_s, self.log = check, every_s, log
         self.checks = 0
         self._lock = threading.Lock()  # one check at a time: they share the switches' rules
+        self._result = threading.Lock()  # guards _pending only, held for no longer than a copy
         self._busy = threading.Event()
         self._last = -float("inf")
         self._pending: dict[tuple[str, str], float] = {}
@@ -65,8 +72,9 @@ class WiringWatch:
         with self._lock:
             found = self.check()
             self.checks += 1
-            values = {(MISWIRED.COMPONENT, MISWIRED.CHECKED): 1.0}
-            values.update({(link, MISWIRED.METRIC): 1.0 for link in miswired(found)})
+        values = {(MISWIRED.COMPONENT, MISWIRED.CHECKED): 1.0}
+        values.update({(link, MISWIRED.METRIC): 1.0 for link in miswired(found)})
+        with self._result:
             self._pending = values
         return found
 
@@ -80,6 +88,8 @@ class WiringWatch:
         return True
 
     def _background(self) -> None:
+        with contextlib.suppress(OSError):  # this thread and the processes it starts
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
         try:
             self.run()
         except Exception as exc:  # a failed check is no finding; say so and go on
@@ -88,8 +98,8 @@ class WiringWatch:
             self._busy.clear()
 
     def take_values(self) -> dict[tuple[str, str], float]:
-        """The latest check's result, once."""
-        with self._lock:
+        """The latest check's result, once (never waits for a check that is running)."""
+        with self._result:
             values, self._pending = self._pending, {}
         return values
 

@@ -3,6 +3,7 @@ check faked: no root, no fabric (the real check on a real fabric: tests/integrat
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -103,3 +104,30 @@ def test_the_agent_looks_at_the_cabling_only_when_the_job_suffers_unexplained() 
     assert unexplained([alert("job-slow")])
     assert not unexplained([alert("job-slow"), alert("loss")])  # something says where
     assert not unexplained([alert("loss")]) and not unexplained([])
+
+
+def test_the_collectors_poll_never_waits_for_a_check(plan) -> None:  # noqa: ANN001
+    """A check takes seconds on a large fabric; the poll that asks for its result meanwhile
+    gets the previous one (or nothing) at once, and the check runs at a lower priority."""
+    gate, started = threading.Event(), threading.Event()
+    nice: list[int] = []
+
+    def slow() -> list[Finding]:
+        nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        started.set()
+        gate.wait(10)
+        return [_finding(LANE)]
+
+    w = WiringWatch(plan, slow, every_s=0.0, log=lambda _m: None)
+    assert w.maybe(1.0) and started.wait(5)
+    got: list[dict[Any, float]] = []
+    poll = threading.Thread(target=lambda: got.append(w.take_values()), daemon=True)
+    poll.start()
+    poll.join(8)  # the check holds its gate for 10 s: a poll that waited would still be here
+    assert got == [{}] and not gate.is_set()  # nothing yet, handed over without waiting
+    gate.set()
+    deadline = time.monotonic() + 5
+    while w._busy.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert w.take_values()[(LANE, M.METRIC)] == 1.0
+    assert nice and nice[0] >= os.getpriority(os.PRIO_PROCESS, 0) + 1
