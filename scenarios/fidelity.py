@@ -31,6 +31,7 @@ cores with the switch, which is why the warning starts at a margin of 2.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
@@ -47,7 +48,7 @@ from traffic.shell.running import RunningLab
 
 REFUSE_BELOW = 1.0
 WARN_BELOW = 2.0
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 #: per-sender rates tried by ``calibrate`` (Mb/s), each for TRIAL_S seconds of traffic
 RAMP_MBPS = (5.0, 10.0, 14.0, 20.0, 28.0, 40.0, 56.0, 80.0, 113.0, 160.0)
 TRIAL_S = 1.5
@@ -55,6 +56,8 @@ TRIAL_S = 1.5
 HOLD_SLACK = 1.15
 #: tries per rate before the ramp stops (a shared machine has noisy moments)
 ATTEMPTS = 2
+#: after the steps, the ramp bisects until the last held and first failed rates are this close
+REFINE = 1.05
 
 
 class CapacityError(RuntimeError):
@@ -153,7 +156,9 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
             "senders": len(pairs), "hops_per_packet": 3, "trials": trials,
             "method": f"{len(pairs)} senders, one cross-rail flow each (3 switch hops), NIC "
                       "400 Mb/s so no link binds; per-sender rate raised along "
-                      f"{RAMP_MBPS} Mb/s, {ATTEMPTS} tries per rate; capacity = the load "
+                      f"{RAMP_MBPS} Mb/s, then bisected between the last held and the "
+                      f"first failed to within {100 * (REFINE - 1):g}%, {ATTEMPTS} tries per "
+                      "rate; capacity = the load "
                       f"offered at the highest rate held (all bytes delivered within "
                       f"{HOLD_SLACK:g}x the paced time after the last sender started), in "
                       "switch-hop packets per second",
@@ -177,24 +182,45 @@ def calibration_pairs(plan: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = None
-         ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = None,
+         refine: float = REFINE) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """Raise the per-sender rate along RAMP_MBPS until one is not held ``attempts`` times
-    (default ATTEMPTS) in a row; return the last held trial (None if even the first rate
-    failed) and every trial."""
+    (default ATTEMPTS) in a row, then bisect between the last rate held and the first not
+    held until they are within ``refine`` of each other; return the highest held trial
+    (None if even the first rate failed) and every trial.
+
+    The coarse steps find the knee cheaply; the bisection keeps a capacity from being
+    quantised to the step below it, which would scale every guarded run down further than
+    the machine needs.
+    """
     trials: list[dict[str, Any]] = []
-    best = None
-    for rate in RAMP_MBPS:
-        held = False
+
+    def held_at(rate: float) -> dict[str, Any] | None:
         for attempt in range(attempts or ATTEMPTS):  # one noisy trial must not end the ramp
             trial = dict(try_rate(rate), attempt=attempt + 1)
             trials.append(trial)
-            held = bool(trial["held"])
-            if held:
-                break
-        if not held:
+            if trial["held"]:
+                return trial
+        return None
+
+    best, failed = None, None
+    for rate in RAMP_MBPS:
+        trial = held_at(rate)
+        if trial is None:
+            failed = rate
             break
         best = trial
+    if best is not None and failed is not None:
+        lo, hi = float(best["rate_mbps_per_sender"]), failed
+        while hi / lo > refine:
+            mid = round(math.sqrt(lo * hi), 1)  # geometric: the steps are ratios
+            if not lo < mid < hi:
+                break
+            trial = held_at(mid)
+            if trial is None:
+                hi = mid
+            else:
+                best, lo = trial, mid
     return best, trials
 
 

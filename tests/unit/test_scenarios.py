@@ -252,13 +252,34 @@ def test_calibration_ramp_retries_a_noisy_rate_once() -> None:
         held = rate < limit and not (rate == noisy and tries[rate] == 1)
         return {"rate_mbps_per_sender": rate, "held": held, "hop_pps": int(rate * 100)}
 
-    best, trials = fidelity.ramp(fake)
+    best, trials = fidelity.ramp(fake, refine=10.0)  # steps only
     assert best is not None and best["rate_mbps_per_sender"] == 14.0  # 20 fails twice
     assert tries[10.0] == 2 and tries[20.0] == fidelity.ATTEMPTS
     assert 28.0 not in tries  # the ramp stopped
     assert [t["attempt"] for t in trials if t["rate_mbps_per_sender"] == 10.0] == [1, 2]
     none, _ = fidelity.ramp(lambda r: {"held": False})
     assert none is None
+
+
+def test_calibration_ramp_bisects_to_the_knee() -> None:
+    """Past the steps, the ramp closes in on the highest rate held, to within REFINE."""
+    for limit in (11.0, 17.3, 24.0, 37.0, 100.0):
+        tried: list[float] = []
+
+        def fake(rate: float, limit: float = limit, tried: list[float] = tried
+                 ) -> dict[str, Any]:
+            tried.append(rate)
+            return {"rate_mbps_per_sender": rate, "held": rate <= limit}
+
+        best, _ = fidelity.ramp(fake, attempts=1)
+        assert best is not None
+        got = best["rate_mbps_per_sender"]
+        assert got <= limit and limit / got <= fidelity.REFINE + 0.01, (limit, tried)
+        assert len(tried) <= len(fidelity.RAMP_MBPS) + 4  # a few more trials, not a sweep
+    # the top step held: nothing above it to bisect towards
+    capped, trials = fidelity.ramp(lambda r: {"rate_mbps_per_sender": r, "held": True})
+    assert capped is not None and capped["rate_mbps_per_sender"] == fidelity.RAMP_MBPS[-1]
+    assert len(trials) == len(fidelity.RAMP_MBPS)
 
 
 def test_capacity_cache_is_keyed_to_the_machine(tmp_path: Any,
