@@ -96,14 +96,16 @@ def calibration_failed(trials: list[dict[str, Any]], senders: int) -> Calibratio
         "will say so).", measured, trials)
 
 
-def cache_path(pmtu: int = LAB_PMTU) -> str:
-    """One capacity per path MTU: a switch's packet rate depends on the frame size."""
+def cache_path(pmtu: int = LAB_PMTU, daemons: int = 1) -> str:
+    """One capacity per path MTU (a switch's packet rate depends on the frame size) and per
+    number of switch daemons (each forwards on a core of its own)."""
     root = os.environ.get("ASTRAL_LAB_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "astral-lab")
-    return os.path.join(root, f"capacity-pmtu{pmtu}.json")
+    return os.path.join(root, f"capacity-pmtu{pmtu}" + (f"-d{daemons}" if daemons > 1 else "")
+                        + ".json")
 
 
-def machine_key(pmtu: int = LAB_PMTU) -> dict[str, Any]:
+def machine_key(pmtu: int = LAB_PMTU, daemons: int = 1) -> dict[str, Any]:
     """What the measured capacity depends on; a change means calibrate again."""
     datapath = choose_datapath()
     try:
@@ -115,42 +117,53 @@ def machine_key(pmtu: int = LAB_PMTU) -> dict[str, Any]:
 
     return {"host": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
             "ovs": ovs, "datapath": datapath, "plane": DEFAULT_PLANE, "pmtu": pmtu,
-            "version": CACHE_VERSION}
+            "version": CACHE_VERSION, **({"daemons": daemons} if daemons > 1 else {})}
 
 
-def load_cached(pmtu: int = LAB_PMTU) -> dict[str, Any] | None:
+def load_cached(pmtu: int = LAB_PMTU, daemons: int = 1) -> dict[str, Any] | None:
     try:
-        with open(cache_path(pmtu)) as f:
+        with open(cache_path(pmtu, daemons)) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
-    return data if data.get("key") == machine_key(pmtu) else None
+    return data if data.get("key") == machine_key(pmtu, daemons) else None
+
+
+def calibration_plan() -> Any:
+    """The calibration's fabric: astral3, 2 servers x 4 GPUs in one rail block, NIC 400
+    Mb/s so no link binds."""
+    from testbed.topologies import build
+
+    return build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
 
 
 def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
-              pmtu: int = LAB_PMTU) -> dict[str, Any]:
-    """Measure (or read the cached) switching capacity of this machine at ``pmtu``. Needs root.
+              pmtu: int = LAB_PMTU, switch_daemons: int | str = 1) -> dict[str, Any]:
+    """Measure (or read the cached) switching capacity of this machine at ``pmtu`` with
+    ``switch_daemons`` daemons (``testbed.shell.daemons``). Needs root.
 
     Call it before bringing up a scenario's own fabric: the calibration fabric uses the
     same node names, and two fabrics cannot share them.
     """
-    cached = None if force else load_cached(pmtu)
+    from testbed.shell import daemons
+
+    plan = calibration_plan()
+    n = daemons.resolve_count(switch_daemons, choose_datapath(), len(plan.switches))
+    cached = None if force else load_cached(pmtu, n)
     if cached:
         return cached
     from testbed.shell.lab import Lab
-    from testbed.topologies import build
     from vocab.plan import write_json_atomic
 
-    plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
-    with Lab(plan, log=log, pmtu=pmtu) as lab:
-        log(f"calibrating this machine's switching capacity at pmtu {pmtu} (once; cached in "
-            f"{cache_path(pmtu)}) ...")
+    with Lab(plan, log=log, pmtu=pmtu, switch_daemons=n) as lab:
+        log(f"calibrating this machine's switching capacity at pmtu {pmtu} with {n} switch "
+            f"daemon(s) (once; cached in {cache_path(pmtu, n)}) ...")
         pairs = calibration_pairs(plan)
         best, trials = ramp(lambda rate: paced_trial(lab, plan, pairs, rate, log, pmtu=pmtu))
         if best is None:
             raise calibration_failed(trials, len(pairs))
         capacity = {
-            "key": machine_key(pmtu), "pmtu": pmtu,
+            "key": machine_key(pmtu, n), "pmtu": pmtu, "daemons": n,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "hop_pps": best["hop_pps"], "delivered_mbps": best["delivered_mbps"],
             "senders": len(pairs), "hops_per_packet": 3, "trials": trials,
@@ -163,8 +176,8 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
                       f"{HOLD_SLACK:g}x the paced time after the last sender started), in "
                       "switch-hop packets per second",
         }
-    os.makedirs(os.path.dirname(cache_path(pmtu)), exist_ok=True)
-    write_json_atomic(cache_path(pmtu), capacity)
+    os.makedirs(os.path.dirname(cache_path(pmtu, n)), exist_ok=True)
+    write_json_atomic(cache_path(pmtu, n), capacity)
     log(f"capacity: {capacity['hop_pps']:,} switch-hop packets/s "
         f"({capacity['delivered_mbps']} Mb/s delivered by {len(pairs)} senders)")
     return capacity
@@ -327,10 +340,12 @@ def check(lab: RunningLab, flows: list[FlowSpec], *, force: bool = False,
           ) -> dict[str, Any]:
     """The guard itself (see the module docstring); raises CapacityError when refused."""
     pmtu = lab.pmtu
-    capacity = load_cached(pmtu)
+    n = len(getattr(lab, "daemons", [])) or 1
+    capacity = load_cached(pmtu, n)
     if capacity is None:
-        raise CapacityError(f"no calibration for this machine at pmtu {pmtu}: call scenarios."
-                            "fidelity.calibrate() before bringing the fabric up (Run.lab does)")
+        raise CapacityError(f"no calibration for this machine at pmtu {pmtu} with {n} switch "
+                            "daemon(s): call scenarios.fidelity.calibrate() before bringing the "
+                            "fabric up (Run.lab does)")
     load = offered(lab.plan, flows, rate_mbps, pmtu=pmtu)
     v = verdict(capacity, load, force)
     msg = (f"fidelity guard: offered {load['hop_pps']:,} switch-hop pkt/s "

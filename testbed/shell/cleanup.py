@@ -395,6 +395,7 @@ def our_processes() -> list[int]:
 
 def clean(verbose: bool = True) -> dict[str, int]:
     """Remove every leftover of crashed lab runs. Safe to run any time; returns what it did."""
+    from testbed.shell import daemons  # it uses this module's helpers
     done = {"records": 0, "processes": 0, "bridges": 0, "links": 0, "scratch": 0,
             "kept": 0, "unrecorded": 0, "namespaces": 0}
     live_runs: set[str] = set()
@@ -424,6 +425,9 @@ def clean(verbose: bool = True) -> dict[str, int]:
         pids = [int(p) for p in rec.get("pids", []) if _looks_like_ours(int(p))]
         delete_bridges(rec.get("bridges", []))
         kill_pids(pids, grace=0.5)
+        for d in rec.get("daemons", []):  # extra switch daemons, their namespaces and ports
+            daemons.stop(d)
+            done["namespaces"] += 1
         delete_links(rec.get("links", []))
         wait_gone(rec.get("host_links", []), timeout=10)
         done["processes"] += len(pids)
@@ -451,6 +455,9 @@ def clean(verbose: bool = True) -> dict[str, int]:
         scratch(path)
     for pid in rxsink.stale():  # a killed replay's note that its receivers drop RoCE
         rxsink.unmark(pid)
+    for d in daemons.stale(live_runs):  # a daemon whose run record was lost
+        daemons.stop(d)
+        done["namespaces"] += 1
     for ns in stale_probe_namespaces():
         done["namespaces"] += run(["ip", "netns", "del", ns]).returncode == 0
     # Plain Mininet on the lab's plans: no record, no tags, only names (after the runs above
@@ -468,7 +475,7 @@ def clean(verbose: bool = True) -> dict[str, int]:
     done["kept"] = len(kept)
     if verbose:
         print("astral-lab clean: removed {records} run record(s), {processes} process(es), "
-              "{bridges} bridge(s), {links} interface(s), {namespaces} probe namespace(s), "
+              "{bridges} bridge(s), {links} interface(s), {namespaces} namespace(s), "
               "{scratch} scratch folder(s)"
               .format(**done))
         if done["unrecorded"]:

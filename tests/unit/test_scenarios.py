@@ -230,7 +230,8 @@ def test_offered_load_counts_rates_and_hops() -> None:
 def test_guard_refuses_without_force(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = build("astral3", servers=2, gpus=4, scale=1e-4)
     flows = common.permutation_flows(plan, 1_000_000, qps=2)
-    monkeypatch.setattr(fidelity, "load_cached", lambda _p=0: {"hop_pps": 1000, "measured": "x"})
+    monkeypatch.setattr(fidelity, "load_cached",
+                        lambda _p=0, _d=1: {"hop_pps": 1000, "measured": "x"})
 
     class FakeLab:
         pass
@@ -359,7 +360,7 @@ def slow_machine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         raise fidelity.calibration_failed(SLOW, senders=8)
 
     monkeypatch.setattr(fidelity, "calibrate", calibrate)
-    monkeypatch.setattr(fidelity, "load_cached", lambda _pmtu=4096: None)
+    monkeypatch.setattr(fidelity, "load_cached", lambda *_a: None)
     monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
     return calls
 
@@ -439,7 +440,7 @@ def test_refused_guard_keeps_the_partial_folder(results: Any, guarded: Any,
     import testbed.shell.cluster
 
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 10})
-    monkeypatch.setattr(fidelity, "load_cached", lambda _p=0: {"hop_pps": 10, "measured": "x"})
+    monkeypatch.setattr(fidelity, "load_cached", lambda *_a: {"hop_pps": 10, "measured": "x"})
     monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
     with pytest.raises(fidelity.CapacityError, match="would measure the CPU") as info:
         guarded(log=lambda _m: None)
