@@ -215,7 +215,7 @@ def add_pmtu_option(p: argparse.ArgumentParser) -> None:
 
 def add_daemons_option(p: argparse.ArgumentParser) -> None:
     """``--switch-daemons``: how many ovs-vswitchd forward the fabric (testbed.shell.daemons)."""
-    from testbed.shell.daemons import parse_request
+    from testbed.daemons import parse_request
 
     def parse(text: str) -> int | str:
         try:

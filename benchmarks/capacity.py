@@ -351,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         print("the capacity benchmark brings up a real fabric: run as root", file=sys.stderr)
         return 2
     pmtus = sorted(int(x) for x in args.pmtus.split(","))
+    from testbed import daemons
     from testbed.datapath import choose_datapath
-    from testbed.shell import daemons
     from testbed.shell.lab import Lab
 
     plan = fidelity.calibration_plan()

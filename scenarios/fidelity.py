@@ -145,7 +145,7 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
     Call it before bringing up a scenario's own fabric: the calibration fabric uses the
     same node names, and two fabrics cannot share them.
     """
-    from testbed.shell import daemons
+    from testbed import daemons
 
     plan = calibration_plan()
     n = daemons.resolve_count(switch_daemons, choose_datapath(), len(plan.switches))

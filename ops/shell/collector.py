@@ -29,6 +29,7 @@ from ops.telemetry import (
     parse_snmp,
     parse_tc_qdisc,
 )
+from testbed import daemons
 from traffic import rxsink
 from traffic.shell.running import RunningLab
 from vocab.plan import WiringPlan
@@ -46,13 +47,31 @@ def read_kernel_file(path: str) -> str | None:
         return None
 
 
-def read_tc() -> dict[str, dict[str, int]]:
-    proc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True,
-                          timeout=10, check=False)
+def read_tc(netns: str | None = None) -> dict[str, dict[str, int]]:
+    """Every qdisc's counters in the root namespace or ``netns``."""
+    where = ["-n", netns] if netns else []
+    proc = subprocess.run(["tc", *where, "-s", "-j", "qdisc", "show"], capture_output=True,
+                          text=True, timeout=10, check=False)
     try:
         return parse_tc_qdisc(json.loads(proc.stdout or "[]"))
     except ValueError:
         return {}
+
+
+def read_link_state(netns: str) -> dict[str, tuple[str, int | None]]:
+    """``interface -> (operstate, carrier changes)`` in ``netns``, where this process's
+    ``/sys/class/net`` cannot look (a switch daemon's namespace: ``testbed.shell.daemons``)."""
+    proc = subprocess.run(["ip", "-n", netns, "-j", "-s", "-s", "link", "show"],
+                          capture_output=True, text=True, timeout=10, check=False)
+    out: dict[str, tuple[str, int | None]] = {}
+    try:
+        for row in json.loads(proc.stdout or "[]"):
+            changes = row.get("stats64", {}).get("tx", {}).get("carrier_changes")
+            out[row["ifname"]] = (str(row.get("operstate", "")).lower(),
+                                  int(changes) if changes is not None else None)
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return out
 
 
 def host_pids_from_processes() -> dict[str, int]:
@@ -78,7 +97,10 @@ class Collector:
     """Polls one running fabric every ``interval`` s into a ``Store`` and a ``History``.
 
     ``client`` is the controller's REST client (None: kernel counters only);
-    ``host_pids`` maps host name -> a PID inside that host's namespace (``Lab.hosts[h].pid``).
+    ``host_pids`` maps host name -> a PID inside that host's namespace (``Lab.hosts[h].pid``);
+    ``switch_netns`` each switch daemon's namespace (other than the root one) -> a PID in
+    it, where the ports of its switches are (``testbed.shell.daemons``; default: those
+    running on this machine).
     ``on_poll(t, values)`` is called after each poll (the detectors hook in there).
     ``extra(t)`` adds values a running workload reports about itself to each poll (a MoE
     job's iterations: ``traffic.shell.moejob.MoeJob.take_values``).
@@ -89,13 +111,17 @@ class Collector:
                  interval: float = DEFAULT_INTERVAL_S,
                  on_poll: Callable[[float, dict[tuple[str, str], float]], None] | None = None,
                  group_stats: bool = True,
-                 extra: Callable[[float], dict[tuple[str, str], float]] | None = None) -> None:
+                 extra: Callable[[float], dict[tuple[str, str], float]] | None = None,
+                 switch_netns: dict[str, int] | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 s (got {interval})")
         self.plan = plan
         self.store = store
         self.client = client
         self.host_pids = dict(host_pids or {})
+        # None: every switch daemon running here (a process that did not build the lab)
+        self.switch_netns = (dict(switch_netns) if switch_netns is not None
+                             else daemons.running_namespaces())
         self.interval = interval
         self.on_poll = on_poll
         self.group_stats = group_stats
@@ -119,7 +145,9 @@ class Collector:
         if client is not None:
             client.timeout = min(client.timeout, max(0.5, kw.get("interval", 1.0)))
         pids = {name: h.pid for name, h in lab.hosts.items()}
-        return cls(lab.plan, store, client=client, host_pids=pids, **kw)
+        netns = {d.netns: d.pids()[-1] for d in getattr(lab, "daemons", [])[1:]
+                 if d.netns and d.pids()}
+        return cls(lab.plan, store, client=client, host_pids=pids, switch_netns=netns, **kw)
 
     def _root_ends(self) -> dict[str, tuple[str, str]]:
         """Root-namespace interface -> (link component, direction it transmits)."""
@@ -154,6 +182,11 @@ class Collector:
     def _poll_kernel(self, t: float, values: dict[tuple[str, str], float]) -> None:
         tc = read_tc()
         dev = parse_proc_net_dev(read_kernel_file("/proc/net/dev") or "")
+        elsewhere: dict[str, tuple[str, int | None]] = {}  # ports in switch daemons' namespaces
+        for netns, pid in self.switch_netns.items():
+            tc.update(read_tc(netns))
+            dev.update(parse_proc_net_dev(read_kernel_file(f"/proc/{pid}/net/dev") or ""))
+            elsewhere.update(read_link_state(netns))
         state: dict[str, list[float]] = defaultdict(list)
         flaps: dict[str, list[float]] = defaultdict(list)
         # frames an end discarded, by the way they travelled: a veth pair counts a frame its
@@ -162,11 +195,15 @@ class Collector:
         # is still seen from its root end; where both ends are here, the larger count
         discards: dict[tuple[str, str], list[float]] = defaultdict(list)
         for intf, (comp, d) in self.root_ends.items():
-            oper = (read_kernel_file(f"/sys/class/net/{intf}/operstate") or "").strip()
+            if intf in elsewhere:
+                oper, count = elsewhere[intf]
+                changes = None if count is None else str(count)
+            else:
+                oper = (read_kernel_file(f"/sys/class/net/{intf}/operstate") or "").strip()
+                changes = read_kernel_file(f"/sys/class/net/{intf}/carrier_changes")
             if not oper:  # interface gone (lab torn down): no sample
                 continue
             state[comp].append(1.0 if oper == "up" else 0.0)
-            changes = read_kernel_file(f"/sys/class/net/{intf}/carrier_changes")
             if changes and changes.strip().isdigit():
                 dlt = self._rates.delta(("carrier", intf), t, float(changes))
                 if dlt is not None:

@@ -53,11 +53,13 @@ from controllers import policies
 from controllers.fabric import DEFAULT_MODE, POLL_INTERVAL_S
 from controllers.flowtable import DEFAULT_SELECT_METHOD
 from controllers.shell.client import ControllerClient
+from testbed import daemons
 from testbed.capture import resolve as capture_ports
 from testbed.datapath import Datapath
 from testbed.reachability import Reachability, _fping_unreached
 from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
-from testbed.shell import cleanup, daemons, ovsbuf, preflight, sidecars, signals
+from testbed.shell import cleanup, ovsbuf, preflight, sidecars, signals
+from testbed.shell.daemons import start_all, stop_daemon
 from testbed.shell.machine import (
     LOCK_PATH,
     _socket_buffers,
@@ -69,6 +71,7 @@ from testbed.shell.machine import (
     lock_holder,
 )
 from testbed.shell.mntopo import OF_PROTOCOLS, SwitchPortIntf
+from testbed.shell.procs import kill_pids
 from traffic.roce import LAB_PMTU, mtu_for
 from vocab.plan import Link, WiringPlan
 
@@ -241,8 +244,11 @@ class Lab:
         self._save_record()
 
     def _start_captures(self) -> None:
+        node_of = {ln.a_intf: ln.a for ln in self.plan.links} | {
+            ln.b_intf: ln.b for ln in self.plan.links}
         self.sidecar_procs["capture"] += sidecars.start_captures(
-            self.capture, self.capture_dir, self.workdir, self._note_pid)
+            self.capture, self.capture_dir, self.workdir, self._note_pid,
+            where=lambda intf: self.switch_daemon(node_of[intf]).ns)
         self.log(f"capturing {len(self.capture)} port(s) into {self.capture_dir}/")
 
     def _start_dashboard(self) -> None:
@@ -264,7 +270,7 @@ class Lab:
             self._record["daemons"].append(d.as_record())
             self._save_record()
 
-        self.daemons, self.daemon_of = daemons.start_all(self.run_id, self.plan, n, note)
+        self.daemons, self.daemon_of = start_all(self.run_id, self.plan, n, note)
         if n > 1:
             self.of_host = daemons.CONTROLLER_IP
             self.log(f"{n} switch daemons: " + ", ".join(
@@ -583,7 +589,7 @@ class Lab:
     def kill_controller(self) -> None:
         """Kill the controller process (as a crash would); switches keep their flows."""
         if self.controller_proc is not None:
-            cleanup.kill_pids([self.controller_proc.pid], sig=signal.SIGKILL)
+            kill_pids([self.controller_proc.pid], sig=signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.controller_proc.wait(timeout=5)
             self.controller_proc = None
@@ -741,7 +747,7 @@ class Lab:
         gone so a caller can rebuild at once, and the bridges go in one transaction.
         """
         if self.controller_proc is not None:
-            cleanup.kill_pids([self.controller_proc.pid])
+            kill_pids([self.controller_proc.pid])
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.controller_proc.wait(timeout=5)
             self.controller_proc = None
@@ -752,7 +758,7 @@ class Lab:
             with contextlib.suppress(Exception):
                 os.close(h.slave)
         # Interactive bash ignores SIGTERM; the shells hold nothing worth a grace period.
-        cleanup.kill_pids(host_pids, sig=signal.SIGKILL)
+        kill_pids(host_pids, sig=signal.SIGKILL)
         for h in self.hosts.values():
             with contextlib.suppress(Exception):
                 h.shell.wait(timeout=5)
@@ -764,7 +770,7 @@ class Lab:
             cleanup.delete_qos([q for q, run in cleanup.tagged_qos().items()
                                 if run == self.run_id])
             for d in self._record.get("daemons", []):  # their bridges and ports go with them
-                daemons.stop(d)
+                stop_daemon(d)
             self.daemons, self.daemon_of = [daemons.ROOT], {}
             cleanup.drop_record(self.run_id)
             self._record = {}

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from testbed import daemons
 from testbed.datapath import Datapath
 from testbed.shaping import root_ends
-from testbed.shell import cleanup, daemons
+from testbed.shell import daemons as shell_daemons
 from testbed.topologies import build
 
 
@@ -70,9 +71,9 @@ def test_calibration_fabric_splits_leaves_and_spines() -> None:
 
 
 def test_commands_are_aimed_at_their_daemon() -> None:
-    d = daemons.SwitchDaemon(2, "astral-ovs-abcdef0123-2", "/run/astral-lab/abcdef0123-ovs2")
-    assert d.ovs(["ovs-vsctl", "show"])[:2] == ["env", "OVS_RUNDIR=/run/astral-lab/"
-                                                "abcdef0123-ovs2"]
+    d = daemons.SwitchDaemon(2, "astral-ovs-abcdef0123-2", "/run/astral-lab-ovs/abcdef0123-2")
+    assert d.ovs(["ovs-vsctl", "show"])[:2] == ["env", "OVS_RUNDIR=/run/astral-lab-ovs/"
+                                                "abcdef0123-2"]
     assert d.ovs(["ovs-vsctl", "show"])[-2:] == ["ovs-vsctl", "show"]
     assert d.ns(["tc", "qdisc"]) == ["ip", "netns", "exec", "astral-ovs-abcdef0123-2", "tc",
                                      "qdisc"]
@@ -99,13 +100,14 @@ def test_stale_finds_dead_runs_namespaces_and_folders(tmp_path: Any,
     netns, state = tmp_path / "netns", tmp_path / "state"
     netns.mkdir()
     state.mkdir()
-    monkeypatch.setattr(cleanup, "STATE_DIR", str(state))
+    monkeypatch.setattr(daemons, "DAEMON_DIR", str(state))
     for name in ("astral-ovs-aaaaaaaaaa-1", "astral-ovs-bbbbbbbbbb-1", "astral-probe-x", "other"):
         (netns / name).touch()
-    (state / "cccccccccc-ovs2").mkdir()  # a folder whose namespace is gone
-    (state / "bbbbbbbbbb-ovs1").mkdir()
-    (state / "bbbbbbbbbb.json").touch()  # a run record, not a daemon's folder
-    found = daemons.stale({"bbbbbbbbbb"}, root=str(netns))
+    (state / "cccccccccc-2").mkdir()  # a folder whose namespace is gone
+    (state / "bbbbbbbbbb-1").mkdir()
+    (state / "notes").mkdir()  # not a daemon's folder
+    found = shell_daemons.stale({"bbbbbbbbbb"}, root=str(netns))
     assert [(d["netns"], d["index"]) for d in found] == [
         ("astral-ovs-aaaaaaaaaa-1", 1), ("astral-ovs-cccccccccc-2", 2)]
-    assert found[1]["rundir"] == str(state / "cccccccccc-ovs2")
+    assert found[1]["rundir"] == str(state / "cccccccccc-2")
+    assert daemons.running() == []  # folders without live pid files are no running daemons
