@@ -226,7 +226,7 @@ def add_daemons_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch-daemons", type=parse, default=1, metavar="N|auto",
                    help="switch daemons forwarding the fabric on the userspace datapath, each "
                         "on a core of its own (default 1; auto: one per core, 1 on the kernel "
-                        "datapath). See docs/troubleshooting.md#capacity")
+                        "datapath). See docs/troubleshooting.md")
 
 
 def _run_parser(name: str) -> argparse.ArgumentParser:

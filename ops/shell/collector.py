@@ -29,7 +29,6 @@ from ops.telemetry import (
     parse_snmp,
     parse_tc_qdisc,
 )
-from testbed import daemons
 from traffic import rxsink
 from traffic.shell.running import RunningLab
 from vocab.plan import WiringPlan
@@ -99,8 +98,8 @@ class Collector:
     ``client`` is the controller's REST client (None: kernel counters only);
     ``host_pids`` maps host name -> a PID inside that host's namespace (``Lab.hosts[h].pid``);
     ``switch_netns`` each switch daemon's namespace (other than the root one) -> a PID in
-    it, where the ports of its switches are (``testbed.shell.daemons``; default: those
-    running on this machine).
+    it, where the ports of its switches are (``testbed.shell.daemons``; a process that did
+    not build the lab finds them with ``testbed.daemons.running_namespaces``).
     ``on_poll(t, values)`` is called after each poll (the detectors hook in there).
     ``extra(t)`` adds values a running workload reports about itself to each poll (a MoE
     job's iterations: ``traffic.shell.moejob.MoeJob.take_values``).
@@ -119,9 +118,7 @@ class Collector:
         self.store = store
         self.client = client
         self.host_pids = dict(host_pids or {})
-        # None: every switch daemon running here (a process that did not build the lab)
-        self.switch_netns = (dict(switch_netns) if switch_netns is not None
-                             else daemons.running_namespaces())
+        self.switch_netns = dict(switch_netns or {})
         self.interval = interval
         self.on_poll = on_poll
         self.group_stats = group_stats

@@ -270,7 +270,10 @@ class Lab:
             self._record["daemons"].append(d.as_record())
             self._save_record()
 
-        self.daemons, self.daemon_of = start_all(self.run_id, self.plan, n, note)
+        try:
+            self.daemons, self.daemon_of = start_all(self.run_id, self.plan, n, note)
+        except RuntimeError as exc:  # what failed, in one line (the record lets stop undo it)
+            raise preflight.LabError(f"switch daemons: {exc}") from None
         if n > 1:
             self.of_host = daemons.CONTROLLER_IP
             self.log(f"{n} switch daemons: " + ", ".join(
