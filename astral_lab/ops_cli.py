@@ -27,10 +27,9 @@ from typing import Any
 from controllers.shell.client import ControllerClient
 from ops.agent import Diagnosis, Tools, diagnose
 from ops.detectors import Alert, Engine
-from ops.shell.collector import Collector
+from ops.shell.collector import Collector, running_sources
 from ops.shell.probe import ping
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Store
-from testbed.daemons import running_namespaces
 from testbed.shell.wiring import check_wiring
 from vocab.plan import WiringPlan
 from vocab.validate import SECONDS, Parser, count, in_file, out_file, real
@@ -103,7 +102,7 @@ class Live:
         self.collector = Collector(lab["plan"], self.store, client=self.client,
                                    host_pids=lab["host_pids"], interval=interval,
                                    on_poll=lambda t, v: self._step(),
-                                   switch_netns=running_namespaces())
+                                   sources=running_sources())
 
     def _step(self) -> None:
         for a in self.engine.step(self.collector.history):

@@ -33,9 +33,8 @@ from controllers.shell.client import ControllerClient, ControllerError
 from ops import metrics
 from ops.dashboard import DashboardState, layout, read_progress
 from ops.detectors import Engine
-from ops.shell.collector import Collector
+from ops.shell.collector import Collector, running_sources
 from ops.telemetry import DEFAULT_INTERVAL_S
-from testbed.daemons import running_namespaces
 from vocab.plan import WiringPlan, finite
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
@@ -98,7 +97,7 @@ class LiveBackend:
         self.engine = Engine(plan)
         self.collector = Collector(plan, None, client=client, host_pids=host_pids,
                                    interval=interval, on_poll=self._on_poll,
-                                   switch_netns=running_namespaces())
+                                   sources=running_sources())
 
     def _on_poll(self, t: float, values: dict[tuple[str, str], float]) -> None:
         self.engine.step(self.collector.history)

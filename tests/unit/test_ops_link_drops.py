@@ -160,7 +160,7 @@ def test_ports_in_a_switch_daemons_namespace_are_read_there(
     comps = link_components(plan)
     lane = comps["lf0r0~spine0#0"]
     away = {lane.b_intf}  # spine0's end lives with daemon 1
-    c = col.Collector(plan, None, switch_netns={"astral-ovs-x-1": 4242})
+    c = col.Collector(plan, None, sources=[col.netns_source("astral-ovs-x-1", 4242)])
     home = [i for i in c.root_ends if i not in away]
 
     def poll(t: float, rx: int, oper: str) -> dict[tuple[str, str], float]:
@@ -183,3 +183,30 @@ def test_ports_in_a_switch_daemons_namespace_are_read_there(
     assert v[("lf0r0~spine0#0", "up")] == 1.0
     v = poll(2.0, 9, "down")
     assert v[("lf0r0~spine0#0", "up")] == 0.0
+
+
+def test_a_cluster_servers_ports_come_in_one_command() -> None:
+    """Another server's ports: ``tc``, ``/proc/net/dev`` and ``ip -j link`` in one SSH round
+    trip per poll, split and parsed; a server that does not answer gives nothing."""
+    import json
+    import subprocess
+
+    tc = [{"kind": "htb", "handle": "5:", "dev": "spine0-eth1", "root": True,
+           "bytes": 4000, "packets": 4, "drops": 1, "backlog": 0, "qlen": 0}]
+    link = [{"ifname": "spine0-eth1", "operstate": "UP",
+             "stats64": {"tx": {"carrier_changes": 2}}}]
+    seen: list[list[str]] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        seen.append(argv)
+        text = (json.dumps(tc) + "\n" + col._SPLIT + "\n" + _dev({"spine0-eth1": (3, 0)},
+                ["spine0-eth1"]) + col._SPLIT + "\n" + json.dumps(link))
+        return subprocess.CompletedProcess(argv, 0, text, "")
+
+    got_tc, dev, state = col.cluster_source(run)()
+    assert seen == [["sh", "-c", col.PORTS_SCRIPT]]
+    assert got_tc["spine0-eth1"]["drops"] == 1
+    assert dev["spine0-eth1"]["rx_drop"] == 3
+    assert state == {"spine0-eth1": ("up", 2)}
+    down = col.cluster_source(lambda argv: subprocess.CompletedProcess(argv, 255, "", "x"))
+    assert down() == ({}, {}, {})
