@@ -210,13 +210,12 @@ class Lab:
     def _deepen_ovs_tx_buffer(self) -> None:
         """Make the userspace switch's queues as deep as tc says (see ``testbed.shell.ovsbuf``).
 
-        ovs-vswitchd opens its transmit socket at its first forwarded packet, so one
-        ping between two hosts of different switches comes first when needed.
+        ovs-vswitchd opens its transmit socket at its first forwarded packet, so when a
+        daemon has none yet, each host pings the next one (through every daemon) first.
         """
         pids = [ovsbuf.vswitchd_pid()] + [d.pids()[0] for d in self.daemons[1:]]
         hosts = self.plan.hosts
         if any(p and not ovsbuf.tx_socket_fds(p) for p in pids) and len(hosts) > 1:
-            # a few pings from each host's neighbour in the list reach every daemon
             for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True):
                 self.hosts[a.name].sendCmd(f"ping -c1 -W1 {b.ip}")
             for a in hosts:
@@ -375,11 +374,15 @@ class Lab:
             else:
                 lines.append(f"link add name {link.a_intf}{mtu}{where(link.a)} type veth "
                              f"peer name {link.b_intf}{mtu}{where(link.b)}")
-        # Switch-to-switch veths must be deleted; a host link dies with its namespace.
-        self._record["links"] = [link.a_intf for link in self.plan.links
-                                 if link.a not in self.hosts]
+        # Switch-to-switch veths must be deleted (by an end in the root namespace: one in a
+        # switch daemon's goes with it); a host link dies with the host's namespace.
+        in_root = {ln.a_intf: not where(ln.a) for ln in self.plan.links} | {
+            ln.b_intf: not where(ln.b) for ln in self.plan.links}
+        self._record["links"] = [
+            next((i for i in (link.a_intf, link.b_intf) if in_root[i]), link.a_intf)
+            for link in self.plan.links if link.a not in self.hosts]
         self._record["host_links"] = [link.b_intf for link in self.plan.links
-                                      if link.a in self.hosts]
+                                      if link.a in self.hosts and in_root[link.b_intf]]
         self._save_record()
         cleanup.run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n", check=True)
         if self.datapath == Datapath.USER:
