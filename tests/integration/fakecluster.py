@@ -82,8 +82,11 @@ class FakeCluster:
             _must("ip", "-n", ns, "link", "set", "eth0", "up")
             _must("ip", "-n", ns, "link", "set", "lo", "up")
             self.procs.append(self._server(i, ns, ip, host_key))
-        for ip in self.ips:
-            _wait_listening(ip, 22)
+        for i, ip in enumerate(self.ips):
+            try:
+                _wait_listening(ip, 22)
+            except RuntimeError as exc:
+                raise RuntimeError(f"{exc}; its log: {self.log(i)}") from None
 
     def _server(self, i: int, ns: str, ip: str, host_key: str) -> subprocess.Popen[bytes]:
         cfg = os.path.join(self.dir, f"sshd-{i}.conf")
@@ -102,6 +105,7 @@ class FakeCluster:
                   "--log-file -vconsole:emer; "
                   "ovs-vsctl --no-wait init; "
                   "ovs-vswitchd --pidfile --detach --log-file -vconsole:emer; "
+                  "mkdir -p /run/sshd; "  # sshd's privilege separation directory
                   f"exec {SSHD} -D -e -f {cfg}")
         log = open(os.path.join(self.dir, f"server-{i}.log"), "wb")  # noqa: SIM115
         return subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount",
