@@ -19,7 +19,7 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 APT_PACKAGES=(
     mininet openvswitch-switch openvswitch-common iperf3 tcpdump tshark ethtool iputils-ping
     iproute2 fping nftables iptables kmod procps psmisc python3-venv python3-dev gcc make
-    zlib1g-dev netsniff-ng sysstat chromium prometheus sudo openssh-server
+    zlib1g-dev netsniff-ng sysstat chromium prometheus sudo
 )
 
 die() { echo "$PROG: error: $*" >&2; exit 1; }
@@ -163,13 +163,6 @@ if [ "${#missing_pkgs[@]}" -gt 0 ]; then
             && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
         systemctl disable --now prometheus >/dev/null 2>&1 || true
         SUMMARY+=("prometheus: installed for promtool; its server is disabled")
-    fi
-    # openssh-server is here for sshd inside the cluster tests' fake servers; a login
-    # service on this machine is not the lab's to open
-    if printf '%s\n' "${missing_pkgs[@]}" | grep -qx openssh-server \
-            && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
-        systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
-        SUMMARY+=("openssh-server: installed for the cluster tests' sshd; the ssh service is disabled")
     fi
 else
     SUMMARY+=("apt: all ${#APT_PACKAGES[@]} packages present")
