@@ -50,7 +50,7 @@ REFUSE_BELOW = 1.0
 WARN_BELOW = 2.0
 CACHE_VERSION = 5
 #: per-sender rates tried by ``calibrate`` (Mb/s), each for TRIAL_S seconds of traffic
-RAMP_MBPS = (5.0, 10.0, 14.0, 20.0, 28.0, 40.0, 56.0, 80.0, 113.0, 160.0)
+RAMP_MBPS = (5.0, 10.0, 14.0, 20.0, 28.0, 40.0, 56.0, 80.0, 113.0, 160.0, 226.0, 320.0)
 TRIAL_S = 1.5
 #: a rate is "held" when every byte arrives within this factor of the paced time
 HOLD_SLACK = 1.15

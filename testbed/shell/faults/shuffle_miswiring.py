@@ -39,13 +39,14 @@ def port_state(sh: Sh, intf: str) -> dict[str, Any]:
     return {"home": home, "mtu": state["mtu"], "alias": state.get("ifalias", ""), "tc": tc}
 
 
-def move(ctx: FaultContext, moves: dict[str, Home]) -> None:
+def move(ctx: FaultContext, moves: dict[str, Home], where: str) -> None:
     """Put the ports of ``moves`` where it says, in one transaction. On the userspace
     datapath the default socket receive buffer is raised meanwhile, as the Lab does when
-    it adds ports, so the moved ports' packet sockets are as deep as the others'."""
+    it adds ports, so the moved ports' packet sockets are as deep as the others'. ``where``:
+    a switch of the daemon that has both ports (``FaultContext.sh``)."""
     deep = ctx.lab.datapath == Datapath.USER
     with _socket_buffers(OVS_PORT_RCVBUF) if deep else contextlib.nullcontext():
-        ctx.sh(move_command(moves), next(iter(moves.values())).bridge)
+        ctx.sh(move_command(moves), where)
 
 
 def apply(ctx: FaultContext, handle: Handle) -> None:
@@ -64,12 +65,12 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
                              f"({state['alias']!r}: left by a crashed run? `astral-lab clean` "
                              "puts it back)")
     homes = {i: s["home"] for i, s in before.items()}
-    handle.info.update(before=before, homes=homes, partner=other)
+    handle.info.update(before=before, homes=homes, partner=other, where=link.b)
     try:
         for intf in ports:
             sh(alias_command(intf, mark(ctx.lab.run_id, homes[intf])))
         moves = swapped(*homes.items())
-        move(ctx, moves)
+        move(ctx, moves, link.b)
         after = {i: port_state(sh, i) for i in ports}
         got = {i: s["home"] for i, s in after.items()}
         if got != moves or any(after[i]["tc"] != before[i]["tc"] for i in ports):
@@ -85,8 +86,8 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
 def _restore(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     """Ports home, aliases back; what reads differently afterwards (empty: all as before)."""
     before, homes = handle.info["before"], handle.info["homes"]
-    sh = ctx.on(next(iter(homes.values())).bridge)
-    move(ctx, homes)
+    sh = ctx.on(handle.info["where"])
+    move(ctx, homes, handle.info["where"])
     for intf, state in before.items():
         sh(alias_command(intf, state["alias"]))
     after = {i: port_state(sh, i) for i in before}
