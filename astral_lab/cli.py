@@ -107,7 +107,7 @@ def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> 
     return make_lab(plan, args.cluster, tunnel=args.tunnel, datapath=args.datapath, lb=args.lb,
                     pmtu=args.pmtu, dashboard=args.dashboard,
                     dashboard_port=args.dashboard_port, capture=args.capture,
-                    capture_dir=capture_dir)
+                    capture_dir=capture_dir, switch_daemons=args.switch_daemons)
 
 
 def _print_bringup(lab: Lab) -> None:
@@ -213,6 +213,22 @@ def add_pmtu_option(p: argparse.ArgumentParser) -> None:
                    "interface gets an MTU that carries it; 1024 keeps Ethernet's 1,500)")
 
 
+def add_daemons_option(p: argparse.ArgumentParser) -> None:
+    """``--switch-daemons``: how many ovs-vswitchd forward the fabric (testbed.shell.daemons)."""
+    from testbed.daemons import parse_request
+
+    def parse(text: str) -> int | str:
+        try:
+            return parse_request(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    p.add_argument("--switch-daemons", type=parse, default=1, metavar="N|auto",
+                   help="switch daemons forwarding the fabric on the userspace datapath, each "
+                        "on a core of its own (default 1; auto: one per core, 1 on the kernel "
+                        "datapath). See docs/troubleshooting.md")
+
+
 def _run_parser(name: str) -> argparse.ArgumentParser:
     from scenarios.experiments import SCENARIOS
 
@@ -226,6 +242,7 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=out_dir,
                    help="results folder (default results/<time>-<name>/)")
     add_pmtu_option(p)
+    add_daemons_option(p)
     add_cluster_option(p)
     add_live_options(p)
     for prm in sc.params:
@@ -256,7 +273,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = sc(quick=opts.quick, output=opts.output, force=opts.force,
                     cluster=opts.cluster, tunnel=opts.tunnel, pmtu=opts.pmtu,
                     dashboard=opts.dashboard, dashboard_port=opts.dashboard_port,
-                    capture=opts.capture, **overrides)
+                    capture=opts.capture, switch_daemons=opts.switch_daemons, **overrides)
     except KeyboardInterrupt as exc:
         where = "; ".join(getattr(exc, "__notes__", [])) or \
             f"partial results kept in {RESULTS}/*-{args.scenario}.partial/"
@@ -314,6 +331,7 @@ def parser() -> argparse.ArgumentParser:
     u.add_argument("topology", choices=topologies.TOPOLOGIES.names())
     u.add_argument("--datapath", default="auto", choices=datapath.REQUESTS)
     add_pmtu_option(u)
+    add_daemons_option(u)
     u.add_argument("--no-cli", action="store_true", help="bring up, check, tear down")
     u.add_argument("--no-check", action="store_true", help="skip the all-pairs ping")
     u.add_argument("--lb", default=DEFAULT_MODE, type=controller_policy, metavar="MODE",

@@ -27,7 +27,7 @@ from typing import Any
 from controllers.shell.client import ControllerClient
 from ops.agent import Diagnosis, Tools, diagnose
 from ops.detectors import Alert, Engine
-from ops.shell.collector import Collector
+from ops.shell.collector import Collector, running_sources
 from ops.shell.probe import ping
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Store
 from testbed.shell.wiring import check_wiring
@@ -101,7 +101,8 @@ class Live:
         self.engine = Engine(lab["plan"], on_alert=alert_cb)
         self.collector = Collector(lab["plan"], self.store, client=self.client,
                                    host_pids=lab["host_pids"], interval=interval,
-                                   on_poll=lambda t, v: self._step())
+                                   on_poll=lambda t, v: self._step(),
+                                   sources=running_sources())
 
     def _step(self) -> None:
         for a in self.engine.step(self.collector.history):

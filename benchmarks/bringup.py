@@ -80,10 +80,11 @@ def _drop_plain_leftovers(net: Any, plan: Any) -> None:
     most veths still there. We hold the fabric lock, so the plan's names are ours.
     """
     from testbed.shell import cleanup
+    from testbed.shell.procs import kill_pids
 
     shells = [n.shell.pid for n in net.hosts + net.switches
               if getattr(n, "shell", None) is not None and n.shell.poll() is None]
-    cleanup.kill_pids(shells, grace=0.5, sig=signal.SIGKILL)
+    kill_pids(shells, grace=0.5, sig=signal.SIGKILL)
     names = {s.name for s in plan.switches}
     cleanup.delete_bridges([b for b in cleanup.all_bridges() if b in names])
     cleanup.delete_links([i for ln in plan.links for i in (ln.a_intf, ln.b_intf)])

@@ -3,26 +3,34 @@
 The fidelity guard's calibration fabric (astral3, 2 servers x 4 GPUs, NIC 400 Mb/s so no
 link binds, eight cross-rail flows of 3 switch hops) with every interface at an MTU that fits
 a 4,096-byte path MTU. Measured side by side in one run, each by the calibration's own
-method (per-sender rate raised along ``fidelity.RAMP_MBPS``; held = every byte delivered
-within ``HOLD_SLACK`` x the paced time; the figure is the highest held rate):
+method (``fidelity.ramp``: per-sender rate raised along ``RAMP_MBPS``, then bisected near the
+knee; held = every byte delivered within ``HOLD_SLACK`` x the paced time; the figure is the
+highest held rate):
 
 ``old``      the Python agents at pmtu 1024 (the plane before the compiled one);
 ``new``      the compiled plane (``astral-pktio``) at each pmtu;
 ``ceiling``  compiled senders and receivers that only count (frames dropped at the host's
              ingress hook, counted by the interface), at each pmtu: trafgen (netsniff-ng,
              one full frame per gap, through the host qdisc like the agents) and
-             ``astral-pktio send`` (the plane's own sender); the higher held of the two is
-             the switch's limit on this pattern, with the same shaping and queues. Held
-             here: every frame counted within the slack of the sender's own sending time.
+             ``astral-pktio send`` (the plane's own sender); the highest held of the two
+             and of ``new`` is the switch's limit on this pattern, with the same shaping
+             and queues. Held here: every frame counted within the slack of the sender's
+             own sending time.
 
 Each held trial also reports CPU seconds by component: ``switch`` (ovs-vswitchd),
 ``senders`` and ``receivers`` (the agents' own accounts; trafgen's from its rusage; the
 ceiling's receivers are the kernel) and ``orchestrator`` (this process).
 
+Then the same at the largest pmtu with several switch daemons (``testbed.shell.daemons``,
+``--daemons``, default one per core): ``by_daemons`` has each count's held figures and CPU
+seconds per daemon, ``by_daemons_over_one`` their ratios to one daemon's in the same run.
+The top-level figures are one daemon's.
+
     python -m benchmarks.capacity [-o FILE.json] [--pmtus 1024,2048,4096] [--attempts 2]
+                                  [--daemons 1,auto]
 
 Goals: ``new_mbps`` >= 4x ``old_mbps`` and ``new_hop_pps`` >= 0.8x ``ceiling_hop_pps`` (both
-at the default pmtu, the largest measured).
+at the default pmtu, the largest measured); two daemons hold >= 1.5x one's switch-hop packets.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from traffic.shell.running import RunningLab
 SOURCES = ("trafgen", "pktio")
 GOAL_OLD = 4.0
 GOAL_CEILING = 0.8
+GOAL_DAEMONS = 1.5
 
 
 def _cpu_of(pid: int, tid: str | None = None) -> float:
@@ -72,18 +81,30 @@ def _switch_pids() -> list[int]:
     return pids
 
 
+def _daemon_pids(lab: RunningLab) -> list[int]:
+    """The lab's switch daemons' ovs-vswitchd processes, daemon 0 (the machine's) first."""
+    from testbed.shell import ovsbuf
+
+    extra = [d.pids()[0] for d in getattr(lab, "daemons", [])[1:]]
+    return [p for p in [ovsbuf.vswitchd_pid(), *extra] if p]
+
+
 class _Meter:
-    """CPU seconds of the switch and of this process over one trial."""
+    """CPU seconds of each switch daemon and of this process over one trial."""
+
+    def __init__(self, lab: RunningLab) -> None:
+        self.pids = _daemon_pids(lab)
 
     def __enter__(self) -> _Meter:
-        self.pids = _switch_pids()
-        self.sw0 = sum(_cpu_of(p) for p in self.pids)
+        self.sw0 = [_cpu_of(p) for p in self.pids]
         t = os.times()
         self.me0 = t.user + t.system
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self.switch = sum(_cpu_of(p) for p in self.pids) - self.sw0
+        self.per_daemon = [round(_cpu_of(p) - c, 3) for p, c in zip(self.pids, self.sw0,
+                                                                     strict=True)]
+        self.switch = sum(self.per_daemon)
         t = os.times()
         self.orchestrator = t.user + t.system - self.me0
 
@@ -123,12 +144,13 @@ def _settle(limit_s: float = 30.0) -> None:
 def _replay_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], plane: Plane, pmtu: int,
                   rate: float) -> dict[str, Any]:
     _settle()
-    with _Meter() as m:
+    with _Meter(lab) as m:
         t = fidelity.paced_trial(lab, plan, pairs, rate, lambda msg: print(f"  {plane} {pmtu}: "
                                                                       f"{msg.strip()}"),
                             plane=plane, pmtu=pmtu)
     cpu = t.pop("cpu_s", None) or {}
-    t["cpu_s"] = {"switch": round(m.switch, 3), "senders": cpu.get("senders"),
+    t["cpu_s"] = {"switch": round(m.switch, 3), "switch_per_daemon": m.per_daemon,
+                  "senders": cpu.get("senders"),
                   "receivers": cpu.get("receivers"), "orchestrator": round(m.orchestrator, 3)}
     return t
 
@@ -184,7 +206,7 @@ def _counted_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], pmt
         for (a, _b), cmd in zip(pairs, cmds, strict=True):
             procs.append(lab.hosts[a].popen(cmd))
         sent = count * len(pairs)
-        with _Meter() as m:
+        with _Meter(lab) as m:
             t0 = time.monotonic()
             cpu, sent_end, got, last_rise = 0.0, None, 0, t0
             while True:  # until every frame arrived, or none arrived for a second
@@ -228,7 +250,8 @@ def _counted_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], pmt
             "delivered_mbps": round(got * frame_bytes * 8 / max(send_s, 1e-9) / 1e6, 1),
             "hop_pps": round(pps * hops), "asked_hop_pps": round(rate * 1e6 / 8 / frame_bytes
                                                                  * len(pairs) * hops),
-            "cpu_s": {"switch": round(m.switch, 3), "senders": round(cpu, 3), "receivers": 0.0,
+            "cpu_s": {"switch": round(m.switch, 3), "switch_per_daemon": m.per_daemon,
+                      "senders": round(cpu, 3), "receivers": 0.0,
                       "orchestrator": round(m.orchestrator, 3)}}
 
 
@@ -252,6 +275,67 @@ def _ramp(fn: Any, attempts: int) -> dict[str, Any]:
             "capped": bool(best and best["rate_mbps_per_sender"] >= fidelity.RAMP_MBPS[-1])}
 
 
+def ceiling_of(runs: dict[str, Any], pmtu: int) -> dict[str, Any]:
+    """The switch's limit at ``pmtu``: the most any frame source held in this run.
+
+    The counted sources usually hold the most (their receivers cost nothing), but the
+    replay's own plane holding more is just as much proof of what the switch carries, so a
+    ceiling is never below a plane measured beside it.
+    """
+    names = [f"ceiling-{so}/{pmtu}" for so in SOURCES] + [f"new/{pmtu}"]
+    name = max((n for n in names if n in runs),
+               key=lambda n: (runs[n]["best"] or {}).get("hop_pps", 0))
+    return {"best": runs[name]["best"], "trials": [], "capped": runs[name]["capped"],
+            "source": name.split("/")[0].removeprefix("ceiling-")}
+
+
+def measure(lab: RunningLab, plan: Any, pmtus: list[int], attempts: int,
+            python_plane: bool) -> dict[str, Any]:
+    """Every ramp on one running lab: the Python plane (if asked), then per pmtu the
+    compiled plane and each counted source, and the ceiling they make."""
+    pairs = fidelity.calibration_pairs(plan)
+    runs: dict[str, Any] = {}
+    if python_plane:
+        runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, Plane.PYTHON, 1024, r),
+                                 attempts)
+    for pmtu in pmtus:
+        runs[f"new/{pmtu}"] = _ramp(
+            lambda r, pm=pmtu: _replay_trial(lab, plan, pairs, Plane.NATIVE, pm, r), attempts)
+        for source in SOURCES:
+            runs[f"ceiling-{source}/{pmtu}"] = _ramp(
+                lambda r, pm=pmtu, so=source: _counted_trial(lab, plan, pairs, pm, r,
+                                                             lab.workdir, so), attempts)
+        runs[f"ceiling/{pmtu}"] = ceiling_of(runs, pmtu)
+    return runs
+
+
+def _fig(runs: dict[str, Any], key: str, what: str) -> Any:
+    best = (runs.get(key) or {}).get("best")
+    return best[what] if best else None
+
+
+def by_daemons_row(runs: dict[str, Any], pmtu: int) -> dict[str, Any]:
+    """One daemon count's figures at ``pmtu`` (the ``by_daemons`` entries)."""
+    return {"new_hop_pps": _fig(runs, f"new/{pmtu}", "hop_pps"),
+            "new_mbps": _fig(runs, f"new/{pmtu}", "delivered_mbps"),
+            "ceiling_hop_pps": _fig(runs, f"ceiling/{pmtu}", "hop_pps"),
+            "ceiling_source": (runs.get(f"ceiling/{pmtu}") or {}).get("source"),
+            "cpu_s": {"new": _fig(runs, f"new/{pmtu}", "cpu_s"),
+                      "ceiling": _fig(runs, f"ceiling/{pmtu}", "cpu_s")}}
+
+
+def ratios(by: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Each daemon count's held figures over one daemon's, measured in the same run."""
+    one = by.get("1") or {}
+    out: dict[str, dict[str, float | None]] = {}
+    for n, row in by.items():
+        if n == "1":
+            continue
+        out[n] = {k: (round(row[k] / one[k], 2) if row.get(k) and one.get(k) else None)
+                  for k in ("new_hop_pps", "ceiling_hop_pps")}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.capacity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -259,62 +343,59 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pmtus", default="1024,2048,4096")
     p.add_argument("--attempts", type=int, default=2, help="tries per rate before the ramp "
                    "stops (default 2)")
+    p.add_argument("--daemons", default="1,auto",
+                   help="switch daemon counts measured side by side, at the largest pmtu "
+                        "(default 1,auto: one, and one per core)")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("the capacity benchmark brings up a real fabric: run as root", file=sys.stderr)
         return 2
     pmtus = sorted(int(x) for x in args.pmtus.split(","))
+    from testbed import daemons
+    from testbed.datapath import choose_datapath
     from testbed.shell.lab import Lab
-    from testbed.topologies import build
 
-    plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
-    pairs = fidelity.calibration_pairs(plan)
+    plan = fidelity.calibration_plan()
+    counts = sorted({daemons.resolve_count(x, choose_datapath(), len(plan.switches))
+                     for x in args.daemons.split(",")} | {1})
     runs: dict[str, Any] = {}
     with Lab(plan, pmtu=LAB_PMTU, log=lambda _m: None) as lab:
-        runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, Plane.PYTHON, 1024, r),
-                                 args.attempts)
-        for pmtu in pmtus:
-            runs[f"new/{pmtu}"] = _ramp(
-                lambda r, pm=pmtu: _replay_trial(lab, plan, pairs, Plane.NATIVE, pm, r),
-                args.attempts)
-            for source in SOURCES:
-                runs[f"ceiling-{source}/{pmtu}"] = _ramp(
-                    lambda r, pm=pmtu, so=source: _counted_trial(lab, plan, pairs, pm, r,
-                                                                 lab.workdir, so),
-                    args.attempts)
-            best = max((runs[f"ceiling-{so}/{pmtu}"] for so in SOURCES),
-                       key=lambda x: (x["best"] or {}).get("hop_pps", 0))
-            runs[f"ceiling/{pmtu}"] = {"best": best["best"], "trials": [],
-                                       "capped": best["capped"],
-                                       "source": next(so for so in SOURCES if runs[
-                                           f"ceiling-{so}/{pmtu}"] is best)}
-
-    def fig(key: str, what: str) -> float | None:
-        best = runs[key]["best"]
-        return best[what] if best else None
-
+        runs = measure(lab, plan, pmtus, args.attempts, python_plane=True)
     default = pmtus[-1]
+    by = {"1": by_daemons_row(runs, default)}
+    runs_by = {}
+    for n in counts[1:]:
+        with Lab(plan, pmtu=LAB_PMTU, log=lambda _m: None, switch_daemons=n) as lab:
+            runs_by[str(n)] = measure(lab, plan, [default], args.attempts, python_plane=False)
+        by[str(n)] = by_daemons_row(runs_by[str(n)], default)
+
     result: dict[str, Any] = {
         "fabric": "astral3 2x4, NIC 400 Mb/s, 8 cross-rail senders (3 switch hops), "
                   f"MTU {mtu_for(4096)} on every interface",
-        "old_hop_pps": fig("old/1024", "hop_pps"),
-        "old_mbps": fig("old/1024", "delivered_mbps"),
+        "old_hop_pps": _fig(runs, "old/1024", "hop_pps"),
+        "old_mbps": _fig(runs, "old/1024", "delivered_mbps"),
         "new_pmtu": default,
-        "new_hop_pps": fig(f"new/{default}", "hop_pps"),
-        "new_mbps": fig(f"new/{default}", "delivered_mbps"),
-        "ceiling_hop_pps": fig(f"ceiling/{default}", "hop_pps"),
-        "per_pmtu": {str(pm): {k: fig(f"{k}/{pm}", "hop_pps") for k in ("new", "ceiling")}
-                     | {f"{k}_mbps": fig(f"{k}/{pm}", "delivered_mbps")
+        "new_hop_pps": _fig(runs, f"new/{default}", "hop_pps"),
+        "new_mbps": _fig(runs, f"new/{default}", "delivered_mbps"),
+        "ceiling_hop_pps": _fig(runs, f"ceiling/{default}", "hop_pps"),
+        "per_pmtu": {str(pm): {k: _fig(runs, f"{k}/{pm}", "hop_pps") for k in ("new", "ceiling")}
+                     | {f"{k}_mbps": _fig(runs, f"{k}/{pm}", "delivered_mbps")
                         for k in ("new", "ceiling")} for pm in pmtus},
+        "by_daemons": by,
+        "by_daemons_over_one": ratios(by),
+        "cores": len(os.sched_getaffinity(0)),
         "cpu_s_at_best": {k: (v["best"] or {}).get("cpu_s") for k, v in runs.items()},
-        "capped": [k for k, v in runs.items() if v["capped"]],
+        "capped": [k for k, v in runs.items() if v["capped"]]
+                  + [f"{n}:{k}" for n, r in runs_by.items() for k, v in r.items() if v["capped"]],
         "runs": runs,
+        "runs_by_daemons": runs_by,
     }
     old, new, ceil = result["old_mbps"], result["new_mbps"], result["ceiling_hop_pps"]
     result["new_over_old_mbps"] = round(new / old, 2) if old and new else None
     result["new_over_ceiling_hop_pps"] = (round(result["new_hop_pps"] / ceil, 2)
                                           if ceil and result["new_hop_pps"] else None)
-    result["goals"] = {"new_over_old_mbps": GOAL_OLD, "new_over_ceiling_hop_pps": GOAL_CEILING}
+    result["goals"] = {"new_over_old_mbps": GOAL_OLD, "new_over_ceiling_hop_pps": GOAL_CEILING,
+                       "two_daemons_over_one_hop_pps": GOAL_DAEMONS}
     path = write("capacity", result)
     if args.output:
         from vocab.plan import write_json_atomic
@@ -322,8 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(path) as fh:
             write_json_atomic(args.output, json.load(fh))
         path = args.output
-    print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "cpu_s_at_best")},
-                     indent=1))
+    print(json.dumps({k: v for k, v in result.items()
+                      if k not in ("runs", "runs_by_daemons", "cpu_s_at_best")}, indent=1))
     print(f"wrote {path}")
     return 0
 

@@ -91,11 +91,9 @@ VARIANTS = {v.name: v for v in (
 )}
 #: variants the brief lists but this benchmark does not implement, with the reason
 NOT_IMPLEMENTED = {
-    "two-vswitchd": "not implemented: a second ovs-vswitchd in the same network namespace "
-                    "cannot open the userspace datapath (its internal tap 'ovs-netdev' is "
-                    "held by the first: 'creating tap device failed: Device or resource "
-                    "busy'), so the split needs its own namespace with half the veths "
-                    "moved into it, re-shaped, and a controller reachable from there",
+    "two-vswitchd": "not implemented here: several switch daemons, each in its own network "
+                    "namespace, are measured side by side by `python -m benchmarks.capacity "
+                    "--daemons 1,2` (testbed.shell.daemons)",
 }
 
 
@@ -458,9 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_once)  # SIGTERM leaves through the finally blocks
     from testbed.shaping import root_ends
     from testbed.shell.lab import Lab
-    from testbed.topologies import build
 
-    plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
+    plan = fidelity.calibration_plan()
     pairs = fidelity.calibration_pairs(plan)
     ports = [intf for intf, _mbps in root_ends(plan)]
     if args.repeats < 1:

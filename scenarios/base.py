@@ -190,7 +190,8 @@ class Run:
                  output: str | None = None, log: Callable[[str], None] | None = None,
                  force: bool = False, cluster: list[str] | None = None,
                  tunnel: str = "gre", pmtu: int | None = None, dashboard: bool = False,
-                 dashboard_port: int | None = None, capture: list[str] | None = None) -> None:
+                 dashboard_port: int | None = None, capture: list[str] | None = None,
+                 switch_daemons: int | str = 1) -> None:
         from testbed.capture import parse_ports
         from testbed.shell.lab import LAB_PMTU
         from traffic.roce import largest_roce_pmtu, mtu_for
@@ -202,6 +203,7 @@ class Run:
         self.scenario = sc
         self.cluster = cluster  # servers for Mininet Cluster Edition (testbed.shell.cluster)
         self.tunnel = tunnel
+        self.switch_daemons = switch_daemons  # testbed.shell.daemons: a number or "auto"
         self.params = params
         self.quick = quick
         self.force = force  # run even when the fidelity guard says "CPU-bound"
@@ -221,6 +223,7 @@ class Run:
             "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "versions": versions(), "fabrics": {}, "fidelity": [],
             "cluster": cluster, "tunnel": tunnel if cluster else None, "pmtu": self.pmtu,
+            "switch_daemons": switch_daemons,
         }
         self.stages: list[str] = []  # what finished, for INTERRUPTED.md
         self.faults: list[dict[str, Any]] | None = None  # live injected faults, if it injects
@@ -293,7 +296,8 @@ class Run:
 
         if self.unguarded is None:
             try:
-                calibrate(self.log, pmtu=self.pmtu)
+                calibrate(self.log, pmtu=self.pmtu,
+                          switch_daemons=1 if self.cluster else self.switch_daemons)
             except CalibrationError as exc:
                 if not self.force:
                     raise
@@ -302,6 +306,7 @@ class Run:
         self.log(f"bringing up {label}: {len(plan.hosts)} GPUs, {len(plan.switches)} "
                  f"switches, {len(plan.links)} links (scale {plan.scale:g})")
         kw.setdefault("pmtu", self.pmtu)
+        kw.setdefault("switch_daemons", self.switch_daemons)
         kw.update(self._live_options(plan, label))
         with make_lab(plan, self.cluster, tunnel=self.tunnel, log=self.log, **kw) as lab:
             self.config["fabrics"][label] = {
@@ -310,6 +315,7 @@ class Run:
                 "scale": plan.scale, "params": plan.params, "datapath": lab.datapath,
                 "lb": lab.lb, "bringup_s": round(lab.timings.get("total", 0.0), 3),
                 "pmtu": lab.pmtu, "mtu": lab.mtu,
+                "switch_daemons": len(getattr(lab, "daemons", [])) or 1,
                 "servers": sorted({n.server for n in lab.plan.nodes if n.server}) or None}
             self._save_config()
             yield lab
@@ -492,11 +498,11 @@ class Scenario:
                  cluster: list[str] | None = None, tunnel: str = "gre",
                  pmtu: int | None = None, dashboard: bool = False,
                  dashboard_port: int | None = None, capture: list[str] | None = None,
-                 **overrides: Any) -> RunResult:
+                 switch_daemons: int | str = 1, **overrides: Any) -> RunResult:
         params = self.resolve(quick, overrides)  # bad input fails before anything is made
         run = Run(self, params, quick, output=output, log=log, force=force, cluster=cluster,
                   tunnel=tunnel, pmtu=pmtu, dashboard=dashboard,
-                  dashboard_port=dashboard_port, capture=capture)
+                  dashboard_port=dashboard_port, capture=capture, switch_daemons=switch_daemons)
         from scenarios.common import WIRE_PMTU
 
         token = WIRE_PMTU.set(run.pmtu)  # the flow model's frames are the replay's

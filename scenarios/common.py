@@ -1,10 +1,11 @@
 """Pieces several scenarios share: workloads as flow lists, link counters, small plots.
 
 Link load is measured where a network engineer would read it: the transmit byte counters
-of the switch-side interfaces (``/sys/class/net/<intf>/statistics/tx_bytes`` in the root
-namespace, where every switch port of the emulated fabric lives). A fabric link ``a-b``
-has two directions; ``a`` is the lower tier (plan convention), so "up" is ``a``'s
-interface transmitting toward ``b`` and "down" is ``b``'s toward ``a``.
+of the switch-side interfaces (``/proc/net/dev`` of the root namespace, where the switch
+ports live, and of each switch daemon's namespace when several forward:
+``testbed.shell.daemons``). A fabric link ``a-b`` has two directions; ``a`` is the lower
+tier (plan convention), so "up" is ``a``'s interface transmitting toward ``b`` and "down"
+is ``b``'s toward ``a``.
 """
 
 from __future__ import annotations
@@ -95,19 +96,26 @@ def fabric_links(plan: WiringPlan) -> list[Link]:
 
 
 def _tx_bytes(intf: str) -> int:
+    """One switch port's transmitted bytes; 0 if the interface is gone."""
     try:
         with open(f"/sys/class/net/{intf}/statistics/tx_bytes") as f:
             return int(f.read())
-    except (OSError, ValueError):
-        return 0
+    except (OSError, ValueError):  # or it is in a switch daemon's namespace
+        from testbed.daemons import tx_bytes_everywhere
+
+        return tx_bytes_everywhere().get(intf, 0)
 
 
 def link_counters(plan: WiringPlan) -> dict[tuple[str, str], int]:
-    """``(link name, "up"|"down") -> tx bytes`` for every fabric link, read now."""
+    """``(link name, "up"|"down") -> tx bytes`` for every fabric link, read now (in one
+    pass over the root namespace and every switch daemon's: ``testbed.shell.daemons``)."""
+    from testbed.daemons import tx_bytes_everywhere
+
+    now = tx_bytes_everywhere()
     out = {}
     for ln in fabric_links(plan):
-        out[(ln.name, "up")] = _tx_bytes(ln.a_intf)
-        out[(ln.name, "down")] = _tx_bytes(ln.b_intf)
+        out[(ln.name, "up")] = now.get(ln.a_intf, 0)
+        out[(ln.name, "down")] = now.get(ln.b_intf, 0)
     return out
 
 

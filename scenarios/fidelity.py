@@ -31,6 +31,7 @@ cores with the switch, which is why the warning starts at a margin of 2.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
@@ -47,14 +48,16 @@ from traffic.shell.running import RunningLab
 
 REFUSE_BELOW = 1.0
 WARN_BELOW = 2.0
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 #: per-sender rates tried by ``calibrate`` (Mb/s), each for TRIAL_S seconds of traffic
-RAMP_MBPS = (5.0, 10.0, 14.0, 20.0, 28.0, 40.0, 56.0, 80.0, 113.0, 160.0)
+RAMP_MBPS = (5.0, 10.0, 14.0, 20.0, 28.0, 40.0, 56.0, 80.0, 113.0, 160.0, 226.0, 320.0)
 TRIAL_S = 1.5
 #: a rate is "held" when every byte arrives within this factor of the paced time
 HOLD_SLACK = 1.15
 #: tries per rate before the ramp stops (a shared machine has noisy moments)
 ATTEMPTS = 2
+#: after the steps, the ramp bisects until the last held and first failed rates are this close
+REFINE = 1.05
 
 
 class CapacityError(RuntimeError):
@@ -93,14 +96,16 @@ def calibration_failed(trials: list[dict[str, Any]], senders: int) -> Calibratio
         "will say so).", measured, trials)
 
 
-def cache_path(pmtu: int = LAB_PMTU) -> str:
-    """One capacity per path MTU: a switch's packet rate depends on the frame size."""
+def cache_path(pmtu: int = LAB_PMTU, daemons: int = 1) -> str:
+    """One capacity per path MTU (a switch's packet rate depends on the frame size) and per
+    number of switch daemons (each forwards on a core of its own)."""
     root = os.environ.get("ASTRAL_LAB_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "astral-lab")
-    return os.path.join(root, f"capacity-pmtu{pmtu}.json")
+    return os.path.join(root, f"capacity-pmtu{pmtu}" + (f"-d{daemons}" if daemons > 1 else "")
+                        + ".json")
 
 
-def machine_key(pmtu: int = LAB_PMTU) -> dict[str, Any]:
+def machine_key(pmtu: int = LAB_PMTU, daemons: int = 1) -> dict[str, Any]:
     """What the measured capacity depends on; a change means calibrate again."""
     datapath = choose_datapath()
     try:
@@ -112,54 +117,67 @@ def machine_key(pmtu: int = LAB_PMTU) -> dict[str, Any]:
 
     return {"host": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
             "ovs": ovs, "datapath": datapath, "plane": DEFAULT_PLANE, "pmtu": pmtu,
-            "version": CACHE_VERSION}
+            "version": CACHE_VERSION, **({"daemons": daemons} if daemons > 1 else {})}
 
 
-def load_cached(pmtu: int = LAB_PMTU) -> dict[str, Any] | None:
+def load_cached(pmtu: int = LAB_PMTU, daemons: int = 1) -> dict[str, Any] | None:
     try:
-        with open(cache_path(pmtu)) as f:
+        with open(cache_path(pmtu, daemons)) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return None
-    return data if data.get("key") == machine_key(pmtu) else None
+    return data if data.get("key") == machine_key(pmtu, daemons) else None
+
+
+def calibration_plan() -> Any:
+    """The calibration's fabric: astral3, 2 servers x 4 GPUs in one rail block, NIC 400
+    Mb/s so no link binds."""
+    from testbed.topologies import build
+
+    return build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
 
 
 def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
-              pmtu: int = LAB_PMTU) -> dict[str, Any]:
-    """Measure (or read the cached) switching capacity of this machine at ``pmtu``. Needs root.
+              pmtu: int = LAB_PMTU, switch_daemons: int | str = 1) -> dict[str, Any]:
+    """Measure (or read the cached) switching capacity of this machine at ``pmtu`` with
+    ``switch_daemons`` daemons (``testbed.shell.daemons``). Needs root.
 
     Call it before bringing up a scenario's own fabric: the calibration fabric uses the
     same node names, and two fabrics cannot share them.
     """
-    cached = None if force else load_cached(pmtu)
+    from testbed import daemons
+
+    plan = calibration_plan()
+    n = daemons.resolve_count(switch_daemons, choose_datapath(), len(plan.switches))
+    cached = None if force else load_cached(pmtu, n)
     if cached:
         return cached
     from testbed.shell.lab import Lab
-    from testbed.topologies import build
     from vocab.plan import write_json_atomic
 
-    plan = build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
-    with Lab(plan, log=log, pmtu=pmtu) as lab:
-        log(f"calibrating this machine's switching capacity at pmtu {pmtu} (once; cached in "
-            f"{cache_path(pmtu)}) ...")
+    with Lab(plan, log=log, pmtu=pmtu, switch_daemons=n) as lab:
+        log(f"calibrating this machine's switching capacity at pmtu {pmtu} with {n} switch "
+            f"daemon(s) (once; cached in {cache_path(pmtu, n)}) ...")
         pairs = calibration_pairs(plan)
         best, trials = ramp(lambda rate: paced_trial(lab, plan, pairs, rate, log, pmtu=pmtu))
         if best is None:
             raise calibration_failed(trials, len(pairs))
         capacity = {
-            "key": machine_key(pmtu), "pmtu": pmtu,
+            "key": machine_key(pmtu, n), "pmtu": pmtu, "daemons": n,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "hop_pps": best["hop_pps"], "delivered_mbps": best["delivered_mbps"],
             "senders": len(pairs), "hops_per_packet": 3, "trials": trials,
             "method": f"{len(pairs)} senders, one cross-rail flow each (3 switch hops), NIC "
                       "400 Mb/s so no link binds; per-sender rate raised along "
-                      f"{RAMP_MBPS} Mb/s, {ATTEMPTS} tries per rate; capacity = the load "
+                      f"{RAMP_MBPS} Mb/s, then bisected between the last held and the "
+                      f"first failed to within {100 * (REFINE - 1):g}%, {ATTEMPTS} tries per "
+                      "rate; capacity = the load "
                       f"offered at the highest rate held (all bytes delivered within "
                       f"{HOLD_SLACK:g}x the paced time after the last sender started), in "
                       "switch-hop packets per second",
         }
-    os.makedirs(os.path.dirname(cache_path(pmtu)), exist_ok=True)
-    write_json_atomic(cache_path(pmtu), capacity)
+    os.makedirs(os.path.dirname(cache_path(pmtu, n)), exist_ok=True)
+    write_json_atomic(cache_path(pmtu, n), capacity)
     log(f"capacity: {capacity['hop_pps']:,} switch-hop packets/s "
         f"({capacity['delivered_mbps']} Mb/s delivered by {len(pairs)} senders)")
     return capacity
@@ -177,24 +195,45 @@ def calibration_pairs(plan: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = None
-         ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = None,
+         refine: float = REFINE) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """Raise the per-sender rate along RAMP_MBPS until one is not held ``attempts`` times
-    (default ATTEMPTS) in a row; return the last held trial (None if even the first rate
-    failed) and every trial."""
+    (default ATTEMPTS) in a row, then bisect between the last rate held and the first not
+    held until they are within ``refine`` of each other; return the highest held trial
+    (None if even the first rate failed) and every trial.
+
+    The coarse steps find the knee cheaply; the bisection keeps a capacity from being
+    quantised to the step below it, which would scale every guarded run down further than
+    the machine needs.
+    """
     trials: list[dict[str, Any]] = []
-    best = None
-    for rate in RAMP_MBPS:
-        held = False
+
+    def held_at(rate: float) -> dict[str, Any] | None:
         for attempt in range(attempts or ATTEMPTS):  # one noisy trial must not end the ramp
             trial = dict(try_rate(rate), attempt=attempt + 1)
             trials.append(trial)
-            held = bool(trial["held"])
-            if held:
-                break
-        if not held:
+            if trial["held"]:
+                return trial
+        return None
+
+    best, failed = None, None
+    for rate in RAMP_MBPS:
+        trial = held_at(rate)
+        if trial is None:
+            failed = rate
             break
         best = trial
+    if best is not None and failed is not None:
+        lo, hi = float(best["rate_mbps_per_sender"]), failed
+        while hi / lo > refine:
+            mid = round(math.sqrt(lo * hi), 1)  # geometric: the steps are ratios
+            if not lo < mid < hi:
+                break
+            trial = held_at(mid)
+            if trial is None:
+                hi = mid
+            else:
+                best, lo = trial, mid
     return best, trials
 
 
@@ -301,10 +340,12 @@ def check(lab: RunningLab, flows: list[FlowSpec], *, force: bool = False,
           ) -> dict[str, Any]:
     """The guard itself (see the module docstring); raises CapacityError when refused."""
     pmtu = lab.pmtu
-    capacity = load_cached(pmtu)
+    n = len(getattr(lab, "daemons", [])) or 1
+    capacity = load_cached(pmtu, n)
     if capacity is None:
-        raise CapacityError(f"no calibration for this machine at pmtu {pmtu}: call scenarios."
-                            "fidelity.calibrate() before bringing the fabric up (Run.lab does)")
+        raise CapacityError(f"no calibration for this machine at pmtu {pmtu} with {n} switch "
+                            "daemon(s): call scenarios.fidelity.calibrate() before bringing the "
+                            "fabric up (Run.lab does)")
     load = offered(lab.plan, flows, rate_mbps, pmtu=pmtu)
     v = verdict(capacity, load, force)
     msg = (f"fidelity guard: offered {load['hop_pps']:,} switch-hop pkt/s "

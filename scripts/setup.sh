@@ -19,7 +19,7 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 APT_PACKAGES=(
     mininet openvswitch-switch openvswitch-common iperf3 tcpdump tshark ethtool iputils-ping
     iproute2 fping nftables iptables kmod procps psmisc python3-venv python3-dev gcc make
-    zlib1g-dev netsniff-ng sysstat chromium prometheus
+    zlib1g-dev netsniff-ng sysstat chromium prometheus sudo
 )
 
 die() { echo "$PROG: error: $*" >&2; exit 1; }

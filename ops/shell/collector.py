@@ -29,6 +29,7 @@ from ops.telemetry import (
     parse_snmp,
     parse_tc_qdisc,
 )
+from testbed.daemons import running_namespaces
 from traffic import rxsink
 from traffic.shell.running import RunningLab
 from vocab.plan import WiringPlan
@@ -46,13 +47,78 @@ def read_kernel_file(path: str) -> str | None:
         return None
 
 
-def read_tc() -> dict[str, dict[str, int]]:
-    proc = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True,
-                          timeout=10, check=False)
+def read_tc(netns: str | None = None) -> dict[str, dict[str, int]]:
+    """Every qdisc's counters in the root namespace or ``netns``."""
+    where = ["-n", netns] if netns else []
+    proc = subprocess.run(["tc", *where, "-s", "-j", "qdisc", "show"], capture_output=True,
+                          text=True, timeout=10, check=False)
     try:
         return parse_tc_qdisc(json.loads(proc.stdout or "[]"))
     except ValueError:
         return {}
+
+
+def read_link_state(netns: str) -> dict[str, tuple[str, int | None]]:
+    """``interface -> (operstate, carrier changes)`` in ``netns``, where this process's
+    ``/sys/class/net`` cannot look (a switch daemon's namespace: ``testbed.shell.daemons``)."""
+    proc = subprocess.run(["ip", "-n", netns, "-j", "-s", "-s", "link", "show"],
+                          capture_output=True, text=True, timeout=10, check=False)
+    return parse_link_state(proc.stdout)
+
+
+#: What a port source reads: ``tc`` qdiscs, ``/proc/net/dev`` rows and link states.
+Ports = tuple[dict[str, dict[str, int]], dict[str, dict[str, int]],
+              dict[str, tuple[str, int | None]]]
+#: One shell command printing all three on a server (``cluster_source``), parts split by it
+_SPLIT = "--astral-ports--"
+PORTS_SCRIPT = (f"tc -s -j qdisc show; echo {_SPLIT}; cat /proc/net/dev; echo {_SPLIT}; "
+                "ip -j -s -s link show")
+
+
+def netns_source(netns: str, pid: int) -> Callable[[], Ports]:
+    """The ports of a switch daemon's namespace, read from here (``pid`` is in it)."""
+    def read() -> Ports:
+        return (read_tc(netns),
+                parse_proc_net_dev(read_kernel_file(f"/proc/{pid}/net/dev") or ""),
+                read_link_state(netns))
+
+    return read
+
+
+def running_sources() -> list[Callable[[], Ports]]:
+    """A source for each switch daemon running on this machine: how a process that did not
+    build the lab (the live view, ``ops watch``) reads their ports."""
+    return [netns_source(ns, pid) for ns, pid in running_namespaces().items()]
+
+
+def cluster_source(run: Callable[[list[str]], Any]) -> Callable[[], Ports]:
+    """The ports of another server of a cluster, in one command over ``run`` (its SSH
+    runner: ``ClusterLab.run_on``) per poll; nothing when the server does not answer."""
+    def read() -> Ports:
+        out = run(["sh", "-c", PORTS_SCRIPT])
+        parts = (getattr(out, "stdout", "") or "").split(_SPLIT)
+        if getattr(out, "returncode", 1) != 0 or len(parts) != 3:
+            return {}, {}, {}
+        try:
+            tc = parse_tc_qdisc(json.loads(parts[0] or "[]"))
+        except ValueError:
+            tc = {}
+        return tc, parse_proc_net_dev(parts[1].lstrip("\n")), parse_link_state(parts[2])
+
+    return read
+
+
+def parse_link_state(text: str) -> dict[str, tuple[str, int | None]]:
+    """``ip -j -s -s link show`` as ``interface -> (operstate, carrier changes)``."""
+    out: dict[str, tuple[str, int | None]] = {}
+    try:
+        for row in json.loads(text or "[]"):
+            changes = row.get("stats64", {}).get("tx", {}).get("carrier_changes")
+            out[row["ifname"]] = (str(row.get("operstate", "")).lower(),
+                                  int(changes) if changes is not None else None)
+    except (ValueError, KeyError, TypeError):
+        return {}
+    return out
 
 
 def host_pids_from_processes() -> dict[str, int]:
@@ -78,7 +144,10 @@ class Collector:
     """Polls one running fabric every ``interval`` s into a ``Store`` and a ``History``.
 
     ``client`` is the controller's REST client (None: kernel counters only);
-    ``host_pids`` maps host name -> a PID inside that host's namespace (``Lab.hosts[h].pid``).
+    ``host_pids`` maps host name -> a PID inside that host's namespace (``Lab.hosts[h].pid``);
+    ``sources`` read switch ports this process's root namespace does not have: a switch
+    daemon's namespace (``netns_source``; ``running_sources`` finds them) or another server
+    of a cluster (``cluster_source``).
     ``on_poll(t, values)`` is called after each poll (the detectors hook in there).
     ``extra(t)`` adds values a running workload reports about itself to each poll (a MoE
     job's iterations: ``traffic.shell.moejob.MoeJob.take_values``).
@@ -89,13 +158,15 @@ class Collector:
                  interval: float = DEFAULT_INTERVAL_S,
                  on_poll: Callable[[float, dict[tuple[str, str], float]], None] | None = None,
                  group_stats: bool = True,
-                 extra: Callable[[float], dict[tuple[str, str], float]] | None = None) -> None:
+                 extra: Callable[[float], dict[tuple[str, str], float]] | None = None,
+                 sources: list[Callable[[], Ports]] | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 s (got {interval})")
         self.plan = plan
         self.store = store
         self.client = client
         self.host_pids = dict(host_pids or {})
+        self.sources = list(sources or [])
         self.interval = interval
         self.on_poll = on_poll
         self.group_stats = group_stats
@@ -119,7 +190,12 @@ class Collector:
         if client is not None:
             client.timeout = min(client.timeout, max(0.5, kw.get("interval", 1.0)))
         pids = {name: h.pid for name, h in lab.hosts.items()}
-        return cls(lab.plan, store, client=client, host_pids=pids, **kw)
+        sources = [netns_source(d.netns, d.pids()[-1]) for d in getattr(lab, "daemons", [])[1:]
+                   if d.netns and d.pids()]
+        servers = getattr(lab, "servers", [])[1:]  # a cluster: the others, over SSH
+        sources += [cluster_source(lambda argv, s=s: lab.run_on(s, argv))  # type: ignore[attr-defined]
+                    for s in servers]
+        return cls(lab.plan, store, client=client, host_pids=pids, sources=sources, **kw)
 
     def _root_ends(self) -> dict[str, tuple[str, str]]:
         """Root-namespace interface -> (link component, direction it transmits)."""
@@ -154,6 +230,12 @@ class Collector:
     def _poll_kernel(self, t: float, values: dict[tuple[str, str], float]) -> None:
         tc = read_tc()
         dev = parse_proc_net_dev(read_kernel_file("/proc/net/dev") or "")
+        elsewhere: dict[str, tuple[str, int | None]] = {}  # ports not in our root namespace
+        for source in self.sources:
+            more_tc, more_dev, state = source()
+            tc.update(more_tc)
+            dev.update({k: v for k, v in more_dev.items() if k in self.root_ends})
+            elsewhere.update({k: v for k, v in state.items() if k in self.root_ends})
         state: dict[str, list[float]] = defaultdict(list)
         flaps: dict[str, list[float]] = defaultdict(list)
         # frames an end discarded, by the way they travelled: a veth pair counts a frame its
@@ -162,11 +244,15 @@ class Collector:
         # is still seen from its root end; where both ends are here, the larger count
         discards: dict[tuple[str, str], list[float]] = defaultdict(list)
         for intf, (comp, d) in self.root_ends.items():
-            oper = (read_kernel_file(f"/sys/class/net/{intf}/operstate") or "").strip()
+            if intf in elsewhere:
+                oper, count = elsewhere[intf]
+                changes = None if count is None else str(count)
+            else:
+                oper = (read_kernel_file(f"/sys/class/net/{intf}/operstate") or "").strip()
+                changes = read_kernel_file(f"/sys/class/net/{intf}/carrier_changes")
             if not oper:  # interface gone (lab torn down): no sample
                 continue
             state[comp].append(1.0 if oper == "up" else 0.0)
-            changes = read_kernel_file(f"/sys/class/net/{intf}/carrier_changes")
             if changes and changes.strip().isdigit():
                 dlt = self._rates.delta(("carrier", intf), t, float(changes))
                 if dlt is not None:

@@ -33,7 +33,7 @@ from controllers.shell.client import ControllerClient, ControllerError
 from ops import metrics
 from ops.dashboard import DashboardState, layout, read_progress
 from ops.detectors import Engine
-from ops.shell.collector import Collector
+from ops.shell.collector import Collector, running_sources
 from ops.telemetry import DEFAULT_INTERVAL_S
 from vocab.plan import WiringPlan, finite
 
@@ -96,7 +96,8 @@ class LiveBackend:
         self._lock = threading.Lock()
         self.engine = Engine(plan)
         self.collector = Collector(plan, None, client=client, host_pids=host_pids,
-                                   interval=interval, on_poll=self._on_poll)
+                                   interval=interval, on_poll=self._on_poll,
+                                   sources=running_sources())
 
     def _on_poll(self, t: float, values: dict[tuple[str, str], float]) -> None:
         self.engine.step(self.collector.history)

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -53,6 +52,8 @@ from testbed.faultmarks import (
     link_sink,
     sinks,
 )
+from testbed.shell import daemons
+from testbed.shell.procs import _alive, kill_pids
 from traffic import rxsink
 from vocab.plan import write_json_atomic
 
@@ -198,53 +199,6 @@ def run(cmd: list[str], stdin: str | None = None, check: bool = False,
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip()[:400]}")
     return proc
-
-
-def kill_pids(pids: list[int], grace: float = 2.0, sig: int = signal.SIGTERM,
-              reap: float = 10.0) -> None:
-    """Send ``sig``, wait up to ``grace`` seconds, then SIGKILL whatever is left and wait up
-    to ``reap`` seconds for it to be gone: a killed process still exists until the kernel
-    has run its exit, which on a busy machine is not at once, and whoever looks next must
-    not find it."""
-    alive = []
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-            alive.append(pid)
-    alive = _wait_gone_pids(alive, grace)
-    for pid in alive:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    _wait_gone_pids(alive, reap)
-
-
-def _wait_gone_pids(pids: list[int], timeout: float) -> list[int]:
-    """Poll until none of ``pids`` is alive or ``timeout`` passes; the ones still alive."""
-    deadline = time.monotonic() + timeout
-    alive = [p for p in pids if _alive(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [p for p in alive if _alive(p)]
-    return alive
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie still "exists": reap it if it is ours; another's holds nothing any more
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def delete_bridges(bridges: list[str]) -> None:
@@ -424,6 +378,9 @@ def clean(verbose: bool = True) -> dict[str, int]:
         pids = [int(p) for p in rec.get("pids", []) if _looks_like_ours(int(p))]
         delete_bridges(rec.get("bridges", []))
         kill_pids(pids, grace=0.5)
+        for d in rec.get("daemons", []):  # extra switch daemons, their namespaces and ports
+            daemons.stop_daemon(d)
+            done["namespaces"] += 1
         delete_links(rec.get("links", []))
         wait_gone(rec.get("host_links", []), timeout=10)
         done["processes"] += len(pids)
@@ -451,6 +408,9 @@ def clean(verbose: bool = True) -> dict[str, int]:
         scratch(path)
     for pid in rxsink.stale():  # a killed replay's note that its receivers drop RoCE
         rxsink.unmark(pid)
+    for d in daemons.stale(live_runs):  # a daemon whose run record was lost
+        daemons.stop_daemon(d)
+        done["namespaces"] += 1
     for ns in stale_probe_namespaces():
         done["namespaces"] += run(["ip", "netns", "del", ns]).returncode == 0
     # Plain Mininet on the lab's plans: no record, no tags, only names (after the runs above
@@ -468,7 +428,7 @@ def clean(verbose: bool = True) -> dict[str, int]:
     done["kept"] = len(kept)
     if verbose:
         print("astral-lab clean: removed {records} run record(s), {processes} process(es), "
-              "{bridges} bridge(s), {links} interface(s), {namespaces} probe namespace(s), "
+              "{bridges} bridge(s), {links} interface(s), {namespaces} namespace(s), "
               "{scratch} scratch folder(s)"
               .format(**done))
         if done["unrecorded"]:
@@ -548,7 +508,7 @@ def leftovers(plan: Any) -> list[str]:
     found += [f"fault process pid {p}" for p in fault_processes()]
     found += [f"probe namespace {n}" for n in stale_probe_namespaces()]
     found += [f"{x} (root namespace)" for x in fault_leftovers(_root_sh)]
-    return found
+    return found + daemons.leftovers()
 
 
 # ----------------------------------------------------------------------------------------

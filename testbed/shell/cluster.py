@@ -110,6 +110,9 @@ def make_lab(plan: WiringPlan, cluster: Sequence[str] | None = None, tunnel: str
              **kwargs: Any) -> Lab:
     """A ``Lab`` on this machine, or a ``ClusterLab`` over ``cluster``; same API either way."""
     if cluster:
+        if str(kwargs.pop("switch_daemons", 1)) not in ("1", "auto"):
+            raise ValueError("--switch-daemons and --cluster do not mix: a cluster runs one "
+                             "switch daemon per server (add servers instead)")
         return ClusterLab(plan, cluster, tunnel=tunnel, **kwargs)
     return Lab(plan, **kwargs)
 

@@ -53,21 +53,25 @@ from controllers import policies
 from controllers.fabric import DEFAULT_MODE, POLL_INTERVAL_S
 from controllers.flowtable import DEFAULT_SELECT_METHOD
 from controllers.shell.client import ControllerClient
+from testbed import daemons
 from testbed.capture import resolve as capture_ports
 from testbed.datapath import Datapath
 from testbed.reachability import Reachability, _fping_unreached
 from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
 from testbed.shell import cleanup, ovsbuf, preflight, sidecars, signals
+from testbed.shell.daemons import start_all, stop_daemon
 from testbed.shell.machine import (
     LOCK_PATH,
     _socket_buffers,
     disable_offloads,
+    ensure_neighbour_capacity,
     fabric_lock,
     free_port,
     in_netns,
     lock_holder,
 )
-from testbed.shell.mntopo import OF_PROTOCOLS
+from testbed.shell.mntopo import OF_PROTOCOLS, SwitchPortIntf
+from testbed.shell.procs import kill_pids
 from traffic.roce import LAB_PMTU, mtu_for
 from vocab.plan import Link, WiringPlan
 
@@ -85,9 +89,14 @@ class Lab:
                  static_arp: bool = True, pmtu: int = LAB_PMTU,
                  dashboard: bool = False, dashboard_port: int | None = None,
                  dashboard_progress: str | None = None, capture: Sequence[str] = (),
-                 capture_dir: str | None = None,
+                 capture_dir: str | None = None, switch_daemons: int | str = 1,
                  log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
+        # switch daemons (testbed.shell.daemons): asked for, and those running with each
+        # switch's own; daemon 0 is the machine's
+        self.switch_daemons_request = switch_daemons
+        self.daemons: list[daemons.SwitchDaemon] = [daemons.ROOT]
+        self.daemon_of: dict[str, daemons.SwitchDaemon] = {}
         # the live view (testbed.shell.sidecars): its port, a scenario's progress.json
         self.dashboard = dashboard
         self.dashboard_port = dashboard_port
@@ -164,9 +173,10 @@ class Lab:
         self.datapath = pf.datapath
         for w in pf.warnings:
             self.log(f"note: {w}")
-        self._ensure_neighbour_capacity()
+        ensure_neighbour_capacity(len(self.plan.hosts), self.log)
         try:
             self._begin_record()
+            self._step("daemons", self._start_daemons)
             self._step("controller", self._start_controller)
             self._step("hosts", self._start_hosts)
             self._step("links", self._create_links)
@@ -200,43 +210,23 @@ class Lab:
     def _deepen_ovs_tx_buffer(self) -> None:
         """Make the userspace switch's queues as deep as tc says (see ``testbed.shell.ovsbuf``).
 
-        ovs-vswitchd opens its transmit socket at its first forwarded packet, so one
-        ping between two hosts of different switches comes first when needed.
+        ovs-vswitchd opens its transmit socket at its first forwarded packet, so when a
+        daemon has none yet, each host pings the next one (through every daemon) first.
         """
-        pid = ovsbuf.vswitchd_pid()
+        pids = [ovsbuf.vswitchd_pid()] + [d.pids()[0] for d in self.daemons[1:]]
         hosts = self.plan.hosts
-        if pid and not ovsbuf.tx_socket_fds(pid) and len(hosts) > 1:
-            self.hosts[hosts[0].name].cmd(f"ping -c1 -W1 {hosts[-1].ip}")
-        result = ovsbuf.raise_tx_buffer()
-        if isinstance(result, str):
-            self.log(f"note: switch port queues stay shallow (~150 packets fabric-wide), so "
-                     f"bursts may be dropped: {result}")
+        if any(p and not ovsbuf.tx_socket_fds(p) for p in pids) and len(hosts) > 1:
+            for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True):
+                self.hosts[a.name].sendCmd(f"ping -c1 -W1 {b.ip}")
+            for a in hosts:
+                self.hosts[a.name].waitOutput()
+        for pid in pids:
+            result = ovsbuf.raise_tx_buffer(pid=pid)
+            if isinstance(result, str):
+                self.log(f"note: switch port queues stay shallow (~150 packets per daemon), "
+                         f"so bursts may be dropped: {result}")
+                break
         self.tx_buffer = result
-
-    def _ensure_neighbour_capacity(self) -> None:
-        """Make room for every host's ARP entries in the kernel's neighbour table.
-
-        The table and its ``gc_thresh`` limits are shared by all namespaces on the
-        machine. An all-pairs exchange over n hosts needs n(n-1) entries: 65,280 at
-        256 GPUs, well above common defaults (1,024 or 16,384), and past the limit
-        the kernel drops ARP, so pings fail for no fault of the fabric. We raise the
-        limits when they are too low (and say so); we never lower them.
-        """
-        n = len(self.plan.hosts)
-        need = n * (n - 1) + 1024
-        base = "/proc/sys/net/ipv4/neigh/default/"
-        try:
-            with open(base + "gc_thresh3") as f:
-                current = int(f.read())
-        except OSError:
-            return
-        if current >= need:
-            return
-        for name, value in (("gc_thresh2", need), ("gc_thresh3", 2 * need)):
-            with open(base + name, "w") as f:
-                f.write(str(value))
-        self.log(f"note: raised net.ipv4.neigh.default.gc_thresh3 from {current} to {2 * need} "
-                 f"so {n} hosts can all resolve each other (machine-wide, not reverted)")
 
     def _begin_record(self) -> None:
         self.workdir = cleanup.make_scratch(self.run_id)
@@ -253,8 +243,11 @@ class Lab:
         self._save_record()
 
     def _start_captures(self) -> None:
+        node_of = {ln.a_intf: ln.a for ln in self.plan.links} | {
+            ln.b_intf: ln.b for ln in self.plan.links}
         self.sidecar_procs["capture"] += sidecars.start_captures(
-            self.capture, self.capture_dir, self.workdir, self._note_pid)
+            self.capture, self.capture_dir, self.workdir, self._note_pid,
+            where=lambda intf: self.switch_daemon(node_of[intf]).ns)
         self.log(f"capturing {len(self.capture)} port(s) into {self.capture_dir}/")
 
     def _start_dashboard(self) -> None:
@@ -264,6 +257,35 @@ class Lab:
             progress=self.dashboard_progress, on_pid=self._note_pid)
         self.sidecar_procs["dashboard"].append(proc)
         self.log(f"live view: {self.dashboard_url}")
+
+    def _start_daemons(self) -> None:
+        """With several switch daemons: start the extra ones, each switch to its daemon, and
+        the controller where every daemon reaches it (``testbed.shell.daemons``)."""
+        n = daemons.resolve_count(self.switch_daemons_request, self.datapath,
+                                  len(self.plan.switches))
+        self._record["daemons"] = []
+
+        def note(d: daemons.SwitchDaemon) -> None:
+            self._record["daemons"].append(d.as_record())
+            self._save_record()
+
+        try:
+            self.daemons, self.daemon_of = start_all(self.run_id, self.plan, n, note)
+        except RuntimeError as exc:  # what failed, in one line (the record lets stop undo it)
+            raise preflight.LabError(f"switch daemons: {exc}") from None
+        if n > 1:
+            self.of_host = daemons.CONTROLLER_IP
+            self.log(f"{n} switch daemons: " + ", ".join(
+                f"{sum(1 for d in self.daemon_of.values() if d is x)} switches on daemon "
+                f"{x.index}" for x in self.daemons))
+
+    def switch_daemon(self, node: str) -> daemons.SwitchDaemon:
+        """The daemon forwarding switch ``node`` (where its ports and ``ovs-*`` calls go)."""
+        return self.daemon_of.get(node, daemons.ROOT)
+
+    def _ends_by_daemon(self) -> dict[daemons.SwitchDaemon, list[tuple[str, float]]]:
+        """Every switch-side link end (``root_ends``), grouped by the daemon it lives with."""
+        return daemons.group_ends(self.plan, self._root_ends(), self.switch_daemon)
 
     def _start_controller(self) -> None:
         if not self.use_controller:
@@ -339,26 +361,36 @@ class Lab:
         """
         lines = []
         mtu = f" mtu {self.mtu}" if self.mtu else ""
+        def where(node: str) -> str:
+            ns = self.switch_daemon(node).netns
+            return f" netns {ns}" if ns else ""
+
         for link in self.plan.links:
             if link.a in self.hosts:
                 mac = self.plan.node(link.a).mac
                 lines.append(f"link add name {link.a_intf}{mtu} address {mac} "
                              f"netns {self.hosts[link.a].pid} type veth "
-                             f"peer name {link.b_intf}{mtu}")
+                             f"peer name {link.b_intf}{mtu}{where(link.b)}")
             else:
-                lines.append(f"link add name {link.a_intf}{mtu} type veth "
-                             f"peer name {link.b_intf}{mtu}")
-        # Switch-to-switch veths must be deleted; a host link dies with its namespace.
-        self._record["links"] = [link.a_intf for link in self.plan.links
-                                 if link.a not in self.hosts]
+                lines.append(f"link add name {link.a_intf}{mtu}{where(link.a)} type veth "
+                             f"peer name {link.b_intf}{mtu}{where(link.b)}")
+        # Switch-to-switch veths must be deleted (by an end in the root namespace: one in a
+        # switch daemon's goes with it); a host link dies with the host's namespace.
+        in_root = {ln.a_intf: not where(ln.a) for ln in self.plan.links} | {
+            ln.b_intf: not where(ln.b) for ln in self.plan.links}
+        self._record["links"] = [
+            next((i for i in (link.a_intf, link.b_intf) if in_root[i]), link.a_intf)
+            for link in self.plan.links if link.a not in self.hosts]
         self._record["host_links"] = [link.b_intf for link in self.plan.links
-                                      if link.a in self.hosts]
+                                      if link.a in self.hosts and in_root[link.b_intf]]
         self._save_record()
         cleanup.run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n", check=True)
         if self.datapath == Datapath.USER:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-                for name, _mbps in self._root_ends():
-                    disable_offloads(name, sock)
+            for d, ends in self._ends_by_daemon().items():
+                with (in_netns(d.pids()[-1]) if d.netns else contextlib.nullcontext()), \
+                        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                    for name, _mbps in ends:
+                        disable_offloads(name, sock)
             for node in self.plan.hosts:
                 with in_netns(self.hosts[node.name].pid), \
                         socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -369,14 +401,15 @@ class Lab:
 
     def _configure_interfaces(self) -> None:
         """Root ends: up and shaped, in two batches. Hosts: address, up, shaped, in parallel."""
-        root_ends = self._root_ends()
-        cleanup.run(["ip", "-batch", "-"], check=True,
-                    stdin="".join(f"link set {n} up\n" for n, _mbps in root_ends))
+        for d, ends in self._ends_by_daemon().items():
+            cleanup.run(["ip", *d.ip(), "-batch", "-"], check=True,
+                        stdin="".join(f"link set {n} up\n" for n, _mbps in ends))
+            if self.shape:
+                tc = [c for n, mbps in ends
+                      for c in htb_commands(n, mbps, lossless=self.lossless)]
+                cleanup.run(["tc", *d.ip(), "-batch", "-"], stdin="\n".join(tc) + "\n",
+                            check=True)
         nic_mbps = self.plan.host_link_mbps()
-        if self.shape:
-            tc = [c for n, mbps in root_ends
-                  for c in htb_commands(n, mbps, lossless=self.lossless)]
-            cleanup.run(["tc", "-batch", "-"], stdin="\n".join(tc) + "\n", check=True)
         for node in self.plan.hosts:
             host = self.hosts[node.name]
             intf = f"{node.name}-eth0"
@@ -449,11 +482,19 @@ class Lab:
         # switch port: measured, flows crossed "20 Mb/s" lanes at 35 Mb/s. A QoS of type
         # linux-noop tells OVS to leave the qdisc alone (Mininet instead re-applies tc after
         # adding ports: TCReapply). One row serves every port of the run.
+        self._record["bridges"] = [s.name for s in self.plan.switches
+                                   if self.switch_daemon(s.name).netns is None]
+        self._save_record()
+        for d in self.daemons:  # one transaction per daemon, each its own database
+            self._add_bridges_of(d, dp_type, ports)
+
+    def _add_bridges_of(self, d: daemons.SwitchDaemon, dp_type: str,
+                        ports: dict[str, list[tuple[int, str]]]) -> None:
         cmd = ["ovs-vsctl", "--timeout=120", "--", "--id=@noop", "create", "QoS",
                "type=linux-noop", f"external_ids:{cleanup.BRIDGE_TAG}={self.run_id}"]
-        self._record["bridges"] = [s.name for s in self.plan.switches]
-        self._save_record()
         for sw in self.plan.switches:
+            if self.switch_daemon(sw.name) is not d:
+                continue
             cmd += ["--", "add-br", sw.name,
                     "--", "set", "Bridge", sw.name, f"datapath_type={dp_type}",
                     "fail_mode=secure", f"protocols={OF_PROTOCOLS}",
@@ -464,12 +505,12 @@ class Lab:
                 # Reconnect within a second after a controller restart (OVS backs off to 8 s).
                 cid = f"@c{len(cmd)}"
                 cmd += ["--", f"--id={cid}", "create", "Controller",
-                        f'target="tcp:127.0.0.1:{self.of_port}"', "max_backoff=1000",
+                        f'target="tcp:{self.of_host}:{self.of_port}"', "max_backoff=1000",
                         "--", "set", "Bridge", sw.name, f"controller={cid}"]
             for port, intf in sorted(ports[sw.name]):
                 cmd += ["--", "add-port", sw.name, intf, "qos=@noop",
                         "--", "set", "Interface", intf, f"ofport_request={port}"]
-        cleanup.run(cmd, check=True, timeout=300)
+        cleanup.run(d.ovs(cmd), check=True, timeout=300)
 
     def assemble_mininet(self) -> None:
         """A ``Mininet`` object over what we built, so the Mininet CLI and helpers work.
@@ -491,7 +532,8 @@ class Lab:
                 continue
             mlink = Link.__new__(Link)
             mlink.intf1 = self.hosts[link.a].intfs[0]
-            mlink.intf2 = _RootIntf(link.b_intf, link.b, link.b_port)
+            mlink.intf2 = SwitchPortIntf(link.b_intf, link.b, link.b_port,
+                                         self.switch_daemon(link.b).netns)
             mlink.intf1.link = mlink
             net.links.append(mlink)
         net.built = True
@@ -528,7 +570,7 @@ class Lab:
         """
         state = "up" if up else "down"
         known = {id(ln) for ln in self.plan.links}
-        root: list[str] = []
+        switch_side: dict[daemons.SwitchDaemon, list[str]] = {}
         for link in links:
             if id(link) not in known:
                 raise ValueError(f"link {link.name} is not one of this lab's plan links")
@@ -536,9 +578,10 @@ class Lab:
                 if node in self.hosts:
                     self._set_intf_state(node, intf, state)
                 else:
-                    root.append(f"link set dev {intf} {state}\n")
-        if root:
-            cleanup.run(["ip", "-batch", "-"], stdin="".join(root), check=True)
+                    switch_side.setdefault(self.switch_daemon(node), []).append(
+                        f"link set dev {intf} {state}\n")
+        for d, lines in switch_side.items():
+            cleanup.run(["ip", *d.ip(), "-batch", "-"], stdin="".join(lines), check=True)
 
     def _set_intf_state(self, node: str, intf: str, state: str) -> None:
         """``ip link set dev INTF up|down`` where the interface lives (a cluster overrides)."""
@@ -546,12 +589,13 @@ class Lab:
             cleanup.run(["mnexec", "-a", str(self.hosts[node].pid), "ip", "link", "set",
                          "dev", intf, state], check=True)
         else:
-            cleanup.run(["ip", "link", "set", "dev", intf, state], check=True)
+            cleanup.run(["ip", *self.switch_daemon(node).ip(), "link", "set", "dev", intf,
+                         state], check=True)
 
     def kill_controller(self) -> None:
         """Kill the controller process (as a crash would); switches keep their flows."""
         if self.controller_proc is not None:
-            cleanup.kill_pids([self.controller_proc.pid], sig=signal.SIGKILL)
+            kill_pids([self.controller_proc.pid], sig=signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.controller_proc.wait(timeout=5)
             self.controller_proc = None
@@ -709,7 +753,7 @@ class Lab:
         gone so a caller can rebuild at once, and the bridges go in one transaction.
         """
         if self.controller_proc is not None:
-            cleanup.kill_pids([self.controller_proc.pid])
+            kill_pids([self.controller_proc.pid])
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.controller_proc.wait(timeout=5)
             self.controller_proc = None
@@ -720,7 +764,7 @@ class Lab:
             with contextlib.suppress(Exception):
                 os.close(h.slave)
         # Interactive bash ignores SIGTERM; the shells hold nothing worth a grace period.
-        cleanup.kill_pids(host_pids, sig=signal.SIGKILL)
+        kill_pids(host_pids, sig=signal.SIGKILL)
         for h in self.hosts.values():
             with contextlib.suppress(Exception):
                 h.shell.wait(timeout=5)
@@ -731,6 +775,9 @@ class Lab:
             cleanup.delete_bridges(self._record.get("bridges", []))
             cleanup.delete_qos([q for q, run in cleanup.tagged_qos().items()
                                 if run == self.run_id])
+            for d in self._record.get("daemons", []):  # their bridges and ports go with them
+                stop_daemon(d)
+            self.daemons, self.daemon_of = [daemons.ROOT], {}
             cleanup.drop_record(self.run_id)
             self._record = {}
 
@@ -743,28 +790,6 @@ class Lab:
         """
         if self.workdir:
             cleanup.drop_scratch(self.workdir, self.log)
-
-
-class _RootIntf:
-    """Just enough of a Mininet ``Intf`` for a switch port that Mininet did not create."""
-
-    def __init__(self, name: str, node: str, port: int) -> None:
-        self.name, self.port = name, port
-        self.node = _NamedNode(node)
-
-    def __str__(self) -> str:
-        return self.name
-
-    def status(self) -> str:
-        return "(OK OK)" if os.path.exists(f"/sys/class/net/{self.name}") else "(MISSING)"
-
-
-class _NamedNode:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __str__(self) -> str:
-        return self.name
 
 
 # Its own names and those it re-exports (testbed.shell.machine, .reachability and .shaping).

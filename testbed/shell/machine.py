@@ -160,3 +160,28 @@ def _socket_buffers(size: int) -> Iterator[None]:
     finally:
         with open(_RMEM_DEFAULT, "w") as f:
             f.write(str(old))
+
+
+def ensure_neighbour_capacity(n: int, log: Callable[[str], None]) -> None:
+    """Make room for every host's ARP entries in the kernel's neighbour table.
+
+    The table and its ``gc_thresh`` limits are shared by all namespaces on the
+    machine. An all-pairs exchange over n hosts needs n(n-1) entries: 65,280 at
+    256 GPUs, well above common defaults (1,024 or 16,384), and past the limit
+    the kernel drops ARP, so pings fail for no fault of the fabric. We raise the
+    limits when they are too low (and say so); we never lower them.
+    """
+    need = n * (n - 1) + 1024
+    base = "/proc/sys/net/ipv4/neigh/default/"
+    try:
+        with open(base + "gc_thresh3") as f:
+            current = int(f.read())
+    except OSError:
+        return
+    if current >= need:
+        return
+    for name, value in (("gc_thresh2", need), ("gc_thresh3", 2 * need)):
+        with open(base + name, "w") as f:
+            f.write(str(value))
+    log(f"note: raised net.ipv4.neigh.default.gc_thresh3 from {current} to {2 * need} "
+        f"so {n} hosts can all resolve each other (machine-wide, not reverted)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import subprocess
 import sys
 from typing import Any
 
@@ -45,6 +46,34 @@ class QuantumTCIntf(TCIntf):
     def bwCmds(self, *args: Any, **kwargs: Any) -> tuple[list[str], str]:  # noqa: N802
         cmds, parent = super().bwCmds(*args, **kwargs)
         return [f"{c} quantum {HTB_QUANTUM}" if " htb rate " in c else c for c in cmds], parent
+
+
+class SwitchPortIntf:
+    """Just enough of a Mininet ``Intf`` for a switch port the Lab made itself (the
+    Mininet CLI's ``links`` and ``net`` print it), in the root namespace or ``netns``."""
+
+    def __init__(self, name: str, node: str, port: int, netns: str | None = None) -> None:
+        self.name, self.port, self.netns = name, port, netns
+        self.node = _NamedNode(node)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def status(self) -> str:
+        if self.netns:
+            where = ["ip", "-n", self.netns, "link", "show", "dev", self.name]
+            found = subprocess.run(where, capture_output=True).returncode == 0
+        else:
+            found = os.path.exists(f"/sys/class/net/{self.name}")
+        return "(OK OK)" if found else "(MISSING)"
+
+
+class _NamedNode:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class PlanTopo(Topo):

@@ -29,15 +29,25 @@ TX_SOCKET_BYTES = 128 << 20
 
 
 def vswitchd_pid() -> int | None:
+    """The machine's own ovs-vswitchd (its pid file; a lab's extra daemons have their own)."""
+    for path in ("/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid"):
+        try:
+            with open(path) as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if os.path.exists(f"/proc/{pid}"):
+            return pid
     out = subprocess.run(["pidof", "ovs-vswitchd"], capture_output=True, text=True)
     pids = out.stdout.split()
     return int(pids[0]) if pids else None
 
 
-def _unbound_packet_inodes() -> set[str]:
-    """Inodes of AF_PACKET sockets bound to no interface (``Iface`` 0 in /proc/net/packet)."""
+def _unbound_packet_inodes(pid: int) -> set[str]:
+    """Inodes of AF_PACKET sockets bound to no interface (``Iface`` 0 in the packet table
+    of ``pid``'s network namespace)."""
     try:
-        with open("/proc/net/packet") as f:
+        with open(f"/proc/{pid}/net/packet") as f:
             rows = f.read().splitlines()[1:]
     except OSError:
         return set()
@@ -46,7 +56,7 @@ def _unbound_packet_inodes() -> set[str]:
 
 def tx_socket_fds(pid: int) -> list[int]:
     """ovs-vswitchd's fds that are unbound packet sockets (its shared transmit socket)."""
-    inodes = _unbound_packet_inodes()
+    inodes = _unbound_packet_inodes(pid)
     fds = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -58,13 +68,15 @@ def tx_socket_fds(pid: int) -> list[int]:
     return fds
 
 
-def raise_tx_buffer(size: int = TX_SOCKET_BYTES) -> dict[str, int] | str:
-    """Enlarge ovs-vswitchd's transmit socket buffers to ``size``.
+def raise_tx_buffer(size: int = TX_SOCKET_BYTES, pid: int | None = None
+                    ) -> dict[str, int] | str:
+    """Enlarge the transmit socket buffers of ovs-vswitchd ``pid`` (default: the machine's
+    own) to ``size``.
 
     Returns ``{"sockets": n, "before": bytes, "after": bytes}``, or a one-line
     reason why it could not (no ovs-vswitchd, no such socket yet, no pidfd_getfd).
     """
-    pid = vswitchd_pid()
+    pid = pid or vswitchd_pid()
     if pid is None:
         return "ovs-vswitchd is not running"
     fds = tx_socket_fds(pid)

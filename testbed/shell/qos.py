@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from testbed import daemons
 from testbed.shaping import HTB_QUANTUM, queue_packets, root_ends
 from testbed.shell import cleanup
 from testbed.shell.preflight import LabError
@@ -385,20 +386,27 @@ def _require(lab: RunningLab) -> None:
 
 
 def _groups(lab: RunningLab) -> dict[str | None, list[Port]]:
+    """Ports by where they are: a host's name, a switch daemon's namespace, None (root)."""
+    switch_of = {ln.a_intf: ln.a for ln in lab.plan.links} | {
+        ln.b_intf: ln.b for ln in lab.plan.links}
     out: dict[str | None, list[Port]] = {}
     for p in ports(lab.plan):
-        out.setdefault(p.host, []).append(p)
+        where = p.host if p.host is not None else daemons.of(lab, switch_of[p.dev]).netns
+        out.setdefault(where, []).append(p)
     return out
 
 
 def _tc(lab: RunningLab, host: str | None, lines: list[str], *, force: bool) -> str:
-    """One ``tc -batch`` in the root namespace (host None) or in ``host``'s namespace.
+    """One ``tc -batch`` in the root namespace (host None), in ``host``'s namespace, or in
+    a switch daemon's (``host`` is then its namespace's name).
 
     ``force`` (reads): keep going past a failing line and print counters (``-s``).
     """
     argv = ["tc", *(["-s", "-force"] if force else []), "-batch", "-"]
-    if host is not None:
+    if host in lab.hosts:
         argv = ["nsenter", f"--net=/proc/{lab.hosts[host].pid}/ns/net", *argv]
+    elif host is not None:
+        argv = ["tc", "-n", host, *argv[1:]]
     proc = cleanup.run(argv, stdin="\n".join(lines) + "\n", timeout=300)
     if proc.returncode != 0 and not force:
         where = f"namespace of {host}" if host else "root namespace"
@@ -466,6 +474,7 @@ def _switch(lab: RunningLab, want: QosMode, bulk_floor: float) -> dict[str, Any]
     plan: dict[str | None, list[str]] = {}
     bad: dict[str, str] = {}
     changed = 0
+    where = {p.dev: w for w, ps in _groups(lab).items() for p in ps}
     for port, st in read(lab):
         mode, why = classify(st, port.mbps, lossless, bulk_floor)
         if mode == want:
@@ -477,7 +486,7 @@ def _switch(lab: RunningLab, want: QosMode, bulk_floor: float) -> dict[str, Any]
             cmds = isolation_commands(port.dev, port.mbps, lossless, bulk_floor=bulk_floor)
         else:
             cmds = restore_commands(port.dev, port.mbps, lossless)
-        plan.setdefault(port.host, []).extend(cmds)
+        plan.setdefault(where[port.dev], []).extend(cmds)
         changed += 1
     if bad:
         first = "; ".join(f"{d}: {w}" for d, w in list(bad.items())[:3])

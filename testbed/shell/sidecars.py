@@ -23,6 +23,7 @@ from testbed import capture
 from testbed.shell import cleanup, signals
 from testbed.shell.machine import free_port
 from testbed.shell.preflight import LabError
+from testbed.shell.procs import kill_pids
 from vocab.plan import WiringPlan
 
 START_TIMEOUT_S = 30.0
@@ -62,16 +63,20 @@ def start_dashboard(plan: WiringPlan, workdir: str, run_id: str, *, port: int | 
 
 
 def start_captures(ports: Sequence[str], capture_dir: str, workdir: str,
-                   on_pid: Callable[[int], None]) -> list[subprocess.Popen[bytes]]:
+                   on_pid: Callable[[int], None],
+                   where: Callable[[str], Callable[[list[str]], list[str]]] | None = None,
+                   ) -> list[subprocess.Popen[bytes]]:
     """One capture per switch port in ``ports`` into ``capture_dir`` (``<intf>.pcap``, its log
-    in ``workdir``); returns once every one listens."""
+    in ``workdir``); returns once every one listens. ``where(intf)`` turns a command into
+    one run in the port's namespace (a switch daemon's: ``testbed.shell.daemons``)."""
     os.makedirs(capture_dir, exist_ok=True)
     procs = []
     for intf in ports:
         path = capture.pcap_path(capture_dir, intf)
         with signals.held(), open(os.path.join(workdir, f"capture-{intf}.log"), "ab") as logf:
             try:
-                proc = subprocess.Popen(capture.command(intf, path), stdout=logf,
+                argv = capture.command(intf, path)
+                proc = subprocess.Popen(where(intf)(argv) if where else argv, stdout=logf,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         start_new_session=True)
             except FileNotFoundError:
@@ -103,7 +108,7 @@ def stop(procs: list[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> Non
     pcap), SIGKILL after a grace period; reaped either way, so none is left behind."""
     if not procs:
         return
-    cleanup.kill_pids([p.pid for p in procs], grace=5.0, sig=sig)
+    kill_pids([p.pid for p in procs], grace=5.0, sig=sig)
     for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=5)

@@ -13,8 +13,9 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from testbed import wiring
+from testbed import daemons, wiring
 from testbed.shell import cleanup
+from testbed.shell.daemons import locate_bridges
 from vocab.plan import WiringPlan
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -30,16 +31,23 @@ def check_wiring(plan: WiringPlan, run: Run = cleanup.run, settle: float = 0.5,
     by_switch: dict[str, list[wiring.Probe]] = {}
     for p in sent:
         by_switch.setdefault(p.switch, []).append(p)
+    # each bridge's commands go to the switch daemon that has it (testbed.shell.daemons)
+    home = locate_bridges() if daemons.running() else {}
+
+    def at(br: str, argv: list[str]) -> list[str]:
+        return home.get(br, daemons.ROOT).ovs(argv)
+
     try:
         for br in bridges:
-            run(wiring.add_command(br), check=True)
+            run(at(br, wiring.add_command(br)), check=True)
         for br, batch in by_switch.items():
-            run(wiring.bundle_command(br), stdin=wiring.bundle_lines(batch, repeat),
+            run(at(br, wiring.bundle_command(br)), stdin=wiring.bundle_lines(batch, repeat),
                 check=True)
         time.sleep(settle)
-        seen = {br: wiring.parse_learned(run(wiring.dump_command(br), check=True).stdout)
+        seen = {br: wiring.parse_learned(run(at(br, wiring.dump_command(br)),
+                                             check=True).stdout)
                 for br in bridges}
     finally:
         for br in bridges:
-            run(wiring.delete_command(br))
+            run(at(br, wiring.delete_command(br)))
     return wiring.compare(sent, seen)

@@ -23,6 +23,7 @@ import pytest
 
 from testbed.shell import cleanup
 from testbed.shell.cluster import CLUSTER_MTU, ClusterLab
+from testbed.shell.procs import kill_pids
 from testbed.topologies import build
 
 # Mininet's cluster.py compares OVS versions with distutils (deprecated, still works on 3.11)
@@ -234,7 +235,7 @@ def standin(monkeypatch: pytest.MonkeyPatch) -> Any:
         for daemon in ("ovs-vswitchd", "ovsdb-server"):
             try:
                 with open(f"{d}/{daemon}.pid") as f:
-                    cleanup.kill_pids([int(f.read())])
+                    kill_pids([int(f.read())])
             except (OSError, ValueError):
                 pass
         _sh("ip", "netns", "del", ns, check=False)

@@ -44,7 +44,7 @@ def env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(testbed.shell.cluster, "make_lab", FakeLab)
     capacity = {"hop_pps": 40_000, "measured": "fake"}
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: capacity)
-    monkeypatch.setattr(fidelity, "load_cached", lambda _pmtu=4096: capacity)
+    monkeypatch.setattr(fidelity, "load_cached", lambda _pmtu=4096, _daemons=1: capacity)
     return tmp_path / "results"
 
 

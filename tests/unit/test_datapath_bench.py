@@ -181,3 +181,19 @@ def test_ovs_statistics_map_and_delta() -> None:
     assert datapath.parse_ovs_map("{}") == {} and datapath.parse_ovs_map("") == {}
     after = {"rx_packets": 138600, "xsk_queue_0_rx_dropped": 300, "tx_packets": 4}
     assert datapath.counter_delta(m, after) == {"rx_packets": 2, "xsk_queue_0_rx_dropped": 72}
+
+
+def test_capacity_ceiling_is_never_below_a_plane_held_beside_it() -> None:
+    def run(hop_pps: int | None) -> dict[str, object]:
+        return {"best": {"hop_pps": hop_pps} if hop_pps else None, "trials": [],
+                "capped": False}
+
+    runs = {"ceiling-trafgen/4096": run(60_999), "ceiling-pktio/4096": run(55_000),
+            "new/4096": run(81_608)}
+    c = capacity.ceiling_of(runs, 4096)
+    assert c["best"]["hop_pps"] == 81_608 and c["source"] == "new"
+    runs["ceiling-pktio/4096"] = run(90_000)
+    assert capacity.ceiling_of(runs, 4096)["source"] == "pktio"
+    runs = {"ceiling-trafgen/4096": run(None), "ceiling-pktio/4096": run(None),
+            "new/4096": run(None)}
+    assert capacity.ceiling_of(runs, 4096)["best"] is None

@@ -375,9 +375,9 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     deg = record(plan, "link-degrade", *SCENARIOS["link-degrade"], str(tmp_path))
     changes = [c for c in deg["commands"] if c[1][:3] == ["tc", "class", "change"]]
     assert changes == [("s1g1", htb_rate_command("s1g1-eth0", 10), None),
-                       (None, htb_rate_command("lf0r1-eth2", 10), None),
+                       ("lf0r1", htb_rate_command("lf0r1-eth2", 10), None),
                        ("s1g1", htb_rate_command("s1g1-eth0", 40), None),
-                       (None, htb_rate_command("lf0r1-eth2", 40), None)]
+                       ("lf0r1", htb_rate_command("lf0r1-eth2", 40), None)]
     assert deg["events"][0]["detail"] == {"mbps_before": [40.0, 40.0], "mbps": [10.0, 10.0]}
     loss = record(plan, "nic-loss", *SCENARIOS["nic-loss"], str(tmp_path), backend="iptables")
     setup, undo = F.iptables_loss_commands("s1g1-eth0", 0.2, "both")
@@ -385,8 +385,8 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     assert ran[:len(setup)] == setup and all(u in ran for u in undo)
     gray = record(plan, "gray-loss", *SCENARIOS["gray-loss"], str(tmp_path))
     nic, port = "s1g1-eth0", F.parse_target(plan, "s1g1~lf0r1").link.b_intf
-    want = []  # the host's NIC in its namespace, the leaf's port in the root one
-    for where, dev in (("s1g1", nic), (None, port)):
+    want = []  # each end where its node's interfaces are: the host's, the leaf's daemon's
+    for where, dev in (("s1g1", nic), ("lf0r1", port)):
         setup, script, undo = F.nft_loss_commands(dev, 0.05, "egress", sink=F.link_sink(dev),
                                                   table=F.link_table(F.LOSS_TABLE, dev))
         want += [(where, argv, None) for argv in setup] + [(where, ["nft", "-f", "-"], script)]
@@ -397,32 +397,35 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     bad = record(plan, "corruption", *SCENARIOS["corruption"], str(tmp_path))
     lane = F.parse_target(plan, "lf0r1~spine2").link
     loads = [(host, stdin) for host, argv, stdin in bad["commands"] if argv[:2] == ["nft", "-f"]]
-    assert loads == [(None, F.nft_corruption_script(dev, 0.05, F.link_table(F.CORRUPT_TABLE, dev)))
-                     for dev in (lane.a_intf, lane.b_intf)]
+    assert loads == [(node, F.nft_corruption_script(dev, 0.05,
+                                                    F.link_table(F.CORRUPT_TABLE, dev)))
+                     for node, dev in ((lane.a, lane.a_intf), (lane.b, lane.b_intf))]
     assert bad["events"][-1]["detail"] == {"corrupted": {"a-to-b": 0, "b-to-a": 0}}
     hole = record(plan, "partial-blackhole", *SCENARIOS["partial-blackhole"], str(tmp_path))
     matches = blackhole.port_matches(0.375, 3)
-    assert hole["commands"] == [(None, blackhole.add_command("spine1"),
+    assert hole["commands"] == [("spine1", blackhole.add_command("spine1"),
                                  blackhole.flow_lines(matches)),
-                                (None, blackhole.delete_command("spine1"), None)]
+                                ("spine1", blackhole.delete_command("spine1"), None)]
     assert hole["events"][0]["detail"]["udp_src"] == [f"{v:#x}/{m:#x}" for v, m in matches]
     assert hole["events"][-1]["detail"] == {"dropped": 4, "rules": 2, "rules_added": 2}
     low = record(plan, "mtu-mismatch", *SCENARIOS["mtu-mismatch"], str(tmp_path))
     intf = F.parse_target(plan, "lf0r0~spine1").link.b_intf  # the spine's end
     assert intf.startswith("spine1-") and low["commands"] == [
-        (None, mtu.alias_command(intf, mtu.mark("fake", {intf: 4200, "spine1": 1500})), None),
-        (None, mtu.mtu_command(intf, 1500), None), (None, mtu.mtu_command(intf, 4200), None),
-        (None, mtu.alias_command(intf, ""), None)]
+        ("spine1", mtu.alias_command(intf, mtu.mark("fake", {intf: 4200, "spine1": 1500})),
+         None),
+        ("spine1", mtu.mtu_command(intf, 1500), None),
+        ("spine1", mtu.mtu_command(intf, 4200), None),
+        ("spine1", mtu.alias_command(intf, ""), None)]
     assert low["events"][-1]["detail"] == {"mtu": 4200, "rx_dropped": 0}
     crossed = record(plan, "shuffle-miswiring", *SCENARIOS["shuffle-miswiring"], str(tmp_path))
     x, y = "spine1-eth1", "spine2-eth1"  # lf0r0's lanes to spine1 and (seed 0) spine2
     hx, hy = wire.Home("spine1", 1, "noop"), wire.Home("spine2", 1, "noop")
     assert [c for c in crossed["commands"] if c[1][0] != "tc"] == [
-        (None, mtu.alias_command(x, wire.mark("fake", hx)), None),
-        (None, mtu.alias_command(y, wire.mark("fake", hy)), None),
-        (None, wire.move_command({x: hy, y: hx}), None),
-        (None, wire.move_command({x: hx, y: hy}), None),
-        (None, mtu.alias_command(x, ""), None), (None, mtu.alias_command(y, ""), None)]
+        ("spine1", mtu.alias_command(x, wire.mark("fake", hx)), None),
+        ("spine1", mtu.alias_command(y, wire.mark("fake", hy)), None),
+        ("spine1", wire.move_command({x: hy, y: hx}), None),
+        ("spine1", wire.move_command({x: hx, y: hy}), None),
+        ("spine1", mtu.alias_command(x, ""), None), ("spine1", mtu.alias_command(y, ""), None)]
     assert crossed["events"][0]["detail"] == {"partner": "lf0r0~spine2",
                                               "ports": {x: "spine2:1", y: "spine1:1"}}
     hot = record(plan, "hot-receiver", *SCENARIOS["hot-receiver"], str(tmp_path))

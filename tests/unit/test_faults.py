@@ -232,10 +232,11 @@ def test_degrade_changes_only_the_rate_of_the_labs_htb_class(small: WiringPlan) 
     assert cmd[3:] == add.split()[2:]  # same arguments as bring-up used, verb aside
     lane = F.parse_target(small, "lf0r1~spine2").link
     assert degrade_commands(small, lane, 5) == [
-        (None, htb_rate_command("lf0r1-eth5", 5)), (None, htb_rate_command("spine2-eth2", 5))]
+        ("lf0r1", htb_rate_command("lf0r1-eth5", 5)),
+        ("spine2", htb_rate_command("spine2-eth2", 5))]
     nic = F.parse_target(small, "s1g1~lf0r1").link
     assert degrade_commands(small, nic, 10) == [
-        ("s1g1", htb_rate_command("s1g1-eth0", 10)), (None, htb_rate_command("lf0r1-eth2", 10))]
+        ("s1g1", htb_rate_command("s1g1-eth0", 10)), ("lf0r1", htb_rate_command("lf0r1-eth2", 10))]
 
 
 def test_htb_rates_read_back_from_tc_output() -> None:

@@ -151,3 +151,62 @@ def test_the_thresholds_are_the_documented_ones() -> None:
     assert (link_drops.DROPS_MIN, link_drops.DROPS_POLLS) == (1.0, 2)
     kind = D.alert_kind("link-drops")
     assert kind is not None and kind.weight == 85 and kind.fault_kinds == ("mtu-mismatch",)
+
+
+def test_ports_in_a_switch_daemons_namespace_are_read_there(
+        plan: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several switch daemons, a port's counters, state and queue are read in its
+    daemon's namespace (``/proc/<pid>/net/dev``, ``ip -n``, ``tc -n``), not the root's."""
+    comps = link_components(plan)
+    lane = comps["lf0r0~spine0#0"]
+    away = {lane.b_intf}  # spine0's end lives with daemon 1
+    c = col.Collector(plan, None, sources=[col.netns_source("astral-ovs-x-1", 4242)])
+    home = [i for i in c.root_ends if i not in away]
+
+    def poll(t: float, rx: int, oper: str) -> dict[tuple[str, str], float]:
+        files = {"/proc/net/dev": _dev({}, home),
+                 "/proc/4242/net/dev": _dev({lane.b_intf: (rx, 0)}, sorted(away))}
+        files |= {f"/sys/class/net/{i}/operstate": "up\n" for i in home}
+        monkeypatch.setattr(col, "read_kernel_file", lambda p: files.get(p))
+        monkeypatch.setattr(col, "read_tc", lambda netns=None: (
+            {lane.b_intf: {"bytes": 1000 * t, "backlog": 7, "drops": 0}} if netns else {}))
+        monkeypatch.setattr(col, "read_link_state", lambda netns: (
+            {lane.b_intf: (oper, 3)} if netns == "astral-ovs-x-1" else {}))
+        values: dict[tuple[str, str], float] = {}
+        c._poll_kernel(t, values)
+        return values
+
+    poll(0.0, 0, "up")
+    v = poll(1.0, 9, "up")
+    assert v[("lf0r0~spine0#0", "rxdrops_ab")] == 9.0
+    assert v[("lf0r0~spine0#0", "backlog_ba")] == 7.0
+    assert v[("lf0r0~spine0#0", "up")] == 1.0
+    v = poll(2.0, 9, "down")
+    assert v[("lf0r0~spine0#0", "up")] == 0.0
+
+
+def test_a_cluster_servers_ports_come_in_one_command() -> None:
+    """Another server's ports: ``tc``, ``/proc/net/dev`` and ``ip -j link`` in one SSH round
+    trip per poll, split and parsed; a server that does not answer gives nothing."""
+    import json
+    import subprocess
+
+    tc = [{"kind": "htb", "handle": "5:", "dev": "spine0-eth1", "root": True,
+           "bytes": 4000, "packets": 4, "drops": 1, "backlog": 0, "qlen": 0}]
+    link = [{"ifname": "spine0-eth1", "operstate": "UP",
+             "stats64": {"tx": {"carrier_changes": 2}}}]
+    seen: list[list[str]] = []
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        seen.append(argv)
+        text = (json.dumps(tc) + "\n" + col._SPLIT + "\n" + _dev({"spine0-eth1": (3, 0)},
+                ["spine0-eth1"]) + col._SPLIT + "\n" + json.dumps(link))
+        return subprocess.CompletedProcess(argv, 0, text, "")
+
+    got_tc, dev, state = col.cluster_source(run)()
+    assert seen == [["sh", "-c", col.PORTS_SCRIPT]]
+    assert got_tc["spine0-eth1"]["drops"] == 1
+    assert dev["spine0-eth1"]["rx_drop"] == 3
+    assert state == {"spine0-eth1": ("up", 2)}
+    down = col.cluster_source(lambda argv: subprocess.CompletedProcess(argv, 255, "", "x"))
+    assert down() == ({}, {}, {})

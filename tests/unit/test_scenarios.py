@@ -230,7 +230,8 @@ def test_offered_load_counts_rates_and_hops() -> None:
 def test_guard_refuses_without_force(monkeypatch: pytest.MonkeyPatch) -> None:
     plan = build("astral3", servers=2, gpus=4, scale=1e-4)
     flows = common.permutation_flows(plan, 1_000_000, qps=2)
-    monkeypatch.setattr(fidelity, "load_cached", lambda _p=0: {"hop_pps": 1000, "measured": "x"})
+    monkeypatch.setattr(fidelity, "load_cached",
+                        lambda _p=0, _d=1: {"hop_pps": 1000, "measured": "x"})
 
     class FakeLab:
         pass
@@ -252,13 +253,34 @@ def test_calibration_ramp_retries_a_noisy_rate_once() -> None:
         held = rate < limit and not (rate == noisy and tries[rate] == 1)
         return {"rate_mbps_per_sender": rate, "held": held, "hop_pps": int(rate * 100)}
 
-    best, trials = fidelity.ramp(fake)
+    best, trials = fidelity.ramp(fake, refine=10.0)  # steps only
     assert best is not None and best["rate_mbps_per_sender"] == 14.0  # 20 fails twice
     assert tries[10.0] == 2 and tries[20.0] == fidelity.ATTEMPTS
     assert 28.0 not in tries  # the ramp stopped
     assert [t["attempt"] for t in trials if t["rate_mbps_per_sender"] == 10.0] == [1, 2]
     none, _ = fidelity.ramp(lambda r: {"held": False})
     assert none is None
+
+
+def test_calibration_ramp_bisects_to_the_knee() -> None:
+    """Past the steps, the ramp closes in on the highest rate held, to within REFINE."""
+    for limit in (11.0, 17.3, 24.0, 37.0, 100.0):
+        tried: list[float] = []
+
+        def fake(rate: float, limit: float = limit, tried: list[float] = tried
+                 ) -> dict[str, Any]:
+            tried.append(rate)
+            return {"rate_mbps_per_sender": rate, "held": rate <= limit}
+
+        best, _ = fidelity.ramp(fake, attempts=1)
+        assert best is not None
+        got = best["rate_mbps_per_sender"]
+        assert got <= limit and limit / got <= fidelity.REFINE + 0.01, (limit, tried)
+        assert len(tried) <= len(fidelity.RAMP_MBPS) + 4  # a few more trials, not a sweep
+    # the top step held: nothing above it to bisect towards
+    capped, trials = fidelity.ramp(lambda r: {"rate_mbps_per_sender": r, "held": True})
+    assert capped is not None and capped["rate_mbps_per_sender"] == fidelity.RAMP_MBPS[-1]
+    assert len(trials) == len(fidelity.RAMP_MBPS)
 
 
 def test_capacity_cache_is_keyed_to_the_machine(tmp_path: Any,
@@ -338,7 +360,7 @@ def slow_machine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         raise fidelity.calibration_failed(SLOW, senders=8)
 
     monkeypatch.setattr(fidelity, "calibrate", calibrate)
-    monkeypatch.setattr(fidelity, "load_cached", lambda _pmtu=4096: None)
+    monkeypatch.setattr(fidelity, "load_cached", lambda *_a: None)
     monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
     return calls
 
@@ -418,7 +440,7 @@ def test_refused_guard_keeps_the_partial_folder(results: Any, guarded: Any,
     import testbed.shell.cluster
 
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 10})
-    monkeypatch.setattr(fidelity, "load_cached", lambda _p=0: {"hop_pps": 10, "measured": "x"})
+    monkeypatch.setattr(fidelity, "load_cached", lambda *_a: {"hop_pps": 10, "measured": "x"})
     monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
     with pytest.raises(fidelity.CapacityError, match="would measure the CPU") as info:
         guarded(log=lambda _m: None)

@@ -79,6 +79,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from testbed import daemons
 from testbed.faultmarks import (
     CORRUPT_TABLE,
     ENV_MARK,
@@ -236,15 +237,32 @@ class FaultContext:
 
     def sh(self, argv: list[str], host: str | None = None, stdin: str | None = None,
            check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` in the root namespace, or in ``host``'s (``mnexec -a``: thread-safe,
-        unlike the host's interactive shell); ``FaultError`` when it fails and ``check``."""
-        prefix = ["mnexec", "-a", str(self.lab.hosts[host].pid)] if host is not None else []
-        proc = cleanup.run(prefix + argv, stdin=stdin, timeout=60)
+        """Run ``argv`` where node ``host``'s interfaces are: a GPU's namespace (``mnexec
+        -a``: thread-safe, unlike the host's interactive shell), a switch's daemon
+        (``testbed.shell.daemons``: its namespace, its ``ovs-*`` sockets), or the root
+        namespace (None); ``FaultError`` when it fails and ``check``."""
+        if host is None:
+            cmd = argv
+        elif host in self.lab.hosts:
+            cmd = ["mnexec", "-a", str(self.lab.hosts[host].pid), *argv]
+        else:
+            d = daemons.of(self.lab, host)
+            cmd = d.ns(d.ovs(argv))
+        proc = cleanup.run(cmd, stdin=stdin, timeout=60)
         if check and proc.returncode != 0:
-            where = f" in {host}'s namespace" if host else ""
+            where = f" in {host}'s namespace" if host in self.lab.hosts else ""
             raise FaultError(f"`{' '.join(argv[:8])}`{where} failed: "
                              f"{(proc.stderr or proc.stdout).strip()[:300]}")
         return proc
+
+    def on(self, node: str | None) -> Callable[..., subprocess.CompletedProcess[str]]:
+        """``sh`` bound to where ``node``'s interfaces are, for helpers that take a runner
+        (``cleanup.intf_state``, ``blackhole_rules``, ...)."""
+        def run(argv: list[str], _host: str | None = None, stdin: str | None = None,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+            return self.sh(argv, node, stdin=stdin, check=check)
+
+        return run
 
     def link_target(self, handle: Handle) -> tuple[Link, int]:
         """The plan link and lane index a link fault targets, also kept in ``handle.info``
@@ -257,7 +275,7 @@ class FaultContext:
     def admin_up(self, node: str, intf: str, in_host: bool) -> bool:
         """Is the interface administratively up (``ip link set ... up``)? (An end as
         ``faultspec.link_ends`` gives it.)"""
-        out = self.sh(["ip", "-j", "link", "show", "dev", intf], node if in_host else None)
+        out = self.sh(["ip", "-j", "link", "show", "dev", intf], node)
         return "UP" in json.loads(out.stdout)[0].get("flags", [])
 
     def link_up(self, link: Link) -> bool:

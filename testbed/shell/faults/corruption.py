@@ -29,8 +29,8 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
     p = handle.fault.settings.probability
     ends = handle.info["ends"] = []
     try:
-        for way, node, intf, in_host in sending_ends(ctx.plan, link, "both"):
-            end = {"way": way, "where": node if in_host else None, "intf": intf,
+        for way, node, intf, _in_host in sending_ends(ctx.plan, link, "both"):
+            end = {"way": way, "where": node, "intf": intf,
                    "table": link_table(CORRUPT_TABLE, intf)}
             ends.append(end)
             ctx.sh(["nft", "-f", "-"], end["where"],

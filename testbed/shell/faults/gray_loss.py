@@ -35,8 +35,8 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
     knobs = handle.fault.settings
     ends = handle.info["ends"] = []
     try:
-        for way, node, intf, in_host in sending_ends(ctx.plan, link, knobs.direction):
-            where = node if in_host else None
+        for way, node, intf, _in_host in sending_ends(ctx.plan, link, knobs.direction):
+            where = node
             setup, script, undo = _commands(intf, knobs.probability)
             ends.append({"way": way, "where": where, "intf": intf,
                          "table": link_table(LOSS_TABLE, intf), "undo": undo})

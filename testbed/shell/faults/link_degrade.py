@@ -24,20 +24,17 @@ def htb_rate_command(dev: str, mbps: float) -> list[str]:
 
 
 def degrade_commands(plan: WiringPlan, link: Link, mbps: float
-                     ) -> list[tuple[str | None, list[str]]]:
-    """The commands that set both ends of ``link`` to ``mbps``: ``(host or None, argv)``.
-
-    ``host`` names the namespace a host-side end lives in; None is the root namespace
-    (switch ports).
+                     ) -> list[tuple[str, list[str]]]:
+    """The commands that set both ends of ``link`` to ``mbps``: ``(node, argv)``, each run
+    where that node's end lives (``FaultContext.sh``).
     """
-    return [(node if in_host else None, htb_rate_command(intf, mbps))
-            for node, intf, in_host in link_ends(plan, link)]
+    return [(node, htb_rate_command(intf, mbps)) for node, intf, _ in link_ends(plan, link)]
 
 
 def _class_show(ctx: FaultContext, node: str, intf: str, in_host: bool) -> str:
     """``tc class show`` of the lab's HTB class 5:1 on one end; FaultError if it has none."""
     out = ctx.sh(["tc", "class", "show", "dev", intf, "classid", "5:1"],
-                 node if in_host else None).stdout.strip()
+                 node).stdout.strip()
     if parse_htb_rate(out) is None:
         raise FaultError(f"link-degrade: {intf} has no HTB class 5:1 (is the lab shaped?): "
                          f"{out[:120]!r}")
@@ -53,7 +50,7 @@ def _restore_rates(ctx: FaultContext, handle: Handle) -> list[str]:
         if end not in handle.info["changed"]:
             continue
         node, intf, in_host = end
-        ctx.sh(htb_rate_command(intf, handle.info["restore"][i]), node if in_host else None)
+        ctx.sh(htb_rate_command(intf, handle.info["restore"][i]), node)
         after.append(_class_show(ctx, *end))
     return after
 
@@ -79,7 +76,7 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
     try:
         for end, mbps in zip(ends, new, strict=True):
             node, intf, in_host = end
-            ctx.sh(htb_rate_command(intf, mbps), node if in_host else None)
+            ctx.sh(htb_rate_command(intf, mbps), node)
             handle.info["changed"].append(end)
             got = parse_htb_rate(_class_show(ctx, *end)) or 0.0
             if abs(got - mbps) > 0.01 * mbps:

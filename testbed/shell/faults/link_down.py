@@ -20,7 +20,7 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     if all(was):
         ctx.lab.set_link(link.a, link.b, up=True, lane=lane)
     else:  # only ends that were up before come back up
-        for (node, intf, in_host), up in zip(link_ends(ctx.plan, link), was, strict=True):
+        for (node, intf, _in_host), up in zip(link_ends(ctx.plan, link), was, strict=True):
             if up:
-                ctx.sh(["ip", "link", "set", "dev", intf, "up"], node if in_host else None)
+                ctx.sh(["ip", "link", "set", "dev", intf, "up"], node)
     return {}

@@ -15,8 +15,8 @@ from testbed.shell.cleanup import intf_state, ovs_mtus, restore_mtus
 from testbed.shell.faults import FaultContext, FaultError, Handle
 
 
-def _state(ctx: FaultContext, intf: str) -> dict[str, Any]:
-    state = intf_state(ctx.sh, intf)
+def _state(ctx: FaultContext, sw: str, intf: str) -> dict[str, Any]:
+    state = intf_state(ctx.on(sw), intf)
     if state is None:
         raise FaultError(f"mtu-mismatch: no interface {intf}")
     return state
@@ -29,7 +29,8 @@ def _rx_dropped(state: dict[str, Any]) -> int:
 def apply(ctx: FaultContext, handle: Handle) -> None:
     link, _lane = ctx.link_target(handle)
     sw, intf = lowered_end(link)
-    port = _state(ctx, intf)
+    sh = ctx.on(sw)
+    port = _state(ctx, sw, intf)
     mtu = handle.fault.settings.mtu
     alias = port.get("ifalias", "")
     if parse_mark(alias) is not None:
@@ -40,30 +41,31 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
                          f"smaller one (got mtu={mtu})")
     # the port, and its bridge's internal port, whose MTU OVS follows
     restore = {intf: port["mtu"]}
-    bridge = intf_state(ctx.sh, sw)
+    bridge = intf_state(sh, sw)
     if bridge is not None:
         restore[sw] = bridge["mtu"]
-    handle.info.update(intf=intf, restore=restore, alias=alias,
-                       ovs=ovs_mtus(ctx.sh, restore), rx_dropped=_rx_dropped(port))
+    handle.info.update(intf=intf, switch=sw, restore=restore, alias=alias,
+                       ovs=ovs_mtus(sh, restore), rx_dropped=_rx_dropped(port))
     try:
-        ctx.sh(alias_command(intf, mark(ctx.lab.run_id, restore)))
-        ctx.sh(mtu_command(intf, mtu))
-        got = _state(ctx, intf)["mtu"]
+        sh(alias_command(intf, mark(ctx.lab.run_id, restore)))
+        sh(mtu_command(intf, mtu))
+        got = _state(ctx, sw, intf)["mtu"]
         if got != mtu:
             raise FaultError(f"mtu-mismatch: {intf} reads back MTU {got} after setting {mtu}")
     except BaseException:
-        restore_mtus(ctx.sh, restore)
-        ctx.sh(alias_command(intf, alias), check=False)
+        restore_mtus(sh, restore)
+        sh(alias_command(intf, alias), check=False)
         raise
     handle.info["detail"] = {"interface": intf, "mtu": mtu, "mtu_before": restore[intf]}
 
 
 def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
-    intf, restore = handle.info["intf"], handle.info["restore"]
-    dropped = _rx_dropped(_state(ctx, intf)) - handle.info["rx_dropped"]
-    after = restore_mtus(ctx.sh, restore)
-    ctx.sh(alias_command(intf, handle.info["alias"]))
-    ovs = ovs_mtus(ctx.sh, restore)
+    intf, restore, sw = handle.info["intf"], handle.info["restore"], handle.info["switch"]
+    sh = ctx.on(sw)
+    dropped = _rx_dropped(_state(ctx, sw, intf)) - handle.info["rx_dropped"]
+    after = restore_mtus(sh, restore)
+    sh(alias_command(intf, handle.info["alias"]))
+    ovs = ovs_mtus(sh, restore)
     if after != restore or ovs != handle.info["ovs"]:
         raise FaultError(f"mtu-mismatch: {handle.component} did not return to its MTUs: "
                          f"kernel {after} (was {restore}), Open vSwitch {ovs} (was "

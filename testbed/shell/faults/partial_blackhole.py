@@ -18,20 +18,21 @@ from testbed.shell.faults import FaultContext, FaultError, Handle
 def apply(ctx: FaultContext, handle: Handle) -> None:
     sw = handle.fault.target
     knobs = handle.fault.settings
-    if blackhole_rules(ctx.sh, sw):
+    sh = ctx.on(sw)
+    if blackhole_rules(sh, sw):
         raise FaultError(f"partial-blackhole: {sw} already holds rules with cookie "
                          f"{OF_COOKIE:#x} (left by a crashed run? `astral-lab clean` "
                          "removes them)")
     matches = port_matches(knobs.share, knobs.seed)
     handle.info.update(switch=sw, matches=matches)
     try:
-        ctx.sh(add_command(sw), stdin=flow_lines(matches))
-        got = sorted((v, m) for v, m, _ in blackhole_rules(ctx.sh, sw))
+        sh(add_command(sw), stdin=flow_lines(matches))
+        got = sorted((v, m) for v, m, _ in blackhole_rules(sh, sw))
         if got != sorted(matches):
             raise FaultError(f"partial-blackhole: {sw} reads back rules {got} after "
                              f"adding {matches}")
     except BaseException:
-        ctx.sh(delete_command(sw), check=False)
+        sh(delete_command(sw), check=False)
         raise
     handle.info["detail"] = {"share": knobs.share, "seed": knobs.seed,
                              "udp_src": [f"{v:#x}/{m:#x}" for v, m in matches]}
@@ -39,9 +40,10 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
 
 def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     sw = handle.info["switch"]
-    rules = blackhole_rules(ctx.sh, sw)
-    ctx.sh(delete_command(sw))
-    left = blackhole_rules(ctx.sh, sw)
+    sh = ctx.on(sw)
+    rules = blackhole_rules(sh, sw)
+    sh(delete_command(sw))
+    left = blackhole_rules(sh, sw)
     if left:
         raise FaultError(f"partial-blackhole: {sw} still holds {len(left)} rule(s) with "
                          f"cookie {OF_COOKIE:#x} after undo")

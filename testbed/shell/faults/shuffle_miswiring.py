@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from testbed import daemons
 from testbed.datapath import Datapath
 from testbed.faultkinds.mtu_mismatch import alias_command
 from testbed.faultkinds.shuffle_miswiring import (
@@ -38,33 +39,39 @@ def port_state(sh: Sh, intf: str) -> dict[str, Any]:
     return {"home": home, "mtu": state["mtu"], "alias": state.get("ifalias", ""), "tc": tc}
 
 
-def move(ctx: FaultContext, moves: dict[str, Home]) -> None:
+def move(ctx: FaultContext, moves: dict[str, Home], where: str) -> None:
     """Put the ports of ``moves`` where it says, in one transaction. On the userspace
     datapath the default socket receive buffer is raised meanwhile, as the Lab does when
-    it adds ports, so the moved ports' packet sockets are as deep as the others'."""
+    it adds ports, so the moved ports' packet sockets are as deep as the others'. ``where``:
+    a switch of the daemon that has both ports (``FaultContext.sh``)."""
     deep = ctx.lab.datapath == Datapath.USER
     with _socket_buffers(OVS_PORT_RCVBUF) if deep else contextlib.nullcontext():
-        ctx.sh(move_command(moves))
+        ctx.sh(move_command(moves), where)
 
 
 def apply(ctx: FaultContext, handle: Handle) -> None:
     link, _lane = ctx.link_target(handle)
     other = partner(ctx.plan, link, handle.fault.settings.seed)
     ports = [link.b_intf, other.b_intf]
-    before = {i: port_state(ctx.sh, i) for i in ports}
+    if daemons.of(ctx.lab, link.b) != daemons.of(ctx.lab, other.b):
+        raise FaultError(f"shuffle-miswiring: {link.b} and {other.b} are forwarded by "
+                         "different switch daemons, and a port cannot move between them; "
+                         "run with --switch-daemons 1 for this fault")
+    sh = ctx.on(link.b)
+    before = {i: port_state(sh, i) for i in ports}
     for intf, state in before.items():
         if parse_mark(state["alias"]) is not None:
             raise FaultError(f"shuffle-miswiring: {intf} is marked as moved already "
                              f"({state['alias']!r}: left by a crashed run? `astral-lab clean` "
                              "puts it back)")
     homes = {i: s["home"] for i, s in before.items()}
-    handle.info.update(before=before, homes=homes, partner=other)
+    handle.info.update(before=before, homes=homes, partner=other, where=link.b)
     try:
         for intf in ports:
-            ctx.sh(alias_command(intf, mark(ctx.lab.run_id, homes[intf])))
+            sh(alias_command(intf, mark(ctx.lab.run_id, homes[intf])))
         moves = swapped(*homes.items())
-        move(ctx, moves)
-        after = {i: port_state(ctx.sh, i) for i in ports}
+        move(ctx, moves, link.b)
+        after = {i: port_state(sh, i) for i in ports}
         got = {i: s["home"] for i, s in after.items()}
         if got != moves or any(after[i]["tc"] != before[i]["tc"] for i in ports):
             raise FaultError(f"shuffle-miswiring: the ports read back {got} after moving them "
@@ -79,10 +86,11 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
 def _restore(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     """Ports home, aliases back; what reads differently afterwards (empty: all as before)."""
     before, homes = handle.info["before"], handle.info["homes"]
-    move(ctx, homes)
+    sh = ctx.on(handle.info["where"])
+    move(ctx, homes, handle.info["where"])
     for intf, state in before.items():
-        ctx.sh(alias_command(intf, state["alias"]))
-    after = {i: port_state(ctx.sh, i) for i in before}
+        sh(alias_command(intf, state["alias"]))
+    after = {i: port_state(sh, i) for i in before}
     return {i: after[i] for i in before if after[i] != before[i]}
 
 
