@@ -83,10 +83,10 @@ def _switch_pids() -> list[int]:
 
 def _daemon_pids(lab: RunningLab) -> list[int]:
     """The lab's switch daemons' ovs-vswitchd processes, daemon 0 (the machine's) first."""
-    from testbed.shell import ovsbuf
+    from testbed.daemons import ROOT
+    from testbed.shell.daemons import vswitchd_pids
 
-    extra = [d.pids()[0] for d in getattr(lab, "daemons", [])[1:]]
-    return [p for p in [ovsbuf.vswitchd_pid(), *extra] if p]
+    return [p for p in vswitchd_pids(getattr(lab, "daemons", [ROOT])) if p]
 
 
 class _Meter:

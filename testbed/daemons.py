@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.datapath import Datapath
+from vocab.plan import intf_node
 
 #: namespaces of the extra daemons: ``astral-ovs-<run id>-<k>``
 NETNS_PREFIX = "astral-ovs-"
@@ -135,17 +136,14 @@ def assign(plan: Any, n: int) -> dict[str, int]:
     return out
 
 
-def group_ends(plan: Any, ends: list[tuple[str, float]],
+def group_ends(ends: list[tuple[str, float]],
                daemon_of: Callable[[str], SwitchDaemon]
                ) -> dict[SwitchDaemon, list[tuple[str, float]]]:
     """Switch-side link ends ``(interface, Mb/s)`` grouped by the daemon whose switch owns
     them: each group is configured with one ``ip``/``tc`` batch in that daemon's namespace."""
-    node_of = {}
-    for link in plan.links:
-        node_of[link.a_intf], node_of[link.b_intf] = link.a, link.b
     out: dict[SwitchDaemon, list[tuple[str, float]]] = {}
     for name, mbps in ends:
-        out.setdefault(daemon_of(node_of[name]), []).append((name, mbps))
+        out.setdefault(daemon_of(intf_node(name)), []).append((name, mbps))
     return out
 
 

@@ -55,6 +55,11 @@ def intf_name(node: str, port: int) -> str:
     return f"{node}-eth{port}"
 
 
+def intf_node(intf: str) -> str:
+    """The node an interface named by ``intf_name`` belongs to (``lf0r1-eth3`` -> ``lf0r1``)."""
+    return intf.rsplit("-eth", 1)[0]
+
+
 @dataclass
 class Node:
     """A host (one GPU NIC) or a switch.

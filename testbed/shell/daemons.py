@@ -41,6 +41,7 @@ from testbed.daemons import (
     rundirs,
     running,
 )
+from testbed.shell import ovsbuf
 from testbed.shell.procs import kill_pids
 
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
@@ -49,10 +50,17 @@ SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 def start_all(run_id: str, plan: Any, n: int, on_start: Callable[[SwitchDaemon], None]
               ) -> tuple[list[SwitchDaemon], dict[str, SwitchDaemon]]:
     """The machine's daemon plus ``n - 1`` extra ones, ready, and each switch's daemon."""
-    running = [ROOT] + [start(run_id, k, on_start) for k in range(1, n)]
-    for d in running[1:]:
+    started = [ROOT] + [start(run_id, k, on_start) for k in range(1, n)]
+    for d in started[1:]:
         wait_ready(d)
-    return running, {sw: running[k] for sw, k in assign(plan, n).items()}
+    return started, {sw: started[k] for sw, k in assign(plan, n).items()}
+
+
+def vswitchd_pids(started: list[SwitchDaemon]) -> list[int | None]:
+    """Each daemon's ``ovs-vswitchd`` process (None where it is not running), in order:
+    the machine's own from the system's pid file, the extra ones' from theirs."""
+    return [ovsbuf.vswitchd_pid() if d.netns is None else next(iter(d.pids()), None)
+            for d in started]
 
 
 def _sh(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -175,10 +183,11 @@ def leftovers() -> list[str]:
     return found
 
 
-def locate_bridges() -> dict[str, SwitchDaemon]:
-    """``bridge -> the daemon that has it``, over the machine's daemon and every extra one."""
+def locate_bridges(extra: list[SwitchDaemon] | None = None) -> dict[str, SwitchDaemon]:
+    """``bridge -> the daemon that has it``, over the machine's daemon and every extra one
+    (``extra``; default: those running here)."""
     out = {}
-    for d in [ROOT, *running()]:
+    for d in [ROOT, *(running() if extra is None else extra)]:
         listed = _sh(d.ovs(["ovs-vsctl", "--timeout=10", "list-br"]))
         out.update(dict.fromkeys(listed.stdout.split(), d))
     return out

@@ -59,7 +59,7 @@ from testbed.datapath import Datapath
 from testbed.reachability import Reachability, _fping_unreached
 from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
 from testbed.shell import cleanup, ovsbuf, preflight, sidecars, signals
-from testbed.shell.daemons import start_all, stop_daemon
+from testbed.shell.daemons import start_all, stop_daemon, vswitchd_pids
 from testbed.shell.machine import (
     LOCK_PATH,
     _socket_buffers,
@@ -73,7 +73,7 @@ from testbed.shell.machine import (
 from testbed.shell.mntopo import OF_PROTOCOLS, SwitchPortIntf
 from testbed.shell.procs import kill_pids
 from traffic.roce import LAB_PMTU, mtu_for
-from vocab.plan import Link, WiringPlan
+from vocab.plan import Link, WiringPlan, intf_node
 
 OVS_PORT_RCVBUF = 4 << 20  # bytes of receive buffer per switch port (see _create_bridges)
 
@@ -213,7 +213,7 @@ class Lab:
         ovs-vswitchd opens its transmit socket at its first forwarded packet, so when a
         daemon has none yet, each host pings the next one (through every daemon) first.
         """
-        pids = [ovsbuf.vswitchd_pid()] + [d.pids()[0] for d in self.daemons[1:]]
+        pids = vswitchd_pids(self.daemons)
         hosts = self.plan.hosts
         if any(p and not ovsbuf.tx_socket_fds(p) for p in pids) and len(hosts) > 1:
             for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True):
@@ -221,7 +221,7 @@ class Lab:
             for a in hosts:
                 self.hosts[a.name].waitOutput()
         for pid in pids:
-            result = ovsbuf.raise_tx_buffer(pid=pid)
+            result = ovsbuf.raise_tx_buffer(pid=pid) if pid else "ovs-vswitchd is not running"
             if isinstance(result, str):
                 self.log(f"note: switch port queues stay shallow (~150 packets per daemon), "
                          f"so bursts may be dropped: {result}")
@@ -243,11 +243,9 @@ class Lab:
         self._save_record()
 
     def _start_captures(self) -> None:
-        node_of = {ln.a_intf: ln.a for ln in self.plan.links} | {
-            ln.b_intf: ln.b for ln in self.plan.links}
         self.sidecar_procs["capture"] += sidecars.start_captures(
             self.capture, self.capture_dir, self.workdir, self._note_pid,
-            where=lambda intf: self.switch_daemon(node_of[intf]).ns)
+            where=lambda intf: self.switch_daemon(intf_node(intf)).ns)
         self.log(f"capturing {len(self.capture)} port(s) into {self.capture_dir}/")
 
     def _start_dashboard(self) -> None:
@@ -285,7 +283,7 @@ class Lab:
 
     def _ends_by_daemon(self) -> dict[daemons.SwitchDaemon, list[tuple[str, float]]]:
         """Every switch-side link end (``root_ends``), grouped by the daemon it lives with."""
-        return daemons.group_ends(self.plan, self._root_ends(), self.switch_daemon)
+        return daemons.group_ends(self._root_ends(), self.switch_daemon)
 
     def _start_controller(self) -> None:
         if not self.use_controller:

@@ -80,7 +80,7 @@ from testbed.shell import cleanup
 from testbed.shell.preflight import LabError
 from traffic.kernels import TRAFFIC_CLASSES
 from traffic.shell.running import RunningLab
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, intf_node
 
 ROOT = "5:"
 LINK_CLASS = "5:1"
@@ -387,11 +387,9 @@ def _require(lab: RunningLab) -> None:
 
 def _groups(lab: RunningLab) -> dict[str | None, list[Port]]:
     """Ports by where they are: a host's name, a switch daemon's namespace, None (root)."""
-    switch_of = {ln.a_intf: ln.a for ln in lab.plan.links} | {
-        ln.b_intf: ln.b for ln in lab.plan.links}
     out: dict[str | None, list[Port]] = {}
     for p in ports(lab.plan):
-        where = p.host if p.host is not None else daemons.of(lab, switch_of[p.dev]).netns
+        where = p.host if p.host is not None else daemons.of(lab, intf_node(p.dev)).netns
         out.setdefault(where, []).append(p)
     return out
 

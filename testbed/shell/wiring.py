@@ -32,7 +32,8 @@ def check_wiring(plan: WiringPlan, run: Run = cleanup.run, settle: float = 0.5,
     for p in sent:
         by_switch.setdefault(p.switch, []).append(p)
     # each bridge's commands go to the switch daemon that has it (testbed.shell.daemons)
-    home = locate_bridges() if daemons.running() else {}
+    extra = daemons.running()
+    home = locate_bridges(extra) if extra else {}
 
     def at(br: str, argv: list[str]) -> list[str]:
         return home.get(br, daemons.ROOT).ovs(argv)

@@ -6,11 +6,11 @@ cable cut across daemons is seen and routed around, and nothing stays behind, ev
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from testbed.shell import cleanup
 from testbed.shell.lab import Lab
@@ -99,30 +99,18 @@ def test_two_daemons_carry_the_fabric(assert_clean: Callable[[WiringPlan], None]
     assert not cleanup.leftovers(p)
 
 
-def test_killed_multi_daemon_run_is_cleaned(assert_clean: Callable[[WiringPlan], None]) -> None:
+def test_killed_multi_daemon_run_is_cleaned(killed_lab: Callable[..., list[str]],
+                                            clean_cli: Callable[[], Any],
+                                            assert_clean: Callable[[WiringPlan], None]) -> None:
     """kill -9 the owner of a two-daemon fabric: `astral-lab clean` removes the extra daemon,
     its namespace, its run directory and its controller link as well."""
     p = plan()
-    script = ("from testbed.shell.lab import Lab\nfrom testbed.topologies import build\n"
-              "import time\nlab = Lab(build('astral3', servers=2, gpus=4, servers_per_block=2),"
-              " switch_daemons=2).start()\n"
-              "print('UP', lab.daemons[1].netns, lab.daemons[1].rundir, flush=True)\n"
-              "time.sleep(600)\n")
-    env = {k: v for k, v in os.environ.items() if k != "ASTRAL_LAB_KEEP_LOGS"}
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=REPO,
-                            env=env)
-    try:
-        line = proc.stdout.readline().decode() if proc.stdout else ""
-        assert line.startswith("UP"), line
-        _, ns, rundir = line.split()
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    ns, rundir = killed_lab("build('astral3', servers=2, gpus=4, servers_per_block=2), "
+                            "switch_daemons=2", "lab.daemons[1].netns, lab.daemons[1].rundir")
     left = cleanup.leftovers(p)
     assert f"switch daemon namespace {ns}" in left, left
     assert any(x.startswith("switch daemon pid") for x in left), left
-    out = subprocess.run([sys.executable, "-m", "astral_lab.cli", "clean"], capture_output=True,
-                         text=True, cwd=REPO, env=env)
+    out = clean_cli()
     assert out.returncode == 0, out.stderr
     assert not os.path.exists(f"/run/netns/{ns}") and not os.path.exists(rundir)
     assert_clean(p)

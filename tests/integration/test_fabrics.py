@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -124,32 +125,22 @@ def test_failure_mid_build_tears_everything_down(monkeypatch: pytest.MonkeyPatch
     assert_clean(plan)
 
 
-def test_killed_lab_is_cleaned_by_astral_lab_clean(tmp_path: str,
-                                                   assert_clean: Callable[[WiringPlan], None]
-                                                   ) -> None:
+def test_killed_lab_is_cleaned_by_astral_lab_clean(
+        killed_lab: Callable[..., list[str]], clean_cli: Callable[[], Any],
+        assert_clean: Callable[[WiringPlan], None]) -> None:
     """kill -9 the process that owns a running fabric; `astral-lab clean` removes the rest,
     its scratch folder in /tmp included."""
     plan = build("astral3", servers=4, gpus=2)
-    script = ("from testbed.shell.lab import Lab\nfrom testbed.topologies import build\n"
-              "import sys, time\nlab = Lab(build('astral3', servers=4, gpus=2)).start()\n"
-              "print('UP', lab.workdir, flush=True)\ntime.sleep(600)\n")
-    env = {k: v for k, v in os.environ.items() if k != "ASTRAL_LAB_KEEP_LOGS"}
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=REPO,
-                            env=env)
-    try:
-        line = proc.stdout.readline().decode() if proc.stdout else ""
-        assert "UP" in line
-        workdir = line.split()[1]
-        assert os.path.isdir(workdir) and cleanup.scratch_owner(workdir)
+
+    def while_up(words: list[str]) -> None:
+        assert os.path.isdir(words[0]) and cleanup.scratch_owner(words[0])
         assert any(b.startswith("lf") for b in cleanup.tagged_bridges())
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+
+    (workdir,) = killed_lab("build('astral3', servers=4, gpus=2)", "lab.workdir", while_up)
     left = cleanup.leftovers(plan)
     assert any("bridge" in x for x in left), "kill -9 leaves a fabric behind"
     assert f"scratch folder {workdir}" in left
-    out = subprocess.run([sys.executable, "-m", "astral_lab.cli", "clean"], capture_output=True,
-                         text=True, cwd=REPO, env=env)
+    out = clean_cli()
     assert out.returncode == 0, out.stderr
     time.sleep(0.2)
     assert not os.path.exists(workdir)

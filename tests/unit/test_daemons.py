@@ -14,6 +14,7 @@ from testbed.datapath import Datapath
 from testbed.shaping import root_ends
 from testbed.shell import daemons as shell_daemons
 from testbed.topologies import build
+from vocab.plan import intf_node
 
 
 @pytest.mark.parametrize(("text", "want"), [("auto", "auto"), (" AUTO ", "auto"), ("1", 1),
@@ -88,9 +89,10 @@ def test_group_ends_puts_each_port_with_its_switch() -> None:
     plan = build("astral3", servers=2, gpus=4, servers_per_block=2)
     owner = daemons.assign(plan, 2)
     running = [daemons.ROOT, daemons.SwitchDaemon(1, "ns1", "/x")]
-    groups = daemons.group_ends(plan, root_ends(plan), lambda sw: running[owner[sw]])
+    groups = daemons.group_ends(root_ends(plan), lambda sw: running[owner[sw]])
     assert sum(len(v) for v in groups.values()) == len(root_ends(plan))
     node_of = {ln.b_intf: ln.b for ln in plan.links} | {ln.a_intf: ln.a for ln in plan.links}
+    assert all(intf_node(i) == n for i, n in node_of.items())
     for d, ends in groups.items():
         assert all(owner[node_of[name]] == d.index for name, _mbps in ends)
 
