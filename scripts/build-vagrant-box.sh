@@ -72,6 +72,7 @@ if [ -z "${BUILD_BOX_PRIVATE_NS:-}" ]; then
     inner=(--no-add)
     [ "$FORCE" -eq 1 ] && inner+=(--force)
     BUILD_BOX_PRIVATE_NS=1 unshare --mount --propagation private bash "$0" "${inner[@]}"
+    T_STEP=$(date +%s)   # the inner build timed its own steps; the add is timed alone
     [ "$ADD" -eq 1 ] && add_box
     exit 0
 fi
