@@ -19,7 +19,7 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 APT_PACKAGES=(
     mininet openvswitch-switch openvswitch-common iperf3 tcpdump tshark ethtool iputils-ping
     iproute2 fping nftables iptables kmod procps psmisc python3-venv python3-dev gcc make
-    zlib1g-dev netsniff-ng sysstat chromium prometheus sudo
+    zlib1g-dev netsniff-ng sysstat chromium prometheus sudo openssh-server
 )
 
 die() { echo "$PROG: error: $*" >&2; exit 1; }
@@ -152,6 +152,16 @@ if [ "${#missing_pkgs[@]}" -gt 0 ]; then
     say "installing apt packages: ${missing_pkgs[*]}"
     export DEBIAN_FRONTEND=noninteractive
     echo 'wireshark-common wireshark-common/install-setuid boolean false' | debconf-set-selections
+    # openssh-server is here for sshd inside the fake cluster test's servers (their own
+    # config, started by the test); a login service on this machine is not the lab's to
+    # open, so a fresh install is not started: Debian's init script and systemd unit both
+    # skip sshd while /etc/ssh/sshd_not_to_be_run exists
+    ssh_fresh=0
+    if printf '%s\n' "${missing_pkgs[@]}" | grep -qx openssh-server \
+            && [ ! -e /etc/ssh/sshd_not_to_be_run ]; then
+        mkdir -p /etc/ssh && touch /etc/ssh/sshd_not_to_be_run
+        ssh_fresh=1
+    fi
     apt-get update
     apt-get install -y --no-install-recommends "${missing_pkgs[@]}"
     mapfile -t still_missing < <(missing_apt_packages)
@@ -163,6 +173,12 @@ if [ "${#missing_pkgs[@]}" -gt 0 ]; then
             && [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
         systemctl disable --now prometheus >/dev/null 2>&1 || true
         SUMMARY+=("prometheus: installed for promtool; its server is disabled")
+    fi
+    if [ "$ssh_fresh" -eq 1 ]; then
+        if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+            systemctl disable ssh.service ssh.socket >/dev/null 2>&1 || true
+        fi
+        SUMMARY+=("openssh-server: installed for the fake cluster test's sshd; the ssh service is not started (a cluster worker needs it: rm /etc/ssh/sshd_not_to_be_run, then start ssh)")
     fi
 else
     SUMMARY+=("apt: all ${#APT_PACKAGES[@]} packages present")

@@ -252,7 +252,9 @@ class Collector:
                 changes = read_kernel_file(f"/sys/class/net/{intf}/carrier_changes")
             if not oper:  # interface gone (lab torn down): no sample
                 continue
-            state[comp].append(1.0 if oper == "up" else 0.0)
+            # a tunnel device (a cluster's lane between servers: VXLAN, gretap) reports
+            # "unknown" while it is up: it has no carrier of its own; set down, it is "down"
+            state[comp].append(1.0 if oper.lower() in ("up", "unknown") else 0.0)
             if changes and changes.strip().isdigit():
                 dlt = self._rates.delta(("carrier", intf), t, float(changes))
                 if dlt is not None:

@@ -44,8 +44,10 @@ every name of ``testbed.clusterplace`` and ``testbed.shell.clustercheck``.
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import subprocess
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -106,6 +108,23 @@ assert max(GRETAP_OVERHEAD, VXLAN_OVERHEAD) + CLUSTER_MTU <= UNDERLAY_MTU
 assert largest_roce_pmtu(CLUSTER_MTU) >= DEFAULT_PMTU
 
 
+#: An ssh_config(5) file for every SSH session to the other servers (prechecks, Mininet's node
+#: shells, tunnels, teardown), for when the user's own ``~/.ssh/config`` should not change:
+#: ssh reads that from the account's home directory, whatever ``$HOME`` says.
+SSH_CONFIG_ENV = "ASTRAL_LAB_SSH_CONFIG"
+
+
+def ssh_from_env() -> list[str] | None:
+    """``ssh -F FILE`` with the lab's options when ``ASTRAL_LAB_SSH_CONFIG`` names a file
+    (None: plain ``ssh``, which reads the user's own configuration)."""
+    path = os.environ.get(SSH_CONFIG_ENV)
+    if not path:
+        return None
+    if not os.path.isfile(path):
+        raise preflight.LabError(f"{SSH_CONFIG_ENV}={path}: no such file")
+    return ["ssh", "-F", os.path.abspath(path), *SSH_OPTIONS]
+
+
 def make_lab(plan: WiringPlan, cluster: Sequence[str] | None = None, tunnel: str = "gre",
              **kwargs: Any) -> Lab:
     """A ``Lab`` on this machine, or a ``ClusterLab`` over ``cluster``; same API either way."""
@@ -150,6 +169,38 @@ def lab_switch_class() -> Any:
 
         _SWITCH_CLASS = PipedOVSSwitch
     return _SWITCH_CLASS
+
+
+_HOST_CLASS: Any = None
+
+
+def lab_host_class() -> Any:
+    """Mininet's ``RemoteHost``, whose programs on this machine stay the Popen's own process.
+
+    ``RemoteMixin._popen`` starts every child in a process group of its own (``setpgrp``,
+    so a Ctrl-C does not reach a remote node's ssh). For a node on this machine that child
+    is ``mnexec -da PID program``, and ``mnexec -d`` then forks to be able to ``setsid``: the
+    Popen's process exits at once and the program runs on as an orphan holding the Popen's
+    pipes. The replay took that exit for a receiver that died, and then blocked reading its
+    stderr until the orphan (waiting for packets no sender would send) ended: never. Local
+    nodes therefore start programs as Mininet's plain ``Node`` does (as the one-machine Lab's
+    hosts do); remote ones keep Mininet's path (``ssh`` is the Popen's process there).
+    """
+    global _HOST_CLASS
+    if _HOST_CLASS is None:
+        from mininet.examples.cluster import RemoteHost
+        from mininet.node import Node
+
+        class LabRemoteHost(RemoteHost):  # type: ignore[misc]
+            def _popen(self, cmd: Any, sudo: bool = True, tt: bool = True,
+                       **params: Any) -> Any:
+                if self.isRemote or not sudo:
+                    return super()._popen(cmd, sudo=sudo, tt=tt, **params)
+                return Node._popen(self, cmd.split() if isinstance(cmd, str) else cmd,
+                                   **params)
+
+        _HOST_CLASS = LabRemoteHost
+    return _HOST_CLASS
 
 
 _VXLAN_CLASS: Any = None
@@ -242,7 +293,7 @@ class ClusterLab(Lab):
         self.tunnel = tunnel
         self.user = user or default_user()
         self.head = self.servers[0]
-        self.ssh = list(ssh) if ssh else None  # the ssh program and options; None: ssh
+        self.ssh = list(ssh) if ssh else ssh_from_env()  # the ssh program and options
         self.runner: Runner = runner or SSHRunner(self.user, local=[self.head], ssh=self.ssh)
         self.clock_probe = clock_probe if clock_probe is not None else (
             ssh_clock_probe(self.user, ssh=self.ssh) if len(self.servers) > 1 else None)
@@ -343,20 +394,15 @@ class ClusterLab(Lab):
         servers over SSH), not the one-machine Lab's batches: remote nodes only
         exist as shells Mininet drives, which is the point of using its engine.
         """
-        from mininet.examples.cluster import (
-            MininetCluster,
-            RemoteGRELink,
-            RemoteHost,
-            RemoteSSHLink,
-        )
+        from mininet.examples.cluster import MininetCluster, RemoteGRELink, RemoteSSHLink
         from mininet.node import RemoteController
 
         self.datapaths[self.head] = self.datapath  # Lab.start's preflight chose it
         link_cls = self.link_cls or {"gre": RemoteGRELink, "vxlan": vxlan_link_class(),
                                      "ssh": RemoteSSHLink}[self.tunnel]
-        host_cls, switch_cls = RemoteHost, lab_switch_class()
+        host_cls, switch_cls = lab_host_class(), lab_switch_class()
         if self.ssh:  # Mininet's ssh command is a class attribute (it drops "-tt" for popen)
-            host_cls = type("RemoteHost", (RemoteHost,), {"sshbase": [*self.ssh, "-tt"]})
+            host_cls = type("RemoteHost", (host_cls,), {"sshbase": [*self.ssh, "-tt"]})
             switch_cls = type("RemoteOVSSwitch", (switch_cls,), {"sshbase": [*self.ssh, "-tt"]})
         mn_ips = {self._mn_server(s): ip for s, ip in self.server_ip.items()}
         self.net = MininetCluster(
@@ -432,6 +478,29 @@ class ClusterLab(Lab):
             for s, value in old.items():
                 if value.isdigit() and int(value) < OVS_PORT_RCVBUF:
                     self.run_on(s, ["sysctl", "-qw", f"net.core.rmem_default={value}"])
+
+    def _deepen_ovs_tx_buffer(self) -> None:
+        """The Lab's deep transmit buffer (``testbed.shell.ovsbuf``) for every userspace
+        ``ovs-vswitchd``, on every server: without it a remote switch drops a lane's queue
+        past ~150 packets (a 256 KiB flow into a lane half its NIC's rate lost 53 packets in
+        the fake cluster test). A ring of pings through every host first gives every
+        server's daemon its socket (the Lab's step pings only when this machine's has none);
+        the other servers run the same code over SSH."""
+        hosts = self.plan.hosts
+        for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True):
+            self.hosts[a.name].sendCmd(f"ping -c1 -W1 {b.ip}")
+        for a in hosts:
+            self.hosts[a.name].waitOutput()
+        super()._deepen_ovs_tx_buffer()
+        code = ("from testbed.shell import ovsbuf; r = ovsbuf.raise_tx_buffer(); "
+                "print(r if isinstance(r, str) else 'astral-ok')")
+        for server in self.servers[1:]:
+            if server not in self.summary["servers"] or self.datapaths[server] != Datapath.USER:
+                continue
+            got = self.run_on(server, [sys.executable, "-c", code])
+            if got.returncode != 0 or "astral-ok" not in got.stdout:
+                self.log(f"note: switch port queues on {server} stay shallow (~150 packets), "
+                         f"so bursts may be dropped: {(got.stdout or got.stderr).strip()[:200]}")
 
     def _configure(self) -> None:
         """MTU, offloads, shaping, the noop QoS and run tags: one script per server, hosts
@@ -581,7 +650,8 @@ class ClusterLab(Lab):
 # Its own names and those it re-exports from testbed.clusterplace and testbed.shell.clustercheck.
 __all__ = [
     "UNDERLAY_MTU", "GRETAP_OVERHEAD", "VXLAN_OVERHEAD", "CLUSTER_MTU", "TUNNELS",
-    "largest_roce_pmtu", "make_lab", "lab_switch_class",
+    "SSH_CONFIG_ENV", "ssh_from_env",
+    "largest_roce_pmtu", "make_lab", "lab_host_class", "lab_switch_class",
     "vxlan_link_class", "ClusterLab",
     # testbed.clusterplace
     "parse_servers", "placement_units", "place", "crossing_links", "placement_summary",

@@ -194,8 +194,10 @@ def precheck_servers(servers: Sequence[str], runner: Runner, *, user: str,
     for server in servers:
         if server in local:
             if probe and runner(server, probe, None).returncode != 0:
-                result.problems.append(f"{server}: this kernel cannot make {tunnel} tunnels "
-                                       f"(try --tunnel {'vxlan' if tunnel == 'gre' else 'gre'})")
+                device, module = {"gre": ("gretap", "ip_gre")}.get(tunnel, (tunnel, tunnel))
+                result.problems.append(f"{server}: this kernel cannot make {tunnel} tunnels (no "
+                                       f"{device} device: modprobe {module}, or try --tunnel "
+                                       f"{'vxlan' if tunnel == 'gre' else 'gre'})")
             continue
         say = result.problems.append
         known = len(result.problems)

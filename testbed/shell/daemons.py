@@ -87,6 +87,24 @@ def start(run_id: str, index: int, on_start: Callable[[SwitchDaemon], None]) -> 
     os.makedirs(d.rundir, exist_ok=True)
     _run(["ip", "netns", "add", d.netns], f"creating namespace {d.netns}")
     _run(["ip", "-n", d.netns, "link", "set", "lo", "up"], "loopback up")
+    start_ovs(d)
+    root_end = mgmt_name(index)
+    _run(["ip", "link", "add", root_end, "type", "veth", "peer", "name", "mgmt", "netns",
+          d.netns], "creating the controller link")
+    _run(["ip", "addr", "add", CONTROLLER_IP, "peer", d.mgmt_ip, "dev", root_end],
+         "addressing the controller link")
+    _run(["ip", "link", "set", root_end, "up"], "controller link up")
+    _run(["ip", "-n", d.netns, "addr", "add", d.mgmt_ip, "peer", CONTROLLER_IP, "dev", "mgmt"],
+         "addressing the daemon's end")
+    _run(["ip", "-n", d.netns, "link", "set", "mgmt", "up"], "daemon link up")
+    return d
+
+
+def start_ovs(d: SwitchDaemon) -> None:
+    """A fresh database, ``ovsdb-server`` and ``ovs-vswitchd`` for ``d``, in its existing
+    namespace, every file in its run directory. Apart from ``start`` because the fake
+    cluster test runs the same pair as a fake server's own Open vSwitch."""
+    assert d.netns and d.rundir
     db = os.path.join(d.rundir, "conf.db")
     _run(["ovsdb-tool", "create", db, SCHEMA], "creating the switch database")
     _run(d.ns(d.ovs(["ovsdb-server", db, f"--remote=punix:{d.rundir}/db.sock",
@@ -98,16 +116,6 @@ def start(run_id: str, index: int, on_start: Callable[[SwitchDaemon], None]) -> 
                      f"--pidfile={d.rundir}/ovs-vswitchd.pid", "--detach", "--no-chdir",
                      f"--log-file={d.rundir}/ovs-vswitchd.log", "-vconsole:emer"])),
          "starting ovs-vswitchd")
-    root_end = mgmt_name(index)
-    _run(["ip", "link", "add", root_end, "type", "veth", "peer", "name", "mgmt", "netns",
-          d.netns], "creating the controller link")
-    _run(["ip", "addr", "add", CONTROLLER_IP, "peer", d.mgmt_ip, "dev", root_end],
-         "addressing the controller link")
-    _run(["ip", "link", "set", root_end, "up"], "controller link up")
-    _run(["ip", "-n", d.netns, "addr", "add", d.mgmt_ip, "peer", CONTROLLER_IP, "dev", "mgmt"],
-         "addressing the daemon's end")
-    _run(["ip", "-n", d.netns, "link", "set", "mgmt", "up"], "daemon link up")
-    return d
 
 
 def stop_daemon(d: SwitchDaemon | dict[str, Any]) -> None:

@@ -29,8 +29,12 @@ TX_SOCKET_BYTES = 128 << 20
 
 
 def vswitchd_pid() -> int | None:
-    """The machine's own ovs-vswitchd (its pid file; a lab's extra daemons have their own)."""
-    for path in ("/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid"):
+    """The machine's own ovs-vswitchd (its pid file; a lab's extra daemons have their own).
+    ``OVS_RUNDIR``, which the OVS tools honour, is looked in first: a cluster server whose
+    sessions are pointed at another run directory (the fake cluster test's) means that one."""
+    rundir = os.environ.get("OVS_RUNDIR")
+    for path in ([f"{rundir}/ovs-vswitchd.pid"] if rundir else []) + [
+            "/run/openvswitch/ovs-vswitchd.pid", "/var/run/openvswitch/ovs-vswitchd.pid"]:
         try:
             with open(path) as f:
                 pid = int(f.read().strip())

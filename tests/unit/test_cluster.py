@@ -249,7 +249,8 @@ def test_precheck_skips_clock_of_a_broken_server() -> None:
 
 def test_precheck_checks_tunnels_here_too() -> None:
     res = _check(FakeServers(lab="nogre"), ["lab", "w1"], tunnel="gre")
-    assert res.problems == ["lab: this kernel cannot make gre tunnels (try --tunnel vxlan)"]
+    assert res.problems == ["lab: this kernel cannot make gre tunnels (no gretap device: "
+                            "modprobe ip_gre, or try --tunnel vxlan)"]
     runner = FakeServers(lab="nogre")
     assert _check(runner, ["lab"]).problems == []  # one server: no tunnels, no check
     assert runner.calls == []

@@ -183,6 +183,9 @@ def test_ports_in_a_switch_daemons_namespace_are_read_there(
     assert v[("lf0r0~spine0#0", "up")] == 1.0
     v = poll(2.0, 9, "down")
     assert v[("lf0r0~spine0#0", "up")] == 0.0
+    # a tunnel end (a lane between a cluster's servers) that is up says "unknown"
+    v = poll(3.0, 9, "unknown")
+    assert v[("lf0r0~spine0#0", "up")] == 1.0
 
 
 def test_a_cluster_servers_ports_come_in_one_command() -> None:

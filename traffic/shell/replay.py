@@ -438,10 +438,18 @@ def drop_roce(lab: RunningLab, hosts: list[str], undo: bool = False) -> None:
 
 
 def _stderr(p: subprocess.Popen[bytes]) -> str:
+    """What an exited agent wrote to stderr, as much as is there now: never waits, because
+    a process the agent left behind (``mnexec -d`` forks) may hold the pipe open for good."""
     if p.poll() is None:
         return "(still running)"
-    err = p.stderr.read() if p.stderr else b""
-    return (err or b"").decode(errors="replace")[-500:]
+    if p.stderr is None:
+        return ""
+    os.set_blocking(p.stderr.fileno(), False)
+    try:
+        err = p.stderr.read() or b""
+    except OSError:
+        err = b""
+    return err.decode(errors="replace")[-500:]
 
 
 def _spec(lab: RunningLab, src: str, flows: list[FlowSpec], pmtu: int,
