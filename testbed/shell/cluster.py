@@ -43,13 +43,14 @@ every name of ``testbed.clusterplace`` and ``testbed.shell.clustercheck``.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shlex
 import subprocess
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from testbed.clusterplace import (
@@ -271,6 +272,78 @@ def _piped(node: Any) -> Callable[..., str]:
     return run
 
 
+class ServerFiles:
+    """``AgentFiles`` for a cluster: a host on another server runs its programs against that
+    server's file system, so the replay's specs go there and its reports come back here,
+    at the same paths, over SSH (base64 through ``sh -s``: one command per server and call).
+
+    A folder this makes on a server is removed with the lab (``remove``); one that already
+    existed there (a server sharing this machine's files) is left to its owner.
+    """
+
+    def __init__(self, lab: ClusterLab) -> None:
+        self.lab = lab
+        self.made: dict[str, list[str]] = defaultdict(list)  # server -> folders made there
+
+    def _by_server(self, files: dict[str, list[str]]) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for host, paths in files.items():
+            server = self.lab.server_of(host)
+            if not self.lab._local(server):
+                out[server] += [p for p in paths if p not in out[server]]
+        return out
+
+    def _run(self, server: str, script: str, what: str) -> str:
+        got = self.lab.run_on(server, ["sh", "-s"], stdin=script)
+        if got.returncode != 0:
+            why = (got.stderr or got.stdout).strip()[:300]
+            raise preflight.LabError(f"{server}: {what}: {why}")
+        return got.stdout
+
+    def makedirs(self, hosts: Iterable[str], path: str) -> None:
+        for server in self._by_server({h: [path] for h in hosts}):
+            q = shlex.quote(path)
+            if "made" in self._run(server, f"test -d {q} || {{ mkdir -p {q} && echo made; }}\n",
+                                   f"making {path}"):
+                self.made[server].append(path)
+
+    def push(self, files: dict[str, list[str]]) -> None:
+        for server, paths in self._by_server(files).items():
+            script = []
+            for path in paths:
+                with open(path, "rb") as f:
+                    data = base64.encodebytes(f.read()).decode()
+                script.append(f"base64 -d > {shlex.quote(path)} <<'ASTRAL_EOF'\n{data}ASTRAL_EOF\n")
+            self._run(server, "set -e\n" + "".join(script), f"copying {len(paths)} file(s)")
+
+    def missing(self, files: dict[str, list[str]]) -> list[str]:
+        remote = self._by_server(files)
+        here = {h: ps for h, ps in files.items() if self.lab._local(self.lab.server_of(h))}
+        gone = [p for ps in here.values() for p in ps if not os.path.exists(p)]
+        for server, paths in remote.items():
+            out = self._run(server, "".join(f"test -e {shlex.quote(p)} || echo {shlex.quote(p)}\n"
+                                            for p in paths), "looking for files")
+            gone += out.split()
+        return gone
+
+    def pull(self, files: dict[str, list[str]]) -> None:
+        for server, paths in self._by_server(files).items():
+            out = self._run(server, "".join(
+                f"test -e {q} && {{ echo {q}; base64 -w0 {q}; echo; }}\n"
+                for q in map(shlex.quote, paths)) + "true\n", f"reading {len(paths)} file(s)")
+            lines = out.splitlines()
+            for path, data in zip(lines[::2], lines[1::2], strict=False):
+                with open(path, "wb") as f:
+                    f.write(base64.b64decode(data))
+
+    def remove(self) -> None:
+        """The folders this made on other servers, with what the programs wrote in them."""
+        for server, paths in self.made.items():
+            with contextlib.suppress(Exception):
+                self.lab.run_on(server, ["rm", "-rf", "--", *paths])
+        self.made.clear()
+
+
 class ClusterLab(Lab):
     """A ``Lab`` whose nodes run on several servers, built by Mininet Cluster Edition.
 
@@ -295,6 +368,7 @@ class ClusterLab(Lab):
         self.head = self.servers[0]
         self.ssh = list(ssh) if ssh else ssh_from_env()  # the ssh program and options
         self.runner: Runner = runner or SSHRunner(self.user, local=[self.head], ssh=self.ssh)
+        self.files = ServerFiles(self)  # a replay's files on the servers of its hosts
         self.clock_probe = clock_probe if clock_probe is not None else (
             ssh_clock_probe(self.user, ssh=self.ssh) if len(self.servers) > 1 else None)
         self.link_cls = link_cls  # default: Mininet's RemoteGRELink / RemoteSSHLink
@@ -613,6 +687,7 @@ class ClusterLab(Lab):
         namespace link ends) for whatever a failure half-way left behind.
         """
         self.kill_controller()  # its state file goes with the workdir below
+        self.files.remove()
         if self.net is not None:
             with contextlib.suppress(Exception):
                 self.net.stop()
@@ -651,7 +726,7 @@ class ClusterLab(Lab):
 __all__ = [
     "UNDERLAY_MTU", "GRETAP_OVERHEAD", "VXLAN_OVERHEAD", "CLUSTER_MTU", "TUNNELS",
     "SSH_CONFIG_ENV", "ssh_from_env",
-    "largest_roce_pmtu", "make_lab", "lab_host_class", "lab_switch_class",
+    "largest_roce_pmtu", "make_lab", "ServerFiles", "lab_host_class", "lab_switch_class",
     "vxlan_link_class", "ClusterLab",
     # testbed.clusterplace
     "parse_servers", "placement_units", "place", "crossing_links", "placement_summary",

@@ -73,6 +73,7 @@ from testbed.shell.machine import (
 from testbed.shell.mntopo import OF_PROTOCOLS, SwitchPortIntf
 from testbed.shell.procs import kill_pids
 from traffic.roce import LAB_PMTU, mtu_for
+from traffic.shell.running import AgentFiles, LocalFiles
 from vocab.plan import Link, WiringPlan, intf_node
 
 OVS_PORT_RCVBUF = 4 << 20  # bytes of receive buffer per switch port (see _create_bridges)
@@ -128,6 +129,7 @@ class Lab:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.run_id = uuid.uuid4().hex[:10]
         self.workdir = ""
+        self.files: AgentFiles = LocalFiles()  # the hosts share this machine's files
         self.datapath = Datapath.USER
         self.preflight: preflight.Preflight | None = None
         self.hosts: dict[str, Any] = {}  # name -> mininet Host

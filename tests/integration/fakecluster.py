@@ -9,6 +9,9 @@ started with a config made for the test) and its own Open vSwitch: an ``ovsdb-se
 ``ovs-*`` command of an SSH session at the server's own daemons instead, which is how the
 lab aims commands at its extra daemons too (``SwitchDaemon.ovs``).
 
+Each sshd also has a ``/tmp`` of its own (a private mount namespace), so what the lab writes
+to its scratch folder here is not there unless the lab copies it, as between real machines.
+
 The servers and this machine meet on a Linux bridge in the root namespace (the servers'
 network, ``NET``), so tunnels between any two of them cross real kernel interfaces. SSH
 uses a key, a host key and an ssh_config made for the test (``ASTRAL_LAB_SSH_CONFIG``
@@ -92,8 +95,9 @@ class FakeCluster:
 
     # --- bring-up ------------------------------------------------------------------------
     def _start(self) -> None:
-        # short: OVS's unix socket paths in it must stay under 108 bytes
-        self.dir = tempfile.mkdtemp(prefix="astral-fk-", dir="/tmp")
+        # short: OVS's unix socket paths in it must stay under 108 bytes; not in /tmp, which
+        # each fake server has a private one of (see _sshd)
+        self.dir = tempfile.mkdtemp(prefix="astral-fk-", dir="/run")
         key, host_key = os.path.join(self.dir, "id"), os.path.join(self.dir, "host")
         for path in (key, host_key):
             _must("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "astral-fakecluster",
@@ -144,13 +148,17 @@ class FakeCluster:
                     f"AuthorizedKeysFile {self.dir}/authorized_keys\n"
                     "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
                     "KbdInteractiveAuthentication no\nUsePAM no\nUseDNS no\n"
-                    "StrictModes no\n"  # the keys are in /tmp, which others may write
+                    "StrictModes no\n"
                     "MaxStartups 200:30:400\nPrintMotd no\n"
                     f"SetEnv OVS_RUNDIR={d.rundir} OVS_DBDIR={d.rundir} "
                     f"OVS_LOGDIR={d.rundir}\n")
         log = open(os.path.join(self.dir, f"sshd{i}.log"), "wb")  # noqa: SIM115
         try:
-            return subprocess.Popen(d.ns([SSHD, "-D", "-e", "-f", cfg]), stdout=log,
+            # a /tmp of its own, as a real server has: the lab's scratch folder (a replay's
+            # specs and reports) exists there only if the lab copies it there
+            private_tmp = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           f"mount -t tmpfs astral-fk{i} /tmp && exec {SSHD} -D -e -f {cfg}"]
+            return subprocess.Popen(d.ns(private_tmp), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         finally:

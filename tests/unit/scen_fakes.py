@@ -20,6 +20,7 @@ from scenarios.base import Run
 from testbed.models.flowmodel import model_flows
 from traffic.roce import DEFAULT_PMTU
 from traffic.shell.replay import ReplayResult
+from traffic.shell.running import LocalFiles
 
 SLOWDOWN = 1.05
 
@@ -59,6 +60,7 @@ class FakeLab:
         self.replays: list[list[Any]] = []
         self.hosts: dict[str, Any] = {}
         self.workdir, self.run_id = "/nonexistent", "fake"
+        self.files = LocalFiles()
         self.pmtu, self.mtu = DEFAULT_PMTU, None
         self.shape = self.lossless = self.use_controller = True
         self.controller_proc = None

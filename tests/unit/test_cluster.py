@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -393,3 +394,75 @@ def test_run_on_adds_sudo_only_on_other_servers() -> None:
     root = ClusterLab(plan, ["localhost", "w1"], user="root", runner=runner)
     root.run_on("w1", ["true"])
     assert runner.calls[-1] == ("w1", ["true"])
+
+
+def test_server_files_carry_a_replays_files_to_and_from_another_server(tmp_path: Any) -> None:
+    """``ServerFiles`` over a fake runner whose "w1" has a file system of its own: every
+    path under ``here`` is under ``there`` on w1. Specs reach w1, ready files and reports
+    are looked for and read there, hosts on this machine cost no command, and the folder
+    made on w1 goes with the lab."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    calls: list[str] = []
+
+    def runner(server: str, argv: Sequence[str], stdin: str | None) -> CommandResult:
+        assert server == "w1"
+        calls.append(" ".join(argv))
+        if argv[0] == "rm":
+            argv = [a.replace(str(here), str(there)) for a in argv]
+            p = subprocess.run(list(argv), capture_output=True, text=True)
+        else:
+            assert list(argv) == ["sh", "-s"] and stdin is not None
+            p = subprocess.run(["sh", "-s"], input=stdin.replace(str(here), str(there)),
+                               capture_output=True, text=True)
+        return CommandResult(p.returncode, p.stdout.replace(str(there), str(here)), p.stderr)
+
+    plan = build("astral3", servers=4, gpus=2)
+    lab = ClusterLab(plan, ["localhost", "w1"], user="root", runner=runner)
+    local, remote = "s0g0", "s3g1"
+    assert lab.server_of(local) == "localhost" and lab.server_of(remote) == "w1"
+    work = here / "replay-1"
+    work.mkdir()
+    lab.files.makedirs([local, remote], str(work))
+    assert (there / "replay-1").is_dir() and len(calls) == 1
+
+    spec, mine = work / "plan-s3g1.bin", work / "plan-s0g0.bin"
+    spec.write_bytes(bytes(range(256)) * 3 + b"\n\x00end")
+    mine.write_bytes(b"stays here")
+    lab.files.push({remote: [str(spec)], local: [str(mine)]})
+    assert (there / "replay-1" / "plan-s3g1.bin").read_bytes() == spec.read_bytes()
+    assert not (there / "replay-1" / "plan-s0g0.bin").exists()
+
+    ready = {remote: [str(work / "recv-s3g1.json.ready")], local: [str(work / "l.ready")]}
+    assert sorted(lab.files.missing(ready)) == sorted(p for ps in ready.values() for p in ps)
+    (there / "replay-1" / "recv-s3g1.json.ready").touch()
+    (work / "l.ready").touch()
+    assert lab.files.missing(ready) == []
+
+    (there / "replay-1" / "recv-s3g1.json").write_text('{"bytes": 262144}')
+    (there / "replay-1" / "empty.json").write_text("")
+    reports = [str(work / n) for n in ("recv-s3g1.json", "empty.json", "never.json")]
+    lab.files.pull({remote: reports})
+    assert (work / "recv-s3g1.json").read_text() == '{"bytes": 262144}'
+    assert (work / "empty.json").read_text() == ""
+    assert not (work / "never.json").exists()
+
+    n = len(calls)
+    lab.files.push({local: [str(mine)]})
+    lab.files.pull({local: [str(mine)]})
+    assert len(calls) == n  # hosts on this machine share its files
+
+    lab.files.remove()
+    assert not (there / "replay-1").exists() and work.is_dir()
+
+
+def test_server_files_name_the_server_when_a_copy_fails(tmp_path: Any) -> None:
+    plan = build("astral3", servers=4, gpus=2)
+    lab = ClusterLab(plan, ["localhost", "w1"], user="root",
+                     runner=lambda s, a, i: CommandResult(1, "", "sh: 1: cannot create: "
+                                                               "Read-only file system"))
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    with pytest.raises(LabError, match=r"^w1: copying 1 file\(s\): sh: 1: cannot create"):
+        lab.files.push({"s3g1": [str(spec)]})

@@ -167,6 +167,10 @@ class TrafficPlane(ABC):
     def read_received(self, out: str) -> dict[str, Any]:
         """A receiver's report as ``RECV.json``'s dict."""
 
+    def received_files(self, out: str) -> list[str]:
+        """The files a receiver told to report to ``out`` writes (``read_received`` reads)."""
+        return [out]
+
 
 class NativePlane(TrafficPlane):
     """The compiled sender and receiver (``astral-pktio``): frames are built before the clock
@@ -207,6 +211,9 @@ class NativePlane(TrafficPlane):
 
     def read_received(self, out: str) -> dict[str, Any]:
         return native.read_received(out, ROCE_PORT)
+
+    def received_files(self, out: str) -> list[str]:
+        return [out, f"{out}.bin"]  # the report and its packet records
 
 
 class PythonPlane(TrafficPlane):
@@ -324,6 +331,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
     tp = kind(pol, lab.plan, pmtu)  # the compiled plane finds its program here
     work = os.path.join(lab.workdir, f"replay-{time.time_ns()}")
     os.makedirs(work)
+    lab.files.makedirs(sorted({f.src for f in flows} | {f.dst for f in flows}), work)
     by_src: dict[str, list[FlowSpec]] = defaultdict(list)
     for f in flows:
         by_src[f.src].append(f)
@@ -350,18 +358,13 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
                                             "--idle-timeout", f"{recv_idle_s:g}"])
             procs.append(p)
             recv[dst] = (p, out)
-        deadline = time.monotonic() + 20
-        for dst, (p, out) in recv.items():
-            while not os.path.exists(out + ".ready"):
-                if p.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"receiver on {dst} did not start: "
-                                       f"{_stderr(p)}")
-                time.sleep(0.02)
+        _wait_ready(lab, recv)
         spec_paths = {}
         for src, mine in sorted(by_src.items()):
             spec = _spec(lab, src, mine, pmtu, rate_mbps) | entropy
             sent_files[src] = os.path.join(work, f"sent-{src}.json")
             spec_paths[src] = tp.write_spec(src, spec, work)  # before the clock starts
+        lab.files.push({src: [path] for src, path in spec_paths.items()})
         if lead_s is None:
             lead_s = tp.lead_s(len(by_src))
         start_at = time.time() + lead_s
@@ -392,6 +395,12 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=10)
+        reports: dict[str, list[str]] = defaultdict(list)
+        for src, path in sent_files.items():
+            reports[src].append(path)
+        for dst, (_p, out) in recv.items():
+            reports[dst] += tp.received_files(out)
+        lab.files.pull(reports)
         sent = {src: tp.read_sent(src, path, start_at) for src, path in sent_files.items()}
         received = {dst: tp.read_received(out) for dst, (_p, out) in recv.items()}
     finally:
@@ -435,6 +444,18 @@ def drop_roce(lab: RunningLab, hosts: list[str], undo: bool = False) -> None:
         lab.hosts[name].sendCmd(cmd)
     for name in hosts:
         lab.hosts[name].waitOutput()
+
+
+def _wait_ready(lab: RunningLab, recv: dict[str, tuple[subprocess.Popen[bytes], str]],
+                timeout: float = 20.0) -> None:
+    """Until every receiver has touched its ready file (where it runs: ``lab.files``)."""
+    ready = {dst: [out + ".ready"] for dst, (_p, out) in recv.items()}
+    deadline = time.monotonic() + timeout
+    while left := set(lab.files.missing(ready)):
+        for dst, (p, out) in recv.items():
+            if out + ".ready" in left and (p.poll() is not None or time.monotonic() > deadline):
+                raise RuntimeError(f"receiver on {dst} did not start: {_stderr(p)}")
+        time.sleep(0.02)
 
 
 def _stderr(p: subprocess.Popen[bytes]) -> str:

@@ -10,12 +10,56 @@ sidecars stay the Lab's own.
 
 from __future__ import annotations
 
+import os
 import subprocess
+from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from controllers.policies import Policy
 from controllers.shell.client import ControllerClient
 from vocab.plan import Link, WiringPlan
+
+
+class AgentFiles(Protocol):
+    """The files a host's programs read and write (a replay's specs and reports), seen from
+    here. Each call takes ``host -> paths``; the paths are the same on every machine.
+
+    On one machine every host shares this file system, so there is nothing to do; on a
+    cluster a host on another server has its own, and ``testbed.shell.cluster`` copies the
+    files over SSH, one command per server and call.
+    """
+
+    def makedirs(self, hosts: Iterable[str], path: str) -> None:
+        """Folder ``path`` (made here already) exists where these hosts run programs."""
+        ...
+
+    def push(self, files: dict[str, list[str]]) -> None:
+        """Files written here are there for the hosts that read them."""
+        ...
+
+    def missing(self, files: dict[str, list[str]]) -> list[str]:
+        """Those of the paths that the hosts' programs have not written (yet)."""
+        ...
+
+    def pull(self, files: dict[str, list[str]]) -> None:
+        """Files the hosts' programs wrote are here (those that exist)."""
+        ...
+
+
+class LocalFiles:
+    """``AgentFiles`` when every host runs on this machine: the files are already shared."""
+
+    def makedirs(self, hosts: Iterable[str], path: str) -> None:
+        pass
+
+    def push(self, files: dict[str, list[str]]) -> None:
+        pass
+
+    def missing(self, files: dict[str, list[str]]) -> list[str]:
+        return [p for paths in files.values() for p in paths if not os.path.exists(p)]
+
+    def pull(self, files: dict[str, list[str]]) -> None:
+        pass
 
 
 @runtime_checkable
@@ -27,6 +71,7 @@ class RunningLab(Protocol):
     #: ``popen``/``cmd`` to run programs there, ``sendCmd``/``waitOutput`` on its shell
     hosts: dict[str, Any]
     workdir: str  # this run's scratch folder, removed with the lab
+    files: AgentFiles  # that folder's files where the hosts' programs run
     run_id: str  # names this run's processes and records (``astral-lab clean``)
     pmtu: int  # the RoCE path MTU a replay uses unless told otherwise
     mtu: int | None  # every emulated interface's MTU (None: the kernel's default)
