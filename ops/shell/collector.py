@@ -189,10 +189,13 @@ class Collector:
         client = lab.client() if lab.rest_port else None
         if client is not None:
             client.timeout = min(client.timeout, max(0.5, kw.get("interval", 1.0)))
-        pids = {name: h.pid for name, h in lab.hosts.items()}
+        servers = getattr(lab, "servers", [])[1:]  # a cluster: the others, over SSH
+        # a host's own counters are read in its namespace, through a pid on this machine;
+        # a host on another server is seen by its switch port only
+        pids = {name: h.pid for name, h in lab.hosts.items()
+                if not servers or lab.server_of(name) == lab.servers[0]}  # type: ignore[attr-defined]
         sources = [netns_source(d.netns, d.pids()[-1]) for d in getattr(lab, "daemons", [])[1:]
                    if d.netns and d.pids()]
-        servers = getattr(lab, "servers", [])[1:]  # a cluster: the others, over SSH
         sources += [cluster_source(lambda argv, s=s: lab.run_on(s, argv))  # type: ignore[attr-defined]
                     for s in servers]
         return cls(lab.plan, store, client=client, host_pids=pids, sources=sources, **kw)

@@ -213,3 +213,26 @@ def test_a_cluster_servers_ports_come_in_one_command() -> None:
     assert state == {"spine0-eth1": ("up", 2)}
     down = col.cluster_source(lambda argv: subprocess.CompletedProcess(argv, 255, "", "x"))
     assert down() == ({}, {}, {})
+
+
+def test_a_cluster_collector_reads_host_namespaces_only_on_this_machine() -> None:
+    """A host on another server has a pid there, not here: reading ``/proc/<pid>`` here
+    would read some other process's namespace. Its link is read at its switch port, through
+    that server's source (one per other server)."""
+    from types import SimpleNamespace
+
+    plan = build("astral3", servers=4, gpus=2)
+    servers = ["lab", "w1"]
+    where = {h.name: servers[i % 2] for i, h in enumerate(plan.hosts)}
+    ran: list[str] = []
+    lab = SimpleNamespace(
+        plan=plan, rest_port=None, servers=servers, server_of=where.__getitem__,
+        hosts={h.name: SimpleNamespace(pid=100 + i) for i, h in enumerate(plan.hosts)},
+        run_on=lambda server, argv: ran.append(server))
+    c = col.Collector.for_lab(lab, None)
+    assert set(c.host_pids) == {h for h, s in where.items() if s == "lab"}
+    assert len(c.sources) == 1
+    c.sources[0]()
+    assert ran == ["w1"]
+    lab.servers, lab.server_of = [], None  # one machine: every host's namespace
+    assert set(col.Collector.for_lab(lab, None).host_pids) == set(where)
