@@ -302,10 +302,13 @@ class ServerFiles:
 
     def makedirs(self, hosts: Iterable[str], path: str) -> None:
         for server in self._by_server({h: [path] for h in hosts}):
-            q = shlex.quote(path)
-            if "made" in self._run(server, f"test -d {q} || {{ mkdir -p {q} && echo made; }}\n",
-                                   f"making {path}"):
-                self.made[server].append(path)
+            # the outermost folder that mkdir -p makes is the one to remove later
+            script = (f"d={shlex.quote(path)}; top=\n"
+                      'while [ ! -d "$d" ]; do top=$d; d=$(dirname "$d"); done\n'
+                      f'mkdir -p {shlex.quote(path)} && echo "made:$top"\n')
+            top = self._run(server, script, f"making {path}").strip().removeprefix("made:")
+            if top and top not in self.made[server]:
+                self.made[server].append(top)
 
     def push(self, files: dict[str, list[str]]) -> None:
         for server, paths in self._by_server(files).items():

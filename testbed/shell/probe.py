@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from traffic.shell.running import RunningLab
+from traffic.shell.running import RunningLab, pull_written, signal_program, wait_ready
 from vocab.flows import ROCE_PORT
 
 HEADER = struct.Struct("!Id")  # sequence number, send time (time.time())
@@ -86,6 +86,9 @@ def receive(port: int, duration: float | None, out: str) -> dict[str, Any]:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # on another server of a cluster it is stopped by signalling its SSH session here: the
+    # session's end hangs up its terminal there
+    signal.signal(signal.SIGHUP, on_signal)
     # written as soon as the socket is bound, so a starter can wait for it
     _write(out + ".ready", {"port": port})
     end = time.monotonic() + duration if duration else None
@@ -156,14 +159,11 @@ class Stream:
         for stale in (self.out, self.out + ".ready"):  # an earlier stream's on this port
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(stale)
+        self.lab.files.makedirs([self.dst], os.path.dirname(self.out))  # where it runs
         self._recv = self.lab.hosts[self.dst].popen(
             py + ["recv", "--port", str(self.port), "--out", self.out])
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.out + ".ready"):
-            if self._recv.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"probe receiver on {self.dst} did not start: "
-                                   f"{self._recv.communicate()[1]!r}")
-            time.sleep(0.02)
+        wait_ready(self.lab.files, {self.dst: (self._recv, self.out + ".ready")}, timeout=10,
+                   what="probe receiver")
         ip = self.lab.plan.node(self.dst).ip
         sports = ",".join(str(p) for p in self.sports)
         self._send = self.lab.hosts[self.src].popen(
@@ -178,8 +178,9 @@ class Stream:
             raise RuntimeError(f"probe sender failed: {err!r}")
         self.sent = json.loads(out)
         time.sleep(0.3)  # let the last packets land
-        self._recv.send_signal(signal.SIGTERM)
+        signal_program(self.lab, self.dst, self._recv, self.out)
         self._recv.communicate(timeout=10)
+        pull_written(self.lab.files, {self.dst: [self.out]})
         with open(self.out) as f:
             self.result = json.load(f)
         return self.result
@@ -189,6 +190,8 @@ class Stream:
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        if self._recv is not None and getattr(self.lab.hosts[self.dst], "isRemote", False):
+            signal_program(self.lab, self.dst, self._recv, self.out, "KILL")  # there too
 
     def __enter__(self) -> Stream:
         return self.start()

@@ -30,6 +30,7 @@ from ops.telemetry import link_components
 from testbed.shell import cleanup
 from testbed.shell.cluster import SSH_CONFIG_ENV, ClusterLab, tunnel_probe
 from testbed.shell.preflight import LabError
+from testbed.shell.probe import Stream
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.shell.replay import replay
@@ -140,6 +141,15 @@ def test_api_replay_and_collector(fake: FakeCluster, tunnel: str) -> None:
         res = replay(lab, flows, progress=False, label="fakecluster", timeout=120)
         assert res.bytes_received == res.bytes_sent == 3 * 256 * 1024, res.flows
         assert res.lost_packets == 0, res.flows
+
+        # 2b. a probe stream between the two fake servers: its receiver's ready file and
+        # report are written there, not here (each fake server has its own /tmp)
+        with Stream(lab, hosts[servers[1]][0], hosts[servers[2]][0], sports=range(50000, 50004),
+                    pps=50, duration=1.0) as st:
+            pass
+        got = st.result.get("flows", {})
+        assert sorted(got) == [str(p) for p in range(50000, 50004)], st.result
+        assert all(f["received"] > 0 for f in got.values()), st.result
 
         # 3. the ops collector reads the ports of both fake servers' switches
         col = Collector.for_lab(lab, None, interval=1.0)

@@ -422,26 +422,28 @@ def test_server_files_carry_a_replays_files_to_and_from_another_server(tmp_path:
     lab = ClusterLab(plan, ["localhost", "w1"], user="root", runner=runner)
     local, remote = "s0g0", "s3g1"
     assert lab.server_of(local) == "localhost" and lab.server_of(remote) == "w1"
-    work = here / "replay-1"
-    work.mkdir()
+    work = here / "scratch" / "replay-1"
+    work.mkdir(parents=True)
     lab.files.makedirs([local, remote], str(work))
-    assert (there / "replay-1").is_dir() and len(calls) == 1
+    assert (there / "scratch" / "replay-1").is_dir() and len(calls) == 1
+    lab.files.makedirs([remote], str(here / "scratch"))  # there already: not w1's to remove
+    assert lab.files.made == {"w1": [str(here / "scratch")]}  # the outermost it made
 
     spec, mine = work / "plan-s3g1.bin", work / "plan-s0g0.bin"
     spec.write_bytes(bytes(range(256)) * 3 + b"\n\x00end")
     mine.write_bytes(b"stays here")
     lab.files.push({remote: [str(spec)], local: [str(mine)]})
-    assert (there / "replay-1" / "plan-s3g1.bin").read_bytes() == spec.read_bytes()
-    assert not (there / "replay-1" / "plan-s0g0.bin").exists()
+    assert (there / "scratch" / "replay-1" / "plan-s3g1.bin").read_bytes() == spec.read_bytes()
+    assert not (there / "scratch" / "replay-1" / "plan-s0g0.bin").exists()
 
     ready = {remote: [str(work / "recv-s3g1.json.ready")], local: [str(work / "l.ready")]}
     assert sorted(lab.files.missing(ready)) == sorted(p for ps in ready.values() for p in ps)
-    (there / "replay-1" / "recv-s3g1.json.ready").touch()
+    (there / "scratch" / "replay-1" / "recv-s3g1.json.ready").touch()
     (work / "l.ready").touch()
     assert lab.files.missing(ready) == []
 
-    (there / "replay-1" / "recv-s3g1.json").write_text('{"bytes": 262144}')
-    (there / "replay-1" / "empty.json").write_text("")
+    (there / "scratch" / "replay-1" / "recv-s3g1.json").write_text('{"bytes": 262144}')
+    (there / "scratch" / "replay-1" / "empty.json").write_text("")
     reports = [str(work / n) for n in ("recv-s3g1.json", "empty.json", "never.json")]
     lab.files.pull({remote: reports})
     assert (work / "recv-s3g1.json").read_text() == '{"bytes": 262144}'
@@ -454,7 +456,7 @@ def test_server_files_carry_a_replays_files_to_and_from_another_server(tmp_path:
     assert len(calls) == n  # hosts on this machine share its files
 
     lab.files.remove()
-    assert not (there / "replay-1").exists() and work.is_dir()
+    assert not (there / "scratch").exists() and work.is_dir()
 
 
 def test_server_files_name_the_server_when_a_copy_fails(tmp_path: Any) -> None:

@@ -24,6 +24,7 @@ from testbed.shell.faults import Fault, FaultError, FaultInjector
 from testbed.shell.faults.link_degrade import degrade_commands, htb_rate_command
 from testbed.shell.lab import Lab, htb_commands
 from testbed.topologies import build
+from traffic.shell.running import LocalFiles
 from vocab.plan import WiringPlan
 
 
@@ -464,6 +465,7 @@ class FakeLab:
         self.controller_proc: Any = SimpleNamespace(pid=4242)
         self.use_controller = self.shape = True
         self.run_id, self.workdir, self.datapath = "fake", "/nonexistent", "fake"
+        self.files = LocalFiles()
         self.lock = threading.Lock()
 
     def set_link(self, a: str, b: str, up: bool, lane: int = 0) -> Any:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -42,7 +41,13 @@ from traffic import hostlb, native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import Plane, ReplaySpec
 from traffic.shell import native as helper
-from traffic.shell.running import RunningLab
+from traffic.shell.running import (
+    RunningLab,
+    pull_written,
+    signal_program,
+    stderr_now,
+    wait_ready,
+)
 from traffic.workload import Phase
 from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
@@ -339,7 +344,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
     expect = defaultdict(int)
     for f in flows:
         expect[f.dst] += f.bytes
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[tuple[str, subprocess.Popen[bytes], str]] = []  # host, Popen, its report
     recv: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     sent_files: dict[str, str] = {}
     dropping: list[str] = []
@@ -356,9 +361,10 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
             cmd = tp.recv_cmd(dst, out, out + ".ready")
             p = lab.hosts[dst].popen(cmd + ["--expect-bytes", str(expect[dst]),
                                             "--idle-timeout", f"{recv_idle_s:g}"])
-            procs.append(p)
+            procs.append((dst, p, out))
             recv[dst] = (p, out)
-        _wait_ready(lab, recv)
+        wait_ready(lab.files, {dst: (p, out + ".ready") for dst, (p, out) in recv.items()},
+                   timeout=20)
         spec_paths = {}
         for src, mine in sorted(by_src.items()):
             spec = _spec(lab, src, mine, pmtu, rate_mbps) | entropy
@@ -372,7 +378,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
         for src in sorted(by_src):
             p = lab.hosts[src].popen(tp.send_cmd(src, spec_paths[src], sent_files[src],
                                                  start_at))
-            procs.append(p)
+            procs.append((src, p, sent_files[src]))
             senders[src] = p
         end_by = time.monotonic() + lead_s + timeout
         while True:
@@ -384,31 +390,33 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
                 raise TimeoutError(f"senders still running after {timeout:.0f} s")
             time.sleep(0.1)
         bar.close()
-        failed = {s: _stderr(p) for s, p in senders.items() if p.returncode != 0}
+        failed = {s: stderr_now(p) for s, p in senders.items() if p.returncode != 0}
         if failed:
             raise RuntimeError(f"sender agents failed: {failed}")
         # receivers stop once they have every expected byte, or idle after the last packet
         end_by = time.monotonic() + recv_grace_s
-        for p, _out in recv.values():
+        for dst, (p, out) in recv.items():
             while p.poll() is None and time.monotonic() < end_by:
                 time.sleep(0.05)
             if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+                signal_program(lab, dst, p, out)
                 p.wait(timeout=10)
         reports: dict[str, list[str]] = defaultdict(list)
         for src, path in sent_files.items():
             reports[src].append(path)
         for dst, (_p, out) in recv.items():
             reports[dst] += tp.received_files(out)
-        lab.files.pull(reports)
+        pull_written(lab.files, reports)
         sent = {src: tp.read_sent(src, path, start_at) for src, path in sent_files.items()}
         received = {dst: tp.read_received(out) for dst, (_p, out) in recv.items()}
     finally:
         bar.close() if bar.enabled else None
-        for p in procs:
+        for host, p, marker in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+            if getattr(lab.hosts.get(host), "isRemote", False):  # its SSH session ended here
+                signal_program(lab, host, p, marker, "KILL")
         drop_roce(lab, dropping, undo=True)
     result = _result(lab, flows, sent, received, int(start_at * 1e9), pol.label
                      if pol.name != mode or pol.options else mode)
@@ -444,33 +452,6 @@ def drop_roce(lab: RunningLab, hosts: list[str], undo: bool = False) -> None:
         lab.hosts[name].sendCmd(cmd)
     for name in hosts:
         lab.hosts[name].waitOutput()
-
-
-def _wait_ready(lab: RunningLab, recv: dict[str, tuple[subprocess.Popen[bytes], str]],
-                timeout: float = 20.0) -> None:
-    """Until every receiver has touched its ready file (where it runs: ``lab.files``)."""
-    ready = {dst: [out + ".ready"] for dst, (_p, out) in recv.items()}
-    deadline = time.monotonic() + timeout
-    while left := set(lab.files.missing(ready)):
-        for dst, (p, out) in recv.items():
-            if out + ".ready" in left and (p.poll() is not None or time.monotonic() > deadline):
-                raise RuntimeError(f"receiver on {dst} did not start: {_stderr(p)}")
-        time.sleep(0.02)
-
-
-def _stderr(p: subprocess.Popen[bytes]) -> str:
-    """What an exited agent wrote to stderr, as much as is there now: never waits, because
-    a process the agent left behind (``mnexec -d`` forks) may hold the pipe open for good."""
-    if p.poll() is None:
-        return "(still running)"
-    if p.stderr is None:
-        return ""
-    os.set_blocking(p.stderr.fileno(), False)
-    try:
-        err = p.stderr.read() or b""
-    except OSError:
-        err = b""
-    return err.decode(errors="replace")[-500:]
 
 
 def _spec(lab: RunningLab, src: str, flows: list[FlowSpec], pmtu: int,

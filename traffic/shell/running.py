@@ -11,7 +11,10 @@ sidecars stay the Lab's own.
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 import subprocess
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
@@ -60,6 +63,58 @@ class LocalFiles:
 
     def pull(self, files: dict[str, list[str]]) -> None:
         pass
+
+
+def wait_ready(files: AgentFiles, programs: dict[str, tuple[Any, str]], timeout: float,
+               what: str = "receiver") -> None:
+    """Until each host's program (``host -> (Popen, ready file)``) has touched its ready file,
+    wherever it runs; ``RuntimeError`` naming the host if one exits or ``timeout`` passes
+    first."""
+    ready = {host: [path] for host, (_p, path) in programs.items()}
+    deadline = time.monotonic() + timeout
+    while left := set(files.missing(ready)):
+        for host, (p, path) in programs.items():
+            if path in left and (p.poll() is not None or time.monotonic() > deadline):
+                err = stderr_now(p)
+                raise RuntimeError(f"{what} on {host} did not start" + (f": {err}" if err else ""))
+        time.sleep(0.02)
+
+
+def pull_written(files: AgentFiles, reports: dict[str, list[str]], timeout: float = 10.0) -> None:
+    """Bring the hosts' reports here once they are written (``timeout`` at most): a program
+    on another server was stopped through its SSH session, and writes its report after."""
+    deadline = time.monotonic() + timeout
+    while files.missing(reports) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    files.pull(reports)
+
+
+def signal_program(lab: Any, host: str, p: Any, marker: str, sig: str = "TERM") -> None:
+    """Send ``sig`` to a program started in ``host`` (``p``: its Popen here), found there by
+    ``marker``, a string only its command line holds (its report's path). A program on
+    another server of a cluster is a child of an SSH session whose signals stay here, so
+    the host's own shell, on that server, signals it by name instead."""
+    if p.poll() is not None and not getattr(lab.hosts[host], "isRemote", False):
+        return
+    if getattr(lab.hosts[host], "isRemote", False):
+        lab.hosts[host].cmd(f"pkill -{sig} -f -- {shlex.quote(marker)}")
+    else:
+        p.send_signal(getattr(signal, f"SIG{sig}"))
+
+
+def stderr_now(p: Any) -> str:
+    """What an exited program wrote to stderr, as much as is there now: never waits, because
+    a process it left behind (``mnexec -d`` forks) may hold the pipe open for good."""
+    if p.poll() is None:
+        return "(still running)"
+    if getattr(p, "stderr", None) is None:
+        return ""
+    os.set_blocking(p.stderr.fileno(), False)
+    try:
+        err = p.stderr.read() or b""
+    except OSError:
+        err = b""
+    return err.decode(errors="replace")[-500:].strip()
 
 
 @runtime_checkable

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import Any
 from testbed.faultmarks import ENV_MARK
 from testbed.faultspec import HOT_PAYLOAD, HOT_PORT, HOT_SPORT_BASE, MAX_HOT_SENDERS, hot_streams
 from testbed.shell.faults import FaultContext, FaultError, Handle
+from traffic.shell.running import pull_written, signal_program, wait_ready
 
 
 def apply(ctx: FaultContext, handle: Handle) -> None:
@@ -29,17 +29,17 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
     procs: list[subprocess.Popen[bytes]] = []
     handle.info.update(procs=procs, out=out, streams=streams)
     try:
+        lab.files.makedirs([f.target], os.path.dirname(out))  # where it runs
         recv = lab.hosts[f.target].popen(
             py + ["recv", "--port", str(HOT_PORT), "--out", out,
                   "--duration", f"{seconds:.1f}"], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         procs.append(recv)
         handle.info["recv"] = recv
-        deadline = time.monotonic() + 15
-        while not os.path.exists(out + ".ready"):
-            if recv.poll() is not None or time.monotonic() > deadline:
-                raise FaultError(f"hot-receiver: receiver on {f.target} did not start")
-            time.sleep(0.02)
+        try:
+            wait_ready(lab.files, {f.target: (recv, out + ".ready")}, timeout=15)
+        except RuntimeError as exc:
+            raise FaultError(f"hot-receiver: {exc}") from None
         ip = ctx.plan.node(f.target).ip
         for s in streams:
             procs.append(lab.hosts[s["src"]].popen(
@@ -48,19 +48,21 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
                       "--duration", f"{seconds:.1f}", "--size", str(HOT_PAYLOAD)],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     except BaseException:
-        _stop(handle)
+        _stop(handle, lab)
         raise
     handle.info["detail"] = {"sources": [s["src"] for s in streams],
                              "offered_mbps": round(sum(s["mbps"] for s in streams), 3)}
 
 
 def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
-    _stop(handle)
+    _stop(handle, ctx.lab)
     left = [p.pid for p in handle.info["procs"] if p.poll() is None]
     if left:
         raise FaultError(f"hot-receiver: processes still running: {left}")
     received: dict[str, int] = {}
     src_of = {str(s["sport"]): s["src"] for s in handle.info["streams"]}
+    with contextlib.suppress(Exception):
+        pull_written(ctx.lab.files, {handle.fault.target: [handle.info["out"]]}, timeout=5)
     with contextlib.suppress(OSError, ValueError), open(handle.info["out"]) as fh:
         for sport, flow in json.load(fh).get("flows", {}).items():
             if sport in src_of:
@@ -69,7 +71,7 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     return {"received_packets": received}
 
 
-def _stop(handle: Handle) -> None:
+def _stop(handle: Handle, lab: Any) -> None:
     """Senders killed first, then the receiver told to stop once packets in flight landed
     (SIGTERM: it writes what it received), killed if it does not."""
     procs = handle.info.get("procs", [])
@@ -83,7 +85,7 @@ def _stop(handle: Handle) -> None:
                 p.wait(timeout=5)
     if recv is not None and recv.poll() is None:
         time.sleep(0.2)  # packets in flight land
-        recv.send_signal(signal.SIGTERM)
+        signal_program(lab, handle.fault.target, recv, handle.info["out"])
         try:
             recv.wait(timeout=5)
         except subprocess.TimeoutExpired:
