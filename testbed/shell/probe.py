@@ -86,9 +86,6 @@ def receive(port: int, duration: float | None, out: str) -> dict[str, Any]:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    # on another server of a cluster it is stopped by signalling its SSH session here: the
-    # session's end hangs up its terminal there
-    signal.signal(signal.SIGHUP, on_signal)
     # written as soon as the socket is bound, so a starter can wait for it
     _write(out + ".ready", {"port": port})
     end = time.monotonic() + duration if duration else None
