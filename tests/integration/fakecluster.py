@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -58,6 +59,15 @@ def _must(*argv: str) -> None:
     proc = _run(list(argv))
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip()[:300]}")
+
+
+def _under_tmp() -> list[str]:
+    """This checkout and the Python running the lab, relative to /tmp, where they are under
+    it (a fresh clone there, as a test run from a temporary folder makes)."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    paths = {os.path.realpath(repo), os.path.realpath(sys.prefix)}
+    rel = sorted(os.path.relpath(p, "/tmp") for p in paths if p.startswith("/tmp/"))
+    return [r for r in rel if not any(r.startswith(o + "/") for o in rel if o != r)]
 
 
 def available() -> str | None:
@@ -155,9 +165,15 @@ class FakeCluster:
         log = open(os.path.join(self.dir, f"sshd{i}.log"), "wb")  # noqa: SIM115
         try:
             # a /tmp of its own, as a real server has: the lab's scratch folder (a replay's
-            # specs and reports) exists there only if the lab copies it there
+            # specs and reports) exists there only if the lab copies it there. A checkout
+            # (and its venv) under /tmp stays visible: a real server has its own copy there
+            host_tmp = os.path.join(self.dir, f"host-tmp{i}")
+            os.makedirs(host_tmp, exist_ok=True)
+            keep = "".join(f" && mkdir -p /tmp/{r} && mount --bind {host_tmp}/{r} /tmp/{r}"
+                           for r in _under_tmp())
             private_tmp = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                           f"mount -t tmpfs astral-fk{i} /tmp && exec {SSHD} -D -e -f {cfg}"]
+                           f"mount --bind /tmp {host_tmp} && mount -t tmpfs astral-fk{i} /tmp"
+                           f"{keep} && exec {SSHD} -D -e -f {cfg}"]
             return subprocess.Popen(d.ns(private_tmp), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
