@@ -85,6 +85,7 @@ from testbed.shell.clustercheck import (
 from testbed.shell.lab import OVS_PORT_RCVBUF, Lab, _socket_buffers, htb_commands
 from testbed.shell.mntopo import OF_PROTOCOLS
 from traffic.roce import DEFAULT_PMTU, largest_roce_pmtu
+from traffic.shell.running import LocalFiles
 from vocab.plan import WiringPlan
 
 # --- MTU -----------------------------------------------------------------------------------
@@ -322,7 +323,7 @@ class ServerFiles:
     def missing(self, files: dict[str, list[str]]) -> list[str]:
         remote = self._by_server(files)
         here = {h: ps for h, ps in files.items() if self.lab._local(self.lab.server_of(h))}
-        gone = [p for ps in here.values() for p in ps if not os.path.exists(p)]
+        gone = LocalFiles().missing(here)
         for server, paths in remote.items():
             out = self._run(server, "".join(f"test -e {shlex.quote(p)} || echo {shlex.quote(p)}\n"
                                             for p in paths), "looking for files")

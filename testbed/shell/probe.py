@@ -27,7 +27,13 @@ import sys
 import time
 from typing import Any
 
-from traffic.shell.running import RunningLab, pull_written, signal_program, wait_ready
+from traffic.shell.running import (
+    RunningLab,
+    kill_program,
+    pull_written,
+    signal_program,
+    wait_ready,
+)
 from vocab.flows import ROCE_PORT
 
 HEADER = struct.Struct("!Id")  # sequence number, send time (time.time())
@@ -183,12 +189,11 @@ class Stream:
         return self.result
 
     def stop(self) -> None:
-        for proc in (self._send, self._recv):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        if self._recv is not None and getattr(self.lab.hosts[self.dst], "isRemote", False):
-            signal_program(self.lab, self.dst, self._recv, self.out, "KILL")  # there too
+        if self._send is not None and self._send.poll() is None:
+            self._send.kill()  # paced for a duration: ends by itself wherever it runs
+            self._send.wait()
+        if self._recv is not None:
+            kill_program(self.lab, self.dst, self._recv, self.out)
 
     def __enter__(self) -> Stream:
         return self.start()

@@ -43,6 +43,7 @@ from traffic.roce import Plane, ReplaySpec
 from traffic.shell import native as helper
 from traffic.shell.running import (
     RunningLab,
+    kill_program,
     pull_written,
     signal_program,
     stderr_now,
@@ -412,11 +413,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
     finally:
         bar.close() if bar.enabled else None
         for host, p, marker in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            if getattr(lab.hosts.get(host), "isRemote", False):  # its SSH session ended here
-                signal_program(lab, host, p, marker, "KILL")
+            kill_program(lab, host, p, marker)
         drop_roce(lab, dropping, undo=True)
     result = _result(lab, flows, sent, received, int(start_at * 1e9), pol.label
                      if pol.name != mode or pol.options else mode)

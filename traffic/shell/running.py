@@ -94,12 +94,19 @@ def signal_program(lab: Any, host: str, p: Any, marker: str, sig: str = "TERM") 
     ``marker``, a string only its command line holds (its report's path). A program on
     another server of a cluster is a child of an SSH session whose signals stay here, so
     the host's own shell, on that server, signals it by name instead."""
-    if p.poll() is not None and not getattr(lab.hosts[host], "isRemote", False):
-        return
     if getattr(lab.hosts[host], "isRemote", False):
         lab.hosts[host].cmd(f"pkill -{sig} -f -- {shlex.quote(marker)}")
-    else:
+    elif p.poll() is None:
         p.send_signal(getattr(signal, f"SIG{sig}"))
+
+
+def kill_program(lab: Any, host: str, p: Any, marker: str) -> None:
+    """Kill a program started in ``host`` wherever it runs (``signal_program``), and reap
+    its Popen here."""
+    signal_program(lab, host, p, marker, "KILL")
+    if p.poll() is None:
+        p.kill()
+    p.wait()
 
 
 def stderr_now(p: Any) -> str:
