@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# `vagrant up` for real, with the libvirt provider: one VM (the demo, the unit tests), then two
-# (Cluster Edition across two kernels over GRE). Not part of `make test`: under QEMU's software
-# emulation it takes tens of minutes per VM (docs/vagrant.md has what was measured).
+# `vagrant up` for real, with the libvirt provider: the lab VM (a fabric, the demo, the unit
+# tests) and Cluster Edition across two kernels over GRE (lab + worker1). Not part of `make test`:
+# under QEMU's software emulation each VM takes tens of minutes (docs/vagrant.md has the times).
 #
-#   bash scripts/vagrant-check.sh            one VM, then two
-#   bash scripts/vagrant-check.sh one        lab only: up, fabric, demo, unit tests, destroy
-#   bash scripts/vagrant-check.sh two        LAB_WORKERS=1: up, cluster fabric, replay, destroy
+#   bash scripts/vagrant-check.sh        both VMs brought up once; the cluster checks, then lab's
+#                                        own (fabric, demo, unit tests); destroy
+#   bash scripts/vagrant-check.sh one    `vagrant up lab` only: fabric, demo, unit tests, destroy
+#   bash scripts/vagrant-check.sh two    LAB_WORKERS=1: cluster fabric, replay, destroy
 #
 # Needs vagrant, vagrant-libvirt, a running libvirtd the user may use (root, or group libvirt)
 # and the box debian/bookworm64 for libvirt (offline: sudo bash scripts/build-vagrant-box.sh).
@@ -165,15 +166,8 @@ demo_in_lab() {
     echo "$PROG: the demo failed, and not at the fidelity guard (exit $rc)"; return 1
 }
 
-one_vm() {
-    BROUGHT_UP=1
-    step "vagrant up lab --provider libvirt (boot + scripts/setup.sh)" \
-        vagrant up lab --provider libvirt
-    grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ *lab: */   /' | tee -a "$SUMMARY" || true
-    domain_type lab
-    step "in lab: stock kernel, openvswitch module, emulation" in_vm lab \
-        'uname -r; systemd-detect-virt; grep -m1 "model name" /proc/cpuinfo; nproc; lsmod | grep -w openvswitch; sudo ovs-vsctl --version | head -1'
-    sed 's/^/   /' "$STEP_LOG" | tee -a "$SUMMARY"
+# lab's own checks, on one kernel: the default fabric with every pair, then the demo.
+lab_checks() {
     snapshot lab before
     step "in lab: astral-lab up astral3 --no-cli (default fabric, all pairs)" in_vm lab \
         'cd /vagrant && sudo .venv/bin/astral-lab up astral3 --no-cli'
@@ -184,13 +178,38 @@ one_vm() {
     local line
     line=$(grep -m1 'astral-lab demo: error:' "$STEP_LOG" || true)
     [ -z "$line" ] || say "   refused by the fidelity guard, as expected under emulation: ${line:0:400}"
+    step "lab: nothing left of the runs" same_as_before lab
+}
+
+# The unit tests last: under emulation they take longer than everything else together.
+unit_in_lab() {
     step "in lab: sudo make unit" in_vm lab 'cd /vagrant && sudo make unit'
     grep -E '^=+ .*(passed|failed).* in ' "$STEP_LOG" | tail -1 | sed 's/^/   /' | tee -a "$SUMMARY" || true
-    step "lab: nothing left of the runs" same_as_before lab
-    step "vagrant destroy -f lab" vagrant destroy -f lab
+}
+
+about_lab() {
+    domain_type lab
+    step "in lab: stock kernel, openvswitch module, emulation" in_vm lab \
+        'uname -r; systemd-detect-virt; grep -m1 "model name" /proc/cpuinfo; nproc; lsmod | grep -w openvswitch; sudo ovs-vsctl --version | head -1'
+    sed 's/^/   /' "$STEP_LOG" | tee -a "$SUMMARY"
+}
+
+destroyed() {   # destroyed WHAT: vagrant destroy -f, then nothing of the checkout left in libvirt
+    step "vagrant destroy -f ($1)" destroy_all
     step "libvirt: nothing left (domains, volumes, networks)" leftovers
     sed 's/^/   /' "$STEP_LOG" | tee -a "$SUMMARY"
     BROUGHT_UP=0
+}
+
+one_vm() {
+    BROUGHT_UP=1
+    step "vagrant up lab --provider libvirt (boot + scripts/setup.sh)" \
+        vagrant up lab --provider libvirt
+    grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ *lab: */   /' | tee -a "$SUMMARY" || true
+    about_lab
+    lab_checks
+    unit_in_lab
+    destroyed lab
 }
 
 # --- 2. two VMs: Cluster Edition across two kernels --------------------------------------------
@@ -218,14 +237,17 @@ with make_lab(plan, ["lab", "worker1"], lb="ecmp") as lab:
     sys.exit(0 if res.bytes_received == res.bytes_sent else 1)
 '
 
-two_vms() {
+up_two() {
     BROUGHT_UP=1
     step "LAB_WORKERS=1 vagrant up (lab + worker1, provisioned)" \
         env LAB_WORKERS=1 vagrant up --provider libvirt
     grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ */   /' | tee -a "$SUMMARY" || true
-    domain_type lab
-    domain_type worker1
     export LAB_WORKERS=1
+    about_lab
+    domain_type worker1
+}
+
+cluster_checks() {
     step "private network: lab and worker1 reach each other by name" in_vm lab \
         'ping -c 2 -q worker1 && ssh -o BatchMode=yes worker1 hostname && sudo ssh -o BatchMode=yes vagrant@worker1 "sudo -n true && uname -r"'
     in_vm worker1 'chronyc -n tracking' 2>&1 | grep -E 'Reference ID|System time' | sed 's/^/   worker1 chrony: /' | tee -a "$SUMMARY" || true
@@ -240,14 +262,27 @@ two_vms() {
     grep 'replay across GRE' "$STEP_LOG" | sed 's/^/   /' | tee -a "$SUMMARY" || true
     step "lab: nothing left of the runs" same_as_before lab
     step "worker1: nothing left of the runs" same_as_before worker1
-    step "vagrant destroy -f (lab, worker1)" destroy_all
-    step "libvirt: nothing left (domains, volumes, networks)" leftovers
-    sed 's/^/   /' "$STEP_LOG" | tee -a "$SUMMARY"
-    BROUGHT_UP=0
+}
+
+two_vms() {
+    up_two
+    cluster_checks
+    destroyed "lab, worker1"
+}
+
+# Both halves on one provisioning: worker1 is halted once the cluster checks are done, so lab
+# has the host's CPU for its own.
+both() {
+    up_two
+    cluster_checks
+    step "vagrant halt worker1 (done with it)" vagrant halt worker1
+    lab_checks
+    unit_in_lab
+    destroyed "lab, worker1"
 }
 
 case $WHAT in
     one) one_vm ;;
     two) two_vms ;;
-    all) one_vm; two_vms ;;
+    all) both ;;
 esac
