@@ -12,13 +12,14 @@
 # and the box debian/bookworm64 for libvirt (offline: sudo bash scripts/build-vagrant-box.sh).
 # Prints one line per step with its time; full output in results/vagrant-check-<time>/.
 # Whatever fails or is interrupted, the machines it brought up are destroyed (KEEP=1 keeps
-# them for a look: then `vagrant destroy -f` yourself).
+# them for a look: then `vagrant destroy -f` yourself). REUSE=1 runs the check on the machines
+# KEEP=1 left (after a fix: `vagrant up --provision` instead of a new hour of provisioning).
 set -euo pipefail
 
 PROG=vagrant-check.sh
 cd -P -- "$(dirname -- "${BASH_SOURCE[0]}")/.."
 WHAT=${1:-all}
-case $WHAT in one|two|all) ;; -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+case $WHAT in one|two|all) ;; -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "$PROG: error: unknown argument $WHAT (one, two or all)" >&2; exit 2 ;; esac
 
 LOGS=${LOGS:-results/vagrant-check-$(date +%Y%m%d-%H%M%S)}
@@ -115,10 +116,16 @@ vagrant plugin list 2>/dev/null | grep -q vagrant-libvirt || die "the vagrant-li
 virsh -c "$URI" version >/dev/null 2>&1 || die "cannot reach libvirt at $URI (is libvirtd running, may this user use it?)"
 vagrant box list 2>/dev/null | grep -q '^debian/bookworm64 *(libvirt' \
     || die "no debian/bookworm64 box for libvirt: sudo bash scripts/build-vagrant-box.sh (offline), or vagrant box add debian/bookworm64 --provider libvirt"
-if LAB_WORKERS=1 vagrant status --machine-readable 2>/dev/null | grep ',state,' | grep -vq ',state,not_created'; then
-    die "this checkout already has Vagrant machines (vagrant status): destroy them first, or run the check from another clone"
+UP=(vagrant up --provider libvirt)
+if [ "${REUSE:-0}" = 1 ]; then
+    UP+=(--provision)   # kept machines: provisioned again (setup.sh and the cluster step rerun)
+    say "REUSE=1: on the machines a run before kept, provisioned again, not from a clean state"
+else
+    if LAB_WORKERS=1 vagrant status --machine-readable 2>/dev/null | grep ',state,' | grep -vq ',state,not_created'; then
+        die "this checkout already has Vagrant machines (vagrant status): destroy them first, REUSE=1 to check them, or run the check from another clone"
+    fi
+    leftovers > "$LOGS/00-leftovers-before.log" 2>&1 || die "libvirt objects named $PREFIX* exist already: $(cat "$LOGS/00-leftovers-before.log")"
 fi
-leftovers > "$LOGS/00-leftovers-before.log" 2>&1 || die "libvirt objects named $PREFIX* exist already: $(cat "$LOGS/00-leftovers-before.log")"
 say "$(vagrant --version), $(vagrant plugin list 2>/dev/null | grep vagrant-libvirt), $(virsh -c "$URI" version 2>/dev/null | grep -i 'running hypervisor' | sed 's/.*: *//'); box $(vagrant box list | grep '^debian/bookworm64 *(libvirt' | head -1)"
 say "astral-lab $(git log -1 --format='%h %cs' 2>/dev/null || echo '(not a git checkout)'); logs in $LOGS"
 
@@ -203,8 +210,7 @@ destroyed() {   # destroyed WHAT: vagrant destroy -f, then nothing of the checko
 
 one_vm() {
     BROUGHT_UP=1
-    step "vagrant up lab --provider libvirt (boot + scripts/setup.sh)" \
-        vagrant up lab --provider libvirt
+    step "${UP[*]} lab (boot + scripts/setup.sh)" "${UP[@]}" lab
     grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ *lab: */   /' | tee -a "$SUMMARY" || true
     about_lab
     lab_checks
@@ -239,8 +245,8 @@ with make_lab(plan, ["lab", "worker1"], lb="ecmp") as lab:
 
 up_two() {
     BROUGHT_UP=1
-    step "LAB_WORKERS=1 vagrant up (lab + worker1, provisioned)" \
-        env LAB_WORKERS=1 vagrant up --provider libvirt
+    step "LAB_WORKERS=1 ${UP[*]} (lab + worker1, provisioned)" \
+        env LAB_WORKERS=1 "${UP[@]}"
     grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ */   /' | tee -a "$SUMMARY" || true
     export LAB_WORKERS=1
     about_lab
