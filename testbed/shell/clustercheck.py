@@ -221,8 +221,9 @@ def precheck_servers(servers: Sequence[str], runner: Runner, *, user: str,
         elif got.stdout.strip() != version:
             say(f"{server}: astral-lab {got.stdout.strip()} installed, this machine runs "
                 f"{version}; install the same version on every server")
-        tools = run(["sh", "-c", " ; ".join(f"command -v {t} >/dev/null || echo {t}"
-                                            for t in REQUIRED_TOOLS)])
+        # as root, as the lab will run them: a user's PATH may lack /sbin (ethtool, tc)
+        tools = run([*sudo, "sh", "-c", " ; ".join(f"command -v {t} >/dev/null || echo {t}"
+                                                   for t in REQUIRED_TOOLS)])
         missing = tools.stdout.split()
         if tools.returncode != 0 or missing:
             say(f"{server}: missing {', '.join(missing) or 'tools'} (run scripts/setup.sh)")

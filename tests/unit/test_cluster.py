@@ -178,7 +178,8 @@ def test_mtu_leaves_room_for_gre_and_roce() -> None:
 class FakeServers:
     """A runner that answers like servers would; records every command."""
 
-    def __init__(self, **broken: str) -> None:
+    def __init__(self, user: str = "vagrant", **broken: str) -> None:
+        self.user = user  # who logs in: a user's PATH on Debian has no /sbin, /usr/sbin
         self.broken = broken  # server -> what is wrong with it
         self.calls: list[tuple[str, list[str]]] = []
 
@@ -199,6 +200,8 @@ class FakeServers:
         if "astral-tchk" in text:
             return CommandResult(2 if fault == "nogre" else 0, "", "Unknown device type")
         if "command -v" in text:
+            if self.user != "root" and argv[:2] != ["sudo", "-n"]:
+                return CommandResult(0, "ethtool\ntc\n")
             return CommandResult(0, "fping\n" if fault == "tools" else "")
         if "ovs-vsctl" in argv:
             return CommandResult(1 if fault == "ovs" else 0)
@@ -287,7 +290,7 @@ def test_default_version_is_the_packages_and_needs_no_cli_import() -> None:
     out = subprocess.run([sys.executable, "-c", probe], cwd=root, capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() == "False"
-    servers = FakeServers()
+    servers = FakeServers(user="root")
 
     def same_version(server: str, argv: Sequence[str], stdin: str | None) -> CommandResult:
         if "astral_lab.__version__" in " ".join(argv):
