@@ -116,9 +116,7 @@ vagrant plugin list 2>/dev/null | grep -q vagrant-libvirt || die "the vagrant-li
 virsh -c "$URI" version >/dev/null 2>&1 || die "cannot reach libvirt at $URI (is libvirtd running, may this user use it?)"
 vagrant box list 2>/dev/null | grep -q '^debian/bookworm64 *(libvirt' \
     || die "no debian/bookworm64 box for libvirt: sudo bash scripts/build-vagrant-box.sh (offline), or vagrant box add debian/bookworm64 --provider libvirt"
-UP=(vagrant up --provider libvirt)
 if [ "${REUSE:-0}" = 1 ]; then
-    UP+=(--provision)   # kept machines: provisioned again (setup.sh and the cluster step rerun)
     say "REUSE=1: on the machines a run before kept, provisioned again, not from a clean state"
 else
     if LAB_WORKERS=1 vagrant status --machine-readable 2>/dev/null | grep ',state,' | grep -vq ',state,not_created'; then
@@ -155,6 +153,16 @@ same_as_before() {   # same_as_before MACHINE
         echo "$1: nothing left ($(wc -l < "$LOGS/snap-$1-after.txt") items, as before)"
     else
         echo "$1: the run left the lines marked > above"; return 1
+    fi
+}
+
+# vagrant up [MACHINE]; with REUSE=1 the kept machines get this checkout again (`vagrant rsync`)
+# and are provisioned again (setup.sh and the cluster step rerun).
+up() {
+    if [ "${REUSE:-0}" = 1 ]; then
+        vagrant rsync "$@" && vagrant up --provider libvirt --provision "$@"
+    else
+        vagrant up --provider libvirt "$@"
     fi
 }
 
@@ -210,7 +218,7 @@ destroyed() {   # destroyed WHAT: vagrant destroy -f, then nothing of the checko
 
 one_vm() {
     BROUGHT_UP=1
-    step "${UP[*]} lab (boot + scripts/setup.sh)" "${UP[@]}" lab
+    step "vagrant up lab --provider libvirt (boot + scripts/setup.sh)" up lab
     grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ *lab: */   /' | tee -a "$SUMMARY" || true
     about_lab
     lab_checks
@@ -245,10 +253,9 @@ with make_lab(plan, ["lab", "worker1"], lb="ecmp") as lab:
 
 up_two() {
     BROUGHT_UP=1
-    step "LAB_WORKERS=1 ${UP[*]} (lab + worker1, provisioned)" \
-        env LAB_WORKERS=1 "${UP[@]}"
-    grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ */   /' | tee -a "$SUMMARY" || true
     export LAB_WORKERS=1
+    step "LAB_WORKERS=1 vagrant up (lab + worker1, provisioned)" up
+    grep -E 'setup.sh: done in' "$STEP_LOG" | sed 's/^ */   /' | tee -a "$SUMMARY" || true
     about_lab
     domain_type worker1
 }
