@@ -165,7 +165,7 @@ class Stream:
         self.lab.files.makedirs([self.dst], os.path.dirname(self.out))  # where it runs
         self._recv = self.lab.hosts[self.dst].popen(
             py + ["recv", "--port", str(self.port), "--out", self.out])
-        wait_ready(self.lab.files, {self.dst: (self._recv, self.out + ".ready")}, timeout=10,
+        wait_ready(self.lab.files, {self.dst: (self._recv, self.out + ".ready")},
                    what="probe receiver")
         ip = self.lab.plan.node(self.dst).ip
         sports = ",".join(str(p) for p in self.sports)

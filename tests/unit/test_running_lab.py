@@ -5,6 +5,7 @@ each, and each method takes the arguments the contract passes it."""
 from __future__ import annotations
 
 import inspect
+import time
 from typing import Any
 
 import pytest
@@ -65,3 +66,30 @@ def test_the_check_finds_a_lab_that_lacks_a_member(plan: Any) -> None:
     del lab.workdir
     assert not isinstance(lab, RunningLab)
     assert _takes(Partial.set_link, RunningLab.set_link) == ["up: missing", "lane: missing"]
+
+
+def test_wait_ready_waits_for_a_slow_program_and_reports_an_exited_one_at_once() -> None:
+    from traffic.shell import running
+
+    class Files(running.LocalFiles):
+        def __init__(self, polls: int) -> None:
+            self.polls = polls
+
+        def missing(self, files: dict[str, list[str]]) -> list[str]:
+            self.polls -= 1
+            return [p for paths in files.values() for p in paths] if self.polls > 0 else []
+
+    class Program:
+        def __init__(self, code: int | None) -> None:
+            self.code, self.stderr = code, None
+
+        def poll(self) -> int | None:
+            return self.code
+
+    slow = Files(polls=5)
+    running.wait_ready(slow, {"h1": (Program(None), "/x/out.ready")})
+    assert slow.polls == 0  # asked until the file was there, no deadline reached
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="receiver on h2 did not start"):
+        running.wait_ready(Files(polls=10**9), {"h2": (Program(1), "/x/out.ready")})
+    assert time.monotonic() - t0 < running.AGENT_START_S

@@ -364,8 +364,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
                                             "--idle-timeout", f"{recv_idle_s:g}"])
             procs.append((dst, p, out))
             recv[dst] = (p, out)
-        wait_ready(lab.files, {dst: (p, out + ".ready") for dst, (p, out) in recv.items()},
-                   timeout=20)
+        wait_ready(lab.files, {dst: (p, out + ".ready") for dst, (p, out) in recv.items()})
         spec_paths = {}
         for src, mine in sorted(by_src.items()):
             spec = _spec(lab, src, mine, pmtu, rate_mbps) | entropy

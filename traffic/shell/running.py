@@ -65,8 +65,14 @@ class LocalFiles:
         pass
 
 
-def wait_ready(files: AgentFiles, programs: dict[str, tuple[Any, str]], timeout: float,
-               what: str = "receiver") -> None:
+#: How long a program that is still running may take to say it is ready. Generous on purpose:
+#: one that exits is reported at once, and one that is only slow to start (a loaded server, an
+#: emulated VM, imports over SSH-mounted or cold disks) is not a failure.
+AGENT_START_S = 120.0
+
+
+def wait_ready(files: AgentFiles, programs: dict[str, tuple[Any, str]],
+               timeout: float = AGENT_START_S, what: str = "receiver") -> None:
     """Until each host's program (``host -> (Popen, ready file)``) has touched its ready file,
     wherever it runs; ``RuntimeError`` naming the host if one exits or ``timeout`` passes
     first."""
