@@ -461,6 +461,18 @@ _WORKER_BYTES_PER_FLOW = 6_000
 _WORKER_BYTES = 300 << 20
 
 
+def _mem_available() -> int | None:
+    """The kernel's estimate of memory available without swapping (None: not Linux)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def auto_jobs(flows: int, policies: int) -> int:
     """How many policies to model at once: one per CPU this process may run on, as many as
     the available memory holds workers of this size, never more than the policies."""
@@ -468,14 +480,7 @@ def auto_jobs(flows: int, policies: int) -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    avail = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    avail = _mem_available()
     by_memory = cpus if avail is None else \
         avail // (_WORKER_BYTES + _WORKER_BYTES_PER_FLOW * flows)
     return max(1, min(cpus, policies, int(by_memory)))

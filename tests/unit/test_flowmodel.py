@@ -622,6 +622,8 @@ def test_policies_in_worker_processes_match_one_process():
 
 
 def test_auto_jobs_is_bounded_by_cpus_policies_and_memory(monkeypatch):
+    # this machine's free memory is not the test's: a small VM would hold fewer workers
+    monkeypatch.setattr(perflow, "_mem_available", lambda: 64 << 30)
     monkeypatch.setattr(perflow.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
     assert fm.auto_jobs(1000, 4) == 4
     assert fm.auto_jobs(1000, 1) == 1
@@ -629,6 +631,10 @@ def test_auto_jobs_is_bounded_by_cpus_policies_and_memory(monkeypatch):
     assert fm.auto_jobs(1000, 4) == 1
     monkeypatch.setattr(perflow.os, "sched_getaffinity", lambda pid: set(range(64)))
     assert fm.auto_jobs(10**12, 4) == 1  # no machine holds four workers of that size
+    monkeypatch.setattr(perflow, "_mem_available", lambda: 1 << 30)
+    assert fm.auto_jobs(1000, 4) == 3  # 1 GiB holds three workers of 300 MiB and their flows
+    monkeypatch.setattr(perflow, "_mem_available", lambda: None)
+    assert fm.auto_jobs(1000, 4) == 4  # memory unknown: bounded by CPUs and policies only
 
 
 @pytest.mark.parametrize("argv, message", [
