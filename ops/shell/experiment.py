@@ -34,7 +34,8 @@ from vocab.plan import WiringPlan
 SETTLE_S = 240.0
 #: the agent checks the cabling against the plan at most this often (s)
 WIRING_EVERY_S = 10.0
-#: nice value of a background wiring check: the switches it probes need the cores more
+#: how much nicer than the lab a background wiring check runs (the switches it probes need
+#: the cores more); relative, so a lab started under `nice` still outranks its check
 BACKGROUND_NICE = 10
 
 
@@ -89,7 +90,9 @@ class WiringWatch:
 
     def _background(self) -> None:
         with contextlib.suppress(OSError):  # this thread and the processes it starts
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me,
+                           min(19, os.getpriority(os.PRIO_PROCESS, me) + BACKGROUND_NICE))
         try:
             self.run()
         except Exception as exc:  # a failed check is no finding; say so and go on
