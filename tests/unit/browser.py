@@ -20,6 +20,7 @@ import struct
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
@@ -157,8 +158,12 @@ class Browser:
     def _page_socket(self, port: int, timeout: float) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as r:
-                pages = [t for t in json.load(r) if t.get("type") == "page"]
+            try:  # a slow machine (an emulated VM) answers late: wait for it, up to the deadline
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list",
+                                            timeout=max(1.0, deadline - time.monotonic())) as r:
+                    pages = [t for t in json.load(r) if t.get("type") == "page"]
+            except (TimeoutError, urllib.error.URLError):
+                pages = []
             if pages:
                 return str(pages[0]["webSocketDebuggerUrl"])
             time.sleep(0.1)
