@@ -165,3 +165,15 @@ def test_only_the_compiled_plane_moves_source_ports_and_answers_senders(
     assert _plane("python") is PythonPlane
     with pytest.raises(ValueError, match=r"plane must be one of \('native', 'python'\)"):
         _plane("rust")
+
+
+def test_senders_slow_to_start_are_given_the_agents_start_time() -> None:
+    """A short replay across a slow cluster (senders started over SSH on an emulated VM) must not
+    time out while its senders are still starting: the default bound is the agents' start time
+    on top of four times the ideal duration, so it grows with the flows too."""
+    from traffic.shell.replay import sender_timeout
+    from traffic.shell.running import AGENT_START_S
+
+    quick = 256 * 1024 * 8 / 40e6  # 256 KiB at 40 Mb/s
+    assert sender_timeout(quick) >= AGENT_START_S > 60
+    assert sender_timeout(100.0) >= 400 + AGENT_START_S

@@ -42,6 +42,7 @@ from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import Plane, ReplaySpec
 from traffic.shell import native as helper
 from traffic.shell.running import (
+    AGENT_START_S,
     RunningLab,
     kill_program,
     pull_written,
@@ -287,6 +288,14 @@ class _Progress:
             sys.stderr.write("\n")
 
 
+def sender_timeout(ideal_s: float) -> float:
+    """How long senders whose slowest flow ideally takes ``ideal_s`` may run: four times that,
+    plus the time a program may take to start (``AGENT_START_S``). Generous because a sender
+    that exits is reported at once; one only slow to start (an emulated VM, a remote server
+    reached over SSH) must not fail a replay."""
+    return 4 * ideal_s + AGENT_START_S
+
+
 def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = None,
            rate_mbps: float | None = None, post: bool | None = None,
            lead_s: float | None = None,
@@ -299,7 +308,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
 
     ``rate_mbps`` overrides the senders' pacing (default: each source NIC's
     emulated rate). ``post`` defaults to "when the controller's mode pins flows".
-    ``timeout`` defaults to four times the ideal duration plus 30 s. ``lead_s`` is
+    ``timeout`` (``sender_timeout``) bounds how long the senders may run. ``lead_s`` is
     how far ahead the common start is set (default 1 s + 0.25 s per sender: each
     sender is a Python process that builds its frame templates before the start,
     and the senders share the machine's few cores); ``start_skew_s`` in the result says how late
@@ -352,7 +361,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
     nic = lab.plan.rdma_nic()
     slowest = max(f.bytes / ((rate_mbps or nic[f.src]) * 1e6 / 8) + f.start for f in flows)
     entropy = hostlb.sender_settings(pol, lab.plan, pmtu)
-    timeout = timeout if timeout is not None else 4 * slowest + 30
+    timeout = timeout if timeout is not None else sender_timeout(slowest)
     bar = _Progress(len(by_src), label, progress)
     try:
         dropping = tp.dropping(dsts, by_src)
