@@ -10,7 +10,10 @@ parsed into per-flow bytes, duration and throughput. All clients start together.
 iperf3 ends a ``-n`` test once the client has handed its last byte to the socket,
 so ``bytes_received`` (TCP or UDP) can be short of ``bytes`` by what was in flight:
 use the throughput (``mbps``) from this mode, and the replay engine for exact
-bytes and completion times.
+bytes and completion times. For that throughput to be the flow's, a TCP client's
+socket buffers are sized to the path (``tcp_window``), not left to Linux's autotuning:
+with megabytes of buffer a 1 MB flow is all "sent" within a few round trips, and
+iperf3 would report the rate of its slow start.
 
     res = run_iperf(lab, flows, proto="tcp")
     res.flows[0]["mbps"], res.job_completion_s
@@ -44,6 +47,19 @@ class IperfResult:
                 "job_completion_s": round(self.job_completion_s, 4),
                 "mean_mbps": round(sum(rates) / len(rates), 3) if rates else None,
                 "bytes": sum(f["bytes_received"] or 0 for f in self.flows)}
+
+
+#: the bounds of ``tcp_window``: the low one holds a slow lab lane through a loaded
+#: machine's delays, the high one stays under Linux's default ``net.core.wmem_max``
+#: (iperf3 refuses a buffer smaller than it asked for)
+WINDOW_BYTES = (64 * 1024, 192 * 1024)
+
+
+def tcp_window(mbps: float, rtt_s: float = 0.01) -> int:
+    """The socket buffer (``iperf3 -w``) for a TCP flow from a ``mbps`` NIC: its bytes in
+    flight over ``rtt_s``, within ``WINDOW_BYTES``."""
+    low, high = WINDOW_BYTES
+    return int(min(high, max(low, mbps * 1e6 / 8 * rtt_s)))
 
 
 def iperf_flows(flows: Iterable[FlowSpec], proto: Proto = "tcp") -> list[dict[str, Any]]:
@@ -83,6 +99,8 @@ def run_iperf(lab: RunningLab, flows: Iterable[FlowSpec], *, proto: Proto = "tcp
             if proto == "udp":
                 rate = udp_mbps or nic[f.src]
                 cmd += ["-u", "-b", f"{rate}M", "-l", "1400"]
+            else:
+                cmd += ["-w", str(tcp_window(nic[f.src]))]
             clients.append(lab.hosts[f.src].popen(cmd))
         rows = []
         end_by = time.monotonic() + timeout
