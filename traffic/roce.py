@@ -662,7 +662,8 @@ def flow_entry(flow: Any, dst_ip: str, dst_mac: str, flow_id: str | None = None,
 
 def burst_s(spec: ReplaySpec) -> float:
     """Seconds of credit a sender's bucket holds: ``BURST_S``, or two full frames if longer
-    (0 for an unpaced sender)."""
+    (0 for an unpaced sender). After a stall, the frame then due and this much credit leave
+    back to back."""
     if spec.rate_mbps <= 0:
         return 0.0
     frame = spec.pmtu + MAX_OVERHEAD + spec.overhead_bytes
