@@ -152,3 +152,49 @@ def test_ctrl_c_during_a_native_replay_stops_every_agent(
                           text=True).stdout
     assert not left.strip(), left
     assert_clean(build("astral3", servers=4, gpus=4, servers_per_block=2))
+
+
+def test_a_receiver_not_scheduled_for_half_a_second_loses_nothing(tmp_path: Any) -> None:
+    """A loaded machine deschedules receivers: frames at a low rate must wait in the ring,
+    however many of its blocks the kernel hands over part-full, not be dropped."""
+    import signal
+    import socket
+    import subprocess
+
+    from traffic.native import read_received
+    from traffic.roce import Endpoints, FrameBuilder
+    from traffic.shell.native import path
+
+    a, b = f"astrA{os.getpid() % 100000}", f"astrB{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+    out = str(tmp_path / "recv.json")
+    try:
+        for end in (a, b):
+            subprocess.run(["ip", "link", "set", end, "up"], check=True)
+        recv = subprocess.Popen([path(), "recv", "--intf", b, "--out", out,
+                                 "--ready", out + ".ready", "--timeout", "60"])
+        deadline = time.monotonic() + 60
+        while not os.path.exists(out + ".ready") and recv.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.path.exists(out + ".ready"), recv.poll()
+        fb = FrameBuilder(Endpoints("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1",
+                                    "10.0.0.2", qp=1))
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+            s.bind((a, 0))
+            for i in range(300):  # 200 one-frame messages a second; stopped for 100 of them
+                if i == 50:
+                    recv.send_signal(signal.SIGSTOP)
+                elif i == 150:
+                    recv.send_signal(signal.SIGCONT)
+                for frame in fb.frames(1000):
+                    s.send(frame)
+                time.sleep(0.005)
+        time.sleep(0.3)
+        recv.send_signal(signal.SIGTERM)
+        assert recv.wait(timeout=30) == 0
+    finally:
+        subprocess.run(["ip", "link", "del", a], check=False)
+    got = read_received(out, 4791)
+    assert got["receiver_drops"] == 0 and got["kernel_drops"]["ring_freezes"] == 0, got
+    assert got["packets"] == 300 and got["lost"] == 0, {k: got[k] for k in ("packets", "lost")}

@@ -821,7 +821,10 @@ static int cmd_recv(int argc, char **argv) {
     setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
 #endif
     (void)one;
-    struct tpacket_req3 req = {.tp_block_size = 1 << 20, .tp_block_nr = ring_mb,
+    /* The kernel hands a block over when it is full or 10 ms old, and drops frames once every
+     * block waits for us: at low rates that is after blocks x 10 ms of not being scheduled
+     * whatever their size, so the ring is many small blocks, not a few big ones. */
+    struct tpacket_req3 req = {.tp_block_size = 1 << 16, .tp_block_nr = ring_mb << 4,
                                .tp_frame_size = 1 << 11, .tp_retire_blk_tov = 10};
     req.tp_frame_nr = req.tp_block_size / req.tp_frame_size * req.tp_block_nr;
     if (setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof req) < 0) die("%s", "no RX ring");
