@@ -12,6 +12,10 @@ longest silence between two consecutive arrivals: with a steady stream, that
 silence is the outage a failure caused (the failover time), measured in the
 data plane rather than taken from the controller's word. Both write JSON.
 All hosts share the machine's clock, so send and receive times compare directly.
+
+On a busy machine either end may not be scheduled for a while, and that is not an outage:
+arrivals carry the kernel's receive timestamp, and each datagram the time it was due as well
+as the time it left, so a silence the sender caused by being late is taken out of the gap.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import sys
 import time
 from typing import Any
 
+from traffic.shell.agent import open_receiver, stamp_ns
 from traffic.shell.running import (
     RunningLab,
     kill_program,
@@ -36,7 +41,7 @@ from traffic.shell.running import (
 )
 from vocab.flows import ROCE_PORT
 
-HEADER = struct.Struct("!Id")  # sequence number, send time (time.time())
+HEADER = struct.Struct("!Idd")  # sequence number, send time, due time (both time.time())
 
 
 def parse_sports(text: str) -> list[int]:
@@ -62,14 +67,14 @@ def send(dst: str, port: int, sports: list[int], pps: float, duration: float,
         socks.append(s)
     pad = b"\0" * max(0, size - HEADER.size)
     interval = 1.0 / pps
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     seq = 0
     errors = 0
     while time.monotonic() - t0 < duration:
         now = time.time()
         for s in socks:
             try:
-                s.sendto(HEADER.pack(seq, now) + pad, (dst, port))
+                s.sendto(HEADER.pack(seq, now, wall0 + seq * interval) + pad, (dst, port))
             except OSError:  # e.g. ENETUNREACH while a link is down; count and go on
                 errors += 1
         seq += 1
@@ -79,10 +84,48 @@ def send(dst: str, port: int, sports: list[int], pps: float, duration: float,
     return {"sent_per_sport": seq, "sports": sports, "errors": errors, "pps": pps}
 
 
+def arrive(flows: dict[int, dict[str, Any]], sport: int, seq: int, sent: float, due: float,
+           now: float) -> None:
+    """Fold one arrival (``now``) into its source port's record. The gap since the previous
+    arrival counts less however much later than due the sender became in between: the
+    silence of a sender that was not scheduled is not the network's."""
+    late = sent - due
+    f = flows.get(sport)
+    if f is None:
+        flows[sport] = {"received": 1, "first_seq": seq, "max_seq": seq, "first": now,
+                        "last": now, "late": late, "max_gap_s": 0.0, "gap_at": None,
+                        "sender_stall_s": 0.0, "latency_sum": now - sent, "reordered": 0}
+        return
+    stall = max(0.0, late - f["late"])
+    gap = now - f["last"] - stall
+    if gap > f["max_gap_s"]:
+        f["max_gap_s"], f["gap_at"] = gap, f["last"]
+    f["sender_stall_s"] = max(f["sender_stall_s"], stall)
+    if seq < f["max_seq"]:
+        f["reordered"] += 1
+    f["max_seq"] = max(f["max_seq"], seq)
+    f["last"], f["late"] = now, late
+    f["received"] += 1
+    f["latency_sum"] += now - sent
+
+
+def report(port: int, flows: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The receiver's JSON: per source port, counts, the longest gap and when it began."""
+    result: dict[str, Any] = {"port": port, "flows": {}}
+    for sport, f in sorted(flows.items()):
+        expected = f["max_seq"] - f["first_seq"] + 1
+        result["flows"][str(sport)] = {
+            "received": f["received"], "lost": max(0, expected - f["received"]),
+            "max_gap_s": round(f["max_gap_s"], 6), "gap_at": f["gap_at"],
+            "sender_stall_s": round(f["sender_stall_s"], 6),
+            "first": f["first"], "last": f["last"], "reordered": f["reordered"],
+            "mean_latency_s": round(f["latency_sum"] / f["received"], 6)}
+    return result
+
+
 def receive(port: int, duration: float | None, out: str) -> dict[str, Any]:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    sock.bind(("0.0.0.0", port))
+    sock, _kernel_ts = open_receiver(port, 4 << 20)
+    sock.setblocking(True)
     flows: dict[int, dict[str, Any]] = {}
     stop = False
 
@@ -95,38 +138,17 @@ def receive(port: int, duration: float | None, out: str) -> dict[str, Any]:
     # written as soon as the socket is bound, so a starter can wait for it
     _write(out + ".ready", {"port": port})
     end = time.monotonic() + duration if duration else None
+    ancsize = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)
     while not stop and (end is None or time.monotonic() < end):
         ready, _, _ = select.select([sock], [], [], 0.1)
         if not ready:
             continue
-        data, (_ip, sport) = sock.recvfrom(65535)
-        now = time.time()
-        if len(data) < HEADER.size:
-            continue
-        seq, sent = HEADER.unpack_from(data)
-        f = flows.get(sport)
-        if f is None:
-            f = flows[sport] = {"received": 0, "first_seq": seq, "max_seq": seq,
-                                "first": now, "last": now, "max_gap_s": 0.0,
-                                "gap_at": None, "latency_sum": 0.0, "reordered": 0}
-        else:
-            gap = now - f["last"]
-            if gap > f["max_gap_s"]:
-                f["max_gap_s"], f["gap_at"] = gap, f["last"]
-            if seq < f["max_seq"]:
-                f["reordered"] += 1
-            f["max_seq"] = max(f["max_seq"], seq)
-            f["last"] = now
-        f["received"] += 1
-        f["latency_sum"] += now - sent
-    result = {"port": port, "flows": {}}
-    for sport, f in sorted(flows.items()):
-        expected = f["max_seq"] - f["first_seq"] + 1
-        result["flows"][str(sport)] = {
-            "received": f["received"], "lost": max(0, expected - f["received"]),
-            "max_gap_s": round(f["max_gap_s"], 6), "gap_at": f["gap_at"],
-            "first": f["first"], "last": f["last"], "reordered": f["reordered"],
-            "mean_latency_s": round(f["latency_sum"] / f["received"], 6)}
+        data, anc, _flags, (_ip, sport) = sock.recvmsg(65535, ancsize)
+        stamp = stamp_ns(anc)
+        now = stamp / 1e9 if stamp is not None else time.time()
+        if len(data) >= HEADER.size:
+            arrive(flows, sport, *HEADER.unpack_from(data), now)
+    result = report(port, flows)
     _write(out, result)
     return result
 

@@ -135,7 +135,8 @@ def test_controller_killed_and_restarted_while_traffic_runs(
             time.sleep(2)  # switches forward on their own (fail_mode=secure keeps flows)
             lab.restart_controller()
         for sport, f in st.result["flows"].items():
-            assert f["lost"] == 0 and f["max_gap_s"] < 0.3, (sport, f)
+            # no packet lost, and no silence anywhere near the 2 s the controller was away
+            assert f["lost"] == 0 and f["max_gap_s"] < 1.0, (sport, f)
         health = lab.health()
         assert health["converged"] and health["lb"] == "planned" and health["pinned"] == 16
         # the restarted controller read every switch back and changed no entry

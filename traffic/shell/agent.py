@@ -299,7 +299,7 @@ def _retry(send: Any, buf: bytearray, exc: OSError) -> int:
 DRAIN_S = 2.0
 _BTH_HDR = struct.Struct(">BB6xIIIQ")  # opcode, flags, PSN word, then 16 bytes after the BTH
 _TIMESPEC = struct.Struct("qq")
-def _stamp_ns(stamp: Any) -> int | None:
+def stamp_ns(stamp: Any) -> int | None:
     """A packet's arrival time: a kernel timestamp from ancillary data, or ``time_ns()``."""
     if isinstance(stamp, int):
         return stamp
@@ -459,7 +459,7 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
     drops = socket_drops(sock)
     errors1 = udp_rcvbuf_errors()
     sock.close()
-    result = receiver_report(flows, port, kernel_ts, reason, stopped_ns, malformed, _stamp_ns)
+    result = receiver_report(flows, port, kernel_ts, reason, stopped_ns, malformed, stamp_ns)
     result["kernel_drops"] = {
         "rxq_ovfl": max((_stamp_ovfl(f[_F_LAST]) for f in flows.values()), default=0),
         "socket": drops,

@@ -1,0 +1,90 @@
+"""The UDP probe's gap accounting: an outage the network caused counts, a silence either end
+caused by not being scheduled does not (folded records, then real sockets on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.shell import probe
+
+
+def fold(arrivals: list[tuple[int, float, float, float]]) -> dict:
+    flows: dict = {}
+    for seq, sent, due, now in arrivals:
+        probe.arrive(flows, 50000, seq, sent, due, now)
+    return probe.report(4791, flows)["flows"]["50000"]
+
+
+def test_a_network_outage_is_the_gap_and_its_packets_are_lost() -> None:
+    # 100 pps, on time; seq 10..39 never arrive (0.3 s outage)
+    arr = [(i, i / 100, i / 100, i / 100 + 0.001) for i in range(60) if not 10 <= i < 40]
+    f = fold(arr)
+    assert f["lost"] == 30 and f["received"] == 30
+    assert abs(f["max_gap_s"] - 0.31) < 1e-6 and f["gap_at"] == 9 / 100 + 0.001
+    assert f["sender_stall_s"] == 0
+
+
+def test_a_late_sender_is_not_an_outage() -> None:
+    # the sender is not scheduled for 0.5 s after seq 9, then catches up back to back
+    arr = []
+    for i in range(60):
+        sent = i / 100 if i < 10 else max(i / 100, 0.59 + (i - 10) * 1e-4)
+        arr.append((i, sent, i / 100, sent + 0.001))
+    f = fold(arr)
+    assert f["lost"] == 0 and f["received"] == 60
+    assert f["sender_stall_s"] > 0.48 and f["max_gap_s"] < 0.011, f
+
+
+def test_reordering_is_counted_not_lost() -> None:
+    f = fold([(0, 0, 0, 0.001), (2, 0.02, 0.02, 0.021), (1, 0.01, 0.01, 0.022)])
+    assert f["reordered"] == 1 and f["lost"] == 0
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_either_end_stopped_for_half_a_second_leaves_no_gap(tmp_path: Path) -> None:
+    """Real sockets: the receiver, then the sender, is stopped (SIGSTOP) for 0.5 s each; the
+    kernel's arrival stamps and the due times keep both out of the gap."""
+    port, out = _free_udp_port(), str(tmp_path / "recv.json")
+    py = [sys.executable, "-m", "astral_lab.probe_cli"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    recv = subprocess.Popen(py + ["recv", "--port", str(port), "--out", out], env=env)
+    send = None
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(out + ".ready") and time.monotonic() < deadline:
+            assert recv.poll() is None
+            time.sleep(0.02)
+        send = subprocess.Popen(py + ["send", "--dst", "127.0.0.1", "--port", str(port),
+                                      "--sports", str(_free_udp_port()), "--pps", "100",
+                                      "--duration", "2.5"],
+                                env=env, stdout=subprocess.PIPE, text=True)
+        for who in (recv, send):
+            time.sleep(0.5)
+            who.send_signal(signal.SIGSTOP)
+            time.sleep(0.5)
+            who.send_signal(signal.SIGCONT)
+        sent = json.loads(send.communicate(timeout=60)[0])
+        time.sleep(0.2)
+        recv.send_signal(signal.SIGTERM)
+        assert recv.wait(timeout=30) == 0
+    finally:
+        for p in (recv, send):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    (f,) = json.loads(Path(out).read_text())["flows"].values()
+    assert f["received"] == sent["sent_per_sport"] and f["lost"] == 0, f
+    assert f["max_gap_s"] < 0.25, f
+    assert f["sender_stall_s"] >= 0.4, f
