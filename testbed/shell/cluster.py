@@ -67,6 +67,7 @@ from testbed.shell.clustercheck import (
     CLOCK_TOLERANCE_S,
     REQUIRED_TOOLS,
     SSH_OPTIONS,
+    TIMED_OUT,
     ClockProbe,
     ClusterPrecheck,
     CommandResult,
@@ -85,7 +86,7 @@ from testbed.shell.clustercheck import (
 from testbed.shell.lab import OVS_PORT_RCVBUF, Lab, _socket_buffers, htb_commands
 from testbed.shell.mntopo import OF_PROTOCOLS
 from traffic.roce import DEFAULT_PMTU, largest_roce_pmtu
-from traffic.shell.running import LocalFiles
+from traffic.shell.running import LocalFiles, NotAnswered
 from vocab.plan import WiringPlan
 
 # --- MTU -----------------------------------------------------------------------------------
@@ -294,10 +295,14 @@ class ServerFiles:
                 out[server] += [p for p in paths if p not in out[server]]
         return out
 
-    def _run(self, server: str, script: str, what: str) -> str:
+    def _run(self, server: str, script: str, what: str, poll: bool = False) -> str:
+        """``script`` run by ``sh`` on ``server``; a poll (``poll``) that timed out is
+        ``NotAnswered``, to be asked again, anything else that failed a ``LabError``."""
         got = self.lab.run_on(server, ["sh", "-s"], stdin=script)
         if got.returncode != 0:
             why = (got.stderr or got.stdout).strip()[:300]
+            if poll and got.returncode == TIMED_OUT:
+                raise NotAnswered(f"{server}: {what}: {why}")
             raise preflight.LabError(f"{server}: {what}: {why}")
         return got.stdout
 
@@ -326,7 +331,7 @@ class ServerFiles:
         gone = LocalFiles().missing(here)
         for server, paths in remote.items():
             out = self._run(server, "".join(f"test -e {shlex.quote(p)} || echo {shlex.quote(p)}\n"
-                                            for p in paths), "looking for files")
+                                            for p in paths), "looking for files", poll=True)
             gone += out.split()
         return gone
 

@@ -43,6 +43,9 @@ Runner = Callable[[str, Sequence[str], "str | None"], CommandResult]
 #: ``probe(server) -> [(local send time, server's clock, local receive time), ...]``.
 ClockProbe = Callable[[str], list[tuple[float, float, float]]]
 
+#: the exit status of a command the runner gave up waiting for (as timeout(1)'s)
+TIMED_OUT = 124
+
 SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
 
 
@@ -75,7 +78,7 @@ class SSHRunner:
         try:
             proc = cleanup.run(cmd, stdin=stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return CommandResult(124, "", f"timed out after {timeout:g} s")
+            return CommandResult(TIMED_OUT, "", f"timed out after {timeout:g} s")
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
 
 

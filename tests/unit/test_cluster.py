@@ -34,6 +34,7 @@ from testbed.shell.cluster import (
     precheck_servers,
     with_servers,
 )
+from testbed.shell.clustercheck import TIMED_OUT
 from testbed.shell.lab import Lab
 from testbed.shell.preflight import LabError
 from testbed.topologies import BUILDERS, build
@@ -470,4 +471,36 @@ def test_server_files_name_the_server_when_a_copy_fails(tmp_path: Any) -> None:
     spec = tmp_path / "spec.json"
     spec.write_text("{}")
     with pytest.raises(LabError, match=r"^w1: copying 1 file\(s\): sh: 1: cannot create"):
+        lab.files.push({"s3g1": [str(spec)]})
+
+
+def test_a_server_too_busy_to_answer_a_look_is_asked_again(tmp_path: Any) -> None:
+    """A look for ready files that timed out is not "missing" for good: ``wait_ready`` asks
+    again until its own deadline; any other failure, or a copy that timed out, is one error."""
+    from traffic.shell.running import NotAnswered, wait_ready
+
+    answers = [CommandResult(TIMED_OUT, "", "timed out after 120 s")] * 3
+    plan = build("astral3", servers=4, gpus=2)
+    lab = ClusterLab(plan, ["localhost", "w1"], user="root",
+                     runner=lambda s, a, i: answers.pop(0) if answers else CommandResult(0, "", ""))
+    ready = {"s3g1": [str(tmp_path / "recv.ready")]}
+    with pytest.raises(NotAnswered, match="^w1: looking for files: timed out"):
+        lab.files.missing(ready)
+
+    class Running:
+        stderr = None
+
+        def poll(self) -> None:
+            return None
+
+    wait_ready(lab.files, {"s3g1": (Running(), ready["s3g1"][0])})
+    assert answers == []  # the two other timed-out looks were asked again, then it was there
+
+    answers[:] = [CommandResult(TIMED_OUT, "", "timed out after 120 s")] * 10**6
+    with pytest.raises(NotAnswered):  # until the deadline, then the server's own words
+        wait_ready(lab.files, {"s3g1": (Running(), ready["s3g1"][0])}, timeout=0.2)
+    answers[:] = [CommandResult(TIMED_OUT, "", "timed out after 120 s")]
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    with pytest.raises(LabError, match=r"^w1: copying 1 file\(s\): timed out"):
         lab.files.push({"s3g1": [str(spec)]})

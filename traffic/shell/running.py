@@ -23,6 +23,11 @@ from controllers.shell.client import ControllerClient
 from vocab.plan import Link, WiringPlan
 
 
+class NotAnswered(RuntimeError):
+    """A server did not answer a look at its files in time (a loaded or emulated machine):
+    not a "no", so whoever polls asks again until their own deadline."""
+
+
 class AgentFiles(Protocol):
     """The files a host's programs read and write (a replay's specs and reports), seen from
     here. Each call takes ``host -> paths``; the paths are the same on every machine.
@@ -41,7 +46,8 @@ class AgentFiles(Protocol):
         ...
 
     def missing(self, files: dict[str, list[str]]) -> list[str]:
-        """Those of the paths that the hosts' programs have not written (yet)."""
+        """Those of the paths that the hosts' programs have not written (yet); raises
+        ``NotAnswered`` when a server could not be asked in time."""
         ...
 
     def pull(self, files: dict[str, list[str]]) -> None:
@@ -78,7 +84,7 @@ def wait_ready(files: AgentFiles, programs: dict[str, tuple[Any, str]],
     first."""
     ready = {host: [path] for host, (_p, path) in programs.items()}
     deadline = time.monotonic() + timeout
-    while left := set(files.missing(ready)):
+    while left := set(_missing(files, ready, deadline)):
         for host, (p, path) in programs.items():
             if path in left and (p.poll() is not None or time.monotonic() > deadline):
                 err = stderr_now(p)
@@ -86,11 +92,22 @@ def wait_ready(files: AgentFiles, programs: dict[str, tuple[Any, str]],
         time.sleep(0.02)
 
 
+def _missing(files: AgentFiles, paths: dict[str, list[str]], deadline: float) -> list[str]:
+    """``files.missing``; a server that did not answer counts as "all still missing" until
+    ``deadline``, then its error is the caller's."""
+    try:
+        return files.missing(paths)
+    except NotAnswered:
+        if time.monotonic() > deadline:
+            raise
+        return [p for ps in paths.values() for p in ps]
+
+
 def pull_written(files: AgentFiles, reports: dict[str, list[str]], timeout: float = 10.0) -> None:
     """Bring the hosts' reports here once they are written (``timeout`` at most): a program
     on another server was stopped through its SSH session, and writes its report after."""
     deadline = time.monotonic() + timeout
-    while files.missing(reports) and time.monotonic() < deadline:
+    while _missing(files, reports, deadline) and time.monotonic() < deadline:
         time.sleep(0.05)
     files.pull(reports)
 
