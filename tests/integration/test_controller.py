@@ -110,7 +110,9 @@ def test_link_failure_under_udp_traffic_recovers(where: str,
         gaps = sorted(f["max_gap_s"] for f in flows.values())
         for sport, f in flows.items():
             assert f["last"] > t_fail + 1.5, (sport, f)  # still arriving well after the cut
-            assert f["max_gap_s"] < 1.0 and f["lost"] < 50, (sport, f)  # recovered quickly
+            # recovered quickly: under a second without packets, under a second's worth
+            # (100 pps) lost
+            assert f["max_gap_s"] < 1.0 and f["lost"] < 100, (sport, f)
         assert f"{leaf}:" in " ".join(health["down_ports"]), health["down_ports"]
         assert health["reroutes"], health
         assert health["converged"] and not health["errors"]

@@ -251,7 +251,10 @@ def test_a_gray_link_flap_flaps_at_its_irregular_intervals(lab: Lab,
     measured = [b - a for a, b in zip(edges, edges[1:], strict=False)]
     print("gray flap phases (s): planned", [round(x, 3) for x in want[:-1]],
           "measured", [round(x, 3) for x in measured])
-    assert measured == pytest.approx(want[:-1], abs=0.1), (measured, want)
+    # each edge against its planned offset from the first: one slow link command moves one
+    # edge (both phases beside it), and no error carries over to the edges after it
+    planned = [sum(want[:k]) for k in range(len(edges))]
+    assert [t - edges[0] for t in edges] == pytest.approx(planned, abs=0.15), (measured, want)
     assert max(measured) - min(measured) > 0.8
     # the injector's own times agree with the kernel's
     flaps = [e["time"] for e in injector.events if e["action"].startswith("flap-")]
@@ -561,12 +564,18 @@ def test_a_random_schedule_plays_on_the_fabric_and_stop_undoes(lab: Lab,
     run = injector.run_schedule(sched)
     assert run.wait(30) and not run.errors
     evs = run.events
-    assert [(e["action"], e["component"]) for e in evs] == [
-        (a, f.component) for f in sched for a in ("inject", "undo")]
-    for f, (ev_in, ev_out) in zip(sched, zip(evs[::2], evs[1::2], strict=True), strict=True):
+    # each fault's own inject and undo; a late undo may land after the next fault's inject
+    # on a busy machine (the faults are 0.3 s apart), so there is no one global order
+    by_id: dict[int, list[dict[str, Any]]] = {}
+    for e in evs:
+        by_id.setdefault(e["fault_id"], []).append(e)
+    assert [h.component for h in run.handles] == [f.component for f in sched]
+    assert [[e["action"] for e in by_id[h.id]] for h in run.handles] == [["inject", "undo"]] * 3
+    for f, h in zip(sched, run.handles, strict=True):
+        ev_in, ev_out = by_id[h.id]
         assert f.at - 0.05 <= ev_in["t"] <= f.at + 1.0, (f, ev_in)
         assert ev_out["time"] - ev_in["time"] >= f.duration
-    assert evs[-1]["time"] - t0 < 10
+    assert max(e["time"] for e in evs) - t0 < 10
     # an open-ended fault is still active when the schedule has played out; stop undoes it
     run = injector.run_schedule([Fault("nic-loss", "s1g1", probability=0.5, at=0.2)])
     assert run.wait(5)

@@ -580,6 +580,39 @@ def test_a_flap_toggles_count_times_then_leaves_the_link_up(fake: Any) -> None:
     assert 0.08 <= downs[1] - downs[0] < 3.0  # one period apart (late on a busy machine)
 
 
+def test_a_slow_link_command_delays_one_flap_edge_not_every_one_after_it(small: WiringPlan
+                                                                          ) -> None:
+    """Each ``set_link`` costs 0.1 s of the injector's clock (a busy machine's shell): the
+    edges still start at their planned offsets from the first one instead of drifting by
+    0.1 s more per edge."""
+    from testbed.faultkinds.link_flap import phases
+
+    now = [0.0]
+    starts: list[float] = []
+
+    def clock() -> float:  # virtual: each read moves it a little, so pauses end by reading
+        now[0] += 0.02
+        return now[0]
+
+    class SlowLab(FakeLab):
+        def set_link(self, a: str, b: str, up: bool, lane: int = 0) -> Any:
+            starts.append(now[0])
+            now[0] += 0.1
+            return super().set_link(a, b, up, lane)
+
+    lab = SlowLab(small)
+    inj = FaultInjector(lab, clock=clock)
+    inj.context.sh = lab.sh  # type: ignore[method-assign]
+    fault = Fault("link-flap", "lf0r0~spine1", period=0.4, count=2)
+    h = inj.inject(fault)
+    assert h.wait(10)
+    planned = [0.0]
+    for s in phases(F.resolve(small, fault).settings)[:-1]:
+        planned.append(planned[-1] + s)
+    assert len(starts) == 4
+    assert [t - starts[0] for t in starts] == pytest.approx(planned, abs=0.05)
+
+
 def test_undoing_a_flap_midway_restores_the_link(fake: Any) -> None:
     lab, inj = fake
     # a long period: the undo lands inside the first down half even when this thread is

@@ -204,6 +204,16 @@ class Handle:
         meanwhile (then return at once)."""
         return _pause(self._stop, seconds, self._clock)
 
+    def now(self) -> float:
+        """The injector's clock: a worker that keeps a schedule reads it once and then
+        ``pause_until`` each planned instant, so the time its own commands take is not
+        added to every later phase."""
+        return self._clock()
+
+    def pause_until(self, instant: float) -> bool:
+        """``pause`` until the injector's clock reads ``instant`` (at once if it has)."""
+        return _pause(self._stop, instant - self._clock(), self._clock)
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the fault has been undone (by a timer, a flap's end, or ``undo``)."""
         return self._done.wait(timeout)

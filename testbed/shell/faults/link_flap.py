@@ -30,21 +30,27 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
 
 def worker(ctx: FaultContext, handle: Handle) -> None:
     """The flapping itself (the injector undoes the fault when it returns): down for the
-    next phase's seconds, up for the one after, ``count`` times."""
+    next phase's seconds, up for the one after, ``count`` times. Each edge is due at its
+    planned offset from the first, so a slow ``set_link`` delays one edge, not every one
+    after it."""
     knobs = handle.fault.settings
     link, lane = handle.info["link"], handle.info["lane"]
     seconds = phases(knobs)
+    due = handle.now()
     for i in range(knobs.count):
-        if i and handle.pause(seconds[2 * i - 1]):  # up phase of the last cycle
-            return
+        if i:  # up phase of the last cycle
+            due += seconds[2 * i - 1]
+            if handle.pause_until(due):
+                return
         if handle.stopping:
             return
         ctx.lab.set_link(link.a, link.b, up=False, lane=lane)
         handle.info["down"] = True
         ctx.event(handle, "flap-down", cycle=i + 1)
-        if handle.pause(seconds[2 * i]):
+        due += seconds[2 * i]
+        if handle.pause_until(due):
             return
         ctx.lab.set_link(link.a, link.b, up=True, lane=lane)
         handle.info["down"] = False
         ctx.event(handle, "flap-up", cycle=i + 1)
-    handle.pause(seconds[-1])
+    handle.pause_until(due + seconds[-1])
