@@ -279,13 +279,15 @@ cluster_checks() {
         'cd /vagrant && sudo .venv/bin/astral-lab up astral3 --servers 4 --cluster lab,worker1 --no-cli'
     check_up_output "$STEP_LOG"
     grep -iE 'cross|tunnel|gre|clock|server' "$STEP_LOG" | head -8 | sed 's/^/   /' | tee -a "$SUMMARY" || true
+    local rc=0   # the drop counters matter most when the replay lost packets: print them first
     step "in lab: replay across the GRE tunnels, every byte delivered" in_vm lab \
-        "cd /vagrant && sudo .venv/bin/python -c '$REPLAY_PY'"
+        "cd /vagrant && sudo .venv/bin/python -c '$REPLAY_PY'" || rc=$?
     grep 'replay across GRE' "$STEP_LOG" | sed 's/^/   /' | tee -a "$SUMMARY" || true
     for m in lab worker1; do
         in_vm "$m" "$DROPS" 2>&1 | head -8 | sed "s/^/   $m drops: /" | tee -a "$SUMMARY" || true
     done
     bash -c "$DROPS" | grep -E '^(vnet|virbr)' | sed 's/^/   host drops: /' | tee -a "$SUMMARY" || true
+    [ "$rc" -eq 0 ] || return "$rc"
     step "lab: nothing left of the runs" same_as_before lab
     step "worker1: nothing left of the runs" same_as_before worker1
 }
