@@ -72,6 +72,7 @@ from testbed.shell.clustercheck import (
     ClusterPrecheck,
     CommandResult,
     Runner,
+    SharedConnections,
     SSHRunner,
     default_user,
     estimate_offset,
@@ -140,6 +141,27 @@ def make_lab(plan: WiringPlan, cluster: Sequence[str] | None = None, tunnel: str
 
 
 # --- bring-up ------------------------------------------------------------------------------
+class SharedRcmd:
+    """``rcmd`` (a short command on a node's server) over the server's shared SSH connection.
+
+    Mixed in before Mininet's remote node classes; ``shared_ssh`` holds the run's
+    ``SharedConnections.options`` (empty: every command its own connection, as Mininet).
+    Node shells and programs keep their own connections (``SharedConnections``).
+    """
+
+    shared_ssh: list[str] = []
+
+    def rcmd(self, *cmd: Any, **opts: Any) -> Any:
+        own = self.sshcmd  # type: ignore[attr-defined]
+        if not (self.isRemote and self.shared_ssh):  # type: ignore[attr-defined]
+            return super().rcmd(*cmd, **opts)  # type: ignore[misc]
+        self.sshcmd = [*own[:-1], *self.shared_ssh, own[-1]]  # options before the destination
+        try:
+            return super().rcmd(*cmd, **opts)  # type: ignore[misc]
+        finally:
+            self.sshcmd = own
+
+
 _SWITCH_CLASS: Any = None
 
 
@@ -161,7 +183,7 @@ def lab_switch_class() -> Any:
         from mininet.examples.cluster import RemoteOVSSwitch
         from mininet.node import OVSSwitch
 
-        class PipedOVSSwitch(RemoteOVSSwitch):  # type: ignore[misc]
+        class PipedOVSSwitch(SharedRcmd, RemoteOVSSwitch):  # type: ignore[misc]
             @classmethod
             def batchStartup(cls, switches: Any, **_kwargs: Any) -> Any:  # noqa: N802
                 key = attrgetter("server")
@@ -194,7 +216,7 @@ def lab_host_class() -> Any:
         from mininet.examples.cluster import RemoteHost
         from mininet.node import Node
 
-        class LabRemoteHost(RemoteHost):  # type: ignore[misc]
+        class LabRemoteHost(SharedRcmd, RemoteHost):  # type: ignore[misc]
             def _popen(self, cmd: Any, sudo: bool = True, tt: bool = True,
                        **params: Any) -> Any:
                 if self.isRemote or not sudo:
@@ -384,6 +406,7 @@ class ClusterLab(Lab):
         self.mtu = CLUSTER_MTU
         self.pmtu = min(self.pmtu, largest_roce_pmtu(CLUSTER_MTU))  # what tunnels carry
         self.check: ClusterPrecheck | None = None
+        self.shared: SharedConnections | None = None  # SSH connections of start..stop
         self.one_way_latency = True
         self.server_ip: dict[str, str] = {}
         self.datapaths: dict[str, str] = {}
@@ -404,7 +427,14 @@ class ClusterLab(Lab):
         calls the step methods below, which this class overrides; on any failure it
         calls ``stop`` (ours), so nothing is left on any server.
         """
-        self._precheck()
+        self.shared = SharedConnections(self.user)
+        if isinstance(self.runner, SSHRunner):
+            self.runner.shared = self.shared.options
+        try:
+            self._precheck()
+        except BaseException:
+            self._close_shared()
+            raise
         counts = ", ".join(f"{s}: {r['gpus']} GPUs {r['switches']} switches"
                            for s, r in self.summary["servers"].items())
         self.log(f"cluster placement: {counts}; {self.summary['crossing']} of "
@@ -483,10 +513,12 @@ class ClusterLab(Lab):
         self.datapaths[self.head] = self.datapath  # Lab.start's preflight chose it
         link_cls = self.link_cls or {"gre": RemoteGRELink, "vxlan": vxlan_link_class(),
                                      "ssh": RemoteSSHLink}[self.tunnel]
-        host_cls, switch_cls = lab_host_class(), lab_switch_class()
+        shared = self.shared.options if self.shared else []
+        per_run: dict[str, Any] = {"shared_ssh": shared}
         if self.ssh:  # Mininet's ssh command is a class attribute (it drops "-tt" for popen)
-            host_cls = type("RemoteHost", (host_cls,), {"sshbase": [*self.ssh, "-tt"]})
-            switch_cls = type("RemoteOVSSwitch", (switch_cls,), {"sshbase": [*self.ssh, "-tt"]})
+            per_run["sshbase"] = [*self.ssh, "-tt"]
+        host_cls = type("RemoteHost", (lab_host_class(),), per_run)
+        switch_cls = type("RemoteOVSSwitch", (lab_switch_class(),), per_run)
         mn_ips = {self._mn_server(s): ip for s, ip in self.server_ip.items()}
         self.net = MininetCluster(
             topo=None, build=False, servers=list(mn_ips), serverIP=mn_ips, user=self.user,
@@ -718,6 +750,18 @@ class ClusterLab(Lab):
             cleanup.wait_gone(self._record.get("host_links", []), timeout=10)
             cleanup.drop_record(self.run_id)
             self._record = {}
+        self._close_shared()
+
+    def _close_shared(self) -> None:
+        """End the shared SSH connections: by name (the runner's) and address (Mininet's)."""
+        if self.shared is None:
+            return
+        others = self.servers[1:]
+        self.shared.close(dict.fromkeys([*others, *(self.server_ip[s] for s in others
+                                                    if s in self.server_ip)]), self.ssh)
+        self.shared = None
+        if isinstance(self.runner, SSHRunner):
+            self.runner.shared = []
 
     def _sweep_script(self, bridges: list[str], intfs: list[str]) -> str:
         delbr = " ".join(f"-- --if-exists del-br {b}" for b in bridges)

@@ -15,10 +15,13 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
+import pwd
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -70,16 +73,53 @@ class SSHRunner:
         self.user = user
         self.local = set(local)
         self.ssh = ssh
+        self.shared: list[str] = []  # SharedConnections.options while a lab holds them
 
     def __call__(self, server: str, argv: Sequence[str], stdin: str | None = None,
                  timeout: float = 120.0) -> CommandResult:
+        ssh = [*(self.ssh or ["ssh", *SSH_OPTIONS]), *self.shared]
         cmd = list(argv) if server in self.local else (
-            [*ssh_prefix(server, self.user, self.ssh), shlex.join(argv)])
+            [*ssh_prefix(server, self.user, ssh), shlex.join(argv)])
         try:
             proc = cleanup.run(cmd, stdin=stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             return CommandResult(TIMED_OUT, "", f"timed out after {timeout:g} s")
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+class SharedConnections:
+    """One SSH connection per server for a lab's short commands (OpenSSH ``ControlMaster``).
+
+    Mininet runs every command outside a node's shell (each interface it creates, moves or
+    sets on another server) as an ``ssh`` of its own, each with a full key exchange; on a
+    slow server those handshakes, not the commands, are what a bring-up spends its time on.
+    Commands given ``options`` share one connection per server, which closes itself
+    ``PERSIST_S`` after its last command, or at ``close``. Node shells and programs keep
+    connections of their own: sshd allows only a few sessions per connection
+    (``MaxSessions``, 10 by default), and a fabric has more nodes than that on a server.
+    """
+
+    PERSIST_S = 60
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+        # the sockets live where the account ssh runs as (ssh_prefix) may create them
+        self.dir = tempfile.mkdtemp(prefix="astral-lab-ssh-")
+        if os.geteuid() == 0 and user != "root":
+            with contextlib.suppress(KeyError):  # no such account: the precheck says so
+                os.chown(self.dir, pwd.getpwnam(user).pw_uid, -1)
+        self.options = ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.dir}/%C",
+                        "-o", f"ControlPersist={self.PERSIST_S}"]
+
+    def close(self, servers: Iterable[str], ssh: Sequence[str] | None = None) -> None:
+        """End every server's shared connection (its session on the server too), then
+        remove the sockets' folder. No socket in it: nothing was shared, nothing to end."""
+        exit_cmd = [*(ssh or ["ssh", *SSH_OPTIONS]), *self.options, "-O", "exit"]
+        open_sockets = os.path.isdir(self.dir) and os.listdir(self.dir)
+        for server in servers if open_sockets else ():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                cleanup.run(ssh_prefix(server, self.user, exit_cmd), timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def ssh_clock_probe(user: str, count: int = 8, ssh: Sequence[str] | None = None) -> ClockProbe:

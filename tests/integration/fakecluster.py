@@ -210,6 +210,13 @@ class FakeCluster:
         roots = {p.pid for p in self.sshd if p.poll() is None}
         return {pid: cmd for pid, cmd in _descendants(roots).items() if pid not in roots}
 
+    def connections(self, i: int) -> int:
+        """SSH connections server ``i``'s sshd has accepted so far (one log line each)."""
+        with contextlib.suppress(OSError), \
+                open(os.path.join(self.dir, f"sshd{i}.log"), errors="replace") as f:
+            return sum(line.startswith("Accepted ") for line in f)
+        return 0
+
     def log(self, i: int) -> str:
         with contextlib.suppress(OSError), \
                 open(os.path.join(self.dir, f"sshd{i}.log"), errors="replace") as f:

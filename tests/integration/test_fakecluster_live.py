@@ -40,6 +40,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes:Deprec
 
 FABRIC = {"servers": 6, "gpus": 1, "servers_per_block": 2}
 CLI_FABRIC = ["astral3", "--servers", "6", "--gpus", "1", "--servers-per-block", "2"]
+#: connections a bring-up opens on a server beyond one per node shell: the shared one (by
+#: name and by address), the clock probe's, the switches' batch and the hosts' programs
+SHARED_SLACK = 6
 BRINGUP_S = 600  # bound on one bring-up, checks and teardown (about a minute here)
 
 
@@ -121,9 +124,16 @@ def test_api_replay_and_collector(fake: FakeCluster, tunnel: str) -> None:
         _servers_clean(fake, {n.name for n in plan.nodes})
         return
     snap: dict[str, Any] = {}
+    before = [fake.connections(i) for i in range(fake.n)]
     with deadline(BRINGUP_S, f"fabric over fake servers ({tunnel})"), \
             ClusterLab(plan, servers, tunnel=tunnel, user="root") as lab:
         snap = snapshot(lab, fake)
+        # 0. a connection per node shell, and the short commands (checks, interfaces,
+        # tunnels) over one shared one: not a key exchange per command
+        for i, ip in enumerate(fake.ips):
+            nodes = sum(1 for n in plan.nodes if lab.placement[n.name] == ip)
+            opened = fake.connections(i) - before[i]
+            assert nodes < opened <= nodes + SHARED_SLACK, (ip, nodes, opened)
         hosts = {s: [h.name for h in plan.hosts if lab.placement[h.name] == s] for s in servers}
         assert all(len(h) == 2 for h in hosts.values()), hosts  # a block on every server
         for i, ip in enumerate(fake.ips):  # each server's own OVS holds its own bridges

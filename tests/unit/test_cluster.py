@@ -34,7 +34,7 @@ from testbed.shell.cluster import (
     precheck_servers,
     with_servers,
 )
-from testbed.shell.clustercheck import TIMED_OUT
+from testbed.shell.clustercheck import TIMED_OUT, SharedConnections, SSHRunner
 from testbed.shell.lab import Lab
 from testbed.shell.preflight import LabError
 from testbed.topologies import BUILDERS, build
@@ -398,6 +398,83 @@ def test_run_on_adds_sudo_only_on_other_servers() -> None:
     root = ClusterLab(plan, ["localhost", "w1"], user="root", runner=runner)
     root.run_on("w1", ["true"])
     assert runner.calls[-1] == ("w1", ["true"])
+
+
+def test_short_commands_share_one_ssh_connection_per_server(monkeypatch: Any) -> None:
+    """The runner's commands and Mininet's ``rcmd`` carry the run's ControlMaster options,
+    before the destination; node shells (``sshcmd`` outside ``rcmd``) do not."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(cluster.cleanup, "run", lambda cmd, **_kw: ran.append(cmd) or
+                        subprocess.CompletedProcess(cmd, 0, "", ""))
+    shared = SharedConnections("root")
+    try:
+        assert os.path.isdir(shared.dir)
+        assert f"ControlPath={shared.dir}/%C" in shared.options
+        assert "ControlMaster=auto" in shared.options
+
+        runner = SSHRunner("root", local=["lab"])
+        runner("w1", ["true"], None)
+        runner.shared = shared.options
+        runner("w1", ["true"], None)
+        runner("lab", ["true"], None)
+        plain, with_opts, local = ran
+        assert not any("ControlPath" in a for a in plain) and plain[-2:] == ["root@w1", "true"]
+        assert with_opts[-2:] == ["root@w1", "true"]
+        assert with_opts[with_opts.index("root@w1") - len(shared.options):
+                         with_opts.index("root@w1")] == shared.options
+        assert local == ["true"]
+
+        class Node:  # Mininet's RemoteMixin, as far as rcmd goes
+            isRemote = True
+            sshcmd = ["sudo", "-E", "-u", "root", "ssh", "-tt", "root@10.0.0.2"]
+
+            def rcmd(self, *cmd: str, **_opts: Any) -> list[str]:
+                if cmd == ("fail",):
+                    raise RuntimeError("ssh died")
+                return list(self.sshcmd)
+
+        class Shared(cluster.SharedRcmd, Node):
+            shared_ssh = shared.options
+
+        node = Shared()
+        assert node.rcmd("ip link") == [*Node.sshcmd[:-1], *shared.options, "root@10.0.0.2"]
+        with pytest.raises(RuntimeError):
+            node.rcmd("fail")
+        assert node.sshcmd == Node.sshcmd  # the shell's own command, also after a failure
+        local_node = Shared()
+        local_node.isRemote = False
+        assert local_node.rcmd("ip link") == Node.sshcmd
+        assert type("Unshared", (cluster.SharedRcmd, Node), {})().rcmd("x") == Node.sshcmd
+
+        ran.clear()
+        shared.close(["w1"])
+        assert ran == [] and not os.path.exists(shared.dir)  # no socket: none was opened
+        shared = SharedConnections("root")
+        open(os.path.join(shared.dir, "sock"), "w").close()  # a master's socket
+        shared.close(["w1", "10.0.0.2"])
+        assert [c[-3:] for c in ran] == [["-O", "exit", "root@w1"], ["-O", "exit", "root@10.0.0.2"]]
+        assert all(c[c.index("-O") - len(shared.options):c.index("-O")] == shared.options
+                   for c in ran)
+    finally:
+        shared.close([])
+    assert not os.path.exists(shared.dir)
+
+
+def test_a_refused_cluster_lab_leaves_no_shared_connection_folder(monkeypatch: Any) -> None:
+    made: list[SharedConnections] = []
+
+    class Recorded(SharedConnections):
+        def __init__(self, user: str) -> None:
+            super().__init__(user)
+            made.append(self)
+
+    monkeypatch.setattr(cluster, "SharedConnections", Recorded)
+    plan = build("astral3", servers=4, gpus=2)
+    broken = ClusterLab(plan, ["localhost", "192.0.2.7"], runner=FakeServers(**{
+        "192.0.2.7": "ovs"}), user="vagrant", clock_probe=lambda server: [])
+    with pytest.raises(LabError, match="Open vSwitch is not running"):
+        broken.start()
+    assert len(made) == 1 and not os.path.exists(made[0].dir) and broken.shared is None
 
 
 def test_server_files_carry_a_replays_files_to_and_from_another_server(tmp_path: Any) -> None:
