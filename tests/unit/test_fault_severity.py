@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import random
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -135,26 +134,29 @@ def test_flap_draws_hard_regular_and_gray_few_long_irregular() -> None:
 
 
 def test_the_flap_worker_plays_the_phases(small: WiringPlan) -> None:
-    """Each down and up lasts at least its phase, and not much longer."""
+    """Each down and up lasts its drawn phase (on the injector's clock: a virtual one, so
+    the check holds however busy the machine is)."""
+    now = [0.0]
+
+    def clock() -> float:  # each read moves it a little, so pauses end by reading
+        now[0] += 0.02
+        return now[0]
+
     lab = FakeLab(small)
-    inj = FaultInjector(lab)
+    inj = FaultInjector(lab, clock=clock)
     inj.context.sh = lab.sh  # type: ignore[method-assign]
     at: list[float] = []
     set_link = lab.set_link
-    lab.set_link = lambda *a, **kw: (at.append(time.monotonic()),  # type: ignore[method-assign]
+    lab.set_link = lambda *a, **kw: (at.append(now[0]),  # type: ignore[method-assign]
                                      set_link(*a, **kw))[1]
     f = Fault("link-flap", "lf0r0~spine1", period=0.6, count=3, jitter=0.6, seed=15)
     want = phases(f.settings)
     assert max(want) - min(want) > 0.3
-    start = time.monotonic()
     h = inj.inject(f)
     assert h.wait(10)
-    took = time.monotonic() - start
     assert [c[3] for c in lab.calls] == [False, True] * 3
-    for got, phase in zip([b - a for a, b in zip(at, at[1:], strict=False)], want,
-                          strict=False):
-        assert phase - 0.005 <= got <= phase + 0.25, (got, phase, want)
-    assert f.span - 0.01 <= took <= f.span + 1.0
+    assert [b - a for a, b in zip(at, at[1:], strict=False)] == pytest.approx(want[:-1],
+                                                                              abs=0.05)
     assert inj.events[0]["detail"] == {"period": 0.6, "count": 3, "jitter": 0.6, "seed": 15}
 
 
