@@ -147,6 +147,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 # a. apt packages
 # ---------------------------------------------------------------------------------------------
+T=$(date +%s)  # each part's time goes in the summary: on a slow machine or VM it says where
 mapfile -t missing_pkgs < <(missing_apt_packages)
 if [ "${#missing_pkgs[@]}" -gt 0 ]; then
     say "installing apt packages: ${missing_pkgs[*]}"
@@ -166,7 +167,7 @@ if [ "${#missing_pkgs[@]}" -gt 0 ]; then
     apt-get install -y --no-install-recommends "${missing_pkgs[@]}"
     mapfile -t still_missing < <(missing_apt_packages)
     [ "${#still_missing[@]}" -eq 0 ] || die "apt packages still missing: ${still_missing[*]}"
-    SUMMARY+=("apt: installed ${#missing_pkgs[@]} package(s)")
+    SUMMARY+=("apt: installed ${#missing_pkgs[@]} package(s) in $(( $(date +%s) - T )) s")
     # prometheus is here for promtool (the /metrics test); its server, which the package
     # enables on systemd machines, is not the lab's to run
     if printf '%s\n' "${missing_pkgs[@]}" | grep -qx prometheus \
@@ -247,13 +248,15 @@ fi
 if stamp_ok; then
     SUMMARY+=("pip: up to date")
 else
+    T=$(date +%s)
     say "installing astral-lab into $VENV: pip install -e '.[dev]'"
     rm -f -- "$STAMP"
     PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/pip" install -e '.[dev]'
     touch -- "$STAMP"
-    SUMMARY+=("pip: installed -e '.[dev]'")
+    SUMMARY+=("pip: installed -e '.[dev]' in $(( $(date +%s) - T )) s")
 fi
 
+T=$(date +%s)
 verify_python || die "'$VENV/bin/python -c \"$VERIFY_IMPORTS\"' failed"
 # The flow model's event loop is compiled by Numba on first use and cached next to its
 # module; compile it here (once, seconds) so no model run or test waits for it.
@@ -261,6 +264,7 @@ verify_python || die "'$VENV/bin/python -c \"$VERIFY_IMPORTS\"' failed"
 # The replay's compiled sender/receiver (traffic/csrc/pktio.c), rebuilt when its source changes.
 "$VENV/bin/python" -c 'from traffic.shell.native import build; build()' \
     || die "building the compiled traffic plane (traffic/csrc/pktio.c) failed"
+SUMMARY+=("imports checked, flow model kernel and pktio compiled in $(( $(date +%s) - T )) s")
 command -v mnexec >/dev/null 2>&1 || die "mnexec not found on PATH (apt package mininet)"
 
 # ---------------------------------------------------------------------------------------------
