@@ -116,6 +116,12 @@ def scratch_root() -> str:
     return tempfile.gettempdir()
 
 
+def scratch_prefix(run_id: str) -> str:
+    """How a run's scratch folders are named (``SCRATCH_RE`` with a ``mkdtemp`` suffix):
+    ``clean`` removes such a folder once its run and owner are gone."""
+    return f"astral-lab-{run_id}-p{os.getpid()}-"
+
+
 def make_scratch(run_id: str) -> str:
     """Create a run's scratch folder, named for the run id and this (owner) process.
 
@@ -124,7 +130,7 @@ def make_scratch(run_id: str) -> str:
     record is written just after). With ASTRAL_LAB_KEEP_LOGS set the folder is
     marked, so neither the run's own exit nor a later ``clean`` removes it.
     """
-    path = tempfile.mkdtemp(prefix=f"astral-lab-{run_id}-p{os.getpid()}-", dir=scratch_root())
+    path = tempfile.mkdtemp(prefix=scratch_prefix(run_id), dir=scratch_root())
     if keep_logs():
         with open(os.path.join(path, KEEP_MARK), "w", encoding="utf-8") as f:
             f.write("kept because ASTRAL_LAB_KEEP_LOGS was set when the run started\n")

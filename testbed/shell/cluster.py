@@ -427,7 +427,8 @@ class ClusterLab(Lab):
         calls the step methods below, which this class overrides; on any failure it
         calls ``stop`` (ours), so nothing is left on any server.
         """
-        self.shared = SharedConnections(self.user)
+        # a scratch folder's name: `astral-lab clean` removes it if this process is killed
+        self.shared = SharedConnections(self.user, cleanup.scratch_prefix(self.run_id))
         if isinstance(self.runner, SSHRunner):
             self.runner.shared = self.shared.options
         try:

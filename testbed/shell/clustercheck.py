@@ -101,10 +101,10 @@ class SharedConnections:
 
     PERSIST_S = 60
 
-    def __init__(self, user: str) -> None:
+    def __init__(self, user: str, prefix: str = "astral-lab-ssh-") -> None:
         self.user = user
         # the sockets live where the account ssh runs as (ssh_prefix) may create them
-        self.dir = tempfile.mkdtemp(prefix="astral-lab-ssh-")
+        self.dir = tempfile.mkdtemp(prefix=prefix, dir=cleanup.scratch_root())
         if os.geteuid() == 0 and user != "root":
             with contextlib.suppress(KeyError):  # no such account: the precheck says so
                 os.chown(self.dir, pwd.getpwnam(user).pw_uid, -1)

@@ -464,8 +464,8 @@ def test_a_refused_cluster_lab_leaves_no_shared_connection_folder(monkeypatch: A
     made: list[SharedConnections] = []
 
     class Recorded(SharedConnections):
-        def __init__(self, user: str) -> None:
-            super().__init__(user)
+        def __init__(self, user: str, prefix: str) -> None:
+            super().__init__(user, prefix)
             made.append(self)
 
     monkeypatch.setattr(cluster, "SharedConnections", Recorded)
@@ -475,6 +475,8 @@ def test_a_refused_cluster_lab_leaves_no_shared_connection_folder(monkeypatch: A
     with pytest.raises(LabError, match="Open vSwitch is not running"):
         broken.start()
     assert len(made) == 1 and not os.path.exists(made[0].dir) and broken.shared is None
+    # named as the run's scratch folders, so `astral-lab clean` sweeps it after a kill -9
+    assert cluster.cleanup.scratch_owner(made[0].dir) == (broken.run_id, os.getpid())
 
 
 def test_server_files_carry_a_replays_files_to_and_from_another_server(tmp_path: Any) -> None:
