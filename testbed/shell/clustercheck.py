@@ -1,7 +1,8 @@
 """The cluster's servers before a bring-up: running commands on them, and the prechecks.
 
 ``SSHRunner`` runs a command on a server (locally for this machine, over SSH for the
-others) and ``ssh_clock_probe`` samples a server's clock; ``precheck_servers`` checks every
+others; with a lab's ``SharedConnections``, over one connection per server) and
+``ssh_clock_probe`` samples a server's clock; ``precheck_servers`` checks every
 other server through such a runner (passwordless SSH and sudo, the same lab version at
 the same path, the tools, Open vSwitch, the datapath, the tunnel kind, the clock) and
 lists every problem at once; ``resolve_ipv4``, ``is_this_machine`` and ``source_address``
