@@ -157,6 +157,7 @@ def test_the_flap_worker_plays_the_phases(small: WiringPlan) -> None:
     assert [c[3] for c in lab.calls] == [False, True] * 3
     assert [b - a for a, b in zip(at, at[1:], strict=False)] == pytest.approx(want[:-1],
                                                                               abs=0.05)
+    assert now[0] - at[0] == pytest.approx(f.span, abs=0.1)  # the last phase is played too
     assert inj.events[0]["detail"] == {"period": 0.6, "count": 3, "jitter": 0.6, "seed": 15}
 
 
