@@ -212,15 +212,16 @@ class FakeCluster:
 
     def connections(self, i: int) -> int:
         """SSH connections server ``i``'s sshd has accepted so far (one log line each)."""
-        with contextlib.suppress(OSError), \
-                open(os.path.join(self.dir, f"sshd{i}.log"), errors="replace") as f:
-            return sum(line.startswith("Accepted ") for line in f)
-        return 0
+        return sum(line.startswith("Accepted ") for line in self._log(i).splitlines())
 
     def log(self, i: int) -> str:
+        return self._log(i)[-2000:]
+
+    def _log(self, i: int) -> str:
+        """Server ``i``'s whole sshd log ("" before it has one)."""
         with contextlib.suppress(OSError), \
                 open(os.path.join(self.dir, f"sshd{i}.log"), errors="replace") as f:
-            return f.read()[-2000:]
+            return f.read()
         return ""
 
     # --- teardown ------------------------------------------------------------------------
