@@ -420,7 +420,10 @@ def expected_status(exc: BaseException) -> int | None:
     """The exit status of an error the user can act on, or None for a bug.
 
     ValueError is how every layer refuses bad input, LabError how bring-up says this
-    machine cannot run the lab now, CapacityError how the fidelity guard refuses.
+    machine cannot run the lab now, CapacityError how the fidelity guard refuses. A
+    controller that did not answer at all (died, or too slow for its client's timeout) is
+    this machine's state too; one that answered with an error status was sent a request it
+    refused, which is a bug of the code that sent it.
     """
     from testbed.shell.preflight import LabError
 
@@ -428,6 +431,9 @@ def expected_status(exc: BaseException) -> int | None:
     if fidelity is not None and isinstance(exc, fidelity.CapacityError):
         return EXIT_GUARD
     if isinstance(exc, LabError):
+        return EXIT_LAB
+    client = sys.modules.get("controllers.shell.client")  # only a lab's run can have raised it
+    if client is not None and isinstance(exc, client.ControllerError) and exc.status is None:
         return EXIT_LAB
     if isinstance(exc, ValueError):
         return EXIT_USAGE

@@ -63,13 +63,21 @@ class NotConvergedError(TimeoutError):
 
 
 class ControllerClient:
-    """Blocking client of one controller's JSON API; cheap to create, safe to share."""
+    """Blocking client of one controller's JSON API; cheap to create, safe to share.
+
+    ``timeout`` bounds a read (GET), which a live controller answers at once.
+    ``change_timeout`` bounds a change (PUT, POST, DELETE): the controller answers it only
+    after planning the job's paths and pushing the switches' new tables, work that grows
+    with the job and with a slow machine (an emulated VM takes many seconds for a decode
+    burst's flows), and that it finishes whether or not the caller is still waiting.
+    """
 
     def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_REST_PORT,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, change_timeout: float = 120.0) -> None:
         self.host = host
         self.port = int(port)
         self.timeout = timeout
+        self.change_timeout = change_timeout
         host_part = f"[{host}]" if ":" in host else host  # IPv6 literal
         self.base_url = f"http://{host_part}:{self.port}"
         # No proxies: an http_proxy in the environment must not capture 127.0.0.1 calls.
@@ -109,8 +117,10 @@ class ControllerClient:
                                       f"limit of {MAX_BODY_BYTES} bytes", 413, request=what)
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(url, data=data, headers=headers, method=method)
+        if timeout is None:
+            timeout = self.timeout if method == "GET" else self.change_timeout
         try:
-            with self._opener.open(req, timeout=self.timeout if timeout is None else timeout) as r:
+            with self._opener.open(req, timeout=timeout) as r:
                 status, raw = r.status, r.read()
         except urllib.error.HTTPError as exc:
             try:
@@ -125,21 +135,21 @@ class ControllerClient:
                 message = str(exc.reason)
             raise ControllerError(message, exc.code, answer, what) from None
         except urllib.error.URLError as exc:
-            raise self._unreachable(what, exc.reason) from None
+            raise self._unreachable(what, exc.reason, timeout) from None
         except (OSError, http.client.HTTPException) as exc:  # timeouts, resets mid-answer
-            raise self._unreachable(what, exc) from None
+            raise self._unreachable(what, exc, timeout) from None
         answer, ok = _decode(raw)
         if not ok:
             raise ControllerError(f"answer is not JSON: {raw[:200]!r}", status, answer, what)
         return answer
 
-    def _unreachable(self, what: str, reason: Any) -> ControllerError:
+    def _unreachable(self, what: str, reason: Any, waited: float) -> ControllerError:
         where = f"{self.host}:{self.port}"
         if isinstance(reason, ConnectionRefusedError):
             msg = (f"cannot connect to the controller at {where}: connection refused "
                    "(the controller is not running, or not on that port)")
         elif isinstance(reason, TimeoutError):
-            msg = f"no answer from the controller at {where} in time ({reason})"
+            msg = f"no answer from the controller at {where} within {waited:g} s ({reason})"
         else:
             msg = f"cannot talk to the controller at {where}: {reason}"
         return ControllerError(msg, None, None, what)

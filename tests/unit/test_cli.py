@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from astral_lab import cli
+from controllers.shell.client import ControllerError
 from scenarios import common, fidelity
 from scenarios.base import Param, Run, scenario
 from scenarios.experiments import SCENARIOS
@@ -50,9 +51,10 @@ def env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 @pytest.fixture
 def toy() -> Any:
-    """One fabric, then one of: a guarded permutation, a LabError, a bug, a ValueError."""
+    """One fabric, then one of: a guarded permutation, a LabError, a bug, a ValueError, a
+    controller that did not answer, one that refused a request."""
     @scenario("a toy for the CLI's error paths", Param("scale", 1e-5, "scale"),
-              Param("fail", "", "lab, bug or value"), name="toy-cli")
+              Param("fail", "", "lab, bug, value, unanswered or refused"), name="toy-cli")
     def toy_fn(run: Run) -> None:
         plan = build("astral3", servers=2, gpus=4, scale=run.params["scale"])
         with run.lab(plan) as lab:
@@ -65,6 +67,11 @@ def toy() -> Any:
                 raise RuntimeError("a bug")
             if fail == "value":
                 raise ValueError("--seconds must be > 0")
+            if fail == "unanswered":
+                raise ControllerError("no answer from the controller at 127.0.0.1:1 within "
+                                      "120 s (timed out)", request="POST /traffic")
+            if fail == "refused":
+                raise ControllerError("no host zz in the plan", 400, request="GET /paths")
             run.guard(lab, common.permutation_flows(plan, 1_000_000, qps=2), "perm")
             run.row(done=1)
 
@@ -111,6 +118,8 @@ def test_forced_past_the_guard_runs(env: Any, toy: Any,
 @pytest.mark.parametrize("fail,status,first", [
     ("lab", cli.EXIT_LAB, "astral-lab run: error: another fabric is up on this machine"),
     ("value", cli.EXIT_USAGE, "astral-lab run: error: --seconds must be > 0"),
+    ("unanswered", cli.EXIT_LAB, "astral-lab run: error: POST /traffic: no answer from the "
+     "controller at 127.0.0.1:1 within 120 s (timed out)"),
 ])
 def test_expected_errors_are_one_message_and_keep_the_partial_folder(
         env: Any, toy: Any, capsys: pytest.CaptureFixture[str], fail: str, status: int,
@@ -121,9 +130,11 @@ def test_expected_errors_are_one_message_and_keep_the_partial_folder(
     assert err[1].startswith(f"partial results kept in {_partial(env)}/")
 
 
-def test_a_bug_keeps_its_traceback(env: Any, toy: Any) -> None:
-    with pytest.raises(RuntimeError, match="a bug") as info:
-        cli.main(["run", "toy-cli", "--fail", "bug"])
+@pytest.mark.parametrize("fail,error", [("bug", RuntimeError), ("refused", ControllerError)])
+def test_a_bug_keeps_its_traceback(env: Any, toy: Any, fail: str, error: type) -> None:
+    """A controller that refused a request was sent a bad one: the sender's bug."""
+    with pytest.raises(error) as info:
+        cli.main(["run", "toy-cli", "--fail", fail])
     assert info.value.__notes__[0].startswith(f"partial results kept in {_partial(env)}/")
 
 

@@ -44,10 +44,13 @@ class FakeAPI:
         self.answers: dict[str, Any] = {}
         self.converge_after = converge_after  # health() calls before converged; None: never
         self.lock = threading.Lock()
+        self.gates: dict[str, threading.Event] = {}  # a call answers once its gate is set
 
     def _call(self, name: str, *args: Any) -> Any:
         with self.lock:
             self.calls.append((name, args))
+        if name in self.gates:
+            self.gates[name].wait(60)
         if name in self.raises:
             raise self.raises[name]
         if name in self.answers:
@@ -509,6 +512,27 @@ def test_client_refuses_oversized_body(client: ControllerClient, api: FakeAPI,
         client.post_traffic([FLOW, FLOW])
     assert info.value.status == 413
     assert api.calls == []
+
+
+def test_a_change_may_take_longer_than_a_read(server: Any, api: FakeAPI) -> None:
+    """The controller answers a change (POST /traffic) only once it has planned and pushed
+    the job's tables, which took longer than a read's timeout in an emulated VM: the change
+    waits for its answer, a read still gives up at its own timeout and says after how long."""
+    c = ControllerClient(port=server.server_address[1], timeout=0.2, change_timeout=60)
+    gate = threading.Event()
+    api.gates.update(get_traffic=gate, post_traffic=gate)
+    try:
+        with pytest.raises(ControllerError) as info:
+            c.traffic()
+        assert info.value.status is None
+        assert "GET /traffic: no answer from the controller" in str(info.value)
+        assert "within 0.2 s" in str(info.value)
+        opened = threading.Timer(0.6, gate.set)  # three read timeouts after the POST
+        opened.start()
+        assert c.post_traffic([FLOW])["called"] == "post_traffic"
+        assert gate.is_set()  # answered only after the gate opened
+    finally:
+        gate.set()
 
 
 def test_client_rejects_non_flows(client: ControllerClient) -> None:
