@@ -47,7 +47,7 @@ def alternate(lab: RunningLab, progress: str, *, seconds: float = 6.0,
         mode = MODES[(done // rounds_per_mode) % len(MODES)]
         if done == 0 or done % rounds_per_mode == 0:
             client.set_lb(mode)
-            client.wait_converged()
+            lab.wait_converged()
         write_json_atomic(progress, progress_record(mode, done + 1, done,
                                                     time.monotonic() - t0))
         flows = permutation_flows(plan, nbytes, qps=QPS, seed=0, qp_base=QPS * done)

@@ -116,7 +116,7 @@ def _permutation(run: Run, lab: RunningLab, plan: Any, mode: str, label: str) ->
     p = run.params
     client = lab.client()
     client.set_lb(mode)
-    client.wait_converged()
+    lab.wait_converged()
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * p["seconds"])
     n = p["draws"] if policies.POLICIES.get(mode).random else 1
     margin = run.guard(lab, _flows(plan, nbytes, p["seed"], 0), label)["margin"]

@@ -151,7 +151,7 @@ def lb_compare(run: Run) -> None:
             bound = bounds(plan, wire_flows(base), unit="mbps")  # what the shapers count
             for mode in p["modes"]:
                 client.set_lb(mode)
-                client.wait_converged()
+                lab.wait_converged()
                 key = f"{workload}/{mode}"
                 margin = run.guard(lab, base, key)["margin"]
                 n = draws_for(mode, p["ecmp_samples"])

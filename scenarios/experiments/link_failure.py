@@ -281,7 +281,7 @@ def link_failure(run: Run) -> None:
                 client.set_lb(mode)
             if not policies.POLICIES.get(mode).pins:  # switches hash: no flows to hold
                 client.clear_traffic()
-            client.wait_converged(timeout=60)
+            lab.wait_converged()
             run.guard(lab, flows, label=mode)
             for k in range(draws_for(mode, int(p["draws"]))):
                 fk = shift_qps(flows, DRAW_QP_STRIDE * k)
@@ -325,7 +325,7 @@ def _restore(lab: RunningLab, links: Sequence[Link]) -> None:
     deadline = time.monotonic() + 30
     while client.health().get("down_ports") and time.monotonic() < deadline:
         time.sleep(0.05)
-    client.wait_converged(timeout=60)
+    lab.wait_converged()
 
 
 def one_run(run: Run, lab: RunningLab, flows: list[FlowSpec], mode: str, case: str,

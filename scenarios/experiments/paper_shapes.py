@@ -210,7 +210,7 @@ def _emulate_ecmp(run: Run, lab: RunningLab, plan: Any, e: dict[str, Any], raw: 
     client = lab.client()
     for mode, draws in (("ecmp", p["ecmp_draws"]), ("planned", 1)):
         client.set_lb(mode)
-        client.wait_converged()
+        lab.wait_converged()
         for k in range(draws):
             flows = _perm(plan, p, k)
             label = f"permutation {mode} draw {k}"
@@ -347,7 +347,7 @@ def _emulate_relay(run: Run, lab: RunningLab, name: str, flows: list[Any], raw: 
 
     client = lab.client()
     client.set_lb("planned")
-    client.wait_converged()
+    lab.wait_converged()
     out = []
     for k in range(run.params["relay_repeats"]):
         label = f"relay all-to-all on {name} #{k}"

@@ -84,7 +84,7 @@ class Lab:
 
     def __init__(self, plan: WiringPlan, *, datapath: str = "auto", controller: bool = True,
                  of_port: int | None = None, rest_port: int | None = None,
-                 shape: bool = True, lossless: bool = True, converge_timeout: float = 120.0,
+                 shape: bool = True, lossless: bool = True, converge_timeout: float = 300.0,
                  select_method: str = DEFAULT_SELECT_METHOD, lb: str = DEFAULT_MODE,
                  poll_interval: float = POLL_INTERVAL_S,
                  static_arp: bool = True, pmtu: int = LAB_PMTU,
@@ -628,7 +628,7 @@ class Lab:
             return None
 
     def wait_converged(self, timeout: float | None = None) -> dict[str, Any]:
-        """Block until every switch of the plan is programmed; raise with details if not."""
+        """Until every switch applied what the controller pushed; raise with details if not."""
         timeout = self.converge_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         last: dict[str, Any] | None = None

@@ -1,4 +1,5 @@
-"""The replay orchestration's pure parts: input checks, percentiles, joining agent outputs."""
+"""The replay orchestration's pure parts: input checks, percentiles, joining agent outputs;
+and what it waits for after posting a job to the controller."""
 
 from __future__ import annotations
 
@@ -177,3 +178,38 @@ def test_senders_slow_to_start_are_given_the_agents_start_time() -> None:
     quick = 256 * 1024 * 8 / 40e6  # 256 KiB at 40 Mb/s
     assert sender_timeout(quick) >= AGENT_START_S > 60
     assert sender_timeout(100.0) >= 400 + AGENT_START_S
+
+
+class _Posted(Exception):
+    """Stops the replay once it has posted the job and waited, before any agent starts."""
+
+
+def test_a_pinned_job_waits_for_the_lab_to_converge(lab: SimpleNamespace) -> None:
+    """After posting the job's flows the replay waits as the lab does (its converge timeout,
+    a dead controller noticed), not with a short wait of its own: in an emulated VM the
+    switches took over a minute to apply a decode burst's entries."""
+    from traffic.shell.replay import replay
+
+    calls: list[str] = []
+
+    class Client:
+        def lb(self) -> dict[str, Any]:
+            return {"mode": "planned", "pins": True}
+
+        def post_traffic(self, flows: list[dict[str, Any]]) -> None:
+            calls.append(f"post {len(flows)}")
+
+        def wait_converged(self, timeout: float = 60) -> None:
+            calls.append(f"client wait {timeout:g} s")
+
+    def wait_converged(timeout: float | None = None) -> None:
+        calls.append("lab wait" if timeout is None else f"lab wait {timeout:g} s")
+        raise _Posted
+
+    from controllers import policies
+
+    running = SimpleNamespace(plan=lab.plan, client=Client, wait_converged=wait_converged,
+                              lb_policy=policies.parse("planned", controller=True))
+    with pytest.raises(_Posted):
+        replay(running, [flow("s0g0", "s2g0", 1), flow("s2g0", "s0g0", 2)], progress=False)
+    assert calls == ["post 2", "lab wait"]

@@ -82,7 +82,7 @@ def run_iperf(lab: RunningLab, flows: Iterable[FlowSpec], *, proto: Proto = "tcp
     client = lab.client()
     if post if post is not None else client.lb()["pins"]:  # the mode gives flows their own paths
         client.post_traffic(iperf_flows(flows, proto))
-        client.wait_converged(timeout=60)
+        lab.wait_converged()
     servers, clients = [], []
     try:
         for i, f in enumerate(flows):

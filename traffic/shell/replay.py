@@ -340,7 +340,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
         _check(flows, lab)  # the QPs the hosts open must still be distinct
     if post if post is not None else state["pins"]:  # the mode gives flows their own paths
         client.post_traffic(controller_body(flows)["flows"])
-        client.wait_converged(timeout=60)
+        lab.wait_converged()
 
     pmtu = pmtu or lab.pmtu  # the lab's interfaces carry its pmtu
     tp = kind(pol, lab.plan, pmtu)  # the compiled plane finds its program here
