@@ -280,7 +280,12 @@ def test_controller_takes_host_side_policies_with_options_as_up_does(tmp_path: P
 def test_the_controller_runs_the_mode_of_a_spec_with_options(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch
                                                               ) -> None:
-    """``serve`` hands the app the mode's name; the options are the hosts' (as ``Lab``)."""
+    """``serve`` hands the app the mode's name; the options are the hosts' (as ``Lab``).
+    os-ken gets its own options too: a switch slow to read the controller's messages is
+    dropped after ``SEND_TIMEOUT_S``, not os-ken's 5 s (switches applying a decode burst's
+    entries in an emulated VM fell off and reconnected into full resyncs)."""
+    from os_ken import cfg
+
     from controllers.shell import run
 
     plan = tmp_path / "plan.json"
@@ -294,6 +299,7 @@ def test_the_controller_runs_the_mode_of_a_spec_with_options(tmp_path: Path,
         from controllers.shell import app
 
         seen.update(app.SETTINGS)
+        seen["socket_timeout"] = cfg.CONF.socket_timeout
         raise Stop
 
     monkeypatch.setattr(run, "make_server", fake_server)
@@ -303,6 +309,7 @@ def test_the_controller_runs_the_mode_of_a_spec_with_options(tmp_path: Path,
     with pytest.raises(Stop):
         run.serve(args)
     assert seen["lb"] == "qp-scaling"
+    assert seen["socket_timeout"] == run.SEND_TIMEOUT_S > 5
 
 
 # --- every scenario's parameters, from their declarations --------------------------------------
