@@ -169,15 +169,15 @@ up() {
 # --- 1. one VM ----------------------------------------------------------------------------------
 # `make demo` in lab: passes, or stops at the fidelity guard with the lab's one-line error
 # (exit 0 then too); a traceback or any other failure fails the step.
-demo_in_lab() {
-    local rc=0 out
-    out=$(in_vm lab 'cd /vagrant && sudo make demo' 2>&1) || rc=$?
-    printf '%s\n' "$out"
+demo_in_lab() {   # its output reaches the step's log as it comes (a demo runs for minutes)
+    local rc out=$LOGS/demo-output.txt
+    in_vm lab 'cd /vagrant && sudo make demo' 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
     [ "$rc" -eq 0 ] && return 0
-    if grep -q 'Traceback' <<<"$out"; then
+    if grep -q 'Traceback' "$out"; then
         echo "$PROG: the demo crashed (traceback above)"; return 1
     fi
-    grep -q 'astral-lab demo: error: fidelity guard' <<<"$out" && return 0
+    grep -q 'astral-lab demo: error: fidelity guard' "$out" && return 0
     echo "$PROG: the demo failed, and not at the fidelity guard (exit $rc)"; return 1
 }
 
