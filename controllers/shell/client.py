@@ -68,8 +68,8 @@ class ControllerClient:
     ``timeout`` bounds a read (GET), which a live controller answers at once.
     ``change_timeout`` bounds a change (PUT, POST, DELETE): the controller answers it only
     after planning the job's paths and pushing the switches' new tables, work that grows
-    with the job and with a slow machine (an emulated VM takes many seconds for a decode
-    burst's flows), and that it finishes whether or not the caller is still waiting.
+    with the job and with a slow machine, and that it finishes whether or not the caller is
+    still waiting.
     """
 
     def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_REST_PORT,
@@ -149,7 +149,7 @@ class ControllerClient:
             msg = (f"cannot connect to the controller at {where}: connection refused "
                    "(the controller is not running, or not on that port)")
         elif isinstance(reason, TimeoutError):
-            msg = f"no answer from the controller at {where} within {waited:g} s ({reason})"
+            msg = f"no answer from the controller at {where} within {waited:.3g} s ({reason})"
         else:
             msg = f"cannot talk to the controller at {where}: {reason}"
         return ControllerError(msg, None, None, what)
