@@ -35,7 +35,10 @@ ARGV = ["model", "astral3", "--gpus", "32", "--workload", "decode", "--jobs", "2
 #: When to send the signal: seconds after the start, or at an event seen from outside.
 MOMENTS = (0.05, 0.3, 1.0, "workers", "first-done")
 TRIES = 3
-#: Seconds a stopped run may take to exit: generous, the machine is busy on purpose.
+#: Seconds a stopped run may take to exit: generous, the machine is busy on purpose. A stop
+#: that lands while the CLI imports its modules is acted on once they are imported
+#: (``testbed.shell.signals``), so twice their import time, measured beside the same load, is
+#: added on top: an emulated VM imports them many times slower than a bare machine.
 EXIT_BOUND_S = 20.0
 
 
@@ -87,7 +90,14 @@ def _wait_for(moment: float | str, proc: subprocess.Popen[str], t0: float) -> bo
     return False
 
 
-def _one_try(sig: int, moment: float | str, results: str) -> str | None:
+def _import_seconds() -> float:
+    """How long a fresh interpreter takes to import the CLI on this machine, now."""
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import astral_lab.cli"], check=True)
+    return time.monotonic() - t0
+
+
+def _one_try(sig: int, moment: float | str, results: str, bound: float) -> str | None:
     """Start the CLI, signal it at ``moment``; what went wrong, or None."""
     env = {**os.environ, "ASTRAL_LAB_RESULTS": results}
     t0 = time.monotonic()
@@ -104,9 +114,11 @@ def _one_try(sig: int, moment: float | str, results: str) -> str | None:
             proc.send_signal(sig)  # what kill(1) does
         sent = time.monotonic()
         try:
-            _, err = proc.communicate(timeout=EXIT_BOUND_S)
+            _, err = proc.communicate(timeout=bound)
         except subprocess.TimeoutExpired:
-            return f"still running {EXIT_BOUND_S:g} s after the signal"
+            os.killpg(proc.pid, signal.SIGKILL)
+            _, err = proc.communicate()
+            return f"still running {bound:.0f} s after the signal: {err.strip()[-300:]!r}"
         took = time.monotonic() - sent
         if not stopped_as_asked(sig, Stopped(proc.returncode, took, err)):
             return f"exit status {proc.returncode} after {took:.1f} s: {err.strip()[-300:]!r}"
@@ -130,8 +142,9 @@ def _one_try(sig: int, moment: float | str, results: str) -> str | None:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_stopped_model_run_exits_with_its_workers(sig, moment, tmp_path, busy_machine):
     problems = []
+    bound = EXIT_BOUND_S + 2 * _import_seconds()
     for i in range(TRIES):
-        why = _one_try(sig, moment, str(tmp_path / f"try{i}"))
+        why = _one_try(sig, moment, str(tmp_path / f"try{i}"), bound)
         if why:
             problems.append(f"try {i}: {why}")
     assert not problems, f"{signal.Signals(sig).name} at {moment}: " + "; ".join(problems)

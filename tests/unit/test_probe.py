@@ -53,6 +53,17 @@ def _free_udp_port() -> int:
         return s.getsockname()[1]
 
 
+def _has_socket(pid: int) -> bool:
+    """Whether process ``pid`` holds a socket (its files open and close as it starts)."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
 def test_either_end_stopped_for_half_a_second_leaves_no_gap(tmp_path: Path) -> None:
     """Real sockets: the receiver, then the sender, is stopped (SIGSTOP) for 0.5 s each; the
     kernel's arrival stamps and the due times keep both out of the gap."""
@@ -68,8 +79,14 @@ def test_either_end_stopped_for_half_a_second_leaves_no_gap(tmp_path: Path) -> N
             time.sleep(0.02)
         send = subprocess.Popen(py + ["send", "--dst", "127.0.0.1", "--port", str(port),
                                       "--sports", str(_free_udp_port()), "--pps", "100",
-                                      "--duration", "2.5"],
+                                      "--duration", "4"],
                                 env=env, stdout=subprocess.PIPE, text=True)
+        # Stopped while still starting (a slow or busy machine), the sender would not stall
+        # between two packets: the schedule begins once its socket exists.
+        deadline = time.monotonic() + 60
+        while not _has_socket(send.pid) and time.monotonic() < deadline:
+            assert send.poll() is None
+            time.sleep(0.02)
         for who in (recv, send):
             time.sleep(0.5)
             who.send_signal(signal.SIGSTOP)
