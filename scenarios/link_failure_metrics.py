@@ -172,19 +172,27 @@ def _model_baselines(plan: WiringPlan, flows: Sequence[FlowSpec], mode: str, dra
             for s in range(max(1, draws) if mode in RANDOM_POLICIES else 1)]
 
 
+def fluid_after_cut(plan: WiringPlan, flows: Sequence[FlowSpec], fluid: Any,
+                    links: Sequence[Link], frac: float) -> tuple[float, list[FlowSpec], Any]:
+    """The fluid model's ideal when ``links`` fail at fraction ``frac`` of its run (``fluid``,
+    the model's run without the failure): its completion time, the bytes left at the cut,
+    and the model's run of those on what survives (None when nothing was left)."""
+    t_model = frac * fluid.completion_s
+    wire = wire_flows(list(flows))  # the fluid model runs on frame bytes, as the counters
+    left = remaining_after(wire, fluid.flow_finish_s, fluid.flow_start_rate_bps, t_model)
+    failed = PathFinder(plan, down=down_hops(links))
+    after = model_flows(failed, left, "ecmp-fluid", unit="mbps") if left else None
+    return t_model + (after.completion_s if after else 0.0), left, after
+
+
 def _failure_metrics(r: dict[str, Any], base: dict[str, Any], plan: WiringPlan,
                      flows: list[FlowSpec], fluid: Any, links: Sequence[Link],
                      recover_pct: float) -> dict[str, Any]:
     """Recovery, penalty and their ideals for one failure run (see the module docstring)."""
     t, mbps = rates(r["samples"], r["start_ns"])
     cut_s = (r["action_ns"][0] - r["start_ns"]) / 1e9
-    frac = cut_s / base["completion_s"]
-    t_model = frac * fluid.completion_s
-    wire = wire_flows(list(flows))  # the fluid model runs on frame bytes, as the counters
-    left = remaining_after(wire, fluid.flow_finish_s, fluid.flow_start_rate_bps, t_model)
-    failed = PathFinder(plan, down=down_hops(links))
-    after = model_flows(failed, left, "ecmp-fluid", unit="mbps") if left else None
-    ideal_total = t_model + (after.completion_s if after else 0.0)
+    ideal_total, left, after = fluid_after_cut(plan, flows, fluid, links,
+                                               cut_s / base["completion_s"])
     post_ideal = 8 * sum(f.bytes for f in left) / after.completion_s / 1e6 if after else 0.0
     first = float(np.sum(after.flow_start_rate_bps)) / 1e6 if after else 0.0
     pre = level(t, mbps, cut_s / 2, cut_s)

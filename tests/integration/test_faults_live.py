@@ -182,84 +182,129 @@ def test_link_down_cuts_both_ends_and_traffic_is_rerouted(lab: Lab,
     assert injector.events[0]["component"] == "lf0r0~spine1#0"
 
 
-def test_link_flap_goes_down_and_up_count_times(lab: Lab, injector: FaultInjector) -> None:
-    link = F.parse_target(PLAN, "lf1r1~spine3").link
-    seen: list[str] = []
-    stop = threading.Event()
+def _timed_set_link(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float]]:
+    """Each ``lab.set_link`` call's wall-clock start and end, in order. On a busy machine one
+    link command can take a good part of a phase, so the kernel's edges are checked against
+    the windows the commands took here, not against the plan with a fixed tolerance (that the
+    schedule absorbs a slow command is a unit test's, on a fake clock)."""
+    calls: list[tuple[float, float]] = []
+    real = lab.set_link
 
-    def sample() -> None:  # the switch-side end's operstate every 5 ms
-        path = f"/sys/class/net/{link.b_intf}/operstate"
-        while not stop.is_set():
-            with open(path) as fh:  # "lowerlayerdown" (peer went first) counts as down
-                state = "up" if fh.read().strip() == "up" else "down"
-            if not seen or seen[-1] != state:
-                seen.append(state)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.time()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            calls.append((t0, time.time()))
+
+    monkeypatch.setattr(lab, "set_link", timed)
+    return calls
+
+
+class _Operstate:
+    """Polls interfaces' operstate every 5 ms in a thread: the lane is up when every end is
+    ("lowerlayerdown", a peer gone first, counts as down). Records each change with the time
+    of the sample that saw it and of the sample before (the edge lies between the two)."""
+
+    def __init__(self, intfs: list[str]) -> None:
+        self.paths = [f"/sys/class/net/{i}/operstate" for i in intfs]
+        self.changes: list[tuple[float, float, str]] = []  # (previous sample, seen, state)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample)
+
+    def _sample(self) -> None:
+        prev = time.time()
+        while not self._stop.is_set():
+            states = []
+            for path in self.paths:
+                with open(path) as fh:
+                    states.append(fh.read().strip())
+            now = time.time()
+            state = "up" if all(st == "up" for st in states) else "down"
+            if not self.changes or self.changes[-1][2] != state:
+                self.changes.append((prev, now, state))
+            prev = now
             time.sleep(0.005)
 
-    watcher = threading.Thread(target=sample)
-    watcher.start()
-    try:
-        h = injector.inject(Fault("link-flap", "lf1r1~spine3", period=0.6, count=3))
+    def __enter__(self) -> _Operstate:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def states(self) -> list[str]:
+        return [st for _, _, st in self.changes]
+
+
+#: Seconds the kernel may take to show a link's new operstate after the command that set it
+#: returned (its link watcher runs deferred).
+OPERSTATE_LAG_S = 0.15
+#: Slack on "no command before its planned offset from the first": offsets are taken from
+#: the first command's start, which comes a few statements after the schedule's clock read.
+FIRST_START_SLACK_S = 0.05
+
+
+def _edges_inside_their_commands(seen: _Operstate, calls: list[tuple[float, float]]) -> None:
+    """Each edge the kernel showed (after the first, "up" before the fault) came while the
+    injector's command for it ran: after the command began, and before it returned (plus the
+    kernel's lag)."""
+    edges = seen.changes[1:]
+    assert len(edges) == len(calls), (edges, calls)
+    for (before, at, state), (t0, t1) in zip(edges, calls, strict=True):
+        assert at >= t0 and before <= t1 + OPERSTATE_LAG_S, (state, before, at, t0, t1)
+
+
+def test_link_flap_goes_down_and_up_count_times(lab: Lab, injector: FaultInjector,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    link = F.parse_target(PLAN, "lf1r1~spine3").link
+    calls = _timed_set_link(lab, monkeypatch)
+    fault = Fault("link-flap", "lf1r1~spine3", period=0.6, count=3)
+    with _Operstate([link.b_intf]) as seen:
+        h = injector.inject(fault)
         assert h.wait(10)
-    finally:
-        stop.set()
-        watcher.join()
-    assert seen == ["up", "down"] * 3 + ["up"], seen
+    assert seen.states() == ["up", "down"] * 3 + ["up"], seen.changes
     acts = [e["action"] for e in injector.events]
     assert acts == ["inject"] + ["flap-down", "flap-up"] * 3 + ["undo"]
-    downs = [e["time"] for e in injector.events if e["action"] == "flap-down"]
-    assert all(0.5 < b - a < 1.2 for a, b in zip(downs, downs[1:], strict=False)), downs
+    _edges_inside_their_commands(seen, calls)
+    # each command went out no earlier than its planned offset from the first
+    planned = [0.3 * k for k in range(len(calls))]
+    starts = [t0 - calls[0][0] for t0, _ in calls]
+    assert all(s >= p - FIRST_START_SLACK_S for s, p in zip(starts, planned, strict=True)), \
+        (starts, planned)
 
 
-def test_a_gray_link_flap_flaps_at_its_irregular_intervals(lab: Lab,
-                                                           injector: FaultInjector) -> None:
+def test_a_gray_link_flap_flaps_at_its_irregular_intervals(lab: Lab, injector: FaultInjector,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
     """A gray flap drawn by ``random_schedule``: 3 flaps, each phase stretched or shortened
     by up to 69% (0.57-1.64 s). Both ends' operstate, polled every 5 ms from the kernel,
-    go down and up at the phases' times, and the lane ends up."""
+    go down and up while the injector's commands for those phases run, the commands go out
+    at the phases' planned offsets (never before), and the lane ends up."""
     (f,) = F.random_schedule(PLAN, kinds=["link-flap"], n=1, duration_s=8, seed=0,
                              min_gap_s=1, severity="gray")
     want = phases(f.settings)
     assert f.settings.jitter > 0.5 and max(want) - min(want) > 1.0  # irregular by design
     link = F.parse_target(PLAN, f.target).link
-    paths = [f"/sys/class/net/{i}/operstate" for i in (link.a_intf, link.b_intf)]
-    seen: list[tuple[float, str]] = []
-    stop = threading.Event()
-
-    def sample() -> None:  # the lane is up when both ends are (a peer going down first
-        while not stop.is_set():  # shows as "lowerlayerdown")
-            states = []
-            for path in paths:
-                with open(path) as fh:
-                    states.append(fh.read().strip())
-            state = "up" if states == ["up", "up"] else "down"
-            if not seen or seen[-1][1] != state:
-                seen.append((time.time(), state))
-            time.sleep(0.005)
-
-    watcher = threading.Thread(target=sample)
-    watcher.start()
-    try:
+    calls = _timed_set_link(lab, monkeypatch)
+    with _Operstate([link.a_intf, link.b_intf]) as seen:
         time.sleep(0.1)
         h = injector.inject(f)
         assert h.wait(30)
         time.sleep(0.3)
-    finally:
-        stop.set()
-        watcher.join()
-    assert [st for _, st in seen] == ["up"] + ["down", "up"] * f.settings.count, seen
-    edges = [t for t, _ in seen[1:]]
-    measured = [b - a for a, b in zip(edges, edges[1:], strict=False)]
-    print("gray flap phases (s): planned", [round(x, 3) for x in want[:-1]],
-          "measured", [round(x, 3) for x in measured])
-    # each edge against its planned offset from the first: one slow link command moves one
-    # edge (both phases beside it), and no error carries over to the edges after it
-    planned = [sum(want[:k]) for k in range(len(edges))]
-    assert [t - edges[0] for t in edges] == pytest.approx(planned, abs=0.15), (measured, want)
-    assert max(measured) - min(measured) > 0.8
-    # the injector's own times agree with the kernel's
-    flaps = [e["time"] for e in injector.events if e["action"].startswith("flap-")]
-    assert len(flaps) == len(edges)
-    assert all(abs(a - b) < 0.1 for a, b in zip(flaps, edges, strict=True)), (flaps, edges)
+    assert seen.states() == ["up"] + ["down", "up"] * f.settings.count, seen.changes
+    _edges_inside_their_commands(seen, calls)
+    planned = [sum(want[:k]) for k in range(len(calls))]
+    starts = [t0 - calls[0][0] for t0, _ in calls]
+    print("gray flap: planned offsets (s)", [round(x, 3) for x in planned],
+          "commands went out at", [round(x, 3) for x in starts])
+    assert all(s >= p - FIRST_START_SLACK_S for s, p in zip(starts, planned, strict=True)), \
+        (starts, planned)
+    flaps = [e for e in injector.events if e["action"].startswith("flap-")]
+    assert [e["action"] for e in flaps] == ["flap-down", "flap-up"] * f.settings.count
+    # the injector logs each edge once its command has returned
+    assert all(t1 <= e["time"] for (_, t1), e in zip(calls, flaps, strict=True))
     for node, intf in ((link.a, link.a_intf), (link.b, link.b_intf)):
         assert link_state(lab, node, intf) == (True, "UP")
     assert injector.events[0]["detail"]["jitter"] == f.settings.jitter

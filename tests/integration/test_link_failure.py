@@ -48,12 +48,9 @@ def test_link_failure_quick_writes_a_complete_report(
         e = summary[f"planned/{case}"]
         assert {"measured", "ideal", "ratio"} <= set(e) and e["draws"] == 1
         assert e["ratio"] is not None and 0.3 <= e["ratio"] <= 3, e  # sanity, not timing
-    cases = read_json(os.path.join(out, "metrics.json"))["cases"]
-    # a spine takes a lane from every leaf, including the one the lane cut hit: never cheaper
-    # in the fluid model (equal when that leaf's uplinks decide both; the cut instants differ
-    # a bit)
-    assert cases["planned/spine"]["ideal_penalty"]["median"] >= \
-        cases["planned/lane"]["ideal_penalty"]["median"] - 0.01
+    # (the two cases' ideals are not compared: each is the model's at that run's own measured
+    # cut instant, and a busy machine moves those apart; at one instant a spine never costs
+    # less than its lane: tests/unit/test_scen_link_failure.py)
     for case in ("lane", "spine"):
         run = read_json(os.path.join(out, f"run-planned-{case}-0.json"))
         assert run["action_ns"] and run["links"]

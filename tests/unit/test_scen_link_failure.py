@@ -226,6 +226,20 @@ def test_model_penalty_follows_the_policy(plan) -> None:  # type: ignore
     assert min(x["baseline_s"] for x in ecmp) >= planned[0]["baseline_s"] * 0.999
 
 
+@pytest.mark.parametrize("frac", [0.2, 0.5, 0.8])
+def test_a_spine_down_never_costs_less_than_one_of_its_lanes_in_the_fluid_model(
+        plan, frac: float) -> None:  # type: ignore[no-untyped-def]
+    """At the same instant, a spine takes a lane from every leaf, including the lane the
+    lane cut takes: its ideal is never the faster one."""
+    flows = lf.all_to_all(plan, 4.0)
+    leaf, spine, _, _ = lf.pick_lane(plan)
+    lane = [ln for ln in plan.links if {ln.a, ln.b} == {leaf, spine}][:1]
+    fluid = model_flows(plan, lm.wire_flows(flows), "ecmp-fluid", unit="mbps")
+    t_lane, _, _ = lm.fluid_after_cut(plan, flows, fluid, lane, frac)
+    t_spine, _, _ = lm.fluid_after_cut(plan, flows, fluid, lf.spine_links(plan, spine), frac)
+    assert fluid.completion_s < t_lane <= t_spine * (1 + 1e-9), (t_lane, t_spine)
+
+
 def test_host_side_policies_report_the_whole_messages_a_failure_cost(
         tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
