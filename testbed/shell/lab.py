@@ -457,14 +457,12 @@ class Lab:
     def _create_bridges(self) -> None:
         """All bridges, ports and controller targets in one ``ovs-vsctl`` transaction.
 
-        With the userspace datapath, ovs-vswitchd reads every port through its own
-        packet socket, whose buffer is ``net.core.rmem_default`` when the port is
-        added (208 KiB here: ~150 frames). A burst from many hosts at once (an
-        All-to-All starting on every GPU together) overflows it and the switch
-        loses packets without counting them anywhere: an emulation artefact, not
-        fabric behaviour (measured: 8 hosts bursting at 40 Mb/s lost 20-50% of a
-        decode step; none with 4 MiB). So the default is raised while the ports
-        are created and put back right after; existing sockets keep their size.
+        With the userspace datapath, ovs-vswitchd reads every port through its own packet
+        socket, whose buffer is ``net.core.rmem_default`` when the port is added: a burst from
+        many hosts at once (an All-to-All starting on every GPU together) overflows it, and
+        the switch loses packets without counting them anywhere (an emulation artefact, not
+        fabric behaviour). So the default is raised while the ports are created and put back
+        right after; existing sockets keep their size.
         """
         with _socket_buffers(OVS_PORT_RCVBUF):
             self._add_bridges()
@@ -502,10 +500,12 @@ class Lab:
                     "other-config:disable-in-band=true",
                     f"external_ids:{cleanup.BRIDGE_TAG}={self.run_id}"]
             if self.use_controller:
-                # Reconnect within a second after a controller restart (OVS backs off to 8 s).
+                # Reconnect within a second after a controller restart (OVS backs off to 8 s);
+                # a controller busy for seconds is kept, not dropped into a full resync at 5 s.
                 cid = f"@c{len(cmd)}"
                 cmd += ["--", f"--id={cid}", "create", "Controller",
                         f'target="tcp:{self.of_host}:{self.of_port}"', "max_backoff=1000",
+                        "inactivity_probe=60000",
                         "--", "set", "Bridge", sw.name, f"controller={cid}"]
             for port, intf in sorted(ports[sw.name]):
                 cmd += ["--", "add-port", sw.name, intf, "qos=@noop",

@@ -48,6 +48,15 @@ def test_two_daemons_carry_the_fabric(assert_clean: Callable[[WiringPlan], None]
             listed = subprocess.run(other.ovs(["ovs-vsctl", "list-br"]), capture_output=True,
                                     text=True).stdout.split()
             assert sw.name not in listed
+        # every switch's controller: reconnect within a second, and kept while it is busy for
+        # seconds (OVS's 5 s inactivity probe would drop it into a full resync)
+        owners_list = [lab.switch_daemon(s.name).index for s in p.switches]
+        for d in lab.daemons:
+            rows = subprocess.run(d.ovs(["ovs-vsctl", "--format=csv", "--no-headings",
+                                         "--columns=inactivity_probe,max_backoff", "list",
+                                         "Controller"]),
+                                  capture_output=True, text=True, check=True).stdout.split()
+            assert rows == ["60000,1000"] * owners_list.count(d.index), rows
         in_ns = subprocess.run(["ip", "-n", ns, "-o", "link", "show"], capture_output=True,
                                text=True, check=True).stdout
         moved = [ln.b_intf for ln in p.links if lab.switch_daemon(ln.b).netns == ns]
