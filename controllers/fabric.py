@@ -49,6 +49,11 @@ MODES = policies.CONTROLLER_MODES.names()
 DEFAULT_MODE = "ecmp"
 #: seconds between the controller's counter polls (links, adaptive mode) unless told otherwise
 POLL_INTERVAL_S = 1.0
+#: seconds either end of an OpenFlow connection bears the other's silence before dropping it
+#: (os-ken's send timeout and OVS's inactivity probe both default to 5): a controller computing
+#: thousands of entries, or a switch applying them, on a slow machine is busy for longer, and
+#: a dropped connection comes back as a full resync, which makes every switch slower still
+PEER_SILENCE_S = 60.0
 ADAPTIVE_DEFAULTS: dict[str, float] = {"threshold": 0.8, "hysteresis": 0.1, "hold": 3}
 
 

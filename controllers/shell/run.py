@@ -18,16 +18,12 @@ import threading
 from typing import Any
 
 from controllers import policies
-from controllers.fabric import FabricLogic
+from controllers.fabric import PEER_SILENCE_S, FabricLogic
 from controllers.shell.api import AppAPI
 from controllers.shell.rest import make_server
 from vocab.plan import WiringPlan
 
 DEFAULT_OF_PORT = 6653
-#: Seconds a switch may leave the controller's messages unread before os-ken drops it (its
-#: default is 5). A switch applying thousands of entries on a slow machine reads slowly, and
-#: a dropped switch reconnects into a full resync, which makes every switch slower still.
-SEND_TIMEOUT_S = 60.0
 
 
 def can_listen(host: str, port: int) -> str:
@@ -89,7 +85,7 @@ def serve(args: Any) -> int:
 
     cfg.CONF(args=["--ofp-tcp-listen-port", str(args.of_port),
                    "--ofp-listen-host", args.of_host], project="os_ken")
-    cfg.CONF.set_override("socket_timeout", SEND_TIMEOUT_S)  # a config-file option only
+    cfg.CONF.set_override("socket_timeout", PEER_SILENCE_S)  # a config-file option only
     app_module.SETTINGS["plan"] = plan
     # "qp-scaling:qps=8": the controller runs the mode; its options are the hosts'
     mode = policies.parse(args.lb, controller=True).name

@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from controllers import policies
-from controllers.fabric import DEFAULT_MODE, POLL_INTERVAL_S
+from controllers.fabric import DEFAULT_MODE, PEER_SILENCE_S, POLL_INTERVAL_S
 from controllers.flowtable import DEFAULT_SELECT_METHOD
 from controllers.shell.client import ControllerClient
 from testbed import daemons
@@ -501,11 +501,11 @@ class Lab:
                     f"external_ids:{cleanup.BRIDGE_TAG}={self.run_id}"]
             if self.use_controller:
                 # Reconnect within a second after a controller restart (OVS backs off to 8 s);
-                # a controller busy for seconds is kept, not dropped into a full resync at 5 s.
+                # a controller silent for seconds is kept (PEER_SILENCE_S).
                 cid = f"@c{len(cmd)}"
                 cmd += ["--", f"--id={cid}", "create", "Controller",
                         f'target="tcp:{self.of_host}:{self.of_port}"', "max_backoff=1000",
-                        "inactivity_probe=60000",
+                        f"inactivity_probe={int(PEER_SILENCE_S * 1000)}",
                         "--", "set", "Bridge", sw.name, f"controller={cid}"]
             for port, intf in sorted(ports[sw.name]):
                 cmd += ["--", "add-port", sw.name, intf, "qos=@noop",

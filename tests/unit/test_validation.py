@@ -282,10 +282,11 @@ def test_the_controller_runs_the_mode_of_a_spec_with_options(tmp_path: Path,
                                                               ) -> None:
     """``serve`` hands the app the mode's name; the options are the hosts' (as ``Lab``).
     os-ken gets its own options too: a switch slow to read the controller's messages is
-    dropped after ``SEND_TIMEOUT_S``, not os-ken's 5 s (switches applying a decode burst's
+    dropped after ``PEER_SILENCE_S``, not os-ken's 5 s (switches applying a decode burst's
     entries in an emulated VM fell off and reconnected into full resyncs)."""
     from os_ken import cfg
 
+    from controllers.fabric import PEER_SILENCE_S
     from controllers.shell import run
 
     plan = tmp_path / "plan.json"
@@ -309,7 +310,7 @@ def test_the_controller_runs_the_mode_of_a_spec_with_options(tmp_path: Path,
     with pytest.raises(Stop):
         run.serve(args)
     assert seen["lb"] == "qp-scaling"
-    assert seen["socket_timeout"] == run.SEND_TIMEOUT_S > 5
+    assert seen["socket_timeout"] == PEER_SILENCE_S > 5
 
 
 # --- every scenario's parameters, from their declarations --------------------------------------
