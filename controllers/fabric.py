@@ -195,12 +195,9 @@ class FabricLogic:
         """
         out: dict[str, list[Pin]] = {}
         ports_for: dict[tuple[str, str, int], tuple[int, ...]] = {}
-        matches = self._matches
         for flow, path in self.assign.items():
             target = self.attach[flow.dst][0]
-            match = matches.get(flow)
-            if match is None:
-                match = matches[flow] = pin_match(flow, self.ip_of)
+            match = self.match_of(flow)
             for sw, port in path[:-1]:
                 key = (sw, target, port)
                 ports = ports_for.get(key)
@@ -209,6 +206,13 @@ class FabricLogic:
                     ports = ports_for[key] = (port,) + alt
                 out.setdefault(sw, []).append(Pin(sw, flow, ports, match))
         return out
+
+    def match_of(self, flow: Flow) -> Any:
+        """The exact match that pins ``flow``: the same at every switch, so built once."""
+        match = self._matches.get(flow)
+        if match is None:
+            match = self._matches[flow] = pin_match(flow, self.ip_of)
+        return match
 
     def table(self, switch: str, pins: Mapping[str, list[Pin]] | None = None,
               previous: Table | None = None) -> Table:

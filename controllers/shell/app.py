@@ -49,7 +49,6 @@ from controllers.flowtable import (
     DEFAULT_SELECT_METHOD,
     Entry,
     entry_from_stats,
-    pin_match,
     stat_counter,
 )
 from controllers.shell.ofmsgs import messages
@@ -65,13 +64,19 @@ SETTINGS: dict[str, Any] = {"plan": None, "select_method": DEFAULT_SELECT_METHOD
                             "poll_interval": POLL_INTERVAL_S, "state_path": None, "adaptive": {}}
 
 READBACK_TIMEOUT = 10.0  # seconds to wait for a switch's flow/group read-back
+STALE_REQUEST_S = 30.0  # a request unanswered this long is dropped (and a poll asks again)
 
 
 class Pending:
-    """One multipart request in flight: bodies gathered until the last reply."""
+    """One multipart request in flight: bodies gathered until the last reply.
 
-    def __init__(self, callback: Callable[[list[Any]], None]) -> None:
+    ``kind`` names what a poll asked for ("ports", "groups", "pins"; "" for a read-back),
+    so the poller can tell a question still open at a switch from one it may ask again.
+    """
+
+    def __init__(self, callback: Callable[[list[Any]], None], kind: str = "") -> None:
         self.callback = callback
+        self.kind = kind
         self.bodies: list[Any] = []
         self.sent = time.monotonic()
 
@@ -104,6 +109,7 @@ class AstralController(app_manager.OSKenApp):
         self.converged_at: float | None = None
         self.first_connect: float | None = None
         self.pending: dict[tuple[str, int], Pending] = {}
+        self._pins_at: dict[str, dict[Any, Flow]] = {}  # first switch -> match -> flow
         self.reroutes: list[dict[str, Any]] = []
         self._reroute: dict[str, Any] | None = None
         # counters from the poller: name -> port -> sample; rates in Mb/s
@@ -129,10 +135,11 @@ class AstralController(app_manager.OSKenApp):
         self.barriers[name] = barrier.xid
         dp.send_msg(barrier)
 
-    def _request(self, name: str, msg: Any, callback: Callable[[list[Any]], None]) -> None:
+    def _request(self, name: str, msg: Any, callback: Callable[[list[Any]], None],
+                 kind: str = "") -> None:
         dp = self.dps[name]
         dp.set_xid(msg)
-        self.pending[(name, msg.xid)] = Pending(callback)
+        self.pending[(name, msg.xid)] = Pending(callback, kind)
         dp.send_msg(msg)
 
     def push(self) -> dict[str, int]:
@@ -358,27 +365,48 @@ class AstralController(app_manager.OSKenApp):
                 LOG.exception("poll failed")
 
     def poll_once(self) -> None:
-        """Ask every synced switch for counters; run one adaptive round on the last ones."""
+        """Ask every synced switch for counters; run one adaptive round on the last ones.
+
+        A question still unanswered at a switch is not asked again. A controller slower
+        than the interval (a busy or emulated CPU) would otherwise queue replies without
+        bound, and the reply to a push's barrier would wait behind all of them.
+        """
         with self.lock:
             self.tick += 1
             if self.logic.balancer.polls and self.logic.assign:
                 self._adaptive_round()
+            # drop requests a dead switch will never answer
+            now = time.monotonic()
+            for key in [k for k, p in self.pending.items() if now - p.sent > STALE_REQUEST_S]:
+                del self.pending[key]
+            open_ = {(name, p.kind) for (name, _), p in self.pending.items()}
+            self._index_pins()
             for name in sorted(self.synced):
                 dp = self.dps.get(name)
                 if dp is None:
                     continue
                 ofp, parser = dp.ofproto, dp.ofproto_parser
-                self._request(name, parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY),
-                              self._port_cb(name))
-                self._request(name, parser.OFPGroupStatsRequest(dp, 0, ofp.OFPG_ALL),
-                              self._group_cb(name))
+                asks = {"ports": (parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY),
+                                  self._port_cb),
+                        "groups": (parser.OFPGroupStatsRequest(dp, 0, ofp.OFPG_ALL),
+                                   self._group_cb)}
                 if self.logic.assign:
-                    self._request(name, _flow_request(dp, COOKIE_PIN, 0xFFFFFFFFFFFFFFFF),
-                                  self._pin_cb(name))
-            # drop requests a dead switch will never answer
-            now = time.monotonic()
-            for key in [k for k, p in self.pending.items() if now - p.sent > 30]:
-                del self.pending[key]
+                    asks["pins"] = (_flow_request(dp, COOKIE_PIN, 0xFFFFFFFFFFFFFFFF),
+                                    self._pin_cb)
+                for kind, (msg, callback) in asks.items():
+                    if (name, kind) not in open_:
+                        self._request(name, msg, callback(name), kind)
+
+    def _index_pins(self) -> None:
+        """Which assigned flow each pinned entry counts, per first switch, built once a poll.
+
+        A flow is pinned at every switch of its path but the last, so its bytes are read
+        where it enters the fabric.
+        """
+        self._pins_at = {}
+        for flow, path in self.logic.assign.items():
+            if len(path) > 1:
+                self._pins_at.setdefault(path[0][0], {})[self.logic.match_of(flow)] = flow
 
     def _port_cb(self, name: str) -> Callable[[list[Any]], None]:
         def cb(bodies: list[Any]) -> None:
@@ -416,8 +444,7 @@ class AstralController(app_manager.OSKenApp):
         def cb(bodies: list[Any]) -> None:
             now = time.monotonic()
             with self.lock:
-                by_match = {pin_match(f, self.logic.ip_of): f for f, p in
-                            self.logic.assign.items() if p and p[0][0] == name}
+                by_match = self._pins_at.get(name, {})
                 for stat in bodies:
                     flow = by_match.get(entry_from_stats(stat).match)
                     if flow is None:
