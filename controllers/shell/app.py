@@ -379,7 +379,7 @@ class AstralController(app_manager.OSKenApp):
             now = time.monotonic()
             for key in [k for k, p in self.pending.items() if now - p.sent > STALE_REQUEST_S]:
                 del self.pending[key]
-            open_ = {(name, p.kind) for (name, _), p in self.pending.items()}
+            unanswered = {(name, p.kind) for (name, _), p in self.pending.items()}
             self._index_pins()
             for name in sorted(self.synced):
                 dp = self.dps.get(name)
@@ -394,7 +394,7 @@ class AstralController(app_manager.OSKenApp):
                     asks["pins"] = (_flow_request(dp, COOKIE_PIN, 0xFFFFFFFFFFFFFFFF),
                                     self._pin_cb)
                 for kind, (msg, callback) in asks.items():
-                    if (name, kind) not in open_:
+                    if (name, kind) not in unanswered:
                         self._request(name, msg, callback(name), kind)
 
     def _index_pins(self) -> None:
