@@ -2,64 +2,64 @@
 
 Two parts:
 
-* ``score(...)`` is pure: ground-truth faults (kind, component, start, end), the alerts
-  raised (with the poll time each was raised) by any alert source (the lab's detectors,
-  or a baseline of ``ops.baselines``) and the agent's diagnoses (ranked components, with
-  time; None for a source without an agent) in; the scores out. The definitions:
+* ``score(...)`` is pure: ground-truth faults (kind, component, apply start, undo), the
+  alerts raised (with the poll time each was raised) by any alert source (the lab's
+  detectors, or a baseline of ``ops.baselines``) and the agent's diagnoses (ranked
+  components, with time; None for a source without an agent) in; the scores out. It scores
+  **strictly**, as SkeletonHunter and NIKA do, so that a source alerting at random or on
+  everything scores badly:
 
-  - a fault's **window** runs from one interval before its injection (a poll's time is
-    taken when it starts, so the poll during which a fault lands sees it) to ``grace_s``
-    after its undo (default ``GRACE_POLLS`` intervals + ``GRACE_S``: a link back up, a
-    restarted controller's counters settle, and an alert a poll late still belongs to it);
-  - a fault is **detected** (a true positive of detection) when at least one alert, on
-    any component, is raised inside its window; **recall** = detected / faults (the
-    ``detection_rate``);
-  - a **false alarm** (false positive) is an alert raised outside every fault's window;
-    **false alarms per hour** = false alarms x 3600 / the phase's length (the fault-free
-    phase is scored the same way: every alert there is false);
-  - **precision** = detected / (detected + false alarms): each fault counts once however
-    many alerts it raised (alerts on wrong components inside a window are not false
-    alarms; localization scores them), each false alarm once; **F1** = 2PR / (P + R);
-  - **time to detect**: from injection to the first alert raised in the window, in
-    seconds and in polling intervals (``ttd_s`` / ``ttd_polls``: p50 and p95, linear
-    interpolation between the sorted detected faults; goal: within 3 polls);
+  - a fault's **window** runs from the start of its apply (stamped before the change, so
+    an alert raised before it never counts) to ``grace_s`` after its undo (default
+    ``GRACE_POLLS`` intervals + ``GRACE_S``: a late alert still belongs to it);
+  - an alert **detects** a fault only when it is no symptom (``job-slow`` says the job
+    suffers, not where: it never detects; it times the lead), it was raised inside the
+    fault's window, and it names the fault's component or an immediate neighbour
+    (``neighbourhood``: a lane and its two end switches; a NIC, its cable and its leaf; a
+    switch and its links; a miswiring's two crossed lanes; the controller). Each alert
+    detects one fault at most (``credit``: an exact name first, then a fault whose kind
+    the alert is evidence of, then the earliest injected); **recall** = faults detected /
+    faults;
+  - **alert precision** = alerts that detected a fault / all non-symptom alerts; the
+    headline **F1** = 2PR / (P + R) from it and recall;
+  - a **false alarm** is a non-symptom alert raised where no fault's window runs;
+    **false alarms per hour** are timed over the seconds no window covers, per phase (the
+    fault-free phase, and the fault phase between its windows: the healthy slots). An
+    alert inside a window that detects nothing (a wrong component) is **astray**: it
+    lowers alert precision, not the hourly rate;
+  - **time to detect**: from the apply's start to the first alert that detects the fault
+    (p50/p95, seconds and polls); **time to localize**: to the first answer naming it
+    first;
+  - **localization top-1 / top-3**: the answer asked ``ask_delay_s`` (two polls) after
+    the first alert that detected the fault: is the fault's component (either crossed
+    lane of a miswiring) first / among the first three, the other live faults'
+    components skipped? The agent's answer is its ranking; a source without an agent
+    answers with the components of its non-symptom alerts in the window so far, in the
+    order raised. Names compare with ``ops.telemetry.canonical`` (a NIC's link is the NIC);
+  - **kind**: the fault kinds the alert the answer rests on declares
+    (``ops.detectors.AlertKind.fault_kinds``, a baseline rule's ``ops.baselines.FAULT_KINDS``)
+    are the guess, a set; right when the fault's kind is in it. **kind accuracy** over all
+    faults (a missed fault is guessed ``none``) and **given the right component** (over
+    the faults whose top-1 was right); the **confusion** matrix counts {true: {guess: n}};
+  - **pair F1** (NIKA): the (component, kind) pairs the source states while faults are
+    live (the agent: its top suspect and kind at each ask; a source without an agent: each
+    alert); a pair is right when it names a live fault's component and its kind; each
+    fault found counts once, each wrong pair once per set of live faults;
   - **warning lead time**: how long before the job visibly suffered (the job-slow
-    detector's first bad sample) the first other alert came; None when the job never
-    suffered (e.g. a lane cut that ECMP failover absorbed). The moment the job suffered
-    is the fault's, not the source's: a source without a job detector (a baseline) is
-    scored against the agent's (``score(..., suffered=...)``);
-  - **localization top-1 / top-3** (a true positive of localization: the right
-    component): the answer asked ``ask_delay_s`` after the detection (an operator reading
-    the alert): is the ground-truth component first / among the first three? The agent's
-    answer is its ranking; a source without an agent answers with the components of its
-    alerts raised in the window up to that moment, in the order raised. Names compare with
-    ``ops.telemetry.canonical`` (a NIC's link is the NIC);
-  - **kind classification** (did it say *what* is wrong): at that same moment, the guess
-    is the fault kinds declared by the alert the top answer rests on: the agent's top
-    suspect's detector (a diagnosis recorded without one: the first alert in the window
-    on its top component), a baseline's first alert in the window. A detector's alert
-    declares them (``ops.detectors.AlertKind.fault_kinds``), a baseline's rule too
-    (``ops.baselines.FAULT_KINDS``): every kind the alert cannot tell apart (a NIC's drops:
-    ``nic-loss/gray-loss/corruption``), so a guess is a set, written joined by ``/``, and
-    ``none`` when the answer rests on no alert naming a kind (a missed fault, a counter
-    anomaly, a symptom, hash polarization). **kind_correct**: the fault's kind is in the
-    guess, whether or not the component is right (localization scores that). **kind
-    accuracy** = kind_correct / faults, over all faults as top-1 is (a missed fault is
-    guessed ``none``, wrong); the **confusion** matrix counts {true kind: {guess: faults}};
-  - **faults at the same time** (``concurrent``): each is scored as if the others were
-    known: alerts on another live fault's component neither detect it nor are false
-    alarms, and that component is skipped in its ranking;
-  - **per kind** the same, over that kind's faults; a false alarm belongs to no fault, so
-    precision, F1 and false alarms per hour are the run's only (None per kind).
+    detector's first bad sample in the window) the first alert that detected it came.
 
-  ``summarize(clean, faults)`` puts both phases' scores in the shape ``summary.json``
-  carries for the agent and each baseline (precision over both phases' false alarms).
+  ``any_alert_score`` keeps the lenient scoring of earlier runs beside it (any alert in a
+  window from one interval before the injection's stamp detects it, whatever it names;
+  false alarms over the whole phase), reported as ``any_alert_*`` so old runs compare.
+  ``summarize(clean, faults)`` puts both phases in the shape ``summary.json`` carries;
+  ``score_run(result, plan)`` does all of it for every source of an ``ops_eval.json``
+  (``astral-lab ops rescore RUN_DIR``).
 
 * ``ops.shell.experiment.run_ops_eval(...)`` does the experiment on a real fabric: steady
   probe streams between NICs of different leaves, the collector and detectors running, a
-  fault-free phase, then a seeded schedule of faults of every kind
-  (``testbed.shell.faults``) of the same length, the agent asked at every poll with an open
-  alert. Goals: >= 95% detection, 0 false alarms in the fault-free phase, top-1 >= 90%,
+  fault-free phase, then a seeded schedule of faults of every kind with healthy slots
+  among them (``testbed.shell.faults``), the agent asked at every poll with an open alert.
+  Goals: >= 95% detection, 0 false alarms in the fault-free phase, top-1 >= 90%,
   detection within 3 intervals.
 """
 
@@ -72,7 +72,7 @@ from typing import Any
 
 from ops.baselines import FAULT_KINDS
 from ops.detectors import alert_kind
-from ops.telemetry import canonical
+from ops.telemetry import canonical, link_components
 from vocab.plan import WiringPlan
 
 GOALS = {"detection_rate": 0.95, "false_alarms_clean": 0, "top1": 0.90, "detect_polls": 3.0}
@@ -80,16 +80,28 @@ GOALS = {"detection_rate": 0.95, "false_alarms_clean": 0, "top1": 0.90, "detect_
 GRACE_POLLS, GRACE_S = 3, 5.0
 #: the kind guessed when the answer rests on no alert that names a fault kind
 NO_GUESS = "none"
+#: what the lenient scores of earlier runs are filed under in a summary
+ANY_ALERT = "any_alert_"
 
 
 @dataclass
 class GroundTruth:
-    """One injected fault as the injector's event log recorded it (wall-clock times)."""
+    """One injected fault as the injector's event log recorded it (wall-clock times):
+    ``start`` when its apply began, ``end`` its undo, ``injected`` when the apply ended
+    (the stamp earlier runs scored from; None: ``start``), ``also`` the other components
+    it puts wrong (a miswiring's partner lane)."""
 
     kind: str
     component: str
     start: float
     end: float
+    injected: float | None = None
+    also: tuple[str, ...] = ()
+
+    @property
+    def stamp(self) -> float:
+        """When the lenient scoring takes the fault to begin: the end of its apply."""
+        return self.start if self.injected is None else self.injected
 
 
 @dataclass
@@ -115,35 +127,41 @@ class FaultScore:
 
 
 def ground_truth(events: list[dict[str, Any]], end_of_run: float) -> list[GroundTruth]:
-    """Faults from an injector event log: ``inject`` opens, the next ``undo`` of the same
-    (kind, component) closes (flap-down/flap-up in between are part of the fault)."""
-    open_: dict[Any, tuple[str, str, float]] = {}
+    """Faults from an injector event log: ``inject`` opens (from its ``apply_start`` when
+    stamped, else its time), the next ``undo`` of the same fault closes (flap-down/flap-up
+    in between are part of the fault); an inject's ``detail.affects`` lists the other
+    components it puts wrong."""
+    open_: dict[Any, GroundTruth] = {}
     out = []
     for e in sorted(events, key=lambda e: e["time"]):
         key = e.get("fault_id") or (e["kind"], e["component"])
         if e["action"] == "inject":
-            open_[key] = (e["kind"], e["component"], e["time"])
+            also = tuple((e.get("detail") or {}).get("affects") or ())
+            start = e.get("apply_start", e["time"])
+            open_[key] = GroundTruth(e["kind"], e["component"], start, end_of_run,
+                                     injected=e["time"] if start != e["time"] else None,
+                                     also=also)
         elif e["action"] == "undo" and key in open_:
-            kind, comp, start = open_.pop(key)
-            out.append(GroundTruth(kind, comp, start, e["time"]))
-    out.extend(GroundTruth(k, c, t, end_of_run) for k, c, t in open_.values())
+            g = open_.pop(key)
+            g.end = e["time"]
+            out.append(g)
+    out.extend(open_.values())
     return sorted(out, key=lambda g: g.start)
 
 
 def fault_window(f: GroundTruth, interval: float, grace_s: float | None = None
                  ) -> tuple[float, float]:
-    """The span in which an alert is the fault's: from one polling interval before its
-    injection (a poll's time is taken when it starts: a fault injected during that poll is
-    seen by it) to its undo plus a grace (default GRACE_POLLS intervals + GRACE_S)."""
+    """The lenient window of earlier runs: from one polling interval before the
+    injection's stamp to its undo plus a grace (default GRACE_POLLS intervals + GRACE_S)."""
     grace = GRACE_POLLS * interval + GRACE_S if grace_s is None else grace_s
-    return f.start - interval, f.end + grace
+    return f.stamp - interval, f.end + grace
 
 
 def live_faults(events: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
     """The faults injected and not yet undone at ``now``, oldest first, as the live view
     shows them beside the alerts: ``{kind, component, since}`` (``since``: wall clock)."""
-    return [{"kind": g.kind, "component": g.component, "since": round(g.start, 3)}
-            for g in ground_truth(events, float("inf")) if g.start <= now < g.end]
+    return [{"kind": g.kind, "component": g.component, "since": round(g.stamp, 3)}
+            for g in ground_truth(events, float("inf")) if g.stamp <= now < g.end]
 
 
 def fault_kinds(alert: str) -> tuple[str, ...]:
@@ -158,16 +176,164 @@ def kind_label(kinds: Sequence[str]) -> str:
     return "/".join(kinds) or NO_GUESS
 
 
+def neighbourhood(f: GroundTruth, plan: WiringPlan | None) -> set[str]:
+    """The components an alert may name to detect ``f``: its own (and the others it puts
+    wrong, ``f.also``: a miswiring's crossed partner lane) or an immediate neighbour: a
+    lane and its two end switches; a NIC (its cable is the NIC) and its leaf; a switch and
+    its links; the controller and itself. Without a plan, the fault's own components."""
+    own = identity(f, plan)
+    if plan is None:
+        return own
+    out = set(own)
+    links = link_components(plan)
+    hosts = {h.name for h in plan.hosts}
+    for comp in own:
+        if "~" in comp:  # a lane (a NIC's cable is the NIC: canonical)
+            a, _, b = comp.partition("#")[0].partition("~")
+            out.update({a, b})
+        elif comp in hosts:
+            out.update(ln.b for ln in links.values() if ln.a == comp)
+            out.update(ln.a for ln in links.values() if ln.b == comp)
+        else:  # a switch: its links (a host's link canonical, i.e. the host)
+            out.update(canonical(c, plan) for c, ln in links.items() if comp in (ln.a, ln.b))
+    return out
+
+
+def identity(f: GroundTruth, plan: WiringPlan | None) -> set[str]:
+    """What naming ``f`` exactly means: its component, and the others it puts wrong."""
+    return {canonical(c, plan) for c in (f.component, *f.also)}
+
+
+def credit(faults: list[GroundTruth], alerts: list[dict[str, Any]], interval: float,
+           plan: WiringPlan | None = None, grace_s: float | None = None
+           ) -> list[int | None]:
+    """Per alert (in the order given), the index of the fault it detects, or None.
+
+    An alert detects a fault only when it is no symptom, it was raised inside the fault's
+    window (``strict_window``: from the apply's start, so never before the injection) and
+    it names the fault's component or an immediate neighbour (``neighbourhood``). Each
+    alert is credited to one fault at most: among those it qualifies for, one it names
+    exactly first, then one whose kind it is evidence of, then the earliest injected."""
+    spans = [strict_window(f, interval, grace_s) for f in faults]
+    near = [neighbourhood(f, plan) for f in faults]
+    exact = [identity(f, plan) for f in faults]
+    out: list[int | None] = []
+    for a in alerts:
+        t = a.get("opened")
+        if t is None or _symptom(a):
+            out.append(None)
+            continue
+        comp = canonical(a["component"], plan)
+        kinds = fault_kinds(a["detector"])
+        cands = [i for i, (lo, hi) in enumerate(spans) if lo <= t <= hi and comp in near[i]]
+        out.append(min(cands, key=lambda i: (comp not in exact[i], faults[i].kind not in kinds,
+                                              faults[i].start, i), default=None))
+    return out
+
+
+def strict_window(f: GroundTruth, interval: float, grace_s: float | None = None
+                  ) -> tuple[float, float]:
+    """Where an alert may detect ``f``: from the start of its apply (stamped before the
+    change, so an alert raised before it is never the fault's) to its undo plus the grace
+    (default ``GRACE_POLLS`` intervals + ``GRACE_S``: a late alert still belongs to it)."""
+    grace = GRACE_POLLS * interval + GRACE_S if grace_s is None else grace_s
+    return f.start, f.end + grace
+
+
+def uncovered_s(faults: list[GroundTruth], span: tuple[float, float], interval: float,
+                grace_s: float | None = None) -> float:
+    """Seconds of ``span`` that no fault's window covers: where a false alarm is timed."""
+    lo, hi = span
+    cuts = sorted((max(lo, a), min(hi, b)) for a, b in
+                  (strict_window(f, interval, grace_s) for f in faults))
+    covered, end = 0.0, lo
+    for a, b in cuts:
+        if b <= end:
+            continue
+        covered += b - max(a, end)
+        end = b
+    return max(0.0, hi - lo - covered)
+
+
 def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
-          diagnoses: Sequence[tuple[Any, ...]] | None, *, run_s: float, interval: float,
-          plan: WiringPlan | None = None, grace_s: float | None = None,
+          diagnoses: Sequence[tuple[Any, ...]] | None, *, span: tuple[float, float],
+          interval: float, plan: WiringPlan | None = None, grace_s: float | None = None,
           ask_delay_s: float | None = None,
           suffered: Sequence[float | None] | None = None) -> dict[str, Any]:
-    """Score one run (see the module docstring); pure. ``diagnoses``: the agent's answers,
-    ``(time, ranked components)`` or ``(time, ranked components, top suspect's detector)``;
-    None: the source has no agent, its alerts' components are its answer. ``suffered``:
-    per fault, when the job visibly suffered (another source's ``suffered_at``), for a
-    source that cannot see it itself; default: this source's own symptom alerts."""
+    """Score one phase strictly (the module docstring); pure. ``span``: the phase's
+    (start, end) wall-clock seconds. ``diagnoses``: the agent's answers, ``(time, ranked
+    components[, top suspect's detector])``; None: the source has no agent, its own alerts
+    are its answer. ``suffered``: per fault, when the job visibly suffered, for a source
+    that cannot see it (default: this source's own symptom alerts in the fault's window).
+    """
+    delay = 2 * interval if ask_delay_s is None else ask_delay_s
+    raised = sorted((a for a in alerts if a.get("opened") is not None),
+                    key=lambda a: a["opened"])
+    diag = sorted(((d[0], list(d[1]), d[2] if len(d) > 2 else None) for d in diagnoses or []),
+                  key=lambda d: d[0])
+    owner = credit(faults, raised, interval, plan, grace_s)
+    spans = [strict_window(f, interval, grace_s) for f in faults]
+    rows: list[FaultScore] = []
+    for idx, f in enumerate(faults):
+        lo, hi = spans[idx]
+        want = identity(f, plan)
+        others = set().union(*(identity(g, plan) for j, g in enumerate(faults)
+                               if j != idx and spans[j][0] <= hi and lo <= spans[j][1])) - want
+        mine = [a for a, o in zip(raised, owner, strict=True) if o == idx]
+        fs = FaultScore(f.kind, f.component, f.start, detected=bool(mine))
+        fs.suffered_at = suffered[idx] if suffered is not None else min(
+            (a["first_seen"] for a in raised if _symptom(a) and lo <= a["opened"] <= hi),
+            default=None)
+        if mine and fs.suffered_at is not None:
+            fs.lead_s = round(fs.suffered_at - mine[0]["opened"], 3)
+        if mine:
+            first = mine[0]
+            fs.detect_s = round(first["opened"] - f.start, 3)
+            fs.first_alert = f"{first['detector']}:{first['component']}"
+            ask = first["opened"] + delay
+            answer, said = _answer(raised, diag if diagnoses is not None else None,
+                                   (lo, hi), first["opened"], ask, others, plan)
+            fs.ranked = answer[:5]
+            names = _ranked(answer, others, plan)
+            fs.top1 = bool(names) and names[0] in want
+            fs.top3 = bool(want & set(names[:3]))
+            kinds = fault_kinds(said) if said else ()
+            fs.kind_alert, fs.kind_guess = said, kind_label(kinds)
+            fs.kind_correct = f.kind in kinds
+            fs.localize_s = _localized(f.start, want, others, mine, diag
+                                       if diagnoses is not None else None, (lo, hi), plan)
+        rows.append(fs)
+    signals = [(a, o) for a, o in zip(raised, owner, strict=True) if not _symptom(a)]
+    covered = [any(lo <= a["opened"] <= hi for lo, hi in spans) for a, _ in signals]
+    false = [a for (a, o), c in zip(signals, covered, strict=True) if o is None and not c]
+    astray = [a for (a, o), c in zip(signals, covered, strict=True) if o is None and c]
+    free_s = uncovered_s(faults, span, interval, grace_s)
+    out = _totals(rows, interval)
+    out.update({
+        "alerts": len(signals), "credited": sum(o is not None for _, o in signals),
+        "alert_precision": _ratio(sum(o is not None for _, o in signals), len(signals)),
+        "false_alarms": len(false), "astray": len(astray),
+        "fault_free_s": round(free_s, 3),
+        "false_alarms_per_hour": round(len(false) * 3600 / free_s, 2) if free_s > 0 else None,
+        "false_alarm_list": [f"{a['detector']}:{a['component']}@{a['opened']:.1f}"
+                             for a in false],
+        "astray_list": [f"{a['detector']}:{a['component']}@{a['opened']:.1f}" for a in astray],
+        "pairs": pair_scores(faults, raised, diag if diagnoses is not None else None,
+                             interval, plan, grace_s),
+    })
+    out["precision"] = out["alert_precision"]
+    out["f1"] = f1(out["precision"], out["recall"])
+    return out
+
+
+def any_alert_score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
+                    diagnoses: Sequence[tuple[Any, ...]] | None, *, run_s: float,
+                    interval: float, plan: WiringPlan | None = None,
+                    grace_s: float | None = None, ask_delay_s: float | None = None,
+                    suffered: Sequence[float | None] | None = None) -> dict[str, Any]:
+    """Score one phase the lenient way of earlier runs (``any_alert_*``); pure. Any alert
+    inside a fault's lenient window (``fault_window``) detects it, whatever it names;
+    false alarms are timed over the whole phase (``run_s``). Arguments as ``score``'s."""
     delay = 2 * interval if ask_delay_s is None else ask_delay_s
     raised = sorted((a for a in alerts if a.get("opened") is not None),
                     key=lambda a: a["opened"])
@@ -175,7 +341,7 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
                   key=lambda d: d[0])
     rows: list[FaultScore] = []
     attributed: set[int] = set()
-    spans = [fault_window(f, interval, grace_s) for f in faults]
+    spans = [fault_window(f, interval, grace_s) for f in faults]  # lenient
     for idx, f in enumerate(faults):
         lo, hi = spans[idx]
         # faults live at the same time: each is scored as if the others were known, so
@@ -187,7 +353,7 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
                   if lo <= a["opened"] <= hi and canonical(a["component"], plan) not in others]
         attributed.update(i for i, _ in window)
         signals = [a for _, a in window if not _symptom(a)]
-        fs = FaultScore(f.kind, f.component, f.start, detected=bool(window))
+        fs = FaultScore(f.kind, f.component, f.stamp, detected=bool(window))
         if suffered is not None:
             fs.suffered_at = suffered[idx]
         else:
@@ -197,7 +363,7 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
             fs.lead_s = round(fs.suffered_at - signals[0]["opened"], 3)
         if window:
             first = window[0][1]
-            fs.detect_s = round(first["opened"] - f.start, 3)
+            fs.detect_s = round(first["opened"] - f.stamp, 3)
             fs.first_alert = f"{first['detector']}:{first['component']}"
             ask = first["opened"] + delay
             so_far = [a for _, a in window if a["opened"] <= ask + 1e-6]
@@ -217,7 +383,8 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
             fs.ranked = answer[:5]
             want = canonical(f.component, plan)
             names = _ranked(answer, others, plan)
-            fs.localize_s = _localized(f, want, others, window, diag if diagnoses is not None
+            fs.localize_s = _localized(f.stamp, {want}, others,
+                                       [a for _, a in window], diag if diagnoses is not None
                                        else None, (lo, hi), plan)
             fs.top1 = bool(names) and names[0] == want
             fs.top3 = want in names[:3]
@@ -226,13 +393,24 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
             fs.kind_correct = f.kind in kinds
         rows.append(fs)
     false = [a for i, a in enumerate(raised) if i not in attributed]
+    out = _totals(rows, interval)
+    precision = _ratio(out["detected"], out["detected"] + len(false))
+    out.update({
+        "false_alarms": len(false),
+        "false_alarms_per_hour": round(len(false) * 3600 / run_s, 2) if run_s > 0 else None,
+        "false_alarm_list": [f"{a['detector']}:{a['component']}@{a['opened']:.1f}"
+                             for a in false],
+        "precision": precision, "f1": f1(precision, out["recall"])})
+    return out
+
+
+def _totals(rows: list[FaultScore], interval: float) -> dict[str, Any]:
+    """What both scorings total the same way from their per-fault rows."""
     located = [r.localize_s for r in rows if r.localize_s is not None]
     n = len(rows)
     detected = [r for r in rows if r.detected]
     times = [r.detect_s for r in detected if r.detect_s is not None]
     leads = [r.lead_s for r in rows if r.lead_s is not None]
-    precision = _ratio(len(detected), len(detected) + len(false))
-    recall = _ratio(len(detected), n)
     by_kind: dict[str, dict[str, Any]] = {}
     for r in rows:
         k = by_kind.setdefault(r.kind, {"faults": 0, "detected": 0, "top1": 0, "top3": 0,
@@ -248,30 +426,27 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
         k["median_detect_s"] = round(statistics.median(k["detect_s"]), 3) if k["detect_s"] \
             else None
         del k["detect_s"]
+    right = [r for r in rows if r.top1]
     return {
         "faults": n,
         "detected": len(detected),
-        "detection_rate": round(len(detected) / n, 4) if n else None,
-        "false_alarms": len(false),
-        "false_alarms_per_hour": round(len(false) * 3600 / run_s, 2) if run_s > 0 else None,
-        "false_alarm_list": [f"{a['detector']}:{a['component']}@{a['opened']:.1f}"
-                             for a in false],
+        "detection_rate": _ratio(len(detected), n),
+        "recall": _ratio(len(detected), n),
         "detect_s_median": round(statistics.median(times), 3) if times else None,
         "detect_s_max": round(max(times), 3) if times else None,
         "detect_polls_median": round(statistics.median(times) / interval, 2) if times else None,
         "detect_polls_max": round(max(times) / interval, 2) if times else None,
-        "within_3_polls": round(sum(t <= 3 * interval for t in times) / n, 4) if n else None,
+        "within_3_polls": _ratio(sum(t <= 3 * interval for t in times), n),
         "lead_s_median": round(statistics.median(leads), 3) if leads else None,
         "lead_n": len(leads),
-        "top1": round(sum(r.top1 for r in rows) / n, 4) if n else None,
-        "top3": round(sum(r.top3 for r in rows) / n, 4) if n else None,
+        "top1": _ratio(len(right), n),
+        "top3": _ratio(sum(r.top3 for r in rows), n),
         "kind_accuracy": _ratio(sum(r.kind_correct for r in rows), n),
+        "kind_accuracy_given_component": _ratio(sum(r.kind_correct for r in right),
+                                                len(right)),
         "confusion": confusion(rows),
         "by_kind": by_kind,
         "per_fault": [r.to_dict() for r in rows],
-        "precision": precision,
-        "recall": recall,
-        "f1": f1(precision, recall),
         "ttd_s": percentiles(times),
         "ttd_polls": percentiles([t / interval for t in times]),
         "ttl_s": percentiles(located),
@@ -281,26 +456,161 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
     }
 
 
-def summarize(clean: dict[str, Any], faults: dict[str, Any]) -> dict[str, Any]:
+def pair_scores(faults: list[GroundTruth], alerts: list[dict[str, Any]],
+                diag: list[tuple[float, list[str], str | None]] | None, interval: float,
+                plan: WiringPlan | None = None, grace_s: float | None = None
+                ) -> dict[str, Any]:
+    """NIKA's F1 over (component, kind) pairs stated while faults are live (module
+    docstring). ``diag`` None: the source's statements are its non-symptom alerts."""
+    spans = [strict_window(f, interval, grace_s) for f in faults]
+    exact = [identity(f, plan) for f in faults]
+    said: list[tuple[float, str, tuple[str, ...]]] = []
+    if diag is None:
+        said = [(a["opened"], canonical(a["component"], plan), fault_kinds(a["detector"]))
+                for a in alerts if not _symptom(a)]
+    else:
+        for t, ranked, det in diag:
+            if not ranked:
+                continue
+            top = canonical(ranked[0], plan)
+            if det is None:  # not recorded: the latest alert on its top suspect says it
+                det = next((a["detector"] for a in reversed(alerts) if a["opened"] <= t
+                            and not _symptom(a) and canonical(a["component"], plan) == top),
+                           None)
+            said.append((t, top, fault_kinds(det) if det else ()))
+    found: set[int] = set()
+    wrong: set[tuple[str, str, frozenset[int]]] = set()
+    stated = 0
+    for t, comp, kinds in said:
+        live = frozenset(i for i, (lo, hi) in enumerate(spans) if lo <= t <= hi)
+        if not live:
+            continue
+        stated += 1
+        hit = [i for i in live if comp in exact[i] and faults[i].kind in kinds]
+        if hit:
+            found.update(hit)
+        else:
+            wrong.add((comp, kind_label(kinds), live))
+    precision = _ratio(len(found), len(found) + len(wrong))
+    recall = _ratio(len(found), len(faults))
+    return {"stated": stated, "right": len(found), "wrong": len(wrong),
+            "precision": precision, "recall": recall, "f1": f1(precision, recall)}
+
+
+def _answer(raised: list[dict[str, Any]], diag: list[tuple[float, list[str], str | None]] | None,
+            span: tuple[float, float], first: float, ask: float, others: set[str],
+            plan: WiringPlan | None) -> tuple[list[str], str | None]:
+    """What the source answers at ``ask`` about the fault whose window is ``span``: its
+    ranking, and the detector whose alert its kind guess rests on."""
+    lo, hi = span
+    so_far = [a for a in raised if lo <= a["opened"] <= ask + 1e-6 and not _symptom(a)]
+    if diag is None:  # no agent: its alerts so far, in the order raised
+        answer = list(dict.fromkeys(canonical(a["component"], plan) for a in so_far))
+        said = None
+    else:
+        answer, said = next(((r, d) for t, r, d in diag if ask - 1e-6 <= t <= hi),
+                            (None, None))
+        if answer is None:  # the fault ended before the operator asked: the last answer
+            answer, said = next(((r, d) for t, r, d in reversed(diag) if first <= t <= hi),
+                                ([], None))
+    names = _ranked(answer, others, plan)
+    if said is None and names:  # not recorded: the first alert that named its top
+        said = next((a["detector"] for a in so_far
+                     if canonical(a["component"], plan) == names[0]), None)
+    return answer, said
+
+
+def summarize(clean: dict[str, Any], faults: dict[str, Any],
+              lenient: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
     """One alert source's scores as ``summary.json`` carries them, from ``score`` of the
     fault-free phase (``clean``) and of the fault phase: recall, localization, time to
-    detect and kind classification (accuracy, confusion matrix) from the faults; false
-    alarms per hour from the fault-free phase (same length and traffic); precision
-    counting both phases' false alarms."""
+    detect and kind from the faults; alert precision and false alarms per hour over both
+    phases and per phase; the pair scores; ``lenient``: ``any_alert_score`` of both
+    phases, filed beside as ``any_alert_*``."""
+    alerts = clean["alerts"] + faults["alerts"]
+    precision = _ratio(faults["credited"], alerts)
+    free = clean["fault_free_s"] + faults["fault_free_s"]
     fa = clean["false_alarms"] + faults["false_alarms"]
-    precision = _ratio(faults["detected"], faults["detected"] + fa)
-    return {"precision": precision, "recall": faults["recall"],
-            "f1": f1(precision, faults["recall"]), "top1": faults["top1"],
-            "top3": faults["top3"], "kind_accuracy": faults["kind_accuracy"],
-            "confusion": faults["confusion"],
-            "false_alarms_per_hour": clean["false_alarms_per_hour"],
-            "false_alarms_clean": clean["false_alarms"],
-            "false_alarms_fault_phase": faults["false_alarms"],
-            "ttd_s": faults["ttd_s"], "ttd_polls": faults["ttd_polls"],
-            "ttl_s": faults["ttl_s"], "ttl_polls": faults["ttl_polls"],
-            "lead_s_median": faults["lead_s_median"], "lead_n": faults["lead_n"],
-            "faults": faults["faults"], "detected": faults["detected"],
-            "per_kind": faults["per_kind"]}
+    out = {"precision": precision, "recall": faults["recall"],
+           "f1": f1(precision, faults["recall"]), "top1": faults["top1"],
+           "top3": faults["top3"], "kind_accuracy": faults["kind_accuracy"],
+           "kind_accuracy_given_component": faults["kind_accuracy_given_component"],
+           "confusion": faults["confusion"],
+           "pair_precision": faults["pairs"]["precision"],
+           "pair_recall": faults["pairs"]["recall"], "pair_f1": faults["pairs"]["f1"],
+           "alerts": alerts, "credited": faults["credited"], "astray": faults["astray"],
+           "false_alarms_per_hour": round(fa * 3600 / free, 2) if free > 0 else None,
+           "false_alarms_per_hour_clean": clean["false_alarms_per_hour"],
+           "false_alarms_per_hour_fault_phase": faults["false_alarms_per_hour"],
+           "false_alarms_clean": clean["false_alarms"],
+           "false_alarms_fault_phase": faults["false_alarms"],
+           "fault_free_s": {"clean": clean["fault_free_s"],
+                            "fault_phase": faults["fault_free_s"]},
+           "ttd_s": faults["ttd_s"], "ttd_polls": faults["ttd_polls"],
+           "ttl_s": faults["ttl_s"], "ttl_polls": faults["ttl_polls"],
+           "lead_s_median": faults["lead_s_median"], "lead_n": faults["lead_n"],
+           "faults": faults["faults"], "detected": faults["detected"],
+           "per_kind": faults["per_kind"]}
+    if lenient is not None:
+        lc, lf = lenient
+        lfa = lc["false_alarms"] + lf["false_alarms"]
+        lp = _ratio(lf["detected"], lf["detected"] + lfa)
+        out.update({f"{ANY_ALERT}{k}": v for k, v in {
+            "precision": lp, "recall": lf["recall"], "f1": f1(lp, lf["recall"]),
+            "top1": lf["top1"], "top3": lf["top3"], "kind_accuracy": lf["kind_accuracy"],
+            "detected": lf["detected"], "false_alarms_clean": lc["false_alarms"],
+            "false_alarms_per_hour": lc["false_alarms_per_hour"], "ttd_s": lf["ttd_s"],
+            "per_kind": {k: {"detected": v["detected"], "top1": v["top1"]}
+                         for k, v in lf["per_kind"].items()}}.items()})
+    return out
+
+
+def score_run(res: dict[str, Any], plan: WiringPlan | None) -> dict[str, Any]:
+    """Every source's scores from what one ``ops_eval.json`` keeps (the injector's events,
+    the phases' instants, each source's raw alerts and the agent's answers): ``{"agent":
+    {"clean", "faults", "lenient"}, "baselines": {name: ...}}``, each phase a ``score``
+    and ``lenient`` the ``any_alert_score`` pair. ``summarize`` each for summary.json."""
+    interval = res["interval_s"]
+    ph = res["phases"]
+    clean_span, fault_span = (ph["clean"], ph["faults"]), (ph["faults"], ph["end"])
+    truth = ground_truth(res.get("events") or [], ph["end"])
+
+    def phases(alerts: list[dict[str, Any]], diag: list[Any] | None,
+               suffered: list[Any] | None = None, lsuffered: list[Any] | None = None
+               ) -> dict[str, Any]:
+        def within(lo: float, hi: float) -> list[dict[str, Any]]:
+            return [a for a in alerts if a.get("opened") is not None and lo <= a["opened"] < hi]
+
+        cl, fa = within(*clean_span), within(ph["faults"], float("inf"))
+        fd = None if diag is None else [d for d in diag if d[0] >= ph["faults"]]
+        out = {"clean": score([], cl, None if diag is None else [], span=clean_span,
+                              interval=interval, plan=plan),
+               "faults": score(truth, fa, fd, span=fault_span, interval=interval, plan=plan,
+                               suffered=suffered)}
+        out["lenient"] = (
+            any_alert_score([], cl, None if diag is None else [],
+                            run_s=clean_span[1] - clean_span[0], interval=interval, plan=plan),
+            any_alert_score(truth, fa, fd, run_s=fault_span[1] - fault_span[0],
+                            interval=interval, plan=plan,
+                            suffered=lsuffered))
+        return out
+
+    agent = phases(res.get("alerts") or [], res.get("diagnoses") or [])
+    suffered = [r["suffered_at"] for r in agent["faults"]["per_fault"]]  # the job's view
+    lsuffered = [r["suffered_at"] for r in agent["lenient"][1]["per_fault"]]
+    return {"agent": agent,
+            "baselines": {name: phases(alerts, None, suffered, lsuffered)
+                          for name, alerts in (res.get("baseline_alerts") or {}).items()}}
+
+
+def summaries(scored: dict[str, Any]) -> dict[str, Any]:
+    """``score_run``'s output as summary.json carries it: the agent's summary, with each
+    baseline's under ``baselines``."""
+    def one(s: dict[str, Any]) -> dict[str, Any]:
+        return summarize(s["clean"], s["faults"], s["lenient"])
+
+    return {**one(scored["agent"]),
+            "baselines": {n: one(s) for n, s in scored["baselines"].items()}}
 
 
 def confusion(rows: Sequence[FaultScore]) -> dict[str, dict[str, int]]:
@@ -360,21 +670,20 @@ def _ranked(answer: Sequence[str], others: set[str], plan: WiringPlan | None) ->
     return [n for n in (canonical(c, plan) for c in answer) if n not in others]
 
 
-def _localized(f: GroundTruth, want: str, others: set[str],
-               window: list[tuple[int, dict[str, Any]]],
+def _localized(start: float, want: set[str], others: set[str], alerts: list[dict[str, Any]],
                diag: list[tuple[float, list[str], str | None]] | None,
                span: tuple[float, float], plan: WiringPlan | None) -> float | None:
-    """Seconds from the injection to the first answer in the fault's window that names its
-    component first (the agent's ranking, the other live faults' components skipped), or
-    for a source without an agent its first alert on that component; None: never."""
+    """Seconds from ``start`` to the first answer in the fault's window that names it first
+    (the agent's ranking, the other live faults' components skipped), or for a source
+    without an agent its first alert of ``alerts`` on it; None: never."""
     if diag is None:
-        return next((round(a["opened"] - f.start, 3) for _, a in window
-                     if canonical(a["component"], plan) == want), None)
+        return next((round(a["opened"] - start, 3) for a in alerts
+                     if canonical(a["component"], plan) in want), None)
     for t, ranked, _ in diag:
         if span[0] <= t <= span[1]:
             names = _ranked(ranked, others, plan)
-            if names and names[0] == want:
-                return round(t - f.start, 3)
+            if names and names[0] in want:
+                return round(t - start, 3)
     return None
 
 

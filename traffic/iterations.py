@@ -37,10 +37,10 @@ class Iteration:
     """One iteration of the job, as measured."""
 
     index: int
-    started: float  # wall clock: the dispatch's common start
+    started: float  # wall clock: the dispatch's last sender's real start
     ended: float  # wall clock: when its last phase's result was in
     iter_s: float  # dispatch + combine completion (the wire's time, see the module docstring)
-    phases: dict[str, float]  # phase -> completion time (s)
+    phases: dict[str, float]  # phase -> completion time (s) from its last sender's start
     lost_packets: int  # training flows' packets that never arrived
     decode_s: float | None = None  # the decode burst's completion time, when one ran
     decode_lost: int = 0
@@ -50,6 +50,9 @@ class Iteration:
     #: flows that lost packets: ``{"src", "dst", "sport", "lost", "kernel"}``
     lossy: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None  # a replay that failed (the iteration is not timed)
+    #: phase -> how late its last sender started after the common instant (s): taken out
+    #: of the phase's time, since the machine's start-up is not the fabric's
+    skew_s: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -179,6 +179,7 @@ class Collector:
         self._stop = threading.Event()
         self.polls = 0
         self.poll_seconds: list[float] = []  # how long each poll took (cost of telemetry)
+        self.poll_times: list[float] = []  # when each poll began (wall clock)
         if store is not None:
             store.set_meta(plan=plan.to_dict(), interval_s=interval, started=time.time(),
                            max_rows=store.max_rows)
@@ -226,6 +227,7 @@ class Collector:
         self.history.add(t, values)
         self.polls += 1
         self.poll_seconds.append(time.monotonic() - t0)
+        self.poll_times.append(t)
         if self.on_poll is not None:
             self.on_poll(t, values)
         return values

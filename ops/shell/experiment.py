@@ -9,18 +9,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import random
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ops import questions as Q
 from ops.agent import Tools, diagnose
 from ops.baselines import baselines
-from ops.detectors import Engine, alert_kind
+from ops.detectors import Engine
 from ops.detectors import miswired as MISWIRED
-from ops.evaluate import GroundTruth, ground_truth, live_faults, score
+from ops.evaluate import GroundTruth, ground_truth, live_faults
 from ops.shell.collector import Collector
 from ops.telemetry import DEFAULT_INTERVAL_S, Store
 from traffic.iterations import settled
@@ -32,7 +33,11 @@ from vocab.plan import WiringPlan
 
 #: the longest the warm-up waits for the MoE job to settle (``traffic.iterations.settled``)
 SETTLE_S = 240.0
-#: the agent checks the cabling against the plan at most this often (s)
+#: the longest default calibration, in polls (inside what the history keeps)
+CALIBRATE_MAX_POLLS = 240
+#: healthy slots among a fault phase's fault slots, as a share of them
+CONTROLS = 0.25
+#: the agent checks the cabling against the plan this often (s)
 WIRING_EVERY_S = 10.0
 #: how much nicer than the lab a background wiring check runs (the switches it probes need
 #: the cores more); relative, so a lab started under `nice` still outranks its check
@@ -42,13 +47,17 @@ BACKGROUND_NICE = 10
 class WiringWatch:
     """The wiring check (``testbed.shell.wiring.check_wiring``) as the agent uses it.
 
-    ``maybe(now)`` starts one in a thread of its own unless one runs or ran less than
-    ``every_s`` ago; ``run()`` does one now, in the caller's thread (the questions' "is the
-    wiring as planned?"), one at a time either way. A check is a few ``ovs-ofctl`` calls
-    per switch, seconds on a large fabric: it must never hold up the collector's poll, and
-    its processes run at a lower priority than the switches they share the cores with.
-    Each result is handed to the collector's next poll (``take_values``, which never waits
-    for a check) as the miswired detector's telemetry (``ops.detectors.miswired``).
+    The agent looks at the cabling on its own period, whatever the alerts say:
+    ``maybe(now)`` starts a check in a thread of its own unless one runs or ran less than
+    ``every_s`` ago, and the collector calls it every poll. A check is a few
+    ``ovs-ofctl`` calls per switch, seconds on a large fabric: it never holds up the
+    collector's poll, and its processes run at a lower priority than the switches they
+    share the cores with. Each result is handed to the collector's next poll
+    (``take_values``, which never waits for a check) as the miswired detector's telemetry
+    (``ops.detectors.miswired``). ``look()`` is an operator's own check (a question's
+    "is the wiring as planned?"): its result answers the question and never reaches the
+    detectors, so what the harness asks cannot help the score. ``spans`` keeps when each
+    check ran (wall clock), to measure what checking costs the poll and the job.
     ``check`` stands in for the real check in tests."""
 
     def __init__(self, plan: WiringPlan, check: Callable[[], list[Any]] | None = None,
@@ -60,24 +69,36 @@ class WiringWatch:
                 return check_wiring(plan)
         self.check, self.every_s, self.log = check, every_s, log
         self.checks = 0
+        self.spans: list[tuple[float, float]] = []
         self._lock = threading.Lock()  # one check at a time: they share the switches' rules
         self._result = threading.Lock()  # guards _pending only, held for no longer than a copy
         self._busy = threading.Event()
         self._last = -float("inf")
         self._pending: dict[tuple[str, str], float] = {}
 
+    def _run(self) -> list[Any]:
+        with self._lock:
+            t0 = time.time()
+            try:
+                return self.check()
+            finally:
+                self.checks += 1
+                self.spans.append((t0, time.time()))
+
     def run(self) -> list[Any]:
-        """Check now; the findings (``testbed.wiring.Finding``)."""
+        """Check now, for the detectors; the findings (``testbed.wiring.Finding``)."""
         from testbed.wiring import miswired
 
-        with self._lock:
-            found = self.check()
-            self.checks += 1
+        found = self._run()
         values = {(MISWIRED.COMPONENT, MISWIRED.CHECKED): 1.0}
         values.update({(link, MISWIRED.METRIC): 1.0 for link in miswired(found)})
         with self._result:
             self._pending = values
         return found
+
+    def look(self) -> list[Any]:
+        """Check now for an operator's question; the result never reaches the detectors."""
+        return self._run()
 
     def maybe(self, now: float) -> bool:
         """Start a check in the background unless one runs or ran within ``every_s``."""
@@ -107,11 +128,26 @@ class WiringWatch:
         return values
 
 
-def unexplained(active: Iterable[Any]) -> bool:
-    """The job suffers (a symptom alert is open) and no open alert says where."""
-    kinds = [alert_kind(a.detector) for a in active]
-    return any(k is not None and k.symptom for k in kinds) and \
-        all(k is not None and k.symptom for k in kinds)
+def check_cost(spans: list[tuple[float, float]], polls: list[tuple[float, float]],
+               iterations: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the periodic wiring check costs: its duration, and the poll's and the job's
+    iteration time while a check ran beside those without one (``polls``: (poll time,
+    seconds it took); ``iterations``: ``traffic.iterations.Iteration.to_dict()`` s)."""
+    def during(lo: float, hi: float) -> bool:
+        return any(a <= hi and lo <= b for a, b in spans)
+
+    def med(xs: list[float]) -> float | None:
+        return round(statistics.median(xs), 4) if xs else None
+
+    timed = [it for it in iterations if it.get("error") is None]
+    return {"checks": len(spans), "check_s_median": med([b - a for a, b in spans]),
+            "check_s_max": round(max((b - a for a, b in spans), default=0.0), 4),
+            "poll_s_median_checking": med([d for t, d in polls if during(t, t + d)]),
+            "poll_s_median_not": med([d for t, d in polls if not during(t, t + d)]),
+            "iter_s_median_checking": med([it["iter_s"] for it in timed
+                                           if during(it["started"], it["ended"])]),
+            "iter_s_median_not": med([it["iter_s"] for it in timed
+                                      if not during(it["started"], it["ended"])])}
 
 
 # --- the experiment (thin shell over a real Lab) ---------------------------------------------
@@ -151,8 +187,8 @@ class Monitor:
     def _after_poll(self, t: float, _values: dict[tuple[str, str], float]) -> None:
         with self.lock:
             self.engine.step(self.collector.history)
-            if self.wiring is not None and unexplained(self.engine.active.values()):
-                self.wiring.maybe(time.monotonic())  # the agent looks at the cabling
+            if self.wiring is not None:  # on the agent's own period, whatever the alerts
+                self.wiring.maybe(time.monotonic())
             for b in self.baselines.values():
                 b.step(self.collector.history)
             if self.engine.active:
@@ -188,6 +224,23 @@ class Monitor:
         if job.error is not None:
             raise job.error
         return job.result
+
+    def calibrate(self, since: float, timeout: float = 30.0) -> dict[str, Any]:
+        """Set the baselines afresh, the static thresholds from the polls since ``since``
+        (a clean calibration run: ``ops.baselines.calibrate``); their thresholds. Done in
+        the collector's thread, where the history is whole; the alerts they raised before
+        go with them (calibration is not scored)."""
+        def swap(_make: Callable[..., Tools]) -> dict[str, Any]:
+            self.baselines = baselines(self.lab.plan, calibration=self.collector.history,
+                                       since=since)
+            return self.baselines["static-thresholds"].limits.to_dict()  # type: ignore[attr-defined]
+
+        return self.consult(swap, timeout)
+
+    def poll_times(self) -> list[tuple[float, float]]:
+        """(when each poll began, seconds it took)."""
+        c = self.collector
+        return list(zip(c.poll_times, c.poll_seconds, strict=False))
 
     def alerts(self, baseline: str | None = None) -> list[dict[str, Any]]:
         """The engine's alerts, or those of the baseline so named."""
@@ -355,48 +408,68 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                 on_faults: Callable[[list[dict[str, Any]]], None] | None = None,
                 job: tuple[KernelTraffic, KernelTraffic | None] | None = None,
                 decode_every: int = 2, job_mbps: float | None = None,
-                concurrent: int = 1) -> dict[str, Any]:
-    """A fault-free phase and a fault phase of equal length on a running lab; score both.
+                concurrent: int = 1, controls: float = CONTROLS,
+                calibrate_s: float | None = None) -> dict[str, Any]:
+    """A calibration, a fault-free phase and a fault phase on a running lab; what every
+    alert source raised in them, raw, for ``ops.evaluate.score_run`` to score.
 
     The schedule is ``testbed.shell.faults.random_schedule(plan, kinds, per_kind * len(kinds),
     ...)`` with its knobs as drawn (``fault_params`` overrides a kind's knobs, e.g.
     ``{"link-degrade": {"fraction": 0.25}}``); faults last at most ``fault_s`` and are
-    ``gap_s`` apart. ``severity`` (gray, hard or mixed) is the schedule's; ``kinds`` None
-    takes every kind that has it. ``store_path``: keep the telemetry in that SQLite file. Returns
-    ``{"clean": score, "faults": score, "schedule", "events", "baseline_mbps",
-    "telemetry", "baselines": {name: {"clean": score, "faults": score}}, "questions",
-    ...}`` (the baselines scored on the same polls, with no agent). ``questions``: the
-    operator's questions (``ops.questions``) asked once per fault, ``ask_delay_s`` after its
-    injection (default 4 intervals): ``questions`` about the fault and
-    ``healthy_questions`` about healthy components, drawn from ``seed``; their rows and
-    ``summary`` (``Asker.result``). ``on_faults`` is told the live faults
+    ``gap_s`` apart, and ``controls`` x as many healthy slots as fault slots, drawn from
+    ``seed``, stand among them (``healthy_slots``): no fault, the same traffic, so false
+    alarms are also counted late in the run, not only in the fault-free phase that comes
+    first. ``severity`` (gray, hard or mixed) is the schedule's; ``kinds`` None takes every
+    kind that has it. The fault-free phase is as long as the fault phase; before it,
+    ``calibrate_s`` seconds (default a third of it, at least 30 polls) of clean traffic
+    set the static-thresholds baseline's thresholds (``ops.baselines.calibrated``).
+    ``store_path``: keep the telemetry in that SQLite file.
+
+    Returns ``{"plan", "schedule", "events", "phases", "alerts", "diagnoses",
+    "baseline_alerts", "baseline_mbps", "telemetry", "questions", "job", ...}``: the
+    injector's log (the ground truth), the phases' instants, and every source's raw alerts
+    and the agent's answers, so a run is scored, and scored again, from its file alone.
+    ``questions``: the operator's questions (``ops.questions``) asked once per fault,
+    ``ask_delay_s`` after its injection (default 4 intervals): ``questions`` about the
+    fault and ``healthy_questions`` about healthy components, drawn from ``seed``; their
+    rows and ``summary`` (``Asker.result``); the harness picks them from the injection
+    log, so nothing they run reaches the detectors. ``on_faults`` is told the live faults
     (``ops.evaluate.live_faults``) each time they change, and ``[]`` at the end: the live
     view shows them beside the alerts.
 
     ``job``: ``(training step, decode burst)`` kernel traffic run as a MoE job
     (``traffic.shell.moejob.MoeJob``) beside the streams from the warm-up to the end, its
     iterations fed to the detectors (``out["job"]``: every iteration), each NIC sending at
-    ``job_mbps`` (None: its emulated rate). ``concurrent`` > 1
-    injects faults in groups of that many at once, in different parts of the fabric. The
-    agent checks the wiring (``WiringWatch``) when the job suffers and no alert says where;
-    ``out["telemetry"]["wiring_checks"]`` counts the checks, the questions' included.
+    ``job_mbps`` (None: its emulated rate). ``concurrent`` > 1 injects faults in groups of
+    that many at once, in different parts of the fabric. The agent checks the wiring
+    (``WiringWatch``) on its own period; ``out["telemetry"]["wiring"]`` says what that
+    cost (``check_cost``).
     """
     from testbed.shell import faults as F
 
     plan = lab.plan
     kinds = F.schedule_kinds(kinds or None, severity)
     n = per_kind * len(kinds)
-    phase_s = -(-n // concurrent) * (fault_s + gap_s) + gap_s
-    schedule = F.random_schedule(plan, kinds, n, phase_s - gap_s, seed, gap_s,
+    groups = -(-n // concurrent)
+    slot_s = fault_s + gap_s
+    healthy = healthy_slots(groups, controls, seed)
+    phase_s = (groups + len(healthy)) * slot_s + gap_s
+    schedule = F.random_schedule(plan, kinds, n, groups * slot_s, seed, gap_s,
                                  severity=severity, concurrent=concurrent)
-    schedule = [dataclasses.replace(f, at=f.at + gap_s / 2,
+    schedule = [dataclasses.replace(f, at=shifted(f.at, slot_s, healthy) + gap_s / 2,
                                     **(fault_params or {}).get(f.kind, {})) for f in schedule]
     warmup_s = 15 * interval
+    calib_s = min(max(30 * interval, phase_s / 3), CALIBRATE_MAX_POLLS * interval) \
+        if calibrate_s is None else calibrate_s
     store = Store(store_path) if store_path else None
     out: dict[str, Any] = {"phase_s": phase_s, "interval_s": interval,
                            "mbps_per_host": mbps_per_host, "severity": severity,
+                           "plan": plan.to_dict(), "calibrate_s": calib_s,
+                           "healthy_slots": [gap_s / 2 + i * slot_s for i in healthy],
+                           "slot_s": slot_s,
                            "schedule": [_fault_dict(f) for f in schedule]}
-    streams = steady_traffic(lab, warmup_s + SETTLE_S + 2 * phase_s + 60, mbps_per_host)
+    streams = steady_traffic(lab, warmup_s + SETTLE_S + calib_s + 2 * phase_s + 60,
+                             mbps_per_host)
     moe = MoeJob(lab, job[0], job[1], decode_every=decode_every, log=log,
                  rate_mbps=job_mbps) if job else None
     watch = WiringWatch(plan, log=log)
@@ -407,7 +480,8 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
             log(f"ops-eval: MoE job running ({len(moe.phases)} training phases per iteration, "
                 f"a decode burst every {decode_every})")
         mon.collector.start()
-        log(f"ops-eval: warm-up {warmup_s:g} s, then a fault-free phase of {phase_s:g} s")
+        log(f"ops-eval: warm-up {warmup_s:g} s, calibration {calib_s:g} s, then a fault-free "
+            f"phase of {phase_s:g} s")
         time.sleep(warmup_s)
         if moe is not None:  # the fault-free phase starts from the job's steady state
             wait = time.monotonic() + SETTLE_S
@@ -415,19 +489,19 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                 time.sleep(0.5)
             log(f"ops-eval: the job {'settled' if settled(moe.iterations) else 'did not settle'}"
                 f" after {len(moe.iterations)} iterations")
+        t_cal = time.time()
+        time.sleep(calib_s)
+        out["thresholds"] = mon.calibrate(t_cal)
         t_clean = time.time()
         time.sleep(phase_s)
         t_fault = time.time()
-        alerts = mon.alerts()
-        out["clean"] = score([], [a for a in alerts if t_clean <= a["opened"] < t_fault],
-                             [], run_s=t_fault - t_clean, interval=interval, plan=plan)
-        out["clean"]["alerts_during_warmup"] = sum(a["opened"] < t_clean for a in alerts)
         out["baseline_mbps"] = mon.engine.baseline
-        log(f"ops-eval: fault phase, {n} {severity} faults ({', '.join(kinds)})")
+        log(f"ops-eval: fault phase, {n} {severity} faults ({', '.join(kinds)}) and "
+            f"{len(healthy)} healthy slots")
         asker = Asker(plan, mon.consult, seed=seed,
                       delay_s=4 * interval if ask_delay_s is None else ask_delay_s,
                       job_pairs=stream_pairs(plan), relevant=questions,
-                      healthy=healthy_questions, wiring=watch.run,
+                      healthy=healthy_questions, wiring=watch.look,
                       timeout=5 * interval + 5, log=log)
         with F.FaultInjector(lab, log=log) as inj:
             runner = inj.run_schedule(schedule)
@@ -447,40 +521,30 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                 on_faults([])
             events = runner.events
             out["injector_errors"] = list(runner.errors)
-        time.sleep(gap_s / 2)
+        # the phase runs to the end of its last slot (a healthy one may come last)
+        time.sleep(max(gap_s / 2, t_fault + phase_s - time.time()))
         t1 = time.time()
         mon.collector.stop()
-        truth = ground_truth(events, t1)
-        out["faults"] = score(truth, [a for a in mon.alerts() if a["opened"] >= t_fault],
-                              [d for d in mon.diagnoses if d[0] >= t_fault],
-                              run_s=t1 - t_fault, interval=interval, plan=plan)
-        out["questions"] = asker.result(truth)
-        out["baselines"] = {}
-        suffered = [r["suffered_at"] for r in out["faults"]["per_fault"]]  # the job's view
-        for name in mon.baselines:
-            raised = mon.alerts(name)
-            out["baselines"][name] = {
-                "clean": score([], [a for a in raised if t_clean <= a["opened"] < t_fault],
-                               None, run_s=t_fault - t_clean, interval=interval, plan=plan),
-                "faults": score(truth, [a for a in raised if a["opened"] >= t_fault], None,
-                                run_s=t1 - t_fault, interval=interval, plan=plan,
-                                suffered=suffered)}
+        out["questions"] = asker.result(ground_truth(events, t1))
         out["events"] = events
-        out["phases"] = {"clean": t_clean, "faults": t_fault, "end": t1}
+        out["phases"] = {"calibrate": t_cal, "clean": t_clean, "faults": t_fault, "end": t1}
         out["alerts"] = mon.alerts()
-        out["diagnoses"] = [list(d) for d in mon.diagnoses]  # to score again from the file
+        out["diagnoses"] = [list(d) for d in mon.diagnoses]
+        out["baseline_alerts"] = {name: mon.alerts(name) for name in mon.baselines}
+        if moe is not None:
+            moe.stop()
+            out["job"] = [it.to_dict() for it in moe.iterations]
         polls = mon.collector.poll_seconds
         out["telemetry"] = {"polls": len(polls),
                             "poll_s_median": round(statistics.median(polls), 4),
                             "poll_s_max": round(max(polls), 4),
                             "diagnoses": len(mon.diagnose_s),
                             "wiring_checks": watch.checks,
+                            "wiring": check_cost(watch.spans, mon.poll_times(),
+                                                 out.get("job") or []),
                             "diagnose_s_median": round(statistics.median(mon.diagnose_s), 4)
                             if mon.diagnose_s else None,
                             "rows": store.count() if store is not None else None}
-        if moe is not None:
-            moe.stop()
-            out["job"] = [it.to_dict() for it in moe.iterations]
     finally:
         mon.collector.stop()
         if moe is not None:
@@ -490,6 +554,30 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         if store is not None:
             store.close()
     return out
+
+
+def healthy_slots(groups: int, share: float, seed: int) -> list[int]:
+    """Which slots of a fault phase of ``groups`` fault slots plus ``round(share x
+    groups)`` healthy ones are the healthy ones (never the first: the fault-free phase
+    just ended), drawn from ``seed``."""
+    extra = round(share * groups)
+    if extra <= 0:
+        return []
+    rng = random.Random(f"healthy-{seed}")
+    return sorted(rng.sample(range(1, groups + extra), extra))
+
+
+def shifted(at: float, slot_s: float, healthy: list[int]) -> float:
+    """A fault's start ``at`` in a schedule without healthy slots, moved to its slot among
+    them: the k-th fault slot becomes the k-th slot that is not healthy."""
+    k = int(at // slot_s)
+    index, seen = 0, -1
+    while True:
+        if index not in healthy:
+            seen += 1
+            if seen == k:
+                return at + (index - k) * slot_s
+        index += 1
 
 
 def _fault_dict(f: Any) -> dict[str, Any]:

@@ -37,6 +37,7 @@ The emulation has one hash draw of those source ports (N=1).
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from typing import Any
 
@@ -97,7 +98,7 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
 )
 def ops_eval(run: Run) -> None:
     """See the module docstring."""
-    from ops.evaluate import GOALS, summarize
+    from ops.evaluate import GOALS, score_run, summaries
     from ops.shell.experiment import eval_on_lab
 
     p = run.params
@@ -125,7 +126,8 @@ def ops_eval(run: Run) -> None:
                           on_faults=run.show_faults)
     run.stage("fault-free and fault phases done")
     run.save_json("ops_eval.json", res)
-    clean, faults = res["clean"], res["faults"]
+    scored = score_run(res, plan)
+    clean, faults = scored["agent"]["clean"], scored["agent"]["faults"]
     for r in faults["per_fault"]:
         run.row(kind=r["kind"], component=r["component"], detected=r["detected"],
                 detect_s=r["detect_s"], first_alert=r["first_alert"], lead_s=r["lead_s"],
@@ -134,16 +136,11 @@ def ops_eval(run: Run) -> None:
     model = steady_model(plan, p["mbps_per_host"], int(p["model_draws"]))
     detect = distribution([r["detect_s"] / res["interval_s"] for r in faults["per_fault"]
                            if r["detect_s"] is not None])
-    run.summary = {**summarize(clean, faults),
+    run.summary = {**summaries(scored),
                    "detection_rate": faults["detection_rate"],
-                   "false_alarms_clean": clean["false_alarms"],
-                   "false_alarms_per_hour_fault_phase": faults["false_alarms_per_hour"],
                    "detect_polls_median": faults["detect_polls_median"],
                    "detect_polls_max": faults["detect_polls_max"],
                    "within_3_polls": faults["within_3_polls"],
-                   "lead_s_median": faults["lead_s_median"], "top1": faults["top1"],
-                   "top3": faults["top3"], "faults": faults["faults"],
-                   "detected": faults["detected"],
                    # scores over N faults (not a model quantity: the goals are the reference)
                    "detect_polls": {"draws": detect["draws"], "median": detect["median"],
                                     "p25": detect["p25"], "p75": detect["p75"],
@@ -154,12 +151,10 @@ def ops_eval(run: Run) -> None:
                        policy="ecmp", draws=1, median=res["baseline_mbps"],
                        p25=res["baseline_mbps"], p75=res["baseline_mbps"],
                        values=[res["baseline_mbps"]], model=model,
-                       bound=model["offered_mbps"], bound_name="offered (paced) rate"),
-                   # the baselines, scored on the same polls (ops.baselines)
-                   "baselines": {name: summarize(b["clean"], b["faults"])
-                                 for name, b in res.get("baselines", {}).items()}}
+                       bound=model["offered_mbps"], bound_name="offered (paced) rate")}
     if res.get("job") is not None:  # the MoE job's iterations: what the job felt
-        run.summary["job"] = job_summary(res["job"], res["phases"], ground_truth_of(res))
+        run.summary["job"] = job_summary(res["job"], res["phases"], ground_truth_of(res),
+                                         res["interval_s"])
     run.summary["shortfalls"] = shortfalls(
         faults["per_fault"], res.get("alerts") or [],
         ground_truth_of(res), res["interval_s"],
@@ -168,8 +163,8 @@ def ops_eval(run: Run) -> None:
         qs = res["questions"]["summary"]
         run.summary["questions"] = {k: qs[k] for k in ("asked", "correct", "accuracy",
                                                        "faulty", "healthy", "stale")}
-    _report(run, res, GOALS, model, detect)
-    _plot(run, res)
+    _report(run, res, clean, faults, GOALS, model, detect)
+    _plot(run, res["interval_s"], faults)
 
 
 def shortfalls(per_fault: list[dict[str, Any]], alerts: list[dict[str, Any]],
@@ -181,7 +176,7 @@ def shortfalls(per_fault: list[dict[str, Any]], alerts: list[dict[str, Any]],
     instead, and how many the job felt (``felt``: ``job_summary``'s per kind). An alert
     naming the kind that never fired is the signal missing; a job that did not feel the
     fault says the fault was also harmless to it."""
-    from ops.evaluate import fault_kinds, fault_window
+    from ops.evaluate import fault_kinds, strict_window
 
     out = []
     for kind in dict.fromkeys(r["kind"] for r in per_fault):
@@ -191,7 +186,7 @@ def shortfalls(per_fault: list[dict[str, Any]], alerts: list[dict[str, Any]],
         if det >= recall * n and right >= top1 * n:
             continue
         named = 0
-        for lo, hi in (fault_window(g, interval) for g in truth if g.kind == kind):
+        for lo, hi in (strict_window(g, interval) for g in truth if g.kind == kind):
             named += any(kind in fault_kinds(a["detector"]) for a in alerts
                          if lo <= a["opened"] <= hi)
         first = Counter(r["first_alert"].split(":")[0] for r in rows if r["first_alert"])
@@ -224,13 +219,17 @@ def ground_truth_of(res: dict[str, Any]) -> list[Any]:
 
 
 def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
-                truth: list[Any]) -> dict[str, Any]:
+                truth: list[Any], interval: float) -> dict[str, Any]:
     """What the MoE job felt: its iteration time in the fault-free phase (median
     [p25-p75], N), and per fault the iterations that overlapped it: the slowest against
     that median, packets lost, failed replays; ``felt`` when one of them was at least
     ``ops.detectors.job_slow.ITER_RATIO`` x slower, lost packets or failed (what the
-    job-slow detector would see). Per kind: faults the job felt / faults."""
+    job-slow detector would see). Per kind: faults the job felt / faults. ``by_phase``:
+    the iteration time in the calibration, the fault-free phase, the fault phase's healthy
+    time (no fault window open) and during faults, and its p95/p50 over the fault-free
+    time of both phases: whether the job ran alike early and late."""
     from ops.detectors.job_slow import ITER_RATIO
+    from ops.evaluate import strict_window
 
     ok = [it for it in iterations if it["error"] is None and not it.get("receiver_drops")]
     clean = [it["iter_s"] for it in ok if phases["clean"] <= it["started"] < phases["faults"]]
@@ -250,11 +249,39 @@ def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
         k = kinds.setdefault(r.kind, {"faults": 0, "felt": 0})
         k["faults"] += 1
         k["felt"] += felt
+    spans = [strict_window(g, interval) for g in truth]
+
+    def faulty(it: dict[str, Any]) -> bool:
+        return any(lo <= it["ended"] and it["started"] <= hi for lo, hi in spans)
+
+    fault_phase = [it for it in ok if it["started"] >= phases["faults"]]
+    by_phase = {
+        "calibrate": [it["iter_s"] for it in ok
+                      if phases.get("calibrate", phases["clean"]) <= it["started"]
+                      < phases["clean"]],
+        "clean": clean,
+        "healthy": [it["iter_s"] for it in fault_phase if not faulty(it)],
+        "faults": [it["iter_s"] for it in fault_phase if faulty(it)]}
+    fault_free = by_phase["clean"] + by_phase["healthy"]
+    p50 = statistics.median(fault_free) if fault_free else None
     return {"iterations": len(iterations),
             "failed": sum(it["error"] is not None for it in iterations),
             "receiver_drops": sum(bool(it.get("receiver_drops")) for it in iterations),
             "lossy": sum(1 for it in ok if it["lost_packets"] or it["decode_lost"]),
-            "iter_s_clean": base, "per_fault": rows, "per_kind": kinds}
+            "iter_s_clean": base,
+            "by_phase": {k: distribution(v) if v else None for k, v in by_phase.items()},
+            "fault_free_p95_over_p50": round(_p95(fault_free) / p50, 3) if p50 else None,
+            "skew_s_median": round(statistics.median(
+                [max(it.get("skew_s", {}).values(), default=0.0) for it in ok]), 4)
+            if ok else None,
+            "per_fault": rows, "per_kind": kinds}
+
+
+def _p95(values: list[float]) -> float:
+    v = sorted(values)
+    pos = 0.95 * (len(v) - 1)
+    lo = int(pos)
+    return v[lo] + (v[min(lo + 1, len(v) - 1)] - v[lo]) * (pos - lo)
 
 
 #: what ``ops.shell.experiment.steady_traffic`` sends: source ports per stream, UDP payload bytes
@@ -298,9 +325,8 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
 
 
-def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[str, Any],
-            detect: dict[str, Any]) -> None:
-    clean, faults = res["clean"], res["faults"]
+def _report(run: Run, res: dict[str, Any], clean: dict[str, Any], faults: dict[str, Any],
+            goals: dict[str, float], model: dict[str, Any], detect: dict[str, Any]) -> None:
     n = faults["faults"]
     rep = run.report
     rep.section("What was measured", __doc__.split("\n\n")[1])
@@ -316,8 +342,13 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
         {"score": "false alarms, fault-free phase (same length)",
          "measured": f"{clean['false_alarms']} ({clean['false_alarms_per_hour']}/h)",
          "goal": "0", "met": ok["fa"]},
-        {"score": "false alarms per hour, fault phase (outside fault windows)",
+        {"score": "false alarms per hour, fault phase (its time outside every window)",
          "measured": faults["false_alarms_per_hour"], "goal": "-", "met": "-"},
+        {"score": "alert precision (alerts that detected a fault / non-symptom alerts)",
+         "measured": f"{_pct(run.summary['precision'])} ({run.summary['credited']}/"
+                     f"{run.summary['alerts']})", "goal": "-", "met": "-"},
+        {"score": "pair F1 ((component, kind) stated while faults were live)",
+         "measured": run.summary["pair_f1"], "goal": "-", "met": "-"},
         {"score": "time to detect (polls: median [p25-p75], N=detected faults; max)",
          "measured": f"{fmt_distribution(detect, '', 2)}; max {faults['detect_polls_max']}",
          "goal": "<= 3 polls", "met": ok["ttd"]},
@@ -340,6 +371,7 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
                      f"({sum(r['kind_correct'] for r in faults['per_fault'])}/{n})",
          "goal": "-", "met": "-"},
     ])
+    _strict_vs_lenient(run, run.summary)
     rep.section("By fault kind", "")
     rep.table([{"kind": k, **v} for k, v in faults["by_kind"].items()])
     job = run.summary.get("job")
@@ -354,6 +386,10 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
             clean=fmt_distribution(clean_iter, " s", 3) if clean_iter else "none measured"))
         rep.table([{"kind": k, "faults": v["faults"], "felt by the job": v["felt"]}
                    for k, v in job["per_kind"].items()])
+        rep.text(WORDS("job_phases", ratio=job["fault_free_p95_over_p50"],
+                       skew=job["skew_s_median"]))
+        rep.table([{"phase": k, "iteration time": fmt_distribution(v, " s", 3)
+                    if v else "none"} for k, v in job["by_phase"].items()])
     rep.section("What kind of fault it said", WORDS("kinds"))
     rep.table(confusion_rows(faults["confusion"]))
     rep.section("Every fault", WORDS("every_fault"))
@@ -396,8 +432,27 @@ def _report(run: Run, res: dict[str, Any], goals: dict[str, float], model: dict[
         "telemetry", polls=tel.get("polls"), poll_median=tel.get("poll_s_median"),
         poll_max=tel.get("poll_s_max"), rows=tel.get("rows"),
         baseline=res.get("baseline_mbps")))
+    wiring = tel.get("wiring")
+    if wiring:
+        rep.text(WORDS("wiring_cost", **wiring))
     if res.get("injector_errors"):
         rep.section("Injector errors", "\n".join(f"- {e}" for e in res["injector_errors"]))
+
+
+def _strict_vs_lenient(run: Run, summary: dict[str, Any]) -> None:
+    """Every source's strict scores beside the lenient ones of earlier runs."""
+    every = {"agent": summary, **summary.get("baselines", {})}
+    run.report.section("Strict and lenient scores", WORDS("strict"))
+    run.report.table([{
+        "source": name, "recall": s["recall"], "alert precision": s["precision"],
+        "F1": s["f1"], "top-1": s["top1"], "kind": s["kind_accuracy"],
+        "kind given the right component": s["kind_accuracy_given_component"],
+        "pair F1": s["pair_f1"], "false alarms/h (fault-free)": s["false_alarms_per_hour_clean"],
+        "false alarms/h (between faults)": s["false_alarms_per_hour_fault_phase"],
+        "any-alert recall": s.get("any_alert_recall"),
+        "any-alert precision": s.get("any_alert_precision"),
+        "any-alert F1": s.get("any_alert_f1"), "any-alert top-1": s.get("any_alert_top1")}
+        for name, s in every.items()])
 
 
 def _why(kind: str) -> str:
@@ -419,8 +474,10 @@ def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:
     rep.section("Beside the baselines", WORDS("baselines"))
     overall = [("precision", "precision", True), ("recall", "recall", True),
                ("F1", "f1", True), ("top-1", "top1", True), ("top-3", "top3", True),
-               ("kind accuracy", "kind_accuracy", True),
+               ("kind accuracy", "kind_accuracy", True), ("pair F1", "pair_f1", True),
                ("fault-free false alarms", "false_alarms_clean", False),
+               ("false alarms per hour between faults", "false_alarms_per_hour_fault_phase",
+                False),
                ("median polls to detect", "ttd_polls.p50", False),
                ("p95 polls to detect", "ttd_polls.p95", False),
                ("median s to localize", "ttl_s.p50", False),
@@ -528,19 +585,19 @@ def steady_gap(ratio: float | None, offered: float, carried: float,
     return out + WORDS("steady_fast")
 
 
-def _plot(run: Run, res: dict[str, Any]) -> None:
+def _plot(run: Run, interval: float, faults: dict[str, Any]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in res["faults"]["per_fault"] if r["detect_s"] is not None]
+    rows = [r for r in faults["per_fault"] if r["detect_s"] is not None]
     if not rows:
         return
     fig, ax = plt.subplots(figsize=(7, 3.2))
     kinds = sorted({r["kind"] for r in rows})
     for i, k in enumerate(kinds):
-        ys = [r["detect_s"] / res["interval_s"] for r in rows if r["kind"] == k]
+        ys = [r["detect_s"] / interval for r in rows if r["kind"] == k]
         ax.scatter([i] * len(ys), ys, color=["tab:green" if r["top1"] else "tab:red"
                                              for r in rows if r["kind"] == k])
     ax.axhline(3, ls="--", color="gray", label="goal: 3 polls")

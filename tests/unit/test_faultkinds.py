@@ -335,7 +335,8 @@ def record(plan: WiringPlan, kind: str, knobs: dict[str, Any], how: str, workdir
         assert h.wait(10)
     else:
         inj.undo(h)
-    events = [{k: v for k, v in e.items() if k != "time"} for e in inj.events]
+    events = [{k: v for k, v in e.items() if k not in ("time", "apply_start")}
+              for e in inj.events]
     return {"calls": lab.calls, "commands": lab.commands, "events": events,
             "state": h.state}
 
@@ -427,6 +428,7 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
         ("spine1", wire.move_command({x: hx, y: hy}), None),
         ("spine1", mtu.alias_command(x, ""), None), ("spine1", mtu.alias_command(y, ""), None)]
     assert crossed["events"][0]["detail"] == {"partner": "lf0r0~spine2",
+                                              "affects": ["lf0r0~spine2#0"],
                                               "ports": {x: "spine2:1", y: "spine1:1"}}
     hot = record(plan, "hot-receiver", *SCENARIOS["hot-receiver"], str(tmp_path))
     popens = [c for c in hot["calls"] if c[0] == "popen"]

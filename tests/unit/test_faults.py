@@ -514,6 +514,8 @@ def test_inject_and_undo_log_ground_truth_and_undo_is_idempotent(fake: Any) -> N
     assert actions(inj) == [("inject", "lf0r1~spine2#0"), ("undo", "lf0r1~spine2#0")]
     ev = inj.events[0]
     assert ev["kind"] == "link-down" and t <= ev["time"] <= inj.events[1]["time"] <= time.time()
+    # the apply's start is stamped before the change: a score's window opens there
+    assert t <= ev["apply_start"] <= ev["time"] and "apply_start" not in inj.events[1]
     assert not h.active and inj.active == []
 
 

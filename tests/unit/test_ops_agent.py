@@ -112,7 +112,7 @@ def test_parse_question(plan) -> None:  # noqa: ANN001
 
 # --- scoring (ops.evaluate.score is pure) -------------------------------------------------------
 def test_score_counts_detection_false_alarms_and_localization(plan) -> None:  # noqa: ANN001
-    from ops.evaluate import GroundTruth, ground_truth, live_faults, score
+    from ops.evaluate import GroundTruth, any_alert_score, ground_truth, live_faults
 
     events = [{"time": 100.0, "kind": "link-degrade", "component": LANE, "action": "inject",
                "fault_id": 1},
@@ -141,7 +141,7 @@ def test_score_counts_detection_false_alarms_and_localization(plan) -> None:  # 
               alert("ecmp-imbalance", "lf0r0~spine1#0", 250.0)]  # outside every window
     diagnoses = [(102.0, ["s1g0"]), (104.0, [LANE, "s1g0"]),  # asked 2 s after detection
                  (204.0, ["lf0r1~spine0#0", "s1g1~lf0r1#0"])]
-    s = score(truth, alerts, diagnoses, run_s=3600.0, interval=1.0, plan=plan)
+    s = any_alert_score(truth, alerts, diagnoses, run_s=3600.0, interval=1.0, plan=plan)
     assert (s["faults"], s["detected"], s["detection_rate"]) == (3, 2, 0.6667)
     assert s["false_alarms"] == 1 and s["false_alarms_per_hour"] == 1.0
     assert s["detect_s_median"] == 2.0 and s["detect_polls_max"] == 2.0
@@ -159,10 +159,10 @@ def test_score_counts_detection_false_alarms_and_localization(plan) -> None:  # 
     # a baseline has no job detector: its lead is against when the agent saw the job suffer
     assert [r["suffered_at"] for r in s["per_fault"]] == [103.0, None, None]
     static = [alert("static:loss", LANE, 101.5), alert("static:loss", "s1g1", 203.0)]
-    b = score(truth, static, None, run_s=3600.0, interval=1.0, plan=plan,
+    b = any_alert_score(truth, static, None, run_s=3600.0, interval=1.0, plan=plan,
               suffered=[r["suffered_at"] for r in s["per_fault"]])
     assert b["lead_s_median"] == 1.5 and b["lead_n"] == 1
-    assert score(truth, static, None, run_s=3600.0, interval=1.0,
+    assert any_alert_score(truth, static, None, run_s=3600.0, interval=1.0,
                  plan=plan)["lead_s_median"] is None  # its own alerts never say the job
 
 

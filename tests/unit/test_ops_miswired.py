@@ -14,7 +14,7 @@ import pytest
 from test_ops_detectors import LANE, clean_poll, first, run
 
 from ops.detectors import miswired as M
-from ops.shell.experiment import WiringWatch, unexplained
+from ops.shell.experiment import WiringWatch, check_cost
 from testbed.wiring import Finding
 
 OTHER = "lf0r0~spine1#0"
@@ -97,13 +97,41 @@ def test_a_failed_check_is_said_and_the_watch_goes_on(plan) -> None:  # noqa: AN
     assert w.take_values() == {} and w.maybe(2.0)
 
 
-def test_the_agent_looks_at_the_cabling_only_when_the_job_suffers_unexplained() -> None:
-    def alert(detector: str) -> Any:
-        return SimpleNamespace(detector=detector)
+def test_a_questions_check_never_reaches_the_detectors(plan) -> None:  # noqa: ANN001
+    """The harness asks "is the wiring as planned?" while a miswiring is live: the check it
+    runs answers the question only; the detectors see the agent's own checks alone."""
+    w = WiringWatch(plan, lambda: [_finding(LANE)], every_s=10.0, log=lambda _m: None)
+    assert [f.link for f in w.look()] == [LANE]
+    assert w.take_values() == {} and w.checks == 1 and len(w.spans) == 1
+    w.run()  # the agent's own
+    assert w.take_values()[(LANE, M.METRIC)] == 1.0
 
-    assert unexplained([alert("job-slow")])
-    assert not unexplained([alert("job-slow"), alert("loss")])  # something says where
-    assert not unexplained([alert("loss")]) and not unexplained([])
+
+def test_the_agent_checks_the_cabling_on_its_own_period_whatever_the_alerts(plan) -> None:  # noqa: ANN001
+    """The Monitor asks the watch after every poll, alerts or none: the watch's period is
+    the only thing that decides (no alert, no symptom, no fault log)."""
+    from ops.shell.experiment import Monitor
+
+    asked: list[float] = []
+    w = WiringWatch(plan, lambda: [], every_s=10.0, log=lambda _m: None)
+    w.maybe = asked.append  # type: ignore[method-assign]
+    mon = Monitor(SimpleNamespace(plan=plan, rest_port=None, hosts={}), None, 1.0, wiring=w)
+    for i in range(3):
+        mon.collector.history.add(1000.0 + i, {})
+        mon.collector.on_poll(1000.0 + i, {})  # type: ignore[misc]
+    assert len(asked) == 3 and mon.engine.active == {}
+
+
+def test_what_a_check_costs_is_the_poll_and_the_job_beside_and_without_it() -> None:
+    spans = [(10.0, 12.0), (30.0, 31.0)]
+    polls = [(9.0, 0.1), (11.0, 0.3), (20.0, 0.1), (30.5, 0.2)]
+    its = [{"started": 11.5, "ended": 13.0, "iter_s": 0.9, "error": None},
+           {"started": 14.0, "ended": 15.0, "iter_s": 0.5, "error": None},
+           {"started": 16.0, "ended": 17.0, "iter_s": 0.0, "error": "boom"}]
+    c = check_cost(spans, polls, its)
+    assert (c["checks"], c["check_s_median"], c["check_s_max"]) == (2, 1.5, 2.0)
+    assert (c["poll_s_median_checking"], c["poll_s_median_not"]) == (0.25, 0.1)
+    assert (c["iter_s_median_checking"], c["iter_s_median_not"]) == (0.9, 0.5)
 
 
 def test_the_collectors_poll_never_waits_for_a_check(plan) -> None:  # noqa: ANN001

@@ -10,12 +10,13 @@ dispatch flows, then its combine flows, each replayed as real RoCE packets
 change in iteration time is the fabric's doing.
 
 An iteration's time is what its traffic took on the wire: the dispatch's completion time
-plus the combine's, each from its common start to its last byte. The seconds between
-iterations, when the lab starts the next replay's senders and receivers, are the
-emulator's own and are not counted. The lab's senders do not retransmit: a packet lost in
-an iteration is counted (``lost_packets``, and which flows lost it) rather than timed; on
-an RC connection it would stall its queue pair until a retransmission, so a lossy
-iteration is a slow one.
+plus the combine's, each from its last sender's real start to its last byte (how late that
+sender was after the common instant, the machine's start-up, is kept as ``skew_s``). The
+seconds between iterations, when the lab starts the next replay's senders and receivers, are
+the emulator's own and are not counted. The lab's senders do not retransmit: a packet lost
+in an iteration is counted (``lost_packets``, and which flows lost it) rather than timed; on
+an RC connection it would stall its queue pair until a retransmission, so a lossy iteration
+is a slow one.
 
 ``take_values(t)`` hands the collector (``ops.shell.collector.Collector(extra=...)``) the
 iterations that ended since its last poll as telemetry (``traffic.iterations``).
@@ -112,8 +113,9 @@ class MoeJob:
             for name, flows in self.phases:
                 r = replay(self.lab, flows, label=f"iteration {index} {name}", **self.replay_kw)
                 if name == self.phases[0][0]:
-                    it.started = r.start_ns / 1e9
-                phases[name] = round(r.job_completion_s, 6)
+                    it.started = r.start_ns / 1e9 + r.start_skew_s
+                phases[name] = round(max(0.0, r.job_completion_s - r.start_skew_s), 6)
+                it.skew_s[name] = round(r.start_skew_s, 6)
                 lost += r.lost_packets
                 it.receiver_drops += r.receiver_drops
                 lossy += _keep(r, "train")
@@ -122,7 +124,8 @@ class MoeJob:
             if self.decode and index % self.decode_every == 0 and not self._stop.is_set():
                 r = replay(self.lab, self.decode, label=f"iteration {index} decode",
                            **self.replay_kw)
-                it.decode_s = round(r.job_completion_s, 6)
+                it.decode_s = round(max(0.0, r.job_completion_s - r.start_skew_s), 6)
+                it.skew_s["decode"] = round(r.start_skew_s, 6)
                 it.decode_lost = r.lost_packets
                 it.receiver_drops += r.receiver_drops
                 lossy += _keep(r, "decode")

@@ -390,7 +390,8 @@ class FaultInjector:
 
     Every change is logged in ``events`` (dicts: ``time`` = ``time.time()``, ``kind``,
     ``component``, ``action`` in inject / undo / flap-down / flap-up / error, ``fault_id``,
-    and ``detail`` where there is something to say). Leaving the ``with`` block (also on
+    and ``detail`` where there is something to say; an inject also has ``apply_start``,
+    when its apply began, ``time`` being when it ended). Leaving the ``with`` block (also on
     an exception or Ctrl-C) stops running schedules and undoes every active fault.
 
     ``nic_loss_backend``: "auto" (nftables, else iptables), "nft" or "iptables".
@@ -439,9 +440,12 @@ class FaultInjector:
         with self._lock:
             return [h for h in self._handles.values() if h.active]
 
-    def _event(self, handle: Handle, action: str, **detail: Any) -> dict[str, Any]:
+    def _event(self, handle: Handle, action: str, *, apply_start: float | None = None,
+               **detail: Any) -> dict[str, Any]:
         ev = {"time": time.time(), "kind": handle.fault.kind, "component": handle.component,
               "action": action, "fault_id": handle.id}
+        if apply_start is not None:  # an inject: its apply ran from then to ``time``
+            ev["apply_start"] = apply_start
         if detail:
             ev["detail"] = detail
         with self._lock:
@@ -470,6 +474,7 @@ class FaultInjector:
             handle = Handle(self._next_id, fault, fault.component, _clock=clock)
             self._next_id += 1
             self._handles[handle.id] = handle
+        apply_start = time.time()  # the fault may act from here: scoring's window opens
         try:
             _injector(fault.kind).module.apply(self.context, handle)
         except BaseException:
@@ -478,7 +483,8 @@ class FaultInjector:
             handle._done.set()
             raise
         handle.injected_at = time.time()
-        self._event(handle, "inject", **handle.info.get("detail", {}))
+        self._event(handle, "inject", apply_start=apply_start,
+                    **handle.info.get("detail", {}))
         work = self._worker_for(handle)
         if work is not None:
             handle._worker = threading.Thread(target=self._run_worker, args=(handle, work),

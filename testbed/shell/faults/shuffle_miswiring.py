@@ -20,6 +20,7 @@ from testbed.faultkinds.shuffle_miswiring import (
     partner,
     swapped,
 )
+from testbed.faultspec import link_name
 from testbed.shell.cleanup import intf_state
 from testbed.shell.faults import FaultContext, FaultError, Handle
 from testbed.shell.lab import OVS_PORT_RCVBUF
@@ -79,7 +80,9 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
     except BaseException:
         _restore(ctx, handle)
         raise
-    handle.info["detail"] = {"partner": f"{other.a}~{other.b}", "ports": {
+    # ``affects``: the other component this fault puts wrong (scoring reads it)
+    handle.info["detail"] = {"partner": f"{other.a}~{other.b}",
+                             "affects": [link_name(ctx.lab.plan, other)], "ports": {
         i: f"{h.bridge}:{h.ofport}" for i, h in moves.items()}}
 
 
