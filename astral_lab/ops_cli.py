@@ -1,10 +1,12 @@
-"""``astral-lab ops``: live alerts (``watch``) and the diagnosis agent (``diagnose``).
+"""``astral-lab ops``: live alerts (``watch``), the diagnosis agent (``diagnose``), and an
+ops-eval run scored again from its file (``rescore``).
 
     sudo astral-lab ops watch                       alerts as they open and clear (Ctrl-C ends)
     sudo astral-lab ops watch --db run.sqlite       ... and keep the telemetry in that file
     sudo astral-lab ops diagnose --ask "why is s0g0 -> s3g1 slow?"
     sudo astral-lab ops diagnose                    interactive: ask, read, ask again
     astral-lab ops diagnose --db run.sqlite --ask "what is wrong?"   offline, from a file
+    astral-lab ops rescore results/20261205-101500-ops_eval     scores from ops_eval.json
 
 Both find the running lab by its run record (``/run/astral-lab/``): its wiring plan,
 its controller's REST port and its host shells (whose namespaces the collector and the
@@ -228,8 +230,56 @@ def _diagnose_session(args: argparse.Namespace, live: Live | None, tools_fn: Any
         print(d.text())
 
 
+#: what ``rescore`` prints per alert source: (column, summary key)
+RESCORE_COLUMNS = (("recall", "recall"), ("alert precision", "precision"), ("F1", "f1"),
+                   ("top-1", "top1"), ("kind", "kind_accuracy"), ("pair F1", "pair_f1"),
+                   ("FA/h fault-free", "false_alarms_per_hour_clean"),
+                   ("FA/h between faults", "false_alarms_per_hour_fault_phase"),
+                   ("any-alert recall", "any_alert_recall"),
+                   ("any-alert precision", "any_alert_precision"),
+                   ("any-alert F1", "any_alert_f1"), ("any-alert top-1", "any_alert_top1"))
+
+
+def rescore(run_dir: str) -> dict[str, Any]:
+    """Every alert source's scores (``ops.evaluate.summaries``) from a run folder's
+    ``ops_eval.json`` alone, read and never written: the raw alerts, the agent's answers,
+    the injector's events and the phases' instants it keeps."""
+    from ops.evaluate import score_run, summaries
+
+    path = in_file(os.path.join(run_dir, "ops_eval.json"), "RUN_DIR")
+    try:
+        with open(path, encoding="utf-8") as f:
+            res = json.load(f)
+        plan = WiringPlan.from_dict(res["plan"])
+        if not isinstance(res["phases"], dict) or "interval_s" not in res:
+            raise KeyError("phases")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not an ops-eval run that can be scored again (missing or "
+                         f"bad {exc}; runs before the strict score kept no plan and no "
+                         "baselines' alerts)") from None
+    return summaries(score_run(res, plan))
+
+
+def run_rescore(args: argparse.Namespace) -> int:
+    scores = rescore(args.run_dir)
+    if args.json:
+        print(json.dumps(scores, indent=1, sort_keys=True))
+        return 0
+    every = {"agent": scores, **scores["baselines"]}
+    rows = [["source", *(c for c, _ in RESCORE_COLUMNS)]]
+    rows += [[name, *("-" if s.get(k) is None else f"{s[k]:g}" for _, k in RESCORE_COLUMNS)]
+             for name, s in every.items()]
+    width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(r, width, strict=True)))
+    print(f"{scores['faults']} faults, {scores['detected']} detected (strict); "
+          "definitions: ops/evaluate.py, docs/operations.md")
+    return 0
+
+
 def add_ops_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``ops`` verb with ``watch`` and ``diagnose`` (see the module docstring)."""
+    """Add the ``ops`` verb with ``watch``, ``diagnose`` and ``rescore`` (the module
+    docstring)."""
     p = subparsers.add_parser("ops", help="operations: live alerts and the diagnosis agent",
                               description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="ops_verb", required=True, metavar="SUBVERB")
@@ -258,6 +308,10 @@ def add_ops_parser(subparsers: Any) -> argparse.ArgumentParser:
     d.add_argument("--no-probe", action="store_true", help="no active probes (pings)")
     d.add_argument("--json", action="store_true", help="print the answer as JSON")
     d.set_defaults(fn=run_diagnose)
+    r = sub.add_parser("rescore", help="score an ops-eval run again from its ops_eval.json")
+    r.add_argument("run_dir", metavar="RUN_DIR", help="the run's results folder")
+    r.add_argument("--json", action="store_true", help="print every score as JSON")
+    r.set_defaults(fn=run_rescore)
     return p
 
 

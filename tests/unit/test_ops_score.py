@@ -230,3 +230,17 @@ def test_a_run_is_scored_again_from_its_file(plan) -> None:  # noqa: ANN001
     st = out["baselines"]["static-thresholds"]
     assert st["recall"] == 0.0 and st["any_alert_recall"] == 1.0
     assert st["false_alarms_per_hour_fault_phase"] is not None
+
+
+def test_healthy_slots_stand_among_the_faults_and_the_faults_keep_their_order() -> None:
+    from ops.shell.experiment import healthy_slots, shifted
+
+    slots = healthy_slots(8, 0.25, seed=1)
+    assert len(slots) == 2 and 0 not in slots and max(slots) < 10
+    assert slots == healthy_slots(8, 0.25, seed=1)  # the seed draws them
+    assert len({tuple(healthy_slots(8, 0.25, seed=s)) for s in range(6)}) > 1
+    assert healthy_slots(8, 0.0, seed=1) == []
+    # 22 s slots, slots 2 and 5 healthy: fault slots 0 1 3 4 6 7 8 9
+    moved = [shifted(22.0 * k + 3.0, 22.0, [2, 5]) for k in range(8)]
+    assert moved == [3.0, 25.0, 69.0, 91.0, 135.0, 157.0, 179.0, 201.0]
+    assert shifted(10.0, 22.0, []) == 10.0

@@ -60,6 +60,7 @@ def _canned(lab: Any, **kw: Any) -> dict[str, Any]:
         {"action": "undo", "kind": f.kind, "component": f.component, "time": f.end,
          "fault_id": i + 1})]
     return {"baseline_mbps": 83.3, "interval_s": 1.0, "questions": _questions(),
+            "plan": build("astral3", servers=2, gpus=2).to_dict(),
             "events": events, "phases": {"calibrate": 0.0, "clean": 0.0, "faults": 100.0,
                                          "end": 2000.0},
             "alerts": agent, "diagnoses": diag,
@@ -197,6 +198,46 @@ def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
     assert (s["questions"]["faulty"]["correct"], s["questions"]["healthy"]["correct"]) == (1, 0)
     assert "1/2 right (50%): about the fault 1/1, about healthy components 0/1" in report
     assert "| link-down c0 | spine-health? | nothing wrong | spine2 | named spine2 |" in report
+
+
+def test_a_run_is_scored_again_from_its_file_alone(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """``astral-lab ops rescore RUN_DIR`` gives back summary.json's scores from
+    ops_eval.json, for the agent and every baseline, and leaves the folder as it was."""
+    import hashlib
+
+    import ops.shell.experiment
+    from astral_lab import ops_cli
+
+    install(monkeypatch, oe)
+    monkeypatch.setattr(ops.shell.experiment, "eval_on_lab", _canned)
+    out = os.path.join(str(tmp_path), "run")
+    oe.ops_eval(quick=True, output=out, log=lambda _m: None, model_draws=5)
+    s = read_json(out, "summary.json")
+
+    def digest() -> dict[str, str]:
+        return {n: hashlib.sha256(open(os.path.join(out, n), "rb").read()).hexdigest()
+                for n in sorted(os.listdir(out)) if os.path.isfile(os.path.join(out, n))}
+
+    before = digest()
+    again = ops_cli.rescore(out)
+    keys = ("precision", "recall", "f1", "top1", "top3", "kind_accuracy", "pair_f1",
+            "false_alarms_per_hour_clean", "false_alarms_per_hour_fault_phase", "ttd_s",
+            "any_alert_recall", "any_alert_precision", "any_alert_top1", "confusion")
+    assert {k: again[k] for k in keys} == {k: s[k] for k in keys}
+    for name, b in s["baselines"].items():
+        assert {k: again["baselines"][name][k] for k in keys} == {k: b[k] for k in keys}
+    assert ops_cli.main(["rescore", out]) == 0
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split()[:3] == ["source", "recall", "alert"]
+    assert "static-thresholds" in table and f"{len(oe.KINDS)} faults" in table
+    assert digest() == before  # read, never written
+    empty = os.path.join(str(tmp_path), "empty")
+    os.makedirs(empty)
+    assert ops_cli.main(["rescore", empty]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ops_eval.json" in err[0] and "no such file" in err[0]
 
 
 def test_shortfalls_say_which_signal_a_missed_kind_lacked() -> None:
