@@ -264,6 +264,9 @@ def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
         "faults": [it["iter_s"] for it in fault_phase if faulty(it)]}
     fault_free = by_phase["clean"] + by_phase["healthy"]
     p50 = statistics.median(fault_free) if fault_free else None
+    clean_its = [it for it in ok if phases["clean"] <= it["started"] < phases["faults"]]
+    first = [it["iter_s"] for it in clean_its if it["started"] < phases["clean"] + 60]
+    last = [it["iter_s"] for it in clean_its if it["started"] >= phases["faults"] - 60]
     return {"iterations": len(iterations),
             "failed": sum(it["error"] is not None for it in iterations),
             "receiver_drops": sum(bool(it.get("receiver_drops")) for it in iterations),
@@ -271,6 +274,11 @@ def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
             "iter_s_clean": base,
             "by_phase": {k: distribution(v) if v else None for k, v in by_phase.items()},
             "fault_free_p95_over_p50": round(_p95(fault_free) / p50, 3) if p50 else None,
+            # the fault-free phase's first and last minute: does the job slow as it runs?
+            "clean_first_minute_s": round(statistics.median(first), 4) if first else None,
+            "clean_last_minute_s": round(statistics.median(last), 4) if last else None,
+            "clean_last_over_first": round(statistics.median(last) / statistics.median(first),
+                                           3) if first and last else None,
             "skew_s_median": round(statistics.median(
                 [max(it.get("skew_s", {}).values(), default=0.0) for it in ok]), 4)
             if ok else None,
@@ -387,7 +395,8 @@ def _report(run: Run, res: dict[str, Any], clean: dict[str, Any], faults: dict[s
         rep.table([{"kind": k, "faults": v["faults"], "felt by the job": v["felt"]}
                    for k, v in job["per_kind"].items()])
         rep.text(WORDS("job_phases", ratio=job["fault_free_p95_over_p50"],
-                       skew=job["skew_s_median"]))
+                       skew=job["skew_s_median"], first=job["clean_first_minute_s"],
+                       last=job["clean_last_minute_s"], drift=job["clean_last_over_first"]))
         rep.table([{"phase": k, "iteration time": fmt_distribution(v, " s", 3)
                     if v else "none"} for k, v in job["by_phase"].items()])
     rep.section("What kind of fault it said", WORDS("kinds"))

@@ -106,6 +106,11 @@ def test_the_job_summary_says_which_faults_the_job_felt() -> None:
                                          (None, 0, 3, True), (1.0, 0, 0, False)]
     assert s["failed"] == 3 and s["lossy"] == 3 and s["iterations"] == 500
     assert s["per_kind"][oe.KINDS[3]] == {"faults": 1, "felt": 0}
+    # by phase: the fault-free phase, the fault phase's time outside every window, faults
+    assert (s["clean_first_minute_s"], s["clean_last_over_first"]) == (0.5, 1.0)
+    assert s["by_phase"]["clean"]["draws"] == 24 and s["by_phase"]["calibrate"] is None
+    assert s["by_phase"]["faults"]["max"] == 1.0  # the slow iterations of the first fault
+    assert s["by_phase"]["healthy"]["max"] == 0.5 and s["fault_free_p95_over_p50"] == 1.0
 
 
 def _questions() -> dict[str, Any]:
