@@ -13,13 +13,13 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ops import questions as Q
 from ops.agent import Tools, diagnose
 from ops.baselines import baselines
-from ops.detectors import Engine
+from ops.detectors import Engine, alert_kind
 from ops.detectors import miswired as MISWIRED
 from ops.evaluate import GroundTruth, ground_truth, live_faults
 from ops.shell.collector import Collector
@@ -37,8 +37,11 @@ SETTLE_S = 240.0
 CALIBRATE_MAX_POLLS = 240
 #: healthy slots among a fault phase's fault slots, as a share of them
 CONTROLS = 0.25
-#: the agent checks the cabling against the plan this often (s)
-WIRING_EVERY_S = 10.0
+#: the agent checks the cabling against the plan this often (s) ...
+WIRING_EVERY_S = 30.0
+#: ... and as soon as this long after the last check when the job suffers and no alert
+#: says where (s)
+WIRING_SOON_S = 10.0
 #: how much nicer than the lab a background wiring check runs (the switches it probes need
 #: the cores more); relative, so a lab started under `nice` still outranks its check
 BACKGROUND_NICE = 10
@@ -47,9 +50,11 @@ BACKGROUND_NICE = 10
 class WiringWatch:
     """The wiring check (``testbed.shell.wiring.check_wiring``) as the agent uses it.
 
-    The agent looks at the cabling on its own period, whatever the alerts say:
-    ``maybe(now)`` starts a check in a thread of its own unless one runs or ran less than
-    ``every_s`` ago, and the collector calls it every poll. A check is a few
+    The agent looks at the cabling on its own: every ``every_s`` whatever the alerts say,
+    and sooner (``soon_s`` after the last check) when the job suffers and no alert says
+    where (``unexplained``): both fault-blind. ``maybe(now, urgent)`` starts a check in a
+    thread of its own unless one runs or ran too recently; the collector calls it every
+    poll. A check is a few
     ``ovs-ofctl`` calls per switch, seconds on a large fabric: it never holds up the
     collector's poll, and its processes run at a lower priority than the switches they
     share the cores with. Each result is handed to the collector's next poll
@@ -61,13 +66,14 @@ class WiringWatch:
     ``check`` stands in for the real check in tests."""
 
     def __init__(self, plan: WiringPlan, check: Callable[[], list[Any]] | None = None,
-                 every_s: float = WIRING_EVERY_S, log: Callable[[str], None] = print) -> None:
+                 every_s: float = WIRING_EVERY_S, log: Callable[[str], None] = print,
+                 soon_s: float = WIRING_SOON_S) -> None:
         if check is None:
             from testbed.shell.wiring import check_wiring
 
             def check() -> list[Any]:
                 return check_wiring(plan)
-        self.check, self.every_s, self.log = check, every_s, log
+        self.check, self.every_s, self.soon_s, self.log = check, every_s, soon_s, log
         self.checks = 0
         self.spans: list[tuple[float, float]] = []
         self._lock = threading.Lock()  # one check at a time: they share the switches' rules
@@ -100,9 +106,11 @@ class WiringWatch:
         """Check now for an operator's question; the result never reaches the detectors."""
         return self._run()
 
-    def maybe(self, now: float) -> bool:
-        """Start a check in the background unless one runs or ran within ``every_s``."""
-        if self._busy.is_set() or now - self._last < self.every_s:
+    def maybe(self, now: float, urgent: bool = False) -> bool:
+        """Start a check in the background unless one runs or ran within ``every_s``
+        (``urgent``: within ``soon_s``)."""
+        gap = min(self.soon_s, self.every_s) if urgent else self.every_s
+        if self._busy.is_set() or now - self._last < gap:
             return False
         self._busy.set()
         self._last = now
@@ -126,6 +134,13 @@ class WiringWatch:
         with self._result:
             values, self._pending = self._pending, {}
         return values
+
+
+def unexplained(active: Iterable[Any]) -> bool:
+    """The job suffers (a symptom alert is open) and no open alert says where."""
+    kinds = [alert_kind(a.detector) for a in active]
+    return any(k is not None and k.symptom for k in kinds) and \
+        all(k is not None and k.symptom for k in kinds)
 
 
 def check_cost(spans: list[tuple[float, float]], polls: list[tuple[float, float]],
@@ -187,8 +202,9 @@ class Monitor:
     def _after_poll(self, t: float, _values: dict[tuple[str, str], float]) -> None:
         with self.lock:
             self.engine.step(self.collector.history)
-            if self.wiring is not None:  # on the agent's own period, whatever the alerts
-                self.wiring.maybe(time.monotonic())
+            if self.wiring is not None:  # the agent's own period, sooner when unexplained
+                self.wiring.maybe(time.monotonic(),
+                                  urgent=unexplained(self.engine.active.values()))
             for b in self.baselines.values():
                 b.step(self.collector.history)
             if self.engine.active:

@@ -14,7 +14,7 @@ import pytest
 from test_ops_detectors import LANE, clean_poll, first, run
 
 from ops.detectors import miswired as M
-from ops.shell.experiment import WiringWatch, check_cost
+from ops.shell.experiment import WiringWatch, check_cost, unexplained
 from testbed.wiring import Finding
 
 OTHER = "lf0r0~spine1#0"
@@ -107,19 +107,33 @@ def test_a_questions_check_never_reaches_the_detectors(plan) -> None:  # noqa: A
     assert w.take_values()[(LANE, M.METRIC)] == 1.0
 
 
-def test_the_agent_checks_the_cabling_on_its_own_period_whatever_the_alerts(plan) -> None:  # noqa: ANN001
-    """The Monitor asks the watch after every poll, alerts or none: the watch's period is
-    the only thing that decides (no alert, no symptom, no fault log)."""
+def test_the_agent_checks_the_cabling_on_its_own_period_sooner_when_unexplained(plan) -> None:  # noqa: ANN001
+    """The Monitor asks the watch after every poll; only the alerts (never a fault log)
+    decide whether that is urgent: the job suffers and no alert says where."""
     from ops.shell.experiment import Monitor
 
-    asked: list[float] = []
-    w = WiringWatch(plan, lambda: [], every_s=10.0, log=lambda _m: None)
-    w.maybe = asked.append  # type: ignore[method-assign]
+    asked: list[tuple[float, bool]] = []
+    w = WiringWatch(plan, lambda: [], every_s=30.0, soon_s=10.0, log=lambda _m: None)
+    w.maybe = lambda now, urgent=False: asked.append((now, urgent))  # type: ignore[method-assign]
     mon = Monitor(SimpleNamespace(plan=plan, rest_port=None, hosts={}), None, 1.0, wiring=w)
     for i in range(3):
         mon.collector.history.add(1000.0 + i, {})
         mon.collector.on_poll(1000.0 + i, {})  # type: ignore[misc]
-    assert len(asked) == 3 and mon.engine.active == {}
+    assert [u for _, u in asked] == [False] * 3 and mon.engine.active == {}
+    # the gaps: every_s normally, soon_s when urgent
+    real = WiringWatch(plan, lambda: [], every_s=30.0, soon_s=10.0, log=lambda _m: None)
+    real._last = 100.0
+    assert not real.maybe(115.0) and not real.maybe(105.0, urgent=True)
+    assert real.maybe(111.0, urgent=True)
+
+
+def test_the_agent_looks_at_the_cabling_sooner_only_when_the_job_suffers_unexplained() -> None:
+    def alert(detector: str) -> Any:
+        return SimpleNamespace(detector=detector)
+
+    assert unexplained([alert("job-slow")])
+    assert not unexplained([alert("job-slow"), alert("loss")])  # something says where
+    assert not unexplained([alert("loss")]) and not unexplained([])
 
 
 def test_what_a_check_costs_is_the_poll_and_the_job_beside_and_without_it() -> None:
