@@ -732,3 +732,34 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                              for t in sorted({r["template"] for r in rows})},
             "faulty": part([r for r in rows if not r["healthy"]]),
             "healthy": part([r for r in rows if r["healthy"]])}
+
+
+@dataclass(frozen=True)
+class QuestionSpec:
+    """What draws one fault's questions (``ops.questions.question_set``), picklable, so an
+    observer in another process draws the very same."""
+
+    live: tuple[GroundTruth, ...]
+    recent: tuple[GroundTruth, ...]
+    seed: int
+    job_pairs: tuple[tuple[str, str], ...]
+    relevant: int
+    healthy: int
+
+    def questions(self, plan: WiringPlan) -> list[Question]:
+        return question_set(plan, list(self.live), seed=self.seed, recent=list(self.recent),
+                              job_pairs=list(self.job_pairs), relevant=self.relevant,
+                              healthy=self.healthy)
+
+
+def answer_questions(qs: list[Question], make: Callable[..., Tools],
+                     found: list[Any] | None = None
+                     ) -> list[tuple[Question, Answer, float]]:
+    """Each question answered through fresh tools (``found``: a wiring check's findings,
+    for the questions about the cabling), with the telemetry's time of the answer."""
+    kw = {} if found is None else {"wiring": lambda: found}
+    out = []
+    for q in qs:
+        tools = make(**kw)
+        out.append((q, answer(q, tools), tools.now()))
+    return out

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ops.shell.experiment import Monitor
+from ops.shell.monitor import Monitor
 from scenarios.experiments.ops_eval import moe_job
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab

@@ -17,7 +17,8 @@ from typing import Any
 
 from astral_lab import ops_cli as cli
 from ops.agent import Tools, diagnose
-from ops.shell.experiment import Monitor, steady_traffic
+from ops.shell.experiment import steady_traffic
+from ops.shell.monitor import Monitor
 from ops.shell.probe import ping
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
@@ -113,7 +114,7 @@ def test_a_miswired_shuffle_is_found_by_the_agents_wiring_check(
     """No counter moves when two lanes of a shuffle are crossed; the wiring check the agent
     runs (``WiringWatch``) sees it, the miswired detector names both lanes, the agent ranks
     one of them first, and a check after the repair clears it."""
-    from ops.shell.experiment import WiringWatch
+    from ops.shell.monitor import WiringWatch
     from testbed.wiring import miswired
 
     plan = build("astral3", servers=4, gpus=2)

@@ -316,7 +316,7 @@ def test_ops_eval_monitor_steps_the_baselines_on_the_engines_polls(plan) -> None
     static thresholds' alarm."""
     from types import SimpleNamespace
 
-    from ops.shell.experiment import Monitor
+    from ops.shell.monitor import Monitor
 
     mon = Monitor(SimpleNamespace(plan=plan, rest_port=None, hosts={}), None, 1.0)
     rng = random.Random(1)

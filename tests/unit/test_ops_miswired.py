@@ -14,7 +14,7 @@ import pytest
 from test_ops_detectors import LANE, clean_poll, first, run
 
 from ops.detectors import miswired as M
-from ops.shell.experiment import WiringWatch, check_cost, unexplained
+from ops.shell.monitor import WiringWatch, check_cost, unexplained
 from testbed.wiring import Finding
 
 OTHER = "lf0r0~spine1#0"
@@ -110,7 +110,7 @@ def test_a_questions_check_never_reaches_the_detectors(plan) -> None:  # noqa: A
 def test_the_agent_checks_the_cabling_on_its_own_period_sooner_when_unexplained(plan) -> None:  # noqa: ANN001
     """The Monitor asks the watch after every poll; only the alerts (never a fault log)
     decide whether that is urgent: the job suffers and no alert says where."""
-    from ops.shell.experiment import Monitor
+    from ops.shell.monitor import Monitor
 
     asked: list[tuple[float, bool]] = []
     w = WiringWatch(plan, lambda: [], every_s=30.0, soon_s=10.0, log=lambda _m: None)

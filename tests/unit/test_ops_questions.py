@@ -13,7 +13,8 @@ from ops import questions as Q
 from ops.agent import Tools
 from ops.detectors import Engine
 from ops.evaluate import GroundTruth
-from ops.shell.experiment import Asker, Monitor, stream_pairs
+from ops.shell.experiment import Asker, stream_pairs
+from ops.shell.monitor import Monitor
 from ops.telemetry import History
 from testbed.wiring import Finding
 from tests.unit.fabrics import plan_of
@@ -186,8 +187,8 @@ def test_the_question_set_is_deterministic_for_a_seed(plan) -> None:  # noqa: AN
 def test_the_experiment_asks_each_live_fault_once_and_marks_stale_answers(plan) -> None:  # noqa: ANN001
     hist, eng = feed(plan, degrade)
     clock = [1000.0]
-    asker = Asker(plan, lambda fn, timeout: fn(lambda **kw: Tools(plan, history=hist,
-                                                                  engine=eng, **kw)),
+    asker = Asker(plan, lambda spec, timeout: Q.answer_questions(
+        spec.questions(plan), lambda **kw: Tools(plan, history=hist, engine=eng, **kw)),
                   seed=1, delay_s=4.0, job_pairs=stream_pairs(plan), clock=lambda: clock[0],
                   log=lambda _m: None)
     events = [{"time": 1040.0, "kind": "link-degrade", "component": LANE, "action": "inject",
