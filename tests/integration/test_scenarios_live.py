@@ -205,8 +205,14 @@ def test_ops_eval_quick(results_root: Any, assert_clean: Any,
         assert json.load(f)["faults"] == []
     summary = json.loads(_read(res.path, "summary.json"))
     # not the goals (those are scores, reported): a broken pipeline scores near zero
-    assert summary["detection_rate"] >= 0.75, summary
-    assert summary["top1"] >= 0.5, summary
+    # scored strictly: the loud kinds (cuts, flaps, a dead switch, the controller, a
+    # blackhole, a slow lane) are half of them; the lenient score counts at least as many
+    assert summary["detection_rate"] >= 0.5, summary
+    assert summary["top1"] >= 0.4, summary
+    assert summary["any_alert_recall"] >= summary["recall"], summary
+    assert set(summary["baselines"]) == {"static-thresholds", "peer-outlier", "loss-vote"}
+    # the operator's questions were asked (each fault matched by its injection stamp)
+    assert summary["questions"]["asked"] >= 20, summary["questions"]
     # the steady job rate beside the flow model's (one hash draw of the probe ports)
     check_entry(summary["baseline_mbps"], 1)
     # the MoE job ran through both phases, its iterations timed
