@@ -2,11 +2,13 @@
 layer's job-slow detector reads them (``traffic/shell/moejob.py``).
 
 Four servers of two GPUs (two rail blocks, so the training step's rail-aligned flows
-cross the spines): a few clean iterations, then a lossy NIC under the job.
+cross the spines): a few clean iterations, then a lossy NIC under the job. And the job's
+iterations start no process: its hosts' compiled agents, started once, run every replay.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -65,4 +67,79 @@ def test_iterations_are_timed_and_a_lossy_nic_shows_in_them_and_in_job_slow(
             mon.collector.stop()
             job.stop()
         assert len(job.iterations) > start + 1
+    assert_clean(plan)
+
+
+def pktio_in(lab: Any) -> dict[int, str]:
+    """Every ``astral-pktio`` process in one of the lab's host namespaces: pid -> host."""
+    netns = {os.readlink(f"/proc/{h.pid}/ns/net"): name for name, h in lab.hosts.items()}
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv0 = fh.read().split(b"\0")[0]
+            ns = os.readlink(f"/proc/{pid}/ns/net")
+        except OSError:  # gone meanwhile
+            continue
+        if argv0.endswith(b"astral-pktio") and ns in netns:
+            found[int(pid)] = netns[ns]
+    return found
+
+
+def test_iterations_start_no_process_their_hosts_agents_run_every_replay(
+        assert_clean: Callable[[Any], None]) -> None:
+    """After the job has started, its iterations start nothing through the hosts' ``popen``,
+    and the only compiled senders and receivers ever seen in the hosts (sampled every 0.1 s,
+    shorter than any replay) are the agents it started, one per host and role; the
+    iterations are whole; stopping the job ends every agent."""
+    plan = build("astral3", servers=4, gpus=2)
+    train, decode = moe_job(plan, 4, 2, 16, seed=1)
+    with Lab(plan, log=lambda m: None) as lab:
+        job = MoeJob(lab, train, decode, decode_every=2, log=lambda m: None)
+        popens: list[tuple[str, Any]] = []
+        shell_cmds: list[str] = []
+
+        def counted(name: str, host: Any) -> None:
+            popen, send_cmd = host.popen, host.sendCmd
+
+            def popen_counted(*args: Any, **kw: Any) -> Any:
+                popens.append((name, args[0] if args else None))
+                return popen(*args, **kw)
+
+            def send_counted(*args: Any, **kw: Any) -> Any:
+                shell_cmds.append(name)
+                return send_cmd(*args, **kw)
+
+            host.popen, host.sendCmd = popen_counted, send_counted
+
+        for name, host in lab.hosts.items():
+            counted(name, host)
+        try:
+            job.start()
+            assert job.agents is not None
+            agents = job.agents.pids()
+            flows = [f for f in train.flows + decode.flows if f.bytes > 0]
+            assert set(agents) == {(f.src, "send") for f in flows} | \
+                {(f.dst, "recv") for f in flows}
+            assert len(popens) == len(agents) and all("serve" in argv for _h, argv in popens)
+            started, spawned = list(popens), job.agents.spawned
+            wait_for(lambda: len(job.iterations) >= 1, 60, "a first iteration")
+            first = len(job.iterations)
+            seen: dict[int, str] = {}
+            deadline = time.monotonic() + 120
+            while len(job.iterations) < first + 4:  # two with a decode burst, two without
+                assert time.monotonic() < deadline, "four iterations took over 120 s"
+                seen |= pktio_in(lab)
+                time.sleep(0.1)
+            done = job.iterations[first:]
+            assert all(it.error is None and it.lost_packets == 0 for it in done), done
+            assert popens == started, popens[len(started):][:5]  # nothing started since
+            assert job.agents.spawned == spawned and job.agents.pids() == agents
+            assert set(seen) == set(agents.values()), (seen, agents)
+            # what still runs per replay, through the hosts' existing shells: the ingress
+            # drop rule added and removed (nft), one shell command per host each way
+            print(f"shell commands during {len(done)} iterations: {len(shell_cmds)}")
+        finally:
+            job.stop()
+        assert pktio_in(lab) == {}  # every agent ended with the job
     assert_clean(plan)

@@ -4,6 +4,7 @@ with the replays faked (the real fabric: tests/integration/test_moejob_live.py).
 from __future__ import annotations
 
 import os
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,6 +33,7 @@ class FakeReplays:
                  scratch: str = "") -> None:
         self.outcomes = list(outcomes)
         self.calls: list[tuple[str, int]] = []
+        self.kw: list[dict[str, Any]] = []
         self.scratch = scratch
 
     def workdir(self, label: str) -> str:
@@ -46,6 +48,7 @@ class FakeReplays:
 
     def __call__(self, lab: Any, flows: list[Any], *, label: str, **kw: Any) -> Any:
         self.calls.append((label, len(flows)))
+        self.kw.append(kw)
         out = self.outcomes.pop(0)
         if isinstance(out, Exception):
             raise out
@@ -162,3 +165,50 @@ def test_each_replays_files_go_once_the_iteration_has_read_them(
     it = job(kernels, fake, monkeypatch).iterate(0)
     assert it.lost_packets == 1 and len(fake.calls) == 3
     assert os.listdir(tmp_path) == []
+
+
+class FakeAgents:
+    """Stands in for ``HostAgents``: which hosts it was started for, and whether it ended."""
+
+    def __init__(self, lab: Any) -> None:
+        self.lab, self.closed = lab, False
+        self.senders: list[str] = []
+        self.receivers: list[str] = []
+
+    def start(self, senders: Any = (), receivers: Any = ()) -> FakeAgents:
+        self.senders, self.receivers = list(senders), list(receivers)
+        return self
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("plane", [None, "native", "python"])
+def test_the_job_starts_its_hosts_agents_once_and_every_replay_uses_them(
+        kernels: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, plane: str | None) -> None:
+    """One sender per source host and one receiver per destination host, started with the
+    job, handed to each replay and ended with the job; the Python plane has none."""
+    made: list[FakeAgents] = []
+    monkeypatch.setattr(M, "HostAgents", lambda lab: made.append(FakeAgents(lab)) or made[-1])
+    fake = FakeReplays([(0.2, 0)] * 200)
+    kw = {"plane": plane} if plane else {}
+    j = job(kernels, fake, monkeypatch, **kw)
+    j.lab.client = lambda: SimpleNamespace(lb=lambda: {"mode": "ecmp", "pins": False})
+    j.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(fake.calls) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        j.stop()
+    assert len(fake.calls) >= 5
+    if plane == "python":
+        assert made == [] and all("agents" not in kw for kw in fake.kw)
+        return
+    train, decode = kernels
+    flows = [f for f in train.flows + decode.flows if f.bytes > 0]
+    (agents,) = made
+    assert agents.senders == sorted({f.src for f in flows})
+    assert agents.receivers == sorted({f.dst for f in flows})
+    assert all(kw["agents"] is agents for kw in fake.kw) and agents.closed
+    assert j.agents is None and "agents" not in j.replay_kw

@@ -11,6 +11,7 @@
  *   astral-pktio recv --intf IFACE --out RECS [--ready FILE] [--expect-bytes N]
  *                     [--idle-timeout S] [--timeout S] [--ring-mb M]
  *                     [--feedback-round-us R --feedback-delay-us D]
+ *   astral-pktio serve [--tag TEXT]
  *
  * send: frames come from templates the plan carries (one per QP, opcode and length); per
  * packet it writes the PSN word, the RETH or the replay header (message number, packet
@@ -33,6 +34,18 @@
  * or a CNP when at least half the round's packets had a one-way delay above D us.
  * Both modes stop when the process that started them dies. The last line of RECS.json says why, with
  * the ring's own drop count; the records are in RECS.json.bin.
+ *
+ * serve: a persistent agent, so a job that replays again and again does not start two
+ * programs per host each time. It prints `ready` once its signal handlers are in place, then
+ * reads one command per line on stdin, the arguments of a `send ...` or `recv ...` above
+ * (separated by blanks), runs it in this process and answers `done RC` (what the one-shot
+ * program would have exited with) or `error MESSAGE` (what it would have printed before
+ * exiting) on stdout. Each command owns its sockets, ring, files and memory and gives them
+ * all back when it ends or fails, so nothing of one reaches the next. SIGUSR1 stops the
+ * command in flight as SIGTERM stops a one-shot one (a receiver drains, both write their
+ * reports) and the agent waits for the next; SIGTERM, SIGINT or the end of stdin ends the
+ * agent once the command in flight has stopped. `--tag` only names the process (a cluster
+ * signals an agent on another server by it).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -44,6 +57,7 @@
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <poll.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,14 +93,66 @@
 /* how a sender picks each packet's UDP source port (vocab.flows.ENTROPY_MODES) */
 enum { E_QP, E_PACKET, E_FLOWLET, E_PLB };
 
-static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t stop_flag;  /* the command in flight stops (the signal's number) */
+static volatile sig_atomic_t quit_flag;  /* serve: the agent ends after the command in flight */
 static void on_signal(int sig) { stop_flag = sig; }
+static void on_serve_signal(int sig) {
+    stop_flag = sig;
+    if (sig != SIGUSR1) quit_flag = 1;
+}
 
-static void die(const char *fmt, const char *arg) {
+/* In serve mode a failing command comes back to the agent's loop (with its message) instead
+ * of ending the process; one-shot mode prints the message and exits, as it always has. */
+static int serving;
+static jmp_buf failed;
+static char fail_msg[600];
+static int64_t cpu_base;  /* CPU time used before the command in flight (serve mode) */
+
+__attribute__((noreturn)) static void fail(int rc, const char *fmt, const char *arg) {
+    if (serving) {
+        snprintf(fail_msg, sizeof fail_msg, fmt, arg);
+        longjmp(failed, rc);
+    }
     fprintf(stderr, "astral-pktio: ");
     fprintf(stderr, fmt, arg);
     fputc('\n', stderr);
-    exit(2);
+    exit(rc);
+}
+
+__attribute__((noreturn)) static void die(const char *fmt, const char *arg) { fail(2, fmt, arg); }
+
+/* An allocation that failed (a plan this big can only be a corrupt one): the command fails
+ * with a message instead of the process crashing. */
+static void *checked(void *p, const char *what) {
+    if (!p) die("out of memory (%s)", what);
+    return p;
+}
+
+/* The sockets and memory the command in flight holds besides its plan and files: given back
+ * by release() whether it ends or fails (one-shot mode exits holding them, as before). */
+static int held_fd[4] = {-1, -1, -1, -1};
+static void *held_mem[4];
+static void *held_ring;
+static size_t held_ring_len;
+static FILE *held_dump;
+
+static int hold_fd(int fd) {
+    for (int i = 0; fd >= 0 && i < 4; i++)
+        if (held_fd[i] < 0) { held_fd[i] = fd; break; }
+    return fd;
+}
+
+static void drop_fd(int fd) {
+    if (fd < 0) return;
+    for (int i = 0; i < 4; i++)
+        if (held_fd[i] == fd) held_fd[i] = -1;
+    close(fd);
+}
+
+static void *hold_mem(void *p) {
+    for (int i = 0; p && i < 4; i++)
+        if (!held_mem[i]) { held_mem[i] = p; break; }
+    return p;
 }
 
 static int64_t now_ns(clockid_t clk) {
@@ -134,19 +200,27 @@ static uLong prefix_crc(const uint8_t *frame) {
 }
 
 /* An output file written under PATH.tmp and renamed into place when complete, so a reader
- * never sees half of one (the Python side reads these as soon as they exist). */
+ * never sees half of one (the Python side reads these as soon as they exist). The slots are
+ * the command's: one that fails leaves no .tmp behind in serve mode. */
 typedef struct { FILE *f; char path[4096], tmp[4112]; } Atomic;
+static Atomic atomics[4];
 
-static FILE *atomic_open(Atomic *a, const char *path, const char *mode) {
+static Atomic *atomic_open(const char *path, const char *mode) {
+    Atomic *a = NULL;
+    for (int i = 0; !a && i < 4; i++)  /* a command has at most two open at once */
+        if (!atomics[i].f) a = &atomics[i];
+    if (!a) die("too many files open to write %s", path);
     snprintf(a->path, sizeof a->path, "%s", path);
     snprintf(a->tmp, sizeof a->tmp, "%s.tmp", a->path);
     a->f = fopen(a->tmp, mode);
     if (!a->f) die("cannot write %s", a->tmp);
-    return a->f;
+    return a;
 }
 
 static void atomic_commit(Atomic *a) {
-    if (fclose(a->f) != 0 || rename(a->tmp, a->path) != 0) die("cannot write %s", a->path);
+    FILE *f = a->f;
+    a->f = NULL;
+    if (fclose(f) != 0 || rename(a->tmp, a->path) != 0) die("cannot write %s", a->path);
 }
 
 /* --- plan ---------------------------------------------------------------------------------- */
@@ -204,6 +278,25 @@ static Lane *find_lane(Spec *s, uint32_t ip, uint32_t qp) {
     }
 }
 
+/* The plan being read, and the plan of the command in flight (both given back by release). */
+static FILE *plan_file;
+static Spec spec;
+
+static void free_spec(Spec *s) {
+    for (uint32_t i = 0; s->kinds && i < s->nkinds; i++) free(s->kinds[i].buf);
+    for (uint32_t i = 0; s->plans && i < s->nplans; i++) free(s->plans[i].kinds);
+    for (uint32_t i = 0; s->jobs && i < s->njobs; i++) {
+        free(s->jobs[i].runs);
+        free(s->jobs[i].starts);
+    }
+    free(s->kinds);
+    free(s->plans);
+    free(s->jobs);
+    free(s->lanes);
+    free(s->lane_hash);
+    memset(s, 0, sizeof *s);
+}
+
 static void rd(FILE *f, void *p, size_t n, const char *path) {
     if (fread(p, 1, n, f) != n) die("truncated plan file %s", path);
 }
@@ -211,7 +304,7 @@ static void rd(FILE *f, void *p, size_t n, const char *path) {
 static uint32_t rd32(FILE *f, const char *path) { uint32_t v; rd(f, &v, 4, path); return v; }
 
 static void load_plan(const char *path, Spec *s) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = plan_file = fopen(path, "rb");
     if (!f) die("cannot open plan %s", path);
     if (rd32(f, path) != PLAN_MAGIC || rd32(f, path) != VERSION) die("%s is not a plan", path);
     s->pmtu = rd32(f, path);
@@ -229,9 +322,9 @@ static void load_plan(const char *path, Spec *s) {
     if (s->mode > E_PLB || s->entropies < 1 || s->entropies > QP_SPORTS || s->rounds < 1)
         die("bad entropy settings in %s", path);
     s->stride = QP_SPORTS / s->entropies;
-    s->kinds = calloc(s->nkinds, sizeof(Kind));
-    s->plans = calloc(s->nplans, sizeof(Plan));
-    s->jobs = calloc(s->njobs, sizeof(Job));
+    s->kinds = checked(calloc(s->nkinds ? s->nkinds : 1, sizeof(Kind)), path);
+    s->plans = checked(calloc(s->nplans ? s->nplans : 1, sizeof(Plan)), path);
+    s->jobs = checked(calloc(s->njobs ? s->njobs : 1, sizeof(Job)), path);
     for (uint32_t i = 0; i < s->nkinds; i++) {
         Kind *k = &s->kinds[i];
         k->len = rd32(f, path);
@@ -240,7 +333,7 @@ static void load_plan(const char *path, Spec *s) {
         k->crc0 = rd32(f, path);
         k->hdr_end = k->reth ? HDR_END_RETH : HDR_END_PLAIN;
         if (k->len > MAX_FRAME || k->len < k->hdr_end + 4) die("bad frame length in %s", path);
-        k->buf = malloc(k->len);
+        k->buf = checked(malloc(k->len), path);
         rd(f, k->buf, k->len, path);
         uint32_t tail = k->len - 4 - k->hdr_end;
         k->tail_crc = crc32(0, k->buf + k->hdr_end, tail);
@@ -254,7 +347,7 @@ static void load_plan(const char *path, Spec *s) {
         Plan *p = &s->plans[i];
         p->size = rd32(f, path);
         p->nframes = rd32(f, path);
-        p->kinds = malloc(sizeof(uint32_t) * (p->nframes ? p->nframes : 1));
+        p->kinds = checked(malloc(sizeof(uint32_t) * (p->nframes ? p->nframes : 1)), path);
         rd(f, p->kinds, 4 * p->nframes, path);
         for (uint32_t j = 0; j < p->nframes; j++) {
             if (p->kinds[j] >= s->nkinds) die("bad kind index in %s", path);
@@ -271,7 +364,7 @@ static void load_plan(const char *path, Spec *s) {
         j->rkey = rd32(f, path);
         rd(f, &j->va, 8, path);
         j->nruns = rd32(f, path);
-        j->runs = malloc(sizeof(Run) * (j->nruns ? j->nruns : 1));
+        j->runs = checked(malloc(sizeof(Run) * (j->nruns ? j->nruns : 1)), path);
         rd(f, j->runs, sizeof(Run) * j->nruns, path);
         for (uint32_t r = 0; r < j->nruns; r++)
             if (j->runs[r].plan >= s->nplans) die("bad plan index in %s", path);
@@ -282,11 +375,12 @@ static void load_plan(const char *path, Spec *s) {
         if (j->lane + 1 > s->nlanes) s->nlanes = j->lane + 1;
     }
     fclose(f);
-    s->lanes = calloc(s->nlanes ? s->nlanes : 1, sizeof(Lane));
+    plan_file = NULL;
+    s->lanes = checked(calloc(s->nlanes ? s->nlanes : 1, sizeof(Lane)), path);
     uint32_t size = 2;
     while (size < 2 * s->nlanes) size <<= 1;
     s->hash_mask = size - 1;
-    s->lane_hash = calloc(size, sizeof(uint32_t));
+    s->lane_hash = checked(calloc(size, sizeof(uint32_t)), path);
     for (uint32_t i = 0; i < s->njobs; i++) {
         Job *j = &s->jobs[i];
         Lane *l = &s->lanes[j->lane];
@@ -338,14 +432,12 @@ static void flush(Out *o) {
     while (done < o->n) {
         int r = sendmmsg(o->fd, o->msgs + done, o->n - done, 0);
         if (r > 0) { done += r; continue; }
-        if (r < 0 && errno != ENOBUFS && errno != EAGAIN && errno != EINTR) {
-            perror("astral-pktio: sendmmsg");
-            exit(1);
-        }
+        if (r < 0 && errno != ENOBUFS && errno != EAGAIN && errno != EINTR)
+            fail(1, "sendmmsg: %s", strerror(errno));
         /* the interface queue is full: wait like a NIC's send queue back-pressures */
         int64_t t = now_ns(CLOCK_MONOTONIC);
         if (!give_up) give_up = t + RETRY_GIVE_UP_NS;
-        else if (t > give_up) { fprintf(stderr, "astral-pktio: send queue stuck\n"); exit(1); }
+        else if (t > give_up) fail(1, "%s", "send queue stuck");
         o->retries++;
         sleep_until(CLOCK_MONOTONIC, t + RETRY_NS);
     }
@@ -407,8 +499,11 @@ static uint32_t produce(Spec *s, Job *j, Out *o) {
     if (++j->frame == p->nframes) {  /* the message's last frame */
         j->frame = 0;
         if (j->nstarts == j->cap) {
-            j->cap = j->cap ? 2 * j->cap : 16;
-            j->starts = realloc(j->starts, sizeof(int64_t) * j->cap);
+            uint32_t cap = j->cap ? 2 * j->cap : 16;
+            int64_t *more = realloc(j->starts, sizeof(int64_t) * cap);
+            if (!more) die("%s", "out of memory for the messages' start times");
+            j->starts = more;
+            j->cap = cap;
         }
         j->starts[j->nstarts++] = j->t_ns;
         j->seq++;
@@ -425,8 +520,8 @@ static uint32_t produce(Spec *s, Job *j, Out *o) {
 static int feedback_socket(const char *intf) {
     /* ETH_P_ALL: a tap sees frames before the host's ingress hook, which drops RoCE during
      * a replay (a socket for ETH_P_IP alone would be handed them after it) */
-    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_ALL));
-    if (fd < 0) { perror("astral-pktio: feedback socket"); exit(1); }
+    int fd = hold_fd(socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_ALL)));
+    if (fd < 0) fail(1, "feedback socket: %s", strerror(errno));
     struct sock_filter code[] = {
         {BPF_LD | BPF_H | BPF_ABS, 0, 0, 12}, {BPF_JMP | BPF_JEQ | BPF_K, 0, 8, 0x0800},
         {BPF_LD | BPF_B | BPF_ABS, 0, 0, 23}, {BPF_JMP | BPF_JEQ | BPF_K, 0, 6, 17},
@@ -477,14 +572,14 @@ static void begin(Job *j) {
 
 static void write_sent(const char *path, Spec *s, int64_t started, int64_t finished,
                        uint64_t retries, int interrupted) {
-    Atomic out;
-    FILE *f = atomic_open(&out, path, "wb");
+    Atomic *out = atomic_open(path, "wb");
+    FILE *f = out->f;
     uint32_t head[4] = {SENT_MAGIC, VERSION, s->njobs, (uint32_t)interrupted};
     fwrite(head, 4, 4, f);
     fwrite(&started, 8, 1, f);
     fwrite(&finished, 8, 1, f);
     fwrite(&retries, 8, 1, f);
-    int64_t cpu = cpu_ns();
+    int64_t cpu = cpu_ns() - cpu_base;
     fwrite(&cpu, 8, 1, f);
     for (uint32_t i = 0; i < s->njobs; i++) {
         Job *j = &s->jobs[i];
@@ -497,7 +592,7 @@ static void write_sent(const char *path, Spec *s, int64_t started, int64_t finis
         fwrite(&l->first_move_ns, 8, 1, f);
         fwrite(j->starts, 8, j->nstarts, f);
     }
-    atomic_commit(&out);
+    atomic_commit(out);
 }
 
 static int cmd_send(int argc, char **argv) {
@@ -513,29 +608,34 @@ static int cmd_send(int argc, char **argv) {
         else die("unknown send option %s", argv[i]);
     }
     if (!plan || !out || (!intf == !dump)) die("%s", "send needs --plan, --out and one of --intf/--dump");
-    static Spec s;
-    load_plan(plan, &s);
-    static Out o;
+    Spec *s = &spec;
+    load_plan(plan, s);
+    static Out o;  /* big (a batch of frames): not on the stack */
+    o.fd = -1;  /* what the last command left in it is not this one's */
+    o.dump = NULL;
+    o.n = 0;
+    o.retries = 0;
     int fb = -1;
     if (dump) {
-        o.dump = fopen(dump, "wb");
+        o.dump = held_dump = fopen(dump, "wb");
         if (!o.dump) die("cannot write %s", dump);
     } else {
-        if (s.mode == E_PLB) fb = feedback_socket(intf);
-        o.fd = socket(AF_PACKET, SOCK_RAW, 0);
-        if (o.fd < 0) { perror("astral-pktio: socket"); return 1; }
+        if (s->mode == E_PLB) fb = feedback_socket(intf);
+        o.fd = hold_fd(socket(AF_PACKET, SOCK_RAW, 0));
+        if (o.fd < 0) fail(1, "socket: %s", strerror(errno));
         struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_ifindex = if_nametoindex(intf)};
         if (!sll.sll_ifindex) die("no interface %s", intf);
         if (bind(o.fd, (struct sockaddr *)&sll, sizeof sll) < 0) die("cannot bind %s", intf);
         struct ifreq ifr = {0};
         snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", intf);
         uint32_t need = 0;
-        for (uint32_t i = 0; i < s.nkinds; i++)
-            if (s.kinds[i].len - 14 > need) need = s.kinds[i].len - 14;
+        for (uint32_t i = 0; i < s->nkinds; i++)
+            if (s->kinds[i].len - 14 > need) need = s->kinds[i].len - 14;
         if (ioctl(o.fd, SIOCGIFMTU, &ifr) == 0 && (uint32_t)ifr.ifr_mtu < need) {
-            fprintf(stderr, "astral-pktio: pmtu %u needs an MTU of >= %u on %s (it has %d); "
-                    "use a smaller pmtu or raise the MTU\n", s.pmtu, need, intf, ifr.ifr_mtu);
-            return 2;
+            char why[600];
+            snprintf(why, sizeof why, "pmtu %u needs an MTU of >= %u on %s (it has %d); "
+                     "use a smaller pmtu or raise the MTU", s->pmtu, need, intf, ifr.ifr_mtu);
+            fail(2, "%s", why);
         }
         for (int i = 0; i < BATCH; i++) {
             o.iov[i].iov_base = o.bufs[i];
@@ -544,24 +644,26 @@ static int cmd_send(int argc, char **argv) {
         }
     }
     prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);  /* the replay that started us is gone: stop */
-    double spb = s.rate_bps > 0 ? 8e9 / s.rate_bps : 0.0;  /* ns per byte */
-    int64_t burst = (int64_t)(s.burst_s * 1e9);
+    if (!serving) {  /* an agent set its own handlers once */
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);  /* the replay that started us is gone: stop */
+    }
+    double spb = s->rate_bps > 0 ? 8e9 / s->rate_bps : 0.0;  /* ns per byte */
+    int64_t burst = (int64_t)(s->burst_s * 1e9);
     if (start_at) sleep_until(CLOCK_REALTIME, start_at);
     int64_t started = now_ns(CLOCK_REALTIME);
     int64_t t0 = now_ns(CLOCK_MONOTONIC) - (start_at ? started - start_at : 0);
     /* lane heads wait for their start offset; later jobs of a lane wait for the head */
-    int *pending = malloc(sizeof(int) * (s.njobs + 1));
-    int *active = malloc(sizeof(int) * (s.njobs + 1));
-    char *is_head = calloc(s.njobs + 1, 1);
-    for (uint32_t i = 0; i < s.njobs; i++) is_head[i] = 1;
-    for (uint32_t i = 0; i < s.njobs; i++)
-        if (s.jobs[i].next >= 0) is_head[s.jobs[i].next] = 0;
+    int *pending = hold_mem(checked(malloc(sizeof(int) * (s->njobs + 1)), plan));
+    int *active = hold_mem(checked(malloc(sizeof(int) * (s->njobs + 1)), plan));
+    char *is_head = hold_mem(checked(calloc(s->njobs + 1, 1), plan));
+    for (uint32_t i = 0; i < s->njobs; i++) is_head[i] = 1;
+    for (uint32_t i = 0; i < s->njobs; i++)
+        if (s->jobs[i].next >= 0) is_head[s->jobs[i].next] = 0;
     int np = 0, na = 0;
-    for (uint32_t i = 0; i < s.njobs; i++)
-        if (is_head[i]) { s.jobs[i].due = t0 + (int64_t)(s.jobs[i].start * 1e9); pending[np++] = (int)i; }
+    for (uint32_t i = 0; i < s->njobs; i++)
+        if (is_head[i]) { s->jobs[i].due = t0 + (int64_t)(s->jobs[i].start * 1e9); pending[np++] = (int)i; }
     double t_next = (double)now_ns(CLOCK_MONOTONIC);
     int interrupted = 0;
     while ((na || np) && !interrupted) {
@@ -569,7 +671,7 @@ static int cmd_send(int argc, char **argv) {
             int64_t now = now_ns(CLOCK_MONOTONIC), soonest = INT64_MAX;
             int kept = 0;  /* admitted in the order they became pending, the rest kept */
             for (int i = 0; i < np; i++) {
-                Job *j = &s.jobs[pending[i]];
+                Job *j = &s->jobs[pending[i]];
                 if (j->due > now) {
                     if (j->due < soonest) soonest = j->due;
                     pending[kept++] = pending[i];
@@ -578,7 +680,7 @@ static int cmd_send(int argc, char **argv) {
                 begin(j);
                 if (j->active) active[na++] = pending[i];
                 else if (j->next >= 0) {  /* an empty work request: pass its place on */
-                    Job *n = &s.jobs[j->next];
+                    Job *n = &s->jobs[j->next];
                     int64_t due = t0 + (int64_t)(n->start * 1e9);
                     n->psn = j->psn;
                     n->seq = j->seq;
@@ -595,16 +697,16 @@ static int cmd_send(int argc, char **argv) {
         }
         int finished = 0;
         for (int a = 0; a < na; a++) {
-            Job *j = &s.jobs[active[a]];
+            Job *j = &s->jobs[active[a]];
             if (j->done) continue;
-            uint32_t len = produce(&s, j, &o);
+            uint32_t len = produce(s, j, &o);
             finished |= j->done;
             if (spb > 0) {
-                t_next += (len + s.overhead) * spb;
+                t_next += (len + s->overhead) * spb;
                 double d = t_next - (double)now_ns(CLOCK_MONOTONIC);
                 if (d > MIN_SLEEP_NS) {
                     flush(&o);
-                    if (fb >= 0) take_feedback(&s, fb);
+                    if (fb >= 0) take_feedback(s, fb);
                     sleep_until(CLOCK_MONOTONIC, (int64_t)t_next);
                 } else if (d < -burst) {
                     t_next -= d + burst;  /* idle or late: give back at most one bucket */
@@ -614,15 +716,15 @@ static int cmd_send(int argc, char **argv) {
             if (stop_flag) { interrupted = 1; break; }
         }
         flush(&o);
-        if (fb >= 0) take_feedback(&s, fb);
+        if (fb >= 0) take_feedback(s, fb);
         if (finished) {
             int k = 0;
             int64_t now = now_ns(CLOCK_MONOTONIC);
             for (int a = 0; a < na; a++) {
-                Job *j = &s.jobs[active[a]];
+                Job *j = &s->jobs[active[a]];
                 if (!j->done) { active[k++] = active[a]; continue; }
                 if (j->next >= 0) {  /* the QP's next work request: PSN and numbers continue */
-                    Job *n = &s.jobs[j->next];
+                    Job *n = &s->jobs[j->next];
                     n->psn = j->psn;
                     n->seq = j->seq;
                     int64_t due = t0 + (int64_t)(n->start * 1e9);
@@ -634,11 +736,15 @@ static int cmd_send(int argc, char **argv) {
         }
     }
     flush(&o);
-    if (fb >= 0) { take_feedback(&s, fb); close(fb); }
+    if (fb >= 0) { take_feedback(s, fb); drop_fd(fb); }
     int64_t finished_ns = now_ns(CLOCK_REALTIME);
-    if (o.dump) fclose(o.dump);
-    else close(o.fd);
-    write_sent(out, &s, started, finished_ns, o.retries, interrupted);
+    if (o.dump) {
+        held_dump = NULL;
+        fclose(o.dump);
+    } else {
+        drop_fd(o.fd);
+    }
+    write_sent(out, s, started, finished_ns, o.retries, interrupted);
     return 0;
 }
 
@@ -785,9 +891,9 @@ static void count_round(Sink *k, const uint8_t *p, const uint8_t *ip, const uint
 }
 
 static void write_file_atomic(const char *path, const char *text) {
-    Atomic a;
-    if (fputs(text, atomic_open(&a, path, "w")) < 0) die("cannot write %s", a.tmp);
-    atomic_commit(&a);
+    Atomic *a = atomic_open(path, "w");
+    if (fputs(text, a->f) < 0) die("cannot write %s", a->tmp);
+    atomic_commit(a);
 }
 
 static int cmd_recv(int argc, char **argv) {
@@ -813,8 +919,8 @@ static int cmd_recv(int argc, char **argv) {
     if (ring_mb < 1 || ring_mb > 1024) die("%s", "--ring-mb must be 1..1024");
     if (fb_round_us < 0 || fb_delay_us < 0)
         die("%s", "--feedback-round-us and --feedback-delay-us must be >= 0");
-    int fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
-    if (fd < 0) { perror("astral-pktio: socket"); return 1; }
+    int fd = hold_fd(socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL)));
+    if (fd < 0) fail(1, "socket: %s", strerror(errno));
     int v3 = TPACKET_V3, one = 1;
     if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v3, sizeof v3) < 0) die("%s", "no TPACKET_V3");
 #ifdef PACKET_IGNORE_OUTGOING
@@ -836,18 +942,20 @@ static int cmd_recv(int argc, char **argv) {
     uint8_t *ring = mmap(NULL, ring_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_LOCKED, fd, 0);
     if (ring == MAP_FAILED) ring = mmap(NULL, ring_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ring == MAP_FAILED) die("%s", "cannot map the RX ring");
+    held_ring = ring;
+    held_ring_len = ring_len;
     struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL),
                               .sll_ifindex = if_nametoindex(intf)};
     if (!sll.sll_ifindex) die("no interface %s", intf);
     if (bind(fd, (struct sockaddr *)&sll, sizeof sll) < 0) die("cannot bind %s", intf);
     char recs[4096];
     snprintf(recs, sizeof recs, "%s.bin", out);  /* RECS.json.bin: what Python reads */
-    Atomic rec;
-    Sink k = {.f = atomic_open(&rec, recs, "wb"), .fb_fd = -1,
+    Atomic *rec = atomic_open(recs, "wb");
+    Sink k = {.f = rec->f, .fb_fd = -1,
               .fb_round_ns = (int64_t)(fb_round_us * 1e3), .fb_delay_ns = (int64_t)(fb_delay_us * 1e3)};
     if (fb_round_us > 0) {  /* plb: answer rounds of packets with ACK/CNP frames */
-        k.fb = calloc(FB_SLOTS, sizeof(FbQp));
-        k.fb_fd = socket(AF_PACKET, SOCK_RAW, 0);
+        k.fb = hold_mem(checked(calloc(FB_SLOTS, sizeof(FbQp)), "feedback rounds"));
+        k.fb_fd = hold_fd(socket(AF_PACKET, SOCK_RAW, 0));
         struct sockaddr_ll out = {.sll_family = AF_PACKET, .sll_ifindex = sll.sll_ifindex};
         if (k.fb_fd < 0 || bind(k.fb_fd, (struct sockaddr *)&out, sizeof out) < 0)
             die("cannot open a feedback socket on %s", intf);
@@ -855,9 +963,11 @@ static int cmd_recv(int argc, char **argv) {
     setvbuf(k.f, NULL, _IOFBF, 1 << 20);
     uint32_t head[2] = {REC_MAGIC, VERSION};
     fwrite(head, 4, 2, k.f);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+    if (!serving) {  /* an agent set its own handlers once */
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+    }
     if (ready) {
         char text[256];
         snprintf(text, sizeof text, "{\"pid\": %d, \"port\": %d, \"kernel_timestamps\": true, "
@@ -887,7 +997,10 @@ static int cmd_recv(int argc, char **argv) {
         int64_t now = now_ns(CLOCK_MONOTONIC);
         if (stop_flag) {  /* drain what is still coming for a bounded while, then stop */
             if (!drain_until) drain_until = now + DRAIN_NS;
-            if (k.packets == seen || now > drain_until) { reason = stop_flag == SIGINT ? "SIGINT" : "SIGTERM"; break; }
+            if (k.packets == seen || now > drain_until) {
+                reason = stop_flag == SIGINT ? "SIGINT" : stop_flag == SIGUSR1 ? "SIGUSR1" : "SIGTERM";
+                break;
+            }
         }
         if (k.packets != seen) { seen = k.packets; idle_since = now; }
         else if (k.packets && idle > 0 && now - idle_since >= (int64_t)(idle * 1e9)) { reason = "idle"; break; }
@@ -902,8 +1015,11 @@ static int cmd_recv(int argc, char **argv) {
     struct tpacket_stats_v3 st = {0};
     socklen_t sl = sizeof st;
     getsockopt(fd, SOL_PACKET, PACKET_STATISTICS, &st, &sl);
-    close(fd);
-    atomic_commit(&rec);
+    munmap(ring, ring_len);  /* the mapping would keep the socket, and its ring, alive */
+    held_ring = NULL;
+    drop_fd(fd);
+    drop_fd(k.fb_fd);
+    atomic_commit(rec);
     char text[1024];
     snprintf(text, sizeof text,
              "{\"stop_reason\": \"%s\", \"stopped_ns\": %lld, "
@@ -915,17 +1031,166 @@ static int cmd_recv(int argc, char **argv) {
              (unsigned long long)k.bytes, (unsigned long long)k.malformed,
              (unsigned long long)k.other, st.tp_packets, st.tp_drops, st.tp_freeze_q_cnt,
              (unsigned long long)k.acks, (unsigned long long)k.cnps,
-             (unsigned long long)k.feedback_in, cpu_ns() / 1e9);
+             (unsigned long long)k.feedback_in, (cpu_ns() - cpu_base) / 1e9);
     write_file_atomic(out, text);
+    return 0;
+}
+
+/* --- serve -------------------------------------------------------------------------------- */
+/* Give back everything the command that just ended (or failed) held. */
+static void release(void) {
+    for (int i = 0; i < 4; i++) {
+        if (atomics[i].f) {  /* a report it did not finish: no half file for a reader */
+            fclose(atomics[i].f);
+            atomics[i].f = NULL;
+            unlink(atomics[i].tmp);
+        }
+        free(held_mem[i]);
+        held_mem[i] = NULL;
+    }
+    if (held_ring) munmap(held_ring, held_ring_len);
+    held_ring = NULL;
+    for (int i = 0; i < 4; i++) drop_fd(held_fd[i]);
+    if (held_dump) fclose(held_dump);
+    held_dump = NULL;
+    if (plan_file) fclose(plan_file);
+    plan_file = NULL;
+    free_spec(&spec);
+}
+
+/* The next line of stdin (its newline cut off), or NULL at the end of stdin or once told to
+ * quit; `*too_long` says the line did not fit (it was skipped). Signals are blocked outside
+ * this wait and let through only inside ppoll, so a SIGTERM cannot slip in between looking
+ * at the flag and waiting. */
+static char line_buf[65536];
+static size_t line_len, line_used;
+
+static char *next_line(const sigset_t *waiting, int *too_long) {
+    static int skipping;  /* the rest of a line too long to hold */
+    memmove(line_buf, line_buf + line_used, line_len - line_used);
+    line_len -= line_used;
+    line_used = 0;
+    for (;;) {
+        char *nl = memchr(line_buf, '\n', line_len);
+        if (nl) {
+            *nl = 0;
+            line_used = (size_t)(nl - line_buf) + 1;
+            *too_long = skipping;
+            skipping = 0;
+            return line_buf;
+        }
+        if (line_len == sizeof line_buf - 1) { skipping = 1; line_len = 0; }
+        if (quit_flag) return NULL;
+        struct pollfd in = {.fd = 0, .events = POLLIN};
+        if (ppoll(&in, 1, NULL, waiting) < 0) {
+            if (errno == EINTR) continue;
+            return NULL;
+        }
+        ssize_t n = read(0, line_buf + line_len, sizeof line_buf - 1 - line_len);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n <= 0) {  /* the end: a last line without its newline still counts */
+            if (!line_len || skipping) return NULL;
+            line_buf[line_len] = 0;
+            line_used = line_len;
+            *too_long = 0;
+            return line_buf;
+        }
+        line_len += (size_t)n;
+    }
+}
+
+/* Write all of `text` to stdout (the agent's answers); -1 once nobody reads them. */
+static int say(const char *text) {
+    size_t left = strlen(text);
+    while (left) {
+        ssize_t n = write(1, text, left);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        text += n;
+        left -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Run one command (`argv[0]` send or recv) and put its answer in `reply`. A failure anywhere
+ * in it comes back here through fail(), and release() gives back what it held. */
+static void serve_one(int argc, char **argv, char *reply, size_t size) {
+    if (setjmp(failed)) {
+        for (char *c = fail_msg; *c; c++)
+            if (*c == '\n' || *c == '\r') *c = ' ';  /* one line per answer */
+        snprintf(reply, size, "error %s\n", fail_msg);
+        return;
+    }
+    if (!argc) die("%s", "empty command (send ... or recv ...)");
+    int rc;
+    if (!strcmp(argv[0], "send")) rc = cmd_send(argc - 1, argv + 1);
+    else if (!strcmp(argv[0], "recv")) rc = cmd_recv(argc - 1, argv + 1);
+    else die("unknown command %s (send or recv)", argv[0]);
+    snprintf(reply, size, "done %d\n", rc);
+}
+
+#define MAX_ARGS 64
+
+static int cmd_serve(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        if (i + 1 >= argc) die("option %s needs a value", argv[i]);
+        if (!strcmp(argv[i], "--tag")) i++;  /* names the process only */
+        else die("unknown serve option %s", argv[i]);
+    }
+    struct sigaction sa = {.sa_handler = on_serve_signal};  /* no SA_RESTART: waits return */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);  /* nobody reading the answers: say() sees it and we end */
+    prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+    sigset_t stops, waiting, usr1;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGUSR1);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &stops, &waiting);
+    serving = 1;
+    if (say("ready\n") < 0) return 0;
+    char *line, reply[700];
+    int too_long;
+    while ((line = next_line(&waiting, &too_long))) {
+        /* a SIGUSR1 still pending was sent before this line was written, so it was meant
+         * for the command before, which has ended */
+        struct timespec none = {0, 0};
+        while (sigtimedwait(&usr1, NULL, &none) > 0) {
+        }
+        if (!quit_flag) stop_flag = 0;
+        char *args[MAX_ARGS];
+        int n = 0;
+        for (char *tok = strtok(line, " \t\r"); tok && n <= MAX_ARGS; tok = strtok(NULL, " \t\r"))
+            if (n++ < MAX_ARGS) args[n - 1] = tok;
+        if (too_long) {
+            snprintf(reply, sizeof reply, "error command longer than %zu bytes\n", sizeof line_buf - 1);
+        } else if (n > MAX_ARGS) {
+            snprintf(reply, sizeof reply, "error more than %d arguments\n", MAX_ARGS);
+        } else {
+            cpu_base = cpu_ns();
+            sigprocmask(SIG_SETMASK, &waiting, NULL);
+            serve_one(n, args, reply, sizeof reply);
+            sigprocmask(SIG_BLOCK, &stops, NULL);
+            release();
+        }
+        if (say(reply) < 0 || quit_flag) break;
+    }
     return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "send")) return cmd_send(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "recv")) return cmd_recv(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
     fprintf(stderr, "usage: astral-pktio send --plan PLAN --out SENT (--intf IFACE | --dump FILE) "
                     "[--start-at NS]\n       astral-pktio recv --intf IFACE --out RECS.json "
                     "[--ready FILE] [--expect-bytes N] [--idle-timeout S] [--timeout S] "
-                    "[--ring-mb M] [--feedback-round-us R --feedback-delay-us D]\n");
+                    "[--ring-mb M] [--feedback-round-us R --feedback-delay-us D]\n"
+                    "       astral-pktio serve [--tag TEXT]  (one send/recv command a line)\n");
     return 2;
 }

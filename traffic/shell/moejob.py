@@ -18,6 +18,11 @@ in an iteration is counted (``lost_packets``, and which flows lost it) rather th
 an RC connection it would stall its queue pair until a retransmission, so a lossy iteration
 is a slow one.
 
+The job starts a compiled sender and receiver per host once, in ``start()``
+(``traffic.shell.agents.HostAgents``), and hands them every replay's commands: no iteration
+starts a process (two per host and replay, each a fork of this large Python process, took
+the cores the emulated switch needs). ``stop()`` ends them.
+
 ``take_values(t)`` hands the collector (``ops.shell.collector.Collector(extra=...)``) the
 iterations that ended since its last poll as telemetry (``traffic.iterations``).
 """
@@ -32,7 +37,9 @@ from typing import Any
 
 from traffic.iterations import Iteration, iteration_values
 from traffic.kernels import FlowSpec, KernelTraffic
-from traffic.shell.replay import ReplayResult, replay
+from traffic.roce import Plane
+from traffic.shell.agents import HostAgents
+from traffic.shell.replay import DEFAULT_PLANE, ReplayResult, replay
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
 
@@ -78,14 +85,23 @@ class MoeJob:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: the job's senders and receivers, one per host and role (native plane; else None)
+        self.agents: HostAgents | None = None
 
     # --- the loop ------------------------------------------------------------------------
     def start(self) -> MoeJob:
         """Start iterating in a background thread (the controller's LB mode is read once,
-        here: the job goes on while the controller is down, as a real one would)."""
+        here: the job goes on while the controller is down, as a real one would). The
+        hosts' agents are started here, in the caller's thread, which must outlive the job
+        (an agent ends with the thread that started it)."""
         if self._thread is not None:
             raise RuntimeError("the job is running already")
         self.replay_kw.setdefault("lb", self.lab.client().lb())
+        if Plane(self.replay_kw.get("plane") or DEFAULT_PLANE) is Plane.NATIVE:
+            flows = [f for _name, fl in self.phases for f in fl if f.bytes > 0] + self.decode
+            self.agents = HostAgents(self.lab).start(senders=sorted({f.src for f in flows}),
+                                                     receivers=sorted({f.dst for f in flows}))
+            self.replay_kw["agents"] = self.agents
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="moe-job", daemon=True)
         self._thread.start()
@@ -136,10 +152,18 @@ class MoeJob:
         return it
 
     def stop(self, timeout: float = 120.0) -> None:
-        """Stop after the replay in flight (its agents are cleaned up by ``replay``)."""
+        """Stop after the replay in flight, then end the hosts' agents (even when the
+        replay does not end in time: that ends it)."""
         self._stop.set()
+        try:
+            if self._thread is not None:
+                self._thread.join(timeout)
+        finally:
+            if self.agents is not None:
+                self.agents.close()
+                self.agents = None
+                self.replay_kw.pop("agents", None)
         if self._thread is not None:
-            self._thread.join(timeout)
             if self._thread.is_alive():
                 raise TimeoutError(f"the MoE job did not stop within {timeout:g} s")
             self._thread = None

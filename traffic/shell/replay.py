@@ -5,7 +5,8 @@ One call, ``replay(lab, flows)``, does what an experimenter would do by hand:
 1. if the controller's mode pins flows (``GET /lb`` says ``"pins": true``), post the flows
    to it (``POST /traffic``) and wait until every switch has its pins;
 2. start one receiver agent (``python -m astral_lab.agent_cli recv``) in every
-   destination host and wait until each has bound UDP 4791;
+   destination host and wait until each has bound UDP 4791 (or, given ``agents``, hand the
+   same command to a persistent compiled agent per host: ``traffic.shell.agents``);
 3. write one spec per source host and start its sender agent with a common
    start instant a moment ahead (all hosts share the machine's clock, so "start
    at the same time" and one-way latency are exact);
@@ -26,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -41,15 +41,8 @@ from traffic import hostlb, native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import Plane, ReplaySpec
 from traffic.shell import native as helper
-from traffic.shell.running import (
-    AGENT_START_S,
-    RunningLab,
-    kill_program,
-    pull_written,
-    signal_program,
-    stderr_now,
-    wait_ready,
-)
+from traffic.shell.launch import Launcher, Program, Spawner
+from traffic.shell.running import AGENT_START_S, RunningLab, pull_written, wait_ready
 from traffic.workload import Phase
 from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
@@ -133,6 +126,8 @@ class TrafficPlane(ABC):
     #: whether the senders can change a QP's source port per packet or path (host-side load
     #: balancing: spray, flowlet, plb)
     moves_ports: ClassVar[bool]
+    #: whether its programs also run as persistent agents (``replay(agents=...)``)
+    serves: ClassVar[bool] = False
 
     def __init__(self, policy: policies.Policy, plan: WiringPlan, pmtu: int) -> None:
         #: receiver options that make receivers answer the senders (empty: they do not)
@@ -185,6 +180,7 @@ class NativePlane(TrafficPlane):
 
     name = Plane.NATIVE
     moves_ports = True
+    serves = True  # astral-pktio serve
 
     def __init__(self, policy: policies.Policy, plan: WiringPlan, pmtu: int) -> None:
         super().__init__(policy, plan, pmtu)
@@ -303,7 +299,8 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
            label: str = "replay", recv_idle_s: float = 5.0,
            recv_grace_s: float = 10.0, plane: Plane | str | None = None,
            policy: str | policies.Policy | None = None,
-           lb: dict[str, Any] | None = None) -> ReplayResult:
+           lb: dict[str, Any] | None = None,
+           agents: Launcher | None = None) -> ReplayResult:
     """Replay ``flows`` on ``lab`` and measure them (see the module docstring).
 
     ``rate_mbps`` overrides the senders' pacing (default: each source NIC's
@@ -321,7 +318,10 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
     ``policy`` (a name with options, ``"qp-scaling:qps=8"``) is what the hosts do: which QPs
     they open (``expand``) and how they pick source ports; default the controller's mode.
     ``lb`` is the controller's ``GET /lb`` answer, read once by a caller that replays again
-    and again (a job's iterations), which must go on while the controller is down.
+    and again (a job's iterations), which must go on while the controller is down. Such a
+    caller also passes ``agents`` (``traffic.shell.agents.HostAgents``): the receivers and
+    senders then run as commands of a compiled agent per host started once, instead of as a
+    process each started here (the ``native`` plane only); the result is the same.
     """
     flows = [f for f in flows if f.bytes > 0]
     if not flows:
@@ -335,6 +335,9 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
         if policy else own if own.name == mode else policies.parse(mode)
     kind = _plane(plane or DEFAULT_PLANE)
     kind.refuse(pol)
+    if agents is not None and not kind.serves:
+        raise ValueError(f"the {kind.name} plane has no persistent agents (plane='native')")
+    launcher: Launcher = agents if agents is not None else Spawner(lab)
     if pol.expands:
         flows = pol.expand(flows)
         _check(flows, lab)  # the QPs the hosts open must still be distinct
@@ -354,8 +357,8 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
     expect = defaultdict(int)
     for f in flows:
         expect[f.dst] += f.bytes
-    procs: list[tuple[str, subprocess.Popen[bytes], str]] = []  # host, Popen, its report
-    recv: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    progs: list[Program] = []  # every program started, to end them all whatever happens
+    recv: dict[str, tuple[Program, str]] = {}  # receiver, its report
     sent_files: dict[str, str] = {}
     dropping: list[str] = []
     nic = lab.plan.rdma_nic()
@@ -369,9 +372,9 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
         for dst in dsts:
             out = os.path.join(work, f"recv-{dst}.json")
             cmd = tp.recv_cmd(dst, out, out + ".ready")
-            p = lab.hosts[dst].popen(cmd + ["--expect-bytes", str(expect[dst]),
-                                            "--idle-timeout", f"{recv_idle_s:g}"])
-            procs.append((dst, p, out))
+            p = launcher.run(dst, "recv", cmd + ["--expect-bytes", str(expect[dst]),
+                                                 "--idle-timeout", f"{recv_idle_s:g}"], out)
+            progs.append(p)
             recv[dst] = (p, out)
         wait_ready(lab.files, {dst: (p, out + ".ready") for dst, (p, out) in recv.items()})
         spec_paths = {}
@@ -383,11 +386,11 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
         if lead_s is None:
             lead_s = tp.lead_s(len(by_src))
         start_at = time.time() + lead_s
-        senders: dict[str, subprocess.Popen[bytes]] = {}
+        senders: dict[str, Program] = {}
         for src in sorted(by_src):
-            p = lab.hosts[src].popen(tp.send_cmd(src, spec_paths[src], sent_files[src],
-                                                 start_at))
-            procs.append((src, p, sent_files[src]))
+            p = launcher.run(src, "send", tp.send_cmd(src, spec_paths[src], sent_files[src],
+                                                      start_at), sent_files[src])
+            progs.append(p)
             senders[src] = p
         end_by = time.monotonic() + lead_s + timeout
         while True:
@@ -399,16 +402,16 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
                 raise TimeoutError(f"senders still running after {timeout:.0f} s")
             time.sleep(0.1)
         bar.close()
-        failed = {s: stderr_now(p) for s, p in senders.items() if p.returncode != 0}
+        failed = {s: p.error() for s, p in senders.items() if p.returncode != 0}
         if failed:
             raise RuntimeError(f"sender agents failed: {failed}")
         # receivers stop once they have every expected byte, or idle after the last packet
         end_by = time.monotonic() + recv_grace_s
-        for dst, (p, out) in recv.items():
+        for p, _out in recv.values():
             while p.poll() is None and time.monotonic() < end_by:
                 time.sleep(0.05)
             if p.poll() is None:
-                signal_program(lab, dst, p, out)
+                p.stop()
                 p.wait(timeout=10)
         reports: dict[str, list[str]] = defaultdict(list)
         for src, path in sent_files.items():
@@ -420,8 +423,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
         received = {dst: tp.read_received(out) for dst, (_p, out) in recv.items()}
     finally:
         bar.close() if bar.enabled else None
-        for host, p, marker in procs:
-            kill_program(lab, host, p, marker)
+        launcher.end(progs)
         drop_roce(lab, dropping, undo=True)
     result = _result(lab, flows, sent, received, int(start_at * 1e9), pol.label
                      if pol.name != mode or pol.options else mode)

@@ -137,6 +137,9 @@ def stderr_now(p: Any) -> str:
     a process it left behind (``mnexec -d`` forks) may hold the pipe open for good."""
     if p.poll() is None:
         return "(still running)"
+    told = getattr(p, "error", None)
+    if callable(told):  # a ``traffic.shell.launch.Program``: it knows why it ended
+        return str(told())
     if getattr(p, "stderr", None) is None:
         return ""
     os.set_blocking(p.stderr.fileno(), False)
