@@ -30,6 +30,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -48,6 +49,9 @@ from vocab.plan import WiringPlan
 START_S = 60.0
 #: how long the child may take to stop and hand its results back
 STOP_S = 60.0
+#: what answering a batch of questions may take besides its poll: a question about the
+#: cabling runs a wiring check first, seconds on a large fabric, after any check running
+LOOK_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ class ObserverProcess:
         self._child = child
         self._send_lock = threading.Lock()  # the job's thread feeds, the main thread asks
         self._call_lock = threading.Lock()  # one request and its answer at a time
-        self._broken: str | None = None  # a request went unanswered: later answers are off
+        self._next = 0  # requests are numbered: a late answer to one given up is dropped
 
     def start(self) -> ObserverProcess:
         self._proc.start()
@@ -147,7 +151,9 @@ class ObserverProcess:
         return self._call(("baseline",), 10.0)
 
     def ask(self, spec: QuestionSpec, timeout: float) -> list[tuple[Any, Any, float]]:
-        return self._call(("ask", spec, timeout), timeout + 10)
+        """The questions ``spec`` draws, answered after the child's next poll (TimeoutError
+        when none came in ``timeout`` s, or the answer did not come back in time)."""
+        return self._call(("ask", spec, timeout), timeout + LOOK_S)
 
     def stop(self) -> dict[str, Any]:
         """Stop polling; everything the child raised and answered (``Monitor.results``)."""
@@ -168,22 +174,30 @@ class ObserverProcess:
             self._conn.close()
 
     def _call(self, msg: tuple[Any, ...] | None, timeout: float) -> Any:
+        """Send request ``msg`` (None: wait for the child's start) and return its answer.
+        A request that goes unanswered raises TimeoutError and its late answer is dropped
+        when it comes; a child that is gone raises ObserverError."""
         with self._call_lock:
-            if self._broken:
-                raise ObserverError(self._broken)
+            self._next += 1
+            me = 0 if msg is None else self._next
+            answer = None
             try:
                 if msg is not None:
                     with self._send_lock:
-                        self._conn.send(msg)
-                if not self._conn.poll(timeout):
-                    self._broken = (f"the observer process did not answer within {timeout:g} s"
-                                    f" ({'start' if msg is None else msg[0]})")
-                    raise ObserverError(self._broken)
-                status, value = self._conn.recv()
+                        self._conn.send((msg[0], me, *msg[1:]))
+                end = time.monotonic() + timeout
+                while self._conn.poll(max(0.0, end - time.monotonic())):
+                    answer = self._conn.recv()
+                    if answer[1] == me:
+                        break
+                    answer = None  # the late answer to a request given up on
             except (EOFError, OSError) as exc:
-                self._broken = (f"the observer process is gone (exit code "
-                                f"{self._proc.exitcode}): {exc}")
-                raise ObserverError(self._broken) from None
+                raise ObserverError(f"the observer process is gone (exit code "
+                                    f"{self._proc.exitcode}): {exc}") from None
+            if answer is None:
+                raise TimeoutError(f"the observer process did not answer within {timeout:g} s"
+                                   f" ({'start' if msg is None else msg[0]})")
+            status, _number, value = answer
         if status != "ok":
             if str(value).startswith("TimeoutError"):  # no poll came to answer on
                 raise TimeoutError(value)
@@ -213,9 +227,9 @@ def serve(record: LabRecord, interval: float, store_path: str | None, conn: Conn
         mon = build(record, interval, store, feed)
         mon.collector.start()
     except Exception as exc:
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        conn.send(("error", 0, f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ok", "ready"))
+    conn.send(("ok", 0, "ready"))
     requests: queue.Queue[tuple[Any, ...]] = queue.Queue()
     worker = threading.Thread(target=_answer, args=(mon, requests, conn), daemon=True)
     worker.start()
@@ -239,24 +253,25 @@ def serve(record: LabRecord, interval: float, store_path: str | None, conn: Conn
 
 
 def _answer(mon: Monitor, requests: queue.Queue[tuple[Any, ...]], conn: Connection) -> None:
-    """The child's requests, in order, each answered ``("ok", value)`` or ``("error", why)``."""
+    """The child's requests ``(kind, number, *args)``, in order, each answered ``("ok",
+    number, value)`` or ``("error", number, why)``."""
     while True:
-        msg = requests.get()
+        kind, number, *args = requests.get()
         try:
-            if msg[0] == "calibrate":
-                value: Any = mon.calibrate(msg[1], msg[2])
-            elif msg[0] == "baseline":
+            if kind == "calibrate":
+                value: Any = mon.calibrate(*args)
+            elif kind == "baseline":
                 value = mon.engine.baseline
-            elif msg[0] == "ask":
+            elif kind == "ask":
                 value = [(dataclasses.replace(q, read=None), a, t)  # a reader is a closure
-                         for q, a, t in mon.ask(msg[1], msg[2])]
-            elif msg[0] == "stop":
+                         for q, a, t in mon.ask(*args)]
+            elif kind == "stop":
                 mon.collector.stop()
                 value = mon.results()
             else:
-                raise ValueError(f"unknown request {msg[0]!r}")
-            conn.send(("ok", value))
+                raise ValueError(f"unknown request {kind!r}")
+            conn.send(("ok", number, value))
         except Exception as exc:  # handed to the parent, which says it in one line
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-        if msg[0] == "stop":
+            conn.send(("error", number, f"{type(exc).__name__}: {exc}"))
+        if kind == "stop":
             return

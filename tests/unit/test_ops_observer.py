@@ -28,6 +28,18 @@ def quiet(record: LabRecord, interval: float, store: Store | None, feed: JobFeed
     return mon
 
 
+class SlowCalibration(Monitor):
+    def calibrate(self, since: float, timeout: float = 30.0) -> dict[str, Any]:
+        time.sleep(1.0)
+        return {"late": True}
+
+
+def slow(record: LabRecord, interval: float, store: Store | None, feed: JobFeed) -> Monitor:
+    mon = SlowCalibration(record, store, interval, job=feed)  # type: ignore[arg-type]
+    mon.collector._poll_kernel = lambda t, values: None  # type: ignore[method-assign]
+    return mon
+
+
 def broken(*_a: Any) -> Monitor:
     raise RuntimeError("no switch daemon here")
 
@@ -79,3 +91,15 @@ def test_an_observer_that_cannot_start_says_why_in_one_line(record: LabRecord) -
     obs.close()
     assert str(err.value) == "the observer process failed: RuntimeError: no switch daemon here"
     assert not obs._proc.is_alive()
+
+
+def test_an_answer_given_up_on_is_dropped_and_the_next_request_gets_its_own(
+        record: LabRecord) -> None:
+    obs = ObserverProcess(record, interval=0.1, build=slow).start()
+    try:
+        with pytest.raises(TimeoutError, match="did not answer within 0.3 s"):
+            obs._call(("calibrate", 0.0, 30.0), 0.3)
+        assert obs.baseline() is None  # not the late {"late": True}
+        assert obs.calibrate(0.0) == {"late": True}
+    finally:
+        obs.close()
