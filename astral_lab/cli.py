@@ -15,10 +15,11 @@
 Expected failures end in one ``astral-lab VERB: error: ...`` message on stderr (plus where a
 run's partial results are), never a traceback; the exit status says which kind:
 
-    0  done                     2  bad input (arguments, parameters)
+    0  done                     2  bad input (arguments, parameters, paths, plans)
     1  the lab cannot run here  3  refused by the fidelity guard (or its calibration failed)
        (preflight: root, OVS,   130 interrupted (Ctrl-C); 143 SIGTERM, 129 SIGHUP:
        another fabric, ...)         everything was torn down first
+                                141 stdout's reader went away (files still written)
 
 Anything else is a bug and keeps its traceback.
 """
@@ -27,9 +28,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from astral_lab import __version__
 from astral_lab.cluster_cli import add_cluster_option
@@ -38,11 +40,11 @@ from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
 from controllers import policies
 from controllers.fabric import DEFAULT_MODE
 from testbed import datapath, topologies
-from testbed.fabricspec import FABRIC_RULES, FabricSpec
+from testbed.fabricspec import EMULATED_RULES, FabricSpec
 from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_inside, stop_on_signals
 from testbed.topologies import build, describe
-from vocab.validate import Parser, out_dir, out_file
+from vocab.validate import BadValue, Parser, distinct, out_dir, out_file, same_file
 
 if TYPE_CHECKING:  # the Lab imports Mininet: a verb that brings one up imports it
     from testbed.shell.lab import Lab
@@ -55,15 +57,16 @@ EXIT_LAB, EXIT_USAGE, EXIT_GUARD, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 def _add_spec_options(p: argparse.ArgumentParser) -> None:
     """One ``--flag`` per FabricSpec field, with its default from the dataclass and its rule
-    from ``FABRIC_RULES`` (checked as the flag is parsed)."""
+    from ``EMULATED_RULES`` (what the builders take; checked as the flag is parsed)."""
     g = p.add_argument_group("fabric parameters (real units; 0 means automatic: "
                              "servers-per-block 0 fills each leaf)")
     defaults = FabricSpec()
     for f in dataclasses.fields(FabricSpec):
         value = getattr(defaults, f.name)
-        rule = FABRIC_RULES[f.name]
+        rule = EMULATED_RULES[f.name]
+        what = "GPUs per server (rails), " if f.name == "gpus" else ""
         g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=rule,
-                       default=None, metavar="N", help=f"default {value:g}; {rule}")
+                       default=None, metavar="N", help=f"{what}default {value:g}; {rule}")
 
 
 def _spec_params(args: argparse.Namespace) -> dict[str, Any]:
@@ -71,31 +74,56 @@ def _spec_params(args: argparse.Namespace) -> dict[str, Any]:
             if getattr(args, f.name, None) is not None}
 
 
+def _topo_outputs(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """``(plan, drawing)`` paths of ``topo`` (None: in its results folder; drawing None
+    with ``--no-png``), refused in one line when they cannot both be written: two that are
+    one file (``-o x.png`` puts the drawing next to the plan as the same ``x.png``), or a
+    drawing next to ``-o`` that is not a file to replace."""
+    if args.no_png and args.png:
+        raise BadValue("--no-png and --png: choose one")
+    plan = args.output
+    if args.no_png:
+        return plan, None
+    if args.png or not plan:
+        png = args.png
+    else:
+        png = os.path.splitext(plan)[0] + ".png"
+        if same_file(plan, png):
+            raise BadValue(f"-o {plan}: the drawing goes next to the plan as {png}, the same "
+                           "file; name the plan .json, or give --png PATH or --no-png")
+        out_file(png, "the drawing next to -o:")
+    if plan and png:
+        distinct({"-o": plan, "--png": png})
+    return plan, png
+
+
 def cmd_topo(args: argparse.Namespace) -> int:
     """Print the counts, write the plan and its drawing. Paths are checked (at parse, and
-    the results root here) before the plan is built, so a bad one leaves nothing behind."""
-    if not args.output:
+    the results root and the pair here) before the plan is built, so a bad one leaves
+    nothing behind."""
+    plan_path, png = _topo_outputs(args)
+    if not plan_path:
         check_output()
     plan = build(args.topology, **_spec_params(args))
     print(describe(plan))
-    if args.output:
-        plan_path = args.output
-        png = args.png or os.path.splitext(args.output)[0] + ".png"
-    else:
+    partial = final = ""
+    if not plan_path:
         partial, final = results_dir(f"topo-{args.topology}")
         plan_path = os.path.join(partial, "plan.json")
-        png = args.png or os.path.join(partial, "fabric.png")
+        if not args.no_png and not png:
+            png = os.path.join(partial, "fabric.png")
     plan.save(plan_path)
-    if not args.no_png:
+    if png:
         from testbed.draw import draw_plan
 
         draw_plan(plan, png)
-    if not args.output:
+    if partial:
         os.replace(partial, final)
         plan_path = os.path.join(final, "plan.json")
-        png = args.png or os.path.join(final, "fabric.png")
+        if png and not args.png:
+            png = os.path.join(final, "fabric.png")
     print(f"\nwiring plan: {plan_path}")
-    if not args.no_png:
+    if png:
         print(f"drawing:     {png}")
     return 0
 
@@ -104,6 +132,10 @@ def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> 
     from testbed.shell.cluster import make_lab
 
     plan = build(args.topology, **_spec_params(args))
+    if isinstance(args.switch_daemons, int) and args.switch_daemons > len(plan.switches):
+        raise ValueError(f"--switch-daemons {args.switch_daemons}: the fabric has "
+                         f"{len(plan.switches)} switches, and a daemon forwards at least one; "
+                         "give at most that, or auto")
     return make_lab(plan, args.cluster, tunnel=args.tunnel, datapath=args.datapath, lb=args.lb,
                     pmtu=args.pmtu, dashboard=args.dashboard,
                     dashboard_port=args.dashboard_port, capture=args.capture,
@@ -229,6 +261,12 @@ def add_daemons_option(p: argparse.ArgumentParser) -> None:
                         "datapath). See docs/troubleshooting.md")
 
 
+def _run_output(path: str) -> str:
+    """``run -o DIR``: a scenario's file names are its own, so nothing the folder already
+    holds may be a file its results could not replace (``out_dir`` with ``files=None``)."""
+    return out_dir(path, files=None)
+
+
 def _run_parser(name: str) -> argparse.ArgumentParser:
     from scenarios.experiments import SCENARIOS
 
@@ -239,7 +277,7 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
                    help="small and short (what the tests run); quick values in [brackets]")
     p.add_argument("--force", action="store_true",
                    help="run even when the fidelity guard says the run would be CPU-bound")
-    p.add_argument("-o", "--output", type=out_dir,
+    p.add_argument("-o", "--output", type=_run_output,
                    help="results folder (default results/<time>-<name>/)")
     add_pmtu_option(p)
     add_daemons_option(p)
@@ -292,8 +330,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
+    from astral_lab.controller_cli import check_files
     from controllers.shell import run
 
+    check_files(args)
     return run.serve(args)
 
 
@@ -393,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         p = parser()
         args, extra = p.parse_known_args(argv)
         if extra and args.verb != "demo":  # demo passes its options on to the scenario
-            p.error(f"unrecognized arguments: {' '.join(extra)}")
+            _unrecognized(p, args, extra)
         if args.verb == "demo":
             args.rest = extra
         return int(args.fn(args) or 0)
@@ -412,8 +452,29 @@ def main(argv: list[str] | None = None) -> int:
         status = expected_status(exc)
         if status is None or args is None:  # a bug: keep the traceback
             raise
-        report_error(args.verb, exc)
+        report_error(" ".join(w for w in (args.verb, getattr(args, "ops_verb", None)) if w),
+                     exc)
         return status
+
+
+def _unrecognized(p: argparse.ArgumentParser, args: argparse.Namespace,
+                  extra: list[str]) -> NoReturn:
+    """Refuse words the verb does not take, in the verb's name, with the closest option it
+    has (``--gpu``: did you mean --gpus?)."""
+    verb_parser = p
+    for dest in ("verb", "ops_verb"):
+        sub = next((a for a in verb_parser._actions
+                    if isinstance(a, argparse._SubParsersAction) and a.dest == dest), None)
+        if sub is None or getattr(args, dest, None) not in sub.choices:
+            break
+        verb_parser = sub.choices[getattr(args, dest)]
+    options = [o for a in verb_parser._actions for o in a.option_strings]
+    word = extra[0].split("=", 1)[0]
+    hint = ""
+    if word.startswith("-"):
+        close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+    verb_parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
 
 
 def expected_status(exc: BaseException) -> int | None:

@@ -15,7 +15,38 @@ from controllers.fabric import ADAPTIVE_DEFAULTS, DEFAULT_MODE, POLL_INTERVAL_S
 from controllers.flowtable import DEFAULT_SELECT_METHOD, SELECT_METHODS
 from controllers.shell.rest import DEFAULT_REST_PORT
 from controllers.shell.run import DEFAULT_OF_PORT, serve
-from vocab.validate import PORT, SECONDS, BadValue, Parser, count, in_file, out_file, real
+from vocab.plan import WiringPlan
+from vocab.plugins import suggest
+from vocab.validate import (
+    PORT,
+    SECONDS,
+    BadValue,
+    Parser,
+    count,
+    distinct,
+    in_file,
+    out_file,
+    real,
+)
+
+
+def plan_file(path: str) -> str:
+    """``--plan`` of ``controller`` and ``dashboard``: a wiring plan file, read (never
+    written) and checked whole here, its topology one of the lab's designs, so neither the
+    controller nor the live view starts on a plan it cannot hold."""
+    from testbed.topologies import TOPOLOGIES
+
+    in_file(path)
+    try:
+        plan = WiringPlan.load(path)
+    except OSError as exc:
+        raise BadValue(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:  # not JSON, or not a plan (the schema names the field)
+        raise BadValue(f"{path}: {exc}") from None
+    if plan.topology not in TOPOLOGIES.names():
+        raise BadValue(f"{path}: wiring plan: topology {plan.topology!r} is not one of the "
+                       f"lab's designs; {suggest(plan.topology, TOPOLOGIES.names())}")
+    return path
 
 
 def controller_policy(spec: str) -> str:
@@ -30,7 +61,7 @@ def controller_policy(spec: str) -> str:
 
 def add_options(p: argparse.ArgumentParser) -> None:
     """The controller's options; ``astral-lab controller`` shares them."""
-    p.add_argument("--plan", required=True, type=in_file,
+    p.add_argument("--plan", required=True, type=plan_file,
                    help="wiring plan JSON (from `astral-lab topo`)")
     p.add_argument("--of-port", type=PORT, default=DEFAULT_OF_PORT,
                    help=f"OpenFlow listen port (default {DEFAULT_OF_PORT}; {PORT})")
@@ -68,11 +99,22 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
+def check_files(args: argparse.Namespace) -> None:
+    """The state file the controller writes must not be the plan it reads (BadValue)."""
+    if args.state:
+        distinct({"--plan": args.plan, "--state": args.state})
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = Parser(prog="astral-lab controller",
                description="Run the astral-lab OpenFlow controller for a plan.")
     add_options(p)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        check_files(args)
+    except BadValue as exc:
+        p.error(str(exc))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

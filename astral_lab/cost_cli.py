@@ -26,6 +26,8 @@ from testbed.results import check_output, output_dir
 from vocab.plan import write_json_atomic
 from vocab.validate import list_of, out_dir, real
 
+#: what ``cost`` writes in its folder
+COST_FILES = ("cost.json", "cost.png")
 #: a price in $ (an assumption the user may zero; a billion is past any switch or optic)
 PRICE = real(0, 1e9)
 
@@ -62,7 +64,7 @@ def add_cost_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run_cost(args: argparse.Namespace) -> int:
     """Print the table, write cost.json (+ cost.png). Bad input raises ValueError; the
     results folder is checked before anything is computed."""
-    check_output(args.output)
+    check_output(args.output, COST_FILES)
     gpus, designs = list(args.gpus), list(args.designs)
     spec = CostSpec(**{f.name: getattr(args, f.name) for f in fields(CostSpec)})
     prices = Prices(**{f.name: getattr(args, f"price_{f.name}") for f in fields(Prices)})
@@ -72,7 +74,7 @@ def run_cost(args: argparse.Namespace) -> int:
            "prices": asdict(prices), "baseline": "rail3",
            "conventions": CONVENTIONS,
            "rows": rows}
-    out_dir, final = output_dir("cost", args.output)
+    out_dir, final = output_dir("cost", args.output, COST_FILES)
     write_json_atomic(os.path.join(out_dir, "cost.json"), doc)
     png = not args.no_png and any(r["feasible"] for r in rows)
     if png:

@@ -23,11 +23,12 @@ import threading
 import urllib.parse
 from typing import Any
 
+from astral_lab.controller_cli import plan_file
 from controllers.shell.client import ControllerClient
 from ops.telemetry import DEFAULT_INTERVAL_S
 from testbed.shell.signals import STOPPING, exit_status
 from vocab.plan import WiringPlan, write_json_atomic
-from vocab.validate import SECONDS, Parser, count, in_file
+from vocab.validate import SECONDS, Parser, count
 
 DEFAULT_PORT = 8765
 #: The demo's fabric: small enough for any machine, with every tier and a shuffle box.
@@ -57,7 +58,7 @@ def add_options(p: argparse.ArgumentParser, process: bool = False) -> None:
     """The server's options; ``process``: the ones only a Lab passes (``--url-file`` ...)."""
     p.add_argument("--port", type=_PORT, default=DEFAULT_PORT,
                    help=f"port on 127.0.0.1 (default {DEFAULT_PORT}; 0: any free port)")
-    p.add_argument("--plan", type=in_file,
+    p.add_argument("--plan", type=plan_file,
                    help="wiring plan JSON of the fabric (default: the running lab's)")
     p.add_argument("--controller", metavar="URL",
                    help="the controller's JSON API, e.g. http://127.0.0.1:8080 (with --plan)")

@@ -15,7 +15,7 @@ from typing import Any
 from controllers import policies as policy_modules
 from controllers.paths import UNITS
 from testbed import topologies
-from testbed.fabricspec import FABRIC_RULES, GPU_COUNT, FabricSpec
+from testbed.fabricspec import EMULATED_RULES, FABRIC_RULES, GPU_COUNT, FabricSpec
 from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
     DEFAULT_PAIR_BYTES,
@@ -35,6 +35,18 @@ from traffic.workload import PRESETS, Phase
 from vocab.plan import write_json_atomic
 from vocab.validate import SEED, count, list_of, out_dir, real
 
+#: the MoE preset of a prefill or decode step unless --model says
+MOE_MODEL = "deepseek-v3"
+#: options that shape one kind of workload only: the workloads each applies to
+WORKLOAD_OPTIONS = {"pair_bytes": ("--bytes", (Workload.ALLTOALL.value,)),
+                    "qps": ("--qps", (Workload.ALLTOALL.value,)),
+                    "phase": ("--phase", (Workload.PREFILL.value, Workload.DECODE.value)),
+                    "tokens": ("--tokens", (Workload.PREFILL.value, Workload.DECODE.value)),
+                    "model": ("--model", (Workload.PREFILL.value, Workload.DECODE.value))}
+#: what ``model`` writes in its folder
+MODEL_FILES = ("model.json",)
+#: the most servers a fabric has (``FABRIC_RULES``)
+MAX_SERVERS = int(FABRIC_RULES["servers"].high or 0)
 #: the default fabric is ``FabricSpec``'s, as ``topo`` draws it (``topologies.spec_for_gpus``)
 _DEFAULT = FabricSpec()
 
@@ -52,8 +64,10 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("topology", choices=topologies.TOPOLOGIES.names())
     p.add_argument("--gpus", type=GPU_COUNT, default=_DEFAULT.gpu_count, metavar="N",
                    help=f"GPUs in the fabric (default {_DEFAULT.gpu_count}: `topo`'s default "
-                        f"fabric, {_DEFAULT.servers} servers x {_DEFAULT.gpus}; {GPU_COUNT})")
-    p.add_argument("--gpus-per-server", type=FABRIC_RULES["gpus"], default=_DEFAULT.gpus,
+                        f"fabric, {_DEFAULT.servers} servers x {_DEFAULT.gpus}); a whole "
+                        f"number of servers, at most {MAX_SERVERS:,} of them "
+                        f"({MAX_SERVERS * _DEFAULT.gpus:,} GPUs at {_DEFAULT.gpus} per server)")
+    p.add_argument("--gpus-per-server", type=EMULATED_RULES["gpus"], default=_DEFAULT.gpus,
                    metavar="N", help=f"default {_DEFAULT.gpus}; servers = GPUs / this")
     p.add_argument("--workload", default=Workload.ALLTOALL.value,
                    choices=[w.value for w in Workload],
@@ -62,7 +76,7 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--lb", default=list(DEFAULT_POLICIES), metavar="P[,P...]",
                    type=list_of(check=policy_modules.parse),
                    help=f"policies, options as P:KEY=VALUE (default {','.join(DEFAULT_POLICIES)};"
-                        f" all: {','.join(POLICIES)})")
+                        f" the policies there are: {','.join(POLICIES)})")
     p.add_argument("--groups", type=count(0, GPU_COUNT.high), default=0, metavar="G",
                    help="expert-parallel groups (default: as many as fit)")
     p.add_argument("--group-size", type=count(0, GPU_COUNT.high), default=0, metavar="N",
@@ -71,19 +85,19 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
                    choices=[pl.value for pl in Placement],
                    help="packed: consecutive servers; spread: strided over the fabric")
     p.add_argument("--seed", type=SEED, default=0, help="ECMP hash seed and MoE step seed")
-    p.add_argument("--bytes", type=count(1, 1 << 40), default=DEFAULT_PAIR_BYTES,
-                   dest="pair_bytes",
-                   metavar="B", help=f"alltoall bytes per GPU pair (default {DEFAULT_PAIR_BYTES})")
-    p.add_argument("--qps", type=count(1, 1024), default=1, metavar="Q",
-                   help="alltoall flows per GPU pair (1..1024)")
-    p.add_argument("--phase", default=Phase.DISPATCH.value, choices=[ph.value for ph in Phase])
-    p.add_argument("--tokens", type=count(0, 1 << 20), default=0, metavar="T",
-                   help="tokens per GPU (default 4096 prefill, 128 decode)")
-    p.add_argument("--model", default="deepseek-v3", choices=sorted(PRESETS),
-                   help="MoE preset (traffic.workload)")
+    p.add_argument("--bytes", type=count(1, 1 << 40), default=None, dest="pair_bytes",
+                   metavar="B", help=f"alltoall: bytes per GPU pair (default "
+                                     f"{DEFAULT_PAIR_BYTES})")
+    p.add_argument("--qps", type=count(1, 1024), default=None, metavar="Q",
+                   help="alltoall: flows per GPU pair (1..1024; default 1)")
+    p.add_argument("--phase", default=None, choices=[ph.value for ph in Phase],
+                   help=f"prefill/decode: the step's phase (default {Phase.DISPATCH.value})")
+    p.add_argument("--tokens", type=count(0, 1 << 20), default=None, metavar="T",
+                   help="prefill/decode: tokens per GPU (default 4096 prefill, 128 decode)")
+    p.add_argument("--model", default=None, choices=sorted(PRESETS),
+                   help=f"prefill/decode: MoE preset (traffic.workload; default {MOE_MODEL})")
     p.add_argument("--mode", default=ModelMode.AUTO.value, choices=[m.value for m in ModelMode])
-    p.add_argument("--exact-flows", type=count(0, 10 ** 9), default=DEFAULT_EXACT_FLOWS,
-                   metavar="N",
+    p.add_argument("--exact-flows", type=count(0, 10 ** 9), default=None, metavar="N",
                    help=f"auto mode: per-flow up to N flows (default {DEFAULT_EXACT_FLOWS})")
     p.add_argument("--event-tolerance", type=real(0, 0.5, high_open=True), default=None,
                    metavar="EPS", dest="tolerance",
@@ -104,7 +118,7 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "0 = fill the leaf)")
     for name in FABRIC_FIELDS:
         value = getattr(_DEFAULT, name)
-        rule = FABRIC_RULES[name]
+        rule = EMULATED_RULES[name]
         g.add_argument(f"--{name.replace('_', '-')}", dest=name, type=rule, default=None,
                        metavar="N", help=f"default {value:g}; {rule}")
     p.set_defaults(fn=run_model)
@@ -117,7 +131,14 @@ def _check_fabric(args: argparse.Namespace, fabric: dict[str, Any]) -> None:
     ``FabricSpec.servers_per_block`` servers are the default at every size)."""
     topo = topologies.TOPOLOGIES.get(args.topology)
     if args.gpus % args.gpus_per_server:
-        return  # run() says so
+        raise ValueError(f"--gpus {args.gpus} does not split evenly over servers of "
+                         f"{args.gpus_per_server} GPUs (--gpus-per-server): give a multiple "
+                         f"of {args.gpus_per_server}")
+    if args.gpus // args.gpus_per_server > MAX_SERVERS:
+        raise ValueError(f"--gpus {args.gpus} is {args.gpus // args.gpus_per_server:,} servers "
+                         f"of {args.gpus_per_server} GPUs; the builders take at most "
+                         f"{MAX_SERVERS:,} ({MAX_SERVERS * args.gpus_per_server:,} GPUs; more "
+                         "per server with --gpus-per-server)")
     try:
         topo.counts(topologies.spec_for_gpus(args.topology, args.gpus, args.gpus_per_server,
                                              **fabric))
@@ -128,14 +149,34 @@ def _check_fabric(args: argparse.Namespace, fabric: dict[str, Any]) -> None:
                          "builds them; --servers-per-block 0 fills each leaf)") from None
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse, saying why, an option the chosen workload or mode would ignore, then fill
+    in the defaults of the rest."""
+    for dest, (flag, workloads) in WORKLOAD_OPTIONS.items():
+        if getattr(args, dest, None) is not None and args.workload not in workloads:
+            raise ValueError(f"{flag} shapes the {' and '.join(workloads)} workload"
+                             f"{'s' if len(workloads) > 1 else ''} only, not "
+                             f"--workload {args.workload}: drop it")
+    if getattr(args, "exact_flows", None) is not None and args.mode != ModelMode.AUTO.value:
+        raise ValueError(f"--exact-flows chooses the mode in --mode auto; with --mode "
+                         f"{args.mode} it does nothing: drop it")
+    for dest, default in (("pair_bytes", DEFAULT_PAIR_BYTES), ("qps", 1),
+                          ("phase", Phase.DISPATCH.value), ("tokens", 0), ("model", MOE_MODEL),
+                          ("exact_flows", DEFAULT_EXACT_FLOWS)):
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, default)
+
+
 def run_model(args: argparse.Namespace) -> int:
     """Print the report, write model.json. Bad input raises ValueError (the CLI prints it);
     the results folder and the fabric are checked first, so a bad one costs no computation.
 
-    Progress goes to stderr while the model runs, only if stderr is a terminal. An
-    interrupted run leaves no results folder: there is nothing partial worth keeping.
+    Progress goes to stderr while the model runs: a status line on a terminal, else a
+    line per tenth once the run lasts a few seconds (``Progress``). An interrupted run
+    leaves no results folder: there is nothing partial worth keeping.
     """
-    check_output(args.output)
+    _check_options(args)
+    check_output(args.output, MODEL_FILES)
     policies = list(args.lb)
     fabric = {name: getattr(args, name) for name in FABRIC_FIELDS
               if getattr(args, name, None) is not None}
@@ -154,11 +195,11 @@ def run_model(args: argparse.Namespace) -> int:
                      tokens=args.tokens, model=args.model, mode=args.mode,
                      exact_flows=args.exact_flows, unit=args.unit, fabric=fabric,
                      tolerance=tolerance, jobs=args.jobs,
-                     progress=progress if progress.enabled else None)
+                     progress=progress)
     finally:
         progress.close()
     print(format_report(doc))
-    out_dir, final = output_dir("model", args.output)
+    out_dir, final = output_dir("model", args.output, MODEL_FILES)
     try:
         write_json_atomic(os.path.join(out_dir, "model.json"), doc)
         if out_dir != final:

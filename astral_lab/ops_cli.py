@@ -17,9 +17,11 @@ first collects ``--collect`` seconds of telemetry itself, so it needs no watcher
 from __future__ import annotations
 
 import argparse
+import difflib
 import glob
 import json
 import os
+import re
 import sqlite3
 import sys
 import tempfile
@@ -34,7 +36,10 @@ from ops.shell.probe import ping
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Store
 from testbed.shell.wiring import check_wiring
 from vocab.plan import WiringPlan
-from vocab.validate import SECONDS, Parser, count, in_file, out_file, real
+from vocab.validate import SECONDS, Parser, count, distinct, in_file, out_file, real
+
+#: seconds ``diagnose`` collects on a live lab before it answers
+DEFAULT_COLLECT_S = 5.0
 
 
 def discover(run_id: str | None = None) -> dict[str, Any]:
@@ -120,21 +125,35 @@ class Live:
 
 
 def _open_recorded(path: str, name: str) -> Store:
-    """A recorded telemetry file, refused in one line if it is not one (never created)."""
+    """A recorded telemetry file, opened read-only (never created, never written, not even
+    the schema) and refused in one line if it is not one."""
     in_file(path, name)
     try:
-        store = Store(path)
+        store = Store(path, readonly=True)
         store.meta()
     except sqlite3.DatabaseError as exc:
         raise ValueError(f"{name} {path}: not an ops telemetry file ({exc})") from None
     return store
 
 
+def _telemetry_out(path: str, name: str) -> None:
+    """A file telemetry is written into: new, empty, or a telemetry file (appended to).
+    Any other file is refused before it is touched: SQLite would write its schema into it
+    or fail halfway."""
+    out_file(path, name)
+    if os.path.isfile(path) and os.path.getsize(path) > 0:
+        _open_recorded(path, name).close()
+
+
 def run_watch(args: argparse.Namespace) -> int:
     if args.db:
-        out_file(args.db, "--db")
+        _telemetry_out(args.db, "--db")
+    if args.interval is None:
+        args.interval = DEFAULT_INTERVAL_S
     lab = discover(args.run)
     db = args.db or os.path.join(tempfile.gettempdir(), f"astral-lab-ops-{lab['run_id']}.sqlite")
+    if not args.db:  # the default file is checked as a named one is
+        _telemetry_out(db, "telemetry file")
     live = Live(lab, db, args.interval, args.max_rows,
                 on_alert=lambda a, e: print(_format_alert(a, e), flush=True))
     plan = lab["plan"]
@@ -165,15 +184,71 @@ def answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
         if cfg is None:
             raise ValueError(f"--llm needs {llm.ENV_URL} set to an OpenAI-compatible endpoint")
         client = llm.ChatClient(cfg["url"], cfg["model"], cfg["key"])
-        return llm.llm_diagnose(tools, question, client)
+        fallback = bool(getattr(args, "llm_fallback", False))
+        try:
+            return llm.llm_diagnose(tools, question, client, fallback=fallback)
+        except llm.LLMError as exc:
+            from testbed.shell.preflight import LabError
+
+            raise LabError(f"--llm: {exc} (--llm-fallback answers with the rule-based "
+                           "planner when the model cannot)") from None
     return diagnose(tools, question, probe=not args.no_probe)
+
+
+#: words of a question that name a node: a GPU's NIC or a switch of any design
+NODE_WORD = re.compile(r"\b(?:s\d+g\d+|lf\d+r\d+|spine\d+|tor\d+r\d+|agg\d+x\d+|core\d+|"
+                       r"nvs\d+|edge\d+x\d+)\b")
+#: what an empty question is told
+EMPTY_QUESTION = ("--ask needs a question (e.g. --ask 'what is wrong?'); without --ask, "
+                  "diagnose asks at a prompt")
+
+
+def check_question(question: str, plan: WiringPlan) -> None:
+    """Refuse (ValueError) a question that is empty or names a node the fabric does not
+    have: the agent would answer about the rest of the fabric as if it had been asked."""
+    if not question.strip():
+        raise ValueError(EMPTY_QUESTION)
+    names = [n.name for n in plan.nodes]
+    for word in NODE_WORD.findall(question):
+        if word not in names:
+            close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else \
+                f"its nodes are {names[0]} ... {names[-1]}"
+            raise ValueError(f"--ask names {word}, which this fabric ({plan.topology}, "
+                             f"{len(plan.hosts)} GPUs) does not have; {hint}")
+
+
+def _check_diagnose_options(args: argparse.Namespace) -> None:
+    """Options that would do nothing with the others given are refused, saying why."""
+    if args.ask is not None and not args.ask.strip():
+        raise ValueError(EMPTY_QUESTION)
+    if args.live and not args.db:
+        raise ValueError("--live collects into the file --db names: give --db FILE (without "
+                         "--live, --db reads a recorded file)")
+    if getattr(args, "llm_fallback", False) and not args.llm:
+        raise ValueError("--llm-fallback without --llm: the rule-based planner answers anyway")
+    if args.db and not args.live:
+        given = [opt for opt, value in (("--run", args.run), ("--collect", args.collect),
+                                        ("--interval", args.interval),
+                                        ("--no-probe", args.no_probe or None))
+                 if value is not None]
+        if given:
+            raise ValueError(f"{given[0]} does nothing with --db (a recorded run is read, "
+                             "nothing is collected or probed); drop it, or add --live")
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
     from testbed.shell import cleanup
 
+    _check_diagnose_options(args)
+    if args.interval is None:
+        args.interval = DEFAULT_INTERVAL_S
+    if args.collect is None:
+        args.collect = DEFAULT_COLLECT_S
     if args.db and args.live:
-        out_file(args.db, "--db")
+        _telemetry_out(args.db, "--db")
+        if args.baseline:
+            distinct({"--baseline": args.baseline, "--db": args.db})
     baseline = _open_recorded(args.baseline, "--baseline") if args.baseline else None
     live: Live | None = None
     scratch = None  # a live session's own telemetry folder, removed however it ends
@@ -184,11 +259,15 @@ def run_diagnose(args: argparse.Namespace) -> int:
             if "plan" not in meta:
                 raise ValueError(f"--db {args.db}: not an ops telemetry file (no plan in meta)")
             plan = WiringPlan.from_dict(meta["plan"])
+            if args.ask is not None:
+                check_question(args.ask, plan)
             series_end = max((t for (_c, _m), (t, _v) in store.latest().items()), default=None)
             tools_fn = lambda: Tools(plan, store=store, baseline=baseline,  # noqa: E731
                                      now=series_end)
         else:
             lab = discover(args.run)
+            if args.ask is not None:
+                check_question(args.ask, lab["plan"])
             db = args.db
             if not db:
                 scratch = cleanup.make_scratch(lab["run_id"])
@@ -224,9 +303,15 @@ def _diagnose_session(args: argparse.Namespace, live: Live | None, tools_fn: Any
             return 0
         if not q or q in ("quit", "exit"):
             return 0
+        tools = tools_fn()
+        try:
+            check_question(q, tools.plan)
+        except ValueError as exc:  # the prompt goes on: one line, ask again
+            print(f"error: {exc}")
+            continue
         if live is not None:
             live.collector.poll_once()  # fresh counters for every question
-        d = answer(tools_fn(), q, args)
+        d = answer(tools, q, args)
         print(d.text())
 
 
@@ -287,7 +372,7 @@ def add_ops_parser(subparsers: Any) -> argparse.ArgumentParser:
     d = sub.add_parser("diagnose", help="ask the agent (one-shot --ask or interactive)")
     for q in (w, d):
         q.add_argument("--run", help="run id of the lab (when several run)")
-        q.add_argument("--interval", type=SECONDS, default=DEFAULT_INTERVAL_S, metavar="S",
+        q.add_argument("--interval", type=SECONDS, default=None, metavar="S",
                        help=f"polling interval (default {DEFAULT_INTERVAL_S:g} s; the "
                             "controller's own counters refresh at its --poll-interval)")
     w.add_argument("--db", help="SQLite file for the telemetry (default in /tmp)")
@@ -300,11 +385,16 @@ def add_ops_parser(subparsers: Any) -> argparse.ArgumentParser:
     d.add_argument("--db", help="read a recorded run's telemetry file (offline; no lab needed)")
     d.add_argument("--live", action="store_true",
                    help="with --db: collect live into that file instead of reading it")
-    d.add_argument("--collect", type=SECONDS, default=5.0, metavar="S",
-                   help="seconds of telemetry to collect before answering (default 5)")
+    d.add_argument("--collect", type=SECONDS, default=None, metavar="S",
+                   help=f"seconds of telemetry to collect before answering (default "
+                        f"{DEFAULT_COLLECT_S:g}; live only)")
     d.add_argument("--baseline", metavar="FILE", help="a fault-free run's telemetry file")
     d.add_argument("--llm", action="store_true",
-                   help="let an OpenAI-compatible model drive the tools (ASTRAL_LAB_LLM_URL)")
+                   help="let an OpenAI-compatible model drive the tools (ASTRAL_LAB_LLM_URL); "
+                        "a model that cannot answer is an error (exit 1)")
+    d.add_argument("--llm-fallback", action="store_true",
+                   help="with --llm: a model that cannot answer (unreachable, no JSON) is "
+                        "answered by the rule-based planner instead, with a note")
     d.add_argument("--no-probe", action="store_true", help="no active probes (pings)")
     d.add_argument("--json", action="store_true", help="print the answer as JSON")
     d.set_defaults(fn=run_diagnose)
@@ -320,11 +410,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="astral-lab")
     add_ops_parser(parser.add_subparsers(dest="verb", required=True))
     args = parser.parse_args(["ops", *(sys.argv[1:] if argv is None else argv)])
+    from testbed.shell.preflight import LabError
+
     try:
         return int(args.fn(args) or 0)
     except ValueError as exc:
         print(f"astral-lab ops: {exc}", file=sys.stderr)
         return 2
+    except LabError as exc:  # this machine, not the input (an --llm that cannot answer)
+        print(f"astral-lab ops: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -159,8 +159,12 @@ def check_answer(tools: Tools, data: dict[str, Any]) -> tuple[list[Suspect], lis
 
 
 def llm_diagnose(tools: Tools, question: str, client: ChatClient, *,
-                 job_hosts: list[str] | None = None) -> Diagnosis:
-    """Let the model drive ``tools``; return its checked answer or the deterministic one."""
+                 job_hosts: list[str] | None = None, fallback: bool = True) -> Diagnosis:
+    """Let the model drive ``tools``; return its checked answer or the deterministic one.
+
+    ``fallback``: a backend that fails (unreachable, no answer, not JSON) is answered by the
+    deterministic planner with a note; without it the ``LLMError`` is raised, since an
+    answer the user asked the model for should not silently come from elsewhere."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
                                       {"role": "user", "content": question}]
     schemas = tool_schemas()
@@ -185,6 +189,8 @@ def llm_diagnose(tools: Tools, question: str, client: ChatClient, *,
         else:
             raise LLMError(f"no final answer after {MAX_TURNS} rounds of tool calls")
     except LLMError as exc:
+        if not fallback:
+            raise
         d = diagnose(tools, question, job_hosts=job_hosts)
         d.notes.append(f"LLM backend failed ({exc}); showing the deterministic planner's answer")
         return d

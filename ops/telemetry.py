@@ -47,6 +47,7 @@ import math
 import os
 import sqlite3
 import threading
+import urllib.parse
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -119,6 +120,8 @@ CREATE TABLE IF NOT EXISTS alerts (
 CREATE TABLE IF NOT EXISTS events (
     t REAL NOT NULL, source TEXT NOT NULL, kind TEXT NOT NULL, component TEXT, detail TEXT);
 """
+#: the tables a telemetry file has (SCHEMA)
+TABLES = ("meta", "samples", "alerts", "events")
 
 
 class Store:
@@ -130,14 +133,32 @@ class Store:
     agent reads).
     """
 
-    def __init__(self, path: str, max_rows: int = DEFAULT_MAX_ROWS) -> None:
+    def __init__(self, path: str, max_rows: int = DEFAULT_MAX_ROWS,
+                 readonly: bool = False) -> None:
+        """Open (and, unless ``readonly``, create) the file. ``readonly`` opens it as
+        SQLite's read-only mode and checks that it holds this schema's tables, so a file
+        that is read is never written, not even the schema (``sqlite3.DatabaseError``
+        otherwise)."""
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1 (got {max_rows})")
         self.path = path
         self.max_rows = max_rows
+        self._lock = threading.Lock()
+        if readonly:
+            uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            try:
+                tables = {r[0] for r in self._db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                missing = sorted(set(TABLES) - tables)
+                if missing:
+                    raise sqlite3.DatabaseError(f"no {', '.join(missing)} table")
+            except BaseException:
+                self._db.close()
+                raise
+            return
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
-        self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False)
         self._db.executescript(SCHEMA)
         self._db.commit()

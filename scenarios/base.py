@@ -53,7 +53,7 @@ from traffic.shell.running import RunningLab
 from vocab import validate
 from vocab.plan import WiringPlan, finite, write_json_atomic
 from vocab.plugins import plugin_name
-from vocab.validate import BadValue, Rule, count, positive, real
+from vocab.validate import BadValue, Rule, count, real, replaceable
 
 #: Rules (``vocab.validate``) of parameters many scenarios share. A scenario's fabric
 #: is emulated on one machine, so servers and GPUs per server stay small; seconds are
@@ -61,7 +61,7 @@ from vocab.validate import BadValue, Rule, count, positive, real
 SERVERS = count(1, 64)
 GPUS = count(1, 16)
 SCALE = FABRIC_RULES["scale"]
-SECONDS = positive(3600)
+SECONDS = real(0.01, 3600)  # below 10 ms no emulated phase carries a frame
 DRAWS = count(1, 1000)
 MODEL_DRAWS = count(1, 100_000)
 QPS = count(1, 1024)
@@ -245,6 +245,7 @@ class Run:
 
     def save_figure(self, fig: Any, filename: str) -> str:
         path = self.path(filename)
+        replaceable(path)
         tmp = path + ".tmp.png"
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
         os.replace(tmp, path)
@@ -559,6 +560,7 @@ def _cell(v: Any) -> Any:
 
 
 def _write_text(path: str, text: str) -> None:
+    replaceable(path)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)

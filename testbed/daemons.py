@@ -84,6 +84,10 @@ def of(lab: Any, node: str) -> SwitchDaemon:
     return find(node) if find else ROOT
 
 
+#: the most switch daemons one may ask for (each wants a core of its own)
+MAX_DAEMONS = 256
+
+
 def parse_request(text: str | int) -> int | str:
     """``--switch-daemons`` as typed: ``auto`` or a whole number >= 1 (one-line error)."""
     if str(text).strip().lower() == "auto":
@@ -92,8 +96,9 @@ def parse_request(text: str | int) -> int | str:
         n = int(str(text).strip())
     except ValueError:
         raise ValueError(f"switch daemons must be a number or 'auto', not {text!r}") from None
-    if n < 1:
-        raise ValueError(f"switch daemons must be at least 1, not {n}")
+    if not 1 <= n <= MAX_DAEMONS:
+        raise ValueError(f"switch daemons must be a whole number in 1..{MAX_DAEMONS} or "
+                         f"'auto', not {n}")
     return n
 
 
@@ -107,6 +112,9 @@ def resolve_count(request: int | str, datapath: str, switches: int) -> int:
         n = len(os.sched_getaffinity(0))
     else:
         n = int(request)
+        if n > switches:
+            raise ValueError(f"--switch-daemons {n}: the fabric has {switches} switches, and "
+                             "a daemon forwards at least one; give at most that, or auto")
         if n > 1 and datapath != Datapath.USER:
             raise ValueError("--switch-daemons above 1 needs the userspace datapath: the "
                              "kernel datapath forwards on every core already")

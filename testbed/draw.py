@@ -45,6 +45,7 @@ from matplotlib.patches import Rectangle
 from PIL import Image
 
 from vocab.plan import Link, Node, WiringPlan
+from vocab.validate import replaceable
 
 #: Above this many hosts, hosts are drawn as a coloured strip (no markers, no labels).
 HOST_DETAIL_MAX = 300
@@ -586,6 +587,7 @@ def _save_atomic(fig: Figure, path: str) -> None:
     The picture is flat colours and thin lines, so a 256-colour palette PNG looks the
     same and is several times smaller than RGBA (it matters for the README copy).
     """
+    replaceable(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     buf = io.BytesIO()

@@ -60,10 +60,13 @@ class FabricSpec:
         return [f.name for f in fields(cls)]
 
 
+#: the most GPUs of one server, and the largest fat-tree arity, the emulator addresses
+MAX_GPUS_PER_SERVER, MAX_K = 255, 254
 #: The rule of each ``FabricSpec`` field (``vocab.validate``): the verbs' flags, the
 #: flow model and the builders check the same one. Counts are capped where a larger value
-#: would only make a verb churn (the builders' own limits are tighter still); ``scale``
-#: above 1e-2 would put even a 100G link above the 1000 Mb/s Mininet can shape.
+#: would only make a verb churn (the closed-form cost model takes them all; what the
+#: emulating builders take is tighter still: ``EMULATED_RULES``); ``scale`` above 1e-2
+#: would put even a 100G link above the 1000 Mb/s Mininet can shape.
 FABRIC_RULES: dict[str, Rule] = {
     "servers": count(1, 65536),
     "gpus": count(1, 1024),
@@ -80,6 +83,11 @@ FABRIC_RULES: dict[str, Rule] = {
     "nvlink_gbps": positive(100_000),
     "scale": positive(1e-2),
 }
+#: where the builders of an emulated fabric take less than ``FABRIC_RULES`` (a server's
+#: GPUs and a fat-tree's k are addressed in one octet): the rules of ``topo`` and ``up``,
+#: so ``-h`` shows what they accept
+EMULATED_RULES: dict[str, Rule] = {**FABRIC_RULES, "gpus": count(1, MAX_GPUS_PER_SERVER),
+                                   "k": count(0, MAX_K)}
 #: a fabric's GPU count (``model --gpus``, ``cost --gpus``): 16 times the paper's 64K
 GPU_COUNT = count(1, 1 << 20)
 #: the fastest emulated rate Mininet shapes (it ignores ``bw`` above it)
@@ -128,8 +136,8 @@ def check_spec(spec: FabricSpec, blocks_given: bool = True) -> None:
 def check_common(spec: FabricSpec) -> None:
     """``check_spec`` plus the emulator's addressing limit on GPUs per server."""
     check_spec(spec)
-    if spec.gpus > 255:
-        raise ValueError(f"gpus must be <= 255 per server (got {spec.gpus})")
+    if spec.gpus > MAX_GPUS_PER_SERVER:
+        raise ValueError(f"gpus must be <= {MAX_GPUS_PER_SERVER} per server (got {spec.gpus})")
 
 
 def check_options(spec: FabricSpec, design: str, options: Iterable[str]) -> None:

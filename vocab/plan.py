@@ -15,12 +15,16 @@ of the block; a DPID's top 16 bits name the tier (see ``dpid_for``).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from vocab.validate import replaceable
 
 SCHEMA = "astral-lab/wiring-plan"
 VERSION = 1
@@ -259,8 +263,14 @@ class WiringPlan:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> WiringPlan:
+        """The plan in a JSON file (opened read-only); ValueError for what is not one,
+        a file nested too deeply for the parser included."""
         with open(path, encoding="utf-8") as f:
-            return cls.from_dict(json.load(f))
+            try:
+                data = json.load(f)
+            except RecursionError:
+                raise ValueError("not a wiring plan: its JSON is nested too deeply") from None
+        return cls.from_dict(data)
 
 
 #: a plan's fields: name -> (JSON types allowed, required). Nodes and links are checked the
@@ -315,17 +325,21 @@ def _check_fields(where: str, obj: Any, spec: dict[str, tuple[tuple[type, ...], 
 def check_schema(data: Any) -> None:
     """Refuse what is not a wiring plan of this version, naming the first bad field
     (``links[3].b_port is missing``): every field's presence and JSON type, finite
-    positive rates and scale, no unknown node or link field. ``validate`` then checks
-    that the parts fit together."""
+    positive rates and scale, no unknown node or link field, then what the values mean
+    (``_check_meaning``). ``validate`` then checks that the parts fit together."""
     if not isinstance(data, dict):
         raise ValueError(f"not a wiring plan: a JSON object is expected (got "
                          f"{type(data).__name__})")
     if data.get("schema") != SCHEMA:
         raise ValueError(f"not a wiring plan (schema is {data.get('schema')!r}, want "
                          f"{SCHEMA!r})")
-    if data.get("version") != VERSION:
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ValueError(f"wiring plan: version must be the number {VERSION} (got "
+                         f"{version!r})")
+    if version != VERSION:
         raise ValueError(
-            f"wiring plan version {data.get('version')} is not supported (want {VERSION}); "
+            f"wiring plan version {version} is not supported (want {VERSION}); "
             "regenerate it with `astral-lab topo`"
         )
     try:
@@ -349,8 +363,130 @@ def check_schema(data: Any) -> None:
             for port in ("a_port", "b_port"):
                 if link[port] < 0:
                     raise ValueError(f"links[{i}].{port} must be >= 0 (got {link[port]!r})")
+        _check_meaning(data)
     except ValueError as exc:
         raise ValueError(f"wiring plan: {exc}") from None
+
+
+#: what a plan's values may be, beyond their JSON types (``_check_meaning``)
+NODE_KINDS = ("host", "switch")
+HOST_TIER = "gpu"
+LINK_KINDS = ("lane", "nic", "nvlink", "uplink")
+#: the highest OpenFlow port number a switch port can have (OFPP_MAX)
+OFPP_MAX = 0xFFFFFF00
+#: the fastest real link a builder makes (``testbed.fabricspec.FABRIC_RULES``' rate cap)
+MAX_REAL_GBPS = 100_000.0
+#: the fastest emulated link Mininet shapes (it ignores ``bw`` above it)
+MAX_EMULATED_MBPS = 1000.0
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_DPID = re.compile(r"[0-9a-fA-F]{16}")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+
+
+def _finite_all(where: str, value: Any) -> None:
+    """Every number in ``value`` (nested) is finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number (got {value!r})")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _finite_all(f"{where}.{k}", v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _finite_all(f"{where}[{i}]", v)
+
+
+def _check_ip(where: str, text: str) -> None:
+    try:
+        ip = ipaddress.IPv4Address(text)
+    except ValueError:
+        raise ValueError(f"{where} must be an IPv4 address like 10.0.0.1 (got {text!r})"
+                         ) from None
+    if ip.is_multicast or ip.is_unspecified or ip == ipaddress.IPv4Address("255.255.255.255"):
+        raise ValueError(f"{where} must be a unicast IPv4 address (got {text!r})")
+
+
+def _check_meaning(data: dict[str, Any]) -> None:
+    """What the values mean, each rule named with its field, so a hand-edited plan is
+    refused at the door and never reaches the controller or the drawing: a topology name,
+    finite params, a fabric with hosts, switches and links; node kinds and tiers; dpids,
+    IPs and MACs; port numbers; every link between two known nodes, lower tier first (no
+    self-loop, no link within a tier, as no design has a spine-to-spine link); link kinds;
+    rates within what the builders make."""
+    if not _NAME.fullmatch(data["topology"]):
+        raise ValueError(f"topology must be a design's name (got {data['topology']!r})")
+    _finite_all("params", data["params"])
+    nodes, links = data["nodes"], data["links"]
+    levels: dict[str, tuple[int, str, str]] = {}
+    for i, n in enumerate(nodes):
+        where = f"nodes[{i}]"
+        if not _NAME.fullmatch(n["name"]):
+            raise ValueError(f"{where}.name must be letters, digits, '_', '.' or '-' (got "
+                             f"{n['name']!r})")
+        if n["kind"] not in NODE_KINDS:
+            raise ValueError(f"{where}.kind must be host or switch (got {n['kind']!r})")
+        if n["level"] < 0:
+            raise ValueError(f"{where}.level must be >= 0 (got {n['level']!r})")
+        if n["kind"] == "host":
+            if n["tier"] != HOST_TIER or n["level"] != 0:
+                raise ValueError(f"{where} is a host: its tier must be {HOST_TIER!r} and its "
+                                 f"level 0 (got {n['tier']!r}, {n['level']})")
+            if n.get("dpid") is not None:
+                raise ValueError(f"{where}.dpid: a host has none")
+            if not n.get("ip"):
+                raise ValueError(f"{where}.ip is missing (a host has an address)")
+            _check_ip(f"{where}.ip", n["ip"])
+            if n.get("mac") is not None and not _MAC.fullmatch(n["mac"]):
+                raise ValueError(f"{where}.mac must look like 02:00:0a:00:00:01 (got "
+                                 f"{n['mac']!r})")
+            if n.get("mac") is not None and int(n["mac"][:2], 16) & 1:
+                raise ValueError(f"{where}.mac must be a unicast address (got {n['mac']!r})")
+        else:
+            if n["tier"] not in TIER_CODES:
+                raise ValueError(f"{where}.tier must be one of {', '.join(TIER_CODES)} for a "
+                                 f"switch (got {n['tier']!r})")
+            if n["level"] < 1:
+                raise ValueError(f"{where}.level must be >= 1 for a switch (got "
+                                 f"{n['level']})")
+            if not isinstance(n.get("dpid"), str) or not _DPID.fullmatch(n["dpid"]):
+                raise ValueError(f"{where}.dpid must be 16 hex digits (got "
+                                 f"{n.get('dpid')!r})")
+            if n.get("ip") is not None:
+                _check_ip(f"{where}.ip", n["ip"])
+        loc = n.get("loc", {})
+        for key, value in loc.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{where}.loc.{key} must be a whole number >= 0 (got "
+                                 f"{value!r})")
+        levels[n["name"]] = (n["level"], n["kind"], n["tier"])
+    hosts = sum(1 for n in nodes if n["kind"] == "host")
+    if not hosts or hosts == len(nodes) or not links:
+        raise ValueError(f"an empty fabric: {hosts} host(s), {len(nodes) - hosts} "
+                         f"switch(es), {len(links)} link(s); a plan needs each")
+    for i, ln in enumerate(links):
+        where = f"links[{i}]"
+        if ln["kind"] not in LINK_KINDS:
+            raise ValueError(f"{where}.kind must be one of {', '.join(LINK_KINDS)} (got "
+                             f"{ln['kind']!r})")
+        for end in ("a", "b"):
+            if ln[end] not in levels:
+                raise ValueError(f"{where}.{end} names no node of the plan ({ln[end]!r})")
+            port = ln[f"{end}_port"]
+            if levels[ln[end]][1] == "switch" and not 1 <= port <= OFPP_MAX:
+                raise ValueError(f"{where}.{end}_port must be an OpenFlow port number in "
+                                 f"1..{OFPP_MAX} on switch {ln[end]} (got {port})")
+        if ln["a"] == ln["b"]:
+            raise ValueError(f"{where} joins {ln['a']} to itself (a self-loop)")
+        (la, _ka, ta), (lb, _kb, tb) = levels[ln["a"]], levels[ln["b"]]
+        if la >= lb:
+            raise ValueError(f"{where} must go up a tier, a below b: {ln['a']} ({ta}, level "
+                             f"{la}) to {ln['b']} ({tb}, level {lb}); no link within a tier "
+                             "(e.g. spine to spine)")
+        if ln["gbps"] > MAX_REAL_GBPS:
+            raise ValueError(f"{where}.gbps must be <= {MAX_REAL_GBPS:g}, the fastest link a "
+                             f"builder makes (got {ln['gbps']!r})")
+        if ln["mbps"] > MAX_EMULATED_MBPS:
+            raise ValueError(f"{where}.mbps must be <= {MAX_EMULATED_MBPS:g}, the fastest "
+                             f"link Mininet shapes (got {ln['mbps']!r})")
 
 
 def finite(v: Any) -> Any:
@@ -366,7 +502,9 @@ def finite(v: Any) -> Any:
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
-    """Write JSON to a temporary file in the same directory, then rename it into place."""
+    """Write JSON to a temporary file in the same directory, then rename it into place
+    (never over a device node, FIFO or socket: ``vocab.validate.replaceable``)."""
+    replaceable(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)

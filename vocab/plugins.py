@@ -21,6 +21,7 @@ Discovery is lazy (the first ``names()``/``get()``), so a folder appended to a p
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import pkgutil
@@ -55,8 +56,18 @@ def discover(package: str, first: Iterable[str] = (), dashes: bool = True
 
 
 def unknown(kind: str, name: object, known: Iterable[str]) -> ValueError:
-    """The one error for a name no plug-in of ``kind`` has, listing the ones there are."""
-    return ValueError(f"unknown {kind} {name!r}; choose from {', '.join(known)}")
+    """The one error for a name no plug-in of ``kind`` has: the closest name when one is
+    close (``did you mean``), and always the ones there are."""
+    return ValueError(f"unknown {kind} {name!r}; {suggest(name, known)}")
+
+
+def suggest(name: object, known: Iterable[str]) -> str:
+    """``did you mean X? choose from A, B, ...`` (difflib's closest), or only the list:
+    a mistyped name is answered with the name meant, not just every name."""
+    names = [str(k) for k in known]
+    close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.6)
+    listed = f"choose from {', '.join(names)}"
+    return f"did you mean {close[0]}? ({listed})" if close else listed
 
 
 def required(contract: type) -> tuple[str, ...]:

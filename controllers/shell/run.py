@@ -47,6 +47,16 @@ def can_listen(host: str, port: int) -> str:
     return ""
 
 
+def _not_an_address(host: str, why: str) -> bool:
+    """Whether a listen failure is the host's: a name that does not resolve, or an address
+    no interface of this machine has."""
+    try:
+        socket.getaddrinfo(host, None)
+    except OSError:
+        return True
+    return "assign requested address" in why
+
+
 def serve(args: Any) -> int:
     """Run until SIGTERM or Ctrl-C; 2 with one message for a bad plan or option, 1 when a
     port cannot be bound. ``args`` has the attributes of ``astral_lab.controller_cli``'s
@@ -72,6 +82,10 @@ def serve(args: Any) -> int:
         return 2
     why = can_listen(args.of_host, args.of_port)
     if why:
+        if _not_an_address(args.of_host, why):  # the host is wrong, not the port
+            print(f"astral-lab controller: error: --of-host {args.of_host}: not an address "
+                  f"this machine can listen on ({why})", file=sys.stderr)
+            return 2
         print(f"astral-lab controller: error: --of-port {args.of_port}: cannot listen on "
               f"{args.of_host}:{args.of_port} ({why})", file=sys.stderr)
         return 1

@@ -77,6 +77,7 @@ from typing import Any
 
 from testbed import topologies
 from testbed.fabricspec import CostSpec, Fabric, FabricSpec, Infeasible
+from vocab.validate import replaceable
 
 #: every topology module (testbed/topologies/), in listing order
 DESIGNS = topologies.TOPOLOGIES.names()
@@ -328,6 +329,7 @@ def plot_costs(rows: list[dict[str, Any]], path: str | os.PathLike[str],
     ax.set_ylim(0, top * 1.25)
     fig.tight_layout()
     path = os.fspath(path)
+    replaceable(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".png", dir=directory)

@@ -237,6 +237,10 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8,
                          f"{MAX_PER_FLOW:,}: it keeps Python objects per flow); use --mode "
                          "aggregate (astral3) or fewer GPUs")
     if chosen == ModelMode.AGGREGATE:
+        if not two_tier and mode != ModelMode.AUTO:
+            raise ValueError(f"--mode aggregate: the aggregate what-if covers two-tier "
+                             f"designs (astral3) only, not {topology}; use --mode per-flow "
+                             "or auto")
         if not two_tier:
             raise ValueError(f"{job.flows:,} flows is more than the per-flow model takes "
                              f"(--exact-flows {exact_flows:,}) and the aggregate what-if covers "

@@ -1,13 +1,16 @@
-"""Progress of a long model run: one status line on a terminal, nothing anywhere else.
+"""Progress of a long model run: one status line on a terminal, a line per tenth elsewhere.
 
-A decode step on a few hundred GPUs keeps the solver busy for a while, and a person at
-a terminal should see that it moves and roughly when it ends. The compiled event loop
-runs without the GIL and counts the classes it has finished in a small array (a
-*probe*, ``maxmin.events``); a ``Watch`` thread reads it twice a second and passes a
-note on (in a forked policy worker, over its pipe: ``forked.map_forked``). ``Progress``
-gathers the notes of every policy and redraws one line on stderr, only when stderr is
-a terminal (piped output and tests stay clean) and only once the run has lasted a
-couple of seconds.
+A decode step on a few hundred GPUs keeps the solver busy for a while, and a person
+should see that it moves and roughly when it ends, at a terminal or reading a log. The
+compiled event loop runs without the GIL and counts the classes it has finished in a
+small array (a *probe*, ``maxmin.events``); a ``Watch`` thread reads it twice a second
+and passes a note on (in a forked policy worker, over its pipe: ``forked.map_forked``).
+``Progress`` gathers the notes of every policy. On a terminal it redraws one line on
+stderr once the run has lasted a couple of seconds. Anywhere else (a pipe, a log file,
+a job without a terminal) it writes whole lines, and only for a run past ``LINES_AFTER``
+seconds, so short runs and tests stay clean: one when that time is reached, then one per
+tenth of the work done, and once, when the estimate says the run takes over a minute in
+all, that estimate.
 
 The estimate: a refill after departures costs about the classes still sending, so the
 work behind a solve that has finished a fraction f of its classes is about
@@ -126,21 +129,35 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
+#: seconds after which a run writes progress lines where stderr is not a terminal
+LINES_AFTER = 5.0
+#: a run estimated to take longer than this in all says so, once
+SAY_ESTIMATE_PAST = 60.0
+
+
 class Progress:
-    """The status line of one model run, redrawn from the tasks' notes.
+    """The progress of one model run, from the tasks' notes (module docstring).
 
     Made when the run starts (its clock starts then); ``start`` names the tasks once the
-    run knows them. ``enabled`` None: draw only when ``stream`` is a terminal. Nothing is
-    drawn before ``delay`` seconds, or more often than every ``interval`` seconds;
-    ``close`` erases the line so the report starts on a clean one. Thread-safe: notes
-    come from a watch thread or from the parent of forked workers.
+    run knows them. ``enabled`` None: a status line when ``stream`` is a terminal, else
+    lines (after ``lines_after`` seconds, one per tenth); True: the status line anywhere;
+    False: nothing. The status line is not drawn before ``delay`` seconds, or more often
+    than every ``interval`` seconds; ``close`` erases it so the report starts on a clean
+    line. Thread-safe: notes come from a watch thread or from the parent of forked
+    workers.
     """
 
     def __init__(self, stream: TextIO | None = None, *, enabled: bool | None = None,
                  delay: float = 2.0, interval: float = 1.0,
+                 lines_after: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.enabled = _isatty(self.stream) if enabled is None else enabled
+        tty = _isatty(self.stream)
+        self.lines = enabled is None and not tty  # whole lines: a pipe, a log file
+        self.enabled = True if self.lines else (tty if enabled is None else enabled)
+        self.lines_after = LINES_AFTER if lines_after is None else lines_after
+        self._tenths = -1  # the last tenth of the work a line was written for
+        self._said_estimate = False
         self.tasks: list[TaskState] = []
         self.jobs, self.delay, self.interval, self.clock = 1, delay, interval, clock
         self.t0 = clock()
@@ -173,7 +190,28 @@ class Progress:
         return format_line(self.tasks, now - self.t0,
                            estimate_left(self.tasks, now, self.jobs))
 
+    def _write_line(self, now: float) -> None:
+        """Lines mode: a line once past ``lines_after``, then at every tenth of the work,
+        and the estimate once if the run takes over a minute in all."""
+        if now - self.t0 < self.lines_after or not self.tasks:
+            return
+        done = sum(t.fraction() for t in self.tasks) / len(self.tasks)
+        tenths = int(done * 10 + 1e-9)
+        left = estimate_left(self.tasks, now, self.jobs)
+        if not self._said_estimate and left is not None and \
+                now - self.t0 + left > SAY_ESTIMATE_PAST:
+            self._said_estimate = True
+            self.stream.write(f"model: this run takes about {duration(now - self.t0 + left)} "
+                              f"in all (estimate); a line per tenth done follows\n")
+        if tenths > self._tenths:
+            self._tenths = tenths
+            self.stream.write(f"{format_line(self.tasks, now - self.t0, left)}\n")
+            self.stream.flush()
+
     def _draw(self, now: float) -> None:
+        if self.lines:
+            self._write_line(now)
+            return
         if not self.enabled or now - self.t0 < self.delay or \
                 (self._width and now - self._drawn < self.interval):
             return
@@ -187,6 +225,8 @@ class Progress:
     def close(self) -> None:
         """Erase the line (if one was drawn)."""
         with self._lock:
+            if self.lines:
+                return
             if self._width:
                 self.stream.write("\r" + " " * self._width + "\r")
                 self.stream.flush()

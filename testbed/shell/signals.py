@@ -34,18 +34,32 @@ def exit_status(signum: int) -> int:
 _STOP_STATUSES = frozenset(exit_status(s) for s in STOPPING)
 
 
+#: stops put off (inside an import, or swallowed by Python) and not yet raised, oldest first
+_deferred: list[int] = []
+
+
 def _stop(signum: int, frame: FrameType | None) -> None:
     """Ctrl-C raises ``KeyboardInterrupt``, the others ``SystemExit(128 + signal)``; but not
     inside an import. An import runs other projects' module code, some of it behind a bare
     ``except: pass`` (Cython's memoryview registration, in NumPy's random module), where the
     stop would vanish and the command run on; there it is sent again a moment later, until
-    the import is over."""
+    the import is over. A short command can import to its very end, so the stop is also
+    noted (``pending_stop``) for the program to act on when the command returns."""
     if _importing(frame):
+        if signum not in _deferred:
+            _deferred.append(signum)
         threading.Thread(target=_send_later, args=(signum,), daemon=True).start()
         return
+    _deferred.clear()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise SystemExit(exit_status(signum))
+
+
+def pending_stop() -> int | None:
+    """The first stop that was put off and has not been raised yet, if any (a program's
+    ``main`` asks once its command is done, so that stop is reported rather than lost)."""
+    return _deferred[0] if _deferred else None
 
 
 def _importing(frame: FrameType | None) -> bool:
@@ -73,6 +87,10 @@ def stop_on_signals() -> None:
     if getattr(sys.unraisablehook, "__name__", "") != _unswallow.__name__:
         _unswallow.previous = sys.unraisablehook  # type: ignore[attr-defined]
         sys.unraisablehook = _unswallow
+    # The program's launcher blocks these signals before the interpreter starts (a stop in
+    # Python's own start-up is otherwise a "Fatal Python error"); one that came meanwhile is
+    # delivered here, to the handlers just installed.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)
 
 
 def stop_inside(exc: BaseException | None) -> BaseException | None:
@@ -104,6 +122,8 @@ def _unswallow(unraisable: Any) -> None:
     if sig is None:
         _unswallow.previous(unraisable)  # type: ignore[attr-defined]
         return
+    if sig not in _deferred:
+        _deferred.append(sig)
     threading.Thread(target=_send_later, args=(sig,), daemon=True).start()
 
 

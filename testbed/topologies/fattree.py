@@ -7,6 +7,7 @@ the baseline the rail designs are compared with. Every switch has k ports at NIC
 from __future__ import annotations
 
 from testbed.fabricspec import (
+    MAX_K,
     Builder,
     CostSpec,
     Fabric,
@@ -44,8 +45,8 @@ def rules(spec: FabricSpec, emulated: bool = True) -> int:
     if k ** 3 // 4 < spec.gpu_count:
         raise ValueError(f"k={k} fat-tree holds {k ** 3 // 4} hosts, fewer than the "
                          f"{spec.gpu_count} GPUs requested; raise k or use 0 for auto")
-    if emulated and k > 254:
-        raise ValueError(f"k must be <= 254 to keep addresses readable (got {k})")
+    if emulated and k > MAX_K:
+        raise ValueError(f"k must be <= {MAX_K} to keep addresses readable (got {k})")
     check_radix(spec, "fat-tree switch", k * nic_lanes(spec))
     return k
 

@@ -31,8 +31,9 @@ from traffic.roce import DEFAULT_PMTU
 @pytest.mark.parametrize("argv,message", [
     (["dashboard", "--port", "70000"], "argument --port: must be a whole number in 0..65535"),
     (["dashboard", "--port", "web"], "argument --port: must be a whole number in 0..65535"),
-    (["dashboard", "--interval", "0"], "argument --interval: must be a finite number in (0, "),
-    (["dashboard", "--interval", "nan"], "argument --interval: must be a finite number in (0, "),
+    (["dashboard", "--interval", "0"], "argument --interval: must be a finite number in [0.001, "),
+    (["dashboard", "--interval", "nan"],
+     "argument --interval: must be a finite number in [0.001, "),
     (["up", "astral3", "--capture", "lf0r0"], "'lf0r0' is not a switch port"),
     (["up", "astral3", "--capture", "lf0r0-eth3,lf0r0:3,lf0r0-eth3"], "named twice"),
     (["up", "astral3", "--dashboard-port", "-1"], "must be a whole number in 0..65535"),

@@ -15,8 +15,9 @@ The rules that let a line through without parsing it as written, all stated here
 * ``PLACEHOLDER``: a line with an argument in angle brackets (``<DIR>``) or an argument
   that is ``...`` is skipped; at most ``MAX_PLACEHOLDERS`` such lines may exist.
 * ``IN_FILE_OPTIONS``: the value of an option that must name an existing file (``--plan``)
-  is replaced by an empty scratch file, since the docs' lines read a file an earlier
-  command writes.
+  is replaced by a scratch wiring plan, since the docs' lines read a file an earlier
+  command writes (and the plan doors check it as they parse).
+* A pipe (``| head -1``): only the command before it is parsed.
 * A ``cp examples/plugins/NAME.py DIR/`` line in a code block installs that worked example:
   the page's later command lines are parsed in a copy of the project with the plugins
   copied so far in place (as a reader following the page has them), in a fresh
@@ -184,6 +185,8 @@ def command(line: str) -> list[str] | None:
         words = shlex.split(line)
     except ValueError:
         return None
+    if "|" in words:  # what a pipe feeds is another command
+        words = words[:words.index("|")]
     if words and words[-1] == "&":
         words = words[:-1]
     while words and (words[0] in ("sudo", "env", "-E")
@@ -218,18 +221,20 @@ def placeholders(argv: list[str]) -> bool:
 
 
 def with_scratch_files(argv: list[str], scratch: Path) -> list[str]:
-    """``argv`` with the values of ``IN_FILE_OPTIONS`` replaced by an existing empty file."""
+    """``argv`` with the values of ``IN_FILE_OPTIONS`` replaced by an existing wiring plan
+    (the plan doors read and check it as they parse)."""
+    from testbed.topologies import build
+
     out = list(argv)
     for i, a in enumerate(out):
         for opt in IN_FILE_OPTIONS:
-            if a == opt and i + 1 < len(out):
+            if a == opt and i + 1 < len(out) or a.startswith(opt + "="):
                 f = scratch / f"in-{i}.json"
-                f.touch()
-                out[i + 1] = str(f)
-            elif a.startswith(opt + "="):
-                f = scratch / f"in-{i}.json"
-                f.touch()
-                out[i] = f"{opt}={f}"
+                build("astral3", servers=2, gpus=2).save(f)
+                if a == opt:
+                    out[i + 1] = str(f)
+                else:
+                    out[i] = f"{opt}={f}"
     return out
 
 

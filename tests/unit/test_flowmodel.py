@@ -639,7 +639,7 @@ def test_auto_jobs_is_bounded_by_cpus_policies_and_memory(monkeypatch):
 
 @pytest.mark.parametrize("argv, message", [
     (["--gpus", "32", "--jobs", "-1"], "argument --jobs: must be a whole number in 0..1024"),
-    (["--gpus", "30"], "30 GPUs is not a whole number of 8-GPU servers"),
+    (["--gpus", "30"], "--gpus 30 does not split evenly over servers of 8 GPUs"),
     (["--gpus", "32", "--lb", "ecmp,fastest"], "unknown policy 'fastest'"),
     (["--gpus", "1024"], "--servers-per-block 0 fills each leaf"),
     (["--gpus", "32", "--group-size", "12"], "group size 12 must be a multiple of 8"),

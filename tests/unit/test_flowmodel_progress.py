@@ -54,16 +54,50 @@ def test_the_line_names_every_policy_and_the_time_left():
     assert "estimating" in pg.format_line(tasks[:1], 1.0, None)
 
 
-def test_silent_unless_a_terminal_and_only_after_the_delay():
+def test_lines_where_not_a_terminal_one_per_tenth_after_a_few_seconds():
+    """`model astral3 --gpus 64 --workload prefill --tokens 1048576` computed for ~8 min
+    and said nothing when stderr was not a terminal."""
     clock = Clock()
     piped = io.StringIO()
-    p = pg.Progress(piped, clock=clock, delay=2.0)
-    assert not p.enabled
+    p = pg.Progress(piped, clock=clock, delay=2.0, lines_after=5.0)
+    assert p.lines and p.enabled
+    p.start(["ecmp"])
+    clock.t += 3
+    p.note(0, ("routing", 0, 0))
+    assert piped.getvalue() == ""  # a short run says nothing
+    clock.t += 3
+    p.note(0, ("routing", 0, 0))
+    assert piped.getvalue() == "model: 6 s, estimating | ecmp routing\n"
+    clock.t += 1
+    p.note(0, ("routing", 0, 0))
+    assert piped.getvalue().count("\n") == 1  # no new tenth: no new line
+    clock.t += 1
+    p.note(0, ("solving", 10, 100))  # 19% of the work, 5 s after the task began
+    clock.t += 1
+    p.note(0, ("solving", 20, 100))  # 36%
+    lines = piped.getvalue().splitlines()
+    assert lines[1:] == ["model: 8 s, about 21 s left | ecmp 19%",
+                         "model: 9 s, about 11 s left | ecmp 36%"]
+    clock.t += 100
+    p.note(0, ("solving", 30, 100))  # 51% in 106 s: about 208 s for the task
+    lines = piped.getvalue().splitlines()
+    assert lines[3] == ("model: this run takes about 3 min 31 s in all (estimate); a line "
+                        "per tenth done follows")
+    assert lines[4] == "model: 1 min 49 s, about 1 min 42 s left | ecmp 51%"
+    p.close()
+    assert "\r" not in piped.getvalue()
+
+
+def test_silent_where_told_and_only_after_the_delay():
+    clock = Clock()
+    out = io.StringIO()
+    p = pg.Progress(out, clock=clock, delay=2.0, enabled=False)
+    assert not p.enabled and not p.lines
     p.start(["ecmp"])
     clock.t += 30
     p.note(0, ("solving", 10, 100))
     p.close()
-    assert piped.getvalue() == ""
+    assert out.getvalue() == ""
 
     tty = Tty()
     p = pg.Progress(tty, clock=clock, delay=2.0, interval=1.0)
@@ -135,8 +169,14 @@ def test_a_run_draws_its_line_on_a_terminal_from_forked_workers():
     assert all(np.isfinite(r.completion_s) for r in res)
 
 
-def test_the_cli_draws_nothing_into_captured_stderr(tmp_path, monkeypatch, capsys):
+def test_the_cli_writes_whole_lines_into_captured_stderr(tmp_path, monkeypatch, capsys):
+    """No status line (no carriage returns) where stderr is not a terminal; whole lines,
+    here from the first moment (a real run waits ``LINES_AFTER`` seconds)."""
     monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path))
+    monkeypatch.setattr(pg, "LINES_AFTER", 0.0)
     assert main(["model", "astral3", "--gpus", "16", "--workload", "decode", "--jobs", "2"]) == 0
     err = capsys.readouterr().err
-    assert err == ""
+    assert "\r" not in err and err.endswith("\n")
+    lines = err.splitlines()
+    assert lines and all(line.startswith("model: ") for line in lines)
+    assert lines[-1].endswith("adaptive done")

@@ -95,7 +95,7 @@ def test_cli_topo_default_output_is_a_results_folder(tmp_path: object) -> None:
 
 @pytest.mark.parametrize("args,needle", [
     (["topo", "astral3", "--servers", "5"], "servers=5 must be a multiple of servers_per_block"),
-    (["topo", "fattree", "--gpus", "0"], "argument --gpus: must be a whole number in 1..1024"),
+    (["topo", "fattree", "--gpus", "0"], "argument --gpus: must be a whole number in 1..255"),
     (["topo", "astral3", "--radix", "8"], "radix=8 lanes is too small"),
 ])
 def test_cli_bad_parameters_give_one_line_and_exit_2(tmp_path: object, args: list[str],
