@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_validation import one_line, run_cli
 
 from astral_lab import cli
 from astral_lab.controller_cli import plan_file
@@ -121,20 +122,6 @@ def _snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
             else:
                 out[rel] = (stat.S_IFMT(st.st_mode), st.st_rdev)
     return out
-
-
-def _main(argv: list[str]) -> int:
-    try:
-        return cli.main(argv)
-    except SystemExit as exc:  # argparse refuses as it parses
-        return int(exc.code or 0)
-
-
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
 
 
 # --- wiring plans with one mistake of meaning each ---------------------------------------------
@@ -373,8 +360,8 @@ def test_every_case_is_one_line_exit_2_and_nothing_written_or_changed(
     for key, value in env.items():
         monkeypatch.setenv(key, str(box / value))
     before = _snapshot(box)
-    status = _main(argv)
-    line = _one_line(capsys)
+    status = run_cli(argv)
+    line = one_line(capsys)
     assert status == 2, (argv, line)
     assert line.startswith("astral-lab") and needle in line, (argv, line)
     assert _snapshot(box) == before, argv
@@ -418,8 +405,8 @@ def test_a_device_node_and_a_fifo_are_untouched_by_every_verbs_output(
         if target.endswith("-in-dir") and verb.split()[0] not in ("cost", "model", "run"):
             continue
         before = _snapshot(box)
-        assert _main(argv(target)) == 2, (verb, target)
-        line = _one_line(capsys)
+        assert run_cli(argv(target)) == 2, (verb, target)
+        line = one_line(capsys)
         assert "device node" in line or "FIFO" in line, line
         assert _snapshot(box) == before, (verb, target)
     assert stat.S_ISCHR(os.lstat(box / "dev").st_mode)
@@ -466,9 +453,9 @@ def test_diagnose_never_writes_a_file_it_reads(box: Path, capsys: pytest.Capture
     files = [box / "empty.sqlite", box / "foreign.sqlite", box / "recorded.sqlite"]
     before, listing = _hashes(*files), sorted(os.listdir(box))
     assert (box / "empty.sqlite").stat().st_size == 0
-    assert _main(["ops", "diagnose", "--ask", "?", "--db", "empty.sqlite"]) == 2
-    assert _main(["ops", "diagnose", "--ask", "?", "--db", "foreign.sqlite"]) == 2
-    assert _main(["ops", "diagnose", "--ask", "what is wrong?", "--db", "recorded.sqlite",
+    assert run_cli(["ops", "diagnose", "--ask", "?", "--db", "empty.sqlite"]) == 2
+    assert run_cli(["ops", "diagnose", "--ask", "?", "--db", "foreign.sqlite"]) == 2
+    assert run_cli(["ops", "diagnose", "--ask", "what is wrong?", "--db", "recorded.sqlite",
                   "--baseline", "recorded.sqlite"]) == 0
     out = capsys.readouterr()
     assert out.out.strip() and out.err.count("not an ops telemetry file") == 2
@@ -734,7 +721,7 @@ def test_each_documented_failure_is_its_status(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(cli, "cmd_list", fails)
     assert cli.main(["list"]) == status
-    assert _one_line(capsys).startswith("astral-lab list: error: ")
+    assert one_line(capsys).startswith("astral-lab list: error: ")
     assert str(status) in _documented_statuses()
 
 
@@ -744,12 +731,12 @@ def test_an_unreachable_llm_is_an_error_unless_a_fallback_is_asked_for(
     0, its failure shown only with --json."""
     monkeypatch.setenv("ASTRAL_LAB_LLM_URL", "http://127.0.0.1:9/v1")  # nothing listens
     argv = ["ops", "diagnose", "--db", "recorded.sqlite", "--ask", "what is wrong?", "--llm"]
-    assert _main(argv) == 1
-    line = _one_line(capsys)
+    assert run_cli(argv) == 1
+    line = one_line(capsys)
     assert line.startswith("astral-lab ops diagnose: error: --llm: chat endpoint "
                            "http://127.0.0.1:9/v1")
     assert "--llm-fallback answers with the rule-based planner" in line
-    assert _main([*argv, "--llm-fallback", "--json"]) == 0
+    assert run_cli([*argv, "--llm-fallback", "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["planner"] == "deterministic"
     assert any("LLM backend failed" in n for n in answer["notes"])

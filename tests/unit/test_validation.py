@@ -46,14 +46,16 @@ def no_fabric(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return results
 
 
-def _main(argv: list[str]) -> int:
+def run_cli(argv: list[str]) -> int:
+    """``astral-lab ARGV`` in this process: its exit status, argparse's refusals too."""
     try:
         return cli.main(argv)
     except SystemExit as exc:  # argparse refuses as it parses
         return int(exc.code or 0)
 
 
-def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
+def one_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """What the command said on stderr, which must be one line and no traceback."""
     err = capsys.readouterr().err
     lines = [x for x in err.splitlines() if x.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -220,8 +222,8 @@ def test_every_listed_mistake_is_one_line_exit_2_and_nothing_written(
     cases = _cases(tmp_path)
     out = tmp_path / "out"
     for argv, needle in cases:
-        status = _main(argv)
-        line = _one_line(capsys)
+        status = run_cli(argv)
+        line = one_line(capsys)
         assert status == 2, (argv, line)
         assert needle in line, (argv, line)
         assert line.startswith("astral-lab"), (argv, line)
@@ -239,8 +241,8 @@ def test_the_results_root_is_checked_before_work(monkeypatch: pytest.MonkeyPatch
         monkeypatch.setenv("ASTRAL_LAB_RESULTS", root)
         for argv in (["topo", "astral3"], ["model", "astral3", "--lb", "ecmp"],
                      ["cost", "--gpus", "32"]):
-            assert _main(argv) == 2, argv
-            line = _one_line(capsys)
+            assert run_cli(argv) == 2, argv
+            line = one_line(capsys)
             assert "ASTRAL_LAB_RESULTS" in line and needle in line, line
 
 
@@ -252,14 +254,14 @@ def test_a_busy_openflow_port_is_one_line_exit_1(tmp_path: Path,
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        assert _main(["controller", "--plan", str(plan), "--of-port", str(port)]) == 1
-    line = _one_line(capsys)
+        assert run_cli(["controller", "--plan", str(plan), "--of-port", str(port)]) == 1
+    line = one_line(capsys)
     assert f"--of-port {port}: cannot listen" in line
 
 
 def test_topo_png_without_o_goes_where_it_is_told(tmp_path: Path, no_fabric: Path) -> None:
     png = tmp_path / "drawings" / "f.png"
-    assert _main(["topo", "astral3", "--servers", "2", "--gpus", "2", "--png", str(png)]) == 0
+    assert run_cli(["topo", "astral3", "--servers", "2", "--gpus", "2", "--png", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     (folder,) = no_fabric.iterdir()
     assert os.listdir(folder) == ["plan.json"]
@@ -382,8 +384,8 @@ def test_every_numeric_scenario_parameter_declares_a_rule_its_defaults_meet() ->
 def test_a_bad_scenario_parameter_is_refused_at_parse(
         scenario: str, flag: str, value: str, no_fabric: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    assert _main(["run", scenario, f"--{flag}", value]) == 2
-    line = _one_line(capsys)
+    assert run_cli(["run", scenario, f"--{flag}", value]) == 2
+    line = one_line(capsys)
     assert line.startswith(f"astral-lab run {scenario}: error: argument --{flag}: "), line
     assert _nothing_in(no_fabric)
     # ... and from Python (a notebook), before any folder
