@@ -135,4 +135,4 @@ def test_cli_up_with_switch_daemons(assert_clean: Callable[[WiringPlan], None]) 
     bad = subprocess.run([sys.executable, "-m", "astral_lab.cli", "up", "astral3", "--no-cli",
                           "--switch-daemons", "0"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) <= 2, bad.stderr
-    assert "switch daemons must be at least 1" in bad.stderr
+    assert "switch daemons must be a whole number in 1..256" in bad.stderr
