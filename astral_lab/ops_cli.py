@@ -34,6 +34,7 @@ from ops.detectors import Alert, Engine
 from ops.shell.collector import Collector, running_sources
 from ops.shell.probe import ping
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Store
+from scenarios.base import format_table
 from testbed.shell.wiring import check_wiring
 from vocab.plan import WiringPlan
 from vocab.validate import SECONDS, Parser, count, distinct, in_file, out_file, real
@@ -351,12 +352,9 @@ def run_rescore(args: argparse.Namespace) -> int:
         print(json.dumps(scores, indent=1, sort_keys=True))
         return 0
     every = {"agent": scores, **scores["baselines"]}
-    rows = [["source", *(c for c, _ in RESCORE_COLUMNS)]]
-    rows += [[name, *("-" if s.get(k) is None else f"{s[k]:g}" for _, k in RESCORE_COLUMNS)]
-             for name, s in every.items()]
-    width = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(c.rjust(w) for c, w in zip(r, width, strict=True)))
+    print(format_table([{"source": name, **{c: None if s.get(k) is None else f"{s[k]:g}"
+                                             for c, k in RESCORE_COLUMNS}}
+                        for name, s in every.items()]))
     print(f"{scores['faults']} faults, {scores['detected']} detected (strict); "
           "definitions: ops/evaluate.py, docs/operations.md")
     return 0

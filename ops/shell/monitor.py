@@ -258,13 +258,10 @@ class Monitor:
 
     def results(self) -> dict[str, Any]:
         """Everything this monitor raised, answered and measured, for ``ops_eval.json``."""
-        with self.lock:
-            books = {"agent": self.engine, **self.baselines}
-            alerts = {n: [a.to_dict() for a in b.all_alerts()] for n, b in books.items()}
-        return {"alerts": alerts.pop("agent"), "baseline_alerts": alerts,
+        return {"alerts": self.alerts(),
+                "baseline_alerts": {name: self.alerts(name) for name in self.baselines},
                 "diagnoses": [list(d) for d in self.diagnoses],
                 "diagnose_s": list(self.diagnose_s), "poll_times": self.poll_times(),
-                "baseline_mbps": self.engine.baseline,
                 "wiring_spans": list(self.wiring.spans) if self.wiring else [],
                 "rows": self.store.count() if self.store is not None else None}
 
