@@ -35,7 +35,7 @@ from ops.shell.collector import Collector, running_sources
 from ops.shell.probe import ping
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Store
 from scenarios.base import format_table
-from testbed.shell.wiring import check_wiring
+from testbed.wiring import findings
 from vocab.plan import WiringPlan
 from vocab.validate import SECONDS, Parser, count, distinct, in_file, out_file, real
 
@@ -122,7 +122,8 @@ class Live:
         return Tools(self.lab["plan"], store=self.store, history=self.collector.history,
                      engine=self.engine, client=self.client, host_pids=self.lab["host_pids"],
                      baseline=baseline, prober=ping,
-                     wiring=lambda: check_wiring(self.lab["plan"]))
+                     wiring=None if self.client is None else
+                     lambda: findings(self.lab["plan"], self.client.check_wiring()))
 
 
 def _open_recorded(path: str, name: str) -> Store:

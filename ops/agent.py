@@ -118,10 +118,10 @@ class Tools:
     REST client (None or unreachable: paths come from the plan). ``host_pids`` lets the
     probe enter host namespaces, and ``prober`` is the probe itself (the live one is
     ``ops.shell.probe.ping``, given by the caller beside a lab so the agent stays pure;
-    None: no probe). ``wiring`` checks the cabling against the plan (the live one is
-    ``testbed.shell.wiring.check_wiring`` on the plan; None: no check): a tool the agent
-    calls, not a detector, because it sends frames and installs rules on every switch,
-    which a collector polling every half second should not do. ``baseline`` is a
+    None: no probe). ``wiring`` checks the cabling against the plan (the live one asks
+    the controller, ``ControllerClient.check_wiring`` read by ``testbed.wiring.findings``;
+    None: no check): a tool the agent calls, not a detector, because it sends frames out
+    of every switch link, which a collector polling every second should not do. ``baseline`` is a
     baseline run's store.
     """
 

@@ -120,6 +120,10 @@ class AppAPI:
             out[name] = rows
         return out
 
+    def check_wiring(self) -> dict[str, Any]:
+        """A wiring check now: where each switch link end's probe frame arrived."""
+        return self.app.check_wiring()
+
     def paths(self, src: str, dst: str, sport: int | None, dport: int | None,
               proto: str) -> dict[str, Any]:
         if proto not in PROTOS:

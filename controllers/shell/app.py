@@ -18,7 +18,10 @@ Life of a switch, as the app sees it:
 4. A poller asks every switch for port, group and pinned-flow counters each
    interval; ``/links`` utilisation and the adaptive mode run on them.
 
-Nothing is learned from packets: the plan is the truth, so there are no packet-ins.
+Nothing is learned from packets: the plan is the truth. The one packet-in is the wiring
+check's (``check_wiring``, ``controllers.discovery``): a numbered frame out of each end of
+every switch-to-switch link, handed back by the switch it reaches, to compare the cabling
+with the plan.
 Run it with ``astral-lab controller --plan plan.json`` (a ``Lab`` starts it as ``python -m
 astral_lab.controller_cli``).
 """
@@ -43,6 +46,7 @@ from os_ken.controller.handler import (
 )
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_5
 
+from controllers import discovery
 from controllers.fabric import DEFAULT_MODE, POLL_INTERVAL_S, FabricLogic
 from controllers.flowtable import (
     COOKIE_PIN,
@@ -51,7 +55,7 @@ from controllers.flowtable import (
     entry_from_stats,
     stat_counter,
 )
-from controllers.shell.ofmsgs import messages
+from controllers.shell.ofmsgs import entry_mod, messages, packet_out
 from vocab.flows import Flow, parse_flows
 from vocab.plan import WiringPlan, write_json_atomic
 
@@ -119,6 +123,11 @@ class AstralController(app_manager.OSKenApp):
         self.tick = 0
         self._settled_at = 0  # adaptive rounds wait until this tick (fresh counters)
         self.sync_stats: dict[str, dict[str, int]] = {}  # what the last read-back sync sent
+        # the wiring check: one at a time; the frames of check ``probe_check`` seen so far
+        self.probe_ends = discovery.probe_ends(plan)
+        self.probe_check = 0
+        self.arrivals: dict[int, set[tuple[str, int]]] = {}
+        self._checking = threading.Lock()
         self._load_state()
         threading.Thread(target=self._poll_loop, name="poller", daemon=True).start()
         LOG.info("plan %s: %d switches, %d hosts, mode %s", plan.topology,
@@ -265,6 +274,8 @@ class AstralController(app_manager.OSKenApp):
                     entries[e.key] = e
             ch, want = self.logic.sync(name, entries, [g.group_id for g in groups])
             msgs = messages(dp, ch, self.method)
+            # the wiring check's trap (a rule of its own cookie: sync never touches it)
+            msgs.append(entry_mod(dp, discovery.trap_entry(dp.ofproto.OFPP_CONTROLLER)))
             self._send(name, msgs)
             self.logic.commit(name, want)
             self.synced.add(name)
@@ -296,6 +307,19 @@ class AstralController(app_manager.OSKenApp):
                 self.reroutes = self.reroutes[-50:]
                 self._reroute = None
                 LOG.info("reroute installed in %.1f ms", 1000 * rr["installed_s"])
+
+    @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
+    def on_packet_in(self, ev: Any) -> None:
+        """A wiring-check frame handed back by the switch it reached; nothing else comes."""
+        msg = ev.msg
+        got = discovery.read_frame(bytes(msg.data or b""))
+        name = self.expected.get(msg.datapath.id)
+        if got is None or name is None:
+            return
+        check, n = got
+        with self.lock:
+            if check == self.probe_check % 256:
+                self.arrivals.setdefault(n, set()).add((name, int(msg.match["in_port"])))
 
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     def on_port_status(self, ev: Any) -> None:
@@ -528,6 +552,33 @@ class AstralController(app_manager.OSKenApp):
             self.logic.set_flows(flows, replace=replace)
             self.push()
             self._save_state()
+
+    def check_wiring(self, settle: float = 0.5, repeat: int = 2) -> dict[str, Any]:
+        """Send each end's probe ``repeat`` times (a lost copy is not a missing cable),
+        wait ``settle`` seconds for them to come back, and say where each was seen. A
+        probe is sent only from a switch that is connected and synced (its trap is in);
+        ``sent`` says which were. Waits outside the app's lock."""
+        with self._checking:
+            with self.lock:
+                self.probe_check += 1
+                self.arrivals = {}
+                check = self.probe_check
+                sent = set()
+                for n, (sw, port) in enumerate(self.probe_ends):
+                    dp = self.dps.get(sw)
+                    if dp is None or sw not in self.synced:
+                        continue
+                    data = discovery.frame(check, n)
+                    for _ in range(repeat):
+                        dp.send_msg(packet_out(dp, port, data))
+                    sent.add(n)
+            time.sleep(settle)
+            with self.lock:
+                seen, self.arrivals = self.arrivals, {}
+        return {"check": check, "settle_s": settle, "probes": [
+            {"from": [sw, port], "sent": n in sent,
+             "seen": [[s, p] for s, p in sorted(seen.get(n, ()))]}
+            for n, (sw, port) in enumerate(self.probe_ends)]}
 
     def read_flows(self, names: list[str], timeout: float = 5.0) -> dict[str, list[Any]]:
         """Flow entries read from the switches now (not from memory); waits outside the lock."""

@@ -201,6 +201,10 @@ class ControllerClient:
         """``GET /paths``: the path(s) from host ``src`` to ``dst`` (names or IPs)."""
         return self.get("/paths", src=src, dst=dst, sport=sport, dport=dport, proto=proto)
 
+    def check_wiring(self) -> dict[str, Any]:
+        """``POST /wiring/check``: where each switch link end's probe frame arrived."""
+        return self.request("POST", "/wiring/check")
+
     def lb(self) -> dict[str, Any]:
         """``GET /lb``: the load-balancing mode."""
         return self.get("/lb")

@@ -182,6 +182,18 @@ def entry_mod(dp: Any, entry: Entry) -> Any:
                              instructions=inst)
 
 
+def packet_out(dp: Any, port: int, data: bytes) -> Any:
+    """Send ``data`` out of ``port`` as if it came from the controller (1.3 or 1.5)."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    acts = [parser.OFPActionOutput(port)]
+    if ofp.OFP_VERSION >= ofproto_v1_5.OFP_VERSION:
+        return parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER,
+                                   match=parser.OFPMatch(in_port=ofp.OFPP_CONTROLLER),
+                                   actions=acts, data=data)
+    return parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                               actions=acts, data=data)
+
+
 def switch_program(dp: Any, routes: list[Route],
                    method: str = DEFAULT_SELECT_METHOD) -> list[Any]:
     """A clean switch's whole program, in order: wipe, groups, flows, table-miss drop.
@@ -203,5 +215,5 @@ def switch_program(dp: Any, routes: list[Route],
 __all__ = [
     "COOKIE_ROUTE", "DEFAULT_SELECT_METHOD", "ETH_ARP", "ETH_IPV4", "FF_GROUP_BASE",
     "SELECT_METHODS", "entry_mod", "group_mod", "messages", "ofproto_v1_3", "ofproto_v1_5",
-    "protocol", "selection_method_property", "switch_program",
+    "packet_out", "protocol", "selection_method_property", "switch_program",
 ]

@@ -80,6 +80,11 @@ class ControllerAPI(Protocol):
         """Flow-table entries of one switch, or of all when ``switch`` is None."""
         ...
 
+    def check_wiring(self) -> dict[str, Any]:
+        """Probe every switch link end now: ``{"check", "settle_s", "probes": [{"from":
+        [switch, port], "sent": bool, "seen": [[switch, port], ...]}]}``."""
+        ...
+
     def paths(self, src: str, dst: str, sport: int | None, dport: int | None,
               proto: str) -> dict[str, Any]:
         """The path(s) from host ``src`` to ``dst``; ports and protocol narrow it to one flow."""
@@ -265,6 +270,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/paths", "paths", _paths_args,
              params=("src", "dst", "sport", "dport", "proto"),
              usage="?src=HOST&dst=HOST[&sport=N&dport=N&proto=udp]"),
+    Endpoint("POST", "/wiring/check", "check_wiring"),
     Endpoint("GET", "/lb", "get_lb"),
     Endpoint("PUT", "/lb", "set_lb", _body_arg, body="object", usage=' {"mode": ...}'),
     Endpoint("POST", "/traffic", "post_traffic", _body_arg, body="any",

@@ -7,8 +7,6 @@ Nothing here knows the faults: the experiment (``ops.shell.experiment``) injects
 
 from __future__ import annotations
 
-import contextlib
-import os
 import statistics
 import threading
 import time
@@ -22,50 +20,41 @@ from ops.detectors import Engine, alert_kind
 from ops.detectors import miswired as MISWIRED
 from ops.shell.collector import Collector
 from ops.telemetry import Store
+from testbed.wiring import miswired
 from traffic.shell.moejob import MoeJob
 from traffic.shell.running import RunningLab
-from vocab.plan import WiringPlan
 
 #: the agent checks the cabling against the plan this often (s) ...
-WIRING_EVERY_S = 30.0
+WIRING_EVERY_S = 10.0
 #: ... and as soon as this long after the last check when the job suffers and no alert
 #: says where (s)
-WIRING_SOON_S = 10.0
-#: how much nicer than the lab a background wiring check runs (the switches it probes need
-#: the cores more); relative, so a lab started under `nice` still outranks its check
-BACKGROUND_NICE = 10
+WIRING_SOON_S = 3.0
 
 
 class WiringWatch:
-    """The wiring check (``testbed.shell.wiring.check_wiring``) as the agent uses it.
+    """The wiring check as the agent uses it: ``check()`` asks the controller for one
+    (``ControllerClient.check_wiring``, read by ``testbed.wiring.findings``; tests give
+    a stand-in) and returns its findings.
 
     The agent looks at the cabling on its own: every ``every_s`` whatever the alerts say,
     and sooner (``soon_s`` after the last check) when the job suffers and no alert says
     where (``unexplained``): both fault-blind. ``maybe(now, urgent)`` starts a check in a
     thread of its own unless one runs or ran too recently; the collector calls it every
-    poll. A check is a few
-    ``ovs-ofctl`` calls per switch, seconds on a large fabric: it never holds up the
-    collector's poll, and its processes run at a lower priority than the switches they
-    share the cores with. Each result is handed to the collector's next poll
-    (``take_values``, which never waits for a check) as the miswired detector's telemetry
-    (``ops.detectors.miswired``). ``look()`` is an operator's own check (a question's
-    "is the wiring as planned?"): its result answers the question and never reaches the
-    detectors, so what the harness asks cannot help the score. ``spans`` keeps when each
-    check ran (wall clock), to measure what checking costs the poll and the job.
-    ``check`` stands in for the real check in tests."""
+    poll, and a check (a probe frame out of every switch link end, half a second for them
+    to come back) never holds up its poll. Each result is handed to the collector's next
+    poll (``take_values``, which never waits for a check) as the miswired detector's
+    telemetry (``ops.detectors.miswired``). ``look()`` is an operator's own check (a
+    question's "is the wiring as planned?"): its result answers the question and never
+    reaches the detectors, so what the harness asks cannot help the score. ``spans`` keeps
+    when each check ran (wall clock), to measure what checking costs the poll and the job.
+    """
 
-    def __init__(self, plan: WiringPlan, check: Callable[[], list[Any]] | None = None,
-                 every_s: float = WIRING_EVERY_S, log: Callable[[str], None] = print,
-                 soon_s: float = WIRING_SOON_S) -> None:
-        if check is None:
-            from testbed.shell.wiring import check_wiring
-
-            def check() -> list[Any]:
-                return check_wiring(plan)
+    def __init__(self, check: Callable[[], list[Any]], every_s: float = WIRING_EVERY_S,
+                 log: Callable[[str], None] = print, soon_s: float = WIRING_SOON_S) -> None:
         self.check, self.every_s, self.soon_s, self.log = check, every_s, soon_s, log
         self.checks = 0
         self.spans: list[tuple[float, float]] = []
-        self._lock = threading.Lock()  # one check at a time: they share the switches' rules
+        self._lock = threading.Lock()  # one check at a time
         self._result = threading.Lock()  # guards _pending only, held for no longer than a copy
         self._busy = threading.Event()
         self._last = -float("inf")
@@ -82,8 +71,6 @@ class WiringWatch:
 
     def run(self) -> list[Any]:
         """Check now, for the detectors; the findings (``testbed.wiring.Finding``)."""
-        from testbed.wiring import miswired
-
         found = self._run()
         values = {(MISWIRED.COMPONENT, MISWIRED.CHECKED): 1.0}
         values.update({(link, MISWIRED.METRIC): 1.0 for link in miswired(found)})
@@ -107,10 +94,6 @@ class WiringWatch:
         return True
 
     def _background(self) -> None:
-        with contextlib.suppress(OSError):  # this thread and the processes it starts
-            me = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, me,
-                           min(19, os.getpriority(os.PRIO_PROCESS, me) + BACKGROUND_NICE))
         try:
             self.run()
         except Exception as exc:  # a failed check is no finding; say so and go on

@@ -41,6 +41,7 @@ from ops.questions import QuestionSpec
 from ops.shell.monitor import Monitor, WiringWatch
 from ops.telemetry import Store
 from testbed.models.forked import PR_SET_PDEATHSIG
+from testbed.wiring import findings
 from traffic.iterations import Iteration, iteration_values
 from traffic.shell.running import RunningLab
 from vocab.plan import WiringPlan
@@ -50,8 +51,9 @@ START_S = 60.0
 #: how long the child may take to stop and hand its results back
 STOP_S = 60.0
 #: what answering a batch of questions may take besides its poll: a question about the
-#: cabling runs a wiring check first, seconds on a large fabric, after any check running
-LOOK_S = 120.0
+#: cabling runs a wiring check first (the controller's, its frames get half a second),
+#: after any check running, with a controller that may be slow to answer
+LOOK_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -208,8 +210,9 @@ class ObserverProcess:
 def monitor_for(record: LabRecord, interval: float, store: Store | None,
                 feed: JobFeed) -> Monitor:
     """The child's monitor: collector, detectors, baselines, agent and wiring check."""
+    client = record.client()
     return Monitor(record, store, interval, job=feed,  # type: ignore[arg-type]
-                   wiring=WiringWatch(record.plan,
+                   wiring=WiringWatch(lambda: findings(record.plan, client.check_wiring()),
                                       log=lambda m: print(m, file=sys.stderr, flush=True)))
 
 

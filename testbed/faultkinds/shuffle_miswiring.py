@@ -8,7 +8,7 @@ for spine Y on spine X. Every spine still reaches the leaf on the port the plan 
 only the leaf's view is wrong: what it sends "to spine X" goes through spine Y. Flows
 pinned to a path cross the wrong spine, and load the controller spreads by the plan
 lands elsewhere. Counters look healthy: a check of the discovered wiring against the
-plan (``testbed.shell.wiring.check_wiring``) finds it.
+plan (the controller's wiring check, ``testbed.wiring.findings``) finds it.
 
 The partner lane is another lane of the same leaf through the same box (the same uplink
 port) to a different spine, picked by ``seed``. Why not a lane of another leaf of the

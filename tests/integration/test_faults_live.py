@@ -31,13 +31,19 @@ from testbed.shell import faults as F
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
-from testbed.shell.wiring import check_wiring
 from testbed.topologies import build
-from testbed.wiring import miswired
+from testbed.wiring import Finding, findings, miswired
 from traffic.roce import LAB_PMTU, OP_WRITE_FIRST, frame_len
 from vocab.plan import Link
 
 PLAN = build("astral3", servers=4, gpus=2, servers_per_block=2)
+
+
+def check_wiring(lab: Lab) -> list[Finding]:
+    """The controller's wiring check, read against the plan."""
+    return findings(PLAN, lab.client().check_wiring())
+
+
 _ports = itertools.count(6000)  # a fresh receiver port per stream, unless its flows are pinned
 
 
@@ -644,14 +650,14 @@ def test_cleanup_faults_removes_what_a_crashed_injector_left(lab: Lab,
     assert len(F.fault_leftovers(inj.context.sh)) == 5  # 3 tables, 2 sinks
     assert F.blackhole_rules(inj.context.sh, "spine2")
     assert link_info(lab, "spine3", low.info["intf"])["mtu"] == 2200
-    assert len(miswired(check_wiring(PLAN))) == 2 and crossed.active
+    assert len(miswired(check_wiring(lab))) == 2 and crossed.active
     # the injector "crashes": nothing is undone; the cleanup hook finds it all
     done = F.cleanup_faults(host_pids=[h.pid for h in lab.hosts.values()],
                             runs=[lab.run_id])
     assert done == {"namespaces": 3, "processes": 3, "switches": 1, "ports": 3}
     assert not any(alive(p) for p in procs)
     assert fabric_state(lab) == baseline
-    assert check_wiring(PLAN) == []
+    assert check_wiring(lab) == []
     assert inj.undo_all() == []  # undoing what is already gone is harmless
 
 
@@ -793,7 +799,7 @@ def test_shuffle_miswiring_sends_traffic_through_the_wrong_spine_and_the_check_f
     every host still reaches every other, and only the frames of the two lanes arrive
     elsewhere than planned; undo puts the ports back on their bridges at their numbers
     and the check finds nothing."""
-    assert check_wiring(PLAN) == []
+    assert check_wiring(lab) == []
     lane = F.parse_target(PLAN, "lf0r0~spine0").link
     sports, port = range(50800, 50816), next(_ports)
     before = ovs_ports()
@@ -819,7 +825,7 @@ def test_shuffle_miswiring_sends_traffic_through_the_wrong_spine_and_the_check_f
         sent = st.sent["sent_per_sport"]
         planned_rx = of_rx(lane.b, lane.b_port) - planned_rx
         wrong_rx = of_rx(other.b, other.b_port) - wrong_rx
-        found = check_wiring(PLAN)
+        found = check_wiring(lab)
         reach = lab.reachability(retries=1)
         print(f"shuffle-miswiring {F.link_name(PLAN, lane)} x {F.link_name(PLAN, other)}: "
               f"flow pinned via {paths[via[0]]}: {received(st)}/{sent} received, {wrong_rx} "
@@ -838,4 +844,4 @@ def test_shuffle_miswiring_sends_traffic_through_the_wrong_spine_and_the_check_f
         lab.client().clear_traffic()
     injector.undo(h)
     assert ovs_ports() == before
-    assert check_wiring(PLAN) == []
+    assert check_wiring(lab) == []

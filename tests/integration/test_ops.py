@@ -115,11 +115,12 @@ def test_a_miswired_shuffle_is_found_by_the_agents_wiring_check(
     runs (``WiringWatch``) sees it, the miswired detector names both lanes, the agent ranks
     one of them first, and a check after the repair clears it."""
     from ops.shell.monitor import WiringWatch
-    from testbed.wiring import miswired
+    from testbed.wiring import findings, miswired
 
     plan = build("astral3", servers=4, gpus=2)
     with Lab(plan, log=lambda m: None) as lab:
-        watch = WiringWatch(plan, log=lambda m: None)
+        client = lab.client()
+        watch = WiringWatch(lambda: findings(plan, client.check_wiring()), log=lambda m: None)
         mon = Monitor(lab, None, interval=1.0, wiring=watch)
         try:
             mon.collector.start()

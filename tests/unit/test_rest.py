@@ -86,6 +86,9 @@ class FakeAPI:
               proto: str) -> Any:
         return self._call("paths", src, dst, sport, dport, proto)
 
+    def check_wiring(self) -> Any:
+        return self._call("check_wiring")
+
     def get_lb(self) -> Any:
         return self._call("get_lb")
 
@@ -192,6 +195,7 @@ ROUTE_CASES = [
     (lambda c: c.paths("s0g0", "s3g0"), "paths", ("s0g0", "s3g0", None, None, "udp")),
     (lambda c: c.paths("10.0.0.1", "s3g0", sport=49153, dport=4791, proto="tcp"), "paths",
      ("10.0.0.1", "s3g0", 49153, 4791, "tcp")),
+    (lambda c: c.check_wiring(), "check_wiring", ()),
     (lambda c: c.lb(), "get_lb", ()),
     (lambda c: c.set_lb("planned"), "set_lb", ({"mode": "planned"},)),
     (lambda c: c.set_lb("ecmp", alpha=0.5, pinned=["a"]), "set_lb",

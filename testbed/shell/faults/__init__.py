@@ -41,7 +41,7 @@ The kinds, and how each is realised on Linux (docs/faults.md has the long versio
                    ``mtu`` are dropped (counted); the port's and its bridge's MTUs restored.
 ``shuffle-miswiring`` two lanes of one leaf's shuffled uplink crossed: their spine-side ports
                    trade bridges and OpenFlow numbers (one ``ovs-vsctl`` transaction, QoS and
-                   HTB kept): traffic flows through the wrong spine; ``check_wiring`` finds it.
+                   HTB kept): traffic flows through the wrong spine; the wiring check finds it.
 ``controller-kill`` / ``controller-restart``  ``Lab.kill_controller`` / ``restart_controller``.
 ``hot-receiver``   incast onto one host: the per-source shares of an MoE dispatch whose hot
                    experts sit on the target's GPU (``traffic.workload`` + ``traffic.kernels``),
