@@ -7,7 +7,10 @@ that and the record. If the process was killed (``kill -9``, a crash, a closed
 terminal), ``astral-lab clean`` reads the leftover records and removes what they
 name, then sweeps for anything tagged as ours that has no record (bridges carry
 ``external_ids:astral-lab-run``; controllers run with ``--run-id``; scratch
-folders are named ``astral-lab-<run id>-p<owner pid>-*``, see ``make_scratch``).
+folders are named ``astral-lab-<run id>-p<owner pid>-*``, see ``make_scratch``). The
+programs a run starts in its hosts (probes, replay agents, iperf3: ``traffic.shell.programs``)
+name no run; a dead run's are found as orphans of those programs that no live run owns
+(``testbed.shell.orphans``).
 Plain Mininet built from the lab's plans (the bring-up benchmark's baseline,
 ``mn --custom testbed/shell/mntopo.py``) keeps no record and tags nothing: what it
 leaves is recognised by the lab's node names (``NODE_RE``), and only while no
@@ -52,7 +55,7 @@ from testbed.faultmarks import (
     link_sink,
     sinks,
 )
-from testbed.shell import daemons
+from testbed.shell import daemons, orphans
 from testbed.shell.procs import _alive, kill_pids
 from traffic import rxsink
 from vocab.plan import write_json_atomic
@@ -353,6 +356,29 @@ def our_processes() -> list[int]:
     return pids
 
 
+def stale_traffic(live_runs: Collection[str] = (), live_pids: Collection[int] = (),
+                  pids: Iterable[int] | None = None) -> dict[int, str]:
+    """``pid -> program`` of the lab's traffic programs that a dead run left in its hosts
+    (``testbed.shell.orphans.stale_traffic``, with this module's run folder and interface
+    names); ``live_pids``: the owners and listed processes of ``live_runs``."""
+    return orphans.stale_traffic(live_runs, live_pids, scratch_re=SCRATCH_RE, intf_re=INTF_RE,
+                                 shells=lambda: mininet_shells(), pids=pids)
+
+
+def _live_pids(live_runs: Collection[str]) -> set[int]:
+    """The owners and listed processes (host shells, controller, captures) of live runs."""
+    return {int(p) for rec in _records() if rec.get("run_id") in live_runs
+            for p in [rec.get("owner_pid") or 0, *rec.get("pids", [])] if p}
+
+
+def _end_stale_traffic(live_runs: Collection[str], live_pids: Collection[int]) -> int:
+    """Kill what ``stale_traffic`` finds; how many there were."""
+    stale = stale_traffic(live_runs, live_pids)
+    if stale:
+        kill_pids(sorted(stale), grace=1.0)
+    return len(stale)
+
+
 def clean(verbose: bool = True) -> dict[str, int]:
     """Remove every leftover of crashed lab runs. Safe to run any time; returns what it did."""
     done = {"records": 0, "processes": 0, "bridges": 0, "links": 0, "scratch": 0,
@@ -366,6 +392,10 @@ def clean(verbose: bool = True) -> dict[str, int]:
         elif os.path.isdir(path) and scratch_owner(path) and path not in kept:
             kept.append(path)
 
+    # Every live run first: the traffic sweep below must know them all before a dead run's
+    # processes are judged.
+    live_pids: set[int] = set()
+    dead: list[tuple[str, dict[str, Any]]] = []
     for path in sorted(glob.glob(os.path.join(STATE_DIR, "*.json"))):
         try:
             with open(path, encoding="utf-8") as f:
@@ -377,9 +407,12 @@ def clean(verbose: bool = True) -> dict[str, int]:
         owner = rec.get("owner_pid")
         if owner and owner != os.getpid() and _alive(owner):
             live_runs.add(rec.get("run_id", ""))
+            live_pids.update(int(p) for p in [owner, *rec.get("pids", [])])
             if verbose:
                 print(f"run {rec.get('run_id')} is still alive (pid {owner}); leaving it")
             continue
+        dead.append((path, rec))
+    for path, rec in dead:
         # Only processes that still look like ours: a PID may have been reused since.
         pids = [int(p) for p in rec.get("pids", []) if _looks_like_ours(int(p))]
         delete_bridges(rec.get("bridges", []))
@@ -388,6 +421,9 @@ def clean(verbose: bool = True) -> dict[str, int]:
             daemons.stop_daemon(d)
             done["namespaces"] += 1
         delete_links(rec.get("links", []))
+        # What the run started in its hosts holds their namespaces, and so its host links,
+        # open: it goes first (now that the host shells are gone, it is orphaned).
+        done["processes"] += _end_stale_traffic(live_runs, live_pids)
         wait_gone(rec.get("host_links", []), timeout=10)
         done["processes"] += len(pids)
         done["bridges"] += len(rec.get("bridges", []))
@@ -402,13 +438,13 @@ def clean(verbose: bool = True) -> dict[str, int]:
         delete_bridges(stray)
         done["bridges"] += len(stray)
     delete_qos([q for q, run_id in tagged_qos().items() if run_id not in live_runs])
-    live_pids = {int(p) for rec in _records() if rec.get("run_id") in live_runs
-                 for p in rec.get("pids", [])}
+    live_pids |= _live_pids(live_runs)  # as read now
     procs = [p for p in our_processes() if p not in live_pids
              and not any(f"--run-id\0{r}" in _cmdline(p) for r in live_runs)]
     if procs:
         kill_pids(procs)
         done["processes"] += len(procs)
+    done["processes"] += _end_stale_traffic(live_runs, live_pids)  # runs with no record left
     done["processes"] += cleanup_faults(keep_runs=live_runs)["processes"]
     for path in stale_scratch(live_runs):  # folders of dead runs whose record is gone
         scratch(path)
@@ -488,7 +524,8 @@ def _cmdline(pid: int) -> str:
 
 def leftovers(plan: Any) -> list[str]:
     """What of ``plan`` (a WiringPlan) is still on this machine: bridges, interfaces,
-    host shells, controller processes, run records. Empty means clean."""
+    host shells, controller processes, traffic processes no live run owns, run records.
+    Empty means clean."""
     found: list[str] = []
     names = {s.name for s in plan.switches}
     listed = run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
@@ -511,6 +548,8 @@ def leftovers(plan: Any) -> list[str]:
     live = {rec.get("run_id", "") for rec in _records()
             if rec.get("owner_pid") and _alive(int(rec["owner_pid"]))}
     found += [f"scratch folder {d}" for d in stale_scratch(live) if not scratch_kept(d)]
+    found += [f"traffic process pid {p} ({program})"
+              for p, program in sorted(stale_traffic(live, _live_pids(live)).items())]
     found += [f"fault process pid {p}" for p in fault_processes()]
     found += [f"probe namespace {n}" for n in stale_probe_namespaces()]
     found += [f"{x} (root namespace)" for x in fault_leftovers(_root_sh)]

@@ -27,10 +27,10 @@ import select
 import signal
 import socket
 import struct
-import sys
 import time
 from typing import Any
 
+from traffic.shell import programs
 from traffic.shell.agent import open_receiver, stamp_ns
 from traffic.shell.running import (
     RunningLab,
@@ -180,7 +180,7 @@ class Stream:
         self._send: Any = None
 
     def start(self) -> Stream:
-        py = [sys.executable, "-m", "astral_lab.probe_cli"]
+        py = programs.python_module(programs.PROBE_MODULE)
         for stale in (self.out, self.out + ".ready"):  # an earlier stream's on this port
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(stale)

@@ -19,7 +19,8 @@ from testbed.topologies import BUILDERS, build
 def state_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """Records and scratch folders in private folders, and no machine-wide sweep: a unit
     test must never touch a real lab that happens to run on this machine (QoS rows, fault
-    leftovers in its hosts, its /tmp folders; the sweep has integration tests)."""
+    leftovers in its hosts, its /tmp folders, orphaned traffic; the sweep has integration
+    tests, and test_cleanup_traffic points the traffic sweep at its own processes)."""
     d = str(tmp_path / "state")
     os.makedirs(d)
     scratch = tmp_path / "tmp"
@@ -29,6 +30,7 @@ def state_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setattr(cleanup, "tagged_bridges", lambda: {})
     monkeypatch.setattr(cleanup, "tagged_qos", lambda: {})
     monkeypatch.setattr(cleanup, "our_processes", lambda: [])
+    monkeypatch.setattr(cleanup, "stale_traffic", lambda *_a, **_kw: {})
     monkeypatch.setattr(cleanup, "existing_interfaces", lambda: set())
     monkeypatch.setattr(cleanup, "all_bridges", lambda: [])
     monkeypatch.setattr(cleanup, "mininet_shells", lambda: {})

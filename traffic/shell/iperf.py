@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from traffic.kernels import FlowSpec
+from traffic.shell import programs
 from traffic.shell.running import RunningLab
 
 BASE_PORT = 5201
@@ -88,13 +89,13 @@ def run_iperf(lab: RunningLab, flows: Iterable[FlowSpec], *, proto: Proto = "tcp
         for i, f in enumerate(flows):
             port = BASE_PORT + i
             servers.append(lab.hosts[f.dst].popen(
-                ["iperf3", "-s", "-1", "-p", str(port), "-J"]))
+                [programs.IPERF, "-s", "-1", "-p", str(port), "-J"]))
         time.sleep(0.5)  # iperf3 has no "listening" signal; it binds within milliseconds
         t0 = time.monotonic()
         nic = lab.plan.rdma_nic()
         for i, f in enumerate(flows):
             ip = lab.plan.node(f.dst).ip
-            cmd = ["iperf3", "-c", ip, "-p", str(BASE_PORT + i), "-n", str(f.bytes),
+            cmd = [programs.IPERF, "-c", ip, "-p", str(BASE_PORT + i), "-n", str(f.bytes),
                    "--cport", str(f.sport), "-J"]
             if proto == "udp":
                 rate = udp_mbps or nic[f.src]

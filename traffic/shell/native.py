@@ -13,8 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from traffic.shell import programs
+
 SOURCE = Path(__file__).resolve().parents[1] / "csrc" / "pktio.c"
-NAME = "astral-pktio"
+NAME = programs.PKTIO
 CFLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-format-truncation"]
 
 

@@ -41,13 +41,14 @@ from traffic import hostlb, native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import Plane, ReplaySpec
 from traffic.shell import native as helper
+from traffic.shell import programs
 from traffic.shell.launch import Launcher, Program, Spawner
 from traffic.shell.running import AGENT_START_S, RunningLab, pull_written, wait_ready
 from traffic.workload import Phase
 from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
 
-AGENT = [sys.executable, "-m", "astral_lab.agent_cli"]
+AGENT = programs.python_module(programs.AGENT_MODULE)
 DEFAULT_PLANE = Plane.NATIVE
 #: an nftables table that drops RoCE frames in a receiving host after the compiled receiver's
 #: ring has seen them, so the host's UDP stack does not process (and answer) each one

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from testbed.faultmarks import ENV_MARK
 from testbed.faultspec import HOT_PAYLOAD, HOT_PORT, HOT_SPORT_BASE, MAX_HOT_SENDERS, hot_streams
 from testbed.shell.faults import FaultContext, FaultError, Handle
+from traffic.shell import programs
 from traffic.shell.running import pull_written, signal_program, wait_ready
 
 
@@ -25,7 +25,7 @@ def apply(ctx: FaultContext, handle: Handle) -> None:
     env = dict(os.environ, **{ENV_MARK: tag})
     seconds = (f.duration + 5.0) if f.duration is not None else 24 * 3600.0  # bounded
     out = os.path.join(lab.workdir, f"hot-{handle.id}-{uuid.uuid4().hex[:6]}.json")
-    py = [sys.executable, "-m", "astral_lab.probe_cli"]
+    py = programs.python_module(programs.PROBE_MODULE)
     procs: list[subprocess.Popen[bytes]] = []
     handle.info.update(procs=procs, out=out, streams=streams)
     try:
