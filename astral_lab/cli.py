@@ -1,6 +1,6 @@
 """``astral-lab``: the command line. Each verb is a thin wrapper over a plain Python call.
 
-    astral-lab topo astral3 --servers 8          counts table, wiring plan JSON, PNG drawing
+    astral-lab topo astral3 --gpus 64            counts table, wiring plan JSON, PNG drawing
     sudo astral-lab up astral3                   bring the fabric up, open the Mininet CLI
     sudo astral-lab demo                         the tour: scenarios' demo (`run demo`)
     astral-lab list                              the scenarios, one line each
@@ -37,6 +37,7 @@ from astral_lab import __version__
 from astral_lab.cluster_cli import add_cluster_option
 from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
+from astral_lab.size_cli import add_size_options, size
 from controllers import policies
 from controllers.fabric import DEFAULT_MODE
 from testbed import datapath, topologies
@@ -56,22 +57,34 @@ EXIT_LAB, EXIT_USAGE, EXIT_GUARD, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 def _add_spec_options(p: argparse.ArgumentParser) -> None:
-    """One ``--flag`` per FabricSpec field, with its default from the dataclass and its rule
-    from ``EMULATED_RULES`` (what the builders take; checked as the flag is parsed)."""
+    """The size (``size_cli``: ``--gpus`` in all, ``--gpus-per-server``, ``--servers``) and
+    one ``--flag`` per other FabricSpec field, with its default from the dataclass and its
+    rule from ``EMULATED_RULES`` (what the builders take; checked as the flag is parsed)."""
     g = p.add_argument_group("fabric parameters (real units; 0 means automatic: "
                              "servers-per-block 0 fills each leaf)")
+    add_size_options(g, servers=True, defaults=False)
     defaults = FabricSpec()
     for f in dataclasses.fields(FabricSpec):
+        if f.name in SIZE_FIELDS:
+            continue
         value = getattr(defaults, f.name)
         rule = EMULATED_RULES[f.name]
-        what = "GPUs per server (rails), " if f.name == "gpus" else ""
         g.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=rule,
-                       default=None, metavar="N", help=f"{what}default {value:g}; {rule}")
+                       default=None, metavar="N", help=f"default {value:g}; {rule}")
+
+
+#: the FabricSpec fields the size options set (``FabricSpec.gpus`` is GPUs per server)
+SIZE_FIELDS = ("servers", "gpus")
 
 
 def _spec_params(args: argparse.Namespace) -> dict[str, Any]:
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(FabricSpec)
-            if getattr(args, f.name, None) is not None}
+    """The ``FabricSpec`` fields of the options given, the size resolved from ``--gpus``
+    (in all), ``--gpus-per-server`` and ``--servers`` (``size_cli.size``)."""
+    params = {f.name: getattr(args, f.name) for f in dataclasses.fields(FabricSpec)
+              if f.name not in SIZE_FIELDS and getattr(args, f.name, None) is not None}
+    if any(getattr(args, n, None) is not None for n in ("gpus", "gpus_per_server", "servers")):
+        params["servers"], params["gpus"] = size(args)
+    return params
 
 
 def _topo_outputs(args: argparse.Namespace) -> tuple[str | None, str | None]:
@@ -157,9 +170,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         return _up(args, None)
     import shutil
 
-    from testbed.capture import resolve
+    from testbed.capture import check_ports
 
-    resolve(build(args.topology, **_spec_params(args)), args.capture)  # before any folder
+    check_ports([build(args.topology, **_spec_params(args))], args.capture)  # before any folder
     partial, final = results_dir(f"up-{args.topology}")
     pcaps = os.path.join(partial, "capture")
     try:
@@ -303,6 +316,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = _run_parser(args.scenario).parse_args(args.rest)
     overrides = {p.name: getattr(opts, p.name) for p in sc.params
                  if getattr(opts, p.name) is not None}
+    # the parameters, the fabrics they make and --capture, as the run itself checks them:
+    # refused before root is asked for, and before anything is made
+    sc.check_fabrics(sc.resolve(opts.quick, overrides), opts.capture)
     if os.geteuid() != 0:
         print("astral-lab run: error: must run as root (it brings up a Mininet fabric): "
               f"sudo astral-lab run {args.scenario} ...", file=sys.stderr)

@@ -23,6 +23,7 @@ from testbed.models.cost import (
     plot_costs,
 )
 from testbed.results import check_output, output_dir
+from testbed.topologies import fabric_size
 from vocab.plan import write_json_atomic
 from vocab.validate import list_of, out_dir, real
 
@@ -39,7 +40,9 @@ def add_cost_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Closed-form counts and cost of each design (astral3, rail3, railonly, "
                     "fattree) at each GPU count. Prices are assumptions; override them.")
     p.add_argument("--gpus", required=True, metavar="N[,N...]", type=list_of(rule=GPU_COUNT),
-                   help=f"GPU counts, comma-separated (e.g. 8192,65536; each {GPU_COUNT})")
+                   help=f"GPU counts of the fabrics, in all, comma-separated (e.g. "
+                        f"8192,65536; each {GPU_COUNT}, a whole number of servers of "
+                        "--gpus-per-server)")
     p.add_argument("--designs", default=list(DESIGNS), metavar="D[,D...]",
                    type=list_of(choices=topologies.TOPOLOGIES.names()),
                    help=f"designs to compare (default {','.join(DESIGNS)})")
@@ -66,6 +69,8 @@ def run_cost(args: argparse.Namespace) -> int:
     results folder is checked before anything is computed."""
     check_output(args.output, COST_FILES)
     gpus, designs = list(args.gpus), list(args.designs)
+    for n in gpus:  # whole servers, said as every verb says it (before any work)
+        fabric_size(n, args.gpus_per_server, max_servers=int(GPU_COUNT.high or 0))
     spec = CostSpec(**{f.name: getattr(args, f.name) for f in fields(CostSpec)})
     prices = Prices(**{f.name: getattr(args, f"price_{f.name}") for f in fields(Prices)})
     rows = cost_table(gpus, designs, spec, prices)

@@ -12,10 +12,11 @@ import shutil
 import sys
 from typing import Any
 
+from astral_lab.size_cli import add_size_options
 from controllers import policies as policy_modules
 from controllers.paths import UNITS
 from testbed import topologies
-from testbed.fabricspec import EMULATED_RULES, FABRIC_RULES, GPU_COUNT, FabricSpec
+from testbed.fabricspec import EMULATED_RULES, GPU_COUNT, FabricSpec
 from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
     DEFAULT_PAIR_BYTES,
@@ -45,8 +46,6 @@ WORKLOAD_OPTIONS = {"pair_bytes": ("--bytes", (Workload.ALLTOALL.value,)),
                     "model": ("--model", (Workload.PREFILL.value, Workload.DECODE.value))}
 #: what ``model`` writes in its folder
 MODEL_FILES = ("model.json",)
-#: the most servers a fabric has (``FABRIC_RULES``)
-MAX_SERVERS = int(FABRIC_RULES["servers"].high or 0)
 #: the default fabric is ``FabricSpec``'s, as ``topo`` draws it (``topologies.spec_for_gpus``)
 _DEFAULT = FabricSpec()
 
@@ -62,13 +61,7 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "what-if: astral-lab model astral3 --gpus 65536 --radix 1024 "
                     "--servers-per-block 64 --groups 256 --group-size 256")
     p.add_argument("topology", choices=topologies.TOPOLOGIES.names())
-    p.add_argument("--gpus", type=GPU_COUNT, default=_DEFAULT.gpu_count, metavar="N",
-                   help=f"GPUs in the fabric (default {_DEFAULT.gpu_count}: `topo`'s default "
-                        f"fabric, {_DEFAULT.servers} servers x {_DEFAULT.gpus}); a whole "
-                        f"number of servers, at most {MAX_SERVERS:,} of them "
-                        f"({MAX_SERVERS * _DEFAULT.gpus:,} GPUs at {_DEFAULT.gpus} per server)")
-    p.add_argument("--gpus-per-server", type=EMULATED_RULES["gpus"], default=_DEFAULT.gpus,
-                   metavar="N", help=f"default {_DEFAULT.gpus}; servers = GPUs / this")
+    add_size_options(p, servers=False, defaults=True)
     p.add_argument("--workload", default=Workload.ALLTOALL.value,
                    choices=[w.value for w in Workload],
                    help="alltoall: equal bytes per GPU pair; prefill/decode: one MoE step "
@@ -130,15 +123,7 @@ def _check_fabric(args: argparse.Namespace, fabric: dict[str, Any]) -> None:
     cannot make at this size says how to fill the leaves instead (``topo``'s blocks of
     ``FabricSpec.servers_per_block`` servers are the default at every size)."""
     topo = topologies.TOPOLOGIES.get(args.topology)
-    if args.gpus % args.gpus_per_server:
-        raise ValueError(f"--gpus {args.gpus} does not split evenly over servers of "
-                         f"{args.gpus_per_server} GPUs (--gpus-per-server): give a multiple "
-                         f"of {args.gpus_per_server}")
-    if args.gpus // args.gpus_per_server > MAX_SERVERS:
-        raise ValueError(f"--gpus {args.gpus} is {args.gpus // args.gpus_per_server:,} servers "
-                         f"of {args.gpus_per_server} GPUs; the builders take at most "
-                         f"{MAX_SERVERS:,} ({MAX_SERVERS * args.gpus_per_server:,} GPUs; more "
-                         "per server with --gpus-per-server)")
+    topologies.fabric_size(args.gpus, args.gpus_per_server)  # even, and not too many servers
     try:
         topo.counts(topologies.spec_for_gpus(args.topology, args.gpus, args.gpus_per_server,
                                              **fabric))

@@ -15,7 +15,7 @@ import numpy as np
 
 from controllers import policies
 from testbed.models.flowmodel import model_flows
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.kernels import FlowSpec
 
 SEEDS = 30  # hash draws for a hash-dependent policy
@@ -44,7 +44,7 @@ def main(names):
     except ValueError as exc:
         print(f"compare_policies: {exc}", file=sys.stderr)
         return 2
-    plan = build("astral3", servers=4, gpus=2)  # 2 blocks, 4 leaves, 4 spines
+    plan = build_for_gpus("astral3", gpus=8, gpus_per_server=2)  # 2 blocks, 4 leaves, 4 spines
     flows = permutation(plan)
     print(f"{plan.topology}, {plan.counts['gpus']} GPUs: a permutation, {len(flows)} flows")
     for name, pol in chosen.items():

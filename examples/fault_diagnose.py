@@ -18,11 +18,11 @@ from ops.shell.collector import Collector
 from ops.telemetry import canonical
 from testbed.shell.faults import Fault, FaultInjector
 from testbed.shell.lab import Lab
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 
 
 def make_plan():
-    return build("astral3", servers=2, gpus=2)
+    return build_for_gpus("astral3", gpus=4, gpus_per_server=2)
 
 
 def watch(collector, engine, polls):  # poll once a second, run the detectors after each

@@ -1,8 +1,9 @@
 """Bring up a small Astral 3.0 fabric and check that every GPU reaches every other GPU.
 
-The lab's smallest complete program: ``build`` turns a fabric spec (real units) into a
-wiring plan, ``Lab`` brings the plan up as Mininet hosts and Open vSwitch switches under
-the lab's OpenFlow controller and waits until every switch is programmed, and
+The lab's smallest complete program: ``build_for_gpus`` turns a fabric's size (GPUs in
+all and per server, as ``astral-lab topo`` takes them) into a wiring plan, ``Lab`` brings
+the plan up as Mininet hosts and Open vSwitch switches under the lab's OpenFlow
+controller and waits until every switch is programmed, and
 ``lab.reachability()`` pings every ordered pair of GPU NICs through the fabric. Leaving
 the ``with`` block tears everything down, also on an error or Ctrl-C.
 
@@ -16,12 +17,12 @@ Exit status 0 when every pair answered, 1 otherwise.
 import sys
 
 from testbed.shell.lab import Lab
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 
 
 def make_plan():
     """2 servers of 4 GPUs: 4 rail leaves and 4 spines, each leaf uplink split into 4 lanes."""
-    return build("astral3", servers=2, gpus=4)
+    return build_for_gpus("astral3", gpus=8, gpus_per_server=4)
 
 
 def describe(plan):

@@ -14,7 +14,7 @@ import sys
 
 from testbed.models.flowmodel import model_flows
 from testbed.shell.lab import Lab
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.kernels import low_latency
 from traffic.roce import message_wire_bytes
 from traffic.shell.replay import percentile, replay_step
@@ -23,7 +23,7 @@ from vocab.flows import Flow
 
 
 def make_plan():
-    return build("astral3", servers=2, gpus=2, scale=1e-5)
+    return build_for_gpus("astral3", gpus=4, gpus_per_server=2, scale=1e-5)
 
 
 def model_finish(plan, flows, policy):

@@ -4,9 +4,11 @@ A scenario is a module of ``scenarios/experiments/`` named after it, with one pl
 function that takes a ``Run`` and does the experiment::
 
     @scenario("ECMP vs planned vs adaptive on astral3",
-              Param("gpus_per_server", 4, "GPUs (NICs) per server", quick=2), ...)
+              Param("gpus_per_server", 4, "GPUs (NICs) per server", quick=2), ...,
+              fabrics=lambda p: {"astral3": build_for_gpus("astral3", p["gpus"], ...)})
     def lb_compare(run: Run) -> None:
         p = run.params                      # every parameter, resolved (quick or full)
+        plan = run.fabric("astral3")        # a fabric it declared (``fabrics``)
         with run.lab(plan) as lab: ...      # fabric torn down on exit, error or Ctrl-C
         run.save_json("flows.json", rows)   # raw data, written atomically
         run.row(mode="ecmp", ...)           # one row of summary.csv
@@ -17,7 +19,9 @@ run), named after its module (``lb_compare.py`` is ``lb-compare``), so a copy of
 under a new name is a new scenario. ``lb_compare(quick=True, gpus_per_server=2)`` from a
 notebook runs it and returns a ``RunResult``; ``astral-lab run lb-compare --quick`` does the
 same from the shell (one ``--flag`` per ``Param``); ``astral-lab list`` lists
-``scenarios.experiments.SCENARIOS``, which finds every such module.
+``scenarios.experiments.SCENARIOS``, which finds every such module. ``fabrics`` declares
+the plans the run brings up, from its parameters, so ``--capture`` ports are checked
+against them before anything is made.
 
 Every run writes ``results/<timestamp>-<scenario>.partial/`` and renames it to its final
 name only when the report is complete, so a folder without the suffix is always whole. An
@@ -49,6 +53,7 @@ from typing import Any
 from testbed.fabricspec import FABRIC_RULES
 from testbed.results import output_dir
 from testbed.shell.signals import held
+from testbed.topologies import fabric_size
 from traffic.shell.running import RunningLab
 from vocab import validate
 from vocab.plan import WiringPlan, finite, write_json_atomic
@@ -59,7 +64,9 @@ from vocab.validate import BadValue, Rule, count, real, replaceable
 #: is emulated on one machine, so servers and GPUs per server stay small; seconds are
 #: emulated seconds of traffic; draws are repetitions, each a full traffic phase.
 SERVERS = count(1, 64)
-GPUS = count(1, 16)
+GPUS = count(1, 16)  # per server (``--gpus-per-server``)
+#: a fabric's GPUs in all (``--gpus``): whole servers of ``GPUS``, at most ``SERVERS``
+FABRIC_GPUS = count(1, int(SERVERS.high or 0) * int(GPUS.high or 0))
 SCALE = FABRIC_RULES["scale"]
 SECONDS = real(0.01, 3600)  # below 10 ms no emulated phase carries a frame
 DRAWS = count(1, 1000)
@@ -122,8 +129,7 @@ class Param:
         if self.numeric:
             return self._rule().check(value, name)
         if self.choices is not None and value not in self.choices:
-            raise BadValue(f"{label}{value!r} is not one of "
-                           f"{', '.join(map(str, self.choices))}")
+            raise validate.not_one_of(value, self.choices, label)
         return kind(value)
 
     def parse(self, text: str) -> Any:
@@ -191,7 +197,8 @@ class Run:
                  force: bool = False, cluster: list[str] | None = None,
                  tunnel: str = "gre", pmtu: int | None = None, dashboard: bool = False,
                  dashboard_port: int | None = None, capture: list[str] | None = None,
-                 switch_daemons: int | str = 1) -> None:
+                 switch_daemons: int | str = 1,
+                 fabrics: dict[str, WiringPlan] | None = None) -> None:
         from testbed.capture import parse_ports
         from testbed.shell.lab import LAB_PMTU
         from traffic.roce import largest_roce_pmtu, mtu_for
@@ -201,6 +208,7 @@ class Run:
         self.dashboard, self.dashboard_port = dashboard, dashboard_port
         self.capture = parse_ports(capture)
         self.scenario = sc
+        self._fabrics = fabrics  # the declared plans (``fabric``), built once
         self.cluster = cluster  # servers for Mininet Cluster Edition (testbed.shell.cluster)
         self.tunnel = tunnel
         self.switch_daemons = switch_daemons  # testbed.shell.daemons: a number or "auto"
@@ -283,6 +291,17 @@ class Run:
         return time.monotonic() - self.t0
 
     # --- fabric -----------------------------------------------------------------------
+    def fabric(self, label: str) -> WiringPlan:
+        """The plan the scenario declared as ``label`` (``@scenario(..., fabrics=)``), built
+        from the run's parameters once: the one ``--capture`` was checked against."""
+        if self._fabrics is None:
+            self._fabrics = self.scenario.plans(self.params)
+        try:
+            return self._fabrics[label]
+        except KeyError:
+            raise KeyError(f"{self.scenario.name} declares no fabric {label!r} (it declares "
+                           f"{', '.join(self._fabrics) or 'none'})") from None
+
     @contextmanager
     def lab(self, plan: WiringPlan, label: str | None = None, **kw: Any) -> Iterator[RunningLab]:
         """Bring ``plan`` up (torn down on exit) and record it in config.json.
@@ -460,7 +479,8 @@ class Scenario:
     ``sc(quick=..., output=..., **params)``.
 
     ``name`` is its module's (``vocab.plugins.plugin_name``), ``description`` one line for
-    ``astral-lab list``, ``params`` its ``--flags`` and ``fn`` the run itself.
+    ``astral-lab list``, ``params`` its ``--flags`` and ``fn`` the run itself; ``fabrics``
+    the plans it brings up, by label, from its resolved parameters (``Run.fabric``).
     """
 
     name: str
@@ -468,6 +488,29 @@ class Scenario:
     params: list[Param]
     fn: Callable[[Run], None]
     doc: str = field(default="")
+    fabrics: Callable[[dict[str, Any]], dict[str, WiringPlan]] | None = None
+
+    def plans(self, params: dict[str, Any]) -> dict[str, WiringPlan]:
+        """The fabrics a run with ``params`` brings up, by label (none declared: none)."""
+        return dict(self.fabrics(params)) if self.fabrics is not None else {}
+
+    def check_fabrics(self, params: dict[str, Any], capture: list[str] | None
+                      ) -> dict[str, WiringPlan]:
+        """The fabrics the run brings up, built (so their parameters are checked) before
+        anything is made, and ``--capture`` checked against them by the check ``up``
+        makes (``testbed.capture.check_ports``): each port must be a switch port of one
+        of them (one that lacks it skips it, and says so)."""
+        from testbed.capture import check_ports, parse_ports
+
+        plans = self.plans(params)
+        ports = parse_ports(capture)
+        if ports and self.fabrics is None:
+            raise ValueError(f"--capture: {self.name} does not declare the fabrics it brings "
+                             "up (@scenario(..., fabrics=)), so no port can be checked "
+                             "before the run")
+        if ports:
+            check_ports(list(plans.values()), ports)
+        return plans
 
     @classmethod
     def declared_in(cls, name: str, module: ModuleType) -> Scenario:
@@ -492,6 +535,8 @@ class Scenario:
         out = {p.name: p.value(quick) for p in self.params}
         for name, v in overrides.items():  # the command line's are checked already: again
             out[name] = known[name].check(v, f"--{known[name].flag}")
+        if "gpus" in out and "gpus_per_server" in out:
+            servers_of(out)  # a total that does not split evenly: refused here, not later
         return out
 
     def __call__(self, quick: bool = False, output: str | None = None,
@@ -501,9 +546,11 @@ class Scenario:
                  dashboard_port: int | None = None, capture: list[str] | None = None,
                  switch_daemons: int | str = 1, **overrides: Any) -> RunResult:
         params = self.resolve(quick, overrides)  # bad input fails before anything is made
+        plans = self.check_fabrics(params, capture)
         run = Run(self, params, quick, output=output, log=log, force=force, cluster=cluster,
                   tunnel=tunnel, pmtu=pmtu, dashboard=dashboard,
-                  dashboard_port=dashboard_port, capture=capture, switch_daemons=switch_daemons)
+                  dashboard_port=dashboard_port, capture=capture, switch_daemons=switch_daemons,
+                  fabrics=plans)
         from scenarios.common import WIRE_PMTU
 
         token = WIRE_PMTU.set(run.pmtu)  # the flow model's frames are the replay's
@@ -535,10 +582,12 @@ def _refused_before_start(run: Run, exc: BaseException) -> bool:
             and not run.config["fabrics"] and run.dir != run.final)
 
 
-def scenario(description: str, *params: Param, name: str | None = None
+def scenario(description: str, *params: Param, name: str | None = None,
+             fabrics: Callable[[dict[str, Any]], dict[str, WiringPlan]] | None = None
              ) -> Callable[[Callable[[Run], None]], Scenario]:
     """Declare ``fn`` a scenario (see the module docstring). Its name is its module's
-    (``name`` only for one made outside ``scenarios/experiments/``: a notebook's, a test's)."""
+    (``name`` only for one made outside ``scenarios/experiments/``: a notebook's, a test's);
+    ``fabrics(params)`` the plans it brings up, by label (``Scenario.fabrics``)."""
     odd = [p for p in params if not isinstance(p, Param)]
     if odd:
         raise TypeError(f"scenario(description, *params): a parameter must be a Param, not "
@@ -546,11 +595,33 @@ def scenario(description: str, *params: Param, name: str | None = None
 
     def wrap(fn: Callable[[Run], None]) -> Scenario:
         return Scenario(name or plugin_name(fn.__module__), description, list(params), fn,
-                        doc=fn.__doc__ or "")
+                        doc=fn.__doc__ or "", fabrics=fabrics)
     return wrap
 
 
 # --- helpers ---------------------------------------------------------------------------
+def servers_of(params: dict[str, Any]) -> int:
+    """The servers of a scenario's fabric, sized as every verb sizes one: ``--gpus`` in
+    all over ``--gpus-per-server``. A ValueError in one line for a total that does not
+    split evenly or would take more than ``SERVERS`` servers (``Scenario.resolve`` asks
+    before anything is made)."""
+    servers, _ = fabric_size(params["gpus"], params["gpus_per_server"],
+                             max_servers=int(SERVERS.high or 0),
+                             taker="a scenario's fabric takes")
+    return servers
+
+
+def paired_servers(params: dict[str, Any]) -> int:
+    """``servers_of`` for a scenario on astral3 in blocks of two servers: an odd count is
+    a ValueError in one line saying which ``--gpus`` would do."""
+    servers, gps = servers_of(params), params["gpus_per_server"]
+    if servers % 2:
+        raise ValueError(f"--gpus {params['gpus']} is {servers} server{'s' * (servers > 1)} "
+                         f"of {gps} GPUs; astral3 pairs servers in blocks of two: give a "
+                         f"multiple of {2 * gps}")
+    return servers
+
+
 def _cell(v: Any) -> Any:
     if isinstance(v, float):
         return f"{v:.6g}"

@@ -17,7 +17,7 @@ from typing import Any
 
 from controllers import policies
 from controllers.paths import PathFinder
-from scenarios.base import Run
+from scenarios.base import Run, servers_of
 from scenarios.common import (
     DRAW_QP_STRIDE,
     compare,
@@ -197,7 +197,7 @@ def _write_report(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
     spines = sum(1 for s in plan.switches if s.tier == "spine")
     rep = run.report
     rep.section("Setup", WORDS(
-        "setup", servers=p["servers"], gpus_per_server=p["gpus_per_server"],
+        "setup", servers=servers_of(p), gpus_per_server=p["gpus_per_server"],
         gpus=len(plan.hosts), switches=len(plan.switches), spines=spines, uplinks=uplinks,
         scale=p["scale"], nic=nic, lane_mbps=nic / 2, real=real, flows=len(flows),
         mbytes=sum(f.bytes for f in flows) / 1e6, fluid_s=fluid.completion_s,

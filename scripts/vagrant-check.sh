@@ -239,11 +239,11 @@ one_vm() {
 REPLAY_PY='
 import sys
 from testbed.shell.cluster import make_lab
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.kernels import FlowSpec
 from traffic.shell.replay import replay
 
-plan = build("astral3", servers=4, gpus=2)  # a block per VM, 8 of its 24 links cross
+plan = build_for_gpus("astral3", gpus=8, gpus_per_server=2)  # a block per VM, 8 of its 24 links cross
 with make_lab(plan, ["lab", "worker1"], lb="ecmp") as lab:
     server = {h.name: lab.server_of(h.name) for h in plan.hosts}
     here = [h.name for h in plan.hosts if server[h.name] == "lab"][:2]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from vocab.plan import WiringPlan
 
@@ -75,6 +75,24 @@ def resolve(plan: WiringPlan, ports: Iterable[str]) -> list[str]:
             raise ValueError(f"--capture: {hint}")
         out.append(intf)
     return out
+
+
+def check_ports(plans: Sequence[WiringPlan], ports: Iterable[str]) -> None:
+    """The check before anything is built, for ``up`` (its one plan) and ``run`` (the
+    fabrics its scenario declares) alike: every port must be a switch port of at least one
+    of ``plans`` (``resolve``); else ``resolve``'s ValueError on the first plan."""
+    if not plans:
+        raise ValueError("--capture: there is no fabric to capture on")
+    for p in parse_ports(list(ports)):
+        errors = []
+        for plan in plans:
+            try:
+                resolve(plan, [p])
+                break
+            except ValueError as exc:
+                errors.append(exc)
+        else:
+            raise errors[0]
 
 
 def pcap_path(folder: str, intf: str) -> str:

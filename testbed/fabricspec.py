@@ -30,7 +30,9 @@ class FabricSpec:
     """
 
     servers: int = 4
-    gpus: int = 8  # GPUs per server = NICs per server = rails
+    # GPUs per server = NICs per server = rails: what users give as ``gpus_per_server``,
+    # their ``gpus`` being the GPUs in all (``topologies.fabric_size``)
+    gpus: int = 8
     servers_per_block: int = 2  # servers whose NIC i share leaf i; 0 = fill the leaf
     nic_gbps: float = 400.0
     lane_gbps: float = 200.0
@@ -137,7 +139,7 @@ def check_common(spec: FabricSpec) -> None:
     """``check_spec`` plus the emulator's addressing limit on GPUs per server."""
     check_spec(spec)
     if spec.gpus > MAX_GPUS_PER_SERVER:
-        raise ValueError(f"gpus must be <= {MAX_GPUS_PER_SERVER} per server (got {spec.gpus})")
+        raise ValueError(f"gpus_per_server must be <= {MAX_GPUS_PER_SERVER} (got {spec.gpus})")
 
 
 def check_options(spec: FabricSpec, design: str, options: Iterable[str]) -> None:
@@ -152,7 +154,9 @@ def check_options(spec: FabricSpec, design: str, options: Iterable[str]) -> None
               if f not in used and getattr(spec, f) != getattr(defaults, f)]
     if unused:
         given = ", ".join(f"{f}={getattr(spec, f):g}" for f in unused)
-        reads = ", ".join(f for f in FabricSpec.field_names() if f in used)
+        # the size as users give it: gpus in all and gpus_per_server (FabricSpec.gpus)
+        reads = ", ".join("gpus, gpus_per_server" if f == "gpus" else f
+                          for f in FabricSpec.field_names() if f in used)
         raise ValueError(f"{design} does not use {given}; leave "
                          f"{'it' if len(unused) == 1 else 'them'} unset ({design} reads "
                          f"{reads})")

@@ -200,7 +200,7 @@ def items(value: str | Iterable[Any], name: str = "", *, rule: Rule | None = Non
         if rule is not None:
             part = rule.check(part, f"{label}each item")
         if choices is not None and part not in choices:
-            raise BadValue(f"{label}{part!r} is not one of {', '.join(map(str, choices))}")
+            raise not_one_of(part, choices, label)
         if check is not None:
             try:
                 check(part)
@@ -210,6 +210,14 @@ def items(value: str | Iterable[Any], name: str = "", *, rule: Rule | None = Non
             raise BadValue(f"{label}{part!r} is listed twice")
         out.append(part)
     return out
+
+
+def not_one_of(value: Any, choices: Sequence[Any], label: str = "") -> BadValue:
+    """The error for a value none of ``choices`` is: every choice, and the closest one when
+    one is close (``did you mean``), so a mistyped name is answered with the name meant."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return BadValue(f"{label}{value!r} is not one of {', '.join(map(str, choices))}{hint}")
 
 
 def list_of(*, rule: Rule | None = None, choices: Sequence[Any] | None = None,

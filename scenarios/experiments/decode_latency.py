@@ -76,7 +76,7 @@ from scenarios.common import (
 )
 from scenarios.decode_findings import DEEPEP_TOKENS, gap_line, growth_why, isolation_why
 from scenarios.prose import Prose
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.roce import DEFAULT_PMTU
 from traffic.workload import PRESETS, Phase
 from vocab.validate import count
@@ -127,6 +127,7 @@ EP_SIZE = count(2, (SERVERS.high or 0) * (GPUS.high or 0))
           rule=DRAWS),
     Param("model_draws", 30, "flow-model draws per case beside them", rule=MODEL_DRAWS),
     Param("seed", 0, "first routing and permutation seed (draw k uses seed + k)", rule=SEED),
+    fabrics=lambda p: _fabrics(p),
 )
 def decode_latency(run: Run) -> None:
     """See the module docstring."""
@@ -145,6 +146,13 @@ def decode_latency(run: Run) -> None:
     run.save_json("runs.json", {"cases": results, "qos_classes": classes})
     _plots(run, latencies, results)
     _report(run, classes, results)
+
+
+def _fabrics(p: dict[str, Any]) -> dict[str, Any]:
+    """One astral3 fabric per EP size, as the run brings them up."""
+    _check_params(p)
+    return {f"astral3-ep{ep}": build_for_gpus("astral3", ep, p["gpus_per_server"],
+                                              scale=p["scale"]) for ep in p["ep_sizes"]}
 
 
 def _tokens_note(tokens: int) -> str:
@@ -271,9 +279,8 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
     from traffic.shell.replay import replay
 
     p = run.params
-    gps = p["gpus_per_server"]
     n = int(p["draws"])
-    plan = build("astral3", servers=ep // gps, gpus=gps, scale=p["scale"])
+    plan = run.fabric(f"astral3-ep{ep}")
     nic = min(plan.rdma_nic().values())
     decode = [_decode_flows(plan, p, k) for k in range(n)]
     phase_s = {ph: model_flows(plan, decode[0][ph], "ecmp-fluid", unit="mbps").completion_s

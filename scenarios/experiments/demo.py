@@ -28,16 +28,17 @@ from typing import Any
 from controllers import policies
 from scenarios.base import (
     DRAWS,
+    FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
     SCALE,
     SECONDS,
     SEED,
-    SERVERS,
     TOKENS,
     Param,
     Run,
     scenario,
+    servers_of,
 )
 from scenarios.common import (
     RATIO_BAND,
@@ -58,7 +59,7 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
 
@@ -165,8 +166,8 @@ def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
     lat: dict[str, list[float]] = {}
     for d in range(p["decode_draws"]):
         seed = p["seed"] + d
-        step = simulate_step("deepseek-v3", p["servers"], p["gpus"], p["decode_tokens"],
-                             seed=seed)
+        step = simulate_step("deepseek-v3", servers_of(p), p["gpus_per_server"],
+                             p["decode_tokens"], seed=seed)
         traffic = low_latency(step, plan)
         if d == 0:
             out["margin"] = run.guard(lab, [f for f in traffic.flows if f.phase == Phase.DISPATCH],
@@ -215,9 +216,9 @@ def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
 
 @scenario(
     "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
-    Param("servers", 4, "servers (4 x 8 GPUs: the default 32-GPU astral3)", quick=2,
-          rule=SERVERS),
-    Param("gpus", 8, "GPUs (NICs, rails) per server", quick=4, rule=GPUS),
+    Param("gpus", 32, "GPUs in all, at most 64 servers of --gpus-per-server (4 x 8: the "
+          "default 32-GPU astral3)", quick=8, rule=FABRIC_GPUS),
+    Param("gpus_per_server", 8, "GPUs (NICs, rails) per server", quick=4, rule=GPUS),
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s; "
           "keeps rail3's 5-hop paths within this machine's switching)", rule=SCALE),
     Param("seconds", 2.5, "ideal length of each permutation (emulated s)", quick=2.0,
@@ -231,6 +232,8 @@ def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
           rule=DRAWS),
     Param("baseline", True, "also run the permutation on rail3"),
     Param("seed", 1, "permutation and (first) gating seed", rule=SEED),
+    fabrics=lambda p: {d: build_for_gpus(d, p["gpus"], p["gpus_per_server"], scale=p["scale"])
+                       for d in ("astral3", "rail3")[:2 if p["baseline"] else 1]},
 )
 def demo(run: Run) -> None:
     """See the module docstring."""
@@ -239,7 +242,7 @@ def demo(run: Run) -> None:
     p = run.params
     if p["draws"] < 1 or p["model_draws"] < 1 or p["decode_draws"] < 1:
         raise ValueError("draws, model_draws and decode_draws must be >= 1")
-    plan = build("astral3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+    plan = run.fabric("astral3")
     draw_plan(plan, run.path("fabric.png"))
     results: dict[str, dict[str, Any]] = {}
     with run.lab(plan, label="astral3", lb="ecmp") as lab:
@@ -278,7 +281,7 @@ def demo(run: Run) -> None:
         results["decode"] = decode
         run.stage("decode bursts replayed")
     if p["baseline"]:
-        r3 = build("rail3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+        r3 = run.fabric("rail3")
         with run.lab(r3, label="rail3", lb="ecmp") as lab:
             for mode in ("ecmp", "planned"):
                 r = _permutation(run, lab, r3, mode, f"rail3 {mode}")

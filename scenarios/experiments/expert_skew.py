@@ -45,16 +45,18 @@ import numpy as np
 from controllers import policies
 from scenarios.base import (
     DRAWS,
+    FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
     SCALE,
     SEED,
-    SERVERS,
     TOKENS,
     ZIPF_EXPONENT,
     Param,
     Run,
+    paired_servers,
     scenario,
+    servers_of,
 )
 from scenarios.common import (
     DRAW_QP_STRIDE,
@@ -72,7 +74,7 @@ from scenarios.common import (
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
 from testbed.models.flowmodel import bounds, model_flows
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
 from traffic.shell.replay import replay
 from traffic.workload import (
@@ -184,7 +186,7 @@ def model_case_draws(plan: WiringPlan, p: dict[str, Any], skew: Gating, policy: 
     nic = plan.host_link_mbps()
     out: dict[str, list[dict[str, Any]]] = {c: [] for c in CASES}
     for j in range(n):
-        steps = make_steps(p["model"], int(p["servers"]), int(p["gpus_per_server"]),
+        steps = make_steps(p["model"], servers_of(p), int(p["gpus_per_server"]),
                            int(p["tokens_per_gpu"]), skew, int(p["seed"]) + j)
         for case, step in steps.items():
             flows = wire_flows(low_latency(step, plan, phases=(Phase.DISPATCH,)).flows)
@@ -204,7 +206,8 @@ def model_case_draws(plan: WiringPlan, p: dict[str, Any], skew: Gating, policy: 
 @scenario(
     "uniform vs skewed gating vs skewed + EPLB: rank imbalance, hot-receiver incast, completion",
     Param("model", "deepseek-v3", "MoE model preset", choices=tuple(PRESETS)),
-    Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),
+    Param("gpus", 16, "GPUs in all (astral3, at most 64 servers of --gpus-per-server, 2 "
+          "per block)", quick=8, rule=FABRIC_GPUS),
     Param("gpus_per_server", 4, "GPUs (NICs) per server", rule=GPUS),
     Param("tokens_per_gpu", 64, "tokens per GPU in the step (DeepEP's decode batch is 128)",
           quick=24, rule=TOKENS),
@@ -224,21 +227,22 @@ def model_case_draws(plan: WiringPlan, p: dict[str, Any], skew: Gating, policy: 
           quick=2e-5, rule=SCALE),
     Param("lb", "ecmp", "load-balancing mode of the controller",
           choices=policies.CONTROLLER_MODES.names()),
+    fabrics=lambda p: {"astral3": build_for_gpus(
+        "astral3", p["gpus"], p["gpus_per_server"], servers=paired_servers(p),
+        servers_per_block=2, scale=float(p["scale"]))},
 )
 def expert_skew(run: Run) -> None:
     """Replay one MoE dispatch under uniform, skewed and skewed+EPLB gating (module docstring)."""
     p = run.params
-    for name in ("servers", "gpus_per_server", "tokens_per_gpu", "draws", "model_draws"):
+    for name in ("gpus", "gpus_per_server", "tokens_per_gpu", "draws", "model_draws"):
         if int(p[name]) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1 (got {p[name]})")
-    if int(p["servers"]) % 2:
-        raise ValueError(f"--servers must be even (astral3 blocks of 2; got {p['servers']})")
+    servers = paired_servers(p)
     skew = skewed_gating(p["skew"], float(p["zipf_exponent"]), float(p["hot_fraction"]),
                          float(p["hot_share"]))
-    plan = build("astral3", servers=int(p["servers"]), gpus=int(p["gpus_per_server"]),
-                 servers_per_block=2, scale=float(p["scale"]))
+    plan = run.fabric("astral3")
     n = int(p["draws"])
-    steps = [make_steps(p["model"], int(p["servers"]), int(p["gpus_per_server"]),
+    steps = [make_steps(p["model"], servers, int(p["gpus_per_server"]),
                         int(p["tokens_per_gpu"]), skew, int(p["seed"]) + k) for k in range(n)]
     info = [{case: analyse(plan, step, DRAW_QP_STRIDE * k) for case, step in st.items()}
             for k, st in enumerate(steps)]
@@ -373,7 +377,7 @@ def _report(run: Run, plan: WiringPlan, steps: list[dict[str, StepTraffic]],
     u, s, e = (cases[c] for c in CASES)
     n = p["draws"]
     rep.section("Setup", WORDS(
-        "setup", model=p["model"], servers=p["servers"], gpus_per_server=p["gpus_per_server"],
+        "setup", model=p["model"], servers=servers_of(p), gpus_per_server=p["gpus_per_server"],
         gpus=len(hosts), switches=len(plan.switches), tokens_per_gpu=p["tokens_per_gpu"],
         gate=_gate_text(p), message_bytes=steps[0]["uniform"].model.ll_dispatch_message_bytes,
         lb=p["lb"], draws=n, seed=p["seed"], model_draws=u["model_s"]["draws"],

@@ -39,16 +39,17 @@ from controllers import policies
 from controllers.fabric import MODES
 from scenarios.base import (
     DRAWS,
+    FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
     QPS,
     SCALE,
     SECONDS,
     SEED,
-    SERVERS,
     Param,
     Run,
     scenario,
+    servers_of,
 )
 from scenarios.common import (
     DRAW_QP_STRIDE,
@@ -73,7 +74,7 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 
 WORDS = Prose("lb_compare")  # the report's prose: scenarios/templates/lb_compare.md
 WORKLOADS = ("permutation", "alltoall")
@@ -117,8 +118,9 @@ def draws_for(mode: str, samples: int) -> int:
 @scenario(
     f"every load-balancing mode ({', '.join(MODES)}) on astral3: completion, "
     "lane load, spines",
-    Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2, rule=SERVERS),
-    Param("gpus", 4, "GPUs (NICs, rails) per server", rule=GPUS),
+    Param("gpus", 16, "GPUs in all (at most 64 servers of --gpus-per-server)", quick=8,
+          rule=FABRIC_GPUS),
+    Param("gpus_per_server", 4, "GPUs (NICs, rails) per server", rule=GPUS),
     Param("scale", 2e-5, "emulated rate = real rate x scale (2e-5: a 400G NIC is 8 Mb/s)",
           rule=SCALE),
     Param("modes", list(MODES), "load-balancing modes to compare", quick=["ecmp", "planned"],
@@ -132,6 +134,8 @@ def draws_for(mode: str, samples: int) -> int:
     Param("model_draws", 200, "flow-model hash draws beside them (seeds of its hash)",
           rule=MODEL_DRAWS),
     Param("seed", 1, "permutation seed", rule=SEED),
+    fabrics=lambda p: {"astral3": build_for_gpus("astral3", p["gpus"], p["gpus_per_server"],
+                                                 scale=p["scale"])},
 )
 def lb_compare(run: Run) -> None:
     """See the module docstring."""
@@ -141,7 +145,7 @@ def lb_compare(run: Run) -> None:
     p = run.params
     if p["ecmp_samples"] < 1 or p["model_draws"] < 1:
         raise ValueError("--ecmp-samples and --model-draws must be >= 1")
-    plan = build("astral3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+    plan = run.fabric("astral3")
     results: dict[str, dict[str, Any]] = {}
     raw: list[dict[str, Any]] = []
     with run.lab(plan, label="astral3", lb="ecmp") as lab:
@@ -339,7 +343,8 @@ def _report(run: Run, plan: Any, results: dict[str, dict[str, Any]]) -> None:
     rep = run.report
     rtf = real_time_factor(plan)
     rep.section("Setup", WORDS(
-        "setup", gpus=len(plan.hosts), servers=p["servers"], gpus_per_server=p["gpus"],
+        "setup", gpus=len(plan.hosts), servers=servers_of(p),
+        gpus_per_server=p["gpus_per_server"],
         switches=len(plan.switches), scale=plan.scale,
         nic=plan.host_link_mbps()[plan.hosts[0].name],
         lane=min(ln.mbps for ln in plan.links if ln.kind == "lane"), seconds=p["seconds"],

@@ -72,16 +72,17 @@ from controllers.fabric import MODES
 from controllers.paths import PathFinder
 from scenarios.base import (
     DRAWS,
+    FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
     QPS,
     SCALE,
     SECONDS,
     SEED,
-    SERVERS,
     Param,
     Run,
     as_dict,
+    paired_servers,
     scenario,
 )
 from scenarios.common import (
@@ -95,7 +96,7 @@ from scenarios.link_failure_metrics import MESSAGE_BYTES, draws_for
 from scenarios.link_failure_report import _analyse
 from testbed.models.flowmodel import model_flows
 from testbed.shell.probe import Stream
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.kernels import FlowSpec, flat_all_to_all
 from traffic.shell.replay import replay
 from traffic.shell.running import RunningLab
@@ -237,7 +238,8 @@ class Sampler:
 @scenario(
     "fail a leaf-spine lane, then a whole spine, mid All-to-All: throughput timeline, "
     "recovery time, completion penalty, per mode",
-    Param("servers", 4, "servers (astral3, 2 per block)", quick=2, rule=SERVERS),
+    Param("gpus", 16, "GPUs in all (astral3, at most 64 servers of --gpus-per-server, 2 "
+          "per block)", quick=8, rule=FABRIC_GPUS),
     Param("gpus_per_server", 4, "GPUs (NICs) per server", rule=GPUS),
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
           quick=2e-5, rule=SCALE),
@@ -256,13 +258,13 @@ class Sampler:
           "each; planned is deterministic: one)", rule=DRAWS),
     Param("model_draws", 100, "flow-model hash draws beside them", quick=50, rule=MODEL_DRAWS),
     Param("seed", 1, "random seed (the step's token routing)", rule=SEED),
+    fabrics=lambda p: _fabrics(p),
 )
 def link_failure(run: Run) -> None:
     """Fail a lane, then a spine, in the middle of an All-to-All (see the module docstring)."""
     p = run.params
     _check(p)
-    plan = build("astral3", servers=int(p["servers"]), gpus=int(p["gpus_per_server"]),
-                 servers_per_block=2, scale=float(p["scale"]))
+    plan = run.fabric("astral3")
     flows = all_to_all(plan, float(p["duration_s"]), qps_per_peer=int(p["qps_per_peer"]),
                        seed=int(p["seed"]))
     leaf, spine, probe_src, probe_dst = pick_lane(plan)
@@ -296,12 +298,18 @@ def link_failure(run: Run) -> None:
     _analyse(run, plan, flows, fluid, failures, results, (leaf, spine))
 
 
+def _fabrics(p: dict[str, Any]) -> dict[str, Any]:
+    """The one fabric the run brings up: astral3 in blocks of two servers."""
+    _check(p)
+    return {"astral3": build_for_gpus("astral3", p["gpus"], p["gpus_per_server"],
+                                      servers_per_block=2, scale=float(p["scale"]))}
+
+
 def _check(p: dict[str, Any]) -> None:
-    for name in ("servers", "gpus_per_server", "qps_per_peer"):
+    for name in ("gpus", "gpus_per_server", "qps_per_peer"):
         if int(p[name]) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1 (got {p[name]})")
-    if int(p["servers"]) % 2:
-        raise ValueError(f"--servers must be even (astral3 blocks of 2; got {p['servers']})")
+    paired_servers(p)
     if not 0 < float(p["cut_fraction"]) < 1:
         raise ValueError(f"--cut-fraction must be in (0, 1) (got {p['cut_fraction']})")
     if not 0 < float(p["recover_pct"]) < 100:

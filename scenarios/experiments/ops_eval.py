@@ -42,15 +42,16 @@ from collections import Counter
 from typing import Any
 
 from scenarios.base import (
+    FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
     SECONDS,
     SEED,
-    SERVERS,
     TOKENS,
     Param,
     Run,
     scenario,
+    servers_of,
 )
 from scenarios.common import compare, distribution, fmt_distribution, in_band
 from scenarios.findings import margin_text, pace_caveats
@@ -58,7 +59,7 @@ from scenarios.prose import Prose
 from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultkinds import SCHEDULE_SEVERITIES
 from testbed.faultspec import KINDS, schedule_kinds
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
 from vocab.validate import count, positive
@@ -71,8 +72,9 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
 @scenario(
     "seeded faults of every kind during traffic: detection, false alarms, "
     "time to detect, lead time, localization",
-    Param("servers", 4, "servers (of `gpus` GPUs each)", quick=2, rule=SERVERS),
-    Param("gpus", 8, "GPUs (NICs, rails) per server", quick=2, rule=GPUS),
+    Param("gpus", 32, "GPUs in all (at most 64 servers of --gpus-per-server)", quick=4,
+          rule=FABRIC_GPUS),
+    Param("gpus_per_server", 8, "GPUs (NICs, rails) per server", quick=2, rule=GPUS),
     Param("per_kind", 8, "faults of each kind", quick=1, rule=count(1, 100)),
     Param("concurrent", 2, "faults injected at once, in different parts of the fabric",
           rule=count(1, 4)),
@@ -83,7 +85,8 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
     Param("job_mbps", 10.0, "what each NIC of the MoE job sends at (emulated Mb/s, paced "
           "below the NIC so the job and the probes fit the machine's switching capacity)",
           quick=40.0, rule=positive(MAX_EMULATED_MBPS)),
-    Param("kinds", list(KINDS), "fault kinds (all: every kind with --severity's faults)",
+    Param("kinds", list(KINDS), "fault kinds (the default, every kind: those that have "
+          "--severity's faults)",
           choices=KINDS),
     Param("severity", "hard", "how bad the faults are: gray (degraded, working), hard "
           "(obvious) or mixed (each fault drawn from its kind's)", choices=SCHEDULE_SEVERITIES),
@@ -95,6 +98,7 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
           rule=positive(MAX_EMULATED_MBPS)),
     Param("model_draws", 100, "flow-model hash draws for the steady rate", rule=MODEL_DRAWS),
     Param("seed", 1, "schedule seed", rule=SEED),
+    fabrics=lambda p: {"astral3": build_for_gpus("astral3", p["gpus"], p["gpus_per_server"])},
 )
 def ops_eval(run: Run) -> None:
     """See the module docstring."""
@@ -107,11 +111,11 @@ def ops_eval(run: Run) -> None:
     # before any fabric: kinds without a range of this severity are refused here
     kinds = schedule_kinds(None if list(p["kinds"]) == list(KINDS) else p["kinds"],
                            p["severity"])
-    plan = build("astral3", servers=p["servers"], gpus=p["gpus"])
+    plan = run.fabric("astral3")
     with run.lab(plan, label="astral3", poll_interval=p["interval"]) as lab:
         run.guard(lab, _stream_flows(lab), "steady probe streams",
                   rate_mbps=p["mbps_per_host"])
-        job = moe_job(plan, p["servers"], p["gpus"], p["job_tokens"], p["seed"]) \
+        job = moe_job(plan, servers_of(p), p["gpus_per_server"], p["job_tokens"], p["seed"]) \
             if p["job"] == "moe" else None
         if job is not None:  # its heavier phase (combine: BF16), each NIC at its pace
             combine = [f for f in job[0].flows if f.phase == Phase.COMBINE]

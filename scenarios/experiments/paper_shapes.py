@@ -41,25 +41,27 @@ from typing import Any
 
 from scenarios.base import (
     DRAWS,
+    FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
     QPS,
     SCALE,
     SECONDS,
     SEED,
-    SERVERS,
     TOKENS,
     ZIPF_EXPONENT,
     Param,
     Run,
+    paired_servers,
     scenario,
+    servers_of,
 )
 from scenarios.common import DRAW_QP_STRIDE, fmt_distribution, permutation_flows
 from scenarios.experiments.decode_latency import _decode_flows, _decode_stats
 from scenarios.paper_shapes_table import PUBLISHED, _dist, build_rows, flow_throughput
 from scenarios.prose import Prose
 from testbed.fabricspec import FABRIC_RULES, GPU_COUNT
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.roce import DEFAULT_PMTU
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
@@ -76,9 +78,7 @@ def _check_params(p: dict[str, Any]) -> None:
                  "relay_repeats", "qps", "ep_tokens", "eplb_tokens"):
         if int(p[name]) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1 (got {p[name]})")
-    if p["servers"] < 2 or p["servers"] % 2:
-        raise ValueError(f"--servers must be even and >= 2 (astral3 blocks of 2; got "
-                         f"{p['servers']})")
+    paired_servers(p)
     gps = p["ep_gpus_per_server"]
     eps = sorted(p["ep_sizes"])
     if not {8, 16} <= set(eps) <= set(EP_SIZES):
@@ -97,9 +97,9 @@ def _check_params(p: dict[str, Any]) -> None:
 @scenario(
     "one table: published shapes (ECMP collisions, DeepEP EP growth, EPLB, rail-only relay, "
     "2 vs 3 tiers) beside the lab's emulated value and the flow model's",
-    Param("servers", 4, "servers of the ECMP and relay fabrics (astral3/railonly, 2 per block)",
-          quick=2, rule=SERVERS),
-    Param("gpus", 4, "GPUs (NICs, rails) per server of those fabrics", rule=GPUS),
+    Param("gpus", 16, "GPUs in all of the ECMP and relay fabrics (astral3/railonly, at most "
+          "64 servers of --gpus-per-server, 2 per block)", quick=8, rule=FABRIC_GPUS),
+    Param("gpus_per_server", 4, "GPUs (NICs, rails) per server of those fabrics", rule=GPUS),
     Param("scale", 1e-5, "emulated rate = real rate x scale for rows 1 and 4 (1e-5: a 400G "
           "NIC is 4 Mb/s)", rule=SCALE),
     Param("seconds", 3.0, "ideal length of the permutation and of the relay all-to-all "
@@ -129,6 +129,7 @@ def _check_params(p: dict[str, Any]) -> None:
           "64K what-if, a pure two-tier fabric; 256 = 51.2T today)",
           rule=FABRIC_RULES["radix"]),
     Param("seed", 1, "permutation and gating seed", rule=SEED),
+    fabrics=lambda p: _fabrics(p),
 )
 def paper_shapes(run: Run) -> None:
     """See the module docstring."""
@@ -138,8 +139,7 @@ def paper_shapes(run: Run) -> None:
     m: dict[str, Any] = {"eplb": eplb_imbalance(p), "tiers": tiers(p)}
     run.stage(f"EPLB and tiers computed (no fabric): max/mean "
               f"{_median(m['eplb']['before']):.2f} -> {_median(m['eplb']['after']):.2f}")
-    plan = build("astral3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
-    rail = build("railonly", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+    plan, rail = run.fabric("astral3"), run.fabric("railonly")
     m["ecmp"] = ecmp_model(plan, p)
     relay_flows = _relay_flows(p, plan, rail)
     m["relay"] = {"model": _relay_model(plan, rail, relay_flows), "lab": []}
@@ -152,6 +152,14 @@ def paper_shapes(run: Run) -> None:
     m["relay"]["lab"] = [r / a for a, r in zip(astral, railonly, strict=True)]
     m["ep"] = _ep_growth(run, p, raw)
     publish(run, m, plan, raw)
+
+
+def _fabrics(p: dict[str, Any]) -> dict[str, Any]:
+    """The fabrics the run brings up: the ECMP and relay ones, and one per EP size."""
+    _check_params(p)
+    return {**{d: build_for_gpus(d, p["gpus"], p["gpus_per_server"], scale=p["scale"])
+               for d in ("astral3", "railonly")},
+            **{f"astral3-ep{ep}": _ep_plan(p, ep) for ep in sorted(p["ep_sizes"])}}
 
 
 def publish(run: Run, m: dict[str, Any], plan: Any, raw: dict[str, Any] | None = None) -> None:
@@ -241,7 +249,7 @@ def _ep_params(p: dict[str, Any], seed: int) -> dict[str, Any]:
 
 def _ep_plan(p: dict[str, Any], ep: int) -> Any:
     gps = p["ep_gpus_per_server"]
-    return build("astral3", servers=ep // gps, gpus=gps, scale=p["ep_scale"])
+    return build_for_gpus("astral3", ep, gps, scale=p["ep_scale"])
 
 
 def ep_model(p: dict[str, Any]) -> dict[int, list[float]]:
@@ -325,10 +333,10 @@ def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]
     from scenarios.experiments.topology_compare import _tokens_for, _traffic
     from traffic.workload import simulate_step
 
-    tp = {"servers": p["servers"], "gpus": p["gpus"], "seconds": p["seconds"],
-          "kernels": ["flat"], "seed": p["seed"]}
-    step = simulate_step("deepseek-v3", p["servers"], p["gpus"], _tokens_for(tp, plan),
-                         seed=p["seed"])
+    tp = {"gpus": p["gpus"], "gpus_per_server": p["gpus_per_server"],
+          "seconds": p["seconds"], "kernels": ["flat"], "seed": p["seed"]}
+    step = simulate_step("deepseek-v3", servers_of(p), p["gpus_per_server"],
+                         _tokens_for(tp, plan), seed=p["seed"])
     return {name: [f for f in _traffic("flat", step, pl).flows if f.phase == Phase.DISPATCH]
             for name, pl in (("astral3", plan), ("railonly", rail))}
 
@@ -367,9 +375,9 @@ def tiers(p: dict[str, Any]) -> dict[str, Any]:
     from testbed.models.cost import CostSpec, Prices, analyze, counts_for_spec, price
 
     hops, lab_cost, model_cost, model_hops = [], [], [], []
-    spec = FabricSpec(servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+    spec = FabricSpec(servers=servers_of(p), gpus=p["gpus_per_server"], scale=p["scale"])
     for design in ("astral3", "rail3"):
-        plan = build(design, servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+        plan = build_for_gpus(design, p["gpus"], p["gpus_per_server"], scale=p["scale"])
         finder = PathFinder(plan)
         names = [h.name for h in plan.hosts]
         hops.append(max(len(finder.candidates(a, b)[0]) for a in names for b in names if a != b))
@@ -379,7 +387,7 @@ def tiers(p: dict[str, Any]) -> dict[str, Any]:
         model_cost.append(price(fab, Prices())["total"])
     return {"lab_hops": tuple(hops), "model_hops": tuple(model_hops),
             "lab_cost": tuple(lab_cost), "model_cost": tuple(model_cost),
-            "lab_gpus": p["servers"] * p["gpus"], "paper_gpus": p["cost_gpus"]}
+            "lab_gpus": p["gpus"], "paper_gpus": p["cost_gpus"]}
 
 
 # --- plot and report -------------------------------------------------------------------------
@@ -452,7 +460,8 @@ def _report(run: Run, plan: Any, summary: dict[str, dict[str, Any]]) -> None:
     rep = run.report
     nic = min(plan.rdma_nic().values())
     rep.section("Setup", WORDS(
-        "setup", gpus=len(plan.hosts), servers=p["servers"], gpus_per_server=p["gpus"],
+        "setup", gpus=len(plan.hosts), servers=servers_of(p),
+        gpus_per_server=p["gpus_per_server"],
         scale=p["scale"], nic=nic, seconds=p["seconds"],
         eps=", ".join(f"EP{e}" for e in sorted(p["ep_sizes"])),
         ep_gpus_per_server=p["ep_gpus_per_server"], ep_scale=p["ep_scale"],

@@ -37,15 +37,16 @@ from typing import Any
 
 from scenarios.base import (
     DRAWS,
+    FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
     SCALE,
     SECONDS,
     SEED,
-    SERVERS,
     Param,
     Run,
     scenario,
+    servers_of,
 )
 from scenarios.common import (
     DRAW_QP_STRIDE,
@@ -65,7 +66,7 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from traffic.workload import Phase
 
 WORDS = Prose("topology_compare")  # the report's prose: scenarios/templates/topology_compare.md
@@ -89,7 +90,8 @@ def _tokens_for(p: dict[str, Any], plan: Any) -> int:
     probe = 16
     worst = 0.0
     for kernel in p["kernels"]:
-        step = simulate_step("deepseek-v3", p["servers"], p["gpus"], probe, seed=p["seed"])
+        step = simulate_step("deepseek-v3", servers_of(p), p["gpus_per_server"], probe,
+                             seed=p["seed"])
         flows = [f for f in _traffic(kernel, step, plan).flows if f.phase == Phase.DISPATCH]
         worst = max(worst, bounds(plan, flows, unit="mbps")["host_start"])
     return max(1, round(probe * p["seconds"] / worst)) if worst else probe
@@ -100,7 +102,8 @@ def _phase_flows(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draw: i
     """Draw ``draw``'s step on ``plan``: its traffic and per-phase flows (QPs shifted)."""
     from traffic.workload import simulate_step
 
-    step = simulate_step("deepseek-v3", p["servers"], p["gpus"], tokens, seed=p["seed"] + draw)
+    step = simulate_step("deepseek-v3", servers_of(p), p["gpus_per_server"], tokens,
+                         seed=p["seed"] + draw)
     traffic = _traffic(kernel, step, plan)
     return traffic, {ph: shift_qps([f for f in traffic.flows if f.phase == ph],
                                    DRAW_QP_STRIDE * draw) for ph in Phase}
@@ -136,8 +139,9 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
 @scenario(
     "one MoE All-to-All on astral3, rail3, railonly, fattree: "
     "completion, hops, per-tier load, cost",
-    Param("servers", 4, "servers (equal GPU count on every design)", quick=2, rule=SERVERS),
-    Param("gpus", 4, "GPUs (NICs, rails) per server", rule=GPUS),
+    Param("gpus", 16, "GPUs in all (equal on every design; at most 64 servers of "
+          "--gpus-per-server)", quick=8, rule=FABRIC_GPUS),
+    Param("gpus_per_server", 4, "GPUs (NICs, rails) per server", rule=GPUS),
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s)",
           rule=SCALE),
     Param("designs", list(DESIGNS), "fabric designs", choices=DESIGNS),
@@ -150,6 +154,8 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
     Param("model_draws", 100, "flow-model draws per design beside them", quick=40,
           rule=MODEL_DRAWS),
     Param("seed", 0, "first gating seed (draw k uses seed + k)", rule=SEED),
+    fabrics=lambda p: {d: build_for_gpus(d, p["gpus"], p["gpus_per_server"], scale=p["scale"])
+                       for d in p["designs"]},
 )
 def topology_compare(run: Run) -> None:
     """See the module docstring."""
@@ -159,14 +165,14 @@ def topology_compare(run: Run) -> None:
     p = run.params
     if p["draws"] < 1 or p["model_draws"] < 1:
         raise ValueError("--draws and --model-draws must be >= 1")
-    ref = build("astral3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+    ref = build_for_gpus("astral3", p["gpus"], p["gpus_per_server"], scale=p["scale"])
     tokens = _tokens_for(p, ref)
     run.config["tokens_per_gpu"] = tokens
     raw: list[dict[str, Any]] = []
     results: dict[str, dict[str, Any]] = {}
     n = int(p["draws"])
     for design in p["designs"]:
-        plan = build(design, servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+        plan = run.fabric(design)
         models = {k: model_step(k, p, plan, tokens, int(p["model_draws"]))
                   for k in p["kernels"]}
         run.stage(f"{design}: modelled {p['model_draws']} draws")
@@ -399,7 +405,8 @@ def _report(run: Run, ref: Any, cost: list[dict[str, Any]], tokens: int,
     rep = run.report
     n = len(ref.hosts)
     rep.section("Setup", WORDS(
-        "setup", gpus=n, servers=p["servers"], gpus_per_server=p["gpus"], scale=p["scale"],
+        "setup", gpus=n, servers=servers_of(p), gpus_per_server=p["gpus_per_server"],
+        scale=p["scale"],
         nic=ref.host_link_mbps()[ref.hosts[0].name], real=real_time_factor(ref),
         tokens=tokens, lb=p["lb"], draws=p["draws"], seed=p["seed"], stride=DRAW_QP_STRIDE,
         model_draws=p["model_draws"]))

@@ -128,7 +128,14 @@ from testbed import topologies
 from testbed.fabricspec import FabricSpec
 from testbed.models.bounds import bounds
 from testbed.models.inputs import DEFAULT_POLICIES, POLICIES, _check_policy
-from testbed.models.jobs import DEFAULT_PAIR_BYTES, Job, Placement, Workload, make_job
+from testbed.models.jobs import (
+    DEFAULT_PAIR_BYTES,
+    Job,
+    Placement,
+    Workload,
+    make_job,
+    step_forecast,
+)
 from testbed.models.perflow import _model_policies, _Prepared, auto_jobs, model_flows
 from testbed.models.progress import Progress
 from testbed.models.results import ModelResult
@@ -223,9 +230,12 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8,
         raise ValueError(f"--event-tolerance must be in [0, 0.5) (got {tolerance!r})")
     servers = gpus // gpus_per_server
     spec = _spec(topology, gpus, gpus_per_server, dict(fabric or {}))
-    job = make_job(servers, gpus_per_server, workload=workload, groups=groups,
-                   group_size=group_size, placement=placement, seed=seed,
-                   pair_bytes=pair_bytes, qps=qps, phase=phase, tokens=tokens, model=model)
+    step = dict(workload=workload, groups=groups, group_size=group_size, placement=placement,
+                seed=seed, pair_bytes=pair_bytes, qps=qps, phase=phase, tokens=tokens,
+                model=model)
+    if progress is not None and progress.enabled:
+        _forecast(progress, servers, gpus_per_server, step)
+    job = make_job(servers, gpus_per_server, **step)
     chosen = ModelMode(mode)
     if chosen == ModelMode.AUTO:
         chosen = ModelMode.PER_FLOW if job.flows <= exact_flows else ModelMode.AGGREGATE
@@ -282,6 +292,18 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8,
            "results": [r.to_dict() for r in results],
            "runtime_s": round(time.perf_counter() - t0, 3)}
     return doc, results
+
+
+def _forecast(progress: Progress, servers: int, gpus_per_server: int,
+              step: dict[str, Any]) -> None:
+    """Say before it starts how long drawing a long MoE step should take (``jobs.
+    step_forecast``: measured on the same step at a few tokens per GPU)."""
+    fc = step_forecast(servers, gpus_per_server, **step)
+    if fc is not None:
+        progress.forecast(fc.seconds, f"drawing the {Workload(step['workload'])} step "
+                          f"({fc.group_size} GPUs x {fc.tokens:,} tokens each)",
+                          f"the same step at {fc.calibration_tokens:,} tokens per GPU took "
+                          f"{fc.calibration_s:.2f} s; the solve comes after it")
 
 
 def exactness(tolerance: float) -> dict[str, Any]:

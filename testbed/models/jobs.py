@@ -7,6 +7,8 @@ model takes ``Job.flow_list`` on a real wiring plan.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -182,3 +184,50 @@ def make_job(servers: int, gpus_per_server: int, *, workload: Workload = Workloa
     info.update(flows=job.flows, flows_per_group=int(src.size),
                 bytes_total=int(job.size.sum()) * n_groups)
     return job
+
+
+#: A prefill or decode step of this many token draws (group GPUs x tokens per GPU) or more
+#: is costed before it is drawn: drawing one costs a few microseconds per draw, so a smaller
+#: step takes seconds and is not worth the calibration.
+FORECAST_FROM = 1 << 21
+#: the calibration's size in the same draws: a sixteenth of the smallest step it forecasts
+CALIBRATION_DRAWS = 1 << 17
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What drawing a step should take here, and what that estimate rests on: the same
+    step drawn with ``calibration_tokens`` tokens per GPU took ``calibration_s``."""
+
+    seconds: float
+    group_size: int
+    tokens: int
+    calibration_tokens: int
+    calibration_s: float
+
+
+def step_forecast(servers: int, gpus_per_server: int, *,
+                  clock: Callable[[], float] = time.perf_counter,
+                  **kw: Any) -> Forecast | None:
+    """How long ``make_job(servers, gpus_per_server, **kw)`` should take here, measured
+    rather than guessed: the same step with a few tokens per GPU, timed, scaled by the
+    tokens (its cost is routing every token to its experts and cutting the kernels'
+    messages, both linear in the tokens; the fixed part it also scales makes the estimate
+    err long). None for an all-to-all (its flows are made in one step), for a step under
+    ``FORECAST_FROM`` draws, or when the step is refused (``make_job`` then says why)."""
+    workload = Workload(kw.get("workload", Workload.ALLTOALL))
+    if workload == Workload.ALLTOALL:
+        return None
+    total = servers * gpus_per_server
+    size = kw.get("group_size") or min(total, 256)
+    tokens = kw.get("tokens") or (4096 if workload == Workload.PREFILL else 128)
+    if size * tokens < FORECAST_FROM:
+        return None
+    small = max(1, CALIBRATION_DRAWS // size)
+    t0 = clock()
+    try:
+        make_job(servers, gpus_per_server, **{**kw, "tokens": small})
+    except ValueError:
+        return None
+    took = clock() - t0
+    return Forecast(took * tokens / small, size, tokens, small, took)

@@ -10,7 +10,9 @@ stderr once the run has lasted a couple of seconds. Anywhere else (a pipe, a log
 a job without a terminal) it writes whole lines, and only for a run past ``LINES_AFTER``
 seconds, so short runs and tests stay clean: one when that time is reached, then one per
 tenth of the work done, and once, when the estimate says the run takes over a minute in
-all, that estimate.
+all, that estimate. Work whose cost is known before it starts (drawing a long MoE step,
+``jobs.step_forecast``) is announced before it starts, when it should take over a minute,
+terminal or not (``forecast``).
 
 The estimate: a refill after departures costs about the classes still sending, so the
 work behind a solve that has finished a fraction f of its classes is about
@@ -183,6 +185,17 @@ class Progress:
             if phase == "done":
                 t.finished = now
             self._draw(now)
+
+    def forecast(self, seconds: float, what: str, basis: str) -> None:
+        """Before work that should take ``seconds`` starts, one line saying so when that is
+        over ``SAY_ESTIMATE_PAST``: on a terminal or not (only ``enabled=False`` silences
+        it), so a run that will compute for minutes says so before it goes quiet."""
+        if not self.enabled or seconds <= SAY_ESTIMATE_PAST:
+            return
+        with self._lock:
+            self.stream.write(f"model: {what} should take about {duration(seconds)} here "
+                              f"(an estimate: {basis})\n")
+            self.stream.flush()
 
     def line(self) -> str:
         """The line as it would be drawn now."""

@@ -1,8 +1,8 @@
 """The lab's fabrics as Mininet ``Topo`` classes, usable from plain ``mn``.
 
-    sudo mn --custom testbed/shell/mntopo.py --topo astral3,servers=4,gpus=4 \\
+    sudo mn --custom testbed/shell/mntopo.py --topo astral3,gpus=16,gpus_per_server=4 \\
             --controller remote,port=6653
-    astral-lab topo astral3 --servers 4 --gpus 4 -o plan.json   # same parameters
+    astral-lab topo astral3 --gpus 16 --gpus-per-server 4 -o plan.json   # same parameters
     astral-lab controller --plan plan.json
 
 Everything Mininet needs is carried by the topo itself: switch class and
@@ -34,7 +34,7 @@ from mininet.topo import Topo  # noqa: E402
 
 from testbed.datapath import Datapath, choose_datapath  # noqa: E402
 from testbed.shaping import HTB_QUANTUM  # noqa: E402
-from testbed.topologies import BUILDERS, build  # noqa: E402
+from testbed.topologies import BUILDERS, MN_WORDS, build_for_gpus  # noqa: E402
 from vocab.plan import WiringPlan  # noqa: E402
 
 OF_PROTOCOLS = "OpenFlow13,OpenFlow15"
@@ -100,11 +100,13 @@ class PlanTopo(Topo):
 
 
 def _topo_factory(name: str) -> Any:
-    def make(**params: Any) -> PlanTopo:
-        datapath = params.pop("datapath", "auto")
-        return PlanTopo(build(name, **params), datapath=datapath)
+    def make(gpus: int | None = None, gpus_per_server: int | None = None,
+             servers: int | None = None, datapath: str = "auto", **params: Any) -> PlanTopo:
+        plan = build_for_gpus(name, gpus, gpus_per_server, servers, words=MN_WORDS, **params)
+        return PlanTopo(plan, datapath=datapath)
 
-    make.__doc__ = f"{name} fabric; parameters as for `astral-lab topo {name}`"
+    make.__doc__ = (f"{name} fabric; parameters as for `astral-lab topo {name}`: gpus= in "
+                    "all, gpus_per_server=, servers=, and the other fabric fields")
     return make
 
 

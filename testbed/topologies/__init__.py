@@ -185,21 +185,81 @@ def fabric_spec(topology: str, **params: object) -> FabricSpec:
     return topo.resolve(FabricSpec(**typed))  # type: ignore[arg-type]
 
 
-def spec_for_gpus(topology: str, gpus: int | None = None, gpus_per_server: int | None = None,
-                  **params: object) -> FabricSpec:
-    """``spec`` for a verb that counts GPUs (``model``): ``gpus`` GPUs are ``gpus /
-    gpus_per_server`` servers of ``gpus_per_server``; left out, both are ``FabricSpec``'s
-    (its servers x gpus), so ``model astral3`` is the fabric ``topo astral3`` draws."""
+#: how a verb's user names the three size options in a message: its flags (``topo``,
+#: ``up``, ``model``, the scenarios) or ``mn --topo NAME,key=value`` words
+CLI_WORDS = ("--gpus", "--gpus-per-server", "--servers")
+MN_WORDS = ("gpus=", "gpus_per_server=", "servers=")
+#: the most servers a fabric has (``FABRIC_RULES``)
+MAX_SERVERS = int(FABRIC_RULES["servers"].high or 0)
+
+
+def _said(word: str, value: object) -> str:
+    return f"{word}{value}" if word.endswith("=") else f"{word} {value}"
+
+
+def fabric_size(gpus: int | None = None, gpus_per_server: int | None = None,
+                servers: int | None = None, *, max_servers: int = MAX_SERVERS,
+                words: tuple[str, str, str] = CLI_WORDS, taker: str = "the builders take"
+                ) -> tuple[int, int]:
+    """``(servers, GPUs per server)`` of a fabric sized as users size it: ``gpus`` is the
+    total GPU count and ``gpus_per_server`` the server's, in every verb, so one word means
+    one thing; ``servers`` (where a verb offers it) is another way to give the total.
+
+    Left out, ``gpus_per_server`` is ``FabricSpec``'s, and the total is ``servers`` of
+    those or else ``FabricSpec``'s (``model --gpus-per-server 4`` keeps the 32 GPUs). A
+    total that does not split evenly, or a ``servers`` that disagrees with it, is a
+    ValueError in one line naming the options as ``words`` spells them; so is a fabric of
+    more than ``max_servers`` servers (``taker``: who refuses it, and the verb).
+    """
+    g_word, gps_word, s_word = words
     defaults = FabricSpec()
     gps = defaults.gpus if gpus_per_server is None else \
-        FABRIC_RULES["gpus"].check(gpus_per_server, "gpus_per_server")
-    total = defaults.gpu_count if gpus is None else GPU_COUNT.check(gpus, "gpus")
-    if total % gps:
-        raise ValueError(f"{total} GPUs is not a whole number of {gps}-GPU servers")
-    for name in ("servers", "gpus"):
-        if name in params:
-            raise ValueError(f"{name} comes from the GPU count (gpus / gpus_per_server)")
-    return fabric_spec(topology, servers=total // gps, gpus=gps, **params)
+        FABRIC_RULES["gpus"].check(gpus_per_server, gps_word.rstrip("="))
+    per = f"servers of {gps} GPUs ({gps_word.rstrip('=')})"
+    if servers is not None:
+        servers = FABRIC_RULES["servers"].check(servers, s_word.rstrip("="))
+    if gpus is None:
+        if servers is not None:
+            return servers, gps
+        total = defaults.gpu_count
+        if total % gps:
+            raise ValueError(f"{_said(g_word, total)} (the default) does not split evenly "
+                             f"over {per}: give {g_word.rstrip('=')} as a multiple of {gps}")
+    else:
+        total = GPU_COUNT.check(gpus, g_word.rstrip("="))
+        if servers is not None and servers * gps != total:
+            raise ValueError(f"{_said(s_word, servers)} and {_said(g_word, total)} disagree: "
+                             f"{servers:,} {per} are {servers * gps:,} GPUs; give one of "
+                             f"{s_word.rstrip('=')} and {g_word.rstrip('=')}")
+        if total % gps:
+            raise ValueError(f"{_said(g_word, total)} does not split evenly over {per}: "
+                             f"give a multiple of {gps}")
+    n = total // gps
+    if n > max_servers:
+        raise ValueError(f"{_said(g_word, total)} is {n:,} servers of {gps} GPUs; {taker} "
+                         f"at most {max_servers:,} ({max_servers * gps:,} GPUs; more per "
+                         f"server with {gps_word.rstrip('=')})")
+    return n, gps
+
+
+def spec_for_gpus(topology: str, gpus: int | None = None, gpus_per_server: int | None = None,
+                  servers: int | None = None, *, words: tuple[str, str, str] = CLI_WORDS,
+                  **params: object) -> FabricSpec:
+    """``spec`` from the words users size a fabric with (``fabric_size``: ``gpus`` in all,
+    ``gpus_per_server`` each, or ``servers``) and the other ``FabricSpec`` fields; left
+    out, the size is ``FabricSpec``'s, so ``model astral3`` is the fabric ``topo astral3``
+    draws. ``FabricSpec.gpus`` itself is GPUs per server: it is set here, never passed."""
+    n, gps = fabric_size(gpus, gpus_per_server, servers, words=words)
+    return fabric_spec(topology, servers=n, gpus=gps, **params)
+
+
+def build_for_gpus(topology: str, gpus: int | None = None, gpus_per_server: int | None = None,
+                   servers: int | None = None, *, words: tuple[str, str, str] = CLI_WORDS,
+                   **params: object) -> WiringPlan:
+    """The wiring plan of ``spec_for_gpus``: what ``topo``, ``up``, the scenarios and ``mn
+    --custom`` build from the size their user gives."""
+    spec = spec_for_gpus(topology, gpus, gpus_per_server, servers, words=words, **params)
+    return TOPOLOGIES.get(topology).build(spec)
 
 
 def describe(plan: WiringPlan) -> str:

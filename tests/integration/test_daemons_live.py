@@ -126,7 +126,7 @@ def test_killed_multi_daemon_run_is_cleaned(killed_lab: Callable[..., list[str]]
 
 def test_cli_up_with_switch_daemons(assert_clean: Callable[[WiringPlan], None]) -> None:
     out = subprocess.run([sys.executable, "-m", "astral_lab.cli", "up", "astral3", "--no-cli",
-                          "--servers", "2", "--gpus", "4", "--servers-per-block", "2",
+                          "--servers", "2", "--gpus-per-server", "4", "--servers-per-block", "2",
                           "--switch-daemons", "2"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr

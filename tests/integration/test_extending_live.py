@@ -20,7 +20,7 @@ from pathlib import Path
 from tests.unit.test_extending import cli, copy_with_plugins
 from vocab.plan import WiringPlan
 
-SIZE = ["--servers", "4", "--gpus", "2", "--servers-per-block", "2"]
+SIZE = ["--servers", "4", "--gpus-per-server", "2", "--servers-per-block", "2"]
 
 _REPLAY = """
 import json

@@ -20,7 +20,7 @@ import pytest
 from testbed.shell import cleanup
 from testbed.shell.lab import Lab
 from testbed.shell.preflight import LabError
-from testbed.topologies import build
+from testbed.topologies import build, build_for_gpus
 from vocab.plan import WiringPlan
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -167,7 +167,7 @@ def test_ctrl_c_inside_a_running_lab_tears_it_down(assert_clean: Callable[[Wirin
 
 def test_cli_up_without_cli_reports_zero_loss(assert_clean: Callable[[WiringPlan], None]) -> None:
     out = subprocess.run([sys.executable, "-m", "astral_lab.cli", "up", "astral3", "--no-cli",
-                          "--lb", "planned", "--servers", "2", "--gpus", "2"],
+                          "--lb", "planned", "--servers", "2", "--gpus-per-server", "2"],
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "0.0% loss" in out.stdout and "lb planned" in out.stdout, out.stdout
@@ -178,8 +178,8 @@ def test_plain_mn_custom_topology_with_standalone_controller(
         tmp_path: str, assert_clean: Callable[[WiringPlan], None]) -> None:
     """`mn --custom testbed/shell/mntopo.py --topo astral3,...` + `astral-lab controller`: all
     pairs ping."""
-    params = dict(servers=2, gpus=2)
-    plan = build("astral3", **params)
+    params = dict(gpus=4, gpus_per_server=2)  # `mn`'s words, as `topo`'s: gpus in all
+    plan = build_for_gpus("astral3", **params)
     plan_path = os.path.join(str(tmp_path), "plan.json")
     plan.save(plan_path)
     from testbed.shell.lab import free_port

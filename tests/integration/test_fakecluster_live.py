@@ -2,11 +2,11 @@
 two "servers" beside this machine, each a network namespace with its own sshd and its own
 Open vSwitch, logged into over real SSH with a key made for the test (``fakecluster``).
 
-The fabric (``astral3 --servers 6 --gpus 1``: 3 rail blocks, so hosts on all three servers)
-is brought up twice per tunnel kind: once by the CLI verb (``astral-lab up ... --cluster
-... --no-cli``: every pair pings, nothing left), once through the Python API (every pair
-pings, a replay across the tunnels delivers every byte, the ops collector reads both fake
-servers' ports, nothing left). Every wait is bounded (``deadline``): a hang fails.
+The fabric (``astral3 --servers 6 --gpus-per-server 1``: 3 rail blocks, so hosts on all
+three servers) is brought up twice per tunnel kind: once by the CLI verb (``astral-lab up
+... --cluster ... --no-cli``: every pair pings, nothing left), once through the Python API
+(every pair pings, a replay across the tunnels delivers every byte, the ops collector reads
+both fake servers' ports, nothing left). Every wait is bounded (``deadline``): a hang fails.
 
 This machine's kernel has no GRE: there ``--tunnel gre`` must be refused before anything is
 built, with a line naming the missing device, and leave nothing. GRE across two real
@@ -39,7 +39,8 @@ from traffic.shell.replay import replay
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes:DeprecationWarning")
 
 FABRIC = {"servers": 6, "gpus": 1, "servers_per_block": 2}
-CLI_FABRIC = ["astral3", "--servers", "6", "--gpus", "1", "--servers-per-block", "2"]
+CLI_FABRIC = ["astral3", "--servers", "6", "--gpus-per-server", "1", "--servers-per-block",
+              "2"]
 #: connections a bring-up opens on a server beyond one per node shell: the shared one (by
 #: name and by address), the clock probe's, the switches' batch and the hosts' programs
 SHARED_SLACK = 6

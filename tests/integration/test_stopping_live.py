@@ -28,7 +28,7 @@ BOUND = 45.0
 
 #: the fabric every try brings up: the smallest astral3 (2 servers of 2 GPUs)
 FABRIC = dict(servers=2, gpus=2)
-UP = [*PROGRAM, "up", "astral3", "--servers", "2", "--gpus", "2"]
+UP = [*PROGRAM, "up", "astral3", "--servers", "2", "--gpus-per-server", "2"]
 
 
 @pytest.fixture

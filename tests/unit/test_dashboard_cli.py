@@ -202,9 +202,12 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
     monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 1, "measured": "x"})
     seen: dict[str, Any] = {}
 
-    @scenario("a toy with two fabrics", name="toy-live")
+    from testbed.topologies import build
+
+    @scenario("a toy with two fabrics", name="toy-live",
+              fabrics=lambda _p: {"astral3 small": demo_plan(), "rail3": build("rail3")})
     def toy(run: Run) -> None:
-        with run.lab(demo_plan(), label="astral3 small"):
+        with run.lab(run.fabric("astral3 small"), label="astral3 small"):
             run.stage("first fabric")
             with open(run.path("progress.json")) as f:
                 seen.update(json.load(f))
@@ -215,9 +218,7 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
                 shown = json.load(f)
             assert shown["stage"] == "first fabric" and shown["faults"] == [
                 {"kind": "link-down", "component": "lf0r0~spine1#0", "since": 1.0}]
-        from testbed.topologies import build
-
-        with run.lab(build("rail3"), label="rail3"):
+        with run.lab(run.fabric("rail3"), label="rail3"):
             run.stage("second fabric")
 
     SCENARIOS.add("toy-live", toy)

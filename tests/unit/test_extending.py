@@ -67,7 +67,7 @@ def test_the_worked_policy_is_listed_and_modelled(copy: Path) -> None:
 
 
 def test_the_worked_topology_builds_counts_and_models(copy: Path) -> None:
-    out = cli(copy, "topo", "leafspine", "--servers", "8", "--gpus", "4",
+    out = cli(copy, "topo", "leafspine", "--gpus", "32", "--gpus-per-server", "4",
               "--servers-per-block", "2", "--lanes-per-uplink", "2", "-o",
               str(copy / "plan.json"), "--no-png")
     assert out.returncode == 0, out.stderr

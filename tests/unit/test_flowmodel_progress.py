@@ -124,6 +124,40 @@ def test_forced_on_for_a_stream_that_is_not_a_terminal():
     assert "ecmp done" in out.getvalue()
 
 
+def test_a_steps_forecast_is_its_measured_cost(monkeypatch):
+    """The estimate said before a long MoE step is drawn rests on a measurement: the same
+    step at a sixteenth of its tokens, timed and scaled by the tokens, lands near the
+    step's own time (both see the machine's load alike). Short steps and all-to-alls are
+    not forecast (they cost no calibration)."""
+    import time
+
+    from testbed.models import jobs
+
+    monkeypatch.setattr(jobs, "FORECAST_FROM", 1 << 16)
+    monkeypatch.setattr(jobs, "CALIBRATION_DRAWS", 1 << 12)
+    fc = jobs.step_forecast(4, 8, workload="prefill", tokens=2048)  # 32 GPUs: 128 tokens
+    t0 = time.perf_counter()
+    jobs.make_job(4, 8, workload="prefill", tokens=2048)
+    took = time.perf_counter() - t0
+    assert fc is not None and (fc.group_size, fc.calibration_tokens) == (32, 128)
+    assert took / 3 <= fc.seconds <= took * 4, (fc, took)
+    assert jobs.step_forecast(4, 8, workload="alltoall") is None
+    assert jobs.step_forecast(4, 8, workload="decode", tokens=64) is None  # 2,048 draws
+
+
+def test_a_forecast_is_one_line_anywhere_but_only_past_a_minute():
+    for stream in (io.StringIO(), Tty()):
+        p = pg.Progress(stream)
+        p.forecast(59.0, "drawing the step", "measured")
+        assert stream.getvalue() == ""
+        p.forecast(125.0, "drawing the step", "measured")
+        assert stream.getvalue() == ("model: drawing the step should take about 2 min 5 s here "
+                                     "(an estimate: measured)\n")
+    quiet = io.StringIO()
+    pg.Progress(quiet, enabled=False).forecast(3600.0, "x", "y")
+    assert quiet.getvalue() == ""
+
+
 def test_watch_reads_the_probe_while_a_task_runs():
     probe = pg.probe()
     notes = []

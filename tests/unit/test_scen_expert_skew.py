@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -65,12 +66,15 @@ def test_three_steps_show_skew_incast_and_eplb_relief() -> None:
 
 
 def test_bad_parameters_fail_before_any_fabric(tmp_path: str) -> None:
-    with pytest.raises(ValueError, match="--servers"):
-        expert_skew(servers=3, output=str(tmp_path))
+    with pytest.raises(ValueError, match="--gpus 12 is 3 servers of 4 GPUs; astral3 pairs"):
+        expert_skew(gpus=12, output=str(tmp_path))
+    with pytest.raises(ValueError, match="--gpus 10 does not split evenly over servers of 4"):
+        expert_skew(gpus=10, output=str(tmp_path))
     with pytest.raises(ValueError, match="--skew"):
         expert_skew.resolve(False, {"skew": "pareto"})
     with pytest.raises(ValueError, match="unknown parameter"):
-        expert_skew.resolve(True, {"gpus": 4})
+        expert_skew.resolve(True, {"servers": 4})
+    assert not os.listdir(tmp_path)
 
 
 def test_draws_shift_source_ports_and_keep_bytes() -> None:

@@ -31,7 +31,7 @@ from scenarios.paper_shapes_table import (
     flow_throughput,
     paired_growth,
 )
-from testbed.topologies import build
+from testbed.topologies import build, build_for_gpus
 
 
 # --- published constants -----------------------------------------------------------------------
@@ -190,7 +190,7 @@ def test_publish_writes_the_table_report_and_plot(tmp_path: Any) -> None:
 # --- the pure parts on real plans ------------------------------------------------------------
 def test_ecmp_model_draws_collide_and_planned_is_the_ideal() -> None:
     p = paper_shapes.resolve(True, {"model_draws": 20})
-    plan = build("astral3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+    plan = build_for_gpus("astral3", p["gpus"], p["gpus_per_server"], scale=p["scale"])
     e = ecmp_model(plan, p)
     assert len(e["model"]) == 20 and e["paths"] == 4
     assert all(0 < v <= 1 + 1e-9 for v in e["model"])
@@ -207,7 +207,8 @@ def test_eplb_lowers_the_imbalance() -> None:
 
 
 def test_tiers_hops_and_cost() -> None:
-    t = tiers({"servers": 2, "gpus": 4, "scale": 1e-5, "cost_gpus": 8192, "cost_radix": 256})
+    t = tiers({"gpus": 8, "gpus_per_server": 4, "scale": 1e-5, "cost_gpus": 8192,
+               "cost_radix": 256})
     assert t["lab_hops"] == (3, 5) and t["model_hops"] == (3, 5)
     assert t["lab_cost"][0] < t["lab_cost"][1] and t["model_cost"][0] < t["model_cost"][1]
     assert t["lab_gpus"] == 8 and t["paper_gpus"] == 8192
@@ -218,7 +219,7 @@ def test_parameters_are_checked() -> None:
     _check_params(ok)
     _check_params({**ok, "ep_sizes": [8, 16]})  # EP32 left out: its row says so
     for bad in ({"ep_sizes": [16, 32]}, {"ep_sizes": [8, 64]}, {"ep_sizes": [8, 32]},
-                {"servers": 3}, {"ecmp_draws": 0}, {"ep_gpus_per_server": 8},
+                {"gpus": 12}, {"ecmp_draws": 0}, {"ep_gpus_per_server": 8},
                 {"ep_scale": 0.5}):
         with pytest.raises(ValueError):
             _check_params({**ok, **bad})

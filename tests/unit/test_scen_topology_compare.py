@@ -10,12 +10,12 @@ import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
 from scenarios.experiments import topology_compare as tc
-from testbed.topologies import build
+from testbed.topologies import build, build_for_gpus
 
 
 def test_draws_shift_source_ports_and_the_model_spreads() -> None:
     p = tc.topology_compare.resolve(True, {})
-    plan = build("astral3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"])
+    plan = build_for_gpus("astral3", p["gpus"], p["gpus_per_server"], scale=p["scale"])
     _t, a = tc._phase_flows("flat", p, plan, 16, 0)
     _t, b = tc._phase_flows("flat", p, plan, 16, 1)
     assert {(f.src, f.dst) for f in a["dispatch"]} == {(f.src, f.dst) for f in b["dispatch"]}

@@ -76,7 +76,7 @@ def _cli(*args: str, cwd: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_topo_writes_plan_and_drawing(tmp_path: object) -> None:
-    out = _cli("topo", "railonly", "--servers", "4", "--gpus", "2", "-o", "p/plan.json",
+    out = _cli("topo", "railonly", "--gpus", "8", "--gpus-per-server", "2", "-o", "p/plan.json",
                cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "nvswitch=4" in out.stdout and "wiring plan: p/plan.json" in out.stdout
@@ -87,7 +87,8 @@ def test_cli_topo_writes_plan_and_drawing(tmp_path: object) -> None:
 
 
 def test_cli_topo_default_output_is_a_results_folder(tmp_path: object) -> None:
-    out = _cli("topo", "astral3", "--gpus", "2", "--no-png", cwd=str(tmp_path))
+    out = _cli("topo", "astral3", "--gpus", "8", "--gpus-per-server", "2", "--no-png",
+               cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     (folder,) = os.listdir(os.path.join(str(tmp_path), "results"))
     assert folder.endswith("-topo-astral3") and not folder.endswith(".partial")
@@ -95,7 +96,8 @@ def test_cli_topo_default_output_is_a_results_folder(tmp_path: object) -> None:
 
 @pytest.mark.parametrize("args,needle", [
     (["topo", "astral3", "--servers", "5"], "servers=5 must be a multiple of servers_per_block"),
-    (["topo", "fattree", "--gpus", "0"], "argument --gpus: must be a whole number in 1..255"),
+    (["topo", "fattree", "--gpus-per-server", "0"],
+     "argument --gpus-per-server: must be a whole number in 1..255"),
     (["topo", "astral3", "--radix", "8"], "radix=8 lanes is too small"),
 ])
 def test_cli_bad_parameters_give_one_line_and_exit_2(tmp_path: object, args: list[str],

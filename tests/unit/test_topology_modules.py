@@ -89,8 +89,8 @@ _CHECK = textwrap.dedent("""
         rep["whatif"] = [fm.run(t, 64, **kw)[1][0].completion_s for t in (orig, new)]
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rcs = [main(["topo", new, "--servers", "4", "--gpus", "2", "--servers-per-block", "2",
-                     "-o", out + "/plan.json", "--no-png"]),
+        rcs = [main(["topo", new, "--gpus", "8", "--gpus-per-server", "2",
+                     "--servers-per-block", "2", "-o", out + "/plan.json", "--no-png"]),
                main(["cost", "--gpus", "4096", "--designs", f"{orig},{new}", "-o",
                      out + "/cost", "--no-png"]),
                main(["model", new, "--gpus", "16", "--gpus-per-server", "4", "--lb", "ecmp",

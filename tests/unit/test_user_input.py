@@ -2,7 +2,11 @@
 new or regular file (never a device node, FIFO, socket or a symlink out of its folder),
 two files of one command are never one, names too long for Linux are refused before any
 work, every file a verb reads is left as it was, wiring plans are checked for meaning,
-a closed stdout and a stop at any moment end a command cleanly.
+one name has one meaning in every verb (``--gpus`` is the GPUs in all, ``--gpus-per-server``
+each server's, in ``topo``, ``up``, ``model``, ``cost``, the scenarios and plain ``mn``),
+a ``--capture`` port is checked against the fabric before any is built, a computation
+that will take minutes says so before it starts, and a closed stdout and a stop at any
+moment end a command cleanly.
 
 The table (``CASES``) holds every case, one line each: the command, what its one error
 line must say. Each runs in a folder holding a device node, a FIFO, a socket and a symlink
@@ -13,6 +17,7 @@ cannot be made); making the device node needs root, and without it that case is 
 
 from __future__ import annotations
 
+import argparse
 import copy
 import hashlib
 import json
@@ -170,6 +175,8 @@ PLAN_RULES = {
 
 LONG = "a" * 300
 DEEP_PATH = "/".join(["c" * 200] * 21)  # 4,220 bytes: every name fits, the whole does not
+#: what a GPU count that is no whole number of default (8-GPU) servers is told
+UNEVEN_8 = "does not split evenly over servers of 8 GPUs (--gpus-per-server): give a multiple of 8"
 
 #: (id, argv, extra environment, what the one line says). Paths are relative to the box.
 CASES: list[tuple[str, list[str], dict[str, str], str]] = [
@@ -263,7 +270,8 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
     *[(f"controller-plan-{name}", ["controller", "--plan", f"plan-{name}.json"], {},
        f"argument --plan: plan-{name}.json: wiring plan: {rule}")
       for name, rule in PLAN_RULES.items()],
-    *[(f"dashboard-plan-{name}", ["dashboard", "--plan", f"plan-{name}.json"], {}, rule)
+    *[(f"dashboard-plan-{name}", ["dashboard", "--plan", f"plan-{name}.json"], {},
+       f"argument --plan: plan-{name}.json: wiring plan: {rule}")
       for name, rule in PLAN_RULES.items()],
     ("controller-plan-deep", ["controller", "--plan", "deep.json"], {},
      "deep.json: not a wiring plan: its JSON is nested too deeply"),
@@ -274,6 +282,18 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
      "astral-lab topo: error: unrecognized arguments: --scal 1e-4; did you mean --scale?"),
     ("model-abbreviated", ["model", "astral3", "--gpu", "8"], {},
      "unrecognized arguments: --gpu 8; did you mean --gpus?"),
+    ("up-abbreviated", ["up", "astral3", "--no-cl"], {},
+     "astral-lab up: error: unrecognized arguments: --no-cl; did you mean --no-cli?"),
+    ("cost-abbreviated", ["cost", "--gpus", "32", "--no-pn"], {},
+     "unrecognized arguments: --no-pn; did you mean --no-png?"),
+    ("run-abbreviated", ["run", "lb-compare", "--secon", "3"], {},
+     "astral-lab run lb-compare: error: unrecognized arguments: --secon 3"),
+    ("controller-abbreviated", ["controller", "--plan", "plan.json", "--stat", "s.json"], {},
+     "unrecognized arguments: --stat s.json; did you mean --state?"),
+    ("diagnose-abbreviated", ["ops", "diagnose", "--as", "?"], {},
+     "unrecognized arguments: --as ?; did you mean --ask?"),
+    ("dashboard-abbreviated", ["dashboard", "--dem"], {},
+     "unrecognized arguments: --dem; did you mean --demo?"),
     ("topo-repeated", ["topo", "astral3", "--scale", "1e-4", "--scale", "2e-4"], {},
      "argument --scale: given twice; give it once"),
     ("model-repeated", ["model", "astral3", "--lb", "ecmp", "--lb", "planned"], {},
@@ -284,6 +304,12 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
      "astral-lab run lb-compare: error: argument --seconds: given twice"),
     ("controller-repeated", ["controller", "--plan", "plan.json", "--plan", "plan.json"], {},
      "argument --plan: given twice"),
+    ("up-repeated", ["up", "astral3", "--gpus", "16", "--gpus", "32"], {},
+     "astral-lab up: error: argument --gpus: given twice"),
+    ("dashboard-repeated", ["dashboard", "--port", "1", "--port", "2"], {},
+     "argument --port: given twice"),
+    ("watch-repeated", ["ops", "watch", "--interval", "1", "--interval", "2"], {},
+     "argument --interval: given twice"),
     ("diagnose-repeated", ["ops", "diagnose", "--ask", "a", "--ask", "b"], {},
      "argument --ask: given twice"),
     # options that would do nothing with the others given, and values that mean nothing
@@ -317,6 +343,25 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
      "switch daemons must be a whole number in 1..256 or 'auto', not 99999"),
     ("up-switch-daemons-past-switches", ["up", "astral3", "--switch-daemons", "99"], {},
      "--switch-daemons 99: the fabric has 20 switches"),
+    ("run-switch-daemons-99999", ["run", "lb-compare", "--switch-daemons", "99999"], {},
+     "switch daemons must be a whole number in 1..256 or 'auto', not 99999"),
+    ("up-capture-no-such-port", ["up", "astral3", "--capture", "lf0r0:99"], {},
+     "astral-lab up: error: --capture: astral3 has no switch port lf0r0:99; its ports look "
+     "like lf0r0-eth1"),
+    ("run-capture-no-such-port", ["run", "lb-compare", "--capture", "lf0r0:99"], {},
+     "astral-lab run: error: --capture: astral3 has no switch port lf0r0:99; its ports look "
+     "like lf0r0-eth1"),
+    ("demo-capture-no-such-port", ["demo", "--capture", "lf0r0:99"], {},
+     "--capture: astral3 has no switch port lf0r0:99"),
+    ("run-capture-on-the-quick-fabric", ["run", "demo", "--quick", "--capture", "lf1r0:1"], {},
+     "--capture: astral3 has no switch port lf1r0:1"),  # the full fabric has it
+    ("run-capture-on-no-fabric-of-several", ["run", "topology-compare", "--capture",
+                                             "spine9:1"], {},
+     "--capture: astral3 has no switch port spine9:1"),
+    ("run-kinds-all", ["run", "ops-eval", "--kinds", "all"], {},
+     "argument --kinds: 'all' is not one of link-down"),
+    ("model-lb-all", ["model", "astral3", "--lb", "all"], {},
+     "argument --lb: unknown policy 'all'; choose from ecmp"),
     ("run-seconds-1e-300", ["run", "lb-compare", "--seconds", "1e-300"], {},
      "argument --seconds: must be a finite number in [0.01, 3600] (got '1e-300')"),
     ("dashboard-seconds-1e-300", ["dashboard", "--demo", "--seconds", "1e-300"], {},
@@ -327,15 +372,55 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
                             "no.such.host.invalid"], {},
      "--of-host no.such.host.invalid: not an address this machine can listen on"),
     # -h's ranges are the builders'
-    ("topo-gpus-past-the-builders", ["topo", "astral3", "--gpus", "256"], {},
-     "argument --gpus: must be a whole number in 1..255 (got '256')"),
+    ("topo-gpus-per-server-past-the-builders", ["topo", "astral3", "--gpus-per-server", "256"],
+     {}, "argument --gpus-per-server: must be a whole number in 1..255 (got '256')"),
+    ("up-gpus-per-server-past-the-builders", ["up", "astral3", "--gpus-per-server", "256"], {},
+     "argument --gpus-per-server: must be a whole number in 1..255 (got '256')"),
+    ("run-gpus-per-server-past-the-builders", ["run", "lb-compare", "--gpus-per-server", "17"],
+     {}, "argument --gpus-per-server: must be a whole number in 1..16 (got '17')"),
+    ("topo-gpus-past-the-builders", ["topo", "astral3", "--gpus", "1048576"], {},
+     "--gpus 1048576 is 131,072 servers of 8 GPUs; the builders take at most 65,536"),
+    ("up-gpus-past-the-builders", ["up", "astral3", "--gpus", "1048576"], {},
+     "--gpus 1048576 is 131,072 servers of 8 GPUs; the builders take at most 65,536"),
+    ("run-gpus-past-the-builders", ["run", "lb-compare", "--gpus", "2048"], {},
+     "argument --gpus: must be a whole number in 1..1024 (got '2048')"),
+    ("run-gpus-past-a-scenarios-servers", ["run", "lb-compare", "--gpus", "1024",
+                                          "--gpus-per-server", "1"], {},
+     "--gpus 1024 is 1,024 servers of 1 GPUs; a scenario's fabric takes at most 64"),
     ("topo-k-past-the-builders", ["topo", "fattree", "--k", "256"], {},
      "argument --k: must be a whole number in 0..254 (got '256')"),
     ("model-gpus-per-server-past-the-builders", ["model", "astral3", "--gpus-per-server",
                                                  "256"], {}, "must be a whole number in 1..255"),
-    ("model-gpus-uneven", ["model", "astral3", "--gpus", "30"], {},
-     "--gpus 30 does not split evenly over servers of 8 GPUs (--gpus-per-server): give a "
+    # one name, one meaning: --gpus is the GPUs in all in every verb (the per-server count
+    # is --gpus-per-server), and a total that does not split evenly is refused
+    ("model-gpus-uneven", ["model", "astral3", "--gpus", "30"], {}, f"--gpus 30 {UNEVEN_8}"),
+    ("topo-gpus-uneven", ["topo", "astral3", "--gpus", "30"], {}, f"--gpus 30 {UNEVEN_8}"),
+    ("up-gpus-uneven", ["up", "astral3", "--gpus", "30"], {}, f"--gpus 30 {UNEVEN_8}"),
+    ("cost-gpus-uneven", ["cost", "--gpus", "8192,30"], {}, f"--gpus 30 {UNEVEN_8}"),
+    ("run-gpus-uneven", ["run", "lb-compare", "--gpus", "30"], {},
+     "astral-lab run: error: --gpus 30 does not split evenly over servers of 4 GPUs "
+     "(--gpus-per-server): give a multiple of 4"),
+    ("demo-gpus-uneven", ["demo", "--gpus", "30"], {}, f"--gpus 30 {UNEVEN_8}"),
+    ("run-quick-gpus-uneven", ["run", "ops-eval", "--quick", "--gpus-per-server", "3"], {},
+     "--gpus 4 does not split evenly over servers of 3 GPUs (--gpus-per-server)"),
+    ("topo-default-gpus-uneven", ["topo", "astral3", "--gpus-per-server", "3"], {},
+     "--gpus 32 (the default) does not split evenly over servers of 3 GPUs "
+     "(--gpus-per-server): give --gpus as a multiple of 3"),
+    ("model-default-gpus-uneven", ["model", "astral3", "--gpus-per-server", "3"], {},
+     "--gpus 32 does not split evenly over servers of 3 GPUs (--gpus-per-server)"),
+    ("cost-gpus-uneven-per-server", ["cost", "--gpus", "32", "--gpus-per-server", "3"], {},
+     "--gpus 32 does not split evenly over servers of 3 GPUs (--gpus-per-server)"),
+    ("topo-servers-disagree", ["topo", "astral3", "--servers", "2", "--gpus", "32"], {},
+     "--servers 2 and --gpus 32 disagree: 2 servers of 8 GPUs (--gpus-per-server) are 16 "
+     "GPUs; give one of --servers and --gpus"),
+    ("up-servers-disagree", ["up", "astral3", "--servers", "2", "--gpus", "32",
+                             "--gpus-per-server", "4"], {},
+     "--servers 2 and --gpus 32 disagree: 2 servers of 4 GPUs (--gpus-per-server) are 8 GPUs"),
+    ("run-gpus-odd-servers", ["run", "link-failure", "--gpus", "12"], {},
+     "--gpus 12 is 3 servers of 4 GPUs; astral3 pairs servers in blocks of two: give a "
      "multiple of 8"),
+    ("run-servers-is-no-scenario-option", ["run", "lb-compare", "--servers", "4"], {},
+     "astral-lab run lb-compare: error: unrecognized arguments: --servers 4"),
     ("model-gpus-past-the-builders", ["model", "astral3", "--gpus", "1048576"], {},
      "--gpus 1048576 is 131,072 servers of 8 GPUs; the builders take at most 65,536"),
     # did you mean
@@ -347,6 +432,12 @@ CASES: list[tuple[str, list[str], dict[str, str], str]] = [
      "unknown policy 'ecmpp'; did you mean ecmp?"),
     ("controller-mode", ["up", "astral3", "--lb", "planed"], {}, "did you mean planned?"),
     ("ops-subverb", ["ops", "diagnos"], {}, "did you mean diagnose?"),
+    ("fault-kind", ["run", "ops-eval", "--kinds", "link-down,link-dwn"], {},
+     "argument --kinds: 'link-dwn' is not one of link-down, link-flap"),
+    ("fault-kind-closest", ["run", "ops-eval", "--kinds", "link-dwn"], {},
+     "; did you mean link-down?"),
+    ("scenario-choice", ["run", "ops-eval", "--severity", "hrd"], {},
+     "argument --severity: 'hrd' is not one of gray, hard, mixed; did you mean hard?"),
 ]
 
 
@@ -377,10 +468,23 @@ def test_the_table_holds_one_case_per_verb_for_each_rule() -> None:
         assert any(i.startswith(verb) and ("dev" in i or "fifo" in i) for i in ids), verb
     for verb in ("topo", "cost", "model", "run", "controller"):
         assert any(i.startswith(verb) and "long" in i for i in ids), verb
-    for verb in ("topo", "model", "cost", "run", "controller", "diagnose"):
+    for verb in ("topo", "up", "model", "cost", "run", "controller", "diagnose", "dashboard",
+                 "watch"):
         assert f"{verb}-repeated" in ids
+    for verb in ("topo", "up", "model", "cost", "run", "controller", "diagnose", "dashboard"):
+        assert f"{verb}-abbreviated" in ids
     for name in PLAN_MISTAKES:
         assert {f"controller-plan-{name}", f"dashboard-plan-{name}"} <= ids
+    # one meaning of --gpus (in all) everywhere, -h's ranges the builders', --capture
+    # checked against the fabric before anything is built
+    for verb in ("topo", "up", "model", "cost", "run", "demo"):
+        assert f"{verb}-gpus-uneven" in ids, verb
+    for verb in ("topo", "up", "model", "run"):
+        assert f"{verb}-gpus-per-server-past-the-builders" in ids, verb
+    for verb in ("topo", "up"):
+        assert {f"{verb}-gpus-past-the-builders", f"{verb}-servers-disagree"} <= ids, verb
+    for verb in ("up", "run", "demo"):
+        assert f"{verb}-capture-no-such-port" in ids, verb
 
 
 # --- a device node and a FIFO, untouched by every verb's outputs -----------------------------
@@ -562,7 +666,7 @@ def _closed_stdout(argv: list[str], cwd: Path, env: dict[str, str]
 @pytest.mark.parametrize("argv, files", [
     (["policies", "--json"], []),
     (["list"], []),
-    (["topo", "astral3", "--servers", "2", "--gpus", "2", "-o", "t/plan.json"],
+    (["topo", "astral3", "--gpus", "4", "--gpus-per-server", "2", "-o", "t/plan.json"],
      ["t/plan.json", "t/plan.png"]),
     (["cost", "--gpus", "32", "--no-png", "-o", "c"], ["c/cost.json"]),
     (["model", "astral3", "--lb", "ecmp", "-o", "m"], ["m/model.json"]),
@@ -605,7 +709,7 @@ def _stopped(argv: list[str], sig: int, after: float, cwd: Path, env: dict[str, 
 SHORT = {
     "list": ["list"],
     "policies": ["policies"],
-    "topo": ["topo", "astral3", "--servers", "2", "--gpus", "2", "-o", "t/plan.json",
+    "topo": ["topo", "astral3", "--gpus", "4", "--gpus-per-server", "2", "-o", "t/plan.json",
              "--no-png"],
     "cost": ["cost", "--gpus", "32", "--no-png", "-o", "c"],
 }
@@ -669,6 +773,40 @@ def test_stops_are_unblocked_once_the_handlers_are_in() -> None:
         capture_output=True, text=True, cwd=REPO, timeout=300)
     assert got.returncode == 143, got.stderr
     assert "Traceback" not in got.stderr
+
+
+# --- long work: its duration said before it starts ---------------------------------------------
+@pytest.mark.parametrize("calibration_s, said", [
+    (1.0, "model: drawing the prefill step (64 GPUs x 1,048,576 tokens each) should take about "
+          "8 min 32 s here (an estimate: the same step at 2,048 tokens per GPU took 1.00 s; "
+          "the solve comes after it)"),
+    (0.05, None)])  # 26 s: not worth a line (progress lines follow a run past a few seconds)
+def test_a_step_that_takes_minutes_is_announced_before_it_is_drawn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        calibration_s: float, said: str | None) -> None:
+    """`model astral3 --gpus 64 --workload prefill --tokens 1048576` computed for ~8 min and
+    printed nothing where stderr is not a terminal (a test's captured stderr is not). The
+    estimate is measured (the same step at a few tokens per GPU, timed: here its clock is
+    told the calibration took ``calibration_s``), and the step itself is not drawn."""
+    from testbed.models import flowmodel, jobs
+
+    ticks = iter([0.0, calibration_s])
+    forecast = jobs.step_forecast
+    monkeypatch.setattr(flowmodel, "step_forecast",
+                        lambda *a, **k: forecast(*a, clock=lambda: next(ticks), **k))
+
+    def drawn(*_a: Any, **_k: Any) -> None:
+        raise ValueError("stopped where the step would be drawn")
+
+    monkeypatch.setattr(flowmodel, "make_job", drawn)
+    monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path / "results"))
+    status = run_cli(["model", "astral3", "--gpus", "64", "--workload", "prefill", "--tokens",
+                      "1048576"])
+    err = capsys.readouterr().err.splitlines()
+    assert status == 2
+    assert err == [*([said] if said else []),
+                   "astral-lab model: error: stopped where the step would be drawn"]
+    assert not (tmp_path / "results").exists()
 
 
 # --- the exit statuses docs/cli.md states are exactly the program's ----------------------------
@@ -742,6 +880,15 @@ def test_an_unreachable_llm_is_an_error_unless_a_fallback_is_asked_for(
     assert any("LLM backend failed" in n for n in answer["notes"])
 
 
+def _helps(*verb: str) -> dict[str, str]:
+    """dest -> help of a verb's options (``ops diagnose``: two words)."""
+    p: Any = cli.parser()
+    for word in verb:
+        p = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)
+                 ).choices[word]
+    return {a.dest: a.help or "" for a in p._actions}
+
+
 def test_the_help_ranges_are_what_the_builders_take() -> None:
     """`-h` said --gpus 1..1024 and --k 0..1024 where the builders take 255 and 254."""
     from dataclasses import replace
@@ -758,6 +905,89 @@ def test_the_help_ranges_are_what_the_builders_take() -> None:
     assert fattree.rules(big) == k
     with pytest.raises(ValueError, match="k must be <= 254"):
         fattree.rules(replace(big, k=k + 2))
-    helps = {a.dest: a.help for a in cli.parser()._subparsers._group_actions[0]  # type: ignore
-             .choices["topo"]._actions}
-    assert "1..255" in helps["gpus"] and "0..254" in helps["k"]
+    for verb in ("topo", "up", "model"):
+        helps = _helps(verb)
+        assert "1..255" in helps["gpus_per_server"], verb
+        assert "in all" in helps["gpus"] and "at most 65,536 of them" in helps["gpus"], verb
+    assert "0..254" in _helps("topo")["k"] and "0..254" in _helps("up")["k"]
+    assert "servers of --gpus-per-server" in _helps("cost")["gpus"]
+
+
+def test_one_name_one_meaning_in_every_verbs_help() -> None:
+    """`--gpus` was GPUs per server in `topo` and the scenarios, and in all in `model`;
+    `ops-eval --kinds` and `model --lb` read as if `all` were a value."""
+    from scenarios.experiments import SCENARIOS
+
+    for verb in ("topo", "up", "model", "cost"):
+        assert "in all" in _helps(verb)["gpus"], verb
+        assert "per server" not in _helps(verb)["gpus"].split(";")[0], verb
+    for name, sc in SCENARIOS.all().items():
+        params = {p.name: p for p in sc.params}
+        assert "servers" not in params, name  # derived: --gpus / --gpus-per-server
+        if "gpus" in params:
+            assert "gpus_per_server" in params and "in all" in params["gpus"].help, name
+        help_ = cli._run_parser(name).format_help()
+        assert "(all:" not in help_ and "all:" not in help_.replace("in all", ""), name
+    assert "all" not in _helps("model")["lb"].replace("policies", "")
+
+
+@pytest.mark.parametrize("design", ["astral3", "rail3", "railonly", "fattree"])
+def test_every_verb_and_scenario_keeps_its_default_fabric(design: str) -> None:
+    """Counting GPUs in all changed no default: `topo`/`up` and plain `mn` build the
+    32-GPU fabric (4 servers of 8) left to themselves, and each scenario the size it had."""
+    from scenarios.experiments import SCENARIOS
+    from testbed.shell import mntopo
+    from testbed.topologies import fabric_spec
+
+    p = cli.parser()
+    for verb in ("topo", "up"):
+        spec = fabric_spec(design, **cli._spec_params(p.parse_args([verb, design])))
+        assert (spec.servers, spec.gpus) == (4, 8)
+    assert len(mntopo.topos[design](datapath="user").hosts()) == 32
+    sizes = {}  # (GPUs, per server) of each scenario's first fabric: full [quick]
+    for name, sc in SCENARIOS.all().items():
+        for quick in (False, True):
+            plan = next(iter(sc.plans(sc.resolve(quick, {})).values()))
+            sizes[name, quick] = (len(plan.hosts), plan.params["gpus"])
+    assert sizes == {
+        ("ops-eval", False): (32, 8), ("ops-eval", True): (4, 2),
+        ("lb-compare", False): (16, 4), ("lb-compare", True): (8, 4),
+        ("demo", False): (32, 8), ("demo", True): (8, 4),
+        ("topology-compare", False): (16, 4), ("topology-compare", True): (8, 4),
+        ("paper-shapes", False): (16, 4), ("paper-shapes", True): (8, 4),
+        ("link-failure", False): (16, 4), ("link-failure", True): (8, 4),
+        ("expert-skew", False): (16, 4), ("expert-skew", True): (8, 4),
+        ("decode-latency", False): (8, 2), ("decode-latency", True): (4, 2)}
+
+
+def test_plain_mn_counts_gpus_in_all() -> None:
+    """`mn --custom testbed/shell/mntopo.py --topo astral3,gpus=...`: the same words and
+    refusals as `topo`, said as `mn` takes them (``key=value``)."""
+    from testbed.shell import mntopo
+
+    make = mntopo.topos["astral3"]
+    assert len(make(gpus=8, gpus_per_server=2, datapath="user").hosts()) == 8
+    assert len(make(servers=2, gpus_per_server=2, datapath="user").hosts()) == 4
+    for kw, said in (({"gpus": 30}, "gpus=30 does not split evenly over servers of 8 GPUs "
+                                    "(gpus_per_server): give a multiple of 8"),
+                     ({"servers": 2, "gpus": 32}, "servers=2 and gpus=32 disagree"),
+                     ({"gpus_per_server": 3}, "gpus=32 (the default) does not split evenly")):
+        with pytest.raises(ValueError) as info:
+            make(datapath="user", **kw)
+        assert said in str(info.value) and "\n" not in str(info.value)
+
+
+def test_every_scenario_declares_the_fabrics_it_brings_up() -> None:
+    """`run ... --capture` is checked against them before anything is built; a scenario
+    without the declaration cannot take --capture (no port could be checked)."""
+    from scenarios.base import Param, scenario
+    from scenarios.experiments import SCENARIOS
+
+    for name, sc in SCENARIOS.all().items():
+        assert sc.fabrics is not None, name
+        assert sc.plans(sc.resolve(True, {})), name
+    toy = scenario("declares nothing", Param("n", 1, "n"), name="toy-undeclared")(
+        lambda run: None)
+    with pytest.raises(ValueError, match="does not declare the fabrics"):
+        toy.check_fabrics(toy.resolve(True, {}), ["lf0r0:1"])
+    assert toy.check_fabrics(toy.resolve(True, {}), None) == {}

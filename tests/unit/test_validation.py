@@ -208,7 +208,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["ops", "watch", "--max-rows", "0"], "argument --max-rows"),
         (["ops", "diagnose", "--collect", "-1"], "argument --collect"),
         (["run", "lb-compare", "--scale", "nan"], "argument --scale"),
-        (["run", "lb-compare", "--servers", "-1"], "argument --servers"),
+        (["run", "lb-compare", "--gpus", "-1"], "argument --gpus"),
         (["run", "lb-compare", "--seconds", "-5"], "argument --seconds"),
         (["run", "lb-compare", "--ecmp-samples", "0"], "argument --ecmp-samples"),
         (["run", "lb-compare", "--modes", "ecmp,,planned"], "argument --modes: empty item"),
@@ -261,7 +261,8 @@ def test_a_busy_openflow_port_is_one_line_exit_1(tmp_path: Path,
 
 def test_topo_png_without_o_goes_where_it_is_told(tmp_path: Path, no_fabric: Path) -> None:
     png = tmp_path / "drawings" / "f.png"
-    assert run_cli(["topo", "astral3", "--servers", "2", "--gpus", "2", "--png", str(png)]) == 0
+    assert run_cli(["topo", "astral3", "--gpus", "4", "--gpus-per-server", "2", "--png",
+                    str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     (folder,) = no_fabric.iterdir()
     assert os.listdir(folder) == ["plan.json"]
@@ -497,7 +498,8 @@ def test_the_demo_and_cost_share_the_defaults() -> None:
     """The demo's fabric is the default 32-GPU one; the cost model's fields are
     ``FabricSpec``'s, with the same rules (it sizes blocks and spines as a buyer would)."""
     demo = {p.name: p.default for p in SCENARIOS.get("demo").params}
-    assert (demo["servers"], demo["gpus"]) == (FabricSpec().servers, FabricSpec().gpus)
+    assert (demo["gpus"], demo["gpus_per_server"]) == (FabricSpec().gpu_count,
+                                                       FabricSpec().gpus)
     fab, cost = FabricSpec(), CostSpec()
     for name in COST_RULES:
         twin = "gpus" if name == "gpus_per_server" else name
