@@ -3,11 +3,11 @@
 A detector module. Nothing counts a miswired lane: traffic still flows, through the wrong
 spine, so no counter or rate moves. What finds it is a check of the cabling against the
 plan (``ControllerClient.check_wiring`` read by ``testbed.wiring.findings``: a probe
-frame out of each end of every switch-to-switch link, and where it arrived), which the agent runs on its own, every so
-often and sooner when the job suffers and no alert says where
-(``ops.shell.monitor.WiringWatch``). Each check's result comes
-with the next poll: ``(COMPONENT, CHECKED)`` 1, and ``(link, METRIC)`` 1 for every link
-whose frames arrived elsewhere than planned (a link whose frames arrived nowhere is down:
+frame out of each end of every switch-to-switch link, and where it arrived), which the
+agent runs on its own, every so often and sooner when the job suffers and no alert says
+where (``ops.shell.monitor.WiringWatch``). Each check's result comes with the next poll:
+``(COMPONENT, CHECKED)`` 1, and ``(link, METRIC)`` 1 for every link whose frames arrived
+elsewhere than planned (a link whose frames arrived nowhere is down:
 link-down's). The latest check within HOLD_POLLS polls stands until the next one.
 """
 
