@@ -278,6 +278,10 @@ def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
             "iter_s_clean": base,
             "by_phase": {k: distribution(v) if v else None for k, v in by_phase.items()},
             "fault_free_p95_over_p50": round(_p95(fault_free) / p50, 3) if p50 else None,
+            # the fault-free phase alone: a run with no fault at all (the healthy slots
+            # above follow faults, whose recovery the job may still be feeling)
+            "clean_p95_over_p50": round(_p95(clean) / statistics.median(clean), 3)
+            if clean else None,
             # the fault-free phase's first and last minute: does the job slow as it runs?
             "clean_first_minute_s": round(statistics.median(first), 4) if first else None,
             "clean_last_minute_s": round(statistics.median(last), 4) if last else None,
@@ -399,6 +403,7 @@ def _report(run: Run, res: dict[str, Any], clean: dict[str, Any], faults: dict[s
         rep.table([{"kind": k, "faults": v["faults"], "felt by the job": v["felt"]}
                    for k, v in job["per_kind"].items()])
         rep.text(WORDS("job_phases", ratio=job["fault_free_p95_over_p50"],
+                       clean_ratio=job["clean_p95_over_p50"],
                        skew=job["skew_s_median"], first=job["clean_first_minute_s"],
                        last=job["clean_last_minute_s"], drift=job["clean_last_over_first"]))
         rep.table([{"phase": k, "iteration time": fmt_distribution(v, " s", 3)

@@ -111,6 +111,25 @@ def test_the_job_summary_says_which_faults_the_job_felt() -> None:
     assert s["by_phase"]["clean"]["draws"] == 24 and s["by_phase"]["calibrate"] is None
     assert s["by_phase"]["faults"]["max"] == 1.0  # the slow iterations of the first fault
     assert s["by_phase"]["healthy"]["max"] == 0.5 and s["fault_free_p95_over_p50"] == 1.0
+    assert s["clean_p95_over_p50"] == 1.0
+
+
+def test_the_fault_free_phase_is_judged_apart_from_the_healthy_slots_after_faults() -> None:
+    """The job still recovering from a fault in the healthy slot after it slows the
+    fault-free time of the fault phase; the fault-free phase, a run with no fault at all,
+    is judged on its own, and its own slow tail shows."""
+    from ops.evaluate import GroundTruth
+
+    truth = [GroundTruth(oe.KINDS[0], "c0", 100.0, 108.0)]
+    its = _iterations(truth)
+    for it in its:
+        if 120 < it["started"] < 240:  # after the fault: the job four times slower a while
+            it["iter_s"] = 2.0
+    s = oe.job_summary(its, {"clean": 0.0, "faults": 100.0, "end": 2000.0}, truth, 1.0)
+    assert s["clean_p95_over_p50"] == 1.0 and s["fault_free_p95_over_p50"] > 1.3
+    its[10]["iter_s"] = its[11]["iter_s"] = 0.8  # two slow iterations of the 24 fault-free
+    s = oe.job_summary(its, {"clean": 0.0, "faults": 100.0, "end": 2000.0}, truth, 1.0)
+    assert s["clean_p95_over_p50"] > 1.3
 
 
 def _questions() -> dict[str, Any]:
