@@ -1,5 +1,4 @@
-"""astral-lab: a Mininet lab for the Astral 3.0 MoE fabric (see README.md)."""
+"""astral-lab: a Mininet lab for the Astral 3.0 MoE fabric (see README.md).
 
-from testbed.version import __version__
-
-__all__ = ["__version__"]
+Its version is ``testbed.version.__version__`` (``astral-lab --version``).
+"""

@@ -33,7 +33,6 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from astral_lab import __version__
 from astral_lab.cluster_cli import add_cluster_option
 from astral_lab.controller_cli import controller_policy
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
@@ -45,6 +44,8 @@ from testbed.fabricspec import EMULATED_RULES, FabricSpec
 from testbed.results import check_output, results_dir, results_root
 from testbed.shell.signals import stop_inside, stop_on_signals
 from testbed.topologies import build, describe
+from testbed.version import __version__
+from traffic.roce import LAB_PMTU
 from vocab.validate import BadValue, Parser, distinct, out_dir, out_file, same_file
 
 if TYPE_CHECKING:  # the Lab imports Mininet: a verb that brings one up imports it
@@ -251,7 +252,6 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
 def add_pmtu_option(p: argparse.ArgumentParser) -> None:
     """``--pmtu``: the RoCE path MTU of every replay (each interface's MTU follows)."""
-    from testbed.shell.lab import LAB_PMTU
 
     p.add_argument("--pmtu", type=int, default=LAB_PMTU, choices=(1024, 2048, 4096),
                    help=f"RoCE path MTU in bytes (default {LAB_PMTU}: every emulated "

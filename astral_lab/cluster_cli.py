@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
-from testbed.shell.cluster import TUNNELS, parse_servers
+from testbed.clusterplace import parse_servers
+from testbed.shell.cluster import TUNNELS
 
 
 def add_cluster_option(parser: argparse.ArgumentParser) -> None:

@@ -19,18 +19,16 @@ from testbed import topologies
 from testbed.fabricspec import EMULATED_RULES, GPU_COUNT, FabricSpec
 from testbed.models.flowmodel import (
     DEFAULT_EXACT_FLOWS,
-    DEFAULT_PAIR_BYTES,
-    DEFAULT_POLICIES,
     DEFAULT_TOLERANCE,
     FABRIC_FIELDS,
     MAX_REL_ERROR,
-    POLICIES,
     ModelMode,
-    Progress,
     format_report,
     run,
 )
-from testbed.models.jobs import Placement, Workload
+from testbed.models.inputs import DEFAULT_POLICIES, POLICIES
+from testbed.models.jobs import DEFAULT_PAIR_BYTES, Placement, Workload
+from testbed.models.progress import Progress
 from testbed.results import check_output, output_dir
 from traffic.workload import PRESETS, Phase
 from vocab.plan import write_json_atomic

@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from benchmarks.common import child_argv, die_with_parent, run_child, summarize, write
+from testbed.shell.machine import fabric_lock
 from testbed.topologies import build
 
 #: GPU count -> astral3 parameters (8 GPUs per server, rail-aligned leaves, shuffled lanes).
@@ -48,7 +49,6 @@ def run_plain(gpus: int) -> dict[str, float]:
     """
     from mininet.net import Mininet
 
-    from testbed.shell.lab import fabric_lock
     from testbed.shell.mntopo import PlanTopo
 
     plan = build("astral3", **SIZES[gpus])

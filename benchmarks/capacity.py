@@ -44,6 +44,7 @@ from typing import Any
 
 from benchmarks.common import write
 from scenarios import fidelity
+from scenarios.common import mean_hops
 from traffic.roce import (
     LAB_PMTU,
     OP_WRITE_MIDDLE,
@@ -62,13 +63,13 @@ GOAL_CEILING = 0.8
 GOAL_DAEMONS = 1.5
 
 
-def _cpu_of(pid: int, tid: str | None = None) -> float:
+def cpu_of(pid: int, tid: str | None = None) -> float:
     with open(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _switch_pids() -> list[int]:
+def switch_pids() -> list[int]:
     pids = []
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -96,14 +97,14 @@ class _Meter:
         self.pids = _daemon_pids(lab)
 
     def __enter__(self) -> _Meter:
-        self.sw0 = [_cpu_of(p) for p in self.pids]
+        self.sw0 = [cpu_of(p) for p in self.pids]
         t = os.times()
         self.me0 = t.user + t.system
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self.per_daemon = [round(_cpu_of(p) - c, 3) for p, c in zip(self.pids, self.sw0,
-                                                                     strict=True)]
+        self.per_daemon = [round(cpu_of(p) - c, 3) for p, c in zip(self.pids, self.sw0,
+                                                                   strict=True)]
         self.switch = sum(self.per_daemon)
         t = os.times()
         self.orchestrator = t.user + t.system - self.me0
@@ -123,16 +124,16 @@ def _forwarding_cpu(pids: list[int]) -> float:
                 with open(f"/proc/{pid}/task/{tid}/comm") as f:
                     if f.read().startswith("pmd"):
                         continue
-                total += _cpu_of(pid, tid)
+                total += cpu_of(pid, tid)
             except OSError:
                 pass
     return total
 
 
-def _settle(limit_s: float = 30.0) -> None:
+def settle(limit_s: float = 30.0) -> None:
     """Wait until the switch is idle: a trial that was not held leaves deep queues behind,
     and the next trial must not pay for draining them."""
-    pids = _switch_pids()
+    pids = switch_pids()
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
         c0 = _forwarding_cpu(pids)
@@ -143,7 +144,7 @@ def _settle(limit_s: float = 30.0) -> None:
 
 def _replay_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], plane: Plane, pmtu: int,
                   rate: float) -> dict[str, Any]:
-    _settle()
+    settle()
     with _Meter(lab) as m:
         t = fidelity.paced_trial(lab, plan, pairs, rate, lambda msg: print(f"  {plane} {pmtu}: "
                                                                       f"{msg.strip()}"),
@@ -155,13 +156,13 @@ def _replay_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], plan
     return t
 
 
-def _rx_packets(host: Any, intf: str) -> int:
+def port_rx_packets(host: Any, intf: str) -> int:
     out = host.cmd(f"ip -s -j link show dev {intf}")
     return int(json.loads(out)[0]["stats64"]["rx"]["packets"])
 
 
-def _sender_cmd(lab: RunningLab, plan: Any, a: str, b: str, i: int, pmtu: int, rate: float,
-                count: int, source: str, work: str) -> list[str]:
+def sender_cmd(lab: RunningLab, plan: Any, a: str, b: str, i: int, pmtu: int, rate: float,
+               count: int, source: str, work: str) -> list[str]:
     """One frame source for a counted trial: trafgen, or the replay's own compiled sender."""
     if source == "trafgen":
         cfg = os.path.join(work, f"trafgen-{a}-{pmtu}.cfg")
@@ -177,31 +178,31 @@ def _sender_cmd(lab: RunningLab, plan: Any, a: str, b: str, i: int, pmtu: int, r
     from traffic.kernels import FlowSpec
     from traffic.roce import ReplaySpec
     from traffic.shell import native as helper
-    from traffic.shell.replay import _spec
+    from traffic.shell.replay import sender_spec
 
     flow = FlowSpec.make(a, b, count * pmtu, qp=i, message_bytes=64 * pmtu)
     path = os.path.join(work, f"count-{a}-{pmtu}.plan")
-    native.write_plan(ReplaySpec.from_dict(_spec(lab, a, [flow], pmtu, rate)), path)
+    native.write_plan(ReplaySpec.from_dict(sender_spec(lab, a, [flow], pmtu, rate)), path)
     return [helper.path(), "send", "--plan", path, "--out", path + ".sent", "--intf",
             f"{a}-eth0"]
 
 
-def _counted_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
-                   rate: float, work: str, source: str = "trafgen") -> dict[str, Any]:
+def counted_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
+                  rate: float, work: str, source: str = "trafgen") -> dict[str, Any]:
     """Every sender's frame source at ``rate`` for TRIAL_S seconds, receivers that only
     count: did every frame arrive in time?"""
     from traffic.shell.replay import drop_roce
 
     frame_bytes = frame_len(OP_WRITE_MIDDLE, pmtu)
     count = max(1, int(rate * 1e6 / 8 * fidelity.TRIAL_S / frame_bytes))
-    hops = fidelity.mean_hops(plan, [_flow(a, b) for a, b in pairs])
+    hops = mean_hops(plan, [_flow(a, b) for a, b in pairs])
     dsts = sorted({b for _a, b in pairs})
-    _settle()
+    settle()
     drop_roce(lab, dsts)
     procs = []
     try:
-        before = {d: _rx_packets(lab.hosts[d], f"{d}-eth0") for d in dsts}
-        cmds = [_sender_cmd(lab, plan, a, b, i, pmtu, rate, count, source, work)
+        before = {d: port_rx_packets(lab.hosts[d], f"{d}-eth0") for d in dsts}
+        cmds = [sender_cmd(lab, plan, a, b, i, pmtu, rate, count, source, work)
                 for i, (a, b) in enumerate(pairs)]
         for (a, _b), cmd in zip(pairs, cmds, strict=True):
             procs.append(lab.hosts[a].popen(cmd))
@@ -219,7 +220,7 @@ def _counted_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], pmt
                 now = time.monotonic()
                 if sent_end is None and all(p.returncode is not None for p in procs):
                     sent_end = now
-                n = sum(_rx_packets(lab.hosts[d], f"{d}-eth0") - before[d] for d in dsts)
+                n = sum(port_rx_packets(lab.hosts[d], f"{d}-eth0") - before[d] for d in dsts)
                 if n > got:
                     got, last_rise = n, now
                 if sent_end is not None and (got >= sent or now - last_rise > 1.0):
@@ -269,7 +270,7 @@ def _frame(plan: Any, a: str, b: str, qp: int, pmtu: int) -> bytes:
     return frames[1]
 
 
-def _ramp(fn: Any, attempts: int) -> dict[str, Any]:
+def rate_ramp(fn: Any, attempts: int) -> dict[str, Any]:
     best, trials = fidelity.ramp(fn, attempts)
     return {"best": best, "trials": trials,
             "capped": bool(best and best["rate_mbps_per_sender"] >= fidelity.RAMP_MBPS[-1])}
@@ -296,15 +297,15 @@ def measure(lab: RunningLab, plan: Any, pmtus: list[int], attempts: int,
     pairs = fidelity.calibration_pairs(plan)
     runs: dict[str, Any] = {}
     if python_plane:
-        runs["old/1024"] = _ramp(lambda r: _replay_trial(lab, plan, pairs, Plane.PYTHON, 1024, r),
-                                 attempts)
+        runs["old/1024"] = rate_ramp(
+            lambda r: _replay_trial(lab, plan, pairs, Plane.PYTHON, 1024, r), attempts)
     for pmtu in pmtus:
-        runs[f"new/{pmtu}"] = _ramp(
+        runs[f"new/{pmtu}"] = rate_ramp(
             lambda r, pm=pmtu: _replay_trial(lab, plan, pairs, Plane.NATIVE, pm, r), attempts)
         for source in SOURCES:
-            runs[f"ceiling-{source}/{pmtu}"] = _ramp(
-                lambda r, pm=pmtu, so=source: _counted_trial(lab, plan, pairs, pm, r,
-                                                             lab.workdir, so), attempts)
+            runs[f"ceiling-{source}/{pmtu}"] = rate_ramp(
+                lambda r, pm=pmtu, so=source: counted_trial(lab, plan, pairs, pm, r,
+                                                            lab.workdir, so), attempts)
         runs[f"ceiling/{pmtu}"] = ceiling_of(runs, pmtu)
     return runs
 

@@ -64,7 +64,7 @@ CHILD_GRACE_S = 300.0
 _stopping = False
 
 
-def _exit_once(signum: int, _frame: FrameType | None) -> None:
+def exit_once(signum: int, _frame: FrameType | None) -> None:
     """First SIGTERM/SIGINT: leave through ``finally`` blocks; later ones: let them finish."""
     global _stopping
     if _stopping:
@@ -83,8 +83,8 @@ def die_with_parent(parent_pid: int | None) -> None:
     repeats are ignored so teardown is not cut short. ``parent_pid`` closes the
     race in which the parent died before the request: the child then exits at once.
     """
-    signal.signal(signal.SIGTERM, _exit_once)
-    signal.signal(signal.SIGINT, _exit_once)
+    signal.signal(signal.SIGTERM, exit_once)
+    signal.signal(signal.SIGINT, exit_once)
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:

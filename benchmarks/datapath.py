@@ -53,8 +53,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks import capacity
-from benchmarks.common import _exit_once, write
+from benchmarks.common import exit_once, write
 from scenarios import fidelity
+from testbed.shell.machine import socket_buffers
 from traffic.roce import LAB_PMTU, OP_WRITE_MIDDLE, frame_len, mtu_for
 from traffic.shell.running import RunningLab
 
@@ -207,7 +208,7 @@ def _median(xs: list[float]) -> float | None:
 def summary(name: str, ramps: list[dict[str, Any] | None],
             shapings: list[dict[str, Any] | None], system_hop_pps: float | None,
             error: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A variant's row of the JSON from its ramps (``capacity._ramp``, one per repeat) and
+    """A variant's row of the JSON from its ramps (``capacity.rate_ramp``, one per repeat) and
     shaping checks. The ceiling is the median over repeats (a repeat that held nothing
     counts as 0); ``max_hop_pps`` is what the switch delivered at its most loaded trial,
     held or not, which is finer-grained than the ramp's steps. Shaping must hold in
@@ -277,7 +278,6 @@ def _set_types(ports: list[str], port_type: str) -> None:
     """Every port to ``port_type`` ("" = system) in one transaction; afxdp in generic
     (skb) mode, which works on veth, and without that option for system ports."""
     from testbed.shell.lab import OVS_PORT_RCVBUF
-    from testbed.shell.machine import _socket_buffers
 
     cmd: list[str] = []
     for p in ports:
@@ -287,7 +287,7 @@ def _set_types(ports: list[str], port_type: str) -> None:
         else:
             cmd += ["--", "remove", "Interface", p, "options", "xdp-mode"]
     # system ports reopen their packet sockets: give them the Lab's deep receive buffers
-    with _socket_buffers(OVS_PORT_RCVBUF):
+    with socket_buffers(OVS_PORT_RCVBUF):
         _vsctl(*cmd)
         time.sleep(1.0)  # let ovs-vswitchd reconfigure (ovs-vsctl waits for the db only)
         _vsctl("--timeout=30", "wait-until", "Interface", ports[-1], f'type="{port_type}"')
@@ -354,19 +354,19 @@ def shaping_check(lab: RunningLab, plan: Any, pair: tuple[str, str], pmtu: int, 
     offered = SHAPE_MBPS * SHAPE_OVER
     frame_bytes = frame_len(OP_WRITE_MIDDLE, pmtu)
     count = int(offered * 1e6 / 8 * SHAPE_SEND_S / frame_bytes)
-    capacity._settle()
+    capacity.settle()
     subprocess.run(htb_rate_command(port, SHAPE_MBPS), check=True, capture_output=True)
     drop_roce(lab, [b])
     proc = None
     try:
-        cmd = capacity._sender_cmd(lab, plan, a, b, 0, pmtu, offered, count, "trafgen", work)
+        cmd = capacity.sender_cmd(lab, plan, a, b, 0, pmtu, offered, count, "trafgen", work)
         rx = lab.hosts[b]
         t0 = time.monotonic()
         proc = lab.hosts[a].popen(cmd)
         marks = []
         for at in SHAPE_WINDOW_S:
             time.sleep(max(0.0, t0 + at - time.monotonic()))
-            marks.append((time.monotonic(), capacity._rx_packets(rx, f"{b}-eth0")))
+            marks.append((time.monotonic(), capacity.port_rx_packets(rx, f"{b}-eth0")))
         (t1, n1), (t2, n2) = marks
         delivered = (n2 - n1) * frame_bytes * 8 / (t2 - t1) / 1e6
     finally:
@@ -388,8 +388,8 @@ def run_variant(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], varian
     """The ceiling ramp and the shaping check at each pmtu under one variant (applied
     once); OVS restored after. Returns ``info`` and ``{pmtu: (ramp, shaping)}``."""
     t0 = time.monotonic()
-    sw = capacity._switch_pids()
-    cpu0 = sum(capacity._cpu_of(p) for p in sw)
+    sw = capacity.switch_pids()
+    cpu0 = sum(capacity.cpu_of(p) for p in sw)
     per: dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
     with applied(variant, ports) as info:
         if info["error"]:
@@ -402,7 +402,7 @@ def run_variant(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], varian
         for pmtu in pmtus:
             print(f"== {variant.name} pmtu {pmtu}", flush=True)
             before = {w: parse_ovs_map(_get("Interface", w, "statistics")) for w in watched}
-            ramp = capacity._ramp(lambda r, pm=pmtu: capacity._counted_trial(
+            ramp = capacity.rate_ramp(lambda r, pm=pmtu: capacity.counted_trial(
                 lab, plan, pairs, pm, r, lab.workdir, "trafgen"), attempts)
             shaping = shaping_check(lab, plan, pairs[0], pmtu, lab.workdir)
             print(f"  shaping: {shaping}", flush=True)
@@ -411,7 +411,7 @@ def run_variant(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], varian
                 for w in watched}
             per[pmtu] = (ramp, shaping)
     info["wall_s"] = round(time.monotonic() - t0, 1)
-    info["switch_cpu_s_total"] = round(sum(capacity._cpu_of(p) for p in sw) - cpu0, 2)
+    info["switch_cpu_s_total"] = round(sum(capacity.cpu_of(p) for p in sw) - cpu0, 2)
     info["htb_on_every_port_after"] = all("htb" in _htb(p) for p in ports)
     return {"info": info, "per_pmtu": per}
 
@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("the datapath benchmark brings up a real fabric: run as root", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _exit_once)  # SIGTERM leaves through the finally blocks
+    signal.signal(signal.SIGTERM, exit_once)  # SIGTERM leaves through the finally blocks
     from testbed.shaping import root_ends
     from testbed.shell.lab import Lab
 

@@ -1,6 +1,6 @@
 """Compare load-balancing policies on the same flows in the flow model: no root, no packets.
 
-``testbed.models.flowmodel.model_flows`` routes a flow list with the controller's own policy
+``testbed.models.perflow.model_flows`` routes a flow list with the controller's own policy
 code, computes max-min fair rates, the job's completion time and a lower bound no routing can
 beat. A policy whose paths depend on the ECMP hash (``ecmp``; ``adaptive`` starts from it) is
 one draw per hash seed, so it is modelled over many seeds and quoted as median [p25-p75],
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from controllers import policies
-from testbed.models.flowmodel import model_flows
+from testbed.models.perflow import model_flows
 from testbed.topologies import build_for_gpus
 from traffic.kernels import FlowSpec
 

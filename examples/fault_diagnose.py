@@ -4,8 +4,7 @@ Steady UDP streams cross the spines; ``FaultInjector`` breaks a component by its
 (default: lane 0 of lf0r0 to spine1 at 1/4 of its rate, a dirty optic) until its ``with``
 ends; a ``Collector`` polls, ``Engine`` raises alerts, ``Tools`` + ``diagnose`` rank suspects.
 
-    sudo .venv/bin/python examples/fault_diagnose.py                  # root: a real fabric
-    sudo .venv/bin/python examples/fault_diagnose.py link-down lf0r1~spine3#0
+    sudo .venv/bin/python examples/fault_diagnose.py [KIND TARGET]  # e.g. link-down lf0r1~spine3#0
 """
 
 import sys
@@ -16,7 +15,8 @@ from ops.detectors import Engine
 from ops.shell import experiment, probe  # probe streams between leaves; the agent's ping
 from ops.shell.collector import Collector
 from ops.telemetry import canonical
-from testbed.shell.faults import Fault, FaultInjector
+from testbed.faultspec import Fault
+from testbed.shell.faults import FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build_for_gpus
 

@@ -12,7 +12,7 @@ fair sharing, no queues, the ideal. Times are emulated (scale 1e-5: a 400G NIC i
 
 import sys
 
-from testbed.models.flowmodel import model_flows
+from testbed.models.perflow import model_flows
 from testbed.shell.lab import Lab
 from testbed.topologies import build_for_gpus
 from traffic.kernels import low_latency

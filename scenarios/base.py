@@ -54,6 +54,7 @@ from testbed.fabricspec import FABRIC_RULES
 from testbed.results import output_dir
 from testbed.shell.signals import held
 from testbed.topologies import fabric_size
+from traffic.roce import LAB_PMTU, largest_roce_pmtu, mtu_for
 from traffic.shell.running import RunningLab
 from vocab import validate
 from vocab.plan import WiringPlan, finite, write_json_atomic
@@ -73,7 +74,6 @@ DRAWS = count(1, 1000)
 MODEL_DRAWS = count(1, 100_000)
 QPS = count(1, 1024)
 TOKENS = count(1, 4096)
-SEED = validate.SEED
 #: a Zipf exponent: 0 is uniform; past 10 one expert takes all but a trace of the tokens
 ZIPF_EXPONENT = real(0, 10)
 
@@ -200,8 +200,6 @@ class Run:
                  switch_daemons: int | str = 1,
                  fabrics: dict[str, WiringPlan] | None = None) -> None:
         from testbed.capture import parse_ports
-        from testbed.shell.lab import LAB_PMTU
-        from traffic.roce import largest_roce_pmtu, mtu_for
 
         mtu_for(pmtu or LAB_PMTU)  # a bad pmtu fails here, before any folder is made
         # the live view of every fabric the run brings up, and switch ports to capture

@@ -95,7 +95,7 @@ def fabric_links(plan: WiringPlan) -> list[Link]:
     return [ln for ln in plan.links if ln.a in switches and ln.b in switches]
 
 
-def _tx_bytes(intf: str) -> int:
+def port_tx_bytes(intf: str) -> int:
     """One switch port's transmitted bytes; 0 if the interface is gone."""
     try:
         with open(f"/sys/class/net/{intf}/statistics/tx_bytes") as f:
@@ -226,12 +226,13 @@ def shift_qps(flows: list[FlowSpec], offset: int) -> list[FlowSpec]:
 
 def model_draws(plan_or_finder: Any, flows: list[FlowSpec], policy: str, draws: int, *,
                 unit: str = "mbps", wire: bool = True) -> list[Any]:
-    """``testbed.models.flowmodel.model_flows`` over ``draws`` seeds of its hash (``ecmp``,
+    """``testbed.models.perflow.model_flows`` over ``draws`` seeds of its hash (``ecmp``,
     ``adaptive``), or once for a policy without a draw (``planned``, ``ecmp-fluid``).
 
     ``wire``: model the frame bytes the shapers count (``wire_flows``), so the answer is
     the emulated time of the same flows, not their payload time."""
-    from testbed.models.flowmodel import bounds, model_flows
+    from testbed.models.bounds import bounds
+    from testbed.models.perflow import model_flows
 
     fl = wire_flows(flows) if wire else list(flows)
     n = max(1, int(draws)) if policy in RANDOM_POLICIES else 1
@@ -354,7 +355,7 @@ def message_times(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
     path: a message of one frame then costs its serialisation hop by hop, as on the wire.
     """
     from controllers.paths import UNITS, PathFinder
-    from testbed.models.flowmodel import model_flows
+    from testbed.models.perflow import model_flows
     from traffic.roce import frame_len, segment
 
     pmtu = WIRE_PMTU.get()

@@ -293,7 +293,7 @@ def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None,
     Packets are counted as the replay segments each flow's messages at ``pmtu``.
     """
     from controllers.paths import PathFinder
-    from testbed.models.flowmodel import model_flows
+    from testbed.models.perflow import model_flows
     from traffic.roce import message_wire_bytes, packets_for
 
     flows = [f for f in flows if f.bytes > 0]

@@ -22,7 +22,7 @@ import numpy as np
 
 from controllers.paths import Hop, PathFinder
 from scenarios.common import RANDOM_POLICIES, distribution, wire_flows
-from testbed.models.flowmodel import model_flows
+from testbed.models.perflow import model_flows
 from traffic.kernels import FlowSpec
 from vocab.plan import Link, WiringPlan
 

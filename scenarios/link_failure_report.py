@@ -1,12 +1,12 @@
 """The link-failure scenario's results: from the runs' records to summary.csv,
 summary.json, metrics.json, the two figures and REPORT.md.
 
-``_analyse`` takes every run's metrics and their distributions over the draws beside the
+``analyse`` takes every run's metrics and their distributions over the draws beside the
 flow model's (``scenarios.link_failure_metrics.aggregate``); ``_row`` and ``_summary_entry``
 write them out, ``_plot_timeline`` and ``_plot_completion`` draw them and ``_write_report``
 explains them, in the words of ``scenarios/templates/link_failure.md``.
 ``scenarios.experiments.link_failure`` (the parameters, the traffic and the runs on a
-fabric) calls ``_analyse`` once every run is done.
+fabric) calls ``analyse`` once every run is done.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ WORDS = Prose("link_failure")  # the report's prose: scenarios/templates/link_fa
 PUBLISHED_FAILOVER = WORDS("published_failover")
 
 
-def _analyse(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
-             failures: dict[str, list[Link]], results: dict[str, dict[str, Any]],
-             lane: tuple[str, str]) -> None:
+def analyse(run: Run, plan: WiringPlan, flows: list[FlowSpec], fluid: Any,
+            failures: dict[str, list[Link]], results: dict[str, dict[str, Any]],
+            lane: tuple[str, str]) -> None:
     """Per mode and case: the draws' metrics, their distributions, the model's beside them,
     written out as rows, summary, metrics.json, the figures and REPORT.md."""
     p = run.params

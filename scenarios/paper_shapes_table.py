@@ -125,7 +125,7 @@ def paired_growth(base: Sequence[float], other: Sequence[float]) -> list[float]:
     return [o / b for b, o in zip(base, other, strict=False) if b and b > 0 and o == o]
 
 
-def _dist(values: Sequence[float]) -> dict[str, Any]:
+def dist(values: Sequence[float]) -> dict[str, Any]:
     d = distribution(list(values))
     d.pop("values", None)  # the raw values are kept once, in runs.json
     return d
@@ -170,14 +170,14 @@ def build_rows(m: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, dict[
 
     # 1. ECMP
     e = m["ecmp"]
-    lab, mod = _dist(e["lab"]), _dist(e["model"])
+    lab, mod = dist(e["lab"]), dist(e["model"])
     bib = balls_into_bins(e["paths"])
     add("1", "ECMP permutation: flow throughput / ideal", fmt_distribution(lab),
         fmt_distribution(mod), "ecmp", "emulated",
         _entry("ECMP permutation: mean flow throughput / ideal", lab["median"], mod["median"],
                kind="emulated", published_key="ecmp", lab=lab, model=mod,
                balls_into_bins_here=bib, paths_per_hash=e["paths"],
-               job_lab=_dist(e["lab_job"]), job_model=_dist(e["model_job"]),
+               job_lab=dist(e["lab_job"]), job_model=dist(e["model_job"]),
                planned_lab=e.get("planned_lab"), lost_packets=list(e.get("lab_lost", []))))
 
     # 2. DeepEP growth
@@ -187,9 +187,9 @@ def build_rows(m: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, dict[
         pub = PUBLISHED["deepep"]
         shape = f"DeepEP LL dispatch EP{base}->EP{size}"
         text = f"{pub['value'][size]:.2f}x ({pub['us'][8]}->{pub['us'][size]} us)"
-        mod = _dist(paired_growth(ep["model"][base], ep["model"].get(size, [])))
+        mod = dist(paired_growth(ep["model"][base], ep["model"].get(size, [])))
         if size in ep["lab"] and base in ep["lab"]:
-            lab = _dist(paired_growth(ep["lab"][base], ep["lab"][size]))
+            lab = dist(paired_growth(ep["lab"][base], ep["lab"][size]))
             cell, measured = fmt_distribution(lab, "x"), lab["median"]
         else:
             why = ep.get("skipped", {}).get(size) or ep.get("skipped", {}).get(base) \
@@ -207,7 +207,7 @@ def build_rows(m: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, dict[
 
     # 3. EPLB
     b = m["eplb"]
-    before, after, exp = _dist(b["before"]), _dist(b["after"]), _dist(b["expected"])
+    before, after, exp = dist(b["before"]), dist(b["after"]), dist(b["expected"])
     add("3", "EPLB: max/mean tokens per GPU after", f"{fmt_distribution(after)} "
         f"(before {before['median']:.2f})", f"{fmt_distribution(exp)}", "eplb",
         "workload sim",
@@ -218,7 +218,7 @@ def build_rows(m: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, dict[
 
     # 4. rail-only relay
     r = m["relay"]
-    lab = _dist(r["lab"])
+    lab = dist(r["lab"])
     lo, hi = PUBLISHED["railonly"]["value"]
     add("4", "rail-only relay: A2A time / any-to-any", fmt_distribution(lab, "x"),
         f"{r['model']:.2f}x", "railonly", "emulated",

@@ -4,13 +4,12 @@ Everything here is pure (no root, no commands run; unit-tested): ``Fault`` and i
 validation, target names resolved against a wiring plan (``parse_target``, ``resolve``,
 ``canonical_component``), the exact ``nft``/``iptables`` commands of the loss and
 corruption kinds (nic-loss, gray-loss, corruption) and where a link fault acts, the
-shape of a hot-receiver incast (``incast_weights``, ``hot_streams``: defined with that
-kind in ``testbed.faultkinds.hot_receiver``, re-exported here) and seeded
-``random_schedule``s. The kinds are the modules of ``testbed.faultkinds`` (``KINDS``,
-``TARGET_KIND`` and each kind's own rules come from there), so a new kind module is a
-valid ``Fault`` kind here with no edit to this file. ``testbed.shell.faults`` applies
-faults to a running lab and re-exports every public name of this module, so callers
-import them from there.
+shape of a hot-receiver incast (``incast_weights``, ``hot_streams``) is that kind's own,
+in ``testbed.faultkinds.hot_receiver``; seeded ``random_schedule``s are here. The kinds
+are the modules of ``testbed.faultkinds`` (``KINDS``, ``TARGET_KIND`` and each kind's own
+rules come from there), so a new kind module is a valid ``Fault`` kind here with no edit to
+this file. ``testbed.shell.faults`` applies
+faults to a running lab; every name is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -31,16 +30,6 @@ from testbed.faultkinds import (
     number,
     whole,
 )
-from testbed.faultkinds.hot_receiver import (
-    HOT_PAYLOAD,
-    HOT_PORT,
-    HOT_SPORT_BASE,
-    MAX_HOT_SENDERS,
-    WIRE_OVERHEAD,
-    hot_streams,
-    incast_bytes,
-    incast_weights,
-)
 from testbed.faultmarks import (
     IPT_IN,
     IPT_OUT,
@@ -53,11 +42,9 @@ from vocab.plan import Link, WiringPlan
 from vocab.plugins import unknown
 
 __all__ = [
-    "CONTROLLER", "CORRUPT_XOR", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "KINDS",
-    "LINK_DIRECTIONS", "MAX_HOT_SENDERS", "NUMGEN_MOD", "TARGET_KIND", "WIRE_OVERHEAD",
-    "Fault", "Target", "canonical_component", "fabric_part", "hot_streams", "incast_bytes",
-    "incast_weights", "iptables_loss_commands", "leaf_switches", "link_ends", "link_name",
-    "nft_corruption_script", "nft_loss_commands", "nft_loss_script", "parallel_links",
+    "CONTROLLER", "CORRUPT_XOR", "KINDS", "NUMGEN_MOD", "TARGET_KIND", "Fault", "Target",
+    "canonical_component", "fabric_part", "iptables_loss_commands", "leaf_switches", "link_ends",
+    "link_name", "nft_corruption_script", "nft_loss_commands", "nft_loss_script", "parallel_links",
     "parse_htb_rate", "parse_target", "random_schedule", "resolve", "schedule_kinds",
     "sending_ends", "traffic_links",
 ]

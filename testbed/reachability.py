@@ -1,7 +1,7 @@
 """What an all-pairs ping found, and reading it from ``fping``'s summary lines.
 
 ``Lab.reachability`` runs ``fping`` on every host; the result it returns
-(``Reachability``) and the parsing of each run's summary (``_fping_unreached``) are plain
+(``Reachability``) and the parsing of each run's summary (``fping_unreached``) are plain
 data and text, apart from ``testbed.shell.lab`` so they are read and unit-tested without a
 fabric. ``testbed.shell.lab`` re-exports both.
 """
@@ -35,7 +35,7 @@ class Reachability:
         return s
 
 
-def _fping_unreached(stderr: str, targets: list[str]) -> list[str]:
+def fping_unreached(stderr: str, targets: list[str]) -> list[str]:
     """Targets whose fping summary line shows no reply (``... = 1/0/100%``) or is missing."""
     reached = set()
     for line in stderr.splitlines():

@@ -1,4 +1,4 @@
-"""The lab's version: ``astral_lab.__version__`` and the cluster prechecks both read it here.
+"""The lab's version: ``astral-lab --version`` and the cluster prechecks both read it here.
 
 It sits below the ``astral_lab`` package (the CLI) so that ``testbed`` can compare this
 machine's version with a server's without importing the package at the top, which imports

@@ -32,7 +32,7 @@ from typing import Any
 from traffic.roce import OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_MIDDLE, PSN_MASK
 
 # Per-QP state is a list (index constants below): attribute access costs more per packet.
-_F_BYTES, _F_PKTS, _F_EXP, _F_LOST, _F_REORD, _F_DUP, _F_FIRST, _F_LAST, _F_MSGS = range(9)
+_F_BYTES, _F_PKTS, _F_EXP, _F_LOST, _F_REORD, _F_DUP, _F_FIRST, F_LAST, _F_MSGS = range(9)
 _F_QP, _F_PSN0, _F_MISSING, _F_UNTRACKED, _F_SPORT, _F_HOLE, _F_RDIST, _F_RWIN = range(9, 17)
 # Per-message state: send ns (payload), bytes, packets, first stamp, last stamp, DMA length, last?
 _M_SENT, _M_BYTES, _M_PKTS, _M_FIRST, _M_LAST, _M_DMA, _M_END = range(7)
@@ -131,7 +131,7 @@ def fold(f: list[Any], op: int, psn: int, seq: int, plen: int, dma: int, sent_ns
         return 0
     f[_F_BYTES] += plen
     f[_F_PKTS] += 1
-    f[_F_LAST] = stamp
+    f[F_LAST] = stamp
     msgs = f[_F_MSGS]
     m = msgs.get(seq)
     if m is None:
@@ -184,7 +184,7 @@ def receiver_report(flows: dict[tuple[str, int], list[Any]], port: int, kernel_t
             "reorder_distance_max": f[_F_RDIST], "reorder_window_max": f[_F_RWIN],
             "duplicates": f[_F_DUP], "lost_untracked": f[_F_UNTRACKED],
             "first_psn": f[_F_PSN0], "next_psn": f[_F_EXP],
-            "first_ns": stamp_ns(f[_F_FIRST]), "last_ns": stamp_ns(f[_F_LAST]),
+            "first_ns": stamp_ns(f[_F_FIRST]), "last_ns": stamp_ns(f[F_LAST]),
             "messages": len(f[_F_MSGS]), "complete_messages": done}
     firsts = [f["first_ns"] for f in out_flows.values() if f["first_ns"]]
     lasts = [f["last_ns"] for f in out_flows.values() if f["last_ns"]]

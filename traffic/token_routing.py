@@ -103,7 +103,7 @@ def _route_unlimited(p: np.ndarray, alias: _Alias, n: int, k: int,
     return out
 
 
-def _argsmallest(values: np.ndarray, k: int) -> np.ndarray:
+def argsmallest(values: np.ndarray, k: int) -> np.ndarray:
     """Column indices of the ``k`` smallest entries of each row of a non-negative float array.
 
     Why not ``argpartition``: on short rows it is ~3x slower than ``partition`` on integers.
@@ -229,7 +229,7 @@ class _GroupRouter:
                 t.reshape(m, -1)[:, flat] = te
                 win.reshape(len(win), -1)[:, flat] = we[: m - 1]
                 score.ravel()[flat] = te.sum(axis=0)
-        sel = _argsmallest(score, M)
+        sel = argsmallest(score, M)
         rows, cols = np.arange(n)[:, None], np.arange(M)[None, :]
         ts, ws = t[:, rows, sel], win[:, rows, sel]  # (m, n, M), (m-1, n, M)
         # Winners not drawn yet (all m for equal-popularity groups, the m-th for the others),
@@ -250,7 +250,7 @@ class _GroupRouter:
         keys += ts[m - 1][..., None]
         for j in range(m):
             keys[rows, cols, known[j]] = ts[j]
-        top = _argsmallest(keys.reshape(n, M * per), k)
+        top = argsmallest(keys.reshape(n, M * per), k)
         return (np.take_along_axis(sel, top // per, axis=1) * per + top % per).astype(np.int32)
 
 
@@ -279,8 +279,8 @@ def route_tokens(popularity: np.ndarray, tokens: int, top_k: int, rng: np.random
     return out
 
 
-def _route_reference(popularity: np.ndarray, tokens: int, top_k: int, rng: np.random.Generator,
-                     groups: int | None = None, max_groups: int | None = None) -> np.ndarray:
+def route_reference(popularity: np.ndarray, tokens: int, top_k: int, rng: np.random.Generator,
+                    groups: int | None = None, max_groups: int | None = None) -> np.ndarray:
     """The same model by brute force (a key per expert per token); tests compare against it."""
     p = _check_popularity(popularity, top_k)
     keys = rng.standard_exponential((tokens, len(p))) / p

@@ -82,8 +82,8 @@ from typing import NamedTuple
 import numpy as np
 
 # Routing internals stay importable from here as well (tests compare against them).
-from traffic.token_routing import _argsmallest as _argsmallest
-from traffic.token_routing import _route_reference as _route_reference
+from traffic.token_routing import argsmallest as argsmallest
+from traffic.token_routing import route_reference as route_reference
 from traffic.token_routing import route_tokens
 
 

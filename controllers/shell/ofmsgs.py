@@ -38,14 +38,10 @@ import struct
 from collections.abc import Iterable
 from typing import Any
 
-from os_ken.ofproto import ofproto_protocol, ofproto_v1_3, ofproto_v1_5
+from os_ken.ofproto import ofproto_protocol, ofproto_v1_5
 
 from controllers.flowtable import (
-    COOKIE_ROUTE,
     DEFAULT_SELECT_METHOD,
-    ETH_ARP,
-    ETH_IPV4,
-    FF_GROUP_BASE,
     OFPGC_ADD_OR_MOD,
     SELECT_METHODS,
     Changes,
@@ -213,7 +209,6 @@ def switch_program(dp: Any, routes: list[Route],
 
 
 __all__ = [
-    "COOKIE_ROUTE", "DEFAULT_SELECT_METHOD", "ETH_ARP", "ETH_IPV4", "FF_GROUP_BASE",
-    "SELECT_METHODS", "entry_mod", "group_mod", "messages", "ofproto_v1_3", "ofproto_v1_5",
-    "packet_out", "protocol", "selection_method_property", "switch_program",
+    "entry_mod", "group_mod", "messages", "packet_out", "protocol", "selection_method_property",
+    "switch_program",
 ]

@@ -18,6 +18,7 @@ from ops.evaluate import GroundTruth, ground_truth, live_faults
 from ops.shell.monitor import check_cost
 from ops.shell.observer import LabRecord, ObserverProcess
 from ops.telemetry import DEFAULT_INTERVAL_S
+from testbed import faultspec
 from traffic.iterations import settled
 from traffic.kernels import KernelTraffic
 from traffic.shell.moejob import MoeJob
@@ -166,7 +167,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     """A calibration, a fault-free phase and a fault phase on a running lab; what every
     alert source raised in them, raw, for ``ops.evaluate.score_run`` to score.
 
-    The schedule is ``testbed.shell.faults.random_schedule(plan, kinds, per_kind * len(kinds),
+    The schedule is ``testbed.faultspec.random_schedule(plan, kinds, per_kind * len(kinds),
     ...)`` with its knobs as drawn (``fault_params`` overrides a kind's knobs, e.g.
     ``{"link-degrade": {"fraction": 0.25}}``); faults last at most ``fault_s`` and are
     ``gap_s`` apart, and ``controls`` x as many healthy slots as fault slots, drawn from
@@ -202,14 +203,14 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     from testbed.shell import faults as F
 
     plan = lab.plan
-    kinds = F.schedule_kinds(kinds or None, severity)
+    kinds = faultspec.schedule_kinds(kinds or None, severity)
     n = per_kind * len(kinds)
     groups = -(-n // concurrent)
     slot_s = fault_s + gap_s
     healthy = healthy_slots(groups, controls, seed)
     phase_s = (groups + len(healthy)) * slot_s + gap_s
-    schedule = F.random_schedule(plan, kinds, n, groups * slot_s, seed, gap_s,
-                                 severity=severity, concurrent=concurrent)
+    schedule = faultspec.random_schedule(plan, kinds, n, groups * slot_s, seed, gap_s,
+                                         severity=severity, concurrent=concurrent)
     schedule = [dataclasses.replace(f, at=shifted(f.at, slot_s, healthy) + gap_s / 2,
                                     **(fault_params or {}).get(f.kind, {})) for f in schedule]
     warmup_s = 15 * interval

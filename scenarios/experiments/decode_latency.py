@@ -55,7 +55,6 @@ from scenarios.base import (
     MODEL_DRAWS,
     SCALE,
     SECONDS,
-    SEED,
     SERVERS,
     TOKENS,
     Param,
@@ -79,7 +78,7 @@ from scenarios.prose import Prose
 from testbed.topologies import build_for_gpus
 from traffic.roce import DEFAULT_PMTU
 from traffic.workload import PRESETS, Phase
-from vocab.validate import count
+from vocab.validate import SEED, count
 
 WORDS = Prose("decode_latency")  # the report's prose: scenarios/templates/decode_latency.md
 
@@ -181,7 +180,7 @@ def _check_params(p: dict[str, Any]) -> None:
         raise ValueError("--draws and --model-draws must be >= 1")
 
 
-def _decode_flows(plan: Any, p: dict[str, Any], draw: int = 0) -> dict[str, list[Any]]:
+def decode_flows(plan: Any, p: dict[str, Any], draw: int = 0) -> dict[str, list[Any]]:
     """Draw ``draw``'s decode step (gating seed ``seed + draw``), QPs shifted per draw."""
     from traffic.kernels import low_latency
     from traffic.workload import simulate_step
@@ -212,7 +211,7 @@ def _serial_s(flows: list[Any], nic_mbps: float, pmtu: int = DEFAULT_PMTU) -> fl
     return message_wire_bytes(size, pmtu) * 8 / (nic_mbps * 1e6)
 
 
-def _decode_stats(res: Any, flows: list[Any]) -> tuple[list[float], dict[str, Any]]:
+def decode_stats(res: Any, flows: list[Any]) -> tuple[list[float], dict[str, Any]]:
     """Latencies (us) of the complete decode messages, and the decode phase's numbers."""
     from traffic.shell.replay import percentile
 
@@ -245,7 +244,7 @@ def model_case(plan: Any, p: dict[str, Any], case: str, phase: str, draws: int,
 
     p50, p99, done, last = [], [], [], []
     for j in range(max(1, draws)):
-        decode = _decode_flows(plan, p, j)[phase]
+        decode = decode_flows(plan, p, j)[phase]
         if case == "alone":
             flows = decode
         else:
@@ -274,7 +273,7 @@ def model_case(plan: Any, p: dict[str, Any], case: str, phase: str, draws: int,
 def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[list[float]]],
                                         dict[str, Any]]:
     """Bring up the EP's fabric, replay its cases over the draws; rows, latencies, qos."""
-    from testbed.models.flowmodel import model_flows
+    from testbed.models.perflow import model_flows
     from testbed.shell import qos
     from traffic.shell.replay import replay
 
@@ -282,7 +281,7 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
     n = int(p["draws"])
     plan = run.fabric(f"astral3-ep{ep}")
     nic = min(plan.rdma_nic().values())
-    decode = [_decode_flows(plan, p, k) for k in range(n)]
+    decode = [decode_flows(plan, p, k) for k in range(n)]
     phase_s = {ph: model_flows(plan, decode[0][ph], "ecmp-fluid", unit="mbps").completion_s
                for ph in Phase}
     serial = {ph: _serial_s(decode[0][ph], nic, run.pmtu) for ph in Phase}
@@ -320,7 +319,7 @@ def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[lis
                     res = replay(lab, flows, label=f"EP{ep} {case} {ph} {k + 1}/{n}",
                                  progress=False, lead_s=replay_lead(flows),
                                  recv_grace_s=grace)
-                    msgs, st = _decode_stats(res, flows)
+                    msgs, st = decode_stats(res, flows)
                     lat[f"{ep}/{case}/{ph}"].append(msgs)
                     per[(case, ph)].append({**st, "draw": k, "seed": p["seed"] + k,
                                             "flows": len(flows)})

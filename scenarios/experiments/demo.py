@@ -33,7 +33,6 @@ from scenarios.base import (
     MODEL_DRAWS,
     SCALE,
     SECONDS,
-    SEED,
     TOKENS,
     Param,
     Run,
@@ -62,6 +61,7 @@ from scenarios.prose import Prose
 from testbed.topologies import build_for_gpus
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
+from vocab.validate import SEED
 
 WORDS = Prose("demo")  # the report's prose: scenarios/templates/demo.md
 
@@ -96,7 +96,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     ECMP: over ``draws`` hash draws (source ports and the model's hash salt); planned: the
     controller's own placement, one answer.
     """
-    from testbed.models.flowmodel import model_flows
+    from testbed.models.perflow import model_flows
 
     n = draws if policies.POLICIES.get(mode).random else 1
     done, slow = [], []
@@ -111,7 +111,7 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
 
 def _permutation(run: Run, lab: RunningLab, plan: Any, mode: str, label: str) -> dict[str, Any]:
     """One permutation under ``mode``: ECMP over ``draws`` hash draws, planned once."""
-    from testbed.models.flowmodel import bounds
+    from testbed.models.bounds import bounds
     from traffic.shell.replay import replay
 
     p = run.params

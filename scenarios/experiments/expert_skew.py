@@ -21,7 +21,7 @@ are scattered over ids by the seed), and where a token copy's QP lands depends o
 hash of its UDP source port. So the three cases are replayed ``draws`` times: draw k uses
 gating seed ``seed + k`` and QP numbers shifted by k x 1000 (new source ports), and every
 figure is quoted as median [p25-p75] over the draws. The flow model
-(``testbed.models.flowmodel.model_flows``) runs beside them over ``model_draws`` draws (gating seed
+(``testbed.models.perflow.model_flows``) runs beside them over ``model_draws`` draws (gating seed
 ``seed + j`` and hash seed j; the first ``draws`` are the emulated steps) with the policy the
 controller ran: its completion distribution is the **ideal**, and measured median / ideal
 median is the **ratio**. The NIC bound of the hottest receiver (its bytes / its NIC rate:
@@ -49,7 +49,6 @@ from scenarios.base import (
     GPUS,
     MODEL_DRAWS,
     SCALE,
-    SEED,
     TOKENS,
     ZIPF_EXPONENT,
     Param,
@@ -73,7 +72,8 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
-from testbed.models.flowmodel import bounds, model_flows
+from testbed.models.bounds import bounds
+from testbed.models.perflow import model_flows
 from testbed.topologies import build_for_gpus
 from traffic.kernels import FlowSpec, high_bandwidth, low_latency
 from traffic.shell.replay import replay
@@ -88,7 +88,7 @@ from traffic.workload import (
     zipf,
 )
 from vocab.plan import WiringPlan
-from vocab.validate import real
+from vocab.validate import SEED, real
 
 CASES = ("uniform", "skewed", "skewed+eplb")
 

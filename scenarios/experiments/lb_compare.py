@@ -45,7 +45,6 @@ from scenarios.base import (
     QPS,
     SCALE,
     SECONDS,
-    SEED,
     Param,
     Run,
     scenario,
@@ -75,6 +74,7 @@ from scenarios.common import (
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
 from testbed.topologies import build_for_gpus
+from vocab.validate import SEED
 
 WORDS = Prose("lb_compare")  # the report's prose: scenarios/templates/lb_compare.md
 WORKLOADS = ("permutation", "alltoall")
@@ -139,7 +139,7 @@ def draws_for(mode: str, samples: int) -> int:
 )
 def lb_compare(run: Run) -> None:
     """See the module docstring."""
-    from testbed.models.flowmodel import bounds
+    from testbed.models.bounds import bounds
     from traffic.shell.replay import replay
 
     p = run.params

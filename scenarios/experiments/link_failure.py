@@ -78,7 +78,6 @@ from scenarios.base import (
     QPS,
     SCALE,
     SECONDS,
-    SEED,
     Param,
     Run,
     as_dict,
@@ -87,14 +86,14 @@ from scenarios.base import (
 )
 from scenarios.common import (
     DRAW_QP_STRIDE,
-    _tx_bytes,
+    port_tx_bytes,
     replay_lead,
     shift_qps,
     wire_flows,
 )
 from scenarios.link_failure_metrics import MESSAGE_BYTES, draws_for
-from scenarios.link_failure_report import _analyse
-from testbed.models.flowmodel import model_flows
+from scenarios.link_failure_report import analyse
+from testbed.models.perflow import model_flows
 from testbed.shell.probe import Stream
 from testbed.topologies import build_for_gpus
 from traffic.kernels import FlowSpec, flat_all_to_all
@@ -102,7 +101,7 @@ from traffic.shell.replay import replay
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase, preset, simulate_step, uniform
 from vocab.plan import Link, WiringPlan
-from vocab.validate import real
+from vocab.validate import SEED, real
 
 PROBE_PORT = 4792  # the replay's receivers own 4791
 PROBE_SPORTS = range(50100, 50108)
@@ -190,7 +189,7 @@ class Sampler:
                                         daemon=True)
         self._timer: threading.Timer | None = None
 
-    read = staticmethod(_tx_bytes)  # one counter, 0 if the interface is gone
+    read = staticmethod(port_tx_bytes)  # one counter, 0 if the interface is gone
 
     def start(self) -> Sampler:
         self._thread.start()
@@ -295,7 +294,7 @@ def link_failure(run: Run) -> None:
                     results[f"{mode}/{k}/{case}"] = one_run(
                         run, lab, fk, mode, case, failures[case], delay,
                         (probe_src, probe_dst), k)
-    _analyse(run, plan, flows, fluid, failures, results, (leaf, spine))
+    analyse(run, plan, flows, fluid, failures, results, (leaf, spine))
 
 
 def _fabrics(p: dict[str, Any]) -> dict[str, Any]:

@@ -46,7 +46,6 @@ from scenarios.base import (
     GPUS,
     MODEL_DRAWS,
     SECONDS,
-    SEED,
     TOKENS,
     Param,
     Run,
@@ -62,7 +61,7 @@ from testbed.faultspec import KINDS, schedule_kinds
 from testbed.topologies import build_for_gpus
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
-from vocab.validate import count, positive
+from vocab.validate import SEED, count, positive
 
 #: what the faults land in (``--job``)
 JOB_TRAFFIC = ("moe", "probes")
@@ -314,7 +313,7 @@ def steady_model(plan: Any, mbps_per_host: float, draws: int) -> dict[str, Any]:
     fabric carries every stream at its cap (then the capped max-min solution is the caps),
     a lower estimate otherwise."""
     from ops.shell.experiment import stream_pairs
-    from testbed.models.flowmodel import model_flows
+    from testbed.models.perflow import model_flows
     from traffic.kernels import FlowSpec
     from vocab.flows import QP_SPORT_BASE
 

@@ -47,7 +47,6 @@ from scenarios.base import (
     QPS,
     SCALE,
     SECONDS,
-    SEED,
     TOKENS,
     ZIPF_EXPONENT,
     Param,
@@ -57,15 +56,16 @@ from scenarios.base import (
     servers_of,
 )
 from scenarios.common import DRAW_QP_STRIDE, fmt_distribution, permutation_flows
-from scenarios.experiments.decode_latency import _decode_flows, _decode_stats
-from scenarios.paper_shapes_table import PUBLISHED, _dist, build_rows, flow_throughput
+from scenarios.experiments.decode_latency import decode_flows, decode_stats
+from scenarios.experiments.topology_compare import kernel_traffic, tokens_for
+from scenarios.paper_shapes_table import PUBLISHED, build_rows, dist, flow_throughput
 from scenarios.prose import Prose
 from testbed.fabricspec import FABRIC_RULES, GPU_COUNT
 from testbed.topologies import build_for_gpus
 from traffic.roce import DEFAULT_PMTU
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
-from vocab.validate import count
+from vocab.validate import SEED, count
 
 WORDS = Prose("paper_shapes")  # the report's prose: scenarios/templates/paper_shapes.md
 
@@ -143,7 +143,7 @@ def paper_shapes(run: Run) -> None:
     m["ecmp"] = ecmp_model(plan, p)
     relay_flows = _relay_flows(p, plan, rail)
     m["relay"] = {"model": _relay_model(plan, rail, relay_flows), "lab": []}
-    run.stage(f"flow model: ECMP {fmt_distribution(_dist(m['ecmp']['model']))}")
+    run.stage(f"flow model: ECMP {fmt_distribution(dist(m['ecmp']['model']))}")
     with run.lab(plan, label="astral3", lb="ecmp") as lab:
         _emulate_ecmp(run, lab, plan, m["ecmp"], raw)
         astral = _emulate_relay(run, lab, "astral3", relay_flows["astral3"], raw)
@@ -174,7 +174,7 @@ def publish(run: Run, m: dict[str, Any], plan: Any, raw: dict[str, Any] | None =
 
 
 def _median(values: Sequence[float]) -> float:
-    return _dist(values)["median"] or math.nan
+    return dist(values)["median"] or math.nan
 
 
 # --- row 1: ECMP on a permutation -------------------------------------------------------------
@@ -194,7 +194,8 @@ def _paths_per_hash(plan: Any, flows: list[Any]) -> int:
 
 def ecmp_model(plan: Any, p: dict[str, Any]) -> dict[str, Any]:
     """The flow model's ECMP hash draws of row 1 (draw s: QPs shifted by s, hash seed s)."""
-    from testbed.models.flowmodel import bounds, model_flows
+    from testbed.models.bounds import bounds
+    from testbed.models.perflow import model_flows
 
     flows = _perm(plan, p, 0)
     ideal = model_flows(plan, flows, "planned", unit="mbps")
@@ -254,12 +255,12 @@ def _ep_plan(p: dict[str, Any], ep: int) -> Any:
 
 def ep_model(p: dict[str, Any]) -> dict[int, list[float]]:
     """Flow-model dispatch completion per EP size and seed (gating seed s, hash seed s)."""
-    from testbed.models.flowmodel import model_flows
+    from testbed.models.perflow import model_flows
 
     out: dict[int, list[float]] = {}
     for ep in EP_SIZES:
         plan = _ep_plan(p, ep)
-        out[ep] = [model_flows(plan, _decode_flows(plan, _ep_params(p, s))["dispatch"], "ecmp",
+        out[ep] = [model_flows(plan, decode_flows(plan, _ep_params(p, s))["dispatch"], "ecmp",
                                unit="mbps", seed=s).completion_s
                    for s in range(p["ep_model_draws"])]
     return out
@@ -275,7 +276,7 @@ def _ep_growth(run: Run, p: dict[str, Any], raw: dict[str, Any]) -> dict[str, An
         out["skipped"][ep] = "not in --ep-sizes"
     for ep in sorted(p["ep_sizes"]):
         plan = _ep_plan(p, ep)
-        seeds = {s: _decode_flows(plan, _ep_params(p, s))["dispatch"]
+        seeds = {s: decode_flows(plan, _ep_params(p, s))["dispatch"]
                  for s in range(p["ep_seeds"])}
         # the guard's own arithmetic before bringing the fabric up: a size this machine
         # cannot switch is skipped (and said so) instead of failing the whole table
@@ -295,7 +296,7 @@ def _ep_growth(run: Run, p: dict[str, Any], raw: dict[str, Any]) -> dict[str, An
                 label = f"EP{ep} seed {s} dispatch"
                 run.guard(lab, flows, label)
                 res = replay(lab, flows, label=label, progress=False)
-                _lat, st = _decode_stats(res, flows)
+                _lat, st = decode_stats(res, flows)
                 done.append(st["completion_s"])
                 skew.append(res.start_skew_s)
                 raw[label] = dict(st)
@@ -330,19 +331,18 @@ def eplb_imbalance(p: dict[str, Any]) -> dict[str, list[float]]:
 # --- row 4: rail-only relay ----------------------------------------------------------------------
 def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]]:
     """One flat All-to-All dispatch (topology-compare's kernel and sizing) on both fabrics."""
-    from scenarios.experiments.topology_compare import _tokens_for, _traffic
     from traffic.workload import simulate_step
 
     tp = {"gpus": p["gpus"], "gpus_per_server": p["gpus_per_server"],
           "seconds": p["seconds"], "kernels": ["flat"], "seed": p["seed"]}
     step = simulate_step("deepseek-v3", servers_of(p), p["gpus_per_server"],
-                         _tokens_for(tp, plan), seed=p["seed"])
-    return {name: [f for f in _traffic("flat", step, pl).flows if f.phase == Phase.DISPATCH]
+                         tokens_for(tp, plan), seed=p["seed"])
+    return {name: [f for f in kernel_traffic("flat", step, pl).flows if f.phase == Phase.DISPATCH]
             for name, pl in (("astral3", plan), ("railonly", rail))}
 
 
 def _relay_model(plan: Any, rail: Any, flows: dict[str, list[Any]]) -> float:
-    from testbed.models.flowmodel import model_flows
+    from testbed.models.perflow import model_flows
 
     a = model_flows(plan, flows["astral3"], "planned", unit="mbps").completion_s
     r = model_flows(rail, flows["railonly"], "planned", unit="mbps").completion_s
@@ -371,8 +371,8 @@ def _emulate_relay(run: Run, lab: RunningLab, name: str, flows: list[Any], raw: 
 def tiers(p: dict[str, Any]) -> dict[str, Any]:
     """Hops from the lab's plans (every GPU pair, controller paths) and cost, lab and paper size."""
     from controllers.paths import PathFinder
-    from testbed.fabricspec import FabricSpec
-    from testbed.models.cost import CostSpec, Prices, analyze, counts_for_spec, price
+    from testbed.fabricspec import CostSpec, FabricSpec
+    from testbed.models.cost import Prices, analyze, counts_for_spec, price
 
     hops, lab_cost, model_cost, model_hops = [], [], [], []
     spec = FabricSpec(servers=servers_of(p), gpus=p["gpus_per_server"], scale=p["scale"])

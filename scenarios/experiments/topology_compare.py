@@ -42,7 +42,6 @@ from scenarios.base import (
     MODEL_DRAWS,
     SCALE,
     SECONDS,
-    SEED,
     Param,
     Run,
     scenario,
@@ -68,13 +67,14 @@ from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
 from testbed.topologies import build_for_gpus
 from traffic.workload import Phase
+from vocab.validate import SEED
 
 WORDS = Prose("topology_compare")  # the report's prose: scenarios/templates/topology_compare.md
 DESIGNS = ("astral3", "rail3", "railonly", "fattree")
 KERNELS = ("high_bandwidth", "flat")
 
 
-def _traffic(kernel: str, step: Any, plan: Any) -> Any:
+def kernel_traffic(kernel: str, step: Any, plan: Any) -> Any:
     from traffic.kernels import flat_all_to_all, high_bandwidth
 
     if kernel == "high_bandwidth":
@@ -82,9 +82,9 @@ def _traffic(kernel: str, step: Any, plan: Any) -> Any:
     return flat_all_to_all(step, plan, message_bytes=256_000)
 
 
-def _tokens_for(p: dict[str, Any], plan: Any) -> int:
+def tokens_for(p: dict[str, Any], plan: Any) -> int:
     """Tokens per GPU so the astral3 dispatch phase's NIC bound is ``seconds``."""
-    from testbed.models.flowmodel import bounds
+    from testbed.models.bounds import bounds
     from traffic.workload import simulate_step
 
     probe = 16
@@ -92,7 +92,7 @@ def _tokens_for(p: dict[str, Any], plan: Any) -> int:
     for kernel in p["kernels"]:
         step = simulate_step("deepseek-v3", servers_of(p), p["gpus_per_server"], probe,
                              seed=p["seed"])
-        flows = [f for f in _traffic(kernel, step, plan).flows if f.phase == Phase.DISPATCH]
+        flows = [f for f in kernel_traffic(kernel, step, plan).flows if f.phase == Phase.DISPATCH]
         worst = max(worst, bounds(plan, flows, unit="mbps")["host_start"])
     return max(1, round(probe * p["seconds"] / worst)) if worst else probe
 
@@ -104,7 +104,7 @@ def _phase_flows(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draw: i
 
     step = simulate_step("deepseek-v3", servers_of(p), p["gpus_per_server"], tokens,
                          seed=p["seed"] + draw)
-    traffic = _traffic(kernel, step, plan)
+    traffic = kernel_traffic(kernel, step, plan)
     return traffic, {ph: shift_qps([f for f in traffic.flows if f.phase == ph],
                                    DRAW_QP_STRIDE * draw) for ph in Phase}
 
@@ -113,7 +113,8 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
                ) -> dict[str, Any]:
     """The flow model's dispatch + combine completion (and bound) over ``draws`` draws:
     gating seed ``seed + j`` and hash seed j, the controller's policy, frame bytes."""
-    from testbed.models.flowmodel import bounds, model_flows
+    from testbed.models.bounds import bounds
+    from testbed.models.perflow import model_flows
 
     policy = "ecmp" if p["lb"] == "ecmp" else "planned"
     total, bound, top = [], [], []
@@ -166,7 +167,7 @@ def topology_compare(run: Run) -> None:
     if p["draws"] < 1 or p["model_draws"] < 1:
         raise ValueError("--draws and --model-draws must be >= 1")
     ref = build_for_gpus("astral3", p["gpus"], p["gpus_per_server"], scale=p["scale"])
-    tokens = _tokens_for(p, ref)
+    tokens = tokens_for(p, ref)
     run.config["tokens_per_gpu"] = tokens
     raw: list[dict[str, Any]] = []
     results: dict[str, dict[str, Any]] = {}

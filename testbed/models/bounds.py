@@ -20,13 +20,13 @@ import numpy as np
 from controllers import lb
 from controllers.paths import UNITS, PathFinder
 from testbed import topologies
-from testbed.models.inputs import _normalise
+from testbed.models.inputs import normalise
 from vocab.flows import Flow
 from vocab.plan import WiringPlan
 
 
-def _start_aware(key: np.ndarray, start: np.ndarray, bits: np.ndarray, cap: np.ndarray
-                 ) -> float:
+def start_aware(key: np.ndarray, start: np.ndarray, bits: np.ndarray, cap: np.ndarray
+                ) -> float:
     """max over keys and thresholds tau of tau + bits starting at or after tau / capacity.
 
     Nothing can cross a link before it starts, so the flows starting at tau or later need
@@ -44,8 +44,8 @@ def _start_aware(key: np.ndarray, start: np.ndarray, bits: np.ndarray, cap: np.n
     return float((s + (csum - base) / c).max())
 
 
-def _funnel(n: np.ndarray, total: np.ndarray, biggest: np.ndarray, equal: np.ndarray,
-            size: np.ndarray, links: int, cap_each: float) -> np.ndarray:
+def funnel(n: np.ndarray, total: np.ndarray, biggest: np.ndarray, equal: np.ndarray,
+           size: np.ndarray, links: int, cap_each: float) -> np.ndarray:
     """``lb._funnel_bound`` vectorised over attach switches with ``links`` equal uplinks:
     max(total / all capacity, largest flow / one link, ceil(n / links) x size when equal)."""
     out = np.maximum(total / (links * cap_each), biggest / cap_each)
@@ -67,7 +67,7 @@ def bounds(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
     """
     finder = plan_or_finder if isinstance(plan_or_finder, PathFinder) else \
         PathFinder(plan_or_finder)
-    fl = _normalise(flows)
+    fl = normalise(flows)
     out = lb.lower_bounds(finder, [Flow(f.src, f.dst, f.sport, f.dport, f.proto, f.bytes)
                                    for f in fl], unit)
     k = 8.0 / UNITS[unit]
@@ -77,8 +77,8 @@ def bounds(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
     dst = np.array([hosts[f.dst] for f in fl], dtype=np.int64)
     size = np.array([f.bytes for f in fl], dtype=np.float64)
     start = np.array([f.start for f in fl], dtype=np.float64)
-    out["host_start"] = max(_start_aware(src, start, size, nic[src] / k),
-                            _start_aware(dst, start, size, nic[dst] / k))
+    out["host_start"] = max(start_aware(src, start, size, nic[src] / k),
+                            start_aware(dst, start, size, nic[dst] / k))
     cap = finder.capacity(unit)
     up: dict[str, float] = defaultdict(float)
     down: dict[str, float] = defaultdict(float)
@@ -105,8 +105,8 @@ def bounds(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
         if bis is not None:
             out["bisection"] = bis
     # lb.ideal_max_link_time is the largest of lb.lower_bounds' four: computed once above
-    return _finish_bounds(out, max(out[key] for key in ("host_tx", "host_rx", "fabric_out",
-                                                        "fabric_in")))
+    return finish_bounds(out, max(out[key] for key in ("host_tx", "host_rx", "fabric_out",
+                                                       "fabric_in")))
 
 
 def _bisection(block_src: np.ndarray, block_dst: np.ndarray, size: np.ndarray,
@@ -128,7 +128,7 @@ def _bisection(block_src: np.ndarray, block_dst: np.ndarray, size: np.ndarray,
     return max(ab / uplink_bps[:half].sum(), ba / uplink_bps[half:].sum())
 
 
-def _finish_bounds(out: dict[str, float], ideal: float) -> dict[str, float]:
+def finish_bounds(out: dict[str, float], ideal: float) -> dict[str, float]:
     split_keys = ("host_tx", "host_rx", "host_start", "fabric_out_split", "fabric_in_split",
                   "bisection")
     out["ideal"] = ideal

@@ -427,7 +427,7 @@ def rail_only_reduction(gpus: Sequence[int] = (4096, 8192, 16384, 32768),
 
 
 __all__ = [
-    "DESIGNS", "CONVENTIONS", "CostSpec", "Prices", "Fabric", "Infeasible", "analyze",
-    "counts_for_spec", "price", "cost_table", "format_table", "plot_costs", "two_tier_capacity",
-    "three_tier_capacity", "rail_only_reduction", "RAIL_ONLY_PAPER_REDUCTION",
+    "DESIGNS", "CONVENTIONS", "Prices", "analyze", "counts_for_spec", "price", "cost_table",
+    "format_table", "plot_costs", "two_tier_capacity", "three_tier_capacity", "rail_only_reduction",
+    "RAIL_ONLY_PAPER_REDUCTION",
 ]

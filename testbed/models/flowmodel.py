@@ -4,7 +4,7 @@ Emulation tops out at a few hundred GPUs at scaled-down rates. This package answ
 question ("how long does this flow list take on this fabric with this routing policy?") in a
 fluid model, with the ideal number beside it, up to the 64K-GPU scale of the paper. This
 module is its front door: ``run`` (what ``astral-lab model`` and ``benchmarks/model.py``
-call), ``format_report``, and the public API of the modules behind it:
+call), ``format_report``; the modules behind it, each name imported from its own:
 
 ``solver``   the model: event-driven max-min by progressive filling (``simulate``), and
              why its reductions are exact; its event loop is compiled in ``maxmin``
@@ -127,20 +127,18 @@ from controllers.paths import UNITS, PathFinder
 from testbed import topologies
 from testbed.fabricspec import FabricSpec
 from testbed.models.bounds import bounds
-from testbed.models.inputs import DEFAULT_POLICIES, POLICIES, _check_policy
+from testbed.models.inputs import DEFAULT_POLICIES, POLICIES, check_policy
 from testbed.models.jobs import (
     DEFAULT_PAIR_BYTES,
-    Job,
     Placement,
     Workload,
     make_job,
     step_forecast,
 )
-from testbed.models.perflow import _model_policies, _Prepared, auto_jobs, model_flows
+from testbed.models.perflow import Prepared, auto_jobs, model_policies
 from testbed.models.progress import Progress
 from testbed.models.results import ModelResult
-from testbed.models.solver import Timeline, simulate
-from testbed.models.whatif import TwoTier, ecmp_lanes, whatif
+from testbed.models.whatif import TwoTier, whatif
 from testbed.topologies import build
 from traffic.workload import Phase
 
@@ -213,7 +211,7 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8,
     if not policies:
         raise ValueError("no policy to model; choose from " + ", ".join(POLICIES))
     for p in policies:
-        _check_policy(p)
+        check_policy(p)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"--gpus must be a positive integer (got {gpus!r})")
     if isinstance(gpus_per_server, bool) or not isinstance(gpus_per_server, int) \
@@ -261,7 +259,7 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8,
         tt = TwoTier.from_spec(spec, topology)
         note = None
         if progress is not None:
-            progress.start([_check_policy(p).label for p in policies], 1)
+            progress.start([check_policy(p).label for p in policies], 1)
             note = progress.note
         results, bnd = whatif(tt, job, policies, seed, tolerance, note)
         fab = tt.describe()
@@ -270,15 +268,15 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8,
         finder = PathFinder(plan)
         names = {int(h.loc["server"]) * gpus_per_server + int(h.loc["gpu"]): h.name
                  for h in plan.hosts}
-        prep = _Prepared(finder, job.flow_list(names), unit)
+        prep = Prepared(finder, job.flow_list(names), unit)
         bnd = bounds(finder, prep.fl, unit)
         jobs = min(jobs or auto_jobs(len(prep.fl), len(policies)), len(policies))
         note = None
         if progress is not None:
-            progress.start([_check_policy(p).label for p in policies], jobs)
+            progress.start([check_policy(p).label for p in policies], jobs)
             note = progress.note
-        results = _model_policies(prep, policies, jobs, seed=seed, bound=bnd,
-                                  tolerance=tolerance, progress=note)
+        results = model_policies(prep, policies, jobs, seed=seed, bound=bnd,
+                                 tolerance=tolerance, progress=note)
         summary = f"{plan.topology}: " + ", ".join(
             f"{k.replace('_', ' ')} {v}" for k, v in plan.counts.items()
             if not isinstance(v, dict))
@@ -398,9 +396,6 @@ def format_report(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 __all__ = [
-    "POLICIES", "DEFAULT_POLICIES", "ModelMode", "DEFAULT_EXACT_FLOWS",
-    "DEFAULT_TOLERANCE", "MAX_REL_ERROR", "Progress", "exactness",
-    "Timeline",
-    "ModelResult", "TwoTier", "Job", "simulate", "model_flows", "bounds", "make_job", "whatif",
-    "ecmp_lanes", "auto_jobs", "run", "format_report",
+    "ModelMode", "DEFAULT_EXACT_FLOWS", "DEFAULT_TOLERANCE", "MAX_REL_ERROR", "exactness", "run",
+    "format_report",
 ]

@@ -1,4 +1,4 @@
-"""What the flow model takes in: flows (normalised to ``_FlowIn``) and policy names. Pure,
+"""What the flow model takes in: flows (normalised to ``FlowIn``) and policy names. Pure,
 no root.
 
 Its own module because the per-flow model, the bounds and the job generator all read flows
@@ -22,13 +22,13 @@ DEFAULT_POLICIES = tuple(n for n, p in registry.POLICIES.all().items()
                          if p.entropy == "qp" and not p.expands)
 
 
-def _check_policy(policy: str) -> registry.Policy:
+def check_policy(policy: str) -> registry.Policy:
     """The policy a spec names, with its options (``registry.parse``: ``qp-scaling:qps=8``)."""
     return registry.parse(policy)
 
 
 @dataclass
-class _FlowIn:
+class FlowIn:
     """A flow as the model needs it, from a ``Flow``, a ``FlowSpec`` or anything alike."""
 
     src: str
@@ -45,11 +45,11 @@ class _FlowIn:
         return (self.src, self.dst, self.proto, self.sport, self.dport)
 
 
-def _normalise(flows: Iterable[Any]) -> list[_FlowIn]:
+def normalise(flows: Iterable[Any]) -> list[FlowIn]:
     out = []
     for i, f in enumerate(flows):
-        if type(f) is _FlowIn and f.bytes >= 0 and f.start >= 0 and f.src != f.dst:
-            out.append(f)  # already normalised (``Job.flow_list``, ``_Prepared.fl``)
+        if type(f) is FlowIn and f.bytes >= 0 and f.start >= 0 and f.src != f.dst:
+            out.append(f)  # already normalised (``Job.flow_list``, ``perflow.Prepared.fl``)
             continue
         try:
             src, dst, sport, size = f.src, f.dst, int(f.sport), int(f.bytes)
@@ -61,6 +61,6 @@ def _normalise(flows: Iterable[Any]) -> list[_FlowIn]:
             raise ValueError(f"flows[{i}]: bytes and start must be >= 0")
         if src == dst:
             raise ValueError(f"flows[{i}]: src and dst are the same host {src}")
-        out.append(_FlowIn(src, dst, sport, size, start, int(getattr(f, "dport", ROCE_PORT)),
-                           str(getattr(f, "proto", "udp")), getattr(f, "qp", None)))
+        out.append(FlowIn(src, dst, sport, size, start, int(getattr(f, "dport", ROCE_PORT)),
+                          str(getattr(f, "proto", "udp")), getattr(f, "qp", None)))
     return out

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from testbed.models.inputs import _FlowIn
+from testbed.models.inputs import FlowIn
 from traffic.workload import Phase
 from vocab.flows import sport_for_qp
 
@@ -76,13 +76,13 @@ class Job:
         return bool(self.size.size and np.all(self.size == self.size[0])
                     and np.all(self.start == self.start[0]) and self.size[0] > 0)
 
-    def flow_list(self, names: dict[int, str]) -> list[_FlowIn]:
+    def flow_list(self, names: dict[int, str]) -> list[FlowIn]:
         """Every group's flows as model inputs; ``names[rank]`` is the plan's host name."""
         out = []
         sports = [sport_for_qp(int(q)) for q in self.qp]
         for ranks in self.ranks().tolist():
             hn = [names[r] for r in ranks]
-            out.extend(_FlowIn(hn[s], hn[d], p, b, t, qp=q) for s, d, p, b, t, q in zip(
+            out.extend(FlowIn(hn[s], hn[d], p, b, t, qp=q) for s, d, p, b, t, q in zip(
                 self.src.tolist(), self.dst.tolist(), sports, self.size.tolist(),
                 self.start.tolist(), self.qp.tolist(), strict=True))
         return out

@@ -2,7 +2,7 @@
 code, then exact event-driven max-min (``testbed.models.solver``). Pure, no root.
 
 ``model_flows`` is one policy on one flow list. ``run`` models several policies on one flow
-list through ``_Prepared`` (normalised, checked and hashed once) and ``_model_policies``
+list through ``Prepared`` (normalised, checked and hashed once) and ``model_policies``
 (the policies side by side in forked workers, ``auto_jobs`` of them). Why merging identical
 flows and, under ecmp-fluid, parallel links is exact: ``testbed.models.flowmodel``,
 aggregation points 1 and 2.
@@ -27,18 +27,18 @@ from controllers import policies as registry
 from controllers.paths import UNITS, Hop, Path, PathFinder
 from testbed.models.bounds import bounds
 from testbed.models.forked import map_forked
-from testbed.models.inputs import _check_policy, _normalise
+from testbed.models.inputs import check_policy, normalise
 from testbed.models.progress import Note, Watch
 from testbed.models.progress import probe as new_probe
 from testbed.models.results import (
+    ModelLinks,
     ModelResult,
-    _bottlenecks,
-    _Links,
-    _quantiles,
-    _tier_summary,
-    _tolerance_note,
+    finish_quantiles,
+    tier_summary,
+    tolerance_note,
+    top_bottlenecks,
 )
-from testbed.models.solver import _ranges, simulate
+from testbed.models.solver import ranges, simulate
 from traffic.roce import LAB_PMTU, OP_WRITE_MIDDLE, frame_len
 from vocab.flows import Flow
 from vocab.plan import WiringPlan
@@ -78,9 +78,9 @@ class _PlanLinks:
         self.cap = np.array(caps, dtype=np.float64)
         self.tier_links = dict(sorted((t, tiers.count(t)) for t in set(tiers)))
 
-    def links(self) -> _Links:
-        return _Links(list(self.name), list(self.tier), np.ones(self.cap.size), self.cap.copy(),
-                      dict(self.tier_links))
+    def links(self) -> ModelLinks:
+        return ModelLinks(list(self.name), list(self.tier), np.ones(self.cap.size), self.cap.copy(),
+                          dict(self.tier_links))
 
 
 def _fluid_trunk(finder: PathFinder, a: str, b: str) -> dict[Hop, float]:
@@ -109,7 +109,7 @@ def _fluid_trunk(finder: PathFinder, a: str, b: str) -> dict[Hop, float]:
 
 
 def _fluid_links(finder: PathFinder, pl: _PlanLinks, pairs: list[tuple[str, str]],
-                 merge: bool) -> tuple[_Links, dict[tuple[str, str], list[tuple[int, float]]],
+                 merge: bool) -> tuple[ModelLinks, dict[tuple[str, str], list[tuple[int, float]]],
                                        dict[str, int], dict[str, int]]:
     """Model links for ecmp-fluid: NIC tx and last hops as they are; trunk hops merged into
     classes of identical columns and capacity (exact: ``testbed.models.flowmodel``,
@@ -163,8 +163,8 @@ def _fluid_links(finder: PathFinder, pl: _PlanLinks, pairs: list[tuple[str, str]
         for hop, w in trunks[p].items():
             acc[class_of[hop]] += w
         rows[p] = sorted(acc.items())
-    links = _Links(name, tier, np.array(count, dtype=np.float64),
-                   np.array(cap_each, dtype=np.float64), dict(pl.tier_links))
+    links = ModelLinks(name, tier, np.array(count, dtype=np.float64),
+                       np.array(cap_each, dtype=np.float64), dict(pl.tier_links))
     return links, rows, host_ids, last_ids
 
 
@@ -184,7 +184,7 @@ class _Opened:
     origin: int
 
 
-class _Prepared:
+class Prepared:
     """A flow list made ready for routing, shared by the policies of one ``run``.
 
     Normalising a few hundred thousand flows, checking that each has a path, merging
@@ -195,7 +195,7 @@ class _Prepared:
 
     def __init__(self, finder: PathFinder, flows: Iterable[Any], unit: str) -> None:
         self.finder, self.unit = finder, unit
-        self.fl = _normalise(flows)
+        self.fl = normalise(flows)
         if not self.fl:
             raise ValueError("no flows to model")
         self.pl = _PlanLinks(finder, unit)
@@ -205,7 +205,7 @@ class _Prepared:
         self.start = np.array([f.start for f in self.fl], dtype=np.float64)
         self._unique: tuple[list[Flow], np.ndarray] | None = None
         self._ecmp: dict[int, dict[Flow, Path]] = {}
-        self._opened: dict[Any, tuple[_Prepared, np.ndarray | None]] = {}
+        self._opened: dict[Any, tuple[Prepared, np.ndarray | None]] = {}
         self._bounds: dict[str, float] | None = None
 
     def bounds(self) -> dict[str, float]:
@@ -214,7 +214,7 @@ class _Prepared:
             self._bounds = bounds(self.finder, self.fl, self.unit)
         return self._bounds
 
-    def opened(self, policy: registry.Policy) -> tuple[_Prepared, np.ndarray | None]:
+    def opened(self, policy: registry.Policy) -> tuple[Prepared, np.ndarray | None]:
         """The flows the hosts open under ``policy`` (``Policy.expand``), prepared, and the
         input flow each came from; ``(self, None)`` when the policy opens the flows given.
 
@@ -246,7 +246,7 @@ class _Prepared:
                         (np.bincount(origin, minlength=n) == 0).any():
                     raise ValueError(f"{policy.name}: expand must open every flow and keep "
                                      "its bytes")
-                self._opened[key] = (_Prepared(self.finder, out, self.unit), origin)
+                self._opened[key] = (Prepared(self.finder, out, self.unit), origin)
         return self._opened[key]
 
     def unique(self) -> tuple[list[Flow], np.ndarray]:
@@ -309,23 +309,23 @@ def model_flows(plan_or_finder: WiringPlan | PathFinder, flows: Iterable[Any],
     share of the mark (marks scaled by the stripe's share of the flow's bytes); its bound
     is the one of the flows opened (``qps`` counts them).
     """
-    _check_policy(policy)
+    check_policy(policy)
     t0 = time.perf_counter()
     finder = plan_or_finder if isinstance(plan_or_finder, PathFinder) else \
         PathFinder(plan_or_finder)
-    prep = _Prepared(finder, flows, unit)
+    prep = Prepared(finder, flows, unit)
     if marks is not None and len(marks) != len(prep.fl):
         raise ValueError(f"marks: one list per flow ({len(prep.fl)}), got {len(marks)}")
     return _model_prepared(prep, policy, seed=seed, adaptive=adaptive, merge=merge,
                            bound=bound, tolerance=tolerance, t0=t0, marks=marks)
 
 
-def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[str, Any] | None,
+def _model_prepared(prep: Prepared, policy: str, *, seed: int, adaptive: dict[str, Any] | None,
                     merge: bool, bound: dict[str, float] | None, tolerance: float,
                     t0: float | None = None, marks: Sequence[Sequence[float]] | None = None,
                     probe: np.ndarray | None = None) -> ModelResult:
     """``model_flows`` on a prepared flow list (``probe``: ``simulate``'s progress)."""
-    pol = _check_policy(policy)
+    pol = check_policy(policy)
     t0 = time.perf_counter() if t0 is None else t0
     given = prep
     prep, origin = given.opened(pol)
@@ -387,7 +387,7 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
     r_ids = uniq[:, 0].astype(np.int64)
     rp = np.array(ptr, dtype=np.int64)
     lens = rp[r_ids + 1] - rp[r_ids]
-    ent = _ranges(rp[r_ids], rp[r_ids + 1])
+    ent = ranges(rp[r_ids], rp[r_ids + 1])
     row = np.repeat(np.arange(uniq.shape[0]), lens)
     col = np.array(flat_c, dtype=np.int64)[ent]
     wt = np.array(flat_w, dtype=np.float64)[ent]
@@ -402,11 +402,11 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
                         np.concatenate([np.asarray(m, dtype=np.float64) for m in marks]
                                        or [np.empty(0)]) * 8, uniq[:, 2])
         mark_s = np.split(at, np.cumsum(counts)[:-1])
-    quantiles = _quantiles(tl.finish, mult.astype(np.float64))
+    quantiles = finish_quantiles(tl.finish, mult.astype(np.float64))
     if origin is not None:
         finish, start_rate, mark_s = _map_back(origin, len(given.fl), finish, start_rate,
                                                mark_s)
-        quantiles = _quantiles(finish, np.ones(finish.size))
+        quantiles = finish_quantiles(finish, np.ones(finish.size))
     load = np.bincount(col, wt * mult[row] * uniq[row, 1], minlength=links.count.size)
     completion = float(finish.max())
     bnd = bound if bound is not None else bounds(finder, fl, unit)
@@ -418,14 +418,14 @@ def _model_prepared(prep: _Prepared, policy: str, *, seed: int, adaptive: dict[s
     if origin is not None:
         note = (f"{note}; " if note else "") + f"{n:,} QPs for {len(given.fl):,} flows, " \
             "bound over the QPs"
-    kind, note = _tolerance_note(tolerance, note)
+    kind, note = tolerance_note(tolerance, note)
     return ModelResult(
         policy=pol.label, method=method, kind=kind, completion_s=completion,
         flows=len(given.fl), classes=int(uniq.shape[0]), events=tl.events, rounds=tl.rounds,
         max_link_time_s=float((load * 8 / links.capacity).max()),
         bound_s=bnd[bname], bound_name=bname, note=note, unit=unit,
-        tiers=_tier_summary(links, load, completion),
-        bottlenecks=_bottlenecks(links, load, tl.saturated),
+        tiers=tier_summary(links, load, completion),
+        bottlenecks=top_bottlenecks(links, load, tl.saturated),
         flow_completion=quantiles,
         compute_s=time.perf_counter() - t0, qps=n, flow_finish_s=finish,
         flow_start_rate_bps=start_rate, flow_mark_s=mark_s)
@@ -486,9 +486,9 @@ def auto_jobs(flows: int, policies: int) -> int:
     return max(1, min(cpus, policies, int(by_memory)))
 
 
-def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed: int,
-                    bound: dict[str, float], tolerance: float,
-                    progress: Callable[[int, Note], None] | None = None) -> list[ModelResult]:
+def model_policies(prep: Prepared, policies: Sequence[str], jobs: int, *, seed: int,
+                   bound: dict[str, float], tolerance: float,
+                   progress: Callable[[int, Note], None] | None = None) -> list[ModelResult]:
     """``_model_prepared`` for every policy, in ``jobs`` forked processes when more than one.
 
     The policies share nothing but the prepared flow list, and each is one long compiled
@@ -515,7 +515,7 @@ def _model_policies(prep: _Prepared, policies: Sequence[str], jobs: int, *, seed
 
     # the policies that pin paths first: they bind on every link and cost the most, so
     # with fewer workers than policies the cheap split ones fill in at the end
-    order = sorted(range(len(policies)), key=lambda i: _check_policy(policies[i]).split)
+    order = sorted(range(len(policies)), key=lambda i: check_policy(policies[i]).split)
 
     def report(k: int, note: Note) -> None:
         if progress is not None:

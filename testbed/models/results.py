@@ -2,7 +2,7 @@
 bottleneck links. Pure, no root.
 
 Shared by the per-flow model and the aggregate what-if, so both report alike: a model link
-may stand for several physical links that always carry equal load (``_Links.count``), and
+may stand for several physical links that always carry equal load (``ModelLinks.count``), and
 every summary counts physical links.
 """
 
@@ -17,7 +17,7 @@ from testbed.models.solver import REL_TIE
 
 
 @dataclass
-class _Links:
+class ModelLinks:
     """The model's links: each stands for ``count`` physical links of ``cap_each`` bits/s
     that always carry equal load (1 for per-flow links; more for merged classes)."""
 
@@ -84,7 +84,7 @@ class ModelResult:
         return d
 
 
-def _quantiles(values: np.ndarray, weights: np.ndarray) -> dict[str, float]:
+def finish_quantiles(values: np.ndarray, weights: np.ndarray) -> dict[str, float]:
     """Weighted min/p50/p90/p99/max (weights = flows per class)."""
     if not values.size:
         return {}
@@ -98,8 +98,8 @@ def _quantiles(values: np.ndarray, weights: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _tier_summary(links: _Links, load_bytes: np.ndarray, completion: float | None,
-                  max_each_override: dict[str, float] | None = None) -> dict[str, dict]:
+def tier_summary(links: ModelLinks, load_bytes: np.ndarray, completion: float | None,
+                 max_each_override: dict[str, float] | None = None) -> dict[str, dict]:
     """Per tier: physical links, bytes, the most loaded link and its link time, mean use.
 
     ``load_bytes`` is per model link (shared equally by its ``count`` members). Links the
@@ -129,8 +129,8 @@ def _tier_summary(links: _Links, load_bytes: np.ndarray, completion: float | Non
     return out
 
 
-def _bottlenecks(links: _Links, load_bytes: np.ndarray, saturated: np.ndarray | None,
-                 top: int = 5) -> list[dict[str, Any]]:
+def top_bottlenecks(links: ModelLinks, load_bytes: np.ndarray, saturated: np.ndarray | None,
+                    top: int = 5) -> list[dict[str, Any]]:
     """The model links with the largest link time (bytes / capacity), busiest first."""
     time_each = load_bytes * 8 / links.capacity
     order = np.argsort(-time_each, kind="stable")[:top]
@@ -148,7 +148,7 @@ def _bottlenecks(links: _Links, load_bytes: np.ndarray, saturated: np.ndarray | 
     return out
 
 
-def _tolerance_note(tolerance: float, note: str) -> tuple[str, str]:
+def tolerance_note(tolerance: float, note: str) -> tuple[str, str]:
     """A result's kind and note: ``exact``, or ``approx`` with how finishes were coalesced."""
     if not tolerance:
         return "exact", note

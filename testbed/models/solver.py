@@ -42,7 +42,7 @@ REL_TIE = 1e-9
 RELABEL_ROWS = 20_000
 
 
-def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(s, e)`` for every pair, vectorised (CSR row gathering)."""
     lens = ends - starts
     total = int(lens.sum())
@@ -304,7 +304,7 @@ def simulate(capacity: np.ndarray, row: np.ndarray, col: np.ndarray, weight: np.
     cut = np.flatnonzero(np.r_[True, comp[by_comp][1:] != comp[by_comp][:-1], True])
     for s, e in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True):
         ids = by_comp[s:e]  # ascending class ids: a canonical order
-        ent = _ranges(kptr[ids], kptr[ids + 1])
+        ent = ranges(kptr[ids], kptr[ids + 1])
         lens = kptr[ids + 1] - kptr[ids]
         links, first, inv = np.unique(col_k[ent], return_index=True, return_inverse=True)
         rank = np.empty(links.size, dtype=np.int64)
@@ -372,7 +372,7 @@ def _simulate_component(cap: np.ndarray, row: np.ndarray, col: np.ndarray, coef:
         lens = np.diff(rptr)[perm]
         new_ptr = np.zeros_like(rptr)
         np.cumsum(lens, out=new_ptr[1:])
-        ent = _ranges(rptr[perm], rptr[perm + 1])
+        ent = ranges(rptr[perm], rptr[perm + 1])
         rptr, col, coef, bits, start = new_ptr, col[ent], coef[ent], bits[perm], start[perm]
     f, sr, t, r, tr_row, tr_t, tr_rate = maxmin.run(cap, rptr, col, coef, bits, start,
                                                     tolerance, REL_TIE, trace, probe)

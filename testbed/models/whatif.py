@@ -32,18 +32,18 @@ import numpy as np
 from controllers import policies as registry
 from testbed import topologies
 from testbed.fabricspec import FabricSpec
-from testbed.models.bounds import _finish_bounds, _funnel, _start_aware
-from testbed.models.inputs import DEFAULT_POLICIES, _check_policy
+from testbed.models.bounds import finish_bounds, funnel, start_aware
+from testbed.models.inputs import DEFAULT_POLICIES, check_policy
 from testbed.models.jobs import Job
 from testbed.models.progress import Note, Watch
 from testbed.models.progress import probe as new_probe
 from testbed.models.results import (
+    ModelLinks,
     ModelResult,
-    _bottlenecks,
-    _Links,
-    _quantiles,
-    _tier_summary,
-    _tolerance_note,
+    finish_quantiles,
+    tier_summary,
+    tolerance_note,
+    top_bottlenecks,
 )
 from testbed.models.solver import simulate
 from vocab.flows import ROCE_PORT, sport_for_qp
@@ -204,7 +204,7 @@ class _Quotient:
         self.n = n
 
     # --- the quotient's links ----------------------------------------------------------
-    def links(self) -> _Links:
+    def links(self) -> ModelLinks:
         """tx(k), rx(k) for every local rank k; up/down bundles for every leaf label."""
         tt, n, groups = self.tt, self.n, self.job.groups
         name, tier = [], []
@@ -229,7 +229,7 @@ class _Quotient:
         count = np.concatenate([np.full(2 * n, groups), lanes, lanes]).astype(np.float64)
         cap = np.concatenate([np.full(2 * n, tt.nic_gbps), np.full(2 * self.n_labels,
                                                                    tt.lane_gbps)]) * 1e9
-        return _Links(name, tier, count, cap, self.tier_links())
+        return ModelLinks(name, tier, count, cap, self.tier_links())
 
     def tier_links(self) -> dict[str, int]:
         lanes = self.tt.leaves * self.tt.up_lanes
@@ -249,7 +249,7 @@ class _Quotient:
         return row_a[order], col_a[order], np.ones(row_a.size), np.ones(nf)
 
 
-def _whatif_static(q: _Quotient) -> tuple[_Links, np.ndarray]:
+def _whatif_static(q: _Quotient) -> tuple[ModelLinks, np.ndarray]:
     """Bytes on every quotient link (policy-independent at NIC and leaf-bundle level)."""
     links = q.links()
     row, col, w, _ = q.incidence()
@@ -277,7 +277,7 @@ def _whatif_fluid(q: _Quotient, bnd: dict[str, float], tolerance: float = 0.0,
     tl = simulate(links.capacity, c_row, c_col, c_w, mult, uniq[:, 2] * 8, uniq[:, 3],
                   tolerance, probe=probe)
     completion = float(tl.finish.max())
-    kind, note = _tolerance_note(tolerance, f"{job.flows:,} flows as {uniq.shape[0]:,} classes "
+    kind, note = tolerance_note(tolerance, f"{job.flows:,} flows as {uniq.shape[0]:,} classes "
                                             f"on {links.count.size:,} link classes")
     return ModelResult(
         policy="ecmp-fluid", method="per-hop equal split, group-quotient max-min "
@@ -286,9 +286,9 @@ def _whatif_fluid(q: _Quotient, bnd: dict[str, float], tolerance: float = 0.0,
         events=tl.events, rounds=tl.rounds,
         max_link_time_s=float((load * 8 / links.capacity).max()),
         bound_s=bnd["splittable"], bound_name="splittable",
-        tiers=_tier_summary(links, load, completion),
-        bottlenecks=_bottlenecks(links, load, tl.saturated),
-        flow_completion=_quantiles(tl.finish, mult), compute_s=time.perf_counter() - t0,
+        tiers=tier_summary(links, load, completion),
+        bottlenecks=top_bottlenecks(links, load, tl.saturated),
+        flow_completion=finish_quantiles(tl.finish, mult), compute_s=time.perf_counter() - t0,
         flow_finish_s=tl.finish[inv], flow_start_rate_bps=tl.start_rate[inv], note=note)
 
 
@@ -323,9 +323,9 @@ def _whatif_planned(q: _Quotient, bnd: dict[str, float]) -> ModelResult:
     links, load = _whatif_static(q)
     up_max = math.ceil(deg_out.max() / lanes) * s if c.any() else 0.0
     down_max = math.ceil(deg_in.max() / lanes) * s if c.any() else 0.0
-    tiers = _tier_summary(links, load, completion, {"leaf->spine": up_max,
-                                                    "spine->leaf": down_max})
-    bott = _bottlenecks(links, load, None)
+    tiers = tier_summary(links, load, completion, {"leaf->spine": up_max,
+                                                   "spine->leaf": down_max})
+    bott = top_bottlenecks(links, load, None)
     if per_lane:
         worst = int(np.argmax(np.maximum(deg_out, deg_in)))
         bott.insert(0, {"link": f"busiest lane of {tt.leaf_name(int(q.rep_leaf[worst]))} "
@@ -425,15 +425,15 @@ def _whatif_ecmp(q: _Quotient, bnd: dict[str, float], seed: int) -> ModelResult:
     front, front_load = _whatif_static(q)
     nfront = 2 * q.n
     lane_cap = tt.lane_gbps * 1e9
-    links = _Links(_LaneNames(tt, front.name[:nfront]),
-                   front.tier[:nfront] + ["leaf->spine"] * lanes + ["spine->leaf"] * lanes,
-                   np.concatenate([front.count[:nfront], np.ones(2 * lanes)]),
-                   np.concatenate([front.cap_each[:nfront], np.full(2 * lanes, lane_cap)]),
-                   q.tier_links())
+    links = ModelLinks(_LaneNames(tt, front.name[:nfront]),
+                       front.tier[:nfront] + ["leaf->spine"] * lanes + ["spine->leaf"] * lanes,
+                       np.concatenate([front.count[:nfront], np.ones(2 * lanes)]),
+                       np.concatenate([front.cap_each[:nfront], np.full(2 * lanes, lane_cap)]),
+                       q.tier_links())
     load = np.concatenate([front_load[:nfront], up_b, down_b])
     mlt = float((load * 8 / links.capacity).max())
     exact = job.equal_sizes()
-    bott = _bottlenecks(links, load, None)
+    bott = top_bottlenecks(links, load, None)
     counts = np.concatenate([np.zeros(nfront), up_n, down_n])
     order = np.argsort(-(load * 8 / links.capacity), kind="stable")[:len(bott)]
     for b, i in zip(bott, order, strict=True):
@@ -447,7 +447,7 @@ def _whatif_ecmp(q: _Quotient, bnd: dict[str, float], seed: int) -> ModelResult:
         policy="ecmp", method="lb hash per flow -> exact lane loads", flows=job.flows,
         kind="exact" if exact else "lower-bound", completion_s=mlt, max_link_time_s=mlt,
         bound_s=bnd["unsplit"], bound_name="unsplit", note=note,
-        tiers=_tier_summary(links, load, mlt if exact else None),
+        tiers=tier_summary(links, load, mlt if exact else None),
         bottlenecks=bott, compute_s=time.perf_counter() - t0,
         flow_completion={"max": mlt} if exact else {})
 
@@ -460,8 +460,8 @@ def _whatif_bounds(q: _Quotient) -> dict[str, float]:
     out: dict[str, float] = {
         "host_tx": float(np.bincount(job.src, s, minlength=n).max() * 8 / nic),
         "host_rx": float(np.bincount(job.dst, s, minlength=n).max() * 8 / nic),
-        "host_start": max(_start_aware(job.src, job.start, s * 8, np.full(s.size, nic)),
-                          _start_aware(job.dst, job.start, s * 8, np.full(s.size, nic)))}
+        "host_start": max(start_aware(job.src, job.start, s * 8, np.full(s.size, nic)),
+                          start_aware(job.dst, job.start, s * 8, np.full(s.size, nic)))}
     c = q.cross
     for name, end in (("out", job.src), ("in", job.dst)):
         e, sc = end[c], s[c]
@@ -475,7 +475,7 @@ def _whatif_bounds(q: _Quotient) -> dict[str, float]:
         lbig = np.where(present, big, 0.0).max(axis=1)
         lsmall = np.where(present, small, np.inf).min(axis=1)
         equal = (lbig == lsmall) & (cnt > 0)
-        fun = _funnel(cnt, tot * 8, lbig * 8, equal, lbig * 8, tt.up_lanes, lane)
+        fun = funnel(cnt, tot * 8, lbig * 8, equal, lbig * 8, tt.up_lanes, lane)
         out[f"fabric_{name}"] = float(fun.max()) if c.any() else 0.0
         out[f"fabric_{name}_split"] = float((tot * 8 / (tt.up_lanes * lane)).max()) \
             if c.any() else 0.0
@@ -491,7 +491,7 @@ def _whatif_bounds(q: _Quotient) -> dict[str, float]:
         out["bisection"] = max(ab * 8 / (half * per_block),
                                ba * 8 / ((tt.blocks - half) * per_block))
     ideal = max(out["host_tx"], out["host_rx"], out["fabric_out"], out["fabric_in"])
-    return _finish_bounds(out, ideal)
+    return finish_bounds(out, ideal)
 
 
 def whatif(tt: TwoTier, job: Job, policies: Sequence[str] = DEFAULT_POLICIES, seed: int = 0,
@@ -502,7 +502,7 @@ def whatif(tt: TwoTier, job: Job, policies: Sequence[str] = DEFAULT_POLICIES, se
     ``tolerance``: event coalescing of ecmp-fluid (``simulate``; 0 = exact).
     ``progress(policy index, note)``: where each policy is (``testbed.models.progress``).
     """
-    pols = [_check_policy(p) for p in policies]
+    pols = [check_policy(p) for p in policies]
     q = _Quotient(tt, job)
     bnd = _whatif_bounds(q)
     out = []

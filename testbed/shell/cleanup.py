@@ -56,7 +56,7 @@ from testbed.faultmarks import (
     sinks,
 )
 from testbed.shell import daemons, orphans
-from testbed.shell.procs import _alive, kill_pids
+from testbed.shell.procs import kill_pids, pid_alive
 from traffic import rxsink
 from vocab.plan import write_json_atomic
 
@@ -188,7 +188,7 @@ def stale_scratch(live_runs: Collection[str]) -> list[str]:
         if owner is None or not entry.is_dir(follow_symlinks=False):
             continue
         run_id, pid = owner
-        if run_id in live_runs or (pid is not None and _alive(pid)):
+        if run_id in live_runs or (pid is not None and pid_alive(pid)):
             continue
         stale.append(os.path.join(root, entry.name))
     return sorted(stale)
@@ -405,7 +405,7 @@ def clean(verbose: bool = True) -> dict[str, int]:
                 os.unlink(path)
             continue
         owner = rec.get("owner_pid")
-        if owner and owner != os.getpid() and _alive(owner):
+        if owner and owner != os.getpid() and pid_alive(owner):
             live_runs.add(rec.get("run_id", ""))
             live_pids.update(int(p) for p in [owner, *rec.get("pids", [])])
             if verbose:
@@ -546,7 +546,7 @@ def leftovers(plan: Any) -> list[str]:
             found.append(f"dashboard or capture process pid {pid}")
     found += [f"run record {r}" for r in glob.glob(os.path.join(STATE_DIR, "*.json"))]
     live = {rec.get("run_id", "") for rec in _records()
-            if rec.get("owner_pid") and _alive(int(rec["owner_pid"]))}
+            if rec.get("owner_pid") and pid_alive(int(rec["owner_pid"]))}
     found += [f"scratch folder {d}" for d in stale_scratch(live) if not scratch_kept(d)]
     found += [f"traffic process pid {p} ({program})"
               for p, program in sorted(stale_traffic(live, _live_pids(live)).items())]

@@ -37,8 +37,8 @@ Why the first server must be this machine: Mininet Cluster Edition drives every
 node from the one Python process that built the network (remote nodes are shells
 over SSH), and the lab's controller and REST API are processes of that machine.
 
-This module keeps the MTU arithmetic, the CLI hook and the bring-up; it re-exports
-every name of ``testbed.clusterplace`` and ``testbed.shell.clustercheck``.
+This module keeps the MTU arithmetic, the CLI hook and the bring-up; the placement is
+``testbed.clusterplace`` and the prechecks are ``testbed.shell.clustercheck``.
 """
 
 from __future__ import annotations
@@ -54,18 +54,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from testbed.clusterplace import (
-    crossing_links,
     parse_servers,
     place,
     placement_summary,
-    placement_units,
     with_servers,
 )
 from testbed.datapath import Datapath
+from testbed.shaping import htb_commands
 from testbed.shell import cleanup, preflight
 from testbed.shell.clustercheck import (
-    CLOCK_TOLERANCE_S,
-    REQUIRED_TOOLS,
     SSH_OPTIONS,
     TIMED_OUT,
     ClockProbe,
@@ -75,16 +72,14 @@ from testbed.shell.clustercheck import (
     SharedConnections,
     SSHRunner,
     default_user,
-    estimate_offset,
     is_this_machine,
     precheck_servers,
     resolve_ipv4,
     source_address,
     ssh_clock_probe,
-    ssh_prefix,
-    tunnel_probe,
 )
-from testbed.shell.lab import OVS_PORT_RCVBUF, Lab, _socket_buffers, htb_commands
+from testbed.shell.lab import OVS_PORT_RCVBUF, Lab
+from testbed.shell.machine import socket_buffers
 from testbed.shell.mntopo import OF_PROTOCOLS
 from traffic.roce import DEFAULT_PMTU, largest_roce_pmtu
 from traffic.shell.running import LocalFiles, NotAnswered
@@ -588,7 +583,7 @@ class ClusterLab(Lab):
             if old[s].isdigit() and int(old[s]) < OVS_PORT_RCVBUF:
                 self.run_on(s, ["sysctl", "-qw", f"net.core.rmem_default={OVS_PORT_RCVBUF}"])
         try:
-            with _socket_buffers(OVS_PORT_RCVBUF):
+            with socket_buffers(OVS_PORT_RCVBUF):
                 self.net.start()
         finally:
             for s, value in old.items():
@@ -776,18 +771,8 @@ class ClusterLab(Lab):
         return "\n".join(lines) + "\n"
 
 
-# Its own names and those it re-exports from testbed.clusterplace and testbed.shell.clustercheck.
 __all__ = [
-    "UNDERLAY_MTU", "GRETAP_OVERHEAD", "VXLAN_OVERHEAD", "CLUSTER_MTU", "TUNNELS",
-    "SSH_CONFIG_ENV", "ssh_from_env",
-    "largest_roce_pmtu", "make_lab", "ServerFiles", "lab_host_class", "lab_switch_class",
+    "UNDERLAY_MTU", "GRETAP_OVERHEAD", "VXLAN_OVERHEAD", "CLUSTER_MTU", "TUNNELS", "SSH_CONFIG_ENV",
+    "ssh_from_env", "make_lab", "ServerFiles", "lab_host_class", "lab_switch_class",
     "vxlan_link_class", "ClusterLab",
-    # testbed.clusterplace
-    "parse_servers", "placement_units", "place", "crossing_links", "placement_summary",
-    "with_servers",
-    # testbed.shell.clustercheck
-    "CommandResult", "Runner", "ClockProbe", "SSH_OPTIONS", "default_user", "ssh_prefix",
-    "SSHRunner", "ssh_clock_probe", "CLOCK_TOLERANCE_S", "REQUIRED_TOOLS", "estimate_offset",
-    "ClusterPrecheck", "tunnel_probe", "precheck_servers", "resolve_ipv4", "is_this_machine",
-    "source_address",
 ]

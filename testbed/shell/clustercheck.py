@@ -258,7 +258,7 @@ def precheck_servers(servers: Sequence[str], runner: Runner, *, user: str,
             say(f"{server}: sudo asks {user} for a password; allow it: "
                 f"'{user} ALL=(ALL) NOPASSWD: ALL' in /etc/sudoers.d/")
             continue
-        got = run([python, "-c", "import astral_lab; print(astral_lab.__version__)"])
+        got = run([python, "-c", "import testbed.version; print(testbed.version.__version__)"])
         if got.returncode != 0:
             say(f"{server}: no astral-lab at {python} (install the same checkout at the "
                 f"same path there: scripts/setup.sh)")

@@ -22,7 +22,7 @@ controller reports every switch programmed. Any failure or Ctrl-C on the way
 tears down what was built; a run record lets ``astral-lab clean`` finish the job
 if the process itself is killed.
 
-Where things live (every name is importable from here): this module is the bring-up,
+Where things live (each name is imported from its own module): this module is the bring-up,
 run-time changes and teardown. The ``tc`` lines of the shaping (``htb_commands``,
 ``queue_packets``, ``root_ends``) are in ``testbed.shaping`` and the all-pairs ping's
 result and fping parsing (``Reachability``) in ``testbed.reachability``, both pure; the
@@ -56,19 +56,17 @@ from controllers.shell.client import ControllerClient
 from testbed import daemons
 from testbed.capture import resolve as capture_ports
 from testbed.datapath import Datapath
-from testbed.reachability import Reachability, _fping_unreached
-from testbed.shaping import HTB_QUANTUM, LOSSLESS_QUEUE_S, htb_commands, queue_packets, root_ends
+from testbed.reachability import Reachability, fping_unreached
+from testbed.shaping import htb_commands, root_ends
 from testbed.shell import cleanup, ovsbuf, preflight, sidecars, signals
 from testbed.shell.daemons import start_all, stop_daemon, vswitchd_pids
 from testbed.shell.machine import (
-    LOCK_PATH,
-    _socket_buffers,
     disable_offloads,
     ensure_neighbour_capacity,
     fabric_lock,
     free_port,
     in_netns,
-    lock_holder,
+    socket_buffers,
 )
 from testbed.shell.mntopo import OF_PROTOCOLS, SwitchPortIntf
 from testbed.shell.procs import kill_pids
@@ -464,7 +462,7 @@ class Lab:
         fabric behaviour). So the default is raised while the ports are created and put back
         right after; existing sockets keep their size.
         """
-        with _socket_buffers(OVS_PORT_RCVBUF):
+        with socket_buffers(OVS_PORT_RCVBUF):
             self._add_bridges()
 
     def _add_bridges(self) -> None:
@@ -698,7 +696,7 @@ class Lab:
                 lost_here = 0
                 for n, proc in procs.items():
                     _out, err = proc.communicate(timeout=60 + len(todo[n]) * count)
-                    lost = _fping_unreached(err.decode(errors="replace"), todo[n])
+                    lost = fping_unreached(err.decode(errors="replace"), todo[n])
                     if lost:
                         missed[n] = lost
                         lost_here += len(lost)
@@ -792,9 +790,4 @@ class Lab:
             cleanup.drop_scratch(self.workdir, self.log)
 
 
-# Its own names and those it re-exports (testbed.shell.machine, .reachability and .shaping).
-__all__ = [
-    "OVS_PORT_RCVBUF", "Lab", "LOCK_PATH", "disable_offloads", "fabric_lock", "free_port",
-    "in_netns", "lock_holder", "Reachability", "HTB_QUANTUM", "LOSSLESS_QUEUE_S",
-    "htb_commands", "queue_packets", "root_ends",
-]
+__all__ = ["OVS_PORT_RCVBUF", "Lab"]

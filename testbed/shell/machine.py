@@ -142,7 +142,7 @@ _RMEM_DEFAULT = "/proc/sys/net/core/rmem_default"
 
 
 @contextlib.contextmanager
-def _socket_buffers(size: int) -> Iterator[None]:
+def socket_buffers(size: int) -> Iterator[None]:
     """Raise the machine's default socket receive buffer to ``size`` for the duration."""
     try:
         with open(_RMEM_DEFAULT) as f:

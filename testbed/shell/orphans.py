@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 
-from testbed.shell.procs import _alive
+from testbed.shell.procs import pid_alive
 from traffic.shell import programs
 
 #: ``python``, ``python3``, ``python3.11``: an interpreter that may run one of the lab's modules
@@ -151,7 +151,7 @@ def stale_traffic(live_runs: Collection[str], live_pids: Collection[int], *,
         if program is None or pid == os.getpid():
             continue
         marks = run_marks(argv, scratch_re)
-        if any(run_id in live_runs or (owner is not None and _alive(owner))
+        if any(run_id in live_runs or (owner is not None and pid_alive(owner))
                for run_id, owner in marks):
             continue
         parent = ppid(pid)

@@ -34,14 +34,14 @@ def kill_pids(pids: list[int], grace: float = 2.0, sig: int = signal.SIGTERM,
 def _wait_gone_pids(pids: list[int], timeout: float) -> list[int]:
     """Poll until none of ``pids`` is alive or ``timeout`` passes; the ones still alive."""
     deadline = time.monotonic() + timeout
-    alive = [p for p in pids if _alive(p)]
+    alive = [p for p in pids if pid_alive(p)]
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
-        alive = [p for p in alive if _alive(p)]
+        alive = [p for p in alive if pid_alive(p)]
     return alive
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

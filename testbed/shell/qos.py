@@ -8,7 +8,7 @@ separate InfiniBand virtual lanes for normal-kernel, low-latency-kernel and othe
 this module does the same to the lab's emulated ports, so a scenario can measure the
 difference.
 
-**What the Lab has** (``testbed.shell.lab.htb_commands``): every shaped interface (a host's NIC
+**What the Lab has** (``testbed.shaping.htb_commands``): every shaped interface (a host's NIC
 egress inside its namespace, every switch port in the root namespace) carries::
 
     qdisc htb 5: root default 1

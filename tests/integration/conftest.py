@@ -10,12 +10,12 @@ from collections.abc import Callable
 
 import pytest
 
-# Fabrics are one per machine (testbed.shell.lab.fabric_lock): a test started while another run's
-# fabric is up waits for it instead of failing on taken names.
+# Fabrics are one per machine (testbed.shell.machine.fabric_lock): a test started while another
+# run's fabric is up waits for it instead of failing on taken names.
 os.environ.setdefault("ASTRAL_LAB_WAIT", "1200")
 
 from testbed.shell import cleanup
-from testbed.shell.lab import fabric_lock
+from testbed.shell.machine import fabric_lock
 from vocab.plan import WiringPlan
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -21,6 +21,7 @@ import pytest
 from benchmarks.sender import PY, Side, netns_pair, spec_dict, start_receiver, stop_receiver
 from traffic import roce
 from traffic.rxstate import flow_key
+from vocab.flows import sport_for_qp
 
 # 4 QPs, several sizes: ONLY-only, FIRST/MIDDLE/LAST, a shorter last message (``bytes``), a
 # padded last packet, a later start, and a second work request on QP 2 (PSN must continue).
@@ -120,7 +121,7 @@ def test_replay_arrives_as_sent_and_tshark_decodes_it(pair: tuple[Side, Side],
         key = flow_key(a.ip, qp)  # a QP is named by its number (a sprayed QP's port varies)
         rf = got["flows"][key]
         entries = [f for f in sent["flows"] if f["qp"] == qp]
-        assert rf["qp"] == qp and rf["sport"] == roce.sport_for_qp(qp)
+        assert rf["qp"] == qp and rf["sport"] == sport_for_qp(qp)
         assert rf["bytes"] == sum(f["bytes"] for f in entries)
         assert (rf["first_psn"], rf["next_psn"], rf["packets"]) == (0, len(seq), len(seq))
         assert (rf["reordered"], rf["duplicates"]) == (0, 0)

@@ -182,7 +182,7 @@ def test_plain_mn_custom_topology_with_standalone_controller(
     plan = build_for_gpus("astral3", **params)
     plan_path = os.path.join(str(tmp_path), "plan.json")
     plan.save(plan_path)
-    from testbed.shell.lab import free_port
+    from testbed.shell.machine import free_port
 
     of_port, rest_port = free_port(), free_port()
     ctl = subprocess.Popen([sys.executable, "-m", "astral_lab.cli", "controller", "--plan",

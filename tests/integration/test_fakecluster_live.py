@@ -28,7 +28,8 @@ from fakecluster import BASE_LINKS, FakeCluster, available, deadline
 from ops.shell.collector import Collector
 from ops.telemetry import link_components
 from testbed.shell import cleanup
-from testbed.shell.cluster import SSH_CONFIG_ENV, ClusterLab, tunnel_probe
+from testbed.shell.cluster import SSH_CONFIG_ENV, ClusterLab
+from testbed.shell.clustercheck import tunnel_probe
 from testbed.shell.preflight import LabError
 from testbed.shell.probe import Stream
 from testbed.topologies import build

@@ -23,12 +23,13 @@ from typing import Any
 import pytest
 
 from ops.telemetry import parse_snmp
+from testbed import faultspec
 from testbed.faultkinds import partial_blackhole
 from testbed.faultkinds.link_flap import phases
 from testbed.faultkinds.shuffle_miswiring import partner
+from testbed.faultspec import Fault
 from testbed.shell import cleanup
-from testbed.shell import faults as F
-from testbed.shell.faults import Fault, FaultInjector
+from testbed.shell.faults import FaultInjector
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
 from testbed.topologies import build
@@ -59,7 +60,7 @@ def lab() -> Iterator[Lab]:
     with Lab(PLAN, lb="planned", poll_interval=0.5) as lab:
         yield lab
     assert not cleanup.leftovers(PLAN), cleanup.leftovers(PLAN)
-    assert not [p for p, run in F.fault_processes().items() if run == lab.run_id]
+    assert not [p for p, run in cleanup.fault_processes().items() if run == lab.run_id]
 
 
 def host_sh(lab: Lab, host: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -125,10 +126,10 @@ def fabric_state(lab: Lab) -> dict[str, Any]:
             ends[f"{n}/{i}"] = ("UP" in info["flags"], info["mtu"], info.get("ifalias"),
                                 htb_line(lab, n, i))
     sh = FaultInjector(lab).context.sh
-    left = {h: sorted({*F.nic_loss_leftovers(sh, h), *F.fault_leftovers(sh, h)})
+    left = {h: sorted({*cleanup.nic_loss_leftovers(sh, h), *cleanup.fault_leftovers(sh, h)})
             for h in lab.hosts}
-    left["root"] = F.fault_leftovers(sh)
-    rules = {s.name: F.blackhole_rules(sh, s.name) for s in PLAN.switches}
+    left["root"] = cleanup.fault_leftovers(sh)
+    rules = {s.name: cleanup.blackhole_rules(sh, s.name) for s in PLAN.switches}
     return {"ends": ends, "ovs": ovs_interfaces(), "ports": ovs_ports(),
             "leftovers": {h: v for h, v in left.items() if v},
             "rules": {s: r for s, r in rules.items() if r}}
@@ -163,7 +164,7 @@ def received(st: Stream) -> int:
 
 def test_link_down_cuts_both_ends_and_traffic_is_rerouted(lab: Lab,
                                                           injector: FaultInjector) -> None:
-    link = F.parse_target(PLAN, "lf0r0~spine1").link
+    link = faultspec.parse_target(PLAN, "lf0r0~spine1").link
     with stream(lab, "s0g0", "s2g1", range(50000, 50016), pps=100, duration=3.0) as st:
         time.sleep(1.0)
         t_cut = time.time()
@@ -264,7 +265,7 @@ def _edges_inside_their_commands(seen: _Operstate, calls: list[tuple[float, floa
 
 def test_link_flap_goes_down_and_up_count_times(lab: Lab, injector: FaultInjector,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    link = F.parse_target(PLAN, "lf1r1~spine3").link
+    link = faultspec.parse_target(PLAN, "lf1r1~spine3").link
     calls = _timed_set_link(lab, monkeypatch)
     fault = Fault("link-flap", "lf1r1~spine3", period=0.6, count=3)
     with _Operstate([link.b_intf]) as seen:
@@ -288,11 +289,11 @@ def test_a_gray_link_flap_flaps_at_its_irregular_intervals(lab: Lab, injector: F
     by up to 69% (0.57-1.64 s). Both ends' operstate, polled every 5 ms from the kernel,
     go down and up while the injector's commands for those phases run, the commands go out
     at the phases' planned offsets (never before), and the lane ends up."""
-    (f,) = F.random_schedule(PLAN, kinds=["link-flap"], n=1, duration_s=8, seed=0,
-                             min_gap_s=1, severity="gray")
+    (f,) = faultspec.random_schedule(PLAN, kinds=["link-flap"], n=1, duration_s=8, seed=0,
+                                     min_gap_s=1, severity="gray")
     want = phases(f.settings)
     assert f.settings.jitter > 0.5 and max(want) - min(want) > 1.0  # irregular by design
-    link = F.parse_target(PLAN, f.target).link
+    link = faultspec.parse_target(PLAN, f.target).link
     calls = _timed_set_link(lab, monkeypatch)
     with _Operstate([link.a_intf, link.b_intf]) as seen:
         time.sleep(0.1)
@@ -335,11 +336,11 @@ def test_link_degrade_cuts_a_lanes_measured_rate_to_the_fraction(lab: Lab,
         hop = c.paths("s0g0", "s2g1", sport=sport)["path"][0]
         assert hop["switch"] == "lf0r0"
         lane = PLAN.ports()["lf0r0"][hop["out_port"]][2]
-        target = F.link_name(PLAN, lane)
+        target = faultspec.link_name(PLAN, lane)
         before = [htb_line(lab, lane.a, lane.a_intf), htb_line(lab, lane.b, lane.b_intf)]
         h = injector.inject(Fault("link-degrade", target, fraction=0.25))
         for node, intf in ((lane.a, lane.a_intf), (lane.b, lane.b_intf)):
-            assert F.parse_htb_rate(htb_line(lab, node, intf)) == pytest.approx(5.0)
+            assert faultspec.parse_htb_rate(htb_line(lab, node, intf)) == pytest.approx(5.0)
         pps = 10e6 / 8 / 1042  # 10 Mb/s of frames, twice what the lane now carries
         with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=pps, duration=2.5,
                     size=1000) as st:
@@ -403,7 +404,7 @@ def test_nic_loss_drops_both_directions_at_the_probability(lab: Lab,
 def test_nic_loss_with_the_iptables_fallback(lab: Lab, baseline: dict[str, Any]) -> None:
     with FaultInjector(lab, nic_loss_backend="iptables") as inj:
         h = inj.inject(Fault("nic-loss", "s3g1", probability=0.3, direction="ingress"))
-        left = F.nic_loss_leftovers(inj.context.sh, "s3g1")
+        left = cleanup.nic_loss_leftovers(inj.context.sh, "s3g1")
         assert left == ["iptables chain ASTRAL_LAB_FAULTS_IN"]
         with stream(lab, "s1g0", "s3g1", range(50400, 50404), pps=200, duration=2.0) as st:
             pass
@@ -460,7 +461,7 @@ def test_gray_loss_drops_one_way_on_a_lane_at_the_probability(lab: Lab,
     lost."""
     sport = 50600
     with pinned(lab, "s0g0", "s2g1", sport) as (lane, port):
-        target = F.link_name(PLAN, lane)
+        target = faultspec.link_name(PLAN, lane)
         h = injector.inject(Fault("gray-loss", target, probability=0.05, direction="a-to-b"))
         assert injector.events[-1]["detail"]["interfaces"] == [lane.a_intf]
         before = port_packets(lane)
@@ -528,7 +529,7 @@ def test_corruption_is_dropped_and_counted_by_the_receivers_kernel(lab: Lab,
     lost and the rule corrupted, within 5 sigma of the knob. Once undone, none."""
     sport = 50800
     with pinned(lab, "s0g0", "s2g1", sport) as (lane, port):
-        target = F.link_name(PLAN, lane)
+        target = faultspec.link_name(PLAN, lane)
         h = injector.inject(Fault("corruption", target, probability=0.05))
         before = ip_counters(lab, "s2g1")
         with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=1000, duration=3.0,
@@ -572,7 +573,7 @@ def test_switch_down_isolates_its_hosts_only_and_restores_exactly(lab: Lab,
         [n.name for n in PLAN.hosts], 2) if {a, b} & cut)
     assert r.received == 56 - 26  # every pair that does not need lf1r0 still reaches
     injector.undo(h)
-    spine0 = F.parse_target(PLAN, "lf1r0~spine0").link
+    spine0 = faultspec.parse_target(PLAN, "lf1r0~spine0").link
     assert link_state(lab, spine0.a, spine0.a_intf) == (False, "DOWN")
     for ln in mine:
         if ln is not spine0:
@@ -609,8 +610,8 @@ def test_controller_kill_and_restart(lab: Lab, injector: FaultInjector) -> None:
 
 def test_a_random_schedule_plays_on_the_fabric_and_stop_undoes(lab: Lab,
                                                                injector: FaultInjector) -> None:
-    sched = F.random_schedule(PLAN, kinds=["link-down", "link-degrade", "nic-loss"], n=3,
-                              duration_s=4.5, seed=5, min_gap_s=0.3)
+    sched = faultspec.random_schedule(PLAN, kinds=["link-down", "link-degrade", "nic-loss"], n=3,
+                                      duration_s=4.5, seed=5, min_gap_s=0.3)
     t0 = time.time()
     run = injector.run_schedule(sched)
     assert run.wait(30) and not run.errors
@@ -630,7 +631,7 @@ def test_a_random_schedule_plays_on_the_fabric_and_stop_undoes(lab: Lab,
     # an open-ended fault is still active when the schedule has played out; stop undoes it
     run = injector.run_schedule([Fault("nic-loss", "s1g1", probability=0.5, at=0.2)])
     assert run.wait(5)
-    assert run.handles[0].active and F.nic_loss_leftovers(injector.context.sh, "s1g1")
+    assert run.handles[0].active and cleanup.nic_loss_leftovers(injector.context.sh, "s1g1")
     assert run.stop() == []
     assert not run.handles[0].active
 
@@ -647,13 +648,13 @@ def test_cleanup_faults_removes_what_a_crashed_injector_left(lab: Lab,
     crossed = inj.inject(Fault("shuffle-miswiring", "lf0r1~spine0", seed=1))
     procs = [p.pid for p in hot.info["procs"]]
     assert len(procs) == 3 and all(alive(p) for p in procs)
-    assert len(F.fault_leftovers(inj.context.sh)) == 5  # 3 tables, 2 sinks
-    assert F.blackhole_rules(inj.context.sh, "spine2")
+    assert len(cleanup.fault_leftovers(inj.context.sh)) == 5  # 3 tables, 2 sinks
+    assert cleanup.blackhole_rules(inj.context.sh, "spine2")
     assert link_info(lab, "spine3", low.info["intf"])["mtu"] == 2200
     assert len(miswired(check_wiring(lab))) == 2 and crossed.active
     # the injector "crashes": nothing is undone; the cleanup hook finds it all
-    done = F.cleanup_faults(host_pids=[h.pid for h in lab.hosts.values()],
-                            runs=[lab.run_id])
+    done = cleanup.cleanup_faults(host_pids=[h.pid for h in lab.hosts.values()],
+                                  runs=[lab.run_id])
     assert done == {"namespaces": 3, "processes": 3, "switches": 1, "ports": 3}
     assert not any(alive(p) for p in procs)
     assert fabric_state(lab) == baseline
@@ -681,7 +682,7 @@ def test_hot_receiver_incast_saturates_the_targets_nic(lab: Lab,
     assert set(got) == set(srcs) and min(got.values()) > 100, got
     procs = h.info["procs"]
     assert all(p.poll() is not None for p in procs)
-    assert not [p for p, run in F.fault_processes().items() if run == lab.run_id]
+    assert not [p for p, run in cleanup.fault_processes().items() if run == lab.run_id]
     time.sleep(1.5)  # the leaf port's backlog toward s0g0 drains
 
 
@@ -730,12 +731,12 @@ def test_partial_blackhole_drops_exactly_the_matched_flows_through_its_switch(
         assert all(n == sent for n in got.values()), got  # all the others in full
         assert lab.reachability(retries=1).received == 56  # ICMP passes
         lab.restart_controller()
-        assert sorted(r[:2] for r in F.blackhole_rules(injector.context.sh, target)) == \
+        assert sorted(r[:2] for r in cleanup.blackhole_rules(injector.context.sh, target)) == \
             sorted(matches)
         assert lab.health()["resync"]["entries_del"] == 0
         injector.undo(h)
         assert injector.events[-1]["detail"]["dropped"] == len(lost) * sent
-        assert F.blackhole_rules(injector.context.sh, target) == []
+        assert cleanup.blackhole_rules(injector.context.sh, target) == []
         with stream(lab, "s0g0", "s2g1", sports, pps=10, duration=1.0, port=port) as st:
             pass
         assert received(st) == st.sent["sent_per_sport"] * 64  # everything passes again
@@ -752,8 +753,8 @@ def test_mtu_mismatch_drops_full_frames_toward_the_lowered_end(lab: Lab,
     sport, port = 50700, next(_ports)
     try:
         hops = pinned_paths(lab, "s0g0", "s2g1", range(sport, sport + 1), port)[sport]
-        lane = F.parse_target(PLAN, f"{hops[0]}~{hops[1]}").link
-        target = F.link_name(PLAN, lane)
+        lane = faultspec.parse_target(PLAN, f"{hops[0]}~{hops[1]}").link
+        target = faultspec.link_name(PLAN, lane)
         ovs_before = ovs_interfaces()
         h = injector.inject(Fault("mtu-mismatch", target, mtu=1500))
         assert h.info["intf"] == lane.b_intf  # the spine's end: frames going up die
@@ -800,7 +801,7 @@ def test_shuffle_miswiring_sends_traffic_through_the_wrong_spine_and_the_check_f
     elsewhere than planned; undo puts the ports back on their bridges at their numbers
     and the check finds nothing."""
     assert check_wiring(lab) == []
-    lane = F.parse_target(PLAN, "lf0r0~spine0").link
+    lane = faultspec.parse_target(PLAN, "lf0r0~spine0").link
     sports, port = range(50800, 50816), next(_ports)
     before = ovs_ports()
     h = injector.inject(Fault("shuffle-miswiring", "lf0r0~spine0#0", seed=2))
@@ -827,14 +828,15 @@ def test_shuffle_miswiring_sends_traffic_through_the_wrong_spine_and_the_check_f
         wrong_rx = of_rx(other.b, other.b_port) - wrong_rx
         found = check_wiring(lab)
         reach = lab.reachability(retries=1)
-        print(f"shuffle-miswiring {F.link_name(PLAN, lane)} x {F.link_name(PLAN, other)}: "
+        names = faultspec.link_name(PLAN, lane), faultspec.link_name(PLAN, other)
+        print(f"shuffle-miswiring {names[0]} x {names[1]}: "
               f"flow pinned via {paths[via[0]]}: {received(st)}/{sent} received, {wrong_rx} "
               f"in at {other.b}:{other.b_port}, {planned_rx} at {lane.b}:{lane.b_port}; "
               f"pings {reach.received}/{reach.pairs}; check: {[f.to_dict() for f in found]}")
         assert received(st) == sent  # traffic flows ...
         assert wrong_rx >= sent and planned_rx < sent  # ... through the wrong spine
         assert reach.failed == []
-        assert miswired(found) == sorted([F.link_name(PLAN, lane), F.link_name(PLAN, other)])
+        assert miswired(found) == sorted(names)
         seen = {f.sent: f.seen for f in found}
         assert seen == {(lane.a, lane.a_port): (other.b, other.b_port),
                         (other.a, other.a_port): (lane.b, lane.b_port),

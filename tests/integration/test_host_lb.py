@@ -12,7 +12,8 @@ import re
 import subprocess
 from collections.abc import Callable
 
-from testbed.shell.faults import Fault, FaultInjector
+from testbed.faultspec import Fault
+from testbed.shell.faults import FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec

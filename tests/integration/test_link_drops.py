@@ -17,7 +17,8 @@ from typing import Any
 
 from ops.detectors import Alert, Engine
 from ops.shell.collector import Collector
-from testbed.shell.faults import Fault, FaultInjector
+from testbed.faultspec import Fault
+from testbed.shell.faults import FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from testbed.models.flowmodel import model_flows
-from testbed.shell.lab import LAB_PMTU, Lab
+from testbed.models.perflow import model_flows
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
-from traffic.roce import message_wire_bytes
+from traffic.roce import LAB_PMTU, message_wire_bytes
 from traffic.shell.replay import replay
 from vocab.flows import Flow, sport_for_qp
 from vocab.plan import WiringPlan

@@ -15,7 +15,8 @@ from typing import Any
 
 from ops.shell.monitor import Monitor
 from scenarios.experiments.ops_eval import moe_job
-from testbed.shell.faults import Fault, FaultInjector
+from testbed.faultspec import Fault
+from testbed.shell.faults import FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.shell.moejob import MoeJob

@@ -20,7 +20,8 @@ from ops.agent import Tools, diagnose
 from ops.shell.experiment import steady_traffic
 from ops.shell.monitor import Monitor
 from ops.shell.probe import ping
-from testbed.shell.faults import Fault, FaultInjector
+from testbed.faultspec import Fault
+from testbed.shell.faults import FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from scenarios.base import Run
-from testbed.models.flowmodel import model_flows
+from testbed.models.perflow import model_flows
 from traffic.roce import DEFAULT_PMTU
 from traffic.shell.replay import ReplayResult
 from traffic.shell.running import LocalFiles

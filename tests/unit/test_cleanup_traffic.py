@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from testbed.shell import cleanup, orphans
-from testbed.shell.procs import _alive
+from testbed.shell.procs import pid_alive
 from tests.unit.netns import veth_pair
 from tests.unit.test_cleanup import _dead_pid, _record, state_dir  # noqa: F401 (fixture)
 from traffic.shell import programs
@@ -169,7 +169,7 @@ def _kill_if(pid: int, argv: list[str]) -> None:
 def _gone(pid: int) -> bool:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not pid_alive(pid):
             return True
         time.sleep(0.02)
     return False
@@ -228,7 +228,7 @@ def test_clean_ends_a_killed_labs_orphaned_traffic_and_spares_a_live_runs(
                   orphan[("/opt/venv/bin/astral-pktio", "120")]}
         assert all(_gone(p) for p in killed), {p: orphans.argv_of(p) for p in killed}
         kept = set(started) - killed
-        assert all(_alive(p) for p in kept), "spared: a live run's folder, a script " \
+        assert all(pid_alive(p) for p in kept), "spared: a live run's folder, a script " \
             "that names the module, iperf3 outside a lab host's namespace"
         assert done["processes"] == 3 and done["records"] == 1
     finally:

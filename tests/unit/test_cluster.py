@@ -20,24 +20,21 @@ from typing import Any
 
 import pytest
 
-from testbed.shell import cluster
-from testbed.shell.cluster import (
-    CLUSTER_MTU,
-    GRETAP_OVERHEAD,
-    ClusterLab,
+from testbed.clusterplace import crossing_links, parse_servers, place, placement_units, with_servers
+from testbed.shell import cleanup, cluster, clustercheck
+from testbed.shell.cluster import CLUSTER_MTU, GRETAP_OVERHEAD, ClusterLab
+from testbed.shell.clustercheck import (
+    TIMED_OUT,
     CommandResult,
-    crossing_links,
+    SharedConnections,
+    SSHRunner,
     estimate_offset,
-    parse_servers,
-    place,
-    placement_units,
     precheck_servers,
-    with_servers,
 )
-from testbed.shell.clustercheck import TIMED_OUT, SharedConnections, SSHRunner
 from testbed.shell.lab import Lab
 from testbed.shell.preflight import LabError
 from testbed.topologies import BUILDERS, build
+from traffic import roce
 from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD
 from vocab.plan import WiringPlan
 
@@ -169,10 +166,10 @@ def test_plan_records_servers_and_old_plans_still_load() -> None:
 def test_mtu_leaves_room_for_gre_and_roce() -> None:
     assert CLUSTER_MTU + GRETAP_OVERHEAD <= 1500
     assert DEFAULT_PMTU + MAX_OVERHEAD <= CLUSTER_MTU  # a RoCE FIRST frame still fits
-    assert cluster.largest_roce_pmtu(CLUSTER_MTU) == 1024
-    assert cluster.largest_roce_pmtu(1024 + MAX_OVERHEAD - 1) == 512
-    assert cluster.largest_roce_pmtu(9000) == 4096
-    assert cluster.largest_roce_pmtu(100) == 0
+    assert roce.largest_roce_pmtu(CLUSTER_MTU) == 1024
+    assert roce.largest_roce_pmtu(1024 + MAX_OVERHEAD - 1) == 512
+    assert roce.largest_roce_pmtu(9000) == 4096
+    assert roce.largest_roce_pmtu(100) == 0
 
 
 # --- prechecks ----------------------------------------------------------------------------
@@ -194,9 +191,9 @@ class FakeServers:
                                  "Permission denied (publickey)." if fault == "ssh" else "")
         if argv[:2] == ["sudo", "-n"] and argv[2:] == ["true"]:
             return CommandResult(1 if fault == "sudo" else 0)
-        if "astral_lab.__version__" in text:
+        if "testbed.version.__version__" in text:
             if fault == "noversion":
-                return CommandResult(1, "", "No module named astral_lab")
+                return CommandResult(1, "", "No module named testbed")
             return CommandResult(0, "0.0.9\n" if fault == "version" else "1.2.3\n")
         if "astral-tchk" in text:
             return CommandResult(2 if fault == "nogre" else 0, "", "Unknown device type")
@@ -211,7 +208,7 @@ class FakeServers:
         raise AssertionError(f"unexpected command {argv}")
 
 
-def _check(runner: FakeServers, servers: list[str], **kw: object) -> cluster.ClusterPrecheck:
+def _check(runner: FakeServers, servers: list[str], **kw: object) -> clustercheck.ClusterPrecheck:
     return precheck_servers(servers, runner, user="vagrant", local=["lab"], version="1.2.3",
                             python="/opt/lab/.venv/bin/python", **kw)  # type: ignore[arg-type]
 
@@ -277,12 +274,10 @@ def test_precheck_root_needs_no_sudo() -> None:
 
 
 def test_default_version_is_the_packages_and_needs_no_cli_import() -> None:
-    """The prechecks compare each server's ``astral_lab.__version__`` with this machine's,
-    read from ``testbed.version`` so that testbed never imports the CLI package."""
-    import astral_lab
+    """The prechecks compare each server's ``testbed.version.__version__`` with this
+    machine's, so that testbed never imports the CLI package."""
     from testbed.version import __version__
 
-    assert astral_lab.__version__ == __version__
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "pyproject.toml")) as f:
         declared = re.search(r'^version = "([^"]+)"', f.read(), re.M)
@@ -294,7 +289,7 @@ def test_default_version_is_the_packages_and_needs_no_cli_import() -> None:
     servers = FakeServers(user="root")
 
     def same_version(server: str, argv: Sequence[str], stdin: str | None) -> CommandResult:
-        if "astral_lab.__version__" in " ".join(argv):
+        if "testbed.version.__version__" in " ".join(argv):
             return CommandResult(0, __version__ + "\n")
         return servers(server, argv, stdin)
 
@@ -404,7 +399,7 @@ def test_short_commands_share_one_ssh_connection_per_server(monkeypatch: Any) ->
     """The runner's commands and Mininet's ``rcmd`` carry the run's ControlMaster options,
     before the destination; node shells (``sshcmd`` outside ``rcmd``) do not."""
     ran: list[list[str]] = []
-    monkeypatch.setattr(cluster.cleanup, "run", lambda cmd, **_kw: ran.append(cmd) or
+    monkeypatch.setattr(cleanup, "run", lambda cmd, **_kw: ran.append(cmd) or
                         subprocess.CompletedProcess(cmd, 0, "", ""))
     shared = SharedConnections("root")
     try:
@@ -476,7 +471,7 @@ def test_a_refused_cluster_lab_leaves_no_shared_connection_folder(monkeypatch: A
         broken.start()
     assert len(made) == 1 and not os.path.exists(made[0].dir) and broken.shared is None
     # named as the run's scratch folders, so `astral-lab clean` sweeps it after a kill -9
-    assert cluster.cleanup.scratch_owner(made[0].dir) == (broken.run_id, os.getpid())
+    assert cleanup.scratch_owner(made[0].dir) == (broken.run_id, os.getpid())
 
 
 def test_server_files_carry_a_replays_files_to_and_from_another_server(tmp_path: Any) -> None:

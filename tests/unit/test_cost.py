@@ -25,13 +25,10 @@ import pytest
 
 from astral_lab.cost_cli import add_cost_parser, run_cost
 from testbed import topologies
-from testbed.fabricspec import FabricSpec
+from testbed.fabricspec import CostSpec, Fabric, FabricSpec, Infeasible
 from testbed.models.cost import (
     DESIGNS,
     RAIL_ONLY_PAPER_REDUCTION,
-    CostSpec,
-    Fabric,
-    Infeasible,
     Prices,
     analyze,
     cost_table,

@@ -27,9 +27,9 @@ import pytest
 
 from astral_lab.cli import main
 from testbed import topologies
-from testbed.fabricspec import Fabric, FabricSpec
+from testbed.fabricspec import CostSpec, Fabric, FabricSpec
 from testbed.models import flowmodel
-from testbed.models.cost import CostSpec, analyze, counts_for_spec
+from testbed.models.cost import analyze, counts_for_spec
 from testbed.models.whatif import TwoTier
 from testbed.topologies import Topology, build
 from tests.unit.recount import (

@@ -164,7 +164,7 @@ def test_forwarding_cpu_counts_a_single_threaded_process() -> None:
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline() == "settled\n"
-        total, threads = capacity._cpu_of(child.pid), capacity._forwarding_cpu([child.pid])
+        total, threads = capacity.cpu_of(child.pid), capacity._forwarding_cpu([child.pid])
     finally:
         child.kill()
         child.wait()

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from test_faults import FakeLab
 
-from testbed import faultkinds
+from testbed import faultkinds, faultspec
 from testbed.faultkinds import FAULT_KINDS, SCHEDULE_SEVERITIES, SEVERITIES, Severity
 from testbed.faultkinds.link_flap import phases
-from testbed.shell import faults as F
-from testbed.shell.faults import Fault, FaultInjector
+from testbed.faultspec import Fault
+from testbed.shell.faults import FaultInjector
 from testbed.topologies import build
 from vocab.plan import WiringPlan
 from vocab.plugins import Plugins
@@ -164,33 +164,34 @@ def test_the_flap_worker_plays_the_phases(small: WiringPlan) -> None:
 # --- schedules of a severity -------------------------------------------------------------------
 def test_hard_draws_what_the_code_drew_before(small: WiringPlan) -> None:
     want = [Fault.from_dict(d) for d in BEFORE]
-    assert F.random_schedule(small, kinds=SHIPPED, n=8, duration_s=80, seed=1) == want
-    assert F.random_schedule(small, kinds=SHIPPED, n=8, duration_s=80, seed=1,
-                             severity="hard", concurrent=1) == want
+    assert faultspec.random_schedule(small, kinds=SHIPPED, n=8, duration_s=80, seed=1) == want
+    assert faultspec.random_schedule(small, kinds=SHIPPED, n=8, duration_s=80, seed=1,
+                                     severity="hard", concurrent=1) == want
 
 
 def test_gray_and_mixed_schedules(small: WiringPlan) -> None:
-    grays = F.random_schedule(small, n=30, duration_s=300, seed=4, severity="gray")
-    assert F.schedule_kinds(None, "gray") == [k for k in F.KINDS
-                                              if "gray" in FAULT_KINDS.get(k).severities]
-    assert {f.kind for f in grays} == set(F.schedule_kinds(None, "gray")) >= set(BOTH)
+    grays = faultspec.random_schedule(small, n=30, duration_s=300, seed=4, severity="gray")
+    assert faultspec.schedule_kinds(None, "gray") == [k for k in faultspec.KINDS
+                                                      if "gray" in FAULT_KINDS.get(k).severities]
+    assert {f.kind for f in grays} == set(faultspec.schedule_kinds(None, "gray")) >= set(BOTH)
     assert all(gray(f) for f in grays if f.kind in BOTH)
-    mixed = F.random_schedule(small, n=48, duration_s=480, seed=4, severity="mixed")
-    assert mixed == F.random_schedule(small, n=48, duration_s=480, seed=4, severity="mixed")
-    assert {f.kind for f in mixed} == set(F.KINDS)
+    mixed = faultspec.random_schedule(small, n=48, duration_s=480, seed=4, severity="mixed")
+    assert mixed == faultspec.random_schedule(small, n=48, duration_s=480, seed=4, severity="mixed")
+    assert {f.kind for f in mixed} == set(faultspec.KINDS)
     for kind in BOTH:  # both severities drawn for the kinds that have both
         assert {gray(f) for f in mixed if f.kind == kind} == {True, False}, kind
     with pytest.raises(ValueError, match=r"^kinds: link-down, switch-down have no gray faults "
                                          r"\(kinds with gray faults: link-flap, link-degrade, "
                                          r"nic-loss"):
-        F.random_schedule(small, kinds=["link-down", "nic-loss", "switch-down"], severity="gray")
+        faultspec.random_schedule(small, kinds=["link-down", "nic-loss", "switch-down"],
+                                  severity="gray")
     with pytest.raises(ValueError, match="^severity must be one of gray, hard, mixed"):
-        F.random_schedule(small, severity="grey")
+        faultspec.random_schedule(small, severity="grey")
 
 
 # --- concurrent faults in different parts ------------------------------------------------------
 def test_fabric_parts(small: WiringPlan) -> None:
-    part = lambda kind, target: F.fabric_part(small, Fault(kind, target))  # noqa: E731
+    part = lambda kind, target: faultspec.fabric_part(small, Fault(kind, target))  # noqa: E731
     assert part("link-down", "spine2~lf0r1") == {"lf0r1", "spine2"}
     assert part("nic-loss", "s1g1") == {"lf0r1"}
     assert part("switch-down", "lf1r0") == {"lf1r0"}
@@ -208,20 +209,20 @@ def test_concurrent_faults_overlap_in_different_parts(topology: str, params: dic
     n, duration, gap = 10, 100.0, 3.0
     slot = duration / (n // 2)
     for seed in seeds:
-        sched = F.random_schedule(plan, n=n, duration_s=duration, seed=seed, min_gap_s=gap,
-                                  severity="mixed", concurrent=2)
+        sched = faultspec.random_schedule(plan, n=n, duration_s=duration, seed=seed, min_gap_s=gap,
+                                          severity="mixed", concurrent=2)
         assert len(sched) == n
-        counts = [sum(f.kind == k for f in sched) for k in F.KINDS]
+        counts = [sum(f.kind == k for f in sched) for k in faultspec.KINDS]
         assert max(counts) - min(counts) <= 1
         groups: dict[int, list[Fault]] = {}
         for f in sched:
-            assert F.resolve(plan, f) == f
+            assert faultspec.resolve(plan, f) == f
             groups.setdefault(int(f.at // slot), []).append(f)
         assert sorted(groups) == list(range(n // 2)) and all(len(g) == 2 for g in
                                                              groups.values())
         for i, (a, b) in groups.items():
             assert max(a.at, b.at) + 0.1 * (slot - gap) < min(a.end, b.end), (seed, a, b)
-            assert not F.fabric_part(plan, a) & F.fabric_part(plan, b), (seed, a, b)
+            assert not faultspec.fabric_part(plan, a) & faultspec.fabric_part(plan, b), (seed, a, b)
             assert a.component != b.component
             assert max(a.end, b.end) + gap <= (i + 1) * slot + 0.01  # recovery before next
 
@@ -229,14 +230,14 @@ def test_concurrent_faults_overlap_in_different_parts(topology: str, params: dic
 def test_concurrent_bad_input(small: WiringPlan) -> None:
     with pytest.raises(ValueError, match="^concurrent: cannot place controller-kill, "
                                          "controller-restart"):
-        F.random_schedule(small, kinds=["controller-kill", "controller-restart"], n=4,
-                          concurrent=2)
+        faultspec.random_schedule(small, kinds=["controller-kill", "controller-restart"], n=4,
+                                  concurrent=2)
     with pytest.raises(ValueError, match="^concurrent: faults overlap within their group"):
-        F.random_schedule(small, concurrent=2, overlap=True)
+        faultspec.random_schedule(small, concurrent=2, overlap=True)
     with pytest.raises(ValueError, match="^concurrent must be an integer >= 1"):
-        F.random_schedule(small, concurrent=0)
+        faultspec.random_schedule(small, concurrent=0)
     with pytest.raises(ValueError, match="each group of 3 needs >= 6 s"):
-        F.random_schedule(small, n=9, duration_s=15, concurrent=3)
+        faultspec.random_schedule(small, n=9, duration_s=15, concurrent=3)
 
 
 # --- ops-eval's --severity ---------------------------------------------------------------------
@@ -254,7 +255,8 @@ def test_ops_eval_passes_the_severity_and_refuses_kinds_without_it(
                         lambda lab, **kw: seen.append(kw) or _canned(lab, **kw))
     out = os.path.join(str(tmp_path), "run")
     oe.ops_eval(quick=True, output=out, log=lambda _m: None, model_draws=2, severity="gray")
-    assert seen[0]["severity"] == "gray" and seen[0]["kinds"] == F.schedule_kinds(None, "gray")
+    assert seen[0]["severity"] == "gray"
+    assert seen[0]["kinds"] == faultspec.schedule_kinds(None, "gray")
     with pytest.raises(ValueError, match="kinds: link-down has no gray faults"):
         oe.ops_eval(quick=True, output=os.path.join(str(tmp_path), "r2"),
                     log=lambda _m: None, severity="gray", kinds=["link-down", "nic-loss"])

@@ -27,7 +27,7 @@ from test_faults import FakeLab
 
 from controllers.flowtable import OWN_COOKIES, PRIO_PIN
 from controllers.routing import PRIO_LOCAL, PRIO_ROUTE
-from testbed import faultkinds
+from testbed import faultkinds, faultmarks, faultspec
 from testbed.faultkinds import FAULT_KINDS
 from testbed.faultkinds import mtu_mismatch as mtu
 from testbed.faultkinds import partial_blackhole as blackhole
@@ -58,7 +58,7 @@ def small_plan() -> WiringPlan:
 # --- the registries ---------------------------------------------------------------------------
 def test_every_shipped_kind_is_registered_on_both_sides_in_order() -> None:
     assert FAULT_KINDS.names() == KINDS == SHIPPED
-    assert INJECTORS.names() == SHIPPED and F.KINDS == SHIPPED
+    assert INJECTORS.names() == SHIPPED and faultspec.KINDS == SHIPPED
     assert TARGET_KIND == {"link-down": "link", "link-flap": "link", "link-degrade": "link",
                            "nic-loss": "host", "gray-loss": "link", "corruption": "link",
                            "switch-down": "switch",
@@ -125,7 +125,7 @@ def test_a_blackholes_matches_cover_exactly_its_share_of_the_qps(share: float) -
 
 def test_blackhole_rules_sit_above_the_controllers_and_parse_back() -> None:
     assert max(PRIO_LOCAL, PRIO_PIN, PRIO_ROUTE) < blackhole.PRIORITY
-    assert F.OF_COOKIE not in OWN_COOKIES  # so the controller's resync leaves them alone
+    assert faultmarks.OF_COOKIE not in OWN_COOKIES  # so the controller's resync leaves them alone
     assert blackhole.OFCTL[2] in OF_PROTOCOLS.split(",")  # a version the bridges speak
     assert blackhole.flow_lines([(3, 3), (1, 7)]) == (
         "cookie=0xa57ff001,priority=1000,udp,udp_src=0x3/0x3,actions=drop\n"
@@ -164,15 +164,15 @@ def test_an_mtu_mark_names_its_run_and_what_to_restore() -> None:
 
 def test_a_miswiring_crosses_a_lane_with_another_of_its_leafs_shuffled_port() -> None:
     plan = small_plan()
-    lane = F.parse_target(plan, "lf0r0~spine1").link
+    lane = faultspec.parse_target(plan, "lf0r0~spine1").link
     assert [ln.b for ln in wire.partners(plan, lane)] == ["spine0", "spine2", "spine3"]
     assert {wire.partner(plan, lane, s).b for s in range(20)} == {"spine0", "spine2", "spine3"}
-    nic = F.parse_target(plan, "s0g0~lf0r0").link
+    nic = faultspec.parse_target(plan, "s0g0~lf0r0").link
     assert wire.partners(plan, nic) == []
     with pytest.raises(ValueError, match="no other lane of this one reaches another spine"):
-        F.resolve(plan, Fault("shuffle-miswiring", "s0g0~lf0r0"))
+        faultspec.resolve(plan, Fault("shuffle-miswiring", "s0g0~lf0r0"))
     fat = build("fattree", servers=4, gpus=2, k=4)  # no shuffle boxes: no target at all
-    pool = [F.link_name(fat, ln) for ln in F.traffic_links(fat)]
+    pool = [faultspec.link_name(fat, ln) for ln in faultspec.traffic_links(fat)]
     assert pool and wire.random_targets(fat, pool) == []
     rng = random.Random(1)
     knobs = wire.random_knobs(rng, 10.0, "gray")
@@ -381,25 +381,26 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
                        ("lf0r1", htb_rate_command("lf0r1-eth2", 40), None)]
     assert deg["events"][0]["detail"] == {"mbps_before": [40.0, 40.0], "mbps": [10.0, 10.0]}
     loss = record(plan, "nic-loss", *SCENARIOS["nic-loss"], str(tmp_path), backend="iptables")
-    setup, undo = F.iptables_loss_commands("s1g1-eth0", 0.2, "both")
+    setup, undo = faultspec.iptables_loss_commands("s1g1-eth0", 0.2, "both")
     ran = [argv for host, argv, _ in loss["commands"] if host == "s1g1"]
     assert ran[:len(setup)] == setup and all(u in ran for u in undo)
     gray = record(plan, "gray-loss", *SCENARIOS["gray-loss"], str(tmp_path))
-    nic, port = "s1g1-eth0", F.parse_target(plan, "s1g1~lf0r1").link.b_intf
+    nic, port = "s1g1-eth0", faultspec.parse_target(plan, "s1g1~lf0r1").link.b_intf
     want = []  # each end where its node's interfaces are: the host's, the leaf's daemon's
     for where, dev in (("s1g1", nic), ("lf0r1", port)):
-        setup, script, undo = F.nft_loss_commands(dev, 0.05, "egress", sink=F.link_sink(dev),
-                                                  table=F.link_table(F.LOSS_TABLE, dev))
+        setup, script, undo = faultspec.nft_loss_commands(
+            dev, 0.05, "egress", sink=faultmarks.link_sink(dev),
+            table=faultmarks.link_table(faultmarks.LOSS_TABLE, dev))
         want += [(where, argv, None) for argv in setup] + [(where, ["nft", "-f", "-"], script)]
     assert [c for c in gray["commands"] if c[1][:2] != ["nft", "-j"]][:len(want)] == want
     assert gray["events"][0]["detail"] == {"probability": 0.05, "direction": "both",
                                            "interfaces": [nic, port]}
     assert gray["events"][-1]["detail"] == {"dropped": {"a-to-b": 0, "b-to-a": 0}}
     bad = record(plan, "corruption", *SCENARIOS["corruption"], str(tmp_path))
-    lane = F.parse_target(plan, "lf0r1~spine2").link
+    lane = faultspec.parse_target(plan, "lf0r1~spine2").link
     loads = [(host, stdin) for host, argv, stdin in bad["commands"] if argv[:2] == ["nft", "-f"]]
-    assert loads == [(node, F.nft_corruption_script(dev, 0.05,
-                                                    F.link_table(F.CORRUPT_TABLE, dev)))
+    assert loads == [(node, faultspec.nft_corruption_script(
+                         dev, 0.05, faultmarks.link_table(faultmarks.CORRUPT_TABLE, dev)))
                      for node, dev in ((lane.a, lane.a_intf), (lane.b, lane.b_intf))]
     assert bad["events"][-1]["detail"] == {"corrupted": {"a-to-b": 0, "b-to-a": 0}}
     hole = record(plan, "partial-blackhole", *SCENARIOS["partial-blackhole"], str(tmp_path))
@@ -410,7 +411,7 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     assert hole["events"][0]["detail"]["udp_src"] == [f"{v:#x}/{m:#x}" for v, m in matches]
     assert hole["events"][-1]["detail"] == {"dropped": 4, "rules": 2, "rules_added": 2}
     low = record(plan, "mtu-mismatch", *SCENARIOS["mtu-mismatch"], str(tmp_path))
-    intf = F.parse_target(plan, "lf0r0~spine1").link.b_intf  # the spine's end
+    intf = faultspec.parse_target(plan, "lf0r0~spine1").link.b_intf  # the spine's end
     assert intf.startswith("spine1-") and low["commands"] == [
         ("spine1", mtu.alias_command(intf, mtu.mark("fake", {intf: 4200, "spine1": 1500})),
          None),
@@ -449,7 +450,8 @@ _CHECK = textwrap.dedent("""
     import testbed.shell.faults as F
     F.__path__.append(shell_dir)
     from testbed import faultspec
-    from testbed.shell.faults import Fault, FaultError, FaultInjector
+    from testbed.faultspec import Fault
+    from testbed.shell.faults import FaultError, FaultInjector
     from scenarios.experiments.ops_eval import KINDS as scenario_kinds
     from test_faultkinds import SCENARIOS, RecordingLab, record, small_plan
 

@@ -19,10 +19,14 @@ from typing import Any
 
 import pytest
 
+from testbed import faultkinds, faultmarks, faultspec
+from testbed.faultkinds import hot_receiver
+from testbed.faultspec import Fault
+from testbed.shaping import htb_commands
 from testbed.shell import faults as F
-from testbed.shell.faults import Fault, FaultError, FaultInjector
+from testbed.shell.faults import FaultError, FaultInjector
 from testbed.shell.faults.link_degrade import degrade_commands, htb_rate_command
-from testbed.shell.lab import Lab, htb_commands
+from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.shell.running import LocalFiles
 from vocab.plan import WiringPlan
@@ -138,21 +142,21 @@ def test_link_names_are_canonical_whatever_the_spelling(small: WiringPlan) -> No
     want = "lf0r1~spine2#0"
     for spelling in ("lf0r1~spine2", "spine2~lf0r1", "lf0r1~spine2#0", "spine2~lf0r1#0",
                      " lf0r1~spine2 "):
-        t = F.parse_target(small, spelling)
+        t = faultspec.parse_target(small, spelling)
         assert (t.kind, t.name, t.lane) == ("link", want, 0)
         assert {t.link.a, t.link.b} == {"lf0r1", "spine2"}
-    link = F.parse_target(small, want).link
+    link = faultspec.parse_target(small, want).link
     # an interface at either end names the same cable
-    assert F.canonical_component(small, link.a_intf) == want
-    assert F.canonical_component(small, link.b_intf) == want
-    assert F.canonical_component(small, "s1g1-eth0") == "s1g1~lf0r1#0"
+    assert faultspec.canonical_component(small, link.a_intf) == want
+    assert faultspec.canonical_component(small, link.b_intf) == want
+    assert faultspec.canonical_component(small, "s1g1-eth0") == "s1g1~lf0r1#0"
 
 
 def test_nodes_and_controller_resolve_to_themselves(small: WiringPlan) -> None:
-    assert F.parse_target(small, "s3g1").kind == "host"
-    assert F.parse_target(small, "spine3").kind == "switch"
-    assert F.parse_target(small, "lf1r0").name == "lf1r0"
-    assert F.parse_target(small, "controller").kind == "controller"
+    assert faultspec.parse_target(small, "s3g1").kind == "host"
+    assert faultspec.parse_target(small, "spine3").kind == "switch"
+    assert faultspec.parse_target(small, "lf1r0").name == "lf1r0"
+    assert faultspec.parse_target(small, "controller").kind == "controller"
 
 
 @pytest.mark.parametrize("text, words", [
@@ -166,22 +170,22 @@ def test_nodes_and_controller_resolve_to_themselves(small: WiringPlan) -> None:
 ])
 def test_unknown_targets_are_one_clear_error(small: WiringPlan, text: str, words: str) -> None:
     with pytest.raises(ValueError) as err:
-        F.parse_target(small, text)
+        faultspec.parse_target(small, text)
     assert str(err.value).startswith("target") and words in str(err.value), str(err.value)
 
 
 def test_parallel_cables_need_an_index_and_follow_lab_set_link_order(doubled: WiringPlan
                                                                      ) -> None:
-    cables = F.parallel_links(doubled, "lf0r0", "spine1")
+    cables = faultspec.parallel_links(doubled, "lf0r0", "spine1")
     assert len(cables) == 2
     with pytest.raises(ValueError, match="2 cables join"):
-        F.parse_target(doubled, "lf0r0~spine1")
+        faultspec.parse_target(doubled, "lf0r0~spine1")
     for k in (0, 1):
-        t = F.parse_target(doubled, f"spine1~lf0r0#{k}")
+        t = faultspec.parse_target(doubled, f"spine1~lf0r0#{k}")
         assert t.link is cables[k] and t.name == f"lf0r0~spine1#{k}"
         # the index is Lab.set_link's ``lane``: the same cable Lab.links_between returns
         assert Lab.links_between(SimpleNamespace(plan=doubled), "lf0r0", "spine1")[k] is t.link
-    assert F.canonical_component(doubled, cables[1].b_intf) == "lf0r0~spine1#1"
+    assert faultspec.canonical_component(doubled, cables[1].b_intf) == "lf0r0~spine1#1"
 
 
 @pytest.mark.parametrize("topology, params", [
@@ -192,36 +196,36 @@ def test_parallel_cables_need_an_index_and_follow_lab_set_link_order(doubled: Wi
 def test_every_link_of_every_design_round_trips_through_its_name(topology: str,
                                                                  params: dict[str, int]) -> None:
     plan = build(topology, **params)
-    names = [F.link_name(plan, ln) for ln in plan.links]
+    names = [faultspec.link_name(plan, ln) for ln in plan.links]
     assert len(set(names)) == len(plan.links)
     for ln, name in zip(plan.links, names, strict=True):
-        assert F.parse_target(plan, name).link is ln
+        assert faultspec.parse_target(plan, name).link is ln
         assert name.startswith(f"{ln.a}~{ln.b}#")
 
 
 def test_resolve_checks_the_target_kind_and_writes_it_canonically(small: WiringPlan) -> None:
-    f = F.resolve(small, Fault("link-degrade", "spine2~lf0r1", fraction=0.5))
+    f = faultspec.resolve(small, Fault("link-degrade", "spine2~lf0r1", fraction=0.5))
     assert f.target == f.component == "lf0r1~spine2#0" and f.settings.fraction == 0.5
     assert Fault("link-down", "spine2~lf0r1").component == "spine2~lf0r1#0"  # unresolved
-    assert F.resolve(small, Fault("switch-down", "spine1")).component == "spine1"
-    assert F.resolve(small, Fault("nic-loss", "s2g1")).component == "s2g1"
-    assert F.resolve(small, Fault("controller-restart")).component == "controller"
-    assert F.resolve(small, Fault("hot-receiver", "s2g1")).component == "s2g1"
+    assert faultspec.resolve(small, Fault("switch-down", "spine1")).component == "spine1"
+    assert faultspec.resolve(small, Fault("nic-loss", "s2g1")).component == "s2g1"
+    assert faultspec.resolve(small, Fault("controller-restart")).component == "controller"
+    assert faultspec.resolve(small, Fault("hot-receiver", "s2g1")).component == "s2g1"
     for kind, target, words in [("switch-down", "s0g0", "is a host; switch-down needs a switch"),
                                 ("nic-loss", "lf0r0", "is a switch; nic-loss needs a host"),
                                 ("link-down", "spine0", "is a switch; link-down needs a link"),
                                 ("hot-receiver", "lf0r1~spine2", "is a link")]:
         with pytest.raises(ValueError) as err:
-            F.resolve(small, Fault(kind, target))
+            faultspec.resolve(small, Fault(kind, target))
         assert str(err.value).startswith("target") and words in str(err.value)
 
 
 def test_hot_receiver_on_a_single_server_plan_is_refused() -> None:
     one = build("astral3", servers=2, gpus=2, servers_per_block=2)
-    F.resolve(one, Fault("hot-receiver", "s0g0"))  # two servers: fine
+    faultspec.resolve(one, Fault("hot-receiver", "s0g0"))  # two servers: fine
     solo = build("fattree", servers=1, gpus=4)
     with pytest.raises(ValueError, match="no host sends to it"):
-        F.resolve(solo, Fault("hot-receiver", "s0g0"))
+        faultspec.resolve(solo, Fault("hot-receiver", "s0g0"))
 
 
 # --- exact commands --------------------------------------------------------------------------
@@ -231,26 +235,26 @@ def test_degrade_changes_only_the_rate_of_the_labs_htb_class(small: WiringPlan) 
                    "5:1", "htb", "rate", "5Mbit", "burst", "15k", "quantum", "1514"]
     add = next(c for c in htb_commands("spine2-eth2", 5) if c.startswith("class add"))
     assert cmd[3:] == add.split()[2:]  # same arguments as bring-up used, verb aside
-    lane = F.parse_target(small, "lf0r1~spine2").link
+    lane = faultspec.parse_target(small, "lf0r1~spine2").link
     assert degrade_commands(small, lane, 5) == [
         ("lf0r1", htb_rate_command("lf0r1-eth5", 5)),
         ("spine2", htb_rate_command("spine2-eth2", 5))]
-    nic = F.parse_target(small, "s1g1~lf0r1").link
+    nic = faultspec.parse_target(small, "s1g1~lf0r1").link
     assert degrade_commands(small, nic, 10) == [
         ("s1g1", htb_rate_command("s1g1-eth0", 10)), ("lf0r1", htb_rate_command("lf0r1-eth2", 10))]
 
 
 def test_htb_rates_read_back_from_tc_output() -> None:
     line = "class htb 5:1 root leaf 10: prio 0 rate {} ceil {} burst 15Kb cburst 1600b "
-    assert F.parse_htb_rate(line.format("20Mbit", "20Mbit")) == 20
-    assert F.parse_htb_rate(line.format("6666Kbit", "6666Kbit")) == pytest.approx(6.666)
-    assert F.parse_htb_rate(line.format("1Gbit", "1Gbit")) == 1000
-    assert F.parse_htb_rate(line.format("900bit", "900bit")) == pytest.approx(0.0009)
-    assert F.parse_htb_rate("") is None
+    assert faultspec.parse_htb_rate(line.format("20Mbit", "20Mbit")) == 20
+    assert faultspec.parse_htb_rate(line.format("6666Kbit", "6666Kbit")) == pytest.approx(6.666)
+    assert faultspec.parse_htb_rate(line.format("1Gbit", "1Gbit")) == 1000
+    assert faultspec.parse_htb_rate(line.format("900bit", "900bit")) == pytest.approx(0.0009)
+    assert faultspec.parse_htb_rate("") is None
 
 
 def test_nic_loss_nft_rules_drop_ipv4_only_in_a_dedicated_table() -> None:
-    setup, script, undo = F.nft_loss_commands("s1g3-eth0", 0.2, "both")
+    setup, script, undo = faultspec.nft_loss_commands("s1g3-eth0", 0.2, "both")
     assert script == (
         "table netdev astral_lab_faults {\n"
         "  chain ingress {\n"
@@ -266,33 +270,36 @@ def test_nic_loss_nft_rules_drop_ipv4_only_in_a_dedicated_table() -> None:
                       "astral-sink-p"], ["ip", "link", "set", "astral-sink", "up"]]
     assert undo == [["nft", "delete", "table", "netdev", "astral_lab_faults"],
                     ["ip", "link", "del", "astral-sink"]]
-    setup, script, undo = F.nft_loss_commands("s1g3-eth0", 1.0, "ingress")
+    setup, script, undo = faultspec.nft_loss_commands("s1g3-eth0", 1.0, "ingress")
     assert setup == [] and "egress" not in script and len(undo) == 1
     assert "    meta protocol ip counter drop\n" in script  # p = 1: every IPv4 frame
-    _s, script, _u = F.nft_loss_commands("s1g3-eth0", 1e-9, "egress")
+    _s, script, _u = faultspec.nft_loss_commands("s1g3-eth0", 1e-9, "egress")
     assert "ingress" not in script and "< 1 counter fwd" in script  # never rounded to no loss
 
 
 def test_link_faults_act_at_the_sending_ends_egress(small: WiringPlan) -> None:
     """A frame going a->b is lost or corrupted as a's interface sends it: lane ends are
     switch ports (root namespace), a NIC link's a end is the host's NIC."""
-    lane = F.parse_target(small, "spine2~lf0r1").link
-    assert F.sending_ends(small, lane, "a-to-b") == [("a-to-b", "lf0r1", lane.a_intf, False)]
-    assert F.sending_ends(small, lane, "b-to-a") == [("b-to-a", "spine2", lane.b_intf, False)]
-    nic = F.parse_target(small, "lf0r0~s0g0").link
-    assert [(w, n, h) for w, n, _i, h in F.sending_ends(small, nic, "both")] == [
+    lane = faultspec.parse_target(small, "spine2~lf0r1").link
+    assert faultspec.sending_ends(small, lane, "a-to-b") == [
+        ("a-to-b", "lf0r1", lane.a_intf, False)]
+    assert faultspec.sending_ends(small, lane, "b-to-a") == [
+        ("b-to-a", "spine2", lane.b_intf, False)]
+    nic = faultspec.parse_target(small, "lf0r0~s0g0").link
+    assert [(w, n, h) for w, n, _i, h in faultspec.sending_ends(small, nic, "both")] == [
         ("a-to-b", "s0g0", True), ("b-to-a", "lf0r0", False)]
     with pytest.raises(ValueError, match="direction must be one of a-to-b, b-to-a, both"):
-        F.sending_ends(small, nic, "up")
+        faultspec.sending_ends(small, nic, "up")
 
 
 def test_gray_loss_is_nic_loss_egress_with_a_table_and_sink_per_end() -> None:
-    table, sink = F.link_table(F.LOSS_TABLE, "lf0r1-eth5"), F.link_sink("lf0r1-eth5")
+    table = faultmarks.link_table(faultmarks.LOSS_TABLE, "lf0r1-eth5")
+    sink = faultmarks.link_sink("lf0r1-eth5")
     assert table == "astral_lab_loss_lf0r1_eth5"
     assert sink[0].startswith("astral-sk") and len(sink[0]) == 15 == len(sink[1])
-    assert F.link_sink("lf0r1-eth6") != sink  # one per interface
-    setup, script, undo = F.nft_loss_commands("lf0r1-eth5", 0.005, "egress", table=table,
-                                              sink=sink)
+    assert faultmarks.link_sink("lf0r1-eth6") != sink  # one per interface
+    setup, script, undo = faultspec.nft_loss_commands("lf0r1-eth5", 0.005, "egress", table=table,
+                                                      sink=sink)
     assert script == (
         f"table netdev {table} {{\n"
         "  chain egress {\n"
@@ -308,8 +315,8 @@ def test_gray_loss_is_nic_loss_egress_with_a_table_and_sink_per_end() -> None:
 def test_corruption_rewrites_the_ipv4_header_checksum_itself() -> None:
     """Writing the checksum field (not another field nft would fix the checksum for) leaves
     checksum ^ 0x5a5a: wrong for every packet."""
-    table = F.link_table(F.CORRUPT_TABLE, "spine2-eth1")
-    assert F.nft_corruption_script("spine2-eth1", 0.0005, table) == (
+    table = faultmarks.link_table(faultmarks.CORRUPT_TABLE, "spine2-eth1")
+    assert faultspec.nft_corruption_script("spine2-eth1", 0.0005, table) == (
         "table netdev astral_lab_corrupt_spine2_eth1 {\n"
         "  chain egress {\n"
         '    type filter hook egress device "spine2-eth1" priority -500; policy accept;\n'
@@ -317,8 +324,8 @@ def test_corruption_rewrites_the_ipv4_header_checksum_itself() -> None:
         "ip checksum set ip checksum ^ 0x5a5a\n"
         "  }\n"
         "}\n")
-    assert F.CORRUPT_XOR not in (0, 0xFFFF)  # ones' complement's zeros would leave it valid
-    assert "numgen" not in F.nft_corruption_script("spine2-eth1", 1.0, table)
+    assert faultspec.CORRUPT_XOR not in (0, 0xFFFF)  # ones' complement's zeros would leave it valid
+    assert "numgen" not in faultspec.nft_corruption_script("spine2-eth1", 1.0, table)
 
 
 @pytest.mark.parametrize("kind", ["gray-loss", "corruption"])
@@ -336,13 +343,13 @@ def test_link_fault_knobs_come_from_the_severitys_range(kind: str) -> None:
         for knobs in drawn:
             Fault(kind, "a~b", **knobs)  # every draw is a valid fault
         if kind == "gray-loss":
-            assert {k["direction"] for k in drawn} == set(F.LINK_DIRECTIONS)
+            assert {k["direction"] for k in drawn} == set(faultkinds.LINK_DIRECTIONS)
     with pytest.raises(ValueError, match="severity must be one of gray, hard"):
         mod.random_knobs(rng, 10.0, "mixed")
 
 
 def test_nic_loss_iptables_fallback_commands() -> None:
-    setup, undo = F.iptables_loss_commands("s0g0-eth0", 0.05, "both")
+    setup, undo = faultspec.iptables_loss_commands("s0g0-eth0", 0.05, "both")
     assert setup == [
         ["iptables", "-w", "-N", "ASTRAL_LAB_FAULTS_IN"],
         ["iptables", "-w", "-A", "ASTRAL_LAB_FAULTS_IN", "-i", "s0g0-eth0", "-m", "statistic",
@@ -355,41 +362,43 @@ def test_nic_loss_iptables_fallback_commands() -> None:
     assert undo[:3] == [["iptables", "-w", "-D", "INPUT", "-j", "ASTRAL_LAB_FAULTS_IN"],
                         ["iptables", "-w", "-F", "ASTRAL_LAB_FAULTS_IN"],
                         ["iptables", "-w", "-X", "ASTRAL_LAB_FAULTS_IN"]]
-    setup, undo = F.iptables_loss_commands("s0g0-eth0", 0.05, "egress")
+    setup, undo = faultspec.iptables_loss_commands("s0g0-eth0", 0.05, "egress")
     assert all("INPUT" not in " ".join(c) and "_IN" not in " ".join(c) for c in setup + undo)
 
 
 # --- hot receiver: the incast's shape ---------------------------------------------------------
 def test_incast_comes_from_other_servers_and_grows_with_the_hot_share(small: WiringPlan) -> None:
-    w = F.incast_weights(small, "s2g1")
+    w = hot_receiver.incast_weights(small, "s2g1")
     assert set(w) == {"s0g0", "s0g1", "s1g0", "s1g1", "s3g0", "s3g1"}  # not server 2: NVLink
     assert sum(w.values()) == pytest.approx(1.0)
     assert list(w.values()) == sorted(w.values(), reverse=True)
-    assert F.incast_weights(small, "s2g1") == w  # seeded
-    fabric = F.incast_bytes(small, "s2g1", intra_server="fabric")
+    assert hot_receiver.incast_weights(small, "s2g1") == w  # seeded
+    fabric = hot_receiver.incast_bytes(small, "s2g1", intra_server="fabric")
     assert "s2g0" in fabric  # pure-RDMA kernels send to the same server through the NIC too
     # The hot experts really sit on the target: with hot_share = 1/8 (one GPU's share of
     # 8 GPUs) the gating is uniform and the target gets its fair share; at 0.6 it gets
     # ~0.6 / 0.125 = 4.8 times that (a little less: a token picks each expert only once).
-    fair = sum(F.incast_bytes(small, "s2g1", hot_share=0.125).values())
-    hot = sum(F.incast_bytes(small, "s2g1", hot_share=0.6).values())
+    fair = sum(hot_receiver.incast_bytes(small, "s2g1", hot_share=0.125).values())
+    hot = sum(hot_receiver.incast_bytes(small, "s2g1", hot_share=0.6).values())
     assert hot / fair == pytest.approx(0.6 / 0.125, rel=0.1)
     # the relabelling is a symmetry of the model: any target gets the same incast
-    others = [sum(F.incast_bytes(small, h, hot_share=0.6).values()) for h in ("s0g0", "s3g1")]
+    others = [sum(hot_receiver.incast_bytes(small, h, hot_share=0.6).values())
+              for h in ("s0g0", "s3g1")]
     assert all(abs(o - hot) < 0.1 * hot for o in others)
 
 
 def test_hot_streams_offer_overload_times_the_nic_split_by_the_weights(small: WiringPlan) -> None:
     f = Fault("hot-receiver", "s0g0", overload=1.5)
-    streams = F.hot_streams(small, f, sport_base=53000)
+    streams = hot_receiver.hot_streams(small, f, sport_base=53000)
     nic = small.host_link_mbps()["s0g0"]
     assert sum(s["mbps"] for s in streams) == pytest.approx(1.5 * nic, rel=1e-3)
     assert [s["sport"] for s in streams] == list(range(53000, 53000 + len(streams)))
-    w = F.incast_weights(small, "s0g0")
+    w = hot_receiver.incast_weights(small, "s0g0")
     assert [s["src"] for s in streams] == list(w)
     for s in streams:
-        assert s["pps"] == pytest.approx(s["mbps"] * 1e6 / 8 / (F.HOT_PAYLOAD + 42), rel=1e-3)
-    two = F.hot_streams(small, Fault("hot-receiver", "s0g0", senders=2, overload=50))
+        assert s["pps"] == pytest.approx(s["mbps"] * 1e6 / 8 / (hot_receiver.HOT_PAYLOAD + 42),
+                                         rel=1e-3)
+    two = hot_receiver.hot_streams(small, Fault("hot-receiver", "s0g0", senders=2, overload=50))
     assert len(two) == 2 and all(s["mbps"] == nic for s in two)  # capped at their own NIC
 
 
@@ -400,18 +409,18 @@ def test_hot_streams_offer_overload_times_the_nic_split_by_the_weights(small: Wi
 ])
 def test_random_schedule_properties(topology: str, params: dict[str, int]) -> None:
     plan = build(topology, **params)
-    n = 2 * len(F.schedule_kinds(None, "hard")) + 1  # every kind twice, some thrice
-    sched = F.random_schedule(plan, n=n, duration_s=15 * n, seed=7, min_gap_s=4)
-    assert sched == F.random_schedule(plan, n=n, duration_s=15 * n, seed=7, min_gap_s=4)
-    assert sched != F.random_schedule(plan, n=n, duration_s=15 * n, seed=8, min_gap_s=4)
-    counts = {k: sum(f.kind == k for f in sched) for k in F.schedule_kinds(None, "hard")}
+    n = 2 * len(faultspec.schedule_kinds(None, "hard")) + 1  # every kind twice, some thrice
+    sched = faultspec.random_schedule(plan, n=n, duration_s=15 * n, seed=7, min_gap_s=4)
+    assert sched == faultspec.random_schedule(plan, n=n, duration_s=15 * n, seed=7, min_gap_s=4)
+    assert sched != faultspec.random_schedule(plan, n=n, duration_s=15 * n, seed=8, min_gap_s=4)
+    counts = {k: sum(f.kind == k for f in sched) for k in faultspec.schedule_kinds(None, "hard")}
     assert min(counts.values()) >= 2 and max(counts.values()) - min(counts.values()) <= 1
-    lanes = {F.link_name(plan, ln) for ln in F.traffic_links(plan)}
-    leaves = set(F.leaf_switches(plan))
+    lanes = {faultspec.link_name(plan, ln) for ln in faultspec.traffic_links(plan)}
+    leaves = set(faultspec.leaf_switches(plan))
     for f in sched:
-        assert F.resolve(plan, f) == f  # canonical and valid on this plan
+        assert faultspec.resolve(plan, f) == f  # canonical and valid on this plan
         assert f.at >= 0 and f.end is not None and f.end <= 15 * n
-        if F.TARGET_KIND[f.kind] == "link":
+        if faultspec.TARGET_KIND[f.kind] == "link":
             assert f.target in lanes
         if f.kind == "switch-down":
             assert f.target in leaves
@@ -424,13 +433,14 @@ def test_random_schedule_properties(topology: str, params: dict[str, int]) -> No
 
 
 def test_random_schedule_with_few_faults_and_a_subset_of_kinds(small: WiringPlan) -> None:
-    hard = F.schedule_kinds(None, "hard")  # the default severity's kinds
+    hard = faultspec.schedule_kinds(None, "hard")  # the default severity's kinds
     n = len(hard)
-    sched = F.random_schedule(small, n=n, duration_s=10 * n, seed=1)
+    sched = faultspec.random_schedule(small, n=n, duration_s=10 * n, seed=1)
     assert sorted(f.kind for f in sched) == sorted(hard)  # n = kinds: each exactly once
-    two = F.random_schedule(small, kinds=["nic-loss", "link-down"], n=5, duration_s=50, seed=2)
+    two = faultspec.random_schedule(small, kinds=["nic-loss", "link-down"], n=5, duration_s=50,
+                                    seed=2)
     assert {f.kind for f in two} == {"nic-loss", "link-down"}
-    over = F.random_schedule(small, n=12, duration_s=30, seed=3, overlap=True)
+    over = faultspec.random_schedule(small, n=12, duration_s=30, seed=3, overlap=True)
     assert all(f.at >= 0 and f.end <= 30 for f in over)
 
 
@@ -444,13 +454,13 @@ def test_random_schedule_with_few_faults_and_a_subset_of_kinds(small: WiringPlan
 ])
 def test_random_schedule_bad_input(small: WiringPlan, kwargs: dict[str, Any], words: str) -> None:
     with pytest.raises(ValueError, match=words):
-        F.random_schedule(small, **kwargs)
+        faultspec.random_schedule(small, **kwargs)
 
 
 def test_random_schedule_refuses_a_kind_without_targets() -> None:
     solo = build("fattree", servers=1, gpus=4)
     with pytest.raises(ValueError, match="no target for hot-receiver"):
-        F.random_schedule(solo, kinds=["hot-receiver"], n=2, duration_s=60)
+        faultspec.random_schedule(solo, kinds=["hot-receiver"], n=2, duration_s=60)
 
 
 # --- the injector against a fake lab ------------------------------------------------------------
@@ -609,7 +619,7 @@ def test_a_slow_link_command_delays_one_flap_edge_not_every_one_after_it(small: 
     h = inj.inject(fault)
     assert h.wait(10)
     planned = [0.0]
-    for s in phases(F.resolve(small, fault).settings)[:-1]:
+    for s in phases(faultspec.resolve(small, fault).settings)[:-1]:
         planned.append(planned[-1] + s)
     assert len(starts) == 4
     assert [t - starts[0] for t in starts] == pytest.approx(planned, abs=0.05)

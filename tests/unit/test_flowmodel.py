@@ -24,8 +24,8 @@ from astral_lab.cli import main
 from controllers import lb
 from controllers.paths import PathFinder
 from testbed.fabricspec import FabricSpec
+from testbed.models import bounds, inputs, jobs, maxmin, perflow, solver, whatif
 from testbed.models import flowmodel as fm
-from testbed.models import maxmin, perflow, solver
 from testbed.topologies import build
 from tests.unit.fabrics import plan_of
 from vocab.flows import Flow, sport_for_qp
@@ -39,9 +39,9 @@ def sim(cap, rows, bits, start=None, mult=None):
     row = [c for c, r in enumerate(rows) for _ in r]
     col = [link for r in rows for link, _ in r]
     w = [x for r in rows for _, x in r]
-    return fm.simulate(np.array(cap, float), row, col, w,
-                       np.ones(len(rows)) if mult is None else mult, np.array(bits, float),
-                       None if start is None else np.array(start, float))
+    return solver.simulate(np.array(cap, float), row, col, w,
+                           np.ones(len(rows)) if mult is None else mult, np.array(bits, float),
+                           None if start is None else np.array(start, float))
 
 
 def test_single_bottleneck_shares_equally():
@@ -290,12 +290,12 @@ def test_relabelled_rows_keep_their_trace(monkeypatch):
     rng = random.Random(7)
     cap, rows, bits, start = coupled_groups(rng, 2, 3)
     solver._COMPONENT_CACHE.clear()
-    plain = fm.simulate(np.array(cap, float), *_coo(rows), np.ones(len(rows)),
-                        np.array(bits, float), np.array(start, float), trace=True)
+    plain = solver.simulate(np.array(cap, float), *_coo(rows), np.ones(len(rows)),
+                            np.array(bits, float), np.array(start, float), trace=True)
     monkeypatch.setattr(solver, "RELABEL_ROWS", 1)
     solver._COMPONENT_CACHE.clear()
-    moved = fm.simulate(np.array(cap, float), *_coo(rows), np.ones(len(rows)),
-                        np.array(bits, float), np.array(start, float), trace=True)
+    moved = solver.simulate(np.array(cap, float), *_coo(rows), np.ones(len(rows)),
+                            np.array(bits, float), np.array(start, float), trace=True)
     assert moved.finish.tolist() == pytest.approx(plain.finish.tolist(), rel=1e-12)
     for got, want in zip(_records(moved), _records(plain), strict=True):
         assert got == pytest.approx(want, rel=1e-12)
@@ -353,14 +353,14 @@ def test_event_tolerance_is_labelled_and_close():
     rows = [[(0, 1)], [(1, 1)], [(0, 1), (1, 1)]] * 40
     bits = [float(rng.randint(100, 10_000)) for _ in rows]
     exact = sim([50, 70], rows, bits)
-    approx = fm.simulate(np.array([50.0, 70.0]), *_coo(rows), np.ones(len(rows)),
-                         np.array(bits), tolerance=1e-3)
+    approx = solver.simulate(np.array([50.0, 70.0]), *_coo(rows), np.ones(len(rows)),
+                             np.array(bits), tolerance=1e-3)
     assert approx.events < exact.events
     assert approx.finish == pytest.approx(exact.finish, rel=5e-3)
     with pytest.raises(ValueError, match="tolerance"):
-        fm.simulate(np.array([1.0]), *_coo([[(0, 1)]]), np.ones(1), np.ones(1), tolerance=0.7)
+        solver.simulate(np.array([1.0]), *_coo([[(0, 1)]]), np.ones(1), np.ones(1), tolerance=0.7)
     _, finder = small()
-    r = fm.model_flows(finder, [Flow("s0g0", "s1g0", 1, bytes=GB)], "ecmp", tolerance=1e-3)
+    r = perflow.model_flows(finder, [Flow("s0g0", "s1g0", 1, bytes=GB)], "ecmp", tolerance=1e-3)
     assert r.kind == "approx" and "approximate" in r.note
 
 
@@ -371,7 +371,7 @@ def _coo(rows):
 
 def test_simulate_rejects_bad_input():
     with pytest.raises(ValueError, match="at least one link"):
-        fm.simulate(np.ones(1), [0], [0], [1.0], np.ones(2), np.ones(2))
+        solver.simulate(np.ones(1), [0], [0], [1.0], np.ones(2), np.ones(2))
     with pytest.raises(ValueError, match=">= 0"):
         sim([1], [[(0, 1)]], [-1])
     with pytest.raises(ValueError, match="> 0"):
@@ -392,14 +392,14 @@ def small() -> tuple:
 ])
 def test_single_flow_takes_bytes_over_rate(policy, src, dst, gbps):
     plan, finder = small()
-    r = fm.model_flows(finder, [Flow(src, dst, 49152, bytes=GB)], policy)
+    r = perflow.model_flows(finder, [Flow(src, dst, 49152, bytes=GB)], policy)
     assert r.completion_s == pytest.approx(GB * 8 / (gbps * 1e9))
     assert r.flow_start_rate_bps.tolist() == pytest.approx([gbps * 1e9])
-    emulated = fm.model_flows(finder, [Flow(src, dst, 49152, bytes=GB)], policy, unit="mbps")
+    emulated = perflow.model_flows(finder, [Flow(src, dst, 49152, bytes=GB)], policy, unit="mbps")
     assert emulated.completion_s == pytest.approx(GB * 8 / (gbps * 1e3 * plan.scale * 1e6))
 
 
-@pytest.mark.parametrize("policy", fm.POLICIES)
+@pytest.mark.parametrize("policy", inputs.POLICIES)
 def test_small_astral3_matches_hand_calculation(policy):
     # lf0r0 holds s0g0 and s1g0; s2g0 and s3g0 sit under lf1r0. Links are 400G NICs and
     # 200G lanes. A: s0g0->s2g0 1 GB, B: s0g0->s1g0 2 GB (same leaf), C: s3g0->s1g0 1 GB.
@@ -410,7 +410,7 @@ def test_small_astral3_matches_hand_calculation(policy):
     _, finder = small()
     flows = [Flow("s0g0", "s2g0", 1, bytes=GB), Flow("s0g0", "s1g0", 2, bytes=2 * GB),
              Flow("s3g0", "s1g0", 3, bytes=GB)]
-    r = fm.model_flows(finder, flows, policy)
+    r = perflow.model_flows(finder, flows, policy)
     assert r.flow_finish_s.tolist() == pytest.approx([0.04, 0.06, 0.04])
     assert r.completion_s == pytest.approx(0.06)
     assert r.bound_s == pytest.approx(0.06) and r.ratio == pytest.approx(1.0)
@@ -426,7 +426,7 @@ def test_flowspecs_with_starts_and_shared_five_tuples():
     a = FlowSpec("s0g0", "s2g1", GB, 0, sport_for_qp(0), message_bytes=GB, messages=1)
     b = FlowSpec("s0g0", "s2g1", GB, 0, sport_for_qp(0), start=0.01, message_bytes=GB,
                  messages=1, phase="combine")
-    r = fm.model_flows(finder, [a, b], "ecmp")
+    r = perflow.model_flows(finder, [a, b], "ecmp")
     # same lane (200G): a alone for 10 ms (2 Gb done, 6 Gb left), then both at 100G:
     # a ends at 10 + 60 = 70 ms; b then has 8 - 6 = 2 Gb left at 200G: 80 ms
     assert r.flow_finish_s.tolist() == pytest.approx([0.07, 0.08])
@@ -450,8 +450,8 @@ def test_ecmp_not_better_than_planned_not_better_than_bound(fabric, kind):
     finder = PathFinder(plan_of(fabric))
     flows = all_to_all(finder.hosts) if kind == "all-to-all" else \
         permutation(finder.hosts, seed=3)
-    bnd = fm.bounds(finder, flows)
-    got = {p: fm.model_flows(finder, flows, p, bound=bnd) for p in fm.POLICIES}
+    bnd = bounds.bounds(finder, flows)
+    got = {p: perflow.model_flows(finder, flows, p, bound=bnd) for p in inputs.POLICIES}
     assert got["ecmp"].completion_s >= got["planned"].completion_s * (1 - 1e-9)
     assert got["planned"].completion_s >= bnd["unsplit"] * (1 - 1e-9)
     assert got["adaptive"].completion_s >= bnd["unsplit"] * (1 - 1e-9)
@@ -470,8 +470,8 @@ def test_parallel_link_merging_is_exact(fabric):
     rnd = random.Random(5)
     flows = [Flow(*rnd.sample(finder.hosts, 2), sport_for_qp(i),
                   bytes=rnd.choice([GB, 2 * GB, 5 * GB])) for i in range(60)]
-    merged = fm.model_flows(finder, flows, "ecmp-fluid")
-    plain = fm.model_flows(finder, flows, "ecmp-fluid", merge=False)
+    merged = perflow.model_flows(finder, flows, "ecmp-fluid")
+    plain = perflow.model_flows(finder, flows, "ecmp-fluid", merge=False)
     assert merged.flow_finish_s.tolist() == pytest.approx(plain.flow_finish_s.tolist(),
                                                           rel=1e-9)
     assert merged.classes == plain.classes
@@ -487,34 +487,34 @@ CASES = [  # (fabric params, groups, group size, placement, workload)
 ]
 
 
-def per_flow_and_whatif(params, groups, size, placement, workload, policies=fm.POLICIES):
+def per_flow_and_whatif(params, groups, size, placement, workload, policies=inputs.POLICIES):
     plan = build("astral3", **params)
     finder = PathFinder(plan)
-    job = fm.make_job(params["servers"], params["gpus"], workload=workload, groups=groups,
-                      group_size=size, placement=placement, tokens=16, qps=2)
+    job = jobs.make_job(params["servers"], params["gpus"], workload=workload, groups=groups,
+                        group_size=size, placement=placement, tokens=16, qps=2)
     names = {int(h.loc["server"]) * params["gpus"] + int(h.loc["gpu"]): h.name
              for h in plan.hosts}
     flows = job.flow_list(names)
-    results, wbounds = fm.whatif(fm.TwoTier.from_spec(FabricSpec(**params)), job, policies)
+    results, wbounds = whatif.whatif(whatif.TwoTier.from_spec(FabricSpec(**params)), job, policies)
     return finder, job, flows, {r.policy: r for r in results}, wbounds
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[3]}-{c[4]}-{c[2]}")
 def test_group_quotient_equals_per_flow(case):
     finder, job, flows, what, wbounds = per_flow_and_whatif(*case)
-    bnd = fm.bounds(finder, flows)
+    bnd = bounds.bounds(finder, flows)
     assert wbounds == pytest.approx(bnd, rel=1e-12)
-    fluid = fm.model_flows(finder, flows, "ecmp-fluid", bound=bnd)
+    fluid = perflow.model_flows(finder, flows, "ecmp-fluid", bound=bnd)
     per_group = fluid.flow_finish_s.reshape(job.groups, -1)
     assert per_group == pytest.approx(np.broadcast_to(what["ecmp-fluid"].flow_finish_s,
                                                       per_group.shape), rel=1e-9)
     assert what["ecmp-fluid"].completion_s == pytest.approx(fluid.completion_s, rel=1e-12)
-    ecmp = fm.model_flows(finder, flows, "ecmp", bound=bnd)
+    ecmp = perflow.model_flows(finder, flows, "ecmp", bound=bnd)
     assert what["ecmp"].max_link_time_s == pytest.approx(ecmp.max_link_time_s, rel=1e-12)
     if job.equal_sizes():
         assert what["ecmp"].kind == "exact"
         assert what["ecmp"].completion_s == pytest.approx(ecmp.completion_s, rel=1e-9)
-        planned = fm.model_flows(finder, flows, "planned", bound=bnd)
+        planned = perflow.model_flows(finder, flows, "planned", bound=bnd)
         assert what["planned"].completion_s == pytest.approx(planned.completion_s, rel=1e-9)
     else:
         assert what["ecmp"].kind == "lower-bound"
@@ -527,13 +527,13 @@ def test_group_quotient_equals_per_flow(case):
 def test_ecmp_recipe_is_lb_hash_flow_by_flow(fabric):
     plan = plan_of(fabric)
     finder = PathFinder(plan)
-    tt = fm.TwoTier.from_spec(FabricSpec(**{k: plan.params[k] for k in (
+    tt = whatif.TwoTier.from_spec(FabricSpec(**{k: plan.params[k] for k in (
         "servers", "gpus", "servers_per_block", "lanes_per_uplink", "radix", "spines")}))
     flows = [f for f in all_to_all(finder.hosts) if finder.attach(f.src) != finder.attach(f.dst)]
     for seed in (0, 3):
-        k_up, k_down = fm.ecmp_lanes(tt, seed, [finder.attach(f.src) for f in flows],
-                                     [f.src for f in flows], [f.dst for f in flows],
-                                     [f.sport for f in flows])
+        k_up, k_down = whatif.ecmp_lanes(tt, seed, [finder.attach(f.src) for f in flows],
+                                         [f.src for f in flows], [f.dst for f in flows],
+                                         [f.sport for f in flows])
         for f, ku, kd in zip(flows, k_up.tolist(), k_down.tolist(), strict=True):
             path = lb.ecmp_path(f, finder, seed)
             assert path[0] == (finder.attach(f.src), tt.servers_per_block + ku + 1)
@@ -547,7 +547,7 @@ def test_twotier_counts_match_the_builder():
                    dict(servers=16, gpus=4, servers_per_block=4, spines=4)):
         spec = FabricSpec(**params)
         plan = build("astral3", **params)
-        tt = fm.TwoTier.from_spec(spec)
+        tt = whatif.TwoTier.from_spec(spec)
         assert (tt.leaves, tt.spines) == (plan.counts["leaves"], plan.counts["spines"])
         assert tt.leaves * tt.up_lanes == plan.counts["links_per_kind"]["lane"]
         assert tt.describe()["lane_links"] == 2 * plan.counts["lanes"]
@@ -556,10 +556,10 @@ def test_twotier_counts_match_the_builder():
 def test_placement_that_breaks_symmetry_is_refused():
     # 3-server groups in blocks of 2 servers: group 0 owns block 0 and half of block 1,
     # group 1 the other half and block 2: local rank 0 sees different leaves
-    tt = fm.TwoTier.from_spec(FabricSpec(servers=6, gpus=2, servers_per_block=2))
-    job = fm.make_job(6, 2, groups=2, group_size=6)
+    tt = whatif.TwoTier.from_spec(FabricSpec(servers=6, gpus=2, servers_per_block=2))
+    job = jobs.make_job(6, 2, groups=2, group_size=6)
     with pytest.raises(ValueError, match="per-flow"):
-        fm.whatif(tt, job, ["ecmp-fluid"])
+        whatif.whatif(tt, job, ["ecmp-fluid"])
 
 
 # --- the 64K what-if ---------------------------------------------------------------------
@@ -611,10 +611,10 @@ def test_cli_writes_model_json(tmp_path, monkeypatch, capsys):
 
 def test_policies_in_worker_processes_match_one_process():
     """Forked policy workers return exactly what modelling the policies in turn returns."""
-    kw = dict(workload="decode", group_size=16, placement="spread", policies=fm.POLICIES)
+    kw = dict(workload="decode", group_size=16, placement="spread", policies=inputs.POLICIES)
     _, alone = fm.run("astral3", 32, jobs=1, **kw)
     _, forked = fm.run("astral3", 32, jobs=2, **kw)
-    assert [r.policy for r in forked] == list(fm.POLICIES)
+    assert [r.policy for r in forked] == list(inputs.POLICIES)
     for a, b in zip(alone, forked, strict=True):
         assert a.events > 1 and a.events == b.events and a.classes == b.classes
         assert np.array_equal(a.flow_finish_s, b.flow_finish_s)
@@ -625,16 +625,16 @@ def test_auto_jobs_is_bounded_by_cpus_policies_and_memory(monkeypatch):
     # this machine's free memory is not the test's: a small VM would hold fewer workers
     monkeypatch.setattr(perflow, "_mem_available", lambda: 64 << 30)
     monkeypatch.setattr(perflow.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
-    assert fm.auto_jobs(1000, 4) == 4
-    assert fm.auto_jobs(1000, 1) == 1
+    assert perflow.auto_jobs(1000, 4) == 4
+    assert perflow.auto_jobs(1000, 1) == 1
     monkeypatch.setattr(perflow.os, "sched_getaffinity", lambda pid: {0})
-    assert fm.auto_jobs(1000, 4) == 1
+    assert perflow.auto_jobs(1000, 4) == 1
     monkeypatch.setattr(perflow.os, "sched_getaffinity", lambda pid: set(range(64)))
-    assert fm.auto_jobs(10**12, 4) == 1  # no machine holds four workers of that size
+    assert perflow.auto_jobs(10**12, 4) == 1  # no machine holds four workers of that size
     monkeypatch.setattr(perflow, "_mem_available", lambda: 1 << 30)
-    assert fm.auto_jobs(1000, 4) == 3  # 1 GiB holds three workers of 300 MiB and their flows
+    assert perflow.auto_jobs(1000, 4) == 3  # 1 GiB holds three workers of 300 MiB and their flows
     monkeypatch.setattr(perflow, "_mem_available", lambda: None)
-    assert fm.auto_jobs(1000, 4) == 4  # memory unknown: bounded by CPUs and policies only
+    assert perflow.auto_jobs(1000, 4) == 4  # memory unknown: bounded by CPUs and policies only
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -679,10 +679,10 @@ def test_bad_input_messages(kwargs, message):
 def test_model_flows_bad_input():
     _, finder = small()
     with pytest.raises(ValueError, match="unknown policy"):
-        fm.model_flows(finder, [Flow("s0g0", "s1g0", 1, bytes=1)], "random")
+        perflow.model_flows(finder, [Flow("s0g0", "s1g0", 1, bytes=1)], "random")
     with pytest.raises(ValueError, match="no host 'nope'"):
-        fm.model_flows(finder, [Flow("s0g0", "nope", 1, bytes=1)])
+        perflow.model_flows(finder, [Flow("s0g0", "nope", 1, bytes=1)])
     with pytest.raises(ValueError, match="no flows"):
-        fm.model_flows(finder, [])
+        perflow.model_flows(finder, [])
     with pytest.raises(ValueError, match="needs src, dst, sport and bytes"):
-        fm.model_flows(finder, [object()])
+        perflow.model_flows(finder, [object()])

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from scenarios.common import message_sizes
-from testbed.models import flowmodel as fm
 from testbed.models import solver
 from testbed.models.perflow import model_flows
 from tests.unit.test_flowmodel import coupled_groups, plain_filling, random_instance, sim
@@ -70,9 +69,9 @@ def test_marks_match_a_plain_filling_on_random_instances():
         n = len(bits)
         marks = _random_marks(rng, bits)
         row = [c for c, r in enumerate(rows) for _ in r]
-        tl = fm.simulate(np.array(cap), row, [lk for r in rows for lk, _ in r],
-                         [w for r in rows for _, w in r], np.ones(n), np.array(bits),
-                         np.array(start), trace=True)
+        tl = solver.simulate(np.array(cap), row, [lk for r in rows for lk, _ in r],
+                             [w for r in rows for _, w in r], np.ones(n), np.array(bits),
+                             np.array(start), trace=True)
         cls = np.repeat(np.arange(n), [len(m) for m in marks])
         got = tl.sent_by(cls, np.concatenate(marks), np.array(start))
         _, want = reference_marks(cap, rows, bits, start, marks)
@@ -84,10 +83,10 @@ def test_marks_match_a_plain_filling_on_random_instances():
 
 def traced(cap, rows, bits, start, mult=None):
     row = [c for c, r in enumerate(rows) for _ in r]
-    return fm.simulate(np.array(cap, float), row, [lk for r in rows for lk, _ in r],
-                       [w for r in rows for _, w in r],
-                       np.ones(len(rows)) if mult is None else np.array(mult, float),
-                       np.array(bits, float), np.array(start, float), trace=True)
+    return solver.simulate(np.array(cap, float), row, [lk for r in rows for lk, _ in r],
+                           [w for r in rows for _, w in r],
+                           np.ones(len(rows)) if mult is None else np.array(mult, float),
+                           np.array(bits, float), np.array(start, float), trace=True)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -4,7 +4,9 @@ Two modules that import each other (directly or through others) can be neither r
 tested one without the other, and a lazy import inside a function only hides such a
 cycle from Python, so imports inside functions count here. Pure modules (plans, models,
 table arithmetic) must run anywhere, without root: they may not reach Mininet, os-ken,
-subprocesses or sockets, not even through the project modules they import.
+subprocesses or sockets, not even through the project modules they import. And every name
+has one home: a module's ``__all__`` lists only what it defines, and no module imports
+another's ``_private`` name.
 """
 
 from __future__ import annotations
@@ -312,3 +314,70 @@ def test_the_graph_finds_a_cycle_through_a_lazy_relative_import(tmp_path: Path) 
     (pkg / "e.py").write_text("def f():\n    import top\n")
     graph, _ = import_graph(tmp_path, ["pkg", "top"])
     assert package_cycles(graph) == [["pkg", "top"]]
+
+
+def _top_level_names(tree: ast.Module) -> tuple[set[str], list[str]]:
+    """``(names the module defines, its __all__)``: what its top-level ``def``, ``class`` and
+    assignments bind (imports do not count: an imported name is defined elsewhere)."""
+    defined: set[str] = set()
+    exported: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for name in (n for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)):
+                defined.add(name.id)
+                if name.id == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
+                    exported = [e.value for e in node.value.elts
+                                if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return defined, exported
+
+
+def facades(root: Path, packages: Iterable[str], project: Iterable[str]) -> list[str]:
+    """``"path: ..."`` for each name a module of ``packages`` under ``root`` exports without
+    defining it (``__all__`` naming an imported name: a second way to import it) and each
+    ``_private`` name it imports from another module of the ``project`` packages."""
+    top = set(project)
+    bad = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            rel = path.relative_to(root).as_posix()
+            defined, exported = _top_level_names(tree)
+            bad += [f"{rel}: __all__ names {name}, defined elsewhere"
+                    for name in exported if name not in defined]
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level \
+                        and node.module.split(".")[0] in top and node.module != module:
+                    bad += [f"{rel}: imports {node.module}.{alias.name}, private there"
+                            for alias in node.names
+                            if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return bad
+
+
+def test_every_name_is_imported_from_the_module_that_defines_it() -> None:
+    """One name, one module: ``__all__`` lists only what its module defines (no facade
+    re-exports another module's names) and no module reaches for another's ``_private``
+    name (one another module needs is public, or lives where both can import it)."""
+    bad = facades(REPO, (*PACKAGES, "examples"), PACKAGES)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_facade_rule_finds_each_kind(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "real.py").write_text("X = 1\n_HIDDEN = 2\n\n\ndef f():\n    pass\n")
+    (pkg / "facade.py").write_text("from pkg.real import X, f\n\nY: int = 2\n"
+                                   "__all__ = ['X', 'Y', 'f']\n")
+    (pkg / "nosy.py").write_text("def g():\n    from pkg.real import _HIDDEN\n"
+                                 "    from os import _exit\n    return _HIDDEN, _exit\n")
+    (pkg / "own.py").write_text("import pkg.real\n\n__all__ = ['Z', '__version__']\n"
+                                "Z = pkg.real.X + 1\n__version__ = '1'\n")
+    assert facades(tmp_path, ["pkg"], ["pkg"]) == [
+        "pkg/facade.py: __all__ names X, defined elsewhere",
+        "pkg/facade.py: __all__ names f, defined elsewhere",
+        "pkg/nosy.py: imports pkg.real._HIDDEN, private there"]

@@ -13,8 +13,9 @@ import subprocess
 
 import pytest
 
+from controllers.flowtable import FF_GROUP_BASE
 from controllers.routing import compute_routes
-from controllers.shell.ofmsgs import FF_GROUP_BASE, protocol, switch_program
+from controllers.shell.ofmsgs import protocol, switch_program
 from testbed.topologies import build
 
 

@@ -85,6 +85,7 @@ _CHECK = textwrap.dedent("""
     from controllers.fabric import MODES, FabricLogic
     from vocab.flows import Flow
     from testbed.models import flowmodel as fm
+    from testbed.models.perflow import model_flows
     from testbed.topologies import build
     from astral_lab.cli import main
     report = {"names": list(policies.POLICIES.names()), "modes": list(MODES)}
@@ -97,8 +98,8 @@ _CHECK = textwrap.dedent("""
     hosts = [h.name for h in plan.hosts]
     flows = [Flow(s, d, 49152 + q, bytes=(1 + q) << 18) for s in hosts for d in hosts
              if s != d for q in range(2)]
-    a = fm.model_flows(plan, flows, orig, seed=3)
-    b = fm.model_flows(plan, flows, new, seed=3)
+    a = model_flows(plan, flows, orig, seed=3)
+    b = model_flows(plan, flows, new, seed=3)
     report["model"] = [a.completion_s, b.completion_s, b.policy, b.method == a.method]
     doc, res = fm.run("astral3", 64, gpus_per_server=8, mode="aggregate",
                       policies=[orig, new], fabric={"servers_per_block": 4})

@@ -19,8 +19,8 @@ from astral_lab.cli import main
 from controllers import lb, policies
 from controllers.paths import PathFinder
 from controllers.policies import flowlet, plb
-from testbed.models import flowmodel as fm
-from testbed.models.perflow import FRAME_BYTES, _model_prepared, _Prepared
+from testbed.models import perflow, results
+from testbed.models.perflow import FRAME_BYTES, Prepared, _model_prepared
 from testbed.topologies import build
 from vocab.flows import Flow, sport_for_qp
 
@@ -54,7 +54,7 @@ def uneven(finder: PathFinder) -> list[Flow]:
 def test_qp_scaling_opens_n_qps_per_flow_with_their_bytes_and_own_ports() -> None:
     finder = small()
     flows = uneven(finder)
-    prep = _Prepared(finder, flows, "gbps")
+    prep = Prepared(finder, flows, "gbps")
     opened, origin = prep.opened(policies.parse("qp-scaling:qps=3"))
     assert origin is not None and np.bincount(origin).tolist() == [3] * len(flows)
     for i, f in enumerate(flows):
@@ -69,14 +69,14 @@ def test_qp_scaling_reports_per_input_flow_the_latest_stripe_and_its_marks() -> 
     finder = small()
     flows = uneven(finder)
     marks = [[f.bytes / 4, f.bytes / 2, f.bytes] for f in flows]
-    got = fm.model_flows(finder, flows, "qp-scaling:qps=3", seed=5, marks=marks)
+    got = perflow.model_flows(finder, flows, "qp-scaling:qps=3", seed=5, marks=marks)
     assert got.policy == "qp-scaling:qps=3" and got.flows == 4 and got.qps == 12
     # the same QPs as plain flows: qp-scaling hashes each one as ecmp does
-    opened, origin = _Prepared(finder, flows, "gbps").opened(policies.parse("qp-scaling:qps=3"))
+    opened, origin = Prepared(finder, flows, "gbps").opened(policies.parse("qp-scaling:qps=3"))
     share = [g.bytes / flows[o].bytes for g, o in zip(opened.fl, origin.tolist(), strict=True)]
-    direct = fm.model_flows(finder, opened.fl, "ecmp", seed=5,
-                            marks=[[m * s for m in marks[o]]
-                                   for o, s in zip(origin.tolist(), share, strict=True)])
+    direct = perflow.model_flows(finder, opened.fl, "ecmp", seed=5,
+                                 marks=[[m * s for m in marks[o]]
+                                        for o, s in zip(origin.tolist(), share, strict=True)])
     assert direct.flow_mark_s is not None and got.flow_mark_s is not None
     for i in range(len(flows)):
         mine = np.flatnonzero(origin == i)
@@ -91,20 +91,20 @@ def test_qp_scaling_reports_per_input_flow_the_latest_stripe_and_its_marks() -> 
 def test_one_qp_is_ecmp_bit_for_bit() -> None:
     finder = lab32()
     flows = all_to_all(finder.hosts)
-    one = fm.model_flows(finder, flows, "qp-scaling:qps=1", seed=2)
-    ecmp = fm.model_flows(finder, flows, "ecmp", seed=2)
+    one = perflow.model_flows(finder, flows, "qp-scaling:qps=1", seed=2)
+    ecmp = perflow.model_flows(finder, flows, "ecmp", seed=2)
     assert one.policy == "qp-scaling:qps=1" and one.qps == one.flows == len(flows)
     assert np.array_equal(one.flow_finish_s, ecmp.flow_finish_s)
 
 
-def _fabric_max(r: fm.ModelResult) -> float:
+def _fabric_max(r: results.ModelResult) -> float:
     return max(r.tiers[t]["max_link_time_s"] for t in ("leaf->spine", "spine->leaf"))
 
 
 def test_qp_scaling_lowers_the_busiest_lane_of_an_all_to_all_over_seeds() -> None:
     finder = lab32()
     flows = all_to_all(finder.hosts)
-    prep = _Prepared(finder, flows, "gbps")
+    prep = Prepared(finder, flows, "gbps")
     kw = dict(adaptive=None, merge=True, bound=None, tolerance=0.0)
     ecmp, qps = [], []
     for seed in range(20):
@@ -115,7 +115,7 @@ def test_qp_scaling_lowers_the_busiest_lane_of_an_all_to_all_over_seeds() -> Non
 
 def test_spray_is_within_ten_percent_of_the_bound_on_an_all_to_all() -> None:
     finder = lab32()
-    r = fm.model_flows(finder, all_to_all(finder.hosts), "spray", seed=1)
+    r = perflow.model_flows(finder, all_to_all(finder.hosts), "spray", seed=1)
     assert r.bound_name == "splittable" and r.ratio is not None and r.ratio <= 1.10
 
 
@@ -145,12 +145,12 @@ def test_flowlet_splits_when_the_packet_spacing_reaches_the_gap(qps: int,
     numbers = flowlet.rule(flows, finder, {"frame_bytes": FRAME_BYTES, "gap_rtts": gap_rtts})
     assert numbers["spacing_s"] == pytest.approx(spacing)
     assert numbers["gap_s"] == pytest.approx(gap)
-    r = fm.model_flows(finder, flows, f"flowlet:gap_rtts={gap_rtts:g}", seed=4)
+    r = perflow.model_flows(finder, flows, f"flowlet:gap_rtts={gap_rtts:g}", seed=4)
     if spacing >= gap:
-        twin = fm.model_flows(finder, flows, "ecmp-fluid")
+        twin = perflow.model_flows(finder, flows, "ecmp-fluid")
         assert r.method.endswith("this job: split") and r.bound_name == "splittable"
     else:
-        twin = fm.model_flows(finder, flows, "ecmp", seed=4)
+        twin = perflow.model_flows(finder, flows, "ecmp", seed=4)
         assert r.method.endswith("this job: paths") and r.bound_name == "unsplit"
     assert np.array_equal(r.flow_finish_s, twin.flow_finish_s)
 
@@ -192,8 +192,8 @@ def test_plb_moves_qps_off_hot_lanes_and_beats_the_same_seeds_ecmp() -> None:
             continue
         collided += 1
         assert lb.max_link_time(paths, finder) < ecmp
-        a = fm.model_flows(finder, flows, "plb", seed=seed)
-        b = fm.model_flows(finder, flows, "ecmp", seed=seed)
+        a = perflow.model_flows(finder, flows, "plb", seed=seed)
+        b = perflow.model_flows(finder, flows, "ecmp", seed=seed)
         assert a.max_link_time_s is not None and b.max_link_time_s is not None
         assert a.max_link_time_s < b.max_link_time_s and a.completion_s < b.completion_s
     assert collided >= 3  # the case collides for most seeds
@@ -207,9 +207,9 @@ def test_plb_is_deterministic_per_seed() -> None:
     for first, again in runs.values():
         assert first == again
     assert runs[0][0] != runs[1][0]
-    r0 = fm.model_flows(finder, flows, "plb", seed=0)
-    assert np.array_equal(r0.flow_finish_s, fm.model_flows(finder, flows, "plb",
-                                                           seed=0).flow_finish_s)
+    r0 = perflow.model_flows(finder, flows, "plb", seed=0)
+    assert np.array_equal(r0.flow_finish_s, perflow.model_flows(finder, flows, "plb",
+                                                                seed=0).flow_finish_s)
 
 
 # --- policy specs -------------------------------------------------------------------------
@@ -229,7 +229,7 @@ def test_a_bad_policy_option_is_one_clear_error(spec: str, message: str) -> None
     with pytest.raises(ValueError, match=re.escape(message)):
         policies.parse(spec)
     with pytest.raises(ValueError, match=re.escape(message)):
-        fm.model_flows(small(), _fan(2), spec)
+        perflow.model_flows(small(), _fan(2), spec)
 
 
 def test_policy_options_and_labels() -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from testbed.shaping import htb_commands, queue_packets
 from testbed.shell import qos
-from testbed.shell.lab import htb_commands, queue_packets
 from testbed.topologies import build
 from traffic.kernels import TRAFFIC_CLASSES
 

@@ -13,7 +13,7 @@ from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.roce import OP_WRITE_MIDDLE
 from traffic.rxstate import fold, new_flow, receiver_report
-from traffic.shell.replay import _check, _result, _spec, percentile
+from traffic.shell.replay import _check, _result, percentile, sender_spec
 from vocab.flows import sport_for_qp
 
 
@@ -44,8 +44,8 @@ def test_bad_flow_lists_are_refused_with_the_reason(lab: SimpleNamespace) -> Non
 
 
 def test_sender_spec_names_the_plan_addresses_and_the_nic_rate(lab: SimpleNamespace) -> None:
-    spec = _spec(lab, "s0g0", [flow("s0g0", "s2g1", 5, traffic_class="decode", dscp=46)],
-                 1024, None)
+    spec = sender_spec(lab, "s0g0", [flow("s0g0", "s2g1", 5, traffic_class="decode", dscp=46)],
+                       1024, None)
     dst = lab.plan.node("s2g1")
     assert spec["src_ip"] == lab.plan.node("s0g0").ip and spec["rate_mbps"] == 40.0
     (f,) = spec["flows"]
@@ -130,7 +130,7 @@ def test_each_plane_starts_its_own_programs_with_the_replay_s_files(
     assert set(PLANES) == set(Plane) and PLANES[Plane.NATIVE] is NativePlane
     monkeypatch.setenv("ASTRAL_PKTIO", "/opt/pktio")
     ecmp = policies.POLICIES.get("ecmp")
-    spec = _spec(lab, "s0g0", [flow("s0g0", "s2g1", 5)], 1024, None)
+    spec = sender_spec(lab, "s0g0", [flow("s0g0", "s2g1", 5)], 1024, None)
     nat, py = NativePlane(ecmp, lab.plan, 1024), PythonPlane(ecmp, lab.plan, 1024)
     assert (nat.name, py.name) == (Plane.NATIVE, Plane.PYTHON)
     assert nat.recv_cmd("s2g1", "o", "r") == ["/opt/pktio", "recv", "--intf", "s2g1-eth0",

@@ -19,7 +19,14 @@ from typing import Any
 
 import pytest
 
-from controllers.flowtable import OFPGC_ADD_OR_MOD
+from controllers.flowtable import (
+    COOKIE_ROUTE,
+    DEFAULT_SELECT_METHOD,
+    ETH_ARP,
+    ETH_IPV4,
+    FF_GROUP_BASE,
+    OFPGC_ADD_OR_MOD,
+)
 from controllers.routing import (
     PRIO_LOCAL,
     PRIO_MISS,
@@ -31,11 +38,6 @@ from controllers.routing import (
     shortest_switch_hops,
 )
 from controllers.shell.ofmsgs import (
-    COOKIE_ROUTE,
-    DEFAULT_SELECT_METHOD,
-    ETH_ARP,
-    ETH_IPV4,
-    FF_GROUP_BASE,
     HASH_FIELDS,
     NTR_VENDOR_ID,
     NTRT_SELECTION_METHOD,

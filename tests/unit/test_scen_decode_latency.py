@@ -24,7 +24,7 @@ def test_model_case_gives_percentiles_over_draws() -> None:
         assert m["p50_us"]["median"] <= m["p99_us"]["median"]
     # sharing the NICs and lanes fairly with the bulk flows slows decode, in the model too
     assert bg["p99_us"]["median"] >= alone["p99_us"]["median"]
-    a, b = dl._decode_flows(plan, p, 0), dl._decode_flows(plan, p, 1)
+    a, b = dl.decode_flows(plan, p, 0), dl.decode_flows(plan, p, 1)
     assert not {f.sport for f in a["dispatch"]} & {f.sport for f in b["dispatch"]}
 
 

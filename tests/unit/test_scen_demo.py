@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scenarios.common import compare, distribution, fmt_distribution
+from scenarios.common import compare, distribution, fmt_distribution, wire_flows
 from scenarios.experiments import demo as dm
 from testbed.topologies import build
 
@@ -45,7 +45,7 @@ def test_model_ecmp_is_a_spread_and_collisions_cost_more_on_thin_lanes(
         assert ecmp["completion_s"]["draws"] == 60 and planned["completion_s"]["draws"] == 1
         # planned reaches the NIC time of the frames (payload + RoCE headers); ECMP never
         # beats it
-        wire = dm.wire_flows(dm._flows(plan, nbytes, 1, 0))
+        wire = wire_flows(dm._flows(plan, nbytes, 1, 0))
         nic_s = dm.QPS * wire[0].bytes * 8 / (min(plan.rdma_nic().values()) * 1e6)
         assert 2.0 * 1.01 < nic_s < 2.0 * 1.03  # 4 KiB frames: ~1.4% of headers
         assert planned["completion_s"]["median"] == pytest.approx(nic_s, rel=1e-6)

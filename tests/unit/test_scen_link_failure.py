@@ -10,8 +10,9 @@ import pytest
 
 from controllers.paths import PathFinder
 from scenarios import link_failure_metrics as lm
+from scenarios.common import wire_flows
 from scenarios.experiments import link_failure as lf
-from testbed.models.flowmodel import model_flows
+from testbed.models.perflow import model_flows
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 
@@ -234,7 +235,7 @@ def test_a_spine_down_never_costs_less_than_one_of_its_lanes_in_the_fluid_model(
     flows = lf.all_to_all(plan, 4.0)
     leaf, spine, _, _ = lf.pick_lane(plan)
     lane = [ln for ln in plan.links if {ln.a, ln.b} == {leaf, spine}][:1]
-    fluid = model_flows(plan, lm.wire_flows(flows), "ecmp-fluid", unit="mbps")
+    fluid = model_flows(plan, wire_flows(flows), "ecmp-fluid", unit="mbps")
     t_lane, _, _ = lm.fluid_after_cut(plan, flows, fluid, lane, frac)
     t_spine, _, _ = lm.fluid_after_cut(plan, flows, fluid, lf.spine_links(plan, spine), frac)
     assert fluid.completion_s < t_lane <= t_spine * (1 + 1e-9), (t_lane, t_spine)

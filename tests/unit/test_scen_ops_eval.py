@@ -10,6 +10,7 @@ import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
 from scenarios.experiments import ops_eval as oe
+from testbed.faultspec import KINDS
 from testbed.topologies import build
 
 
@@ -43,7 +44,7 @@ def _canned(lab: Any, **kw: Any) -> dict[str, Any]:
     from ops.evaluate import GroundTruth
 
     truth = [GroundTruth(k, f"c{i}", 100.0 * (i + 1), 100.0 * (i + 1) + 8)
-             for i, k in enumerate(oe.KINDS)]
+             for i, k in enumerate(KINDS)]
 
     def alert(det: str, comp: str, t: float) -> dict[str, Any]:
         return {"detector": det, "component": comp, "opened": t, "first_seen": t}
@@ -96,7 +97,7 @@ def test_the_job_summary_says_which_faults_the_job_felt() -> None:
     from ops.evaluate import GroundTruth
 
     truth = [GroundTruth(k, f"c{i}", 100.0 * (i + 1), 100.0 * (i + 1) + 8)
-             for i, k in enumerate(oe.KINDS[:4])]
+             for i, k in enumerate(KINDS[:4])]
     s = oe.job_summary(_iterations(truth), {"clean": 0.0, "faults": 100.0, "end": 500.0},
                        truth, 1.0)
     assert s["iter_s_clean"]["median"] == 0.5 and s["iter_s_clean"]["draws"] == 24
@@ -105,7 +106,7 @@ def test_the_job_summary_says_which_faults_the_job_felt() -> None:
             for r in s["per_fault"]] == [(2.0, 0, 0, True), (1.0, 9, 0, True),
                                          (None, 0, 3, True), (1.0, 0, 0, False)]
     assert s["failed"] == 3 and s["lossy"] == 3 and s["iterations"] == 500
-    assert s["per_kind"][oe.KINDS[3]] == {"faults": 1, "felt": 0}
+    assert s["per_kind"][KINDS[3]] == {"faults": 1, "felt": 0}
     # by phase: the fault-free phase, the fault phase's time outside every window, faults
     assert (s["clean_first_minute_s"], s["clean_last_over_first"]) == (0.5, 1.0)
     assert s["by_phase"]["clean"]["draws"] == 24 and s["by_phase"]["calibrate"] is None
@@ -120,7 +121,7 @@ def test_the_fault_free_phase_is_judged_apart_from_the_healthy_slots_after_fault
     is judged on its own, and its own slow tail shows."""
     from ops.evaluate import GroundTruth
 
-    truth = [GroundTruth(oe.KINDS[0], "c0", 100.0, 108.0)]
+    truth = [GroundTruth(KINDS[0], "c0", 100.0, 108.0)]
     its = _iterations(truth)
     for it in its:
         if 120 < it["started"] < 240:  # after the fault: the job four times slower a while
@@ -162,10 +163,10 @@ def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
     s = read_json(out, "summary.json")
     check_entry(s["baseline_mbps"], draws=1)
     assert s["baseline_mbps"]["model"]["draws"] == 5
-    assert s["detect_polls"]["draws"] == len(oe.KINDS)
+    assert s["detect_polls"]["draws"] == len(KINDS)
     assert s["detect_polls"]["p25"] <= s["detect_polls"]["median"] <= s["detect_polls"]["p75"]
     report = read_text(out, "REPORT.md")
-    n = len(oe.KINDS)
+    n = len(KINDS)
     assert f"{n}/{n} faults" in report and f"{n - 2}/{n}" in report
     assert "N=5 over hash draws" in report
     # the baselines beside the agent, the same keys, scored on the same run
@@ -255,7 +256,7 @@ def test_a_run_is_scored_again_from_its_file_alone(
     assert ops_cli.main(["rescore", out]) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split()[:3] == ["source", "recall", "alert"]
-    assert "static-thresholds" in table and f"{len(oe.KINDS)} faults" in table
+    assert "static-thresholds" in table and f"{len(KINDS)} faults" in table
     assert digest() == before  # read, never written
     empty = os.path.join(str(tmp_path), "empty")
     os.makedirs(empty)

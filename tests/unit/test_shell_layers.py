@@ -11,9 +11,10 @@ import sys
 import pytest
 
 from testbed.datapath import choose_datapath
+from testbed.reachability import Reachability, fping_unreached
+from testbed.shaping import HTB_QUANTUM, htb_commands, queue_packets
 from testbed.shell import preflight
-from testbed.shell.lab import Reachability, _fping_unreached, htb_commands, queue_packets
-from testbed.shell.mntopo import HTB_QUANTUM, OF_PROTOCOLS, PlanTopo
+from testbed.shell.mntopo import OF_PROTOCOLS, PlanTopo
 from testbed.topologies import build
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -145,7 +146,7 @@ FPING = """10.0.0.2 : xmt/rcv/%loss = 1/1/0%, min/avg/max = 0.41/0.41/0.41
 
 def test_fping_summary_parsing() -> None:
     targets = ["10.0.0.2", "10.0.1.1", "10.0.1.2", "10.0.9.9"]  # the last one never answered
-    assert _fping_unreached(FPING, targets) == ["10.0.1.1", "10.0.9.9"]
+    assert fping_unreached(FPING, targets) == ["10.0.1.1", "10.0.9.9"]
 
 
 def test_reachability_reports_loss_and_retries_honestly() -> None:

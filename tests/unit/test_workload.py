@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from traffic import workload as wl
+from traffic.token_routing import argsmallest, route_reference, route_tokens
 from traffic.workload import (
     PRESETS,
     Gating,
@@ -23,7 +24,6 @@ from traffic.workload import (
     eplb,
     hotset,
     imbalance,
-    route_tokens,
     simulate_step,
     token_bytes,
     uniform,
@@ -159,7 +159,7 @@ def test_fast_routing_matches_the_brute_force_rule(experts: int, groups: int | N
     n = 60_000
     fast = route_tokens(p, n, top_k, np.random.default_rng(1), groups=groups,
                         max_groups=max_groups)
-    ref = wl._route_reference(p, n, top_k, np.random.default_rng(2), groups, max_groups)
+    ref = route_reference(p, n, top_k, np.random.default_rng(2), groups, max_groups)
     f_fast = np.bincount(fast.ravel(), minlength=experts) / n
     f_ref = np.bincount(ref.ravel(), minlength=experts) / n
     assert np.abs(f_fast - f_ref).max() < 0.012  # ~5 sigma at 60k tokens
@@ -175,7 +175,7 @@ def test_fast_routing_matches_the_brute_force_rule(experts: int, groups: int | N
 
 def test_argsmallest_agrees_with_argsort() -> None:
     v = np.random.default_rng(0).random((500, 32)) * 1e3
-    got = wl._argsmallest(v.copy(), 5)
+    got = argsmallest(v.copy(), 5)
     want = np.argsort(v, axis=1)[:, :5]
     assert np.array_equal(np.sort(got, axis=1), np.sort(want, axis=1))
 

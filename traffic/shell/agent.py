@@ -94,7 +94,7 @@ from traffic.roce import (
     flow_report,
     sender_report,
 )
-from traffic.rxstate import _F_LAST, fold, new_flow, receiver_report
+from traffic.rxstate import F_LAST, fold, new_flow, receiver_report
 from vocab.flows import ROCE_PORT
 from vocab.plan import write_json_atomic
 
@@ -461,7 +461,7 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
     sock.close()
     result = receiver_report(flows, port, kernel_ts, reason, stopped_ns, malformed, stamp_ns)
     result["kernel_drops"] = {
-        "rxq_ovfl": max((_stamp_ovfl(f[_F_LAST]) for f in flows.values()), default=0),
+        "rxq_ovfl": max((_stamp_ovfl(f[F_LAST]) for f in flows.values()), default=0),
         "socket": drops,
         "udp_rcvbuf_errors": (errors1 - errors0) if errors0 is not None and errors1 is not None
         else None}

@@ -380,7 +380,7 @@ def replay(lab: RunningLab, flows: Iterable[FlowSpec], *, pmtu: int | None = Non
         wait_ready(lab.files, {dst: (p, out + ".ready") for dst, (p, out) in recv.items()})
         spec_paths = {}
         for src, mine in sorted(by_src.items()):
-            spec = _spec(lab, src, mine, pmtu, rate_mbps) | entropy
+            spec = sender_spec(lab, src, mine, pmtu, rate_mbps) | entropy
             sent_files[src] = os.path.join(work, f"sent-{src}.json")
             spec_paths[src] = tp.write_spec(src, spec, work)  # before the clock starts
         lab.files.push({src: [path] for src, path in spec_paths.items()})
@@ -462,8 +462,8 @@ def drop_roce(lab: RunningLab, hosts: list[str], undo: bool = False) -> None:
         lab.hosts[name].waitOutput()
 
 
-def _spec(lab: RunningLab, src: str, flows: list[FlowSpec], pmtu: int,
-          rate_mbps: float | None) -> dict[str, Any]:
+def sender_spec(lab: RunningLab, src: str, flows: list[FlowSpec], pmtu: int,
+                rate_mbps: float | None) -> dict[str, Any]:
     node = lab.plan.node(src)
     out = {"intf": f"{src}-eth0", "src_mac": node.mac, "src_ip": node.ip,
            "rate_mbps": rate_mbps or lab.plan.rdma_nic()[src], "pmtu": pmtu,

@@ -1,6 +1,7 @@
 """Fault injection on a running ``Lab``: break a named part of the fabric on a schedule, mend it.
 
-    from testbed.shell.faults import Fault, FaultInjector, random_schedule
+    from testbed.faultspec import Fault, random_schedule
+    from testbed.shell.faults import FaultInjector
 
     with Lab(plan) as lab, FaultInjector(lab) as inj:
         h = inj.inject(Fault("link-degrade", "lf0r1~spine2#0", fraction=0.25))
@@ -57,7 +58,7 @@ pure half, which makes it a ``Fault`` kind at all (its target, its rules, its ra
 knobs), is ``testbed/faultkinds/<name>.py`` (see there why the two halves are two files);
 a new kind is that pair of new files.
 
-Where things live (each name below but the tc lines is importable from here): the pure
+Where things live (import each name from its own module): the pure
 parts, unit-tested without root (``Fault`` and its validation, targets, the
 ``nft``/``iptables`` commands, the incast's shape, ``random_schedule``), are in
 ``testbed.faultspec`` and ``testbed.faultkinds``; this package runs them on a lab
@@ -80,87 +81,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from testbed import daemons
-from testbed.faultmarks import (
-    CORRUPT_TABLE,
-    ENV_MARK,
-    IPT_IN,
-    IPT_OUT,
-    LINK_SINK,
-    LINK_SINK_PEER,
-    LOSS_TABLE,
-    MTU_MARK,
-    NFT_FAMILY,
-    NFT_PREFIX,
-    NFT_TABLE,
-    OF_COOKIE,
-    SINK,
-    SINK_PEER,
-    link_sink,
-    link_table,
-)
-from testbed.faultspec import (
-    CONTROLLER,
-    CORRUPT_XOR,
-    HOT_PAYLOAD,
-    HOT_PORT,
-    HOT_SPORT_BASE,
-    KINDS,
-    LINK_DIRECTIONS,
-    MAX_HOT_SENDERS,
-    NUMGEN_MOD,
-    TARGET_KIND,
-    WIRE_OVERHEAD,
-    Fault,
-    Target,
-    canonical_component,
-    fabric_part,
-    hot_streams,
-    incast_bytes,
-    incast_weights,
-    iptables_loss_commands,
-    leaf_switches,
-    link_ends,
-    link_name,
-    nft_corruption_script,
-    nft_loss_commands,
-    nft_loss_script,
-    parallel_links,
-    parse_htb_rate,
-    parse_target,
-    random_schedule,
-    resolve,
-    schedule_kinds,
-    sending_ends,
-    traffic_links,
-)
+from testbed.faultmarks import NFT_FAMILY
+from testbed.faultspec import KINDS, Fault, link_ends, parse_target, resolve
 from testbed.shell import cleanup
-from testbed.shell.cleanup import (
-    blackhole_rules,
-    cleanup_faults,
-    fault_leftovers,
-    fault_processes,
-    nic_loss_leftovers,
-)
 from testbed.shell.preflight import LabError, loss_backend_problems, nft_rules_problem
 from traffic.shell.running import RunningLab
 from vocab.plan import Link, WiringPlan
 from vocab.plugins import Plugin, Plugins
 
-#: Every public name, including those defined in ``faultspec``, ``faultmarks``, ``cleanup``
-#: and ``preflight``: callers import them all from here.
 __all__ = [
-    "CONTROLLER", "CORRUPT_TABLE", "CORRUPT_XOR", "ENV_MARK", "Fault", "FaultContext",
-    "FaultError", "FaultInjector", "HOT_PAYLOAD", "HOT_PORT", "HOT_SPORT_BASE", "Handle",
-    "INJECTORS", "IPT_IN", "IPT_OUT", "InjectorModule", "KINDS", "LINK_DIRECTIONS",
-    "LINK_SINK", "LINK_SINK_PEER", "LOSS_TABLE", "MAX_HOT_SENDERS", "MTU_MARK", "NFT_FAMILY",
-    "NFT_PREFIX", "NFT_TABLE", "NUMGEN_MOD", "OF_COOKIE", "SINK", "SINK_PEER", "ScheduleRun",
-    "TARGET_KIND", "Target", "WIRE_OVERHEAD", "blackhole_rules", "canonical_component",
-    "cleanup_faults", "fabric_part", "fault_leftovers", "fault_processes", "hot_streams",
-    "incast_bytes", "incast_weights", "iptables_loss_commands", "leaf_switches",
-    "link_ends", "link_name", "link_sink", "link_table", "loss_backend_problems",
-    "nft_corruption_script", "nft_loss_commands", "nft_loss_script", "nft_rules_problem",
-    "nic_loss_leftovers", "parallel_links", "parse_htb_rate", "parse_target",
-    "random_schedule", "resolve", "schedule_kinds", "sending_ends", "traffic_links",
+    "FaultContext", "FaultError", "FaultInjector", "Handle", "INJECTORS", "InjectorModule",
+    "ScheduleRun",
 ]
 
 

@@ -10,8 +10,14 @@ import time
 import uuid
 from typing import Any
 
+from testbed.faultkinds.hot_receiver import (
+    HOT_PAYLOAD,
+    HOT_PORT,
+    HOT_SPORT_BASE,
+    MAX_HOT_SENDERS,
+    hot_streams,
+)
 from testbed.faultmarks import ENV_MARK
-from testbed.faultspec import HOT_PAYLOAD, HOT_PORT, HOT_SPORT_BASE, MAX_HOT_SENDERS, hot_streams
 from testbed.shell.faults import FaultContext, FaultError, Handle
 from traffic.shell import programs
 from traffic.shell.running import pull_written, signal_program, wait_ready

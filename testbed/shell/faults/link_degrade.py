@@ -16,7 +16,7 @@ from vocab.plan import Link, WiringPlan
 def htb_rate_command(dev: str, mbps: float) -> list[str]:
     """``tc class change`` of the lab's HTB class 5:1 on ``dev`` to ``mbps``.
 
-    Built from ``testbed.shell.lab.htb_commands`` (its ``class add`` line, verb changed) so
+    Built from ``testbed.shaping.htb_commands`` (its ``class add`` line, verb changed) so
     burst and quantum stay exactly what bring-up used; only the rate differs.
     """
     add = next(c for c in htb_commands(dev, mbps) if c.startswith("class add "))

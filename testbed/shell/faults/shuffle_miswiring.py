@@ -24,7 +24,7 @@ from testbed.faultspec import link_name
 from testbed.shell.cleanup import intf_state
 from testbed.shell.faults import FaultContext, FaultError, Handle
 from testbed.shell.lab import OVS_PORT_RCVBUF
-from testbed.shell.machine import _socket_buffers
+from testbed.shell.machine import socket_buffers
 
 Sh = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -46,7 +46,7 @@ def move(ctx: FaultContext, moves: dict[str, Home], where: str) -> None:
     it adds ports, so the moved ports' packet sockets are as deep as the others'. ``where``:
     a switch of the daemon that has both ports (``FaultContext.sh``)."""
     deep = ctx.lab.datapath == Datapath.USER
-    with _socket_buffers(OVS_PORT_RCVBUF) if deep else contextlib.nullcontext():
+    with socket_buffers(OVS_PORT_RCVBUF) if deep else contextlib.nullcontext():
         ctx.sh(move_command(moves), where)
 
 
