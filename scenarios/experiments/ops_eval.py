@@ -6,7 +6,7 @@ carries a MoE job (``traffic.shell.moejob``: training iterations of dispatch the
 a decode burst every other one, the iteration time measured; ``job="probes"`` leaves it
 out) and steady probe streams (every NIC to a NIC under another leaf, many source ports
 so ECMP spreads them) for a fault-free phase and then a fault phase of equal length, in
-which ``testbed.shell.faults.random_schedule`` injects ``per_kind`` faults of every kind
+which ``testbed.faultspec.random_schedule`` injects ``per_kind`` faults of every kind
 (each module of ``testbed/faultkinds/``), ``concurrent`` at a time in different parts of
 the fabric. The
 collector polls every ``interval``; the detectors run after every poll; the deterministic
