@@ -11,7 +11,7 @@ from typing import Any
 import matplotlib.image as mpimg
 
 from scenarios.experiments.expert_skew import CASES, expert_skew
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from vocab.plan import WiringPlan
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -85,5 +85,5 @@ def test_expert_skew_quick_writes_a_complete_report(
     config = read_json(os.path.join(out, "config.json"))
     assert [v["label"] for v in config["fidelity"]] == list(CASES)
     assert all(v["verdict"] in ("ok", "warn") for v in config["fidelity"])
-    assert_clean(build("astral3", servers=p["servers"], gpus=p["gpus_per_server"],
-                       servers_per_block=2, scale=p["scale"]))
+    assert_clean(build_for_gpus("astral3", p["gpus"], p["gpus_per_server"],
+                                servers_per_block=2, scale=p["scale"]))

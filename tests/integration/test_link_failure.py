@@ -13,7 +13,7 @@ from collections.abc import Callable
 from test_expert_skew import assert_png, read_csv, read_json, read_text
 
 from scenarios.experiments.link_failure import link_failure
-from testbed.topologies import build
+from testbed.topologies import build_for_gpus
 from vocab.plan import WiringPlan
 
 
@@ -61,5 +61,5 @@ def test_link_failure_quick_writes_a_complete_report(
         # the controller saw the ports go down (port status -> reroute)
         assert any(not x["up"] for x in run["health"]["reroutes"]), run["health"]
         assert run["summary"]["bytes_received"] > 0.5 * run["summary"]["bytes_sent"]
-    assert_clean(build("astral3", servers=p["servers"], gpus=p["gpus_per_server"],
-                       servers_per_block=2, scale=p["scale"]))
+    assert_clean(build_for_gpus("astral3", p["gpus"], p["gpus_per_server"],
+                                servers_per_block=2, scale=p["scale"]))

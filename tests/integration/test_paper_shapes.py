@@ -14,7 +14,7 @@ from typing import Any
 
 from scenarios.experiments.paper_shapes import paper_shapes
 from scenarios.paper_shapes_table import ROWS
-from testbed.topologies import build
+from testbed.topologies import build, build_for_gpus
 from vocab.plan import WiringPlan
 
 
@@ -71,8 +71,8 @@ def test_paper_shapes_quick_fills_every_row(
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
     gps = p["ep_gpus_per_server"]
-    for plan in (build("astral3", servers=p["servers"], gpus=p["gpus"], scale=p["scale"]),
-                 build("railonly", servers=p["servers"], gpus=p["gpus"], scale=p["scale"]),
+    for plan in (build_for_gpus("astral3", p["gpus"], p["gpus_per_server"], scale=p["scale"]),
+                 build_for_gpus("railonly", p["gpus"], p["gpus_per_server"], scale=p["scale"]),
                  build("astral3", servers=max(p["ep_sizes"]) // gps, gpus=gps,
                        scale=p["ep_scale"])):
         assert_clean(plan)
