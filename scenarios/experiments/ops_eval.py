@@ -279,8 +279,7 @@ def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
             "fault_free_p95_over_p50": round(_p95(fault_free) / p50, 3) if p50 else None,
             # the fault-free phase alone: a run with no fault at all (the healthy slots
             # above follow faults, whose recovery the job may still be feeling)
-            "clean_p95_over_p50": round(_p95(clean) / statistics.median(clean), 3)
-            if clean else None,
+            "clean_p95_over_p50": round(_p95(clean) / base["median"], 3) if base else None,
             # the fault-free phase's first and last minute: does the job slow as it runs?
             "clean_first_minute_s": round(statistics.median(first), 4) if first else None,
             "clean_last_minute_s": round(statistics.median(last), 4) if last else None,

@@ -247,6 +247,15 @@ def stand_ins(root: Path, packages: Iterable[str]) -> list[str]:
     return bad
 
 
+def package(root: Path) -> Path:
+    """A throwaway package ``pkg`` under ``root`` (its ``__init__`` empty), for a rule's
+    self-test to write its modules into."""
+    pkg = root / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    return pkg
+
+
 def test_no_module_stands_in_for_another() -> None:
     """Every module name is the module that holds the code: a name that does not exist
     fails at the import that names it, and no reader or patch lands on a stand-in."""
@@ -255,9 +264,7 @@ def test_no_module_stands_in_for_another() -> None:
 
 
 def test_the_stand_in_rule_finds_each_kind(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
+    pkg = package(tmp_path)
     (pkg / "real.py").write_text("def __getattr__x():\n    pass\n")
     (pkg / "alias.py").write_text("import sys\nfrom pkg import real\n"
                                   "sys.modules[__name__] = real\n")
@@ -290,9 +297,7 @@ def test_no_module_is_over_800_lines() -> None:
 
 
 def test_the_graph_finds_a_cycle_through_a_lazy_relative_import(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
+    pkg = package(tmp_path)
     (pkg / "a.py").write_text("from pkg import b\n")
     (pkg / "b.py").write_text("def f():\n    from .c import g\n")
     (pkg / "c.py").write_text("import subprocess\nimport pkg.a\n")
@@ -367,9 +372,7 @@ def test_every_name_is_imported_from_the_module_that_defines_it() -> None:
 
 
 def test_the_facade_rule_finds_each_kind(tmp_path: Path) -> None:
-    pkg = tmp_path / "pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
+    pkg = package(tmp_path)
     (pkg / "real.py").write_text("X = 1\n_HIDDEN = 2\n\n\ndef f():\n    pass\n")
     (pkg / "facade.py").write_text("from pkg.real import X, f\n\nY: int = 2\n"
                                    "__all__ = ['X', 'Y', 'f']\n")
