@@ -163,7 +163,8 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
                 job: tuple[KernelTraffic, KernelTraffic | None] | None = None,
                 decode_every: int = 2, job_mbps: float | None = None,
                 concurrent: int = 1, controls: float = CONTROLS,
-                calibrate_s: float | None = None) -> dict[str, Any]:
+                calibrate_s: float | None = None,
+                clean_s: float | None = None) -> dict[str, Any]:
     """A calibration, a fault-free phase and a fault phase on a running lab; what every
     alert source raised in them, raw, for ``ops.evaluate.score_run`` to score.
 
@@ -174,7 +175,8 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     ``seed``, stand among them (``healthy_slots``): no fault, the same traffic, so false
     alarms are also counted late in the run, not only in the fault-free phase that comes
     first. ``severity`` (gray, hard or mixed) is the schedule's; ``kinds`` None takes every
-    kind that has it. The fault-free phase is as long as the fault phase; before it,
+    kind that has it. The fault-free phase lasts ``clean_s`` (None: as long as the fault
+    phase, so false alarms are counted over equal times); before it,
     ``calibrate_s`` seconds (default a third of it, at least 30 polls) of clean traffic
     set the static-thresholds baseline's thresholds (``ops.baselines.calibrated``).
     ``store_path``: keep the telemetry in that SQLite file.
@@ -216,13 +218,14 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     warmup_s = 15 * interval
     calib_s = min(max(30 * interval, phase_s / 3), CALIBRATE_MAX_POLLS * interval) \
         if calibrate_s is None else calibrate_s
-    out: dict[str, Any] = {"phase_s": phase_s, "interval_s": interval,
+    clean_s = phase_s if clean_s is None else clean_s
+    out: dict[str, Any] = {"phase_s": phase_s, "clean_s": clean_s, "interval_s": interval,
                            "mbps_per_host": mbps_per_host, "severity": severity,
                            "plan": plan.to_dict(), "calibrate_s": calib_s,
                            "healthy_slots": [gap_s / 2 + i * slot_s for i in healthy],
                            "slot_s": slot_s,
                            "schedule": [_fault_dict(f) for f in schedule]}
-    streams = steady_traffic(lab, warmup_s + SETTLE_S + calib_s + 2 * phase_s + 60,
+    streams = steady_traffic(lab, warmup_s + SETTLE_S + calib_s + clean_s + phase_s + 60,
                              mbps_per_host)
     # the observer polls, detects and diagnoses in a process of its own, beside the job
     observer = ObserverProcess(LabRecord.of(lab), interval=interval, store_path=store_path)
@@ -235,7 +238,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
             log(f"ops-eval: MoE job running ({len(moe.phases)} training phases per iteration, "
                 f"a decode burst every {decode_every})")
         log(f"ops-eval: warm-up {warmup_s:g} s, calibration {calib_s:g} s, then a fault-free "
-            f"phase of {phase_s:g} s")
+            f"phase of {clean_s:g} s")
         time.sleep(warmup_s)
         if moe is not None:  # the fault-free phase starts from the job's steady state
             wait = time.monotonic() + SETTLE_S
@@ -247,7 +250,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         time.sleep(calib_s)
         out["thresholds"] = observer.calibrate(t_cal)
         t_clean = time.time()
-        time.sleep(phase_s)
+        time.sleep(clean_s)
         t_fault = time.time()
         out["baseline_mbps"] = observer.baseline()
         log(f"ops-eval: fault phase, {n} {severity} faults ({', '.join(kinds)}) and "

@@ -61,7 +61,7 @@ from testbed.faultspec import KINDS, schedule_kinds
 from testbed.topologies import build_for_gpus
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
-from vocab.validate import SEED, count, positive
+from vocab.validate import SEED, count, positive, real
 
 #: what the faults land in (``--job``)
 JOB_TRAFFIC = ("moe", "probes")
@@ -92,6 +92,9 @@ WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
     Param("fault_s", 10.0, "longest fault (s)", quick=8.0, rule=SECONDS),
     Param("gap_s", 12.0, "gap between faults (s): recovery before the next", quick=10.0,
           rule=SECONDS),
+    Param("clean_s", 0.0, "fault-free phase (s) before the faults; 0 makes it as long as the "
+          "fault phase (a long one shows whether the job slows as its observer runs)",
+          rule=real(0, 3600)),
     Param("interval", 1.0, "telemetry polling interval (s)", rule=positive(60)),
     Param("mbps_per_host", 4.0, "probe streams each NIC sends (emulated Mb/s)", quick=20.0,
           rule=positive(MAX_EMULATED_MBPS)),
@@ -125,6 +128,7 @@ def ops_eval(run: Run) -> None:
                           job=job, job_mbps=p["job_mbps"], concurrent=p["concurrent"],
                           fault_s=p["fault_s"], gap_s=p["gap_s"], seed=p["seed"],
                           interval=p["interval"], mbps_per_host=p["mbps_per_host"],
+                          clean_s=p["clean_s"] or None,
                           store_path=run.path("telemetry.sqlite"), log=run.log,
                           on_faults=run.show_faults)
     run.stage("fault-free and fault phases done")

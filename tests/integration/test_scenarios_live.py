@@ -193,7 +193,7 @@ def test_ops_eval_quick(results_root: Any, assert_clean: Any,
     shown: list[list[dict[str, Any]]] = []  # what the live view was told, in order
     show = Run.show_faults
     monkeypatch.setattr(Run, "show_faults", lambda run, f: (shown.append(f), show(run, f)))
-    res = ops_eval(quick=True)
+    res = ops_eval(quick=True, clean_s=60.0)  # a fault-free phase of its own length
     rows = check_run(res.path, ["detect_time.png"], ["## Scores against the goals",
                                                       "## Every fault"])
     # every kind with hard faults (the default severity), one each
@@ -224,4 +224,8 @@ def test_ops_eval_quick(results_root: Any, assert_clean: Any,
     assert d["draws"] == summary["detected"] and d["p25"] <= d["median"] <= d["p75"]
     with open(os.path.join(res.path, "telemetry.sqlite"), "rb") as f:
         assert f.read(16) == b"SQLite format 3\x00"
+    with open(os.path.join(res.path, "ops_eval.json")) as f:
+        raw = json.load(f)
+    assert 60.0 <= raw["phases"]["faults"] - raw["phases"]["clean"] < 65.0, raw["phases"]
+    assert raw["clean_s"] == 60.0 and raw["phase_s"] != 60.0
     assert_clean(build("astral3", servers=2, gpus=2))
