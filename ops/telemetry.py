@@ -144,6 +144,7 @@ class Store:
         self.path = path
         self.max_rows = max_rows
         self._lock = threading.Lock()
+        self._writer = False  # a read-only store leaves the file's journal as it found it
         if readonly:
             uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
@@ -160,11 +161,21 @@ class Store:
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False)
+        # a commit every poll: with SQLite's default rollback journal each one is a sync
+        # to disk, kernel work that grows with the file and competes with the job it
+        # watches; a write-ahead log syncs only when it folds the log back in
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
         self._db.commit()
+        self._writer = True
 
     def close(self) -> None:
         with self._lock:
+            if self._writer:
+                # back to one self-contained file, as readers opening it read-only expect
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self._db.execute("PRAGMA journal_mode=DELETE")
             self._db.close()
 
     def __enter__(self) -> Store:
