@@ -108,11 +108,15 @@ def canonical(component: str, plan: WiringPlan | None = None) -> str:
 
 
 # --- the store -----------------------------------------------------------------------------
+#: One index, on time: a poll's rows are appended to it together. An index by series would
+#: put each poll's row of every series in a page of its own, rewriting a page per series
+#: at every poll once the file holds a few minutes, work that grows with the run and
+#: competes with the job the collector watches. Reads by series scan a time range.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS samples (
     t REAL NOT NULL, component TEXT NOT NULL, metric TEXT NOT NULL, value REAL);
-CREATE INDEX IF NOT EXISTS samples_by_series ON samples (component, metric, t);
+CREATE INDEX IF NOT EXISTS samples_by_t ON samples (t);
 CREATE TABLE IF NOT EXISTS alerts (
     id INTEGER PRIMARY KEY, detector TEXT NOT NULL, severity TEXT NOT NULL,
     component TEXT NOT NULL, summary TEXT NOT NULL, evidence TEXT NOT NULL,
@@ -248,14 +252,15 @@ class Store:
 
     def latest(self, component: str | None = None) -> dict[tuple[str, str], tuple[float, float]]:
         """The newest ``(t, value)`` of every series (of one component, or all)."""
-        q = ("SELECT component, metric, t, value FROM samples s WHERE t = (SELECT max(t) FROM "
-             "samples WHERE component=s.component AND metric=s.metric)")
+        # SQLite takes the bare column (value) from the row that holds the max(t)
+        q = "SELECT component, metric, max(t), value FROM samples"
         args: list[Any] = []
         if component is not None:
-            q += " AND component=?"
+            q += " WHERE component=?"
             args.append(component)
         with self._lock:
-            return {(c, m): (t, v) for c, m, t, v in self._db.execute(q, args)}
+            return {(c, m): (t, v) for c, m, t, v in
+                    self._db.execute(q + " GROUP BY component, metric", args)}
 
     def history(self, since: float | None = None) -> History:
         """Everything since ``since`` as a ``History`` (what the detectors read)."""
