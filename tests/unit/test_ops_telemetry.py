@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import pytest
@@ -99,6 +100,29 @@ def test_store_is_bounded_and_readable_by_sqlite(tmp_path) -> None:  # noqa: ANN
         assert st.alerts()[0]["evidence"] == {"x": [1, 2]}
         assert st.alerts(active_only=True) == []
         assert st.events()[0]["detail"] == {"kind": "nic-loss"}
+
+
+def test_latest_keeps_a_stopped_series_and_a_closed_file_is_whole(tmp_path) -> None:  # noqa: ANN001
+    """A series that stopped reporting keeps its last row; values never mix across rows;
+    while a run writes, the log beside the file is folded back in when the store closes,
+    so a reader given only the file (read-only, or a copy) sees every row."""
+    path = str(tmp_path / "t.sqlite")
+    st = T.Store(path)
+    for i in range(5):
+        vals = {("s0g0", "rx_mbps"): 10.0 + i, ("s0g0", "tx_mbps"): 20.0 + i}
+        if i < 2:  # a series that stops after the second poll
+            vals[("s0g1", "rx_mbps")] = 100.0 + i
+        st.add_samples(float(i), vals)
+    assert st.latest() == {("s0g0", "rx_mbps"): (4.0, 14.0), ("s0g0", "tx_mbps"): (4.0, 24.0),
+                           ("s0g1", "rx_mbps"): (1.0, 101.0)}
+    assert st.latest("s0g1") == {("s0g1", "rx_mbps"): (1.0, 101.0)}
+    assert st.latest("nobody") == {}
+    assert st.series("s0g0", "tx_mbps", since=2.0, until=3.0) == [(2.0, 22.0), (3.0, 23.0)]
+    st.close()
+    assert sorted(os.listdir(tmp_path)) == ["t.sqlite"]
+    with T.Store(path, readonly=True) as ro:
+        assert ro.count() == 12
+    assert sorted(os.listdir(tmp_path)) == ["t.sqlite"]
 
 
 def test_bad_parameters() -> None:
