@@ -58,8 +58,8 @@ from vocab.plan import Link, WiringPlan
 #: Default polling interval (seconds); the controller's own default poll is the same.
 DEFAULT_INTERVAL_S = 1.0
 #: Default bound of the samples table: the oldest rows go first (about 60 bytes a row on
-#: disk with its index, so ~60 MB; at the default 32-GPU fabric ~900 rows a poll, that is
-#: the last ~18 minutes at 1 s).
+#: disk with its index, so ~60 MB; the default 32-GPU fabric writes ~1,200 rows a poll, so
+#: this keeps its last ~14 minutes at 1 s).
 DEFAULT_MAX_ROWS = 1_000_000
 #: How many polls the in-memory history keeps for the detectors (5 minutes at 1 s).
 HISTORY_POLLS = 300
