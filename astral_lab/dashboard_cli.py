@@ -10,7 +10,7 @@
 ``python -m astral_lab.dashboard_cli --plan PLAN.json --controller URL --port N`` is how a
 ``Lab(dashboard=True)`` starts it in a process of its own (``testbed.shell.sidecars``);
 either way the URL is the first line printed. The server, page and data are
-``ops.shell.dashboard``, ``ops/static/`` and ``ops.dashboard``.
+``ops.shell.dashboard_server``, ``ops/static/`` and ``ops.dashboard``.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def serve(plan: WiringPlan, client: ControllerClient | None, *, port: int,
     """Serve the live view until ``stop`` is set or a signal stops it (then the status is
     128 + the signal, as for every verb); print the URL first."""
     from ops.shell.collector import host_pids_from_processes
-    from ops.shell.dashboard import LiveBackend, serve_until
+    from ops.shell.dashboard_server import LiveBackend, serve_until
 
     if host_pids is None:  # the hosts' Mininet shells, to read their NIC counters
         names = {h.name for h in plan.hosts}

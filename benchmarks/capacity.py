@@ -177,7 +177,7 @@ def sender_cmd(lab: RunningLab, plan: Any, a: str, b: str, i: int, pmtu: int, ra
     from traffic import native
     from traffic.kernels import FlowSpec
     from traffic.roce import ReplaySpec
-    from traffic.shell import native as helper
+    from traffic.shell import pktio as helper
     from traffic.shell.replay import sender_spec
 
     flow = FlowSpec.make(a, b, count * pmtu, qp=i, message_bytes=64 * pmtu)

@@ -132,7 +132,7 @@ if [ "$CHECK" -eq 1 ]; then
         stamp_ok || MISSING+=("venv: '.[dev]' not installed or older than pyproject.toml")
         verify_python 2>/dev/null || MISSING+=("venv: '$VERIFY_IMPORTS' fails")
         PYTHONDONTWRITEBYTECODE=1 "$VENV/bin/python" -c \
-            'from traffic.shell.native import path; path()' >/dev/null 2>&1 \
+            'from traffic.shell.pktio import path; path()' >/dev/null 2>&1 \
             || MISSING+=("the compiled traffic plane (astral-pktio) is missing or older than traffic/csrc/pktio.c")
     fi
     if [ "${#MISSING[@]}" -eq 0 ]; then
@@ -262,7 +262,7 @@ verify_python || die "'$VENV/bin/python -c \"$VERIFY_IMPORTS\"' failed"
 # module; compile it here (once, seconds) so no model run or test waits for it.
 "$VENV/bin/python" -m testbed.models.maxmin || die "compiling the flow model's kernel (python -m testbed.models.maxmin) failed"
 # The replay's compiled sender/receiver (traffic/csrc/pktio.c), rebuilt when its source changes.
-"$VENV/bin/python" -c 'from traffic.shell.native import build; build()' \
+"$VENV/bin/python" -c 'from traffic.shell.pktio import build; build()' \
     || die "building the compiled traffic plane (traffic/csrc/pktio.c) failed"
 SUMMARY+=("imports checked, flow model kernel and pktio compiled in $(( $(date +%s) - T )) s")
 command -v mnexec >/dev/null 2>&1 || die "mnexec not found on PATH (apt package mininet)"

@@ -163,7 +163,7 @@ def test_a_receiver_not_scheduled_for_half_a_second_loses_nothing(tmp_path: Any)
 
     from traffic.native import read_received
     from traffic.roce import Endpoints, FrameBuilder
-    from traffic.shell.native import path
+    from traffic.shell.pktio import path
 
     a, b = f"astrA{os.getpid() % 100000}", f"astrB{os.getpid() % 100000}"
     subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)

@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ops.dashboard import DashboardState, layout
-from ops.shell.dashboard import UpstreamError, check_lb_body
+from ops.shell.dashboard_server import UpstreamError, check_lb_body
 from testbed.topologies import build
 from vocab.plan import WiringPlan
 

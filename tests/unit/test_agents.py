@@ -23,7 +23,7 @@ from testbed.topologies import build
 from traffic import native
 from traffic.kernels import FlowSpec
 from traffic.roce import ReplaySpec
-from traffic.shell import native as helper
+from traffic.shell import pktio as helper
 from traffic.shell import replay as R
 from traffic.shell.agents import AgentError, AgentRun, HostAgents, Reply
 from traffic.shell.running import LocalFiles

@@ -80,12 +80,12 @@ def test_traffic_program_reads_what_runs_not_what_is_named(argv: list[str],
 
 def test_every_program_the_lab_starts_in_hosts_is_recognised() -> None:
     """The command lines as the lab builds them (the same names, one place)."""
-    from traffic.shell import native, replay
+    from traffic.shell import pktio, replay
 
     assert orphans.traffic_program(programs.python_module(programs.PROBE_MODULE)) \
         == programs.PROBE_MODULE
     assert orphans.traffic_program(replay.AGENT) == programs.AGENT_MODULE
-    assert orphans.traffic_program([str(native.default_path()), "serve"]) == programs.PKTIO
+    assert orphans.traffic_program([str(pktio.default_path()), "serve"]) == programs.PKTIO
 
 
 def test_run_marks_read_the_run_folder_in_any_argument() -> None:

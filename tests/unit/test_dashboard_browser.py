@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ops.shell.dashboard import DashboardServer
+from ops.shell.dashboard_server import DashboardServer
 from tests.unit.browser import Browser, chromium_path
 from tests.unit.dash_fakes import FakeBackend
 

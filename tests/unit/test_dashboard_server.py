@@ -1,4 +1,4 @@
-"""The live view's HTTP server (ops.shell.dashboard) against fake backends on 127.0.0.1."""
+"""The live view's HTTP server (ops.shell.dashboard_server) against fake backends on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from controllers.shell.client import ControllerClient
 from ops.metrics import CONTENT_TYPE
-from ops.shell.dashboard import DashboardServer, LiveBackend
+from ops.shell.dashboard_server import DashboardServer, LiveBackend
 from tests.unit.dash_fakes import FakeBackend, FakeController, demo_plan
 
 

@@ -36,7 +36,7 @@ from traffic.roce import (
     verify_icrc,
 )
 from traffic.rxstate import receiver_report
-from traffic.shell import native as helper
+from traffic.shell import pktio as helper
 
 
 @pytest.fixture(scope="module")

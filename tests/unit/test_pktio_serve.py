@@ -21,7 +21,7 @@ import pytest
 from tests.unit.netns import VethPair, veth_pair
 from traffic import native
 from traffic.roce import ReplaySpec
-from traffic.shell import native as helper
+from traffic.shell import pktio as helper
 
 
 @pytest.fixture(scope="module")

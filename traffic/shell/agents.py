@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from traffic.shell import native as helper
+from traffic.shell import pktio as helper
 from traffic.shell.launch import Program
 from traffic.shell.running import AGENT_START_S, kill_program, signal_program
 

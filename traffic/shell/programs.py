@@ -13,7 +13,7 @@ import sys
 PROBE_MODULE = "astral_lab.probe_cli"
 #: the replay's Python sender and receiver agents (``traffic.shell.replay``)
 AGENT_MODULE = "astral_lab.agent_cli"
-#: the compiled sender, receiver and host agent (``traffic.shell.native``, ``agents``)
+#: the compiled sender, receiver and host agent (``traffic.shell.pktio``, ``agents``)
 PKTIO = "astral-pktio"
 #: iperf3 bulk flows (``traffic.shell.iperf``)
 IPERF = "iperf3"

@@ -40,7 +40,7 @@ from controllers.fabric import DEFAULT_MODE
 from traffic import hostlb, native, rxsink
 from traffic.kernels import FlowSpec, KernelTraffic, controller_body
 from traffic.roce import Plane, ReplaySpec
-from traffic.shell import native as helper
+from traffic.shell import pktio as helper
 from traffic.shell import programs
 from traffic.shell.launch import Launcher, Program, Spawner
 from traffic.shell.running import AGENT_START_S, RunningLab, pull_written, wait_ready
