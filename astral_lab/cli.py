@@ -336,12 +336,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     print()
     print(format_table(result.rows))
-    if args.scenario == "demo":
-        from scenarios.experiments.demo import print_where
-
-        print_where(result)
-    else:
-        print(f"\nresults: {result.path}/ (REPORT.md, summary.csv, config.json, *.json, *.png)")
+    print(sc.closing(result))
     return 0
 
 
@@ -355,12 +350,13 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     from testbed.shell import cleanup
+    from testbed.shell.faults import INJECTORS
 
     if os.geteuid() != 0:
         print("astral-lab clean: error: must run as root (sudo astral-lab clean)",
               file=sys.stderr)
         return EXIT_USAGE
-    cleanup.clean()
+    cleanup.clean(kinds=INJECTORS.all().values())  # each fault kind's crash hook
     # Results of interrupted runs are marked *.partial and kept: they are the user's.
     if os.path.isdir(RESULTS):
         partial = [d for d in os.listdir(RESULTS) if d.endswith(".partial")]

@@ -21,7 +21,8 @@ notebook runs it and returns a ``RunResult``; ``astral-lab run lb-compare --quic
 same from the shell (one ``--flag`` per ``Param``); ``astral-lab list`` lists
 ``scenarios.experiments.SCENARIOS``, which finds every such module. ``fabrics`` declares
 the plans the run brings up, from its parameters, so ``--capture`` ports are checked
-against them before anything is made.
+against them before anything is made; ``epilogue=`` (optional) what ``astral-lab run``
+prints after the table instead of where the results are (the demo's tour of its files).
 
 Every run writes ``results/<timestamp>-<scenario>.partial/`` and renames it to its final
 name only when the report is complete, so a folder without the suffix is always whole. An
@@ -478,7 +479,8 @@ class Scenario:
 
     ``name`` is its module's (``vocab.plugins.plugin_name``), ``description`` one line for
     ``astral-lab list``, ``params`` its ``--flags`` and ``fn`` the run itself; ``fabrics``
-    the plans it brings up, by label, from its resolved parameters (``Run.fabric``).
+    the plans it brings up, by label, from its resolved parameters (``Run.fabric``);
+    ``epilogue`` what ``astral-lab run`` prints after the table (``closing``).
     """
 
     name: str
@@ -487,6 +489,15 @@ class Scenario:
     fn: Callable[[Run], None]
     doc: str = field(default="")
     fabrics: Callable[[dict[str, Any]], dict[str, WiringPlan]] | None = None
+    epilogue: Callable[[RunResult], str] | None = None
+
+    def closing(self, result: RunResult) -> str:
+        """What ``astral-lab run`` prints after the run's table: the scenario's own
+        ``epilogue`` (the tour walks a newcomer through its files), else where the results
+        are. Declared with the scenario, so the CLI never asks which scenario ran."""
+        if self.epilogue is not None:
+            return self.epilogue(result)
+        return f"\nresults: {result.path}/ (REPORT.md, summary.csv, config.json, *.json, *.png)"
 
     def plans(self, params: dict[str, Any]) -> dict[str, WiringPlan]:
         """The fabrics a run with ``params`` brings up, by label (none declared: none)."""
@@ -581,11 +592,14 @@ def _refused_before_start(run: Run, exc: BaseException) -> bool:
 
 
 def scenario(description: str, *params: Param, name: str | None = None,
-             fabrics: Callable[[dict[str, Any]], dict[str, WiringPlan]] | None = None
+             fabrics: Callable[[dict[str, Any]], dict[str, WiringPlan]] | None = None,
+             epilogue: Callable[[RunResult], str] | None = None
              ) -> Callable[[Callable[[Run], None]], Scenario]:
     """Declare ``fn`` a scenario (see the module docstring). Its name is its module's
     (``name`` only for one made outside ``scenarios/experiments/``: a notebook's, a test's);
-    ``fabrics(params)`` the plans it brings up, by label (``Scenario.fabrics``)."""
+    ``fabrics(params)`` the plans it brings up, by label (``Scenario.fabrics``);
+    ``epilogue(result)`` the text ``astral-lab run`` prints after the table in place of
+    the results line (``Scenario.closing``)."""
     odd = [p for p in params if not isinstance(p, Param)]
     if odd:
         raise TypeError(f"scenario(description, *params): a parameter must be a Param, not "
@@ -593,7 +607,7 @@ def scenario(description: str, *params: Param, name: str | None = None,
 
     def wrap(fn: Callable[[Run], None]) -> Scenario:
         return Scenario(name or plugin_name(fn.__module__), description, list(params), fn,
-                        doc=fn.__doc__ or "", fabrics=fabrics)
+                        doc=fn.__doc__ or "", fabrics=fabrics, epilogue=epilogue)
     return wrap
 
 

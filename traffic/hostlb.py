@@ -2,17 +2,18 @@
 
 The switches only hash; policies such as spraying, flowlets and PLB change what they
 hash, the UDP source port, per packet or per QP (``controllers.policies`` ``ENTROPY``).
-This module turns a policy and the fabric's rates into the senders' settings
-(``ReplaySpec`` fields) and the receivers' feedback options, so the replay's code stays
-about running agents. Times follow from the emulated rates: a frame's time on the
-slowest fabric link, and a path's base one-way delay as that many store-and-forward hops.
+A policy says what its senders and receivers do (``Policy.sender_settings`` and
+``receiver_args``, hooks of the policy module); this module gives them the fabric's times
+(``host_times``), so neither the replay's code nor this one asks which policy it is.
+Times follow from the emulated rates: a frame's time on the slowest fabric link, and a
+path's base one-way delay as that many store-and-forward hops.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from controllers.policies import Policy, base_rtt_s
+from controllers.policies import HostTimes, Policy, base_rtt_s
 from traffic.roce import OP_WRITE_MIDDLE, frame_len
 from vocab.flows import QP_SPORT_BASE, QP_SPORTS
 
@@ -44,26 +45,18 @@ def base_one_way_s(plan: Any, pmtu: int) -> float:
     return base_rtt_s(hops + 1, frame_len(OP_WRITE_MIDDLE, pmtu), _slowest_fabric_bps(plan))
 
 
+def host_times(plan: Any, pmtu: int) -> HostTimes:
+    """The times a host-side policy's hooks are given: this fabric's base RTT and frame time."""
+    return HostTimes(rtt_s=base_one_way_s(plan, pmtu), frame_s=frame_s(plan, pmtu))
+
+
 def sender_settings(policy: Policy, plan: Any, pmtu: int) -> dict[str, Any]:
-    """The ``ReplaySpec`` fields of ``policy``'s entropy rule (empty for one port per QP)."""
-    mode = policy.entropy
-    if mode == "qp":
-        return {}
-    out: dict[str, Any] = {"entropy": mode}
-    if "entropies" in policy.defaults:
-        out["entropies"] = int(policy.option("entropies"))
-    if mode == "flowlet":  # an RTT: the data's one-way delay plus the (tiny) ACK's
-        out["flowlet_gap_us"] = policy.option("gap_rtts") * base_one_way_s(plan, pmtu) * 1e6
-    if mode == "plb":
-        out["plb_rounds"] = int(policy.option("rounds"))
-    return out
+    """The ``ReplaySpec`` fields of ``policy``'s entropy rule (empty for one port per QP):
+    the policy says them (``Policy.sender_settings``), this fabric gives the times."""
+    return policy.sender_settings(host_times(plan, pmtu))
 
 
 def receiver_args(policy: Policy, plan: Any, pmtu: int) -> list[str]:
-    """``astral-pktio recv`` options for ``policy`` (plb: answer rounds with ACK/CNP)."""
-    if policy.entropy != "plb":
-        return []
-    base = base_one_way_s(plan, pmtu)  # also the RTT: the ACK's way back is a tiny frame
-    delay = base + policy.option("delay_frames") * frame_s(plan, pmtu)
-    return ["--feedback-round-us", f"{policy.option('round_rtts') * base * 1e6:.1f}",
-            "--feedback-delay-us", f"{delay * 1e6:.1f}"]
+    """``astral-pktio recv`` options for ``policy`` (its ``receiver_args``; plb's answer
+    rounds with ACK/CNP)."""
+    return policy.receiver_args(host_times(plan, pmtu))

@@ -6,7 +6,9 @@ new file: copy the closest module under a new name. This is the one mechanism al
 use, in the bottom layer so every package can:
 
 * ``discover`` turns a package into an ordered name -> module mapping (a module whose name
-  starts with ``_`` is not a plug-in: it holds what the plug-ins share);
+  starts with ``_`` is not a plug-in: it holds what the plug-ins share). A module places
+  itself in the listing with ``ORDER = <int>`` (lower first, ties by name); modules without
+  one follow, by name, so the order is declared where the plug-in is, not in a list;
 * ``Plugins`` is one kind's registry (``POLICIES``, ``TOPOLOGIES``, ...): ``names()``,
   ``get(name)`` and the one error for an unknown name (``unknown``), the same words for
   every kind;
@@ -40,19 +42,28 @@ def plugin_name(module: str, dashes: bool = True) -> str:
     return last.replace("_", "-") if dashes else last
 
 
-def discover(package: str, first: Iterable[str] = (), dashes: bool = True
-             ) -> dict[str, ModuleType]:
+def discover(package: str, dashes: bool = True) -> dict[str, ModuleType]:
     """Every module of ``package`` (searched along its ``__path__``) whose name does not
-    start with ``_``, imported, by ``plugin_name``. Names in ``first`` come first in that
-    order (the shipped plug-ins), then the rest by name."""
+    start with ``_``, imported, by ``plugin_name``, in listing order (``listing_key``)."""
     path = importlib.import_module(package).__path__
     found = {}
     for info in pkgutil.iter_modules(list(path)):
         if not info.name.startswith("_") and not info.ispkg:
             found[plugin_name(info.name, dashes)] = importlib.import_module(
                 f"{package}.{info.name}")
-    head = [n for n in first if n in found]
-    return {n: found[n] for n in head + sorted(n for n in found if n not in head)}
+    return {n: found[n] for n in sorted(found, key=lambda n: listing_key(n, found[n]))}
+
+
+def listing_key(name: str, module: ModuleType) -> tuple[int, int, str]:
+    """Where a plug-in lists: by its module's ``ORDER`` (an int), ties by name, then the
+    modules that declare none, by name. A non-integer ``ORDER`` is a ValueError naming the
+    module, since a typo there would silently move the plug-in to the end."""
+    order = getattr(module, "ORDER", None)
+    if order is None:
+        return (1, 0, name)
+    if not isinstance(order, int) or isinstance(order, bool):
+        raise ValueError(f"{module.__name__}: ORDER must be an int (got {order!r})")
+    return (0, order, name)
 
 
 def unknown(kind: str, name: object, known: Iterable[str]) -> ValueError:
@@ -125,17 +136,19 @@ class Plugin:
 class Plugins(Generic[P]):
     """One kind's registry: the modules of ``package``, each made a ``P`` by ``wrap``.
 
-    ``kind`` is the word the error uses ("policy", "topology", ...). ``first`` orders the
-    shipped plug-ins (the rest follow by name); ``dashes`` as in ``plugin_name``. A
-    registry made by ``where`` is a subset of another under its own word (the policies a
-    controller runs are its "controller mode"s). ``add`` takes a plug-in made outside the
-    package (a notebook's, a test's), listed after the package's own.
+    ``kind`` is the word the error uses ("policy", "topology", ...); the modules list in
+    their ``ORDER`` (``discover``); ``dashes`` as in ``plugin_name``. ``follow`` is the
+    registry this one serves (a fault kind's injectors serve its kinds): its names come
+    first in its order, then the rest as ``discover`` lists them, so one ``ORDER`` orders
+    both halves. A registry made by ``where`` is a subset of another under its own word
+    (the policies a controller runs are its "controller mode"s). ``add`` takes a plug-in
+    made outside the package (a notebook's, a test's), listed after the package's own.
     """
 
     def __init__(self, kind: str, package: str, wrap: Callable[[str, ModuleType], P], *,
-                 first: Iterable[str] = (), dashes: bool = True) -> None:
+                 dashes: bool = True, follow: Plugins[Any] | None = None) -> None:
         self.kind, self.package = kind, package
-        self._wrap, self._first, self._dashes = wrap, tuple(first), dashes
+        self._wrap, self._dashes, self._follow = wrap, dashes, follow
         self._found: dict[str, P] | None = None
         self._added: dict[str, P] = {}
         self._parent: Plugins[P] | None = None
@@ -146,8 +159,11 @@ class Plugins(Generic[P]):
         if self._parent is not None:
             return {n: p for n, p in self._parent.all().items() if self._keep(p)}
         if self._found is None:
-            self._found = {n: self._wrap(n, m) for n, m in
-                           discover(self.package, self._first, self._dashes).items()}
+            found = discover(self.package, self._dashes)
+            if self._follow is not None:
+                head = [n for n in self._follow.names() if n in found]
+                found = {n: found[n] for n in head + [n for n in found if n not in head]}
+            self._found = {n: self._wrap(n, m) for n, m in found.items()}
         return {**self._found, **self._added}
 
     def names(self) -> tuple[str, ...]:
@@ -169,8 +185,7 @@ class Plugins(Generic[P]):
 
     def where(self, kind: str, keep: Callable[[P], bool]) -> Plugins[P]:
         """The plug-ins ``keep`` accepts, as a registry whose errors say ``kind``."""
-        sub: Plugins[P] = Plugins(kind, self.package, self._wrap, first=self._first,
-                                  dashes=self._dashes)
+        sub: Plugins[P] = Plugins(kind, self.package, self._wrap, dashes=self._dashes)
         sub._parent, sub._keep = self, keep
         return sub
 

@@ -86,6 +86,27 @@ class PolicyModule(Protocol):
     """``expand(flows, options)``: the flows the host actually opens for ``flows`` (left
     out: the same). QP scaling stripes each flow over several QPs. The replay and the flow
     model both call it."""
+    sender_settings: Callable[[Mapping[str, float], HostTimes], Mapping[str, Any]] | None = None
+    """``sender_settings(options, times)``: what the replay's senders need beyond the
+    entropy rule itself (``ReplaySpec`` fields, e.g. flowlet's gap in microseconds from
+    ``times.rtt_s``). Left out: nothing more; ``ENTROPY`` and an ``entropies`` option
+    are passed on whatever the module says (``Policy.sender_settings``)."""
+    receiver_args: Callable[[Mapping[str, float], HostTimes], Sequence[str]] | None = None
+    """``receiver_args(options, times)``: ``astral-pktio recv`` options, for a policy whose
+    receivers answer the senders (PLB's rounds). Left out: none."""
+
+
+@dataclass(frozen=True)
+class HostTimes:
+    """The fabric's times a host-side policy sets its senders and receivers by, in seconds
+    (``traffic.hostlb`` takes them from the plan and the path MTU; ``base_rtt_s`` is the
+    unit both are made of)."""
+
+    rtt_s: float
+    """A full frame's unloaded one-way delay over the longest minimal path, which is also
+    the base RTT (the ACK's way back is a tiny frame)."""
+    frame_s: float
+    """A full frame's time on the slowest link between switches."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +216,25 @@ class Policy(Plugin):
         ``expand``)."""
         return self.hook("expand") is not None
 
+    def sender_settings(self, times: HostTimes) -> dict[str, Any]:
+        """The ``ReplaySpec`` fields of this policy's entropy rule: none for one port per
+        QP; else ``ENTROPY``, its ``entropies`` option if it has one, and whatever the
+        module's ``sender_settings`` adds (its options: defaults, then ``parse``'s)."""
+        if self.entropy == "qp":
+            return {}
+        out: dict[str, Any] = {"entropy": self.entropy}
+        if "entropies" in self.defaults:
+            out["entropies"] = int(self.option("entropies"))
+        fn = self.hook("sender_settings")
+        if fn is not None:
+            out.update(fn({**self.defaults, **self.options}, times))
+        return out
+
+    def receiver_args(self, times: HostTimes) -> list[str]:
+        """The receivers' ``astral-pktio recv`` options (the module's ``receiver_args``)."""
+        fn = self.hook("receiver_args")
+        return [] if fn is None else list(fn({**self.defaults, **self.options}, times))
+
     def expand(self, flows: Sequence[Any]) -> list[Any]:
         """The flows the host opens for ``flows`` (``expand`` of the module, if any)."""
         fn = self.hook("expand")
@@ -240,9 +280,8 @@ class ModelContext:
         return self._cache[self.seed]
 
 
-#: Every policy, in listing order: these first, then the rest by name.
-POLICIES: Plugins[Policy] = Plugins("policy", __name__, Policy,
-                                    first=("ecmp", "ecmp-fluid", "planned", "adaptive"))
+#: Every policy, in listing order (each module's ``ORDER``, then the rest by name).
+POLICIES: Plugins[Policy] = Plugins("policy", __name__, Policy)
 #: The policies the controller runs (``CONTROLLER``): its modes.
 CONTROLLER_MODES: Plugins[Policy] = POLICIES.where("controller mode", lambda p: p.controller)
 

@@ -15,6 +15,7 @@ from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext
 from vocab.flows import Flow
 
+ORDER = 40  # where it lists among the policies (vocab.plugins.listing_key)
 PINS = True
 POLLS = True
 RANDOM = True

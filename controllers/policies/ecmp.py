@@ -13,6 +13,7 @@ from controllers.paths import Path, PathFinder
 from controllers.policies import ModelContext
 from vocab.flows import Flow
 
+ORDER = 10  # where it lists among the policies (vocab.plugins.listing_key)
 PINS = False
 RANDOM = True
 METHOD = "lb.ecmp_assign (hash per flow)"

@@ -7,6 +7,7 @@ to spread each flow's rate over the ports instead of asking for paths.
 
 from __future__ import annotations
 
+ORDER = 20  # where it lists among the policies (vocab.plugins.listing_key)
 CONTROLLER = False
 SPLIT = True
 METHOD = "per-hop equal split (next_hops)"

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controllers.paths import Path, PathFinder
-from controllers.policies import ModelContext, base_rtt_s
+from controllers.policies import HostTimes, ModelContext, base_rtt_s
 from vocab.flows import Flow
 from vocab.validate import positive
 
@@ -71,6 +71,12 @@ def rule(flows: list[Flow], finder: PathFinder, options: Mapping[str, Any]) -> d
     rtt = base_rtt_s(hops + 1, frame_bits / 8, min(fabric) * 1e9)
     gap = float(options["gap_rtts"]) * rtt
     return {"spacing_s": median, "rtt_s": rtt, "gap_s": gap, "split": median >= gap}
+
+
+def sender_settings(options: Mapping[str, float], times: HostTimes) -> dict[str, float]:
+    """The senders' gap, in microseconds: ``gap_rtts`` base RTTs (the data's one-way delay
+    plus the tiny ACK's)."""
+    return {"flowlet_gap_us": options["gap_rtts"] * times.rtt_s * 1e6}
 
 
 def split(flows: list[Flow], finder: PathFinder, ctx: ModelContext) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from controllers import lb
 from controllers.paths import Path, PathFinder
-from controllers.policies import ModelContext
+from controllers.policies import HostTimes, ModelContext
 from vocab.flows import QP_SPORT_BASE, QP_SPORTS, Flow
 from vocab.validate import count, positive
 
@@ -47,6 +47,20 @@ NOTE = "PLB's steady state under the fluid model's loads (link bytes / capacity 
        "that cooled stops signalling), the last pass's paths are kept if links stay hot; " \
        "the time moving takes (rounds of CNPs before a re-draw, queues meanwhile) and the " \
        "rounds themselves are not modelled, and the paths found are kept for the whole job"
+
+
+def sender_settings(options: Mapping[str, float], times: HostTimes) -> dict[str, int]:
+    """A sender moves a QP after ``rounds`` CNPs in a row."""
+    return {"plb_rounds": int(options["rounds"])}
+
+
+def receiver_args(options: Mapping[str, float], times: HostTimes) -> list[str]:
+    """The receivers answer each round (``round_rtts`` base RTTs) with an ACK, or a CNP
+    when half its packets queued more than ``delay_frames`` frame times beyond the base."""
+    base = times.rtt_s
+    delay = base + options["delay_frames"] * times.frame_s
+    return ["--feedback-round-us", f"{options['round_rtts'] * base * 1e6:.1f}",
+            "--feedback-delay-us", f"{delay * 1e6:.1f}"]
 
 
 def _port(flow: Flow, seed: int, step: int) -> int:

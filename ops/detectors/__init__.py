@@ -179,12 +179,9 @@ class Detector(Plugin):
         return found
 
 
-#: Every detector, in the order they run (and alerts of one poll are raised in): these,
-#: then the rest by name.
-DETECTORS: Plugins[Detector] = Plugins(
-    "detector", __name__, Detector,
-    first=("link-down", "flapping", "degraded", "loss", "link-drops", "ecmp-imbalance",
-           "hot-receiver", "controller-down", "job-slow", "job-loss", "miswired"))
+#: Every detector, in the order they run (and alerts of one poll are raised in): each
+#: module's ``ORDER``, then the rest by name.
+DETECTORS: Plugins[Detector] = Plugins("detector", __name__, Detector)
 
 
 def alert_kind(name: str) -> AlertKind | None:

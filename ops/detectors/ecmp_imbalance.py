@@ -13,6 +13,7 @@ from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
 from vocab.plugins import plugin_name
 
+ORDER = 60  # the detectors run (and list) in this order (vocab.plugins.listing_key)
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
 #: hash polarization is a load-balancing condition, evidence of no injected fault kind

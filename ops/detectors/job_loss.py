@@ -21,6 +21,7 @@ from ops.telemetry import History
 from traffic.iterations import JOB, parse_pair
 from vocab.plugins import plugin_name
 
+ORDER = 100  # the detectors run (and list) in this order (vocab.plugins.listing_key)
 #: the name its NIC alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
 #: a leaf's alert

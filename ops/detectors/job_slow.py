@@ -21,6 +21,7 @@ from ops.telemetry import History
 from traffic.iterations import JOB
 from vocab.plugins import plugin_name
 
+ORDER = 90  # the detectors run (and list) in this order (vocab.plugins.listing_key)
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
 #: it says *that* the job suffers (its component is ``job``), not where nor what (no fault

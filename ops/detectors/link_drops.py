@@ -17,6 +17,7 @@ from ops.detectors import AlertKind, Finding, Topo, run_start
 from ops.telemetry import History
 from vocab.plugins import plugin_name
 
+ORDER = 50  # the detectors run (and list) in this order (vocab.plugins.listing_key)
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
 #: a discard counter on one port names the port and, here, what is wrong with it: frames

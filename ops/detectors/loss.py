@@ -11,6 +11,7 @@ from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
 from vocab.plugins import plugin_name
 
+ORDER = 40  # the detectors run (and list) in this order (vocab.plugins.listing_key)
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
 #: a NIC or a queue dropping packets looks the same whether the NIC loses them, the cable

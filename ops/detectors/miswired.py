@@ -17,6 +17,7 @@ from ops.detectors import AlertKind, Finding, Topo
 from ops.telemetry import History
 from vocab.plugins import plugin_name
 
+ORDER = 110  # the detectors run (and list) in this order (vocab.plugins.listing_key)
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
 #: a probe frame that arrives at the wrong port says where and what, as a dead switch does

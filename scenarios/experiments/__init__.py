@@ -13,9 +13,6 @@ from __future__ import annotations
 from scenarios.base import Scenario
 from vocab.plugins import Plugins
 
-#: Every scenario, in ``astral-lab list`` order: these (the tour first), then any others by
-#: name.
-SCENARIOS: Plugins[Scenario] = Plugins(
-    "scenario", __name__, Scenario.declared_in,
-    first=("demo", "topology-compare", "lb-compare", "decode-latency", "expert-skew",
-           "link-failure", "ops-eval", "paper-shapes"))
+#: Every scenario, in ``astral-lab list`` order: each module's ``ORDER`` (the tour first),
+#: then any others by name.
+SCENARIOS: Plugins[Scenario] = Plugins("scenario", __name__, Scenario.declared_in)

@@ -80,6 +80,7 @@ from traffic.roce import DEFAULT_PMTU
 from traffic.workload import PRESETS, Phase
 from vocab.validate import SEED, count
 
+ORDER = 40  # where it lists in astral-lab list (vocab.plugins.listing_key)
 WORDS = Prose("decode_latency")  # the report's prose: scenarios/templates/decode_latency.md
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the

@@ -36,6 +36,7 @@ from scenarios.base import (
     TOKENS,
     Param,
     Run,
+    RunResult,
     scenario,
     servers_of,
 )
@@ -63,6 +64,7 @@ from traffic.shell.running import RunningLab
 from traffic.workload import Phase
 from vocab.validate import SEED
 
+ORDER = 10  # where it lists in astral-lab list (vocab.plugins.listing_key)
 WORDS = Prose("demo")  # the report's prose: scenarios/templates/demo.md
 
 #: QPs per GPU pair in the permutation (each QP is one 5-tuple, hashed on its own)
@@ -214,6 +216,19 @@ def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
     return out
 
 
+def where(result: RunResult) -> str:
+    """The closing lines of `make demo` (its ``epilogue``): what was produced and where."""
+    return "\n".join([
+        f"\nEverything is in {result.path}/:",
+        "  REPORT.md       the table, the plots and what they mean",
+        "  fabric.png      the fabric that ran (rail leaves, spines, optical shuffle lanes)",
+        "  permutation.png ECMP draws vs planned, astral3 vs rail3, beside the flow model",
+        "  decode_cdf.png  decode message latency",
+        "  summary.csv, summary.json, runs.json, config.json   the numbers, raw and with "
+        "every parameter",
+        "Next: astral-lab list   (all scenarios)   |   docs/walkthrough.md"])
+
+
 @scenario(
     "the 3-minute tour: astral3 up, ECMP vs planned, a decode burst, vs rail3",
     Param("gpus", 32, "GPUs in all, at most 64 servers of --gpus-per-server (4 x 8: the "
@@ -234,6 +249,7 @@ def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
     Param("seed", 1, "permutation and (first) gating seed", rule=SEED),
     fabrics=lambda p: {d: build_for_gpus(d, p["gpus"], p["gpus_per_server"], scale=p["scale"])
                        for d in ("astral3", "rail3")[:2 if p["baseline"] else 1]},
+    epilogue=where,
 )
 def demo(run: Run) -> None:
     """See the module docstring."""
@@ -555,15 +571,3 @@ def _summary(run: Run, results: dict[str, Any]) -> None:
                 floor_ms=dec[phase]["floor_ms"], lost=dec[phase]["lost"],
                 policy=dec["mode"], phase_completion_ratio=dec[phase]["completion_ratio"],
                 fidelity_margin=dec.get("margin"), plane=dec[phase]["plane"])
-
-
-def print_where(result: Any) -> None:
-    """The closing lines of `make demo`: what was produced and where."""
-    print(f"\nEverything is in {result.path}/:")
-    print("  REPORT.md       the table, the plots and what they mean")
-    print("  fabric.png      the fabric that ran (rail leaves, spines, optical shuffle lanes)")
-    print("  permutation.png ECMP draws vs planned, astral3 vs rail3, beside the flow model")
-    print("  decode_cdf.png  decode message latency")
-    print("  summary.csv, summary.json, runs.json, config.json   the numbers, raw and with "
-          "every parameter")
-    print("Next: astral-lab list   (all scenarios)   |   docs/walkthrough.md")

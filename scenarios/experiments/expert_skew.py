@@ -90,6 +90,7 @@ from traffic.workload import (
 from vocab.plan import WiringPlan
 from vocab.validate import SEED, real
 
+ORDER = 50  # where it lists in astral-lab list (vocab.plugins.listing_key)
 CASES = ("uniform", "skewed", "skewed+eplb")
 
 WORDS = Prose("expert_skew")  # the report's prose: scenarios/templates/expert_skew.md

@@ -76,6 +76,7 @@ from scenarios.prose import Prose
 from testbed.topologies import build_for_gpus
 from vocab.validate import SEED
 
+ORDER = 30  # where it lists in astral-lab list (vocab.plugins.listing_key)
 WORDS = Prose("lb_compare")  # the report's prose: scenarios/templates/lb_compare.md
 WORKLOADS = ("permutation", "alltoall")
 _COLOURS = {"ecmp": "tab:red", "planned": "tab:blue", "adaptive": "tab:green"}

@@ -103,6 +103,7 @@ from traffic.workload import Phase, preset, simulate_step, uniform
 from vocab.plan import Link, WiringPlan
 from vocab.validate import SEED, real
 
+ORDER = 60  # where it lists in astral-lab list (vocab.plugins.listing_key)
 PROBE_PORT = 4792  # the replay's receivers own 4791
 PROBE_SPORTS = range(50100, 50108)
 PROBE_PPS = 40.0  # per source port: 8 x 40 x ~110 B frames = 0.28 Mb/s in all

@@ -63,6 +63,7 @@ from traffic.shell.running import RunningLab
 from traffic.workload import Phase
 from vocab.validate import SEED, count, positive, real
 
+ORDER = 70  # where it lists in astral-lab list (vocab.plugins.listing_key)
 #: what the faults land in (``--job``)
 JOB_TRAFFIC = ("moe", "probes")
 WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md

@@ -67,6 +67,7 @@ from traffic.shell.running import RunningLab
 from traffic.workload import Phase
 from vocab.validate import SEED, count
 
+ORDER = 80  # where it lists in astral-lab list (vocab.plugins.listing_key)
 WORDS = Prose("paper_shapes")  # the report's prose: scenarios/templates/paper_shapes.md
 
 #: DeepEP's EP sizes the table compares (the flow model always covers all three).

@@ -69,6 +69,7 @@ from testbed.topologies import build_for_gpus
 from traffic.workload import Phase
 from vocab.validate import SEED
 
+ORDER = 20  # where it lists in astral-lab list (vocab.plugins.listing_key)
 WORDS = Prose("topology_compare")  # the report's prose: scenarios/templates/topology_compare.md
 DESIGNS = ("astral3", "rail3", "railonly", "fattree")
 KERNELS = ("high_bandwidth", "flat")

@@ -177,13 +177,8 @@ class FaultKind(Plugin):
 
 
 #: Every kind, in listing order (and the order a random schedule's draws are made in):
-#: these first, then the rest by name.
-FAULT_KINDS: Plugins[FaultKind] = Plugins(
-    "fault kind", __name__, FaultKind,
-    first=("link-down", "link-flap", "link-degrade", "nic-loss", "gray-loss", "corruption",
-           "switch-down", "partial-blackhole", "mtu-mismatch", "shuffle-miswiring",
-           "controller-kill",
-           "controller-restart", "hot-receiver"))
+#: each module's ``ORDER``, then the rest by name.
+FAULT_KINDS: Plugins[FaultKind] = Plugins("fault kind", __name__, FaultKind)
 
 
 def number(name: str, value: Any, *, low: float | None = None, high: float | None = None,

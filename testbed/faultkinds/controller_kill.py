@@ -1,3 +1,4 @@
 """A controller crash: the SDN controller dies; the switches keep forwarding on their tables."""
 
 TARGET = "controller"
+ORDER = 110  # where it lists among the kinds, and draws in a schedule

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 TARGET = "controller"
+ORDER = 120  # where it lists among the kinds, and draws in a schedule
 
 
 def span(fault: Any) -> float:

@@ -10,6 +10,7 @@ from testbed.faultkinds import number
 from testbed.faultkinds.gray_loss import draw_probability
 
 TARGET = "link"
+ORDER = 60  # where it lists among the kinds, and draws in a schedule
 #: A few corrupted frames in a thousand (gray) or a few in a hundred (hard).
 SEVERITIES = ("gray", "hard")
 

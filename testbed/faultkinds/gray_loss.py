@@ -10,6 +10,7 @@ from typing import Any
 from testbed.faultkinds import LINK_DIRECTIONS, number
 
 TARGET = "link"
+ORDER = 50  # where it lists among the kinds, and draws in a schedule
 #: Degraded (the fail-slow loss production fault-finders must catch) and obvious.
 SEVERITIES = ("gray", "hard")
 #: The loss probability ``random_knobs`` draws, per severity: 0.05-1% and 2-10%.

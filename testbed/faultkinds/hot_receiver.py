@@ -16,6 +16,7 @@ from testbed.faultkinds import number, whole
 from vocab.plan import WiringPlan
 
 TARGET = "host"
+ORDER = 130  # where it lists among the kinds, and draws in a schedule
 
 #: UDP port of hot-receiver streams (4791 stays free for RoCE replay receivers on the target).
 HOT_PORT = 4792

@@ -9,6 +9,7 @@ from typing import Any
 from testbed.faultkinds import number
 
 TARGET = "link"
+ORDER = 30  # where it lists among the kinds, and draws in a schedule
 SEVERITIES = ("gray", "hard")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from testbed.faultkinds import number, whole
 
 TARGET = "link"
+ORDER = 20  # where it lists among the kinds, and draws in a schedule
 SEVERITIES = ("gray", "hard")
 
 

@@ -25,6 +25,7 @@ from testbed.faultmarks import MTU_MARK
 from vocab.plan import Link
 
 TARGET = "link"
+ORDER = 90  # where it lists among the kinds, and draws in a schedule
 SEVERITIES = ("hard",)
 
 #: The MTUs a fault may set: from IPv4's minimum datagram to a jumbo frame.

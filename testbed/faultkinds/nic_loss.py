@@ -9,6 +9,7 @@ from typing import Any
 from testbed.faultkinds import number
 
 TARGET = "host"
+ORDER = 40  # where it lists among the kinds, and draws in a schedule
 SEVERITIES = ("gray", "hard")
 #: Which frames a nic-loss drops: those the NIC receives, those it sends, or both.
 DIRECTIONS = ("ingress", "egress", "both")

@@ -23,6 +23,7 @@ from testbed.faultmarks import OF_COOKIE
 from vocab.flows import QP_SPORTS
 
 TARGET = "switch"
+ORDER = 80  # where it lists among the kinds, and draws in a schedule
 SEVERITIES = ("gray", "hard")
 
 #: The low bits of the source port a match may use: those the QPs vary.

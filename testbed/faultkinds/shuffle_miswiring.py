@@ -33,6 +33,7 @@ from testbed.faultmarks import WIRE_MARK
 from vocab.plan import Link, WiringPlan
 
 TARGET = "link"
+ORDER = 100  # where it lists among the kinds, and draws in a schedule
 SEVERITIES = ("gray",)
 
 

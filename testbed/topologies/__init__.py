@@ -139,10 +139,8 @@ class Topology(Plugin):
         return self.module.size(gpus, spec, self.name)
 
 
-#: Every topology, in listing order: these first, then the rest by name.
-TOPOLOGIES: Plugins[Topology] = Plugins("topology", __name__, Topology,
-                                        first=("astral3", "rail3", "railonly", "fattree"),
-                                        dashes=False)
+#: Every topology, in listing order (each module's ``ORDER``, then the rest by name).
+TOPOLOGIES: Plugins[Topology] = Plugins("topology", __name__, Topology, dashes=False)
 
 
 class _Builders(Mapping[str, Callable[[FabricSpec], WiringPlan]]):

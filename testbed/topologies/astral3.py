@@ -33,6 +33,7 @@ from testbed.fabricspec import (
 from testbed.shuffle import OpticalShuffle
 from vocab.plan import WiringPlan
 
+ORDER = 10  # where it lists among the topologies (vocab.plugins.listing_key)
 #: the FabricSpec fields read beyond the common ones (any other set is an error)
 OPTIONS = ("servers_per_block", "lanes_per_uplink", "oversubscription", "spines")
 #: servers are grouped into blocks whose NIC i shares leaf i (the flow model fills leaves)

@@ -24,6 +24,7 @@ from testbed.fabricspec import (
 )
 from vocab.plan import WiringPlan
 
+ORDER = 40  # where it lists among the topologies (vocab.plugins.listing_key)
 #: the FabricSpec fields read beyond the common ones: a textbook fat-tree is 1:1, has no
 #: blocks, and its links run at NIC speed, so any other field set is an error
 OPTIONS = ("k",)

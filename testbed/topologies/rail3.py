@@ -30,6 +30,7 @@ from testbed.fabricspec import (
 )
 from vocab.plan import WiringPlan
 
+ORDER = 20  # where it lists among the topologies (vocab.plugins.listing_key)
 #: the FabricSpec fields read beyond the common ones (any other set is an error)
 OPTIONS = ("servers_per_block", "lanes_per_uplink", "oversubscription", "aggs_per_rail", "cores")
 BLOCKS = True

@@ -6,14 +6,14 @@ import pytest
 
 from ops.dashboard import DashboardState, layout, read_progress
 from ops.telemetry import link_components
-from testbed.topologies import build
+from testbed.topologies import TOPOLOGIES, build
 from tests.unit.dash_fakes import demo_plan
 
 NIC = "s0g0~lf0r0#0"
 LANE = "lf0r0~spine1#0"
 
 
-@pytest.mark.parametrize("topology", ["astral3", "rail3", "railonly", "fattree"])
+@pytest.mark.parametrize("topology", TOPOLOGIES.names())
 def test_layout_draws_every_link_of_the_plan_once_inside_the_picture(topology: str) -> None:
     plan = build(topology)
     lay = layout(plan)

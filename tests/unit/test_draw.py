@@ -17,11 +17,10 @@ import pytest
 from PIL import Image
 
 from testbed.draw import _layout, draw_plan
-from testbed.topologies import build
+from testbed.topologies import TOPOLOGIES, build
 from vocab.plan import WiringPlan
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TOPOLOGIES = ["astral3", "rail3", "railonly", "fattree"]
 BIG = {"servers": 512, "servers_per_block": 32, "lanes_per_uplink": 8, "radix": 1024}
 
 
@@ -48,7 +47,7 @@ def assert_no_temp_files(directory: Path, expected: set[str]) -> None:
     assert set(os.listdir(directory)) == expected
 
 
-@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("topology", TOPOLOGIES.names())
 def test_each_topology_renders_a_png(tmp_path: Path, topology: str) -> None:
     out = tmp_path / f"{topology}.png"
     returned = draw_plan(build(topology), str(out))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from testbed.topologies import build
+from testbed.topologies import TOPOLOGIES, build
 from vocab.plan import (
     MAX_INTF_NAME,
     SCHEMA,
@@ -71,7 +71,7 @@ def test_interface_names_follow_mininet() -> None:
 
 
 # --- JSON ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("topology", ["astral3", "rail3", "railonly", "fattree"])
+@pytest.mark.parametrize("topology", TOPOLOGIES.names())
 def test_json_round_trip(tmp_path: Any, topology: str) -> None:
     plan = build(topology)
     path = tmp_path / "plan.json"

@@ -23,7 +23,15 @@ from scenarios.experiments import SCENARIOS
 from testbed.faultkinds import FAULT_KINDS
 from testbed.shell.faults import INJECTORS
 from testbed.topologies import TOPOLOGIES
-from vocab.plugins import Plugin, Plugins, discover, plugin_name, required, unknown
+from vocab.plugins import (
+    Plugin,
+    Plugins,
+    discover,
+    listing_key,
+    plugin_name,
+    required,
+    unknown,
+)
 
 REGISTRIES = {"policy": POLICIES, "controller mode": CONTROLLER_MODES, "topology": TOPOLOGIES,
               "fault kind": FAULT_KINDS, "fault injector": INJECTORS, "detector": DETECTORS,
@@ -80,7 +88,6 @@ def test_discover_skips_private_modules_and_packages(package: str) -> None:
     assert list(found) == ["two-words", "zeta"]
     assert f"{package}._shared" not in sys.modules  # not even imported
     assert found["zeta"].VALUE == 1
-    assert list(discover(package, first=("zeta", "absent"))) == ["zeta", "two-words"]
     assert list(discover(package, dashes=False)) == ["two_words", "zeta"]
     assert plugin_name("a.b.two_words") == "two-words"
     assert plugin_name("a.b.two_words", dashes=False) == "two_words"
@@ -91,9 +98,64 @@ def test_a_folder_appended_to_the_path_before_the_first_lookup_is_searched(
     extra = tmp_path / "extra"
     extra.mkdir()
     (extra / "alpha.py").write_text('"""Alpha."""\nVALUE = 3\n')
-    reg = Plugins("thing", package, lambda name, mod: mod.VALUE, first=("zeta",))
+    reg = Plugins("thing", package, lambda name, mod: mod.VALUE)
     importlib.import_module(package).__path__.append(str(extra))
-    assert reg.all() == {"zeta": 1, "alpha": 3, "two-words": 2}
+    assert list(reg.all().items()) == [("alpha", 3), ("two-words", 2), ("zeta", 1)]
+
+
+def test_a_module_places_itself_by_its_order_and_the_rest_follow_by_name(
+        package: str, tmp_path: Path) -> None:
+    """``ORDER`` sorts (lower first, ties by name); modules without one come after, by
+    name; a registry that follows another lists its names in that one's order."""
+    root = tmp_path / "plugpkg"
+    (root / "zeta.py").write_text('"""Zeta."""\nORDER = 20\nVALUE = 1\n')
+    (root / "mid.py").write_text('"""Mid."""\nORDER = 5\nVALUE = 4\n')
+    (root / "tie.py").write_text('"""Tie."""\nORDER = 20\nVALUE = 5\n')
+    (root / "late.py").write_text('"""Negative orders come first too."""\nORDER = -1\n'
+                                  'VALUE = 6\n')
+    assert list(discover(package)) == ["late", "mid", "tie", "zeta", "two-words"]
+    reg = Plugins("thing", package, lambda name, mod: mod.VALUE)
+    assert reg.names() == ("late", "mid", "tie", "zeta", "two-words")
+    assert reg.where("odd", lambda v: v % 2 == 1).names() == ("tie", "zeta")
+    follower = tmp_path / "follower"
+    follower.mkdir()
+    (follower / "__init__.py").write_text("")
+    for stem in ("zeta", "two_words", "extra", "mid"):  # no ORDER: the leader's order
+        (follower / f"{stem}.py").write_text(f"VALUE = {stem!r}\n")
+    try:
+        fol = Plugins("helper", "follower", lambda name, mod: mod.VALUE, follow=reg)
+        assert fol.names() == ("mid", "zeta", "two-words", "extra")
+    finally:
+        for name in [m for m in sys.modules if m == "follower" or m.startswith("follower.")]:
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize("order", ["'3'", "2.5", "True", "None"])
+def test_an_order_that_is_not_an_int_is_named(package: str, tmp_path: Path,
+                                               order: str) -> None:
+    (tmp_path / "plugpkg" / "zeta.py").write_text(f"ORDER = {order}\n")
+    if order == "None":  # None is the same as no ORDER
+        assert list(discover(package)) == ["two-words", "zeta"]
+        return
+    with pytest.raises(ValueError, match=r"plugpkg.zeta: ORDER must be an int \(got "):
+        discover(package)
+
+
+@pytest.mark.parametrize("kind", REGISTRIES)
+def test_every_kind_lists_its_modules_by_their_order(kind: str) -> None:
+    """The listing users see (``astral-lab list``, ``policies``, a schedule's kinds, the
+    detectors' run order) is each module's ``ORDER``, nothing else; whatever the modules
+    are."""
+    reg = REGISTRIES[kind]
+
+    def module(p: object) -> ModuleType:
+        return p.module if isinstance(p, Plugin) else sys.modules[p.fn.__module__]  # type: ignore[attr-defined]
+
+    got = reg.all()
+    keys = [listing_key(n, module(p)) for n, p in got.items()]
+    if reg is INJECTORS:  # an injector lists where its kind does
+        keys = [listing_key(n, FAULT_KINDS.get(n).module) for n in got]
+    assert keys == sorted(keys)
 
 
 class Contract(Protocol):

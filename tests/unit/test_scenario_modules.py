@@ -19,13 +19,11 @@ from types import ModuleType
 
 import pytest
 
-from scenarios.base import Param, Run, Scenario, scenario
+from scenarios.base import Param, Run, RunResult, Scenario, scenario
 from scenarios.experiments import SCENARIOS
 
 REPO = Path(__file__).resolve().parents[2]
 
-SHIPPED = ("demo", "topology-compare", "lb-compare", "decode-latency", "expert-skew",
-           "link-failure", "ops-eval", "paper-shapes")
 #: the scenarios ``scen_fakes.install`` runs whole, with what keeps them short
 RUNNABLE = {"topology-compare": {"model_draws": 8},
             "lb-compare": {"model_draws": 10, "modes": ["ecmp", "planned"]},
@@ -33,8 +31,7 @@ RUNNABLE = {"topology-compare": {"model_draws": 8},
             "expert-skew": {"model_draws": 8, "tokens_per_gpu": 16}}
 
 
-def test_the_shipped_scenarios_are_named_after_their_modules() -> None:
-    assert SCENARIOS.names() == SHIPPED
+def test_every_scenario_is_named_after_its_module() -> None:
     for name, sc in SCENARIOS.all().items():
         assert sc.name == name and sc.fn.__module__ == \
             f"scenarios.experiments.{name.replace('-', '_')}"
@@ -66,15 +63,30 @@ def test_a_module_must_declare_one_scenario_named_after_it() -> None:
 
 def test_a_scenario_made_elsewhere_is_listed_until_removed() -> None:
     toy = scenario("a toy", name="toy-listed")(lambda run: None)
+    before = SCENARIOS.names()
     SCENARIOS.add("toy-listed", toy)
     try:
-        assert SCENARIOS.names() == (*SHIPPED, "toy-listed")
+        assert SCENARIOS.names() == (*before, "toy-listed")
         assert SCENARIOS.get("toy-listed") is toy
         with pytest.raises(ValueError, match="scenario 'toy-listed' exists already"):
             SCENARIOS.add("toy-listed", toy)
     finally:
         SCENARIOS.remove("toy-listed")
-    assert SCENARIOS.names() == SHIPPED
+    assert SCENARIOS.names() == before
+
+
+def test_a_scenario_declares_what_run_prints_after_its_table() -> None:
+    """``epilogue=`` replaces the results line; the CLI asks the scenario, not its name."""
+    res = RunResult("toy", "/r/x", [], {})
+    plain = scenario("a toy", name="toy")(lambda run: None)
+    assert plain.closing(res) == ("\nresults: /r/x/ (REPORT.md, summary.csv, config.json, "
+                                  "*.json, *.png)")
+    own = scenario("a toy", name="toy", epilogue=lambda r: f"see {r.path}")(lambda run: None)
+    assert own.closing(res) == "see /r/x"
+    for sc in SCENARIOS.all().values():
+        assert isinstance(sc.closing(res), str) and "/r/x" in sc.closing(res), sc.name
+    if "demo" in SCENARIOS:  # the tour walks through the files it made
+        assert SCENARIOS.get("demo").closing(res).startswith("\nEverything is in /r/x/:")
 
 
 # Runs in a fresh interpreter: puts a copy of scenario ORIG, named NEW, on the package's
@@ -119,7 +131,7 @@ _CHECK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("orig", SHIPPED)
+@pytest.mark.parametrize("orig", SCENARIOS.names())
 def test_a_copied_scenario_is_listed_takes_its_flags_and_runs(orig: str,
                                                               tmp_path: Path) -> None:
     new = f"copy-of-{orig}"
@@ -135,7 +147,8 @@ def test_a_copied_scenario_is_listed_takes_its_flags_and_runs(orig: str,
                                "ASTRAL_LAB_RESULTS": str(tmp_path / "results")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     rep = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert rep["names"] == [*SHIPPED, new]
+    # listed beside its original (the same ORDER), the others as before
+    assert new in rep["names"] and [n for n in rep["names"] if n != new] == list(SCENARIOS.names())
     assert rep["declared"] == [new, f"scenarios.experiments.{new.replace('-', '_')}", True,
                                True]
     assert rep["list"][0] == 0 and new in rep["list"][1] and orig in rep["list"][1]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from testbed.fabricspec import FabricSpec, fattree_k_for
-from testbed.topologies import build, describe
+from testbed.topologies import TOPOLOGIES, build, describe
 from tests.unit.recount import Wiring, recount
 from vocab.plan import MAX_INTF_NAME, Link, Node, WiringPlan
 
@@ -538,7 +538,7 @@ def test_unknown_topology_lists_the_choices() -> None:
     with pytest.raises(ValueError) as exc:
         build("clos")
     assert "'clos'" in str(exc.value)
-    for name in ("astral3", "rail3", "railonly", "fattree"):
+    for name in TOPOLOGIES.names():
         assert name in str(exc.value)
 
 

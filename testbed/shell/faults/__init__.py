@@ -81,8 +81,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from testbed import daemons
+from testbed.faultkinds import FAULT_KINDS
 from testbed.faultmarks import NFT_FAMILY
-from testbed.faultspec import KINDS, Fault, link_ends, parse_target, resolve
+from testbed.faultspec import Fault, link_ends, parse_target, resolve
 from testbed.shell import cleanup
 from testbed.shell.preflight import LabError, loss_backend_problems, nft_rules_problem
 from traffic.shell.running import RunningLab
@@ -299,9 +300,10 @@ class Injector(Plugin):
     CONTRACT = InjectorModule
 
 
-#: Every kind's injector, by kind name, in the order of ``KINDS`` (``testbed.faultkinds``),
+#: Every kind's injector, by kind name, in the order of ``FAULT_KINDS`` (its kinds' ``ORDER``),
 #: then any others by name. A kind with no injector here cannot be injected (``FaultError``).
-INJECTORS: Plugins[Injector] = Plugins("fault injector", __name__, Injector, first=KINDS)
+INJECTORS: Plugins[Injector] = Plugins("fault injector", __name__, Injector,
+                                       follow=FAULT_KINDS)
 
 
 def _injector(name: str) -> Injector:
