@@ -30,37 +30,56 @@ from controllers.paths import PathFinder
 from ops.detectors import JOB_MIN_MBPS, AlertBook, Finding, Topo, rounded, run_start
 from ops.detectors.job_loss import HOLD_POLLS
 from ops.telemetry import CONTROLLER, History, link_components
+from testbed.faultkinds import TARGETS, shown_by
 from traffic.iterations import JOB, parse_pair
+from vocab.evidence import Evidence
 from vocab.plan import WiringPlan
 
 #: the names ``ops-eval`` files the baselines' scores under
 NAMES = ("static-thresholds", "peer-outlier", "loss-vote")
 
-_LOSS = ("nic-loss", "gray-loss", "corruption")
-#: every kind that loses the job's packets somewhere on their paths
-_JOB_LOSS = (*_LOSS, "partial-blackhole", "mtu-mismatch")
-_DOWN = ("link-down", "link-flap", "switch-down")
-#: The fault kinds each baseline alert is evidence of, by the name it carries: what
-#: ``ops.detectors.AlertKind.fault_kinds`` says for a detector's alert (``ops.evaluate``
-#: scores kind classification by either). A baseline names no kind itself; its rule does:
-#: a drop counter cannot tell whose loss, a port down cannot tell a cut from a flap or a
-#: dead switch (it fires per link), a host far from its peers is one of the kinds aimed at
-#: a host, a queue that holds cannot tell a slow link from an oversubscribed receiver,
-#: the job's lost packets (towards a NIC, or voted onto a link) cannot tell which loss.
-FAULT_KINDS: dict[str, tuple[str, ...]] = {
+@dataclass(frozen=True)
+class Shows:
+    """What a baseline alert shows, as ``ops.detectors.AlertKind`` says it for a detector's:
+    the evidence its rule reads (``vocab.evidence``) and the parts of the fabric a fault
+    behind it may sit on (fault kinds' ``TARGET``). The fault kinds it is evidence of are
+    derived from them (``fault_kinds``), so a baseline names no kind either."""
+
+    evidence: tuple[str, ...]
+    parts: tuple[str, ...] = TARGETS
+
+    @property
+    def fault_kinds(self) -> tuple[str, ...]:
+        return shown_by(self.evidence, self.parts)
+
+
+#: a drop counter cannot tell whose loss: a NIC's own or its cable's
+_LOSS = Shows((Evidence.LOSS,), ("host", "link"))
+#: the job's lost packets (towards a NIC, or voted onto a link): any loss on the paths,
+#: refused frames too
+_JOB_LOSS = Shows((Evidence.LOSS, Evidence.ERRORS))
+#: a port down cannot tell a cut from a flap or a dead switch (it fires per link)
+_DOWN = Shows((Evidence.DOWN,), ("link", "switch"))
+#: What each baseline alert shows, by the name it carries (``ops.evaluate`` scores kind
+#: classification by it, as by a detector's ``AlertKind``). A baseline names no kind; its
+#: rule says what it sees.
+SHOWS: dict[str, Shows] = {
     "static:nic_drops": _LOSS, "static:qdrops_ab": _LOSS, "static:qdrops_ba": _LOSS,
     "static:up": _DOWN, "static:ctl_up": _DOWN, "static:carrier_changes": _DOWN,
-    "static:controller_up": ("controller-kill", "controller-restart"),
-    # a switch's port drop/error counters: the kernel drops there the frames a lowered MTU
+    "static:controller_up": Shows((Evidence.DOWN,), ("controller",)),
+    # a switch's port drop/error counters: the kernel refuses there the frames a lowered MTU
     # refuses (a blackhole's OpenFlow drops and corrupted frames are not counted there)
-    "static:port_drops": ("mtu-mismatch",),
+    "static:port_drops": Shows((Evidence.ERRORS,)),
     # an interface's discards: what link-drops reads, frames above the receiver's MTU
-    "static:rxdrops_ab": ("mtu-mismatch",), "static:rxdrops_ba": ("mtu-mismatch",),
-    "static:mbps_ab": ("link-degrade",), "static:mbps_ba": ("link-degrade",),
-    "static:backlog_ab": ("link-degrade", "hot-receiver"),
-    "static:backlog_ba": ("link-degrade", "hot-receiver"),
+    "static:rxdrops_ab": Shows((Evidence.ERRORS,)), "static:rxdrops_ba": Shows((Evidence.ERRORS,)),
+    # a lane carrying far less than its ECMP siblings
+    "static:mbps_ab": Shows((Evidence.SLOW,), ("link",)),
+    "static:mbps_ba": Shows((Evidence.SLOW,), ("link",)),
+    # a queue that holds cannot tell a slow link from an oversubscribed receiver
+    "static:backlog_ab": Shows((Evidence.SLOW,)), "static:backlog_ba": Shows((Evidence.SLOW,)),
     "static:job_lost": _JOB_LOSS,
-    "peer-outlier": ("nic-loss", "hot-receiver"),
+    # a host far from its peers: whatever aimed at a host makes it lose or slow
+    "peer-outlier": Shows((Evidence.LOSS, Evidence.SLOW), ("host",)),
     "loss-vote": _JOB_LOSS,
 }
 
@@ -145,7 +164,7 @@ def calibrate(plan: WiringPlan, clean: History, margin: float = MARGIN,
 class StaticThresholds(AlertBook):
     """Per-counter thresholds held for ``PERSIST`` polls; each alert names the counter's
     component and its rule (``static:<counter>``; the controller's ``up`` is
-    ``static:controller_up``, so the rule alone says what it is about: ``FAULT_KINDS``).
+    ``static:controller_up``, so the rule alone says what it is about: ``SHOWS``).
 
     It reads what the lab's detectors read: a NIC's drops (``in_drop_pps + out_drop_pps``),
     a switch port's queue drops (``qdrops``), an interface's discards (``rxdrops``), a

@@ -36,9 +36,10 @@ Two parts:
     components skipped? The agent's answer is its ranking; a source without an agent
     answers with the components of its non-symptom alerts in the window so far, in the
     order raised. Names compare with ``ops.telemetry.canonical`` (a NIC's link is the NIC);
-  - **kind**: the fault kinds the alert the answer rests on declares
-    (``ops.detectors.AlertKind.fault_kinds``, a baseline rule's ``ops.baselines.FAULT_KINDS``)
-    are the guess, a set; right when the fault's kind is in it. **kind accuracy** over all
+  - **kind**: the fault kinds the alert the answer rests on is evidence of are the guess,
+    a set (the kinds that produce the evidence the alert gives, aimed at the parts it
+    points to: ``ops.detectors.AlertKind.fault_kinds``, a baseline rule's
+    ``ops.baselines.SHOWS``); right when the fault's kind is in it. **kind accuracy** over all
     faults (a missed fault is guessed ``none``) and **given the right component** (over
     the faults whose top-1 was right); the **confusion** matrix counts {true: {guess: n}};
   - **pair F1** (NIKA): the (component, kind) pairs the source states while faults are
@@ -70,7 +71,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ops.baselines import FAULT_KINDS
+from ops.baselines import SHOWS
 from ops.detectors import alert_kind
 from ops.telemetry import canonical, link_components
 from vocab.plan import WiringPlan
@@ -165,10 +166,14 @@ def live_faults(events: list[dict[str, Any]], now: float) -> list[dict[str, Any]
 
 
 def fault_kinds(alert: str) -> tuple[str, ...]:
-    """The fault kinds alert ``alert`` is evidence of: its detector's declaration, else a
-    baseline rule's (none for an alert neither declares, e.g. the agent's ``counters``)."""
+    """The fault kinds alert ``alert`` is evidence of, from the evidence its detector
+    declares, else a baseline rule's (none for an alert neither declares, e.g. the agent's
+    ``counters``)."""
     kind = alert_kind(alert)
-    return kind.fault_kinds if kind is not None else FAULT_KINDS.get(alert, ())
+    if kind is not None:
+        return kind.fault_kinds
+    shows = SHOWS.get(alert)
+    return () if shows is None else shows.fault_kinds
 
 
 def kind_label(kinds: Sequence[str]) -> str:

@@ -32,9 +32,12 @@ down?) are not asked: a template yields nothing then.
 
 **A new question** is one function decorated with ``@template(name, about)``: it gets
 the ``Scene`` (plan, live faults, the job's host pairs, a seeded ``rng``) and returns the
-questions it can ask now, each made with ``Scene.ask``. Kind tables (``which``) cover
+questions it can ask now, each made with ``Scene.ask``. Kind sets (``which``) cover
 the "which X ...?" questions: the kinds whose component is the answer and the kinds
-under which the answer is "none".
+under which the answer is "none". No template names a kind: each set is read off the
+kinds' declarations (``testbed.faultkinds``: ``TARGET``, ``EFFECT``, ``INTERMITTENT``,
+``affected``) when the question is asked, so a new kind is asked about, or left out of
+the questions its fault would make ambiguous, with no edit here.
 """
 
 from __future__ import annotations
@@ -51,8 +54,7 @@ from ops.agent import Tools, diagnose
 from ops.detectors import alert_kind
 from ops.evaluate import GroundTruth
 from ops.telemetry import CONTROLLER, canonical, link_components
-from testbed.faultkinds import shuffle_miswiring
-from testbed.faultspec import TARGET_KIND
+from testbed.faultkinds import FAULT_KINDS, Effect, FaultKind
 from vocab.plan import WiringPlan
 
 #: A suspect counts as the agent blaming it from this score on: every active alert does
@@ -64,11 +66,34 @@ SINCE_TOLERANCE_S = 5.0
 #: A fault repaired less than this long ago (``ops.agent.RECENT_S``: its alerts still
 #: count, cleared) is neither a healthy nor a faulty subject: no question names it.
 RECENT_S = 60.0
-#: The words a "what kind of fault" answer uses, by ``testbed.faultspec.TARGET_KIND``.
+#: The words a "what kind of fault" answer uses, by a kind's ``TARGET``.
 CLASS_OF_TARGET = {"link": "link", "switch": "switch", "host": "NIC", CONTROLLER: "controller"}
+#: What a fault does to traffic when the job can feel it (``Effect``): a crossed lane or a
+#: dead controller leaves the job's rate as it was.
+FELT = frozenset({Effect.DOWN, Effect.DROPS, Effect.SLOWS})
 
-LINK_KINDS = frozenset(k for k, t in TARGET_KIND.items() if t == "link")
-CONTROLLER_KINDS = frozenset(k for k, t in TARGET_KIND.items() if t == CONTROLLER)
+
+# --- the kinds, by what they declare ----------------------------------------------------------
+def kinds(keep: Callable[[FaultKind], bool]) -> frozenset[str]:
+    """The fault kinds ``keep`` accepts (read when asked, so a kind added since counts)."""
+    return frozenset(n for n, k in FAULT_KINDS.all().items() if keep(k))
+
+
+def aimed(target: str) -> frozenset[str]:
+    """The kinds whose faults target a ``target`` (link, switch, host, controller)."""
+    return kinds(lambda k: k.target == target)
+
+
+def said(k: FaultKind) -> bool:
+    """Whether we know what ``k`` does to traffic: its ``EFFECT``, or it is the controller's
+    (traffic does not see it). One that says nothing makes what depends on it ambiguous."""
+    return k.effect is not None or k.target == CONTROLLER
+
+
+def unseen_on_lanes(k: FaultKind) -> bool:
+    """Lanes and switches do not show it: the controller's, a NIC's own, a crossed lane."""
+    return k.target == CONTROLLER or (said(k) and (k.target == "host"
+                                                   or k.effect == Effect.MISROUTES))
 
 
 # --- questions and answers --------------------------------------------------------------------
@@ -243,17 +268,15 @@ class Scene:
     @cached_property
     def faulty(self) -> set[str]:
         """The components a live or recent fault acts on: its target, a switch's lanes,
-        the lanes a miswired lane may be crossed with, a hot receiver's leaf lanes."""
+        and what its kind says it affects (``affected``: the lanes a miswired lane may be
+        crossed with, a hot receiver's leaf lanes)."""
         out: set[str] = set()
         for f in self.live + self.recent:
             c = self.comp(f)
             out.add(c)
             if c in self.fab.switch_lanes:
                 out.update(self.fab.switch_lanes[c])
-            if f.kind == "shuffle-miswiring":
-                out.update(self.partners(c))
-            if f.kind == "hot-receiver" and c in self.fab.leaf_of:
-                out.update(self.fab.switch_lanes[self.fab.leaf_of[c]])
+            out.update(self.affected(f))
         return out
 
     @cached_property
@@ -264,7 +287,9 @@ class Scene:
         for c in self.faulty:
             out |= self.fab.near(c)
         for f in self.live + self.recent:
-            if f.kind == "switch-down" and self.comp(f) in self.fab.switch_lanes:
+            k = FAULT_KINDS.find(f.kind)  # None: a kind this checkout does not have
+            if k is not None and k.target == "switch" and k.effect == Effect.DOWN \
+                    and self.comp(f) in self.fab.switch_lanes:
                 for lane in self.fab.switch_lanes[self.comp(f)]:
                     out.update(self.fab.ends(lane))
         return out
@@ -272,12 +297,11 @@ class Scene:
     def far(self, comp: str) -> bool:
         return not self.fab.near(comp) & self.touched
 
-    def partners(self, lane: str) -> list[str]:
-        ln = self.fab.links.get(lane)
-        if ln is None:
-            return []
-        name = {id(v): c for c, v in self.fab.links.items()}
-        return [name[id(p)] for p in shuffle_miswiring.partners(self.plan, ln)]
+    def affected(self, f: GroundTruth) -> list[str]:
+        """The components other than its own a live fault acts on, by its kind."""
+        k = FAULT_KINDS.find(f.kind)
+        return [] if k is None else [canonical(c, self.plan)
+                                     for c in k.affected(self.plan, self.comp(f))]
 
     def pick(self, candidates: Iterable[str]) -> str | None:
         """One of ``candidates`` (sorted, so the draw depends only on the seed)."""
@@ -479,18 +503,16 @@ def subject(s: Scene, name: str, text: str, faulty: dict[str, set[str]], pool: l
     return out
 
 
-SWITCH_KINDS = frozenset(k for k, t in TARGET_KIND.items() if t == "switch")
-
-
 def _switch_faults(s: Scene, pool: list[str], lane_end: int) -> dict[str, set[str]]:
     """Switches of ``pool`` with a live fault: their own, or one of their lanes' (the
     lane's end ``lane_end``: 0 the leaf, 1 the spine)."""
     out: dict[str, set[str]] = {}
+    switch_kinds, link_kinds = aimed("switch"), aimed("link")
     for f in s.live:
         c = s.comp(f)
-        if f.kind in SWITCH_KINDS and c in pool:
+        if f.kind in switch_kinds and c in pool:
             out.setdefault(c, set()).add(c)
-        elif f.kind in LINK_KINDS and c in s.fab.lane_set and s.fab.ends(c)[lane_end] in pool:
+        elif f.kind in link_kinds and c in s.fab.lane_set and s.fab.ends(c)[lane_end] in pool:
             sw = s.fab.ends(c)[lane_end]
             out.setdefault(sw, set()).update({c, sw})
     return out
@@ -506,7 +528,7 @@ def what_is_wrong(s: Scene) -> list[Question]:
 def job_slow(s: Scene) -> list[Question]:
     """The whole job: a dead controller or a crossed lane does not slow it (ambiguous)."""
     hosts = sorted({h for p in s.job_pairs for h in p})
-    if not hosts or not s.live or s.live_of(CONTROLLER_KINDS | {"shuffle-miswiring"}):
+    if not hosts or not s.live or s.live_of(kinds(lambda k: k.effect not in FELT)):
         return []
     return [s.ask("job-slow", "why is the job slow?", {s.comp(f) for f in s.live},
                   blamed(everything), job_hosts=hosts)]
@@ -515,7 +537,7 @@ def job_slow(s: Scene) -> list[Question]:
 @template("pair-slow", "job")
 def pair_slow(s: Scene) -> list[Question]:
     """One of the job's flows: one whose paths cross the fault, and one whose do not."""
-    if s.live_of(CONTROLLER_KINDS | {"shuffle-miswiring"}):
+    if s.live_of(kinds(lambda k: k.effect not in FELT)):
         return []
     out = []
     crossing, clear = [], []
@@ -550,116 +572,127 @@ def spine_health(s: Scene) -> list[Question]:
 
 @template("lane-health", "lane")
 def lane_health(s: Scene) -> list[Question]:
-    bad = {s.comp(f): {s.comp(f)} for f in s.live_of(LINK_KINDS) if s.comp(f) in s.fab.lane_set}
+    bad = {s.comp(f): {s.comp(f)} for f in s.live_of(aimed("link")) if s.comp(f) in s.fab.lane_set}
     return subject(s, "lane-health", "is lane {x} ok?", bad, s.fab.lanes,
                    lambda x: blamed(inside(x)))
 
 
 @template("nic-health", "nic")
 def nic_health(s: Scene) -> list[Question]:
-    bad = {s.comp(f): {s.comp(f)} for f in s.live_of({"nic-loss", "hot-receiver"})}
+    bad = {s.comp(f): {s.comp(f)} for f in s.live_of(aimed("host"))}
     return subject(s, "nic-health", "is {x}'s NIC ok?", bad, s.fab.hosts,
                    lambda x: blamed(inside(x)))
 
 
 @template("controller-health", "controller")
 def controller_health(s: Scene) -> list[Question]:
+    ctl = aimed(CONTROLLER)
     return which(s, "controller-health", "is the controller healthy?",
-                 answer=CONTROLLER_KINDS, none=set(TARGET_KIND) - CONTROLLER_KINDS,
+                 answer=ctl, none=kinds(lambda _k: True) - ctl,
                  read=blamed(inside(CONTROLLER)))
 
 
 @template("controller-up", "controller")
 def controller_up(s: Scene) -> list[Question]:
-    return which(s, "controller-up", "is the controller up?", answer=CONTROLLER_KINDS,
-                 none=set(TARGET_KIND) - CONTROLLER_KINDS, read=controller_down)
+    ctl = aimed(CONTROLLER)
+    return which(s, "controller-up", "is the controller up?", answer=ctl,
+                 none=kinds(lambda _k: True) - ctl, read=controller_down)
 
 
 @template("switch-down", "leaf")
 def switch_down(s: Scene) -> list[Question]:
-    return which(s, "switch-down", "which switch is down?", answer={"switch-down"},
-                 none=set(TARGET_KIND) - {"switch-down"}, read=alerted("switch-down"))
+    down = kinds(lambda k: k.target == "switch" and k.effect == Effect.DOWN)
+    return which(s, "switch-down", "which switch is down?", answer=down,
+                 none=kinds(said) - down, read=alerted("switch-down"))
 
 
 @template("links-down", "lane")
 def links_down(s: Scene) -> list[Question]:
     """A flapping link is down half the time and a dead switch's links all are: ambiguous."""
-    return which(s, "links-down", "which links are down?", answer={"link-down"},
-                 none=set(TARGET_KIND) - {"link-down", "link-flap", "switch-down"},
+    return which(s, "links-down", "which links are down?",
+                 answer=kinds(lambda k: k.target == "link" and k.effect == Effect.DOWN
+                              and not k.intermittent),
+                 none=kinds(lambda k: said(k) and k.effect != Effect.DOWN),
                  read=alerted("link-down", lens=lanes))
 
 
 @template("lanes-drop", "lane")
 def lanes_drop(s: Scene) -> list[Question]:
     """A lane under load at a fraction of its rate overflows its queue: it drops too."""
-    lossy = {"link-degrade", "gray-loss", "corruption", "mtu-mismatch"}
+    lossy = kinds(lambda k: k.target == "link" and k.effect in (Effect.DROPS, Effect.SLOWS))
     return which(s, "lanes-drop", "which lanes drop packets?", answer=lossy,
-                 none=CONTROLLER_KINDS | {"nic-loss", "hot-receiver", "shuffle-miswiring"},
-                 read=blamed(lanes))
+                 none=kinds(unseen_on_lanes), read=blamed(lanes))
 
 
 @template("lane-slow", "lane")
 def lane_slow(s: Scene) -> list[Question]:
     return which(s, "lane-slow", "which lane runs below its configured rate?",
-                 answer={"link-degrade"},
-                 none=CONTROLLER_KINDS | {"nic-loss", "shuffle-miswiring", "hot-receiver"},
-                 read=alerted("degraded", lens=lanes))
+                 answer=kinds(lambda k: k.target == "link" and k.effect == Effect.SLOWS),
+                 none=kinds(unseen_on_lanes), read=alerted("degraded", lens=lanes))
 
 
 @template("flapping", "lane")
 def flapping(s: Scene) -> list[Question]:
-    return which(s, "flapping", "is any link flapping?", answer={"link-flap"},
-                 none=set(TARGET_KIND) - {"link-flap"}, read=alerted("flapping"))
+    flaps = kinds(lambda k: k.intermittent and k.effect == Effect.DOWN)
+    return which(s, "flapping", "is any link flapping?", answer=flaps,
+                 none=kinds(said) - flaps, read=alerted("flapping"))
 
 
 @template("nics-lose", "nic")
 def nics_lose(s: Scene) -> list[Question]:
-    """A hot receiver's queue drops at its NIC, a lossy lane's packets never reach one:
-    ambiguous."""
-    return which(s, "nics-lose", "which NICs lose packets?", answer={"nic-loss"},
-                 none=CONTROLLER_KINDS | {"link-down", "link-degrade", "shuffle-miswiring",
-                                          "switch-down"},
-                 read=blamed(nics))
+    """A hot receiver's queue drops at its NIC, a lossy lane's packets never reach one, a
+    flapping link loses what is in flight at every change: ambiguous."""
+    def clear(k: FaultKind) -> bool:  # no NIC loses packets under it
+        return k.target == CONTROLLER or k.effect == Effect.MISROUTES or (
+            k.effect == Effect.DOWN and not k.intermittent) or (
+            k.effect == Effect.SLOWS and k.target != "host")
+
+    return which(s, "nics-lose", "which NICs lose packets?",
+                 answer=kinds(lambda k: k.target == "host" and k.effect == Effect.DROPS),
+                 none=kinds(clear), read=blamed(nics))
 
 
 @template("incast", "nic")
 def incast(s: Scene) -> list[Question]:
+    hot = kinds(lambda k: k.target == "host" and k.effect == Effect.SLOWS)
     return which(s, "incast", "is any GPU receiving more than its NIC can take?",
-                 answer={"hot-receiver"}, none=set(TARGET_KIND) - {"hot-receiver"},
-                 read=alerted("hot-receiver", lens=nics))
+                 answer=hot, none=kinds(said) - hot, read=alerted("hot-receiver", lens=nics))
 
 
 @template("blackhole", "leaf")
 def blackhole(s: Scene) -> list[Question]:
     return which(s, "blackhole", "which switch silently drops some flows?",
-                 answer={"partial-blackhole"},
-                 none=CONTROLLER_KINDS | {"nic-loss", "hot-receiver", "shuffle-miswiring"},
-                 read=blamed(switches))
+                 answer=kinds(lambda k: k.target == "switch" and k.effect == Effect.DROPS),
+                 none=kinds(unseen_on_lanes), read=blamed(switches))
 
 
 @template("spine-which", "spine")
 def spine_which(s: Scene) -> list[Question]:
     """The spine end of a faulty lane; a faulty leaf touches every spine, a crossed lane
-    two: ambiguous."""
+    two, a hot receiver's incast crosses them: ambiguous (a NIC's own loss touches none)."""
     return which(s, "spine-which", "which spine has a problem?",
-                 answer=LINK_KINDS - {"shuffle-miswiring"},
-                 none=CONTROLLER_KINDS | {"nic-loss"}, read=blamed(switch_of("spine")),
-                 to=_end("spine"))
+                 answer=kinds(lambda k: k.target == "link" and said(k)
+                              and k.effect != Effect.MISROUTES),
+                 none=kinds(lambda k: k.target == CONTROLLER or (
+                     k.target == "host" and k.effect == Effect.DROPS)),
+                 read=blamed(switch_of("spine")), to=_end("spine"))
 
 
 @template("leaf-which", "leaf")
 def leaf_which(s: Scene) -> list[Question]:
     """The leaf of a faulty lane or the faulty leaf; a NIC hangs off a leaf: ambiguous."""
-    return which(s, "leaf-which", "which leaf has a problem?", answer=LINK_KINDS | SWITCH_KINDS,
-                 none=CONTROLLER_KINDS, read=blamed(switch_of("leaf")), to=_end("leaf"))
+    return which(s, "leaf-which", "which leaf has a problem?",
+                 answer=aimed("link") | aimed("switch"), none=aimed(CONTROLLER),
+                 read=blamed(switch_of("leaf")), to=_end("leaf"))
 
 
 @template("wiring", "wiring")
 def wiring(s: Scene) -> list[Question]:
     """The crossed lane or the one it was crossed with (the log names only the first)."""
-    return which(s, "wiring", "is the wiring as planned?", answer={"shuffle-miswiring"},
-                 none=set(TARGET_KIND) - {"shuffle-miswiring"}, read=miswired,
-                 to=lambda sc, f: [sc.comp(f), *sc.partners(sc.comp(f))])
+    crossed = kinds(lambda k: k.effect == Effect.MISROUTES)
+    return which(s, "wiring", "is the wiring as planned?", answer=crossed,
+                 none=kinds(said) - crossed, read=miswired,
+                 to=lambda sc, f: [sc.comp(f), *sc.affected(f)])
 
 
 @template("recent-change", "change")
@@ -679,7 +712,7 @@ def since_when(s: Scene) -> list[Question]:
 
 @template("fault-class", "fabric")
 def fault_class(s: Scene) -> list[Question]:
-    classes = {CLASS_OF_TARGET[TARGET_KIND[f.kind]] for f in s.live if f.kind in TARGET_KIND}
+    classes = {CLASS_OF_TARGET[k.target] for f in s.live if (k := FAULT_KINDS.find(f.kind))}
     return [s.ask("fault-class", "is it a link, a switch, a NIC or the controller?", classes,
                   top_class)] if classes else []
 

@@ -1,12 +1,13 @@
-"""The names fault injection gives what it adds to a machine, and nothing else.
+"""The names fault injection gives what any kind adds to a machine, and nothing else.
 
 ``testbed.shell.faults`` puts these on a running lab (nftables tables and sink veths in host
 namespaces and, for link faults on switch ports, in the root namespace; iptables chains in
-host namespaces; a marker in its traffic processes' environment; a cookie on the OpenFlow
-rules it adds to a switch; an alias on a switch port whose MTU it lowered or that it
-moved to another bridge), and
-``testbed.shell.cleanup`` removes what a crashed run left by the same names. They live here,
-below both, so ``astral-lab clean`` finds fault leftovers without importing the injector.
+host namespaces; a marker in its traffic processes' environment), and
+``testbed.shell.cleanup`` removes what a crashed run left by the same names, for every kind
+at once. They live here, below both, so ``astral-lab clean`` finds them without importing
+the injector. A mark only one kind uses (a cookie on its OpenFlow rules, an alias on a port
+it changed) is that kind's own, in its module (``testbed/faultkinds/<name>.py``), and so is
+the hook that removes it (``clean_crashed``).
 """
 
 from __future__ import annotations
@@ -45,20 +46,6 @@ def link_sink(dev: str) -> tuple[str, str]:
     named by a hash of ``dev`` (interface names are capped at 15 characters)."""
     tag = f"{zlib.crc32(dev.encode()) & 0xFFFFFF:06x}"
     return LINK_SINK + tag, LINK_SINK_PEER + tag
-
-
-#: Cookie of every OpenFlow rule a fault adds to a switch (partial-blackhole). The
-#: controller's own cookies are others (``controllers.flowtable.OWN_COOKIES``), and it
-#: leaves rules with a cookie not its own alone, so these survive its resyncs.
-OF_COOKIE = 0xA57FF001
-#: Start of the alias (``ip link set dev X alias``) of a switch port whose MTU an
-#: mtu-mismatch lowered: ``<MTU_MARK> run=<run id> <intf>=<mtu> ...``, the run and the
-#: MTUs to restore (the port's and its bridge's internal port's), for a crashed run.
-MTU_MARK = "astral-lab-fault-mtu"
-#: Start of the alias of a switch port a shuffle-miswiring moved to another bridge:
-#: ``<WIRE_MARK> run=<run id> home=<bridge> ofport=<n> qos=<uuid>``, where it belongs, so
-#: ``astral-lab clean`` can put a crashed run's swapped lanes back.
-WIRE_MARK = "astral-lab-fault-wire"
 
 
 def fault_tables(nft_list_tables: str) -> list[str]:

@@ -1,15 +1,12 @@
-"""Faults as plain data: what breaks, where and when, and the commands that would break it.
+"""Faults as plain data: what breaks, where and when, for any kind.
 
 Everything here is pure (no root, no commands run; unit-tested): ``Fault`` and its
 validation, target names resolved against a wiring plan (``parse_target``, ``resolve``,
-``canonical_component``), the exact ``nft``/``iptables`` commands of the loss and
-corruption kinds (nic-loss, gray-loss, corruption) and where a link fault acts, the
-shape of a hot-receiver incast (``incast_weights``, ``hot_streams``) is that kind's own,
-in ``testbed.faultkinds.hot_receiver``; seeded ``random_schedule``s are here. The kinds
-are the modules of ``testbed.faultkinds`` (``KINDS``, ``TARGET_KIND`` and each kind's own
-rules come from there), so a new kind module is a valid ``Fault`` kind here with no edit to
-this file. ``testbed.shell.faults`` applies
-faults to a running lab; every name is imported from the module that defines it.
+``canonical_component``), where a link fault acts (``link_ends``, ``sending_ends``) and
+seeded ``random_schedule``s. Nothing here is one kind's: the kinds are the modules of
+``testbed.faultkinds`` (``KINDS``, ``TARGET_KIND`` and each kind's own rules, knobs and
+commands come from there), so a new kind module is a valid ``Fault`` kind here with no
+edit to this file. ``testbed.shell.faults`` applies faults to a running lab.
 """
 
 from __future__ import annotations
@@ -30,23 +27,13 @@ from testbed.faultkinds import (
     number,
     whole,
 )
-from testbed.faultmarks import (
-    IPT_IN,
-    IPT_OUT,
-    NFT_FAMILY,
-    NFT_TABLE,
-    SINK,
-    SINK_PEER,
-)
 from vocab.plan import Link, WiringPlan
 from vocab.plugins import unknown
 
 __all__ = [
-    "CONTROLLER", "CORRUPT_XOR", "KINDS", "NUMGEN_MOD", "TARGET_KIND", "Fault", "Target",
-    "canonical_component", "fabric_part", "iptables_loss_commands", "leaf_switches", "link_ends",
-    "link_name", "nft_corruption_script", "nft_loss_commands", "nft_loss_script", "parallel_links",
-    "parse_htb_rate", "parse_target", "random_schedule", "resolve", "schedule_kinds",
-    "sending_ends", "traffic_links",
+    "CONTROLLER", "KINDS", "TARGET_KIND", "Fault", "Target", "canonical_component",
+    "fabric_part", "leaf_switches", "link_ends", "link_name", "parallel_links", "parse_target",
+    "random_schedule", "resolve", "schedule_kinds", "sending_ends", "traffic_links",
 ]
 
 #: Every kind (``testbed.faultkinds``: one module each), in listing order.
@@ -56,8 +43,6 @@ KINDS = tuple(_KINDS)
 TARGET_KIND = {name: kind.target for name, kind in _KINDS.items()}
 CONTROLLER = "controller"
 
-#: ``numgen random mod NUMGEN_MOD < k``: a probability in steps of one in a million.
-NUMGEN_MOD = 1_000_000
 
 
 # ----------------------------------------------------------------------------------------
@@ -71,18 +56,13 @@ class Fault:
     several parallel cables between a and b, in plan order, as ``Lab.set_link``'s
     ``lane``), a switch, a host (its NIC), or ``controller``. ``at`` is seconds after
     the start of a schedule (``inject`` applies a fault at once and ignores it);
-    ``duration`` is seconds until it is undone (None: until ``undo``). ``link-flap``
-    lasts ``count * period`` (with ``jitter``, the sum of its phases) and takes no
-    duration; for ``controller-restart`` the duration is the downtime between kill and
-    start (None = 0).
+    ``duration`` is seconds until it is undone (None: until ``undo``); a kind may say
+    otherwise (its ``span``: a flap lasts its phases and takes no duration).
 
-    ``settings`` holds the knobs of the kind, declared by its module (``SETTINGS``:
-    ``period``, ``count``, ``jitter``, ``seed`` for link-flap; ``fraction`` for
-    link-degrade; ``probability``, ``direction`` for nic-loss and gray-loss;
-    ``probability`` for corruption; ``share``, ``seed`` for partial-blackhole; ``mtu`` for
-    mtu-mismatch; ``overload``, ``hot_share``, ``senders``, ``seed`` for hot-receiver).
-    Give them as keywords (``Fault("link-degrade", t, fraction=0.25)``); each is checked
-    by its kind, and a knob the kind does not have is refused.
+    ``settings`` holds the knobs of the kind, declared by its module (``SETTINGS``, a
+    dataclass with their defaults). Give them as keywords (``Fault(kind, target,
+    fraction=0.25)``); each is checked by its kind, and a knob the kind does not have is
+    refused, naming the ones it has.
     """
 
     kind: str
@@ -261,61 +241,12 @@ def _example(plan: WiringPlan, kind: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------
-# Commands, as argument lists (link-degrade's tc lines are built in ``testbed.shell.faults``)
+# Where a link fault acts (each kind's commands are its own: ``testbed/faultkinds/<name>.py``)
 # ----------------------------------------------------------------------------------------
 def link_ends(plan: WiringPlan, link: Link) -> list[tuple[str, str, bool]]:
     """``(node, interface, in a host namespace?)`` for both ends of ``link``."""
     hosts = {h.name for h in plan.hosts}
     return [(link.a, link.a_intf, link.a in hosts), (link.b, link.b_intf, link.b in hosts)]
-
-
-def _chance(probability: float) -> str:
-    """The ``numgen`` match that is true with ``probability`` (in steps of ``1/NUMGEN_MOD``,
-    at least one step); empty for 1, since nft refuses a bound equal to the modulus."""
-    k = max(1, round(probability * NUMGEN_MOD))
-    return f"numgen random mod {NUMGEN_MOD} < {k} " if k < NUMGEN_MOD else ""
-
-
-def nft_loss_script(dev: str, probability: float, direction: str = "both",
-                    table: str = NFT_TABLE, sink: str = SINK) -> str:
-    """``nft -f`` input: drop IPv4 frames with ``probability`` on ``dev`` (netdev hooks).
-
-    Only ``meta protocol ip`` frames are touched, so ARP keeps working (a lossy link
-    loses ARP too, but then a loss fault turns into reachability noise). Ingress losses
-    are dropped before the host's stack sees them; egress losses are forwarded to the
-    ``sink`` veth (see ``SINK``) so the sending socket is not told.
-    """
-    chance = _chance(probability)
-    lines = [f"table {NFT_FAMILY} {table} {{"]
-    hooks = (("ingress", "drop"), ("egress", f'fwd to "{sink}"'))
-    for hook, verdict in hooks:
-        if direction in (hook, "both"):
-            lines += [f"  chain {hook} {{",
-                      f'    type filter hook {hook} device "{dev}" priority -500; '
-                      "policy accept;",
-                      f"    meta protocol ip {chance}counter {verdict}",
-                      "  }"]
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def nft_loss_commands(dev: str, probability: float, direction: str = "both",
-                      table: str = NFT_TABLE, sink: tuple[str, str] = (SINK, SINK_PEER)
-                      ) -> tuple[list[list[str]], str, list[list[str]]]:
-    """``(setup argv list, nft script, undo argv list)`` for a loss with nftables.
-
-    Run in the namespace ``dev`` lives in: setup first (the egress sink veth pair
-    ``sink``), then ``nft -f -`` with the script; undo deletes the table and the sink.
-    A nic-loss uses the defaults; a gray-loss gives each link end its own ``table``
-    and ``sink`` (``testbed.faultmarks.link_table``, ``link_sink``).
-    """
-    setup: list[list[str]] = []
-    undo = [["nft", "delete", "table", NFT_FAMILY, table]]
-    if direction in ("egress", "both"):
-        setup = [["ip", "link", "add", sink[0], "type", "veth", "peer", "name", sink[1]],
-                 ["ip", "link", "set", sink[0], "up"]]
-        undo.append(["ip", "link", "del", sink[0]])
-    return setup, nft_loss_script(dev, probability, direction, table, sink[0]), undo
 
 
 def sending_ends(plan: WiringPlan, link: Link, direction: str = "both"
@@ -329,66 +260,6 @@ def sending_ends(plan: WiringPlan, link: Link, direction: str = "both"
     a, b = link_ends(plan, link)
     ends = [("a-to-b", *a), ("b-to-a", *b)]
     return [e for e in ends if direction in (e[0], "both")]
-
-
-#: What a corruption XORs into an IPv4 header checksum. Any value but 0x0000 and 0xffff
-#: (ones' complement's two zeros) makes the header's sum wrong, whatever the packet.
-CORRUPT_XOR = 0x5A5A
-
-
-def nft_corruption_script(dev: str, probability: float, table: str) -> str:
-    """``nft -f`` input: IPv4 frames leaving ``dev`` get a bad header checksum with
-    ``probability`` (netdev egress hook).
-
-    nft fixes the checksum of the header a payload statement changes, so a field other
-    than the checksum would leave the frame valid; writing the checksum field itself
-    stores the new value last (after that fix-up), so the frame leaves with exactly
-    ``checksum ^ CORRUPT_XOR``. The receiving host's IP layer drops it and counts it
-    (``Ip: InHdrErrors``, ``IpExt: InCsumErrors``), as a NIC counts a bad FCS; switches
-    on the way forward it (OVS checks no IP checksum). ARP is untouched.
-    """
-    return (f"table {NFT_FAMILY} {table} {{\n"
-            "  chain egress {\n"
-            f'    type filter hook egress device "{dev}" priority -500; policy accept;\n'
-            f"    meta protocol ip {_chance(probability)}counter "
-            f"ip checksum set ip checksum ^ {CORRUPT_XOR:#06x}\n"
-            "  }\n"
-            "}\n")
-
-
-def iptables_loss_commands(dev: str, probability: float, direction: str = "both"
-                           ) -> tuple[list[list[str]], list[list[str]]]:
-    """``(setup, undo)`` argv lists for a nic-loss with iptables' ``statistic`` match.
-
-    The fallback where nftables cannot be used. IPv4 only (ARP untouched), and only
-    what the host's own IP stack sends or receives: INPUT sees every frame for the
-    host, but OUTPUT misses raw-socket senders (the replay agents), and a DROP in
-    OUTPUT is reported to the sending socket (EPERM).
-    """
-    p = f"{probability:.6f}"
-    setup: list[list[str]] = []
-    undo: list[list[str]] = []
-    for chain, parent, flag, hook in ((IPT_IN, "INPUT", "-i", "ingress"),
-                                      (IPT_OUT, "OUTPUT", "-o", "egress")):
-        if direction not in (hook, "both"):
-            continue
-        setup += [["iptables", "-w", "-N", chain],
-                  ["iptables", "-w", "-A", chain, flag, dev, "-m", "statistic", "--mode",
-                   "random", "--probability", p, "-j", "DROP"],
-                  ["iptables", "-w", "-I", parent, "1", "-j", chain]]
-        undo += [["iptables", "-w", "-D", parent, "-j", chain],
-                 ["iptables", "-w", "-F", chain], ["iptables", "-w", "-X", chain]]
-    return setup, undo
-
-
-_RATE = re.compile(r"\brate (?P<num>[0-9.]+)(?P<unit>[KMGT]?)bit\b")
-_UNITS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-
-
-def parse_htb_rate(tc_class_show: str) -> float | None:
-    """Rate in Mb/s of the first HTB class in ``tc class show`` output (None if none)."""
-    m = _RATE.search(tc_class_show)
-    return None if m is None else float(m["num"]) * _UNITS[m["unit"]] / 1e6
 
 
 # ----------------------------------------------------------------------------------------

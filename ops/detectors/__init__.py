@@ -5,8 +5,9 @@ Each detector is a module here, ``ops/detectors/<name>.py`` (``DetectorModule``)
 which conditions hold *now*; its rule and thresholds are in its docstring and module
 constants, so a reader can check both against ``docs/operations.md``, and its ``ALERTS``
 say what each alert it raises means to an operator (``AlertKind``: how much it says about
-*where* the fault is, the advice that goes with it, and which fault kinds it is evidence
-of, i.e. *what* is wrong; the diagnosis agent and ``ops-eval`` read them).
+*where* the fault is, the advice that goes with it, and the evidence it gives of *what*
+is wrong, from which ``ops-eval`` derives the fault kinds it points to; the diagnosis
+agent and ``ops-eval`` read them).
 A new detector is a new file (its name is the module's, ``_`` written ``-``): ``Engine``,
 the agent and ``ops-eval`` take it with no other change. ``Engine`` runs them all after
 every poll and turns findings into ``Alert`` s: one alert per (detector, component) while
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ops.telemetry import History, link_components
+from testbed.faultkinds import TARGETS, shown_by
+from vocab.evidence import evidence
 from vocab.plan import WiringPlan
 from vocab.plugins import Plugin, Plugins
 
@@ -115,17 +118,33 @@ class AlertKind:
     other alerts' lead against it). ``advice`` is the next action, with ``{component}``
     and ``{summary}`` filled in from the alert.
 
-    ``fault_kinds`` says *what* is wrong: the fault kinds (``testbed/faultkinds/``) the
-    alert is evidence of, every kind it cannot tell apart from the others (a NIC dropping
-    packets could be its own loss, a lossy cable or bit errors), none for an alert that
-    matches no injected kind (a symptom, ECMP hash polarization). ``ops-eval`` scores a
-    source's kind classification by it (``ops.evaluate``: right when the fault's kind is
-    one of these), so a tuple wider than the evidence earns credit it did not deserve.
+    ``evidence`` says *what* is wrong, in the words fault kinds use too
+    (``vocab.evidence``: loss, errors, down, slow, misroute), and ``parts`` which parts of
+    the fabric a fault behind it may sit on (fault kinds' ``TARGET``: a NIC dropping packets
+    could be its own loss or its cable's, not a switch rule's). The alert is evidence of
+    every kind that produces one of its words and is aimed at one of its parts
+    (``fault_kinds``, ``testbed.faultkinds.shown_by``): no detector names a kind, and a new
+    kind is classified by the alerts already here. None for an alert that matches no fault
+    (a symptom, ECMP hash polarization). ``ops-eval`` scores a source's kind
+    classification by it (``ops.evaluate``: right when the fault's kind is one of these),
+    so a word or a part the alert cannot back earns credit it did not deserve.
     """
 
     weight: float | None
     advice: str
-    fault_kinds: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    parts: tuple[str, ...] = TARGETS
+
+    def __post_init__(self) -> None:
+        evidence(self.evidence, "alert")
+        if not set(self.parts) <= set(TARGETS):
+            raise ValueError(f"alert parts must be some of {', '.join(TARGETS)} "
+                             f"(got {self.parts!r})")
+
+    @property
+    def fault_kinds(self) -> tuple[str, ...]:
+        """The fault kinds this alert is evidence of, in their listing order."""
+        return shown_by(self.evidence, self.parts)
 
     @property
     def symptom(self) -> bool:

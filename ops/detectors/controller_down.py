@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import CONTROLLER, History
+from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
 ORDER = 80  # the detectors run (and list) in this order (vocab.plugins.listing_key)
@@ -17,7 +18,7 @@ NAME = plugin_name(__name__)
 #: a dead controller and one that will restart look the same while it is down
 ALERTS = {NAME: AlertKind(85, "restart the controller (switches keep forwarding on their "
                                "last tables; no failover to new faults until it is back)",
-                          fault_kinds=("controller-kill", "controller-restart"))}
+                          evidence=(Evidence.DOWN,), parts=("controller",))}
 
 #: controller: the REST API did not answer in this many polls in a row.
 CONTROLLER_POLLS = 2

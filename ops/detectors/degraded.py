@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
+from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
 ORDER = 30  # the detectors run (and list) in this order (vocab.plugins.listing_key)
@@ -16,7 +17,7 @@ ORDER = 30  # the detectors run (and list) in this order (vocab.plugins.listing_
 NAME = plugin_name(__name__)
 ALERTS = {NAME: AlertKind(75, "drain lane {component} (take it down: ECMP moves its flows "
                                "to the other lanes) and replace its optic; {summary}",
-                          fault_kinds=("link-degrade",))}
+                          evidence=(Evidence.SLOW,), parts=("link",))}
 
 #: degraded: the egress queue holds at least this many seconds of the configured rate ...
 DEGRADED_BACKLOG_S = 0.05

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from ops.detectors import AlertKind, Finding, Topo
 from ops.telemetry import History
+from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
 ORDER = 20  # the detectors run (and list) in this order (vocab.plugins.listing_key)
 #: the name its alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
+#: a link that keeps going down: the evidence of a link down, which a cut gives once
 ALERTS = {NAME: AlertKind(80, "drain {component} (take it down so ECMP stops using it) "
                                "before it fails for good, then reseat/replace the optic",
-                          fault_kinds=("link-flap",))}
+                          evidence=(Evidence.DOWN,), parts=("link",))}
 
 #: flapping: at least this many carrier transitions (both ends counted once) ...
 FLAP_MIN_CHANGES = 3

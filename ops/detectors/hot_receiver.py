@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
+from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
 ORDER = 70  # the detectors run (and list) in this order (vocab.plugins.listing_key)
@@ -16,7 +17,7 @@ ORDER = 70  # the detectors run (and list) in this order (vocab.plugins.listing_
 NAME = plugin_name(__name__)
 ALERTS = {NAME: AlertKind(60, "rebalance experts away from {component} (EPLB replicas) "
                                "or pace its senders; the fabric is fine, the receiver is "
-                               "oversubscribed", fault_kinds=("hot-receiver",))}
+                               "oversubscribed", evidence=(Evidence.SLOW,), parts=("host",))}
 
 #: hot receiver: the queue towards a NIC holds at least this many seconds of its rate ...
 INCAST_BACKLOG_S = 0.05

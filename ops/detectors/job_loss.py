@@ -19,6 +19,7 @@ from collections import defaultdict
 from ops.detectors import AlertKind, Finding, Topo
 from ops.telemetry import History
 from traffic.iterations import JOB, parse_pair
+from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
 ORDER = 100  # the detectors run (and list) in this order (vocab.plugins.listing_key)
@@ -29,12 +30,11 @@ SWITCH = f"{NAME}-switch"
 ALERTS = {
     NAME: AlertKind(70, "check NIC {component}: its flows lose packets ({summary}); drop "
                         "counters, cable, firmware; drain it from the job if it persists",
-                    fault_kinds=("nic-loss", "gray-loss", "corruption")),
+                    evidence=(Evidence.LOSS,), parts=("host", "link")),
     SWITCH: AlertKind(55, "check leaf {component} and its lanes: the flows through it lose "
                           "packets ({summary}); its flow table (rules that drop), its ports' "
                           "MTU and error counters, then drain it",
-                      fault_kinds=("partial-blackhole", "mtu-mismatch", "gray-loss",
-                                   "corruption")),
+                      evidence=(Evidence.LOSS, Evidence.ERRORS), parts=("switch", "link")),
 }
 #: the losses of this many recent polls are pooled (an iteration ends every few polls, so
 #: the alert holds while the job's iterations keep losing)

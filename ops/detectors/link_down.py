@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
+from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
 ORDER = 10  # the detectors run (and list) in this order (vocab.plugins.listing_key)
@@ -20,10 +21,11 @@ ALERTS = {
     # on the second loss of carrier)
     NAME: AlertKind(90, "replace the optic or cable of {component} (ECMP already skips it); "
                         "check the port's error counters at both ends",
-                    fault_kinds=("link-down", "link-flap")),
+                    evidence=(Evidence.DOWN,), parts=("link",)),
     "switch-down": AlertKind(100, "check power and management of switch {component}; its "
                                   "traffic is rerouted over the other spines/leaves, capacity "
-                                  "is reduced until it is back", fault_kinds=("switch-down",)),
+                                  "is reduced until it is back", evidence=(Evidence.DOWN,),
+                             parts=("switch",)),
 }
 
 #: link down: a link is down when either end's operstate is not "up" in the latest poll.

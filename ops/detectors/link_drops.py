@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ops.detectors import AlertKind, Finding, Topo, run_start
 from ops.telemetry import History
+from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
 ORDER = 50  # the detectors run (and list) in this order (vocab.plugins.listing_key)
@@ -26,7 +27,7 @@ NAME = plugin_name(__name__)
 ALERTS = {NAME: AlertKind(85, "compare the MTU of both ends of {component} (`ip link show` "
                                "on each; frames larger than one end's MTU are dropped by "
                                "it) and set the lower one back to the fabric's; {summary}",
-                          fault_kinds=("mtu-mismatch",))}
+                          evidence=(Evidence.ERRORS,), parts=("link",))}
 
 #: link-drops: the receiving end discards at least this many frames in a poll (one
 #: full-size frame is already more than a healthy fabric ever discards) ...

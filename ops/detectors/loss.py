@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ops.detectors import AlertKind, Finding, Topo, rounded, run_start
 from ops.telemetry import History
+from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
 ORDER = 40  # the detectors run (and list) in this order (vocab.plugins.listing_key)
@@ -18,7 +19,7 @@ NAME = plugin_name(__name__)
 #: does, or bit errors make the receiver drop them
 ALERTS = {NAME: AlertKind(70, "check NIC/port {component}: drop counters, firmware, cable; "
                                "drain it from the job if loss persists",
-                          fault_kinds=("nic-loss", "gray-loss", "corruption"))}
+                          evidence=(Evidence.LOSS,), parts=("host", "link"))}
 
 #: loss: a host drops (in + out) at least this fraction of its IP packets ...
 LOSS_RATIO = 0.01

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ops.detectors import AlertKind, Finding, Topo
 from ops.telemetry import History
+from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
 ORDER = 110  # the detectors run (and list) in this order (vocab.plugins.listing_key)
@@ -23,7 +24,7 @@ NAME = plugin_name(__name__)
 #: a probe frame that arrives at the wrong port says where and what, as a dead switch does
 ALERTS = {NAME: AlertKind(95, "compare lane {component}'s cabling with the plan: {summary}; "
                                "uncross the fibres in its shuffle box",
-                          fault_kinds=("shuffle-miswiring",))}
+                          evidence=(Evidence.MISROUTE,), parts=("link",))}
 
 #: the series a wiring check's result is written to
 COMPONENT, CHECKED, METRIC = "wiring", "checked", "miswired"

@@ -54,7 +54,7 @@ from scenarios.base import (
 )
 from scenarios.common import compare, distribution, fmt_distribution, in_band
 from scenarios.findings import margin_text, pace_caveats
-from scenarios.prose import Prose
+from scenarios.prose import Prose, snippets
 from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultkinds import SCHEDULE_SEVERITIES
 from testbed.faultspec import KINDS, schedule_kinds
@@ -477,14 +477,11 @@ def _strict_vs_lenient(run: Run, summary: dict[str, Any]) -> None:
 
 
 def _why(kind: str) -> str:
-    """Why the lab's signals fall short for ``kind`` (the template's ``why_<kind>``)."""
-    reasons = {
-        "corruption": WORDS("why_corruption"), "gray-loss": WORDS("why_gray_loss"),
-        "hot-receiver": WORDS("why_hot_receiver"), "link-degrade": WORDS("why_link_degrade"),
-        "mtu-mismatch": WORDS("why_mtu_mismatch"), "nic-loss": WORDS("why_nic_loss"),
-        "partial-blackhole": WORDS("why_partial_blackhole"),
-        "shuffle-miswiring": WORDS("why_shuffle_miswiring")}
-    return reasons.get(kind) or WORDS("why_other")
+    """Why the lab's signals fall short for ``kind``: the template's ``why_<kind>`` (``-``
+    written ``_``), or ``why_other`` for a kind it has no words for."""
+    name = kind.replace("-", "_")
+    return WORDS(f"why_{name}") if f"why_{name}" in snippets(WORDS.report) \
+        else WORDS("why_other")
 
 
 def _versus_baselines(run: Run, summary: dict[str, Any]) -> None:

@@ -19,7 +19,24 @@ live here and the actions there. A new kind is these two new files (copy the clo
 under a new name), and ``tests/unit/test_faultkinds.py`` checks that the two registries
 (``FAULT_KINDS`` here, ``testbed.shell.faults.INJECTORS``) name the same kinds.
 
-What a module here declares and implements is ``FaultKindModule``.
+What a module here declares and implements is ``FaultKindModule``: every question the
+rest of the lab asks of a kind is one of its declarations or hooks, each with a default
+written once in the contract (left out, a kind gets it), so no module outside the two
+halves names a kind. Besides what makes a ``Fault`` (``TARGET``, ``SETTINGS``,
+``validate``, ``span``, ``check_plan``) and a random schedule (``random_targets``,
+``SEVERITIES``, ``random_knobs``), a kind says what the operations layer sees of it:
+
+* ``EVIDENCE``: what its faults show a detector (``vocab.evidence``: loss, errors, down,
+  slow, misroute). An alert is evidence of a kind when it gives one of these words and
+  points at the kind's ``TARGET`` (``shown_by``), so ``ops-eval`` classifies a new kind
+  with the detectors already there;
+* ``EFFECT`` and ``INTERMITTENT``: what it does to traffic in an operator's words
+  (``Effect``: takes links down, drops, slows, misroutes; and whether it comes and goes),
+  which ``ops.questions`` asks about;
+* ``affected(plan, component)``: the components beyond its target a fault acts on.
+
+Its shell half has a hook of the same kind, ``clean_crashed``, for what a crashed run
+leaves (``testbed.shell.faults.InjectorModule``).
 
 **Severity.** A kind declares the severities its random knobs can draw (``SEVERITIES``):
 ``gray`` is degraded, not dead (a lane at three quarters of its rate, a fraction of a
@@ -34,12 +51,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from vocab.plan import WiringPlan
+from vocab.evidence import evidence
+from vocab.plan import Link, WiringPlan
 from vocab.plugins import Plugin, Plugins
 
 #: What a kind's ``TARGET`` may be.
@@ -62,6 +80,20 @@ SEVERITIES = tuple(s.value for s in Severity)
 MIXED = "mixed"
 #: What a schedule may ask for: one severity for every fault, or ``mixed``.
 SCHEDULE_SEVERITIES = (*SEVERITIES, MIXED)
+
+
+class Effect(StrEnum):
+    """What a fault does to traffic, in the words of an operator's questions
+    (``ops.questions``: "which links are down?", "which lanes drop packets?", ...)."""
+
+    DOWN = "down"  # takes links down: traffic moves off them
+    DROPS = "drops"  # packets are lost or refused on the way
+    SLOWS = "slows"  # packets arrive, late: a slow lane, a queue that holds
+    MISROUTES = "misroutes"  # packets go where the plan does not send them
+
+
+#: What a kind's ``EFFECT`` may be (or None).
+EFFECTS = tuple(e.value for e in Effect)
 
 
 @dataclass(frozen=True)
@@ -107,6 +139,24 @@ class FaultKindModule(Protocol):
     a fault of ``severity`` (one of ``SEVERITIES``) lasting about ``span`` seconds
     (``duration`` defaults to ``span``; return ``duration=None`` for a kind without one);
     left out, none."""
+    EVIDENCE: tuple[str, ...] = ()
+    """What its faults show a detector: words of ``vocab.evidence.EVIDENCE`` (``loss``,
+    ``errors``, ``down``, ``slow``, ``misroute``). An alert that gives one of them and
+    points at this kind's ``TARGET`` is evidence of it (``shown_by``: ``ops-eval``'s kind
+    accuracy). Left out, none: no alert classifies it."""
+    EFFECT: str | None = None
+    """What it does to traffic, one of ``Effect`` (``down``, ``drops``, ``slows``,
+    ``misroutes``): which of an operator's questions (``ops.questions``) its live faults
+    answer. Left out (None), not said: questions that depend on it are not asked while one
+    of its faults is live. A controller kind needs none: traffic does not see it."""
+    INTERMITTENT: bool = False
+    """True when its faults come and go (a flapping link): "is any link flapping?" is then
+    about it, and "which links are down?" is not asked while it is live."""
+    affected: Callable[[WiringPlan, str], Iterable[str]] | None = None
+    """``affected(plan, component)``: the components other than ``component`` (its
+    target's canonical name, ``a~b#k`` for a link) a fault of this kind on it acts on (a
+    miswired lane's partners, a hot receiver's leaf's lanes), named as ``Fault.component``
+    names them; left out, none."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +175,11 @@ class FaultKind(Plugin):
                 or any(s not in SEVERITIES for s in sev)):
             raise ValueError(f"fault kind module {self.module.__name__}: SEVERITIES must be a "
                              f"tuple of one or both of {', '.join(SEVERITIES)} (got {sev!r})")
+        evidence(self.declared("EVIDENCE"), f"fault kind module {self.module.__name__}")
+        effect = self.declared("EFFECT")
+        if effect is not None and effect not in EFFECTS:
+            raise ValueError(f"fault kind module {self.module.__name__}: EFFECT must be one of "
+                             f"{', '.join(EFFECTS)} or None (got {effect!r})")
 
     @property
     def target(self) -> str:
@@ -134,6 +189,27 @@ class FaultKind(Plugin):
     def severities(self) -> tuple[str, ...]:
         """The severities the kind's random knobs can draw (``SEVERITIES``)."""
         return tuple(str(s) for s in self.declared("SEVERITIES"))
+
+    @property
+    def evidence(self) -> tuple[str, ...]:
+        """What its faults show a detector (``EVIDENCE``)."""
+        return evidence(self.declared("EVIDENCE"), self.module.__name__)
+
+    @property
+    def effect(self) -> str | None:
+        """What it does to traffic (``EFFECT``), None when not said."""
+        effect = self.declared("EFFECT")
+        return None if effect is None else str(effect)
+
+    @property
+    def intermittent(self) -> bool:
+        """Whether its faults come and go (``INTERMITTENT``)."""
+        return bool(self.declared("INTERMITTENT"))
+
+    def affected(self, plan: WiringPlan, component: str) -> list[str]:
+        """The other components a fault on ``component`` acts on (``affected``)."""
+        fn = self.hook("affected")
+        return [] if fn is None else list(fn(plan, component))
 
     @property
     def knobs(self) -> tuple[str, ...]:
@@ -179,6 +255,23 @@ class FaultKind(Plugin):
 #: Every kind, in listing order (and the order a random schedule's draws are made in):
 #: each module's ``ORDER``, then the rest by name.
 FAULT_KINDS: Plugins[FaultKind] = Plugins("fault kind", __name__, FaultKind)
+
+
+def shown_by(words: Iterable[str], parts: Iterable[str] = TARGETS) -> tuple[str, ...]:
+    """The kinds, in listing order, an alert giving evidence ``words`` is evidence of: those
+    whose ``EVIDENCE`` has one of them and whose ``TARGET`` is one of ``parts`` (the parts
+    of the fabric the alert may point at: a NIC's loss may be its own or its cable's, not a
+    switch rule's). None for an alert that gives no evidence (a symptom)."""
+    want, where = set(evidence(words, "alert")), set(parts)
+    return tuple(n for n, k in FAULT_KINDS.all().items()
+                 if want & set(k.evidence) and k.target in where)
+
+
+def link_component(plan: WiringPlan, link: Link) -> str:
+    """A plan link as ``Fault.component`` names it: ``a~b#k``, ``k`` counting the cables
+    between ``a`` and ``b`` in plan order."""
+    same = [ln for ln in plan.links if (ln.a, ln.b) == (link.a, link.b)]
+    return f"{link.a}~{link.b}#{same.index(link)}"
 
 
 def number(name: str, value: Any, *, low: float | None = None, high: float | None = None,

@@ -2,3 +2,4 @@
 
 TARGET = "controller"
 ORDER = 110  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("down",)  # the controller stops answering; the switches keep forwarding

@@ -6,6 +6,7 @@ from typing import Any
 
 TARGET = "controller"
 ORDER = 120  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("down",)  # the controller stops answering; the switches keep forwarding
 
 
 def span(fault: Any) -> float:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from testbed.faultkinds import LINK_DIRECTIONS, number
+from testbed.faultkinds._loss import draw_probability
 
 TARGET = "link"
 ORDER = 50  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("loss",)  # frames vanish on the cable
+EFFECT = "drops"
 #: Degraded (the fail-slow loss production fault-finders must catch) and obvious.
 SEVERITIES = ("gray", "hard")
-#: The loss probability ``random_knobs`` draws, per severity: 0.05-1% and 2-10%.
-RANGES = {"gray": (0.0005, 0.01), "hard": (0.02, 0.10)}
 
 
 @dataclass(frozen=True)
@@ -33,15 +33,6 @@ class Settings:
 
 
 SETTINGS = Settings
-
-
-def draw_probability(rng: random.Random, severity: str) -> float:
-    """A probability from ``RANGES[severity]``, log-uniform (as likely in each decade: the
-    gray range spans twenty times its low end), rounded to 1e-5."""
-    if severity not in RANGES:
-        raise ValueError(f"severity must be one of {', '.join(RANGES)} (got {severity!r})")
-    low, high = RANGES[severity]
-    return round(math.exp(rng.uniform(math.log(low), math.log(high))), 5)
 
 
 def random_knobs(rng: random.Random, span: float, severity: str) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """An incast: GPUs whose tokens route to hot experts all send to one host and overload its NIC.
 
 The incast's shape comes from the MoE workload model (``incast_bytes``, ``incast_weights``,
-``hot_streams``; re-exported by ``testbed.faultspec``); ``testbed.shell.faults.hot_receiver``
-plays it as steady UDP streams onto the target.
+``hot_streams``, here); ``testbed.shell.faults.hot_receiver`` plays it as steady UDP streams
+onto the target.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.faultkinds import number, whole
+from testbed.faultkinds import link_component, number, whole
 from vocab.plan import WiringPlan
 
 TARGET = "host"
 ORDER = 130  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("slow",)  # the target's NIC is oversubscribed: its queue holds
+EFFECT = "slows"
 
 #: UDP port of hot-receiver streams (4791 stays free for RoCE replay receivers on the target).
 HOT_PORT = 4792
@@ -60,6 +62,14 @@ def random_targets(plan: WiringPlan, pool: list[str]) -> list[str]:
 def random_knobs(rng: random.Random, span: float, severity: str) -> dict[str, Any]:
     """A workload seed (hard only: an incast at twice the NIC's rate)."""
     return {"seed": rng.randrange(1 << 16)}
+
+
+def affected(plan: WiringPlan, component: str) -> list[str]:
+    """The lanes of the target's leaf: the incast comes down them, so they run full."""
+    hosts = {h.name for h in plan.hosts}
+    leaf = next((ln.b for ln in reversed(plan.links) if ln.a == component), None)
+    return [link_component(plan, ln) for ln in plan.links
+            if leaf in (ln.a, ln.b) and ln.a not in hosts and ln.b not in hosts]
 
 
 def incast_bytes(plan: WiringPlan, target: str, *, hot_share: float = 0.5, seed: int = 0,

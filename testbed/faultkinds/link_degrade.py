@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,8 @@ from testbed.faultkinds import number
 
 TARGET = "link"
 ORDER = 30  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("slow",)  # the lane carries less than its rate; its queue holds
+EFFECT = "slows"
 SEVERITIES = ("gray", "hard")
 
 
@@ -33,3 +36,13 @@ def random_knobs(rng: random.Random, span: float, severity: str) -> dict[str, An
     if severity == "gray":
         return {"fraction": round(rng.uniform(0.5, 0.9), 3)}
     return {"fraction": round(rng.uniform(0.1, 0.5), 3)}
+
+
+_RATE = re.compile(r"\brate (?P<num>[0-9.]+)(?P<unit>[KMGT]?)bit\b")
+_UNITS = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def parse_htb_rate(tc_class_show: str) -> float | None:
+    """Rate in Mb/s of the first HTB class in ``tc class show`` output (None if none)."""
+    m = _RATE.search(tc_class_show)
+    return None if m is None else float(m["num"]) * _UNITS[m["unit"]] / 1e6

@@ -2,3 +2,5 @@
 
 TARGET = "link"
 ORDER = 10  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("down",)  # the switches at both ends see the port go down; traffic moves off it
+EFFECT = "down"

@@ -18,6 +18,9 @@ from testbed.faultkinds import number, whole
 
 TARGET = "link"
 ORDER = 20  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("down",)  # down, up and down again: each transition is a port going down
+EFFECT = "down"
+INTERMITTENT = True
 SEVERITIES = ("gray", "hard")
 
 

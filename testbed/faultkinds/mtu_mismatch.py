@@ -21,12 +21,17 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.faultmarks import MTU_MARK
 from vocab.plan import Link
 
 TARGET = "link"
 ORDER = 90  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("errors",)  # frames above the MTU are refused at the port and counted there
+EFFECT = "drops"
 SEVERITIES = ("hard",)
+#: Start of the alias (``ip link set dev X alias``) of a switch port whose MTU this kind
+#: lowered: ``<MTU_MARK> run=<run id> <intf>=<mtu> ...``, the run and the MTUs to restore
+#: (the port's and its bridge's internal port's), for a crashed run.
+MTU_MARK = "astral-lab-fault-mtu"
 
 #: The MTUs a fault may set: from IPv4's minimum datagram to a jumbo frame.
 MIN_MTU, MAX_MTU = 576, 9216
@@ -64,11 +69,6 @@ def lowered_end(link: Link) -> tuple[str, str]:
 
 def mtu_command(intf: str, mtu: int) -> list[str]:
     return ["ip", "link", "set", "dev", intf, "mtu", str(mtu)]
-
-
-def alias_command(intf: str, alias: str) -> list[str]:
-    """Set (``""``: clear) an interface's alias."""
-    return ["ip", "link", "set", "dev", intf, "alias", alias]
 
 
 def mark(run_id: str, restore: dict[str, int]) -> str:

@@ -10,6 +10,8 @@ from testbed.faultkinds import number
 
 TARGET = "host"
 ORDER = 40  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("loss",)  # frames vanish at the NIC
+EFFECT = "drops"
 SEVERITIES = ("gray", "hard")
 #: Which frames a nic-loss drops: those the NIC receives, those it sends, or both.
 DIRECTIONS = ("ingress", "egress", "both")

@@ -7,7 +7,7 @@ ping-based checks miss. The slice is ``share`` of the port space, made of masked
 on the port's low bits (``port_matches``); ``seed`` picks which values.
 
 The shell half adds the rules with ``ovs-ofctl`` at ``PRIORITY``, above every rule the
-controller installs, with the cookie ``testbed.faultmarks.OF_COOKIE``, so undo and
+controller installs, with the cookie ``OF_COOKIE``, so undo and
 ``astral-lab clean`` delete exactly them. The commands and their parsing are here (pure).
 """
 
@@ -19,12 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.faultkinds import number, whole
-from testbed.faultmarks import OF_COOKIE
 from vocab.flows import QP_SPORTS
 
 TARGET = "switch"
 ORDER = 80  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("loss",)  # the matched flows' packets vanish at the switch
+EFFECT = "drops"
 SEVERITIES = ("gray", "hard")
+#: Cookie of every OpenFlow rule this kind adds to a switch. The controller's own cookies
+#: are others (``controllers.flowtable.OWN_COOKIES``), and it leaves rules with a cookie
+#: not its own alone, so these survive its resyncs.
+OF_COOKIE = 0xA57FF001
 
 #: The low bits of the source port a match may use: those the QPs vary.
 BITS = QP_SPORTS.bit_length() - 1

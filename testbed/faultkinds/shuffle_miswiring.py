@@ -28,13 +28,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from testbed.faultkinds import whole
-from testbed.faultmarks import WIRE_MARK
+from testbed.faultkinds import link_component, whole
 from vocab.plan import Link, WiringPlan
 
 TARGET = "link"
 ORDER = 100  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("misroute",)  # frames arrive through the wrong spine
+EFFECT = "misroutes"
 SEVERITIES = ("gray",)
+#: Start of the alias of a switch port this kind moved to another bridge: ``<WIRE_MARK>
+#: run=<run id> home=<bridge> ofport=<n> qos=<uuid>``, where it belongs, so ``astral-lab
+#: clean`` can put a crashed run's swapped lanes back.
+WIRE_MARK = "astral-lab-fault-wire"
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,13 @@ def check_plan(plan: WiringPlan, fault: Any) -> None:
 def random_targets(plan: WiringPlan, pool: list[str]) -> list[str]:
     """The lanes that have a partner."""
     return [t for t in pool if (ln := target_link(plan, t)) is not None and partners(plan, ln)]
+
+
+def affected(plan: WiringPlan, component: str) -> list[str]:
+    """The lanes it may be crossed with: the log names the target, the other end of the
+    swap is one of these."""
+    link = target_link(plan, component)
+    return [] if link is None else [link_component(plan, ln) for ln in partners(plan, link)]
 
 
 @dataclass(frozen=True)

@@ -2,3 +2,5 @@
 
 TARGET = "switch"
 ORDER = 70  # where it lists among the kinds, and draws in a schedule
+EVIDENCE = ("down",)  # every port of the switch goes down
+EFFECT = "down"

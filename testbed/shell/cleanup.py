@@ -17,10 +17,13 @@ leaves is recognised by the lab's node names (``NODE_RE``), and only while no
 fabric that could own those names is alive (``plain_mininet_leftovers``).
 
 Fault injection (``testbed.shell.faults``) leaves rules in host namespaces (and, for link
-faults on switch ports, in the root namespace), traffic processes, drop rules on bridges,
-lowered port MTUs and crossed lanes when its run dies; ``cleanup_faults`` removes them by
-the names in ``testbed.faultmarks``. This module is the lowest layer of the lab's shell
-side: it imports neither the injector nor ``testbed.shell.lab``, which both build on it.
+faults on switch ports, in the root namespace) and traffic processes when its run dies;
+``cleanup_faults`` removes them by the names in ``testbed.faultmarks``, whatever the kind.
+What only one kind leaves (drop rules on a bridge, a lowered port MTU, crossed lanes) its
+injector module removes (its ``clean_crashed`` hook), and ``cleanup_faults`` calls every
+kind's hook it is handed: this module is the lowest layer of the lab's shell side and
+imports neither the injector nor ``testbed.shell.lab``, which both build on it, so
+``astral-lab clean`` hands it the injector's registry (``clean(kinds=...)``).
 
 Unlike ``mn -c``, this never touches bridges, namespaces or processes that are
 not the lab's.
@@ -37,19 +40,14 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Collection, Iterable
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any, Protocol
 
 from testbed.capture import is_capture
-from testbed.faultkinds import mtu_mismatch, partial_blackhole, shuffle_miswiring
 from testbed.faultmarks import (
     CLEAN_NAMESPACE,
     ENV_MARK,
-    IPT_IN,
-    IPT_OUT,
     NFT_FAMILY,
-    NFT_TABLE,
-    SINK,
     fault_tables,
     is_sink,
     link_sink,
@@ -379,8 +377,20 @@ def _end_stale_traffic(live_runs: Collection[str], live_pids: Collection[int]) -
     return len(stale)
 
 
-def clean(verbose: bool = True) -> dict[str, int]:
-    """Remove every leftover of crashed lab runs. Safe to run any time; returns what it did."""
+class CrashHook(Protocol):
+    """A fault kind's crash hook as the injector's registry gives it
+    (``testbed.shell.faults.Injector.clean_crashed``): handed in, since the injector builds
+    on this module."""
+
+    def clean_crashed(self, theirs: Callable[[str], bool]) -> Mapping[str, int]:
+        """Remove what this kind left for the runs ``theirs`` accepts; counts by what."""
+
+
+def clean(verbose: bool = True, kinds: Iterable[CrashHook] = ()) -> dict[str, int]:
+    """Remove every leftover of crashed lab runs. Safe to run any time; returns what it did.
+
+    ``kinds``: every fault kind's crash hook (``testbed.shell.faults.INJECTORS``' values),
+    for what a kind leaves besides the names every kind shares (``cleanup_faults``)."""
     done = {"records": 0, "processes": 0, "bridges": 0, "links": 0, "scratch": 0,
             "kept": 0, "unrecorded": 0, "namespaces": 0}
     live_runs: set[str] = set()
@@ -445,7 +455,7 @@ def clean(verbose: bool = True) -> dict[str, int]:
         kill_pids(procs)
         done["processes"] += len(procs)
     done["processes"] += _end_stale_traffic(live_runs, live_pids)  # runs with no record left
-    done["processes"] += cleanup_faults(keep_runs=live_runs)["processes"]
+    done["processes"] += cleanup_faults(keep_runs=live_runs, kinds=kinds)["processes"]
     for path in stale_scratch(live_runs):  # folders of dead runs whose record is gone
         scratch(path)
     for pid in rxsink.stale():  # a killed replay's note that its receivers drop RoCE
@@ -552,26 +562,13 @@ def leftovers(plan: Any) -> list[str]:
               for p, program in sorted(stale_traffic(live, _live_pids(live)).items())]
     found += [f"fault process pid {p}" for p in fault_processes()]
     found += [f"probe namespace {n}" for n in stale_probe_namespaces()]
-    found += [f"{x} (root namespace)" for x in fault_leftovers(_root_sh)]
+    found += [f"{x} (root namespace)" for x in fault_leftovers(root_sh)]
     return found + daemons.leftovers()
 
 
 # ----------------------------------------------------------------------------------------
 # What fault injection (``testbed.shell.faults``) leaves in host namespaces, and its processes
 # ----------------------------------------------------------------------------------------
-def nic_loss_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]], host: str
-                       ) -> list[str]:
-    """What of a nic-loss is present in ``host``'s namespace (``sh`` runs a command there)."""
-    left = []
-    if NFT_TABLE in sh(["nft", "list", "tables"], host, check=False).stdout:
-        left.append(f"nft table {NFT_FAMILY} {NFT_TABLE}")
-    if sh(["ip", "link", "show", "dev", SINK], host, check=False).returncode == 0:
-        left.append(f"interface {SINK}")
-    chains = sh(["iptables", "-w", "-S"], host, check=False).stdout
-    left += [f"iptables chain {c}" for c in (IPT_IN, IPT_OUT) if f"-N {c}" in chains]
-    return left
-
-
 def fault_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]],
                     host: str | None = None) -> list[str]:
     """Every nft table and sink veth of fault injection present in ``host``'s namespace
@@ -582,9 +579,10 @@ def fault_leftovers(sh: Callable[..., subprocess.CompletedProcess[str]],
     return [f"nft table {NFT_FAMILY} {t}" for t in tables] + [f"interface {i}" for i in veths]
 
 
-def _root_sh(argv: list[str], _host: str | None = None, stdin: str | None = None,
-             check: bool = False) -> subprocess.CompletedProcess[str]:
-    """``run`` with a fault context's ``sh`` signature, for the root namespace."""
+def root_sh(argv: list[str], _host: str | None = None, stdin: str | None = None,
+            check: bool = False) -> subprocess.CompletedProcess[str]:
+    """``run`` with a fault context's ``sh`` signature, for the root namespace (where a
+    kind's ``clean_crashed`` hook works)."""
     return run(argv, stdin=stdin, check=check, timeout=60)
 
 
@@ -669,14 +667,6 @@ def _run_pids(keep_runs: Collection[str]) -> set[int]:
     return pids
 
 
-def blackhole_rules(sh: Callable[..., subprocess.CompletedProcess[str]], bridge: str
-                    ) -> list[tuple[int, int, int]]:
-    """The partial-blackhole rules on ``bridge`` (``sh`` runs a command in the root
-    namespace): ``(value, mask, packets dropped)`` each; none if the bridge cannot be read."""
-    proc = sh(partial_blackhole.dump_command(bridge), check=False)
-    return partial_blackhole.parse_rules(proc.stdout) if proc.returncode == 0 else []
-
-
 def intf_state(sh: Callable[..., subprocess.CompletedProcess[str]], intf: str
                ) -> dict[str, Any] | None:
     """``ip -j -s link show`` of one root-namespace interface (mtu, ifalias, stats64);
@@ -687,53 +677,9 @@ def intf_state(sh: Callable[..., subprocess.CompletedProcess[str]], intf: str
     return dict(json.loads(proc.stdout)[0])
 
 
-def ovs_mtus(sh: Callable[..., subprocess.CompletedProcess[str]], names: Iterable[str]
-             ) -> dict[str, int | None]:
-    """Open vSwitch's view: the ``mtu`` column of these rows of its Interface table (None
-    where it is empty; rows OVS does not have are left out)."""
-    proc = sh(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,mtu",
-               "--if-exists", "list", "Interface", *names], check=False)
-    if proc.returncode != 0 or not proc.stdout.strip():
-        return {}
-    rows = json.loads(proc.stdout).get("data", [])
-    return {name: (mtu if isinstance(mtu, int) else None) for name, mtu in rows}
-
-
-def restore_mtus(sh: Callable[..., subprocess.CompletedProcess[str]], restore: dict[str, int],
-                 timeout: float = 10.0, settle: float = 0.5) -> dict[str, int | None]:
-    """Put root-namespace interfaces back to their MTUs and hold them there until Open
-    vSwitch agrees; the MTUs the kernel reads at the end.
-
-    Raising a port's MTU makes OVS set its bridge's internal port to the new minimum of
-    the bridge's ports, which need not be the MTU it had. So every interface of
-    ``restore`` is set back, and again while OVS changes it, until the kernel and OVS's
-    Interface table both read ``restore`` for ``settle`` seconds (or ``timeout`` passes).
-    """
-    deadline = time.monotonic() + timeout
-    calm: float | None = None
-    while True:
-        now = {}
-        for name, mtu in restore.items():
-            state = intf_state(sh, name)
-            now[name] = None if state is None else state["mtu"]
-            if state is not None and state["mtu"] != mtu:
-                sh(mtu_mismatch.mtu_command(name, mtu), check=False)
-        present = {n: m for n, m in restore.items() if now[n] is not None}
-        agreed = all(now[n] == m for n, m in present.items()) \
-            and ovs_mtus(sh, present) == present
-        t = time.monotonic()
-        if not agreed:
-            calm = None
-        elif calm is None:
-            calm = t
-        if (calm is not None and t - calm >= settle) or t > deadline:
-            return now
-        time.sleep(0.05)
-
-
-def _marked_ports(parse: Callable[[str], Any]) -> dict[str, str]:
-    """``interface -> alias`` of root-namespace interfaces whose alias ``parse`` reads (an
-    mtu-mismatch's or a shuffle-miswiring's mark)."""
+def marked_ports(parse: Callable[[str], Any]) -> dict[str, str]:
+    """``interface -> alias`` of root-namespace interfaces whose alias ``parse`` reads (a
+    fault kind's mark on a port it changed: its run and what to put back)."""
     out = {}
     for path in glob.glob("/sys/class/net/*/ifalias"):
         with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as fh:
@@ -744,7 +690,8 @@ def _marked_ports(parse: Callable[[str], Any]) -> dict[str, str]:
 
 
 def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection[str] = (),
-                   runs: Collection[str] | None = None) -> dict[str, int]:
+                   runs: Collection[str] | None = None, kinds: Iterable[CrashHook] = ()
+                   ) -> dict[str, int]:
     """Remove fault leftovers; restore nothing else. Safe to run any time.
 
     In the namespace of each host shell (``host_pids``, default every Mininet host shell
@@ -752,15 +699,14 @@ def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection
     its sink veths and the iptables fallback chains. In the root namespace: the tables
     and sinks of link faults on switch ports (those of a live run in ``keep_runs``
     stay). Then, for runs not in ``keep_runs`` (and, if ``runs`` is given, in ``runs``):
-    kill hot-receiver traffic processes, delete the partial-blackhole rules (cookie
-    ``OF_COOKIE``) from the run's bridges, put the ports an mtu-mismatch marked back to
-    the MTUs their mark names and the ports a shuffle-miswiring moved back to their homes.
+    kill the processes fault injection started (``ENV_MARK``) and call each of ``kinds``'
+    ``clean_crashed`` (a kind's own leftovers: rules on a bridge, a port's MTU or place).
     Link states and HTB rates need no cleanup: they live on interfaces that are deleted
-    with the lab (so do a dead lab's crossed ports). Returns how many namespaces (the root one
-    included), switches and ports had something removed and how many processes were
-    killed.
+    with the lab. Returns how many namespaces (the root one included) had something
+    removed, how many processes were killed, and what the kinds' hooks put right, by what
+    (``switches``, ``ports``, ...).
     """
-    done = {"namespaces": 0, "processes": 0, "switches": 0, "ports": 0}
+    done = {"namespaces": 0, "processes": 0}
 
     def theirs(run_id: str) -> bool:
         return run_id not in keep_runs and (runs is None or run_id in runs)
@@ -777,22 +723,7 @@ def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection
     if orphans:
         kill_pids(orphans, grace=1.0)
         done["processes"] = len(orphans)
-    for bridge, run_id in tagged_bridges().items():
-        if theirs(run_id) and blackhole_rules(_root_sh, bridge):
-            run(partial_blackhole.delete_command(bridge))
-            done["switches"] += 1
-    for intf, alias in _marked_ports(mtu_mismatch.parse_mark).items():
-        run_id, restore = mtu_mismatch.parse_mark(alias) or ("", {})
-        if theirs(run_id):
-            restore_mtus(_root_sh, restore)
-            run(mtu_mismatch.alias_command(intf, ""))
-            done["ports"] += 1
-    marks = {i: shuffle_miswiring.parse_mark(a) for i, a in
-             _marked_ports(shuffle_miswiring.parse_mark).items()}
-    moved = {i: m[1] for i, m in marks.items() if m and theirs(m[0])}
-    if moved:  # one transaction: two crossed ports trade places back at once
-        run(shuffle_miswiring.move_command(moved))
-        for intf in moved:
-            run(mtu_mismatch.alias_command(intf, ""))
-        done["ports"] += len(moved)
+    for kind in kinds:
+        for what, n in kind.clean_crashed(theirs).items():
+            done[what] = done.get(what, 0) + n
     return done

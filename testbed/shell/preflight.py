@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from testbed.datapath import Datapath, choose_datapath, kernel_ovs_available
 from testbed.fabricspec import MAX_EMULATED_MBPS
-from testbed.faultspec import iptables_loss_commands, nft_loss_commands
+from testbed.faultkinds._loss import iptables_loss_commands, nft_loss_commands
 from testbed.shell import cleanup, signals
 from vocab.plan import WiringPlan
 

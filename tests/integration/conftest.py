@@ -15,6 +15,7 @@ import pytest
 os.environ.setdefault("ASTRAL_LAB_WAIT", "1200")
 
 from testbed.shell import cleanup
+from testbed.shell.faults import INJECTORS
 from testbed.shell.machine import fabric_lock
 from vocab.plan import WiringPlan
 
@@ -86,6 +87,6 @@ def _start_clean() -> None:
     """
     lock = fabric_lock(lambda _msg: None)
     try:
-        cleanup.clean(verbose=False)
+        cleanup.clean(verbose=False, kinds=INJECTORS.all().values())
     finally:
         lock.close()

@@ -25,11 +25,14 @@ import pytest
 from ops.telemetry import parse_snmp
 from testbed import faultspec
 from testbed.faultkinds import partial_blackhole
+from testbed.faultkinds.link_degrade import parse_htb_rate
 from testbed.faultkinds.link_flap import phases
 from testbed.faultkinds.shuffle_miswiring import partner
 from testbed.faultspec import Fault
 from testbed.shell import cleanup
-from testbed.shell.faults import FaultInjector
+from testbed.shell.faults import INJECTORS, FaultInjector
+from testbed.shell.faults.nic_loss import leftovers
+from testbed.shell.faults.partial_blackhole import blackhole_rules
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
 from testbed.topologies import build
@@ -56,7 +59,7 @@ def _start_clean() -> None:
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    cleanup.clean(verbose=False)
+    cleanup.clean(verbose=False, kinds=INJECTORS.all().values())
     with Lab(PLAN, lb="planned", poll_interval=0.5) as lab:
         yield lab
     assert not cleanup.leftovers(PLAN), cleanup.leftovers(PLAN)
@@ -126,10 +129,10 @@ def fabric_state(lab: Lab) -> dict[str, Any]:
             ends[f"{n}/{i}"] = ("UP" in info["flags"], info["mtu"], info.get("ifalias"),
                                 htb_line(lab, n, i))
     sh = FaultInjector(lab).context.sh
-    left = {h: sorted({*cleanup.nic_loss_leftovers(sh, h), *cleanup.fault_leftovers(sh, h)})
+    left = {h: sorted({*leftovers(sh, h), *cleanup.fault_leftovers(sh, h)})
             for h in lab.hosts}
     left["root"] = cleanup.fault_leftovers(sh)
-    rules = {s.name: cleanup.blackhole_rules(sh, s.name) for s in PLAN.switches}
+    rules = {s.name: blackhole_rules(sh, s.name) for s in PLAN.switches}
     return {"ends": ends, "ovs": ovs_interfaces(), "ports": ovs_ports(),
             "leftovers": {h: v for h, v in left.items() if v},
             "rules": {s: r for s, r in rules.items() if r}}
@@ -340,7 +343,7 @@ def test_link_degrade_cuts_a_lanes_measured_rate_to_the_fraction(lab: Lab,
         before = [htb_line(lab, lane.a, lane.a_intf), htb_line(lab, lane.b, lane.b_intf)]
         h = injector.inject(Fault("link-degrade", target, fraction=0.25))
         for node, intf in ((lane.a, lane.a_intf), (lane.b, lane.b_intf)):
-            assert faultspec.parse_htb_rate(htb_line(lab, node, intf)) == pytest.approx(5.0)
+            assert parse_htb_rate(htb_line(lab, node, intf)) == pytest.approx(5.0)
         pps = 10e6 / 8 / 1042  # 10 Mb/s of frames, twice what the lane now carries
         with stream(lab, "s0g0", "s2g1", range(sport, sport + 1), pps=pps, duration=2.5,
                     size=1000) as st:
@@ -404,7 +407,7 @@ def test_nic_loss_drops_both_directions_at_the_probability(lab: Lab,
 def test_nic_loss_with_the_iptables_fallback(lab: Lab, baseline: dict[str, Any]) -> None:
     with FaultInjector(lab, nic_loss_backend="iptables") as inj:
         h = inj.inject(Fault("nic-loss", "s3g1", probability=0.3, direction="ingress"))
-        left = cleanup.nic_loss_leftovers(inj.context.sh, "s3g1")
+        left = leftovers(inj.context.sh, "s3g1")
         assert left == ["iptables chain ASTRAL_LAB_FAULTS_IN"]
         with stream(lab, "s1g0", "s3g1", range(50400, 50404), pps=200, duration=2.0) as st:
             pass
@@ -631,7 +634,7 @@ def test_a_random_schedule_plays_on_the_fabric_and_stop_undoes(lab: Lab,
     # an open-ended fault is still active when the schedule has played out; stop undoes it
     run = injector.run_schedule([Fault("nic-loss", "s1g1", probability=0.5, at=0.2)])
     assert run.wait(5)
-    assert run.handles[0].active and cleanup.nic_loss_leftovers(injector.context.sh, "s1g1")
+    assert run.handles[0].active and leftovers(injector.context.sh, "s1g1")
     assert run.stop() == []
     assert not run.handles[0].active
 
@@ -649,12 +652,12 @@ def test_cleanup_faults_removes_what_a_crashed_injector_left(lab: Lab,
     procs = [p.pid for p in hot.info["procs"]]
     assert len(procs) == 3 and all(alive(p) for p in procs)
     assert len(cleanup.fault_leftovers(inj.context.sh)) == 5  # 3 tables, 2 sinks
-    assert cleanup.blackhole_rules(inj.context.sh, "spine2")
+    assert blackhole_rules(inj.context.sh, "spine2")
     assert link_info(lab, "spine3", low.info["intf"])["mtu"] == 2200
     assert len(miswired(check_wiring(lab))) == 2 and crossed.active
     # the injector "crashes": nothing is undone; the cleanup hook finds it all
     done = cleanup.cleanup_faults(host_pids=[h.pid for h in lab.hosts.values()],
-                                  runs=[lab.run_id])
+                                  runs=[lab.run_id], kinds=INJECTORS.all().values())
     assert done == {"namespaces": 3, "processes": 3, "switches": 1, "ports": 3}
     assert not any(alive(p) for p in procs)
     assert fabric_state(lab) == baseline
@@ -731,12 +734,12 @@ def test_partial_blackhole_drops_exactly_the_matched_flows_through_its_switch(
         assert all(n == sent for n in got.values()), got  # all the others in full
         assert lab.reachability(retries=1).received == 56  # ICMP passes
         lab.restart_controller()
-        assert sorted(r[:2] for r in cleanup.blackhole_rules(injector.context.sh, target)) == \
+        assert sorted(r[:2] for r in blackhole_rules(injector.context.sh, target)) == \
             sorted(matches)
         assert lab.health()["resync"]["entries_del"] == 0
         injector.undo(h)
         assert injector.events[-1]["detail"]["dropped"] == len(lost) * sent
-        assert cleanup.blackhole_rules(injector.context.sh, target) == []
+        assert blackhole_rules(injector.context.sh, target) == []
         with stream(lab, "s0g0", "s2g1", sports, pps=10, duration=1.0, port=port) as st:
             pass
         assert received(st) == st.sent["sent_per_sport"] * 64  # everything passes again

@@ -2,10 +2,13 @@
 is (pure), ``testbed/shell/faults/<name>.py`` what it does to a lab.
 
 The contract a newcomer relies on: a new kind is that pair of new files and nothing else.
-So the test copies each shipped pair under a new name and checks, in a fresh interpreter
+So the checks run over the registries (every kind there is, not a table of them), and the
+test copies each shipped pair under a new name and checks, in a fresh interpreter
 (``KINDS`` is read at import), that the copy is a valid ``Fault`` kind, is listed and
-drawn like its original, and that the injector runs it exactly like its original: the
-same commands, lab calls, processes and event log. The lab is ``FakeLab`` of
+drawn like its original, is classified by the same alerts and asked the same questions,
+that the injector runs it exactly like its original (the same commands, lab calls,
+processes and event log) and that the crash cleanup, iterating the injector registry,
+removes what it leaves as it removes the original's. The lab is ``FakeLab`` of
 test_faults.py with a recording ``sh`` in the injector's ``FaultContext`` (nothing runs; no
 root needed).
 """
@@ -27,27 +30,31 @@ from test_faults import FakeLab
 
 from controllers.flowtable import OWN_COOKIES, PRIO_PIN
 from controllers.routing import PRIO_LOCAL, PRIO_ROUTE
+from ops.detectors import DETECTORS
 from testbed import faultkinds, faultmarks, faultspec
-from testbed.faultkinds import FAULT_KINDS
+from testbed.faultkinds import EFFECTS, FAULT_KINDS, TARGETS, corruption
 from testbed.faultkinds import mtu_mismatch as mtu
 from testbed.faultkinds import partial_blackhole as blackhole
 from testbed.faultkinds import shuffle_miswiring as wire
+from testbed.faultkinds._loss import iptables_loss_commands, nft_loss_commands
+from testbed.faultkinds._ports import alias_command
 from testbed.faultspec import KINDS, TARGET_KIND, Fault
+from testbed.shell import cleanup
 from testbed.shell import faults as F
 from testbed.shell.faults import INJECTORS, FaultInjector
 from testbed.shell.faults.link_degrade import htb_rate_command
 from testbed.shell.mntopo import OF_PROTOCOLS
 from testbed.topologies import build
 from traffic.roce import ETH_LEN, LAB_PMTU, OP_WRITE_MIDDLE, frame_len
+from vocab.evidence import EVIDENCE
 from vocab.flows import sport_for_qp
 from vocab.plan import WiringPlan
 from vocab.plugins import Plugins
 
 REPO = Path(__file__).resolve().parents[2]
 
-SHIPPED = ("link-down", "link-flap", "link-degrade", "nic-loss", "gray-loss", "corruption",
-           "switch-down", "partial-blackhole", "mtu-mismatch", "shuffle-miswiring",
-           "controller-kill", "controller-restart", "hot-receiver")
+#: Every kind this checkout has: the tests below run over all of them.
+SHIPPED = FAULT_KINDS.names()
 
 
 def small_plan() -> WiringPlan:
@@ -56,31 +63,43 @@ def small_plan() -> WiringPlan:
 
 
 # --- the registries ---------------------------------------------------------------------------
-def test_every_shipped_kind_is_registered_on_both_sides_in_order() -> None:
-    assert FAULT_KINDS.names() == KINDS == SHIPPED
-    assert INJECTORS.names() == SHIPPED and faultspec.KINDS == SHIPPED
-    assert TARGET_KIND == {"link-down": "link", "link-flap": "link", "link-degrade": "link",
-                           "nic-loss": "host", "gray-loss": "link", "corruption": "link",
-                           "switch-down": "switch",
-                           "partial-blackhole": "switch", "mtu-mismatch": "link",
-                           "shuffle-miswiring": "link",
-                           "controller-kill": "controller", "controller-restart": "controller",
-                           "hot-receiver": "host"}
+def test_every_kind_is_a_pair_of_modules_that_keeps_the_contract() -> None:
+    """Both registries name the same kinds in the same order, each kind a pure module and an
+    injector module of its name, and each declares what the rest of the lab asks of it:
+    its target, the evidence its faults give (and an alert that gives it), what it does to
+    traffic (questions are asked about it), and only hooks that are functions."""
+    assert INJECTORS.names() == FAULT_KINDS.names() == KINDS and KINDS
+    assert set(TARGET_KIND) == set(KINDS) and set(TARGET_KIND.values()) <= set(TARGETS)
+    alerts = [k for d in DETECTORS.all().values() for k in d.alerts.values()]
+    plan = small_plan()
     for name, injector in INJECTORS.all().items():
         mod = injector.module
         assert callable(mod.apply) and callable(mod.revert), name
+        for hook in ("worker", "check", "clean_crashed"):
+            assert callable(getattr(mod, hook, None)) or not hasattr(mod, hook), (name, hook)
         assert mod.__name__ == f"testbed.shell.faults.{name.replace('-', '_')}"
         pure = FAULT_KINDS.get(name)
         assert pure.module.__name__ == f"testbed.faultkinds.{name.replace('-', '_')}"
         for doc in (mod.__doc__, pure.module.__doc__):  # what it emulates, in one line
             assert doc and doc.strip().splitlines()[0].endswith("."), (name, doc)
             assert len(doc.strip().splitlines()[0]) <= 100
-        assert pure.summary
-    workers = {n for n, i in INJECTORS.all().items() if i.hook("worker")}
-    checks = {n for n, i in INJECTORS.all().items() if i.hook("check")}
-    assert workers == {"link-flap", "controller-restart"}
-    assert checks == {"link-degrade", "nic-loss", "gray-loss", "corruption", "controller-kill",
-                      "controller-restart"}
+        assert pure.summary and TARGET_KIND[name] == pure.target
+        assert pure.evidence and set(pure.evidence) <= set(EVIDENCE), name
+        assert any(name in a.fault_kinds for a in alerts), f"no alert classifies {name}"
+        assert pure.effect in EFFECTS or (pure.effect is None and pure.target == "controller")
+        for f in faultspec.random_schedule(plan, kinds=[name], n=2, duration_s=60,
+                                           severity=pure.severities[0]):
+            for c in pure.affected(plan, f.component):  # named as a fault names its target
+                assert faultspec.parse_target(plan, c).name == c != f.component, (name, c)
+
+
+def test_a_kind_says_what_it_affects_beyond_its_target() -> None:
+    plan = small_plan()
+    assert FAULT_KINDS.get("shuffle-miswiring").affected(plan, "lf0r0~spine1#0") == [
+        "lf0r0~spine0#0", "lf0r0~spine2#0", "lf0r0~spine3#0"]  # the lanes it may cross
+    assert FAULT_KINDS.get("hot-receiver").affected(plan, "s0g0") == [
+        f"lf0r0~spine{i}#0" for i in range(4)]  # its leaf's lanes carry the incast
+    assert FAULT_KINDS.get("link-down").affected(plan, "lf0r0~spine1#0") == []  # default
 
 
 def test_an_unknown_kind_is_one_clear_error() -> None:
@@ -125,7 +144,7 @@ def test_a_blackholes_matches_cover_exactly_its_share_of_the_qps(share: float) -
 
 def test_blackhole_rules_sit_above_the_controllers_and_parse_back() -> None:
     assert max(PRIO_LOCAL, PRIO_PIN, PRIO_ROUTE) < blackhole.PRIORITY
-    assert faultmarks.OF_COOKIE not in OWN_COOKIES  # so the controller's resync leaves them alone
+    assert blackhole.OF_COOKIE not in OWN_COOKIES  # so the controller's resync leaves them alone
     assert blackhole.OFCTL[2] in OF_PROTOCOLS.split(",")  # a version the bridges speak
     assert blackhole.flow_lines([(3, 3), (1, 7)]) == (
         "cookie=0xa57ff001,priority=1000,udp,udp_src=0x3/0x3,actions=drop\n"
@@ -322,6 +341,17 @@ SCENARIOS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
+def scenario(kind: str) -> tuple[dict[str, Any], str]:
+    """One fault of ``kind`` and how it ends: ``SCENARIOS``' (chosen for the checks below),
+    else the first a random schedule draws for it on ``small_plan``, undone."""
+    if kind in SCENARIOS:
+        return SCENARIOS[kind]
+    spec = FAULT_KINDS.get(kind)
+    f = faultspec.random_schedule(small_plan(), kinds=[kind], n=1, duration_s=60,
+                                  severity=spec.severities[-1])[0]
+    return {k: v for k, v in f.to_dict().items() if k not in ("kind", "at")}, "undo"
+
+
 def record(plan: WiringPlan, kind: str, knobs: dict[str, Any], how: str, workdir: str,
            backend: str = "nft") -> dict[str, Any]:
     """Inject one fault on a fresh recording lab, end it, and return what happened."""
@@ -347,7 +377,7 @@ def test_the_injector_dispatches_every_kind_to_its_module(kind: str, tmp_path: P
                                                           ) -> None:
     """Each kind's apply/revert/worker run through the registry; replacing the module's
     functions replaces what the injector does."""
-    knobs, how = SCENARIOS[kind]
+    knobs, how = scenario(kind)
     got = record(small_plan(), kind, knobs, how, str(tmp_path))
     assert got["state"] == "undone" and [e["action"] for e in got["events"]][0] == "inject"
     assert got["events"][-1]["action"] == "undo"
@@ -381,14 +411,14 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
                        ("lf0r1", htb_rate_command("lf0r1-eth2", 40), None)]
     assert deg["events"][0]["detail"] == {"mbps_before": [40.0, 40.0], "mbps": [10.0, 10.0]}
     loss = record(plan, "nic-loss", *SCENARIOS["nic-loss"], str(tmp_path), backend="iptables")
-    setup, undo = faultspec.iptables_loss_commands("s1g1-eth0", 0.2, "both")
+    setup, undo = iptables_loss_commands("s1g1-eth0", 0.2, "both")
     ran = [argv for host, argv, _ in loss["commands"] if host == "s1g1"]
     assert ran[:len(setup)] == setup and all(u in ran for u in undo)
     gray = record(plan, "gray-loss", *SCENARIOS["gray-loss"], str(tmp_path))
     nic, port = "s1g1-eth0", faultspec.parse_target(plan, "s1g1~lf0r1").link.b_intf
     want = []  # each end where its node's interfaces are: the host's, the leaf's daemon's
     for where, dev in (("s1g1", nic), ("lf0r1", port)):
-        setup, script, undo = faultspec.nft_loss_commands(
+        setup, script, undo = nft_loss_commands(
             dev, 0.05, "egress", sink=faultmarks.link_sink(dev),
             table=faultmarks.link_table(faultmarks.LOSS_TABLE, dev))
         want += [(where, argv, None) for argv in setup] + [(where, ["nft", "-f", "-"], script)]
@@ -399,7 +429,7 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     bad = record(plan, "corruption", *SCENARIOS["corruption"], str(tmp_path))
     lane = faultspec.parse_target(plan, "lf0r1~spine2").link
     loads = [(host, stdin) for host, argv, stdin in bad["commands"] if argv[:2] == ["nft", "-f"]]
-    assert loads == [(node, faultspec.nft_corruption_script(
+    assert loads == [(node, corruption.nft_corruption_script(
                          dev, 0.05, faultmarks.link_table(faultmarks.CORRUPT_TABLE, dev)))
                      for node, dev in ((lane.a, lane.a_intf), (lane.b, lane.b_intf))]
     assert bad["events"][-1]["detail"] == {"corrupted": {"a-to-b": 0, "b-to-a": 0}}
@@ -413,21 +443,21 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     low = record(plan, "mtu-mismatch", *SCENARIOS["mtu-mismatch"], str(tmp_path))
     intf = faultspec.parse_target(plan, "lf0r0~spine1").link.b_intf  # the spine's end
     assert intf.startswith("spine1-") and low["commands"] == [
-        ("spine1", mtu.alias_command(intf, mtu.mark("fake", {intf: 4200, "spine1": 1500})),
+        ("spine1", alias_command(intf, mtu.mark("fake", {intf: 4200, "spine1": 1500})),
          None),
         ("spine1", mtu.mtu_command(intf, 1500), None),
         ("spine1", mtu.mtu_command(intf, 4200), None),
-        ("spine1", mtu.alias_command(intf, ""), None)]
+        ("spine1", alias_command(intf, ""), None)]
     assert low["events"][-1]["detail"] == {"mtu": 4200, "rx_dropped": 0}
     crossed = record(plan, "shuffle-miswiring", *SCENARIOS["shuffle-miswiring"], str(tmp_path))
     x, y = "spine1-eth1", "spine2-eth1"  # lf0r0's lanes to spine1 and (seed 0) spine2
     hx, hy = wire.Home("spine1", 1, "noop"), wire.Home("spine2", 1, "noop")
     assert [c for c in crossed["commands"] if c[1][0] != "tc"] == [
-        ("spine1", mtu.alias_command(x, wire.mark("fake", hx)), None),
-        ("spine1", mtu.alias_command(y, wire.mark("fake", hy)), None),
+        ("spine1", alias_command(x, wire.mark("fake", hx)), None),
+        ("spine1", alias_command(y, wire.mark("fake", hy)), None),
         ("spine1", wire.move_command({x: hy, y: hx}), None),
         ("spine1", wire.move_command({x: hx, y: hy}), None),
-        ("spine1", mtu.alias_command(x, ""), None), ("spine1", mtu.alias_command(y, ""), None)]
+        ("spine1", alias_command(x, ""), None), ("spine1", alias_command(y, ""), None)]
     assert crossed["events"][0]["detail"] == {"partner": "lf0r0~spine2",
                                               "affects": ["lf0r0~spine2#0"],
                                               "ports": {x: "spine2:1", y: "spine1:1"}}
@@ -435,6 +465,79 @@ def test_the_recorded_commands_are_the_kinds_own(tmp_path: Path) -> None:
     popens = [c for c in hot["calls"] if c[0] == "popen"]
     assert [p[1] for p in popens] == ["s0g0", *hot["events"][0]["detail"]["sources"]]
     assert popens[0][2][:3] == ["-m", "astral_lab.probe_cli", "recv"]
+
+
+# --- what a crashed run leaves, removed by every kind's hook -----------------------------------
+def crash_and_clean(plan: WiringPlan, kind: str, knobs: dict[str, Any], workdir: str,
+                    kinds: list[Any] | None = None) -> dict[str, Any]:
+    """Inject one fault on a recording lab and let its injector "crash" (nothing undone),
+    then run the crash cleanup, ``cleanup_faults`` with the kinds' hooks (the injector
+    registry's, as ``astral-lab clean`` hands them, or ``kinds``), its root-namespace
+    commands answered by the lab: what it ran, what it counted, and which of the lab's
+    port states (rules, aliases, MTUs, bridges) still differ from before the fault."""
+    lab = RecordingLab(plan, workdir)
+    inj = FaultInjector(lab)
+    inj.context.sh = lab.sh  # type: ignore[method-assign]
+    inj.context.loss_backend = lambda: "nft"  # type: ignore[method-assign]
+    inj.context.require_nft = lambda *_a: None  # type: ignore[method-assign]
+
+    def ports() -> dict[str, Any]:
+        return {"rules": {b: r for b, r in lab.rules.items() if r},
+                "aliases": {i: a for i, a in lab.aliases.items() if a},
+                "mtus": dict(lab.mtus), "homes": dict(lab.homes)}
+
+    def root(argv: list[str], _host: str | None = None, stdin: str | None = None,
+             check: bool = False, timeout: float = 0.0) -> subprocess.CompletedProcess[str]:
+        return lab.sh(argv, None, stdin, check)
+
+    before = ports()
+    inj.inject(Fault(kind, **knobs))
+    lab.commands.clear()
+    fakes = {"root_sh": root, "run": root,
+             "tagged_bridges": lambda: {s.name: lab.run_id for s in plan.switches},
+             "marked_ports": lambda parse: {i: a for i, a in lab.aliases.items()
+                                            if parse(a) is not None},
+             "_clean_root": lambda _keep: False, "fault_processes": dict}
+    saved = [(m, n, getattr(m, n)) for m in (cleanup, *(i.module for i in INJECTORS.all().values()))
+             for n in fakes if hasattr(m, n)]
+    try:
+        for m, n, _ in saved:
+            setattr(m, n, fakes[n])
+        done = cleanup.cleanup_faults(host_pids=[], runs=[lab.run_id],
+                                      kinds=INJECTORS.all().values() if kinds is None else kinds)
+    finally:
+        for m, n, old in saved:
+            setattr(m, n, old)
+    after, ran = ports(), list(lab.commands)
+    inj.undo_all()  # the handles the "crash" left (their workers stop)
+    return {"done": done, "commands": ran,
+            "left": sorted(k for k in before if after[k] != before[k])}
+
+
+@pytest.mark.parametrize("kind", SHIPPED)
+def test_the_crash_cleanup_puts_back_what_every_kind_leaves(kind: str, tmp_path: Path) -> None:
+    """``cleanup_faults`` over the injector registry (``astral-lab clean``): whatever a
+    crashed fault left on the switches' ports (drop rules, a lowered MTU, crossed lanes,
+    their marks) is back as before it; a kind that leaves nothing there has no hook."""
+    knobs, _how = scenario(kind)
+    got = crash_and_clean(small_plan(), kind, knobs, str(tmp_path))
+    assert got["left"] == []
+    hook = INJECTORS.get(kind).hook("clean_crashed")
+    assert (hook is None) == (sum(got["done"].values()) == 0), got["done"]
+
+
+def test_the_crash_cleanup_counts_what_each_hook_put_right(tmp_path: Path) -> None:
+    plan = small_plan()
+    hole = crash_and_clean(plan, "partial-blackhole", *SCENARIOS["partial-blackhole"][:1],
+                           str(tmp_path))
+    assert hole["done"] == {"namespaces": 0, "processes": 0, "switches": 1, "ports": 0}
+    assert hole["commands"] == [(None, blackhole.delete_command("spine1"), None)]
+    crossed = crash_and_clean(plan, "shuffle-miswiring", *SCENARIOS["shuffle-miswiring"][:1],
+                              str(tmp_path))
+    assert crossed["done"]["ports"] == 2 and crossed["commands"][0][1][0] == "ovs-vsctl"
+    alone = crash_and_clean(plan, "mtu-mismatch", *SCENARIOS["mtu-mismatch"][:1],
+                            str(tmp_path), kinds=[INJECTORS.get("partial-blackhole")])
+    assert alone["left"] == ["aliases", "mtus"]  # only the kind's own hook undoes its change
 
 
 # --- a copied pair of modules is a new kind, everywhere ---------------------------------------
@@ -453,10 +556,14 @@ _CHECK = textwrap.dedent("""
     from testbed.faultspec import Fault
     from testbed.shell.faults import FaultError, FaultInjector
     from scenarios.experiments.ops_eval import KINDS as scenario_kinds
-    from test_faultkinds import SCENARIOS, RecordingLab, record, small_plan
+    from ops.baselines import SHOWS
+    from ops.detectors import DETECTORS
+    from ops.evaluate import GroundTruth
+    from ops.questions import Scene, all_questions
+    from test_faultkinds import RecordingLab, crash_and_clean, record, scenario, small_plan
 
     plan = small_plan()
-    knobs, how = SCENARIOS[orig]
+    knobs, how = scenario(orig)
     rep = {"kinds": list(faultspec.KINDS), "shell": list(F.INJECTORS.names()),
            "scenario": list(scenario_kinds), "target": faultspec.TARGET_KIND[new]}
     f_new, f_orig = Fault(new, **knobs), Fault(orig, **knobs)
@@ -475,6 +582,19 @@ _CHECK = textwrap.dedent("""
         severity="mixed")})
     rep["orig"] = record(plan, orig, knobs, how, work)
     rep["new"] = record(plan, new, knobs, how, work)
+    # classified by the alerts that classify the original: each is evidence of both or neither
+    shows = {a: k.fault_kinds for d in DETECTORS.all().values() for a, k in d.alerts.items()}
+    shows.update({a: s.fault_kinds for a, s in SHOWS.items()})
+    rep["alerts"] = {a: [orig in kinds, new in kinds] for a, kinds in shows.items()}
+    # asked the same questions while live
+    comp = faultspec.resolve(plan, f_orig).component
+    rep["questions"] = [[(q.template, q.text, sorted(q.accept)) for q in all_questions(
+        Scene(plan, [GroundTruth(k, comp, 0.0, 10.0)], job_pairs=[("s0g0", "s2g1")]))]
+        for k in (orig, new)]
+    # what a crashed run leaves of it, removed by its own hook and by the registry's
+    rep["crash"] = [crash_and_clean(plan, k, knobs, work, kinds=[F.INJECTORS.get(k)])
+                    for k in (orig, new)]
+    rep["swept"] = crash_and_clean(plan, new, knobs, work)["left"]
     lab = RecordingLab(plan, work)
     inj = FaultInjector(lab)
     try:
@@ -507,9 +627,9 @@ def test_a_copied_kind_is_a_fault_kind_listed_drawn_and_injected(orig: str,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     rep = json.loads(proc.stdout.strip().splitlines()[-1])
-    # listed after the shipped kinds, by name, by the pure registry, the injector and ops-eval
-    assert rep["kinds"] == [*SHIPPED, new, orphan] == rep["scenario"]
-    assert rep["shell"] == [*SHIPPED, new]
+    # listed with the shipped kinds by the pure registry, the injector and ops-eval
+    assert set(rep["kinds"]) == {*SHIPPED, new, orphan} and rep["kinds"] == rep["scenario"]
+    assert rep["shell"] == [k for k in rep["kinds"] if k != orphan]
     assert rep["target"] == TARGET_KIND[orig]
     assert rep["fault"] == [True, True, True] and all(rep["schedule"])
     assert new in rep["drawn"] and orig in rep["drawn"]
@@ -518,6 +638,12 @@ def test_a_copied_kind_is_a_fault_kind_listed_drawn_and_injected(orig: str,
     assert n["calls"] == o["calls"] and n["commands"] == o["commands"] and n["state"] == "undone"
     assert [dict(e, kind=None) for e in n["events"]] == [dict(e, kind=None) for e in o["events"]]
     assert {e["kind"] for e in n["events"]} == {new}
+    # classified by evidence: every alert that is evidence of the original is of the copy
+    assert all(o == c for o, c in rep["alerts"].values()) and any(
+        o for o, _ in rep["alerts"].values())
+    assert rep["questions"][0] == rep["questions"][1]
+    # a crashed run's leftovers: the copy's hook removes them as the original's does
+    assert rep["crash"][0] == rep["crash"][1] and rep["swept"] == []
     # a kind without an injector module is refused before anything changes
     msg, calls, commands, events = rep["orphan"]
     assert msg.startswith(f"{orphan}: no injector for this kind")

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from testbed import faultkinds, faultmarks, faultspec
-from testbed.faultkinds import hot_receiver
+from testbed.faultkinds import corruption, hot_receiver, link_degrade
+from testbed.faultkinds._loss import iptables_loss_commands, nft_loss_commands
 from testbed.faultspec import Fault
 from testbed.shaping import htb_commands
 from testbed.shell import faults as F
@@ -112,14 +113,14 @@ def test_fault_round_trips_through_a_dict_and_rejects_unknown_fields() -> None:
 def test_each_kind_takes_its_own_settings_and_refuses_another_kinds() -> None:
     from testbed.faultkinds import FAULT_KINDS
 
-    got = {k: FAULT_KINDS.get(k).knobs for k in FAULT_KINDS.names()}
-    assert {k: v for k, v in got.items() if v} == {
+    want = {
         "link-flap": ("period", "count", "jitter", "seed"), "link-degrade": ("fraction",),
         "nic-loss": ("probability", "direction"), "gray-loss": ("probability", "direction"),
         "corruption": ("probability",),
         "partial-blackhole": ("share", "seed"), "mtu-mismatch": ("mtu",),
-        "shuffle-miswiring": ("seed",),
+        "shuffle-miswiring": ("seed",), "link-down": (), "switch-down": (),
         "hot-receiver": ("overload", "hot_share", "senders", "seed")}
+    assert {k: FAULT_KINDS.get(k).knobs for k in want} == want  # these kinds' own knobs
     for kind in FAULT_KINDS.names():  # every kind round-trips with its defaults
         f = Fault(kind, "" if FAULT_KINDS.get(kind).target == "controller" else "a~b")
         assert type(f.settings) is FAULT_KINDS.get(kind).declared("SETTINGS")
@@ -246,15 +247,15 @@ def test_degrade_changes_only_the_rate_of_the_labs_htb_class(small: WiringPlan) 
 
 def test_htb_rates_read_back_from_tc_output() -> None:
     line = "class htb 5:1 root leaf 10: prio 0 rate {} ceil {} burst 15Kb cburst 1600b "
-    assert faultspec.parse_htb_rate(line.format("20Mbit", "20Mbit")) == 20
-    assert faultspec.parse_htb_rate(line.format("6666Kbit", "6666Kbit")) == pytest.approx(6.666)
-    assert faultspec.parse_htb_rate(line.format("1Gbit", "1Gbit")) == 1000
-    assert faultspec.parse_htb_rate(line.format("900bit", "900bit")) == pytest.approx(0.0009)
-    assert faultspec.parse_htb_rate("") is None
+    assert link_degrade.parse_htb_rate(line.format("20Mbit", "20Mbit")) == 20
+    assert link_degrade.parse_htb_rate(line.format("6666Kbit", "6666Kbit")) == pytest.approx(6.666)
+    assert link_degrade.parse_htb_rate(line.format("1Gbit", "1Gbit")) == 1000
+    assert link_degrade.parse_htb_rate(line.format("900bit", "900bit")) == pytest.approx(0.0009)
+    assert link_degrade.parse_htb_rate("") is None
 
 
 def test_nic_loss_nft_rules_drop_ipv4_only_in_a_dedicated_table() -> None:
-    setup, script, undo = faultspec.nft_loss_commands("s1g3-eth0", 0.2, "both")
+    setup, script, undo = nft_loss_commands("s1g3-eth0", 0.2, "both")
     assert script == (
         "table netdev astral_lab_faults {\n"
         "  chain ingress {\n"
@@ -270,10 +271,10 @@ def test_nic_loss_nft_rules_drop_ipv4_only_in_a_dedicated_table() -> None:
                       "astral-sink-p"], ["ip", "link", "set", "astral-sink", "up"]]
     assert undo == [["nft", "delete", "table", "netdev", "astral_lab_faults"],
                     ["ip", "link", "del", "astral-sink"]]
-    setup, script, undo = faultspec.nft_loss_commands("s1g3-eth0", 1.0, "ingress")
+    setup, script, undo = nft_loss_commands("s1g3-eth0", 1.0, "ingress")
     assert setup == [] and "egress" not in script and len(undo) == 1
     assert "    meta protocol ip counter drop\n" in script  # p = 1: every IPv4 frame
-    _s, script, _u = faultspec.nft_loss_commands("s1g3-eth0", 1e-9, "egress")
+    _s, script, _u = nft_loss_commands("s1g3-eth0", 1e-9, "egress")
     assert "ingress" not in script and "< 1 counter fwd" in script  # never rounded to no loss
 
 
@@ -298,7 +299,7 @@ def test_gray_loss_is_nic_loss_egress_with_a_table_and_sink_per_end() -> None:
     assert table == "astral_lab_loss_lf0r1_eth5"
     assert sink[0].startswith("astral-sk") and len(sink[0]) == 15 == len(sink[1])
     assert faultmarks.link_sink("lf0r1-eth6") != sink  # one per interface
-    setup, script, undo = faultspec.nft_loss_commands("lf0r1-eth5", 0.005, "egress", table=table,
+    setup, script, undo = nft_loss_commands("lf0r1-eth5", 0.005, "egress", table=table,
                                                       sink=sink)
     assert script == (
         f"table netdev {table} {{\n"
@@ -316,7 +317,7 @@ def test_corruption_rewrites_the_ipv4_header_checksum_itself() -> None:
     """Writing the checksum field (not another field nft would fix the checksum for) leaves
     checksum ^ 0x5a5a: wrong for every packet."""
     table = faultmarks.link_table(faultmarks.CORRUPT_TABLE, "spine2-eth1")
-    assert faultspec.nft_corruption_script("spine2-eth1", 0.0005, table) == (
+    assert corruption.nft_corruption_script("spine2-eth1", 0.0005, table) == (
         "table netdev astral_lab_corrupt_spine2_eth1 {\n"
         "  chain egress {\n"
         '    type filter hook egress device "spine2-eth1" priority -500; policy accept;\n'
@@ -324,8 +325,8 @@ def test_corruption_rewrites_the_ipv4_header_checksum_itself() -> None:
         "ip checksum set ip checksum ^ 0x5a5a\n"
         "  }\n"
         "}\n")
-    assert faultspec.CORRUPT_XOR not in (0, 0xFFFF)  # ones' complement's zeros would leave it valid
-    assert "numgen" not in faultspec.nft_corruption_script("spine2-eth1", 1.0, table)
+    assert corruption.CORRUPT_XOR not in (0, 0xFFFF)  # ones' complement's zeros: still valid
+    assert "numgen" not in corruption.nft_corruption_script("spine2-eth1", 1.0, table)
 
 
 @pytest.mark.parametrize("kind", ["gray-loss", "corruption"])
@@ -349,7 +350,7 @@ def test_link_fault_knobs_come_from_the_severitys_range(kind: str) -> None:
 
 
 def test_nic_loss_iptables_fallback_commands() -> None:
-    setup, undo = faultspec.iptables_loss_commands("s0g0-eth0", 0.05, "both")
+    setup, undo = iptables_loss_commands("s0g0-eth0", 0.05, "both")
     assert setup == [
         ["iptables", "-w", "-N", "ASTRAL_LAB_FAULTS_IN"],
         ["iptables", "-w", "-A", "ASTRAL_LAB_FAULTS_IN", "-i", "s0g0-eth0", "-m", "statistic",
@@ -362,7 +363,7 @@ def test_nic_loss_iptables_fallback_commands() -> None:
     assert undo[:3] == [["iptables", "-w", "-D", "INPUT", "-j", "ASTRAL_LAB_FAULTS_IN"],
                         ["iptables", "-w", "-F", "ASTRAL_LAB_FAULTS_IN"],
                         ["iptables", "-w", "-X", "ASTRAL_LAB_FAULTS_IN"]]
-    setup, undo = faultspec.iptables_loss_commands("s0g0-eth0", 0.05, "egress")
+    setup, undo = iptables_loss_commands("s0g0-eth0", 0.05, "egress")
     assert all("INPUT" not in " ".join(c) and "_IN" not in " ".join(c) for c in setup + undo)
 
 

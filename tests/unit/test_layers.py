@@ -29,7 +29,7 @@ LAYERS = ("vocab", "controllers", "traffic", "testbed", "ops", "scenarios", "ben
 IMPURE = ("mininet", "os_ken", "subprocess", "socket")
 #: Modules that hold plain data and arithmetic (each checked; add new ones as they come).
 PURE = (
-    "vocab.plan", "vocab.plugins", "vocab.flows", "vocab.validate",
+    "vocab.plan", "vocab.plugins", "vocab.flows", "vocab.validate", "vocab.evidence",
     "controllers.policies", "controllers.policies.ecmp",
     "controllers.policies.ecmp_fluid", "controllers.policies.planned",
     "controllers.policies.adaptive", "controllers.policies.spray",
@@ -49,6 +49,7 @@ PURE = (
     "testbed.faultkinds.controller_restart", "testbed.faultkinds.hot_receiver",
     "testbed.faultkinds.partial_blackhole", "testbed.faultkinds.mtu_mismatch",
     "testbed.faultkinds.gray_loss", "testbed.faultkinds.corruption",
+    "testbed.faultkinds._loss", "testbed.faultkinds._ports",
     "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
     "scenarios.link_failure_metrics", "testbed.capture", "ops.dashboard", "ops.metrics",

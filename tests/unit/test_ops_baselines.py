@@ -10,10 +10,10 @@ import pytest
 from test_ops_detectors import LANE, NIC, Values, clean_poll
 
 from ops.baselines import (
-    FAULT_KINDS,
     FLOORS,
     MARGIN,
     NAMES,
+    SHOWS,
     LossVote,
     PeerOutlier,
     StaticThresholds,
@@ -88,10 +88,10 @@ def lossy_pairs(at: dict[int, list[tuple[str, str]]], lost: float = 4.0
 
 def test_every_baseline_is_filed_and_its_rules_declare_kinds(plan) -> None:  # noqa: ANN001
     assert tuple(baselines(plan)) == NAMES
-    assert FAULT_KINDS["loss-vote"] == FAULT_KINDS["static:job_lost"] == (
+    assert SHOWS["loss-vote"].fault_kinds == SHOWS["static:job_lost"].fault_kinds == (
         "nic-loss", "gray-loss", "corruption", "partial-blackhole", "mtu-mismatch")
     assert {f"static:{c}_{d}" for c in ("qdrops", "rxdrops", "mbps", "backlog")
-            for d in ("ab", "ba")} <= set(FAULT_KINDS)
+            for d in ("ab", "ba")} <= set(SHOWS)
 
 
 def test_a_clean_fabric_raises_nothing(plan) -> None:  # noqa: ANN001

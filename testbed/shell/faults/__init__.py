@@ -64,7 +64,9 @@ parts, unit-tested without root (``Fault`` and its validation, targets, the
 ``testbed.faultspec`` and ``testbed.faultkinds``; this package runs them on a lab
 (``FaultInjector``; link-degrade's ``tc`` lines, which come from the lab's own shaping, are
 in ``link_degrade``). Removing what a crashed run left (``cleanup_faults``) belongs to
-``testbed.shell.cleanup``, so ``astral-lab clean`` needs no injector; the probes of what
+``testbed.shell.cleanup``, which sits below this package: it sweeps what every kind leaves
+by ``testbed.faultmarks``' names and calls each kind's ``clean_crashed`` hook from
+``INJECTORS``, handed to it (``astral-lab clean`` does); the probes of what
 the nftables kinds need (``loss_backend_problems``, ``nft_rules_problem``) sit with the
 other capability probes in ``testbed.shell.preflight``.
 """
@@ -76,7 +78,7 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -199,7 +201,7 @@ class FaultContext:
 
     def on(self, node: str | None) -> Callable[..., subprocess.CompletedProcess[str]]:
         """``sh`` bound to where ``node``'s interfaces are, for helpers that take a runner
-        (``cleanup.intf_state``, ``blackhole_rules``, ...)."""
+        (``cleanup.intf_state``, ``partial_blackhole.blackhole_rules``, ...)."""
         def run(argv: list[str], _host: str | None = None, stdin: str | None = None,
                 check: bool = True) -> subprocess.CompletedProcess[str]:
             return self.sh(argv, node, stdin=stdin, check=check)
@@ -273,7 +275,8 @@ class FaultContext:
 class InjectorModule(Protocol):
     """What a kind's injector module (``testbed/shell/faults/<name>.py``) implements.
 
-    ``apply`` and ``revert`` are required; ``worker`` and ``check`` are optional.
+    ``apply`` and ``revert`` are required; ``worker``, ``check`` and ``clean_crashed`` are
+    optional (left out, the default each names).
     """
 
     worker: Callable[[FaultContext, Handle], None] | None = None
@@ -283,6 +286,15 @@ class InjectorModule(Protocol):
     check: Callable[[FaultContext, Fault], None] | None = None
     """``check(ctx, fault)``: raise ``FaultError`` before anything changes when this machine
     or lab cannot carry the kind (no controller, no shaping, no nftables or iptables)."""
+    clean_crashed: Callable[[Callable[[str], bool]], Mapping[str, int]] | None = None
+    """``clean_crashed(theirs)``: remove what faults of this kind left on the machine when
+    the run that injected them died before its undo, for the runs ``theirs(run_id)``
+    accepts (its own marks say whose: a bridge's tag, a port's alias), in the root
+    namespace (``testbed.shell.cleanup.root_sh``); return how many of what it put right
+    (``{"switches": 1}``, ``{"ports": 2}``), which ``cleanup.cleanup_faults`` adds up. Left
+    out, nothing: what every kind leaves by ``testbed.faultmarks``' names (nft tables,
+    sink veths, iptables chains, marked processes) is swept for all of them, and what
+    lives on the lab's interfaces goes with them."""
 
     def apply(self, ctx: FaultContext, handle: Handle) -> None:
         """Make the change (``handle.fault`` is resolved; put what undo needs in
@@ -298,6 +310,12 @@ class Injector(Plugin):
     """A kind's injector module read against ``InjectorModule``."""
 
     CONTRACT = InjectorModule
+
+    def clean_crashed(self, theirs: Callable[[str], bool]) -> dict[str, int]:
+        """The module's ``clean_crashed``: what it put right, by what (none when it has
+        no such hook)."""
+        fn = self.hook("clean_crashed")
+        return {} if fn is None else dict(fn(theirs))
 
 
 #: Every kind's injector, by kind name, in the order of ``FAULT_KINDS`` (its kinds' ``ORDER``),

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.faultkinds.corruption import nft_corruption_script
 from testbed.faultmarks import CORRUPT_TABLE, NFT_FAMILY, link_table
-from testbed.faultspec import Fault, nft_corruption_script, sending_ends
+from testbed.faultspec import Fault, sending_ends
 from testbed.shell.cleanup import fault_leftovers
 from testbed.shell.faults import FaultContext, FaultError, Handle
 

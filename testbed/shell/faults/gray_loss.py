@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.faultkinds._loss import nft_loss_commands
 from testbed.faultmarks import LOSS_TABLE, link_sink, link_table
-from testbed.faultspec import Fault, nft_loss_commands, sending_ends
+from testbed.faultspec import Fault, sending_ends
 from testbed.shell.cleanup import fault_leftovers
 from testbed.shell.faults import FaultContext, FaultError, Handle
 

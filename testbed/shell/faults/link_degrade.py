@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.faultspec import Fault, link_ends, parse_htb_rate
+from testbed.faultkinds.link_degrade import parse_htb_rate
+from testbed.faultspec import Fault, link_ends
 from testbed.shaping import htb_commands
 from testbed.shell.faults import FaultContext, FaultError, Handle
 from vocab.plan import Link, WiringPlan

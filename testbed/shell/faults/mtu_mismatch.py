@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from testbed.faultkinds._ports import alias_command
 from testbed.faultkinds.mtu_mismatch import (
-    alias_command,
     lowered_end,
     mark,
     mtu_command,
     parse_mark,
 )
-from testbed.shell.cleanup import intf_state, ovs_mtus, restore_mtus
+from testbed.shell.cleanup import intf_state, marked_ports, root_sh, run
 from testbed.shell.faults import FaultContext, FaultError, Handle
 
 
@@ -71,3 +75,60 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
                          f"kernel {after} (was {restore}), Open vSwitch {ovs} (was "
                          f"{handle.info['ovs']})")
     return {"mtu": restore[intf], "rx_dropped": dropped}
+
+
+def ovs_mtus(sh: Callable[..., subprocess.CompletedProcess[str]], names: Iterable[str]
+             ) -> dict[str, int | None]:
+    """Open vSwitch's view: the ``mtu`` column of these rows of its Interface table (None
+    where it is empty; rows OVS does not have are left out)."""
+    proc = sh(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name,mtu",
+               "--if-exists", "list", "Interface", *names], check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return {}
+    rows = json.loads(proc.stdout).get("data", [])
+    return {name: (mtu if isinstance(mtu, int) else None) for name, mtu in rows}
+
+
+def restore_mtus(sh: Callable[..., subprocess.CompletedProcess[str]], restore: dict[str, int],
+                 timeout: float = 10.0, settle: float = 0.5) -> dict[str, int | None]:
+    """Put root-namespace interfaces back to their MTUs and hold them there until Open
+    vSwitch agrees; the MTUs the kernel reads at the end.
+
+    Raising a port's MTU makes OVS set its bridge's internal port to the new minimum of
+    the bridge's ports, which need not be the MTU it had. So every interface of
+    ``restore`` is set back, and again while OVS changes it, until the kernel and OVS's
+    Interface table both read ``restore`` for ``settle`` seconds (or ``timeout`` passes).
+    """
+    deadline = time.monotonic() + timeout
+    calm: float | None = None
+    while True:
+        now = {}
+        for name, mtu in restore.items():
+            state = intf_state(sh, name)
+            now[name] = None if state is None else state["mtu"]
+            if state is not None and state["mtu"] != mtu:
+                sh(mtu_command(name, mtu), check=False)
+        present = {n: m for n, m in restore.items() if now[n] is not None}
+        agreed = all(now[n] == m for n, m in present.items()) \
+            and ovs_mtus(sh, present) == present
+        t = time.monotonic()
+        if not agreed:
+            calm = None
+        elif calm is None:
+            calm = t
+        if (calm is not None and t - calm >= settle) or t > deadline:
+            return now
+        time.sleep(0.05)
+
+
+def clean_crashed(theirs: Callable[[str], bool]) -> dict[str, int]:
+    """Put the ports this kind lowered (its ``mark`` on their alias) back to the MTUs the
+    mark names, for the runs ``theirs`` accepts."""
+    ports = 0
+    for intf, alias in marked_ports(parse_mark).items():
+        run_id, restore = parse_mark(alias) or ("", {})
+        if theirs(run_id):
+            restore_mtus(root_sh, restore)
+            run(alias_command(intf, ""))
+            ports += 1
+    return {"ports": ports}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from typing import Any
 
-from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_TABLE
-from testbed.faultspec import Fault, iptables_loss_commands, nft_loss_commands
-from testbed.shell.cleanup import nic_loss_leftovers
+from testbed.faultkinds._loss import iptables_loss_commands, nft_loss_commands
+from testbed.faultmarks import IPT_IN, IPT_OUT, NFT_FAMILY, NFT_TABLE, SINK
+from testbed.faultspec import Fault
 from testbed.shell.faults import FaultContext, FaultError, Handle
 
 
@@ -45,7 +47,7 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     dropped = _loss_counters(ctx, host, backend)
     for argv in handle.info["undo"]:
         ctx.sh(argv, host, check=False)
-    left = nic_loss_leftovers(ctx.sh, host)
+    left = leftovers(ctx.sh, host)
     if left:
         raise FaultError(f"nic-loss on {host}: still present after undo: {left}")
     return {"dropped": dropped}
@@ -62,3 +64,16 @@ def _loss_counters(ctx: FaultContext, host: str, backend: str) -> dict[str, int]
         if rows and rows[0][0].isdigit():
             out[name] = int(rows[0][0])
     return out
+
+
+def leftovers(sh: Callable[..., subprocess.CompletedProcess[str]], host: str
+                       ) -> list[str]:
+    """What of a nic-loss is present in ``host``'s namespace (``sh`` runs a command there)."""
+    left = []
+    if NFT_TABLE in sh(["nft", "list", "tables"], host, check=False).stdout:
+        left.append(f"nft table {NFT_FAMILY} {NFT_TABLE}")
+    if sh(["ip", "link", "show", "dev", SINK], host, check=False).returncode == 0:
+        left.append(f"interface {SINK}")
+    chains = sh(["iptables", "-w", "-S"], host, check=False).stdout
+    left += [f"iptables chain {c}" for c in (IPT_IN, IPT_OUT) if f"-N {c}" in chains]
+    return left

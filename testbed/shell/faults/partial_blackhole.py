@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from typing import Any
 
 from testbed.faultkinds.partial_blackhole import (
+    OF_COOKIE,
     add_command,
     delete_command,
+    dump_command,
     flow_lines,
+    parse_rules,
     port_matches,
 )
-from testbed.faultmarks import OF_COOKIE
-from testbed.shell.cleanup import blackhole_rules
+from testbed.shell.cleanup import root_sh, run, tagged_bridges
 from testbed.shell.faults import FaultContext, FaultError, Handle
 
 
@@ -50,3 +54,22 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
     # fewer rules than added: something deleted them while the fault was on
     return {"dropped": sum(p for _, _, p in rules), "rules": len(rules),
             "rules_added": len(handle.info["matches"])}
+
+
+def blackhole_rules(sh: Callable[..., subprocess.CompletedProcess[str]], bridge: str
+                    ) -> list[tuple[int, int, int]]:
+    """The partial-blackhole rules on ``bridge`` (``sh`` runs a command in the root
+    namespace): ``(value, mask, packets dropped)`` each; none if the bridge cannot be read."""
+    proc = sh(dump_command(bridge), check=False)
+    return parse_rules(proc.stdout) if proc.returncode == 0 else []
+
+
+def clean_crashed(theirs: Callable[[str], bool]) -> dict[str, int]:
+    """Delete this kind's rules (``OF_COOKIE``) from the bridges of the runs ``theirs``
+    accepts (a bridge's tag names its run): a bridge that outlived its run's injector."""
+    switches = 0
+    for bridge, run_id in tagged_bridges().items():
+        if theirs(run_id) and blackhole_rules(root_sh, bridge):
+            run(delete_command(bridge))
+            switches += 1
+    return {"switches": switches}

@@ -9,7 +9,7 @@ from typing import Any
 
 from testbed import daemons
 from testbed.datapath import Datapath
-from testbed.faultkinds.mtu_mismatch import alias_command
+from testbed.faultkinds._ports import alias_command
 from testbed.faultkinds.shuffle_miswiring import (
     Home,
     locate_command,
@@ -21,7 +21,7 @@ from testbed.faultkinds.shuffle_miswiring import (
     swapped,
 )
 from testbed.faultspec import link_name
-from testbed.shell.cleanup import intf_state
+from testbed.shell.cleanup import intf_state, marked_ports, run
 from testbed.shell.faults import FaultContext, FaultError, Handle
 from testbed.shell.lab import OVS_PORT_RCVBUF
 from testbed.shell.machine import socket_buffers
@@ -103,3 +103,16 @@ def revert(ctx: FaultContext, handle: Handle) -> dict[str, Any]:
         raise FaultError(f"shuffle-miswiring: {handle.component} did not return to its "
                          f"wiring: {differ} (was {handle.info['before']})")
     return {"ports": {i: f"{h.bridge}:{h.ofport}" for i, h in handle.info["homes"].items()}}
+
+
+def clean_crashed(theirs: Callable[[str], bool]) -> dict[str, int]:
+    """Move the ports this kind crossed (its ``mark`` on their alias names their home) back
+    to their bridges, for the runs ``theirs`` accepts: in one transaction, so two crossed
+    ports trade places back at once."""
+    marks = {i: parse_mark(a) for i, a in marked_ports(parse_mark).items()}
+    moved = {i: m[1] for i, m in marks.items() if m and theirs(m[0])}
+    if moved:
+        run(move_command(moved))
+        for intf in moved:
+            run(alias_command(intf, ""))
+    return {"ports": len(moved)}
