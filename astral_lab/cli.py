@@ -259,7 +259,8 @@ def add_pmtu_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_daemons_option(p: argparse.ArgumentParser) -> None:
-    """``--switch-daemons``: how many ovs-vswitchd forward the fabric (testbed.shell.daemons)."""
+    """``--switch-daemons``: how many ovs-vswitchd forward the fabric
+    (testbed.shell.switch_daemons)."""
     from testbed.daemons import parse_request
 
     def parse(text: str) -> int | str:

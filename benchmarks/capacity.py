@@ -21,7 +21,7 @@ Each held trial also reports CPU seconds by component: ``switch`` (ovs-vswitchd)
 ``senders`` and ``receivers`` (the agents' own accounts; trafgen's from its rusage; the
 ceiling's receivers are the kernel) and ``orchestrator`` (this process).
 
-Then the same at the largest pmtu with several switch daemons (``testbed.shell.daemons``,
+Then the same at the largest pmtu with several switch daemons (``testbed.shell.switch_daemons``,
 ``--daemons``, default one per core): ``by_daemons`` has each count's held figures and CPU
 seconds per daemon, ``by_daemons_over_one`` their ratios to one daemon's in the same run.
 The top-level figures are one daemon's.
@@ -85,7 +85,7 @@ def switch_pids() -> list[int]:
 def _daemon_pids(lab: RunningLab) -> list[int]:
     """The lab's switch daemons' ovs-vswitchd processes, daemon 0 (the machine's) first."""
     from testbed.daemons import ROOT
-    from testbed.shell.daemons import vswitchd_pids
+    from testbed.shell.switch_daemons import vswitchd_pids
 
     return [p for p in vswitchd_pids(getattr(lab, "daemons", [ROOT])) if p]
 

@@ -94,7 +94,7 @@ VARIANTS = {v.name: v for v in (
 NOT_IMPLEMENTED = {
     "two-vswitchd": "not implemented here: several switch daemons, each in its own network "
                     "namespace, are measured side by side by `python -m benchmarks.capacity "
-                    "--daemons 1,2` (testbed.shell.daemons)",
+                    "--daemons 1,2` (testbed.shell.switch_daemons)",
 }
 
 

@@ -210,7 +210,7 @@ class Run:
         self._fabrics = fabrics  # the declared plans (``fabric``), built once
         self.cluster = cluster  # servers for Mininet Cluster Edition (testbed.shell.cluster)
         self.tunnel = tunnel
-        self.switch_daemons = switch_daemons  # testbed.shell.daemons: a number or "auto"
+        self.switch_daemons = switch_daemons  # testbed.shell.switch_daemons: a number or "auto"
         self.params = params
         self.quick = quick
         self.force = force  # run even when the fidelity guard says "CPU-bound"

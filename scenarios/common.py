@@ -3,7 +3,7 @@
 Link load is measured where a network engineer would read it: the transmit byte counters
 of the switch-side interfaces (``/proc/net/dev`` of the root namespace, where the switch
 ports live, and of each switch daemon's namespace when several forward:
-``testbed.shell.daemons``). A fabric link ``a-b`` has two directions; ``a`` is the lower
+``testbed.shell.switch_daemons``). A fabric link ``a-b`` has two directions; ``a`` is the lower
 tier (plan convention), so "up" is ``a``'s interface transmitting toward ``b`` and "down"
 is ``b``'s toward ``a``.
 """
@@ -108,7 +108,7 @@ def port_tx_bytes(intf: str) -> int:
 
 def link_counters(plan: WiringPlan) -> dict[tuple[str, str], int]:
     """``(link name, "up"|"down") -> tx bytes`` for every fabric link, read now (in one
-    pass over the root namespace and every switch daemon's: ``testbed.shell.daemons``)."""
+    pass over the root namespace and every switch daemon's: ``testbed.shell.switch_daemons``)."""
     from testbed.daemons import tx_bytes_everywhere
 
     now = tx_bytes_everywhere()

@@ -140,7 +140,7 @@ def calibration_plan() -> Any:
 def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
               pmtu: int = LAB_PMTU, switch_daemons: int | str = 1) -> dict[str, Any]:
     """Measure (or read the cached) switching capacity of this machine at ``pmtu`` with
-    ``switch_daemons`` daemons (``testbed.shell.daemons``). Needs root.
+    ``switch_daemons`` daemons (``testbed.shell.switch_daemons``). Needs root.
 
     Call it before bringing up a scenario's own fabric: the calibration fabric uses the
     same node names, and two fabrics cannot share them.

@@ -3,7 +3,7 @@
 How many daemons a request means, which daemon forwards each switch (``assign``), how a
 command is aimed at a daemon (``SwitchDaemon``: its namespace, its ``ovs-*`` sockets), and
 how any process finds the daemons running on this machine and their ports' counters (from
-their run directories and ``/proc``). ``testbed.shell.daemons`` starts and stops them; its
+their run directories and ``/proc``). ``testbed.shell.switch_daemons`` starts and stops them; its
 docstring says why there are several.
 """
 

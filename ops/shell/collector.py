@@ -60,7 +60,8 @@ def read_tc(netns: str | None = None) -> dict[str, dict[str, int]]:
 
 def read_link_state(netns: str) -> dict[str, tuple[str, int | None]]:
     """``interface -> (operstate, carrier changes)`` in ``netns``, where this process's
-    ``/sys/class/net`` cannot look (a switch daemon's namespace: ``testbed.shell.daemons``)."""
+    ``/sys/class/net`` cannot look (a switch daemon's namespace:
+    ``testbed.shell.switch_daemons``)."""
     proc = subprocess.run(["ip", "-n", netns, "-j", "-s", "-s", "link", "show"],
                           capture_output=True, text=True, timeout=10, check=False)
     return parse_link_state(proc.stdout)

@@ -53,7 +53,7 @@ from testbed.faultmarks import (
     link_sink,
     sinks,
 )
-from testbed.shell import daemons, orphans
+from testbed.shell import orphans, procs, switch_daemons
 from testbed.shell.procs import kill_pids, pid_alive
 from traffic import rxsink
 from vocab.plan import write_json_atomic
@@ -192,22 +192,6 @@ def stale_scratch(live_runs: Collection[str]) -> list[str]:
     return sorted(stale)
 
 
-def run(cmd: list[str], stdin: str | None = None, check: bool = False,
-        timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run a command, capture its output; raise with its stderr when ``check`` and it fails.
-
-    A missing program counts as a failure (exit 127), so cleanup works on a machine
-    where, say, Open vSwitch was never installed.
-    """
-    try:
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        proc = subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]}: not found")
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip()[:400]}")
-    return proc
-
-
 def delete_bridges(bridges: list[str]) -> None:
     """All bridges in one ovs-vsctl transaction (one round trip, however many).
 
@@ -220,7 +204,7 @@ def delete_bridges(bridges: list[str]) -> None:
     cmd = ["ovs-vsctl", "--timeout=60"]
     for br in bridges:
         cmd += ["--", "--if-exists", "del-br", br]
-    run(cmd)
+    procs.run(cmd)
 
 
 def existing_interfaces() -> set[str]:
@@ -239,7 +223,7 @@ def delete_links(names: list[str]) -> int:
     todo = [n for n in names if n in existing]
     if not todo:
         return 0
-    run(["ip", "-force", "-batch", "-"], stdin="".join(f"link del {n}\n" for n in todo))
+    procs.run(["ip", "-force", "-batch", "-"], stdin="".join(f"link del {n}\n" for n in todo))
     after = existing_interfaces()
     return sum(1 for n in todo if n not in after)
 
@@ -257,7 +241,7 @@ def wait_gone(names: list[str], timeout: float = 30.0) -> None:
 
 def _tagged(table: str, key_column: str) -> dict[str, str]:
     """``key -> run id`` for rows of an OVS table that a Lab tagged in ``external_ids``."""
-    proc = run(["ovs-vsctl", "--timeout=10", "--format=json",
+    proc = procs.run(["ovs-vsctl", "--timeout=10", "--format=json",
                 f"--columns={key_column},external_ids", "list", table])
     if proc.returncode != 0:
         return {}
@@ -276,7 +260,7 @@ def tagged_bridges() -> dict[str, str]:
 
 def all_bridges() -> list[str]:
     """Every OVS bridge on this machine (none when OVS is not running)."""
-    return run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
+    return procs.run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
 
 
 def mininet_shells() -> dict[int, str]:
@@ -336,7 +320,7 @@ def delete_qos(uuids: list[str]) -> None:
     cmd = ["ovs-vsctl", "--timeout=30"]
     for uuid in uuids:
         cmd += ["--", "--if-exists", "destroy", "QoS", uuid]
-    run(cmd)
+    procs.run(cmd)
 
 
 def our_processes() -> list[int]:
@@ -428,7 +412,7 @@ def clean(verbose: bool = True, kinds: Iterable[CrashHook] = ()) -> dict[str, in
         delete_bridges(rec.get("bridges", []))
         kill_pids(pids, grace=0.5)
         for d in rec.get("daemons", []):  # extra switch daemons, their namespaces and ports
-            daemons.stop_daemon(d)
+            switch_daemons.stop_daemon(d)
             done["namespaces"] += 1
         delete_links(rec.get("links", []))
         # What the run started in its hosts holds their namespaces, and so its host links,
@@ -460,11 +444,11 @@ def clean(verbose: bool = True, kinds: Iterable[CrashHook] = ()) -> dict[str, in
         scratch(path)
     for pid in rxsink.stale():  # a killed replay's note that its receivers drop RoCE
         rxsink.unmark(pid)
-    for d in daemons.stale(live_runs):  # a daemon whose run record was lost
-        daemons.stop_daemon(d)
+    for d in switch_daemons.stale(live_runs):  # a daemon whose run record was lost
+        switch_daemons.stop_daemon(d)
         done["namespaces"] += 1
     for ns in stale_probe_namespaces():
-        done["namespaces"] += run(["ip", "netns", "del", ns]).returncode == 0
+        done["namespaces"] += procs.run(["ip", "netns", "del", ns]).returncode == 0
     # Plain Mininet on the lab's plans: no record, no tags, only names (after the runs above
     # are gone, so their names no longer count as someone's).
     tagged = tagged_bridges()
@@ -538,7 +522,7 @@ def leftovers(plan: Any) -> list[str]:
     Empty means clean."""
     found: list[str] = []
     names = {s.name for s in plan.switches}
-    listed = run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
+    listed = procs.run(["ovs-vsctl", "--timeout=10", "list-br"]).stdout.split()
     found += [f"bridge {b}" for b in listed if b in names]
     found += [f"tagged bridge {b}" for b in tagged_bridges() if b not in names]
     found += [f"QoS row {q}" for q in tagged_qos()]
@@ -563,7 +547,7 @@ def leftovers(plan: Any) -> list[str]:
     found += [f"fault process pid {p}" for p in fault_processes()]
     found += [f"probe namespace {n}" for n in stale_probe_namespaces()]
     found += [f"{x} (root namespace)" for x in fault_leftovers(root_sh)]
-    return found + daemons.leftovers()
+    return found + switch_daemons.leftovers()
 
 
 # ----------------------------------------------------------------------------------------
@@ -583,12 +567,12 @@ def root_sh(argv: list[str], _host: str | None = None, stdin: str | None = None,
             check: bool = False) -> subprocess.CompletedProcess[str]:
     """``run`` with a fault context's ``sh`` signature, for the root namespace (where a
     kind's ``clean_crashed`` hook works)."""
-    return run(argv, stdin=stdin, check=check, timeout=60)
+    return procs.run(argv, stdin=stdin, check=check, timeout=60)
 
 
 def _table_devices(table: str) -> set[str]:
     """The interfaces a root-namespace table's chains hook (none once they were deleted)."""
-    proc = run(["nft", "-j", "list", "table", NFT_FAMILY, table])
+    proc = procs.run(["nft", "-j", "list", "table", NFT_FAMILY, table])
     devs: set[str] = set()
     with contextlib.suppress(ValueError, KeyError, TypeError):
         for item in json.loads(proc.stdout)["nftables"]:
@@ -608,12 +592,12 @@ def _clean_root(keep_runs: Collection[str]) -> bool:
     existing = existing_interfaces()
     keep_devs: set[str] = set()
     removed = False
-    for table in fault_tables(run(["nft", "list", "tables", NFT_FAMILY]).stdout):
+    for table in fault_tables(procs.run(["nft", "list", "tables", NFT_FAMILY]).stdout):
         devs = _table_devices(table)
         if keep_runs and devs & existing:
             keep_devs |= devs
             continue
-        removed |= run(["nft", "delete", "table", NFT_FAMILY, table]).returncode == 0
+        removed |= procs.run(["nft", "delete", "table", NFT_FAMILY, table]).returncode == 0
     keep = {link_sink(d)[0] for d in keep_devs}
     removed |= delete_links([i for i in sorted(existing) if is_sink(i) and i not in keep]) > 0
     return removed
@@ -715,7 +699,7 @@ def cleanup_faults(host_pids: Iterable[int] | None = None, keep_runs: Collection
         skip = _run_pids(keep_runs)
         host_pids = [p for p in _host_shells() if p not in skip]
     for pid in host_pids:
-        out = run(["mnexec", "-a", str(pid), "sh", "-c", CLEAN_NAMESPACE]).stdout
+        out = procs.run(["mnexec", "-a", str(pid), "sh", "-c", CLEAN_NAMESPACE]).stdout
         done["namespaces"] += int(out.strip().endswith("1"))
     done["namespaces"] += int(_clean_root(keep_runs))
     orphans = [p for p, run_id in fault_processes().items()

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from testbed.datapath import Datapath
-from testbed.shell import cleanup, preflight
+from testbed.shell import cleanup, preflight, procs
 from testbed.version import __version__
 
 
@@ -82,7 +82,7 @@ class SSHRunner:
         cmd = list(argv) if server in self.local else (
             [*ssh_prefix(server, self.user, ssh), shlex.join(argv)])
         try:
-            proc = cleanup.run(cmd, stdin=stdin, timeout=timeout)
+            proc = procs.run(cmd, stdin=stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             return CommandResult(TIMED_OUT, "", f"timed out after {timeout:g} s")
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
@@ -119,7 +119,7 @@ class SharedConnections:
         open_sockets = os.path.isdir(self.dir) and os.listdir(self.dir)
         for server in servers if open_sockets else ():
             with contextlib.suppress(subprocess.TimeoutExpired):
-                cleanup.run(ssh_prefix(server, self.user, exit_cmd), timeout=30)
+                procs.run(ssh_prefix(server, self.user, exit_cmd), timeout=30)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

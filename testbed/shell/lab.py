@@ -58,8 +58,7 @@ from testbed.capture import resolve as capture_ports
 from testbed.datapath import Datapath
 from testbed.reachability import Reachability, fping_unreached
 from testbed.shaping import htb_commands, root_ends
-from testbed.shell import cleanup, ovsbuf, preflight, sidecars, signals
-from testbed.shell.daemons import start_all, stop_daemon, vswitchd_pids
+from testbed.shell import cleanup, ovsbuf, preflight, procs, sidecars, signals
 from testbed.shell.machine import (
     disable_offloads,
     ensure_neighbour_capacity,
@@ -70,6 +69,7 @@ from testbed.shell.machine import (
 )
 from testbed.shell.mntopo import OF_PROTOCOLS, SwitchPortIntf
 from testbed.shell.procs import kill_pids
+from testbed.shell.switch_daemons import start_all, stop_daemon, vswitchd_pids
 from traffic.roce import LAB_PMTU, mtu_for
 from traffic.shell.running import AgentFiles, LocalFiles
 from vocab.plan import Link, WiringPlan, intf_node
@@ -91,7 +91,7 @@ class Lab:
                  capture_dir: str | None = None, switch_daemons: int | str = 1,
                  log: Callable[[str], None] | None = None) -> None:
         self.plan = plan
-        # switch daemons (testbed.shell.daemons): asked for, and those running with each
+        # switch daemons (testbed.shell.switch_daemons): asked for, and those running with each
         # switch's own; daemon 0 is the machine's
         self.switch_daemons_request = switch_daemons
         self.daemons: list[daemons.SwitchDaemon] = [daemons.ROOT]
@@ -258,7 +258,7 @@ class Lab:
 
     def _start_daemons(self) -> None:
         """With several switch daemons: start the extra ones, each switch to its daemon, and
-        the controller where every daemon reaches it (``testbed.shell.daemons``)."""
+        the controller where every daemon reaches it (``testbed.shell.switch_daemons``)."""
         n = daemons.resolve_count(self.switch_daemons_request, self.datapath,
                                   len(self.plan.switches))
         self._record["daemons"] = []
@@ -382,7 +382,7 @@ class Lab:
         self._record["host_links"] = [link.b_intf for link in self.plan.links
                                       if link.a in self.hosts and in_root[link.b_intf]]
         self._save_record()
-        cleanup.run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n", check=True)
+        procs.run(["ip", "-batch", "-"], stdin="\n".join(lines) + "\n", check=True)
         if self.datapath == Datapath.USER:
             for d, ends in self._ends_by_daemon().items():
                 with (in_netns(d.pids()[-1]) if d.netns else contextlib.nullcontext()), \
@@ -400,12 +400,12 @@ class Lab:
     def _configure_interfaces(self) -> None:
         """Root ends: up and shaped, in two batches. Hosts: address, up, shaped, in parallel."""
         for d, ends in self._ends_by_daemon().items():
-            cleanup.run(["ip", *d.ip(), "-batch", "-"], check=True,
+            procs.run(["ip", *d.ip(), "-batch", "-"], check=True,
                         stdin="".join(f"link set {n} up\n" for n, _mbps in ends))
             if self.shape:
                 tc = [c for n, mbps in ends
                       for c in htb_commands(n, mbps, lossless=self.lossless)]
-                cleanup.run(["tc", *d.ip(), "-batch", "-"], stdin="\n".join(tc) + "\n",
+                procs.run(["tc", *d.ip(), "-batch", "-"], stdin="\n".join(tc) + "\n",
                             check=True)
         nic_mbps = self.plan.host_link_mbps()
         for node in self.plan.hosts:
@@ -508,7 +508,7 @@ class Lab:
             for port, intf in sorted(ports[sw.name]):
                 cmd += ["--", "add-port", sw.name, intf, "qos=@noop",
                         "--", "set", "Interface", intf, f"ofport_request={port}"]
-        cleanup.run(d.ovs(cmd), check=True, timeout=300)
+        procs.run(d.ovs(cmd), check=True, timeout=300)
 
     def assemble_mininet(self) -> None:
         """A ``Mininet`` object over what we built, so the Mininet CLI and helpers work.
@@ -579,15 +579,15 @@ class Lab:
                     switch_side.setdefault(self.switch_daemon(node), []).append(
                         f"link set dev {intf} {state}\n")
         for d, lines in switch_side.items():
-            cleanup.run(["ip", *d.ip(), "-batch", "-"], stdin="".join(lines), check=True)
+            procs.run(["ip", *d.ip(), "-batch", "-"], stdin="".join(lines), check=True)
 
     def _set_intf_state(self, node: str, intf: str, state: str) -> None:
         """``ip link set dev INTF up|down`` where the interface lives (a cluster overrides)."""
         if node in self.hosts:  # not host.cmd: not thread-safe (timed faults run in threads)
-            cleanup.run(["mnexec", "-a", str(self.hosts[node].pid), "ip", "link", "set",
+            procs.run(["mnexec", "-a", str(self.hosts[node].pid), "ip", "link", "set",
                          "dev", intf, state], check=True)
         else:
-            cleanup.run(["ip", *self.switch_daemon(node).ip(), "link", "set", "dev", intf,
+            procs.run(["ip", *self.switch_daemon(node).ip(), "link", "set", "dev", intf,
                          state], check=True)
 
     def kill_controller(self) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from testbed.datapath import Datapath, choose_datapath, kernel_ovs_available
 from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultkinds._loss import iptables_loss_commands, nft_loss_commands
-from testbed.shell import cleanup, signals
+from testbed.shell import cleanup, procs, signals
 from vocab.plan import WiringPlan
 
 #: Mininet silently ignores ``bw`` above this (Mb/s).
@@ -119,15 +119,15 @@ def _probe_namespace() -> Iterator[list[str] | None]:
     the ``ip netns exec`` prefix (None when no namespace can be made), deletes it after."""
     ns = f"{cleanup.PROBE_NS}f{uuid.uuid4().hex[:8]}"
     try:
-        if cleanup.run(["ip", "netns", "add", ns]).returncode != 0:
+        if procs.run(["ip", "netns", "add", ns]).returncode != 0:
             yield None
             return
-        cleanup.run(["ip", "-n", ns, "link", "add", "fp0", "type", "veth", "peer", "name",
+        procs.run(["ip", "-n", ns, "link", "add", "fp0", "type", "veth", "peer", "name",
                      "fp1"])
         yield ["ip", "netns", "exec", ns]
     finally:
         with signals.held():
-            cleanup.run(["ip", "netns", "del", ns])
+            procs.run(["ip", "netns", "del", ns])
 
 
 def loss_backend_problems() -> dict[str, str]:
@@ -148,7 +148,7 @@ def loss_backend_problems() -> dict[str, str]:
             found["nft"] = _load_problem(nsx, setup, script)
             setup_i, _u = iptables_loss_commands("fp0", 0.5, "both")
             for argv in setup_i:
-                proc = cleanup.run(nsx + argv)
+                proc = procs.run(nsx + argv)
                 if proc.returncode != 0:
                     found["iptables"] = (proc.stderr or proc.stdout).strip()[:200]
                     break
@@ -160,8 +160,8 @@ def _load_problem(nsx: list[str], setup: list[list[str]], script: str) -> str:
     """Run ``setup``, then ``nft -f`` the script, behind the prefix ``nsx``: why it failed
     or ""."""
     for argv in setup:
-        cleanup.run(nsx + argv)
-    proc = cleanup.run(nsx + ["nft", "-f", "-"], stdin=script)
+        procs.run(nsx + argv)
+    proc = procs.run(nsx + ["nft", "-f", "-"], stdin=script)
     if proc.returncode != 0:
         return (proc.stderr or proc.stdout).strip()[:200] or "nft failed"
     return ""

@@ -1,5 +1,6 @@
-"""Stopping processes so that they are really gone: the one way every part of the lab
-ends what it started (host shells, the controller, captures, switch daemons).
+"""Running a command and stopping processes: the one way the lab's shell runs a command
+and reads its output (``run``), and the one way every part of the lab ends what it started
+(host shells, the controller, captures, switch daemons) so that it is really gone.
 
 Apart from ``testbed.shell.cleanup`` because the modules that start processes need it
 too, and ``cleanup`` needs some of them.
@@ -10,7 +11,24 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
+
+
+def run(cmd: list[str], stdin: str | None = None, check: bool = False,
+        timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a command, capture its output; raise with its stderr when ``check`` and it fails.
+
+    A missing program counts as a failure (exit 127), so cleanup works on a machine
+    where, say, Open vSwitch was never installed.
+    """
+    try:
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        proc = subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]}: not found")
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip()[:400]}")
+    return proc
 
 
 def kill_pids(pids: list[int], grace: float = 2.0, sig: int = signal.SIGTERM,

@@ -76,7 +76,7 @@ from typing import Any, Literal
 
 from testbed import daemons
 from testbed.shaping import HTB_QUANTUM, queue_packets, root_ends
-from testbed.shell import cleanup
+from testbed.shell import procs
 from testbed.shell.preflight import LabError
 from traffic.kernels import TRAFFIC_CLASSES
 from traffic.shell.running import RunningLab
@@ -405,7 +405,7 @@ def _tc(lab: RunningLab, host: str | None, lines: list[str], *, force: bool) -> 
         argv = ["nsenter", f"--net=/proc/{lab.hosts[host].pid}/ns/net", *argv]
     elif host is not None:
         argv = ["tc", "-n", host, *argv[1:]]
-    proc = cleanup.run(argv, stdin="\n".join(lines) + "\n", timeout=300)
+    proc = procs.run(argv, stdin="\n".join(lines) + "\n", timeout=300)
     if proc.returncode != 0 and not force:
         where = f"namespace of {host}" if host else "root namespace"
         raise LabError(f"qos: tc failed in the {where}: {proc.stderr.strip()[:400]}")

@@ -68,7 +68,7 @@ def start_captures(ports: Sequence[str], capture_dir: str, workdir: str,
                    ) -> list[subprocess.Popen[bytes]]:
     """One capture per switch port in ``ports`` into ``capture_dir`` (``<intf>.pcap``, its log
     in ``workdir``); returns once every one listens. ``where(intf)`` turns a command into
-    one run in the port's namespace (a switch daemon's: ``testbed.shell.daemons``)."""
+    one run in the port's namespace (a switch daemon's: ``testbed.shell.switch_daemons``)."""
     os.makedirs(capture_dir, exist_ok=True)
     procs = []
     for intf in ports:

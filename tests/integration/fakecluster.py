@@ -4,7 +4,7 @@
 Each fake server is a network namespace with its own ``sshd`` (Debian's openssh-server,
 started with a config made for the test) and its own Open vSwitch: an ``ovsdb-server`` and
 ``ovs-vswitchd`` pair started by the lab's own code for extra switch daemons
-(``testbed.shell.daemons.start_ovs``), its files in a scratch folder. Mininet mounts private
+(``testbed.shell.switch_daemons.start_ovs``), its files in a scratch folder. Mininet mounts private
 ``/run/openvswitch`` folders for that; here sshd's ``SetEnv OVS_RUNDIR=...`` points every
 ``ovs-*`` command of an SSH session at the server's own daemons instead, which is how the
 lab aims commands at its extra daemons too (``SwitchDaemon.ovs``).
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from testbed.daemons import SwitchDaemon
-from testbed.shell import daemons
+from testbed.shell import switch_daemons
 from testbed.shell.procs import kill_pids
 
 NET = "10.250.0."  # this machine .1, fake server i at .(i + 2), on BRIDGE
@@ -138,8 +138,8 @@ class FakeCluster:
             d = SwitchDaemon(DAEMON_INDEX + i, ns, os.path.join(self.dir, f"ovs{i}"))
             os.makedirs(d.rundir or "")
             self.daemons.append(d)
-            daemons.start_ovs(d)
-            daemons.wait_ready(d)
+            switch_daemons.start_ovs(d)
+            switch_daemons.wait_ready(d)
             self.sshd.append(self._sshd(i, host_key))
         for i, ip in enumerate(self.ips):
             try:
@@ -235,7 +235,7 @@ class FakeCluster:
                 p.wait(timeout=10)
         self.sshd = []
         for d in self.daemons:
-            daemons.stop_daemon(d)  # its ovsdb-server, ovs-vswitchd, the rest of its netns
+            switch_daemons.stop_daemon(d)  # its ovsdb-server, ovs-vswitchd, the rest of its netns
         self.daemons = []
         for ns in self.netns:
             if os.path.exists(f"/run/netns/{ns}"):

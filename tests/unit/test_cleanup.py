@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from testbed.shell import cleanup
+from testbed.shell import cleanup, procs
 from testbed.topologies import BUILDERS, build
 
 
@@ -136,10 +136,10 @@ def test_unreadable_record_is_dropped(state_dir: str) -> None:
 
 
 def test_run_reports_a_missing_program_as_exit_127() -> None:
-    proc = cleanup.run(["astral-lab-no-such-program"])
+    proc = procs.run(["astral-lab-no-such-program"])
     assert proc.returncode == 127
     with pytest.raises(RuntimeError, match="not found"):
-        cleanup.run(["astral-lab-no-such-program"], check=True)
+        procs.run(["astral-lab-no-such-program"], check=True)
 
 
 def test_scratch_folder_names_carry_run_id_and_owner_pid(state_dir: str) -> None:
@@ -293,7 +293,7 @@ def _fake_machine(monkeypatch: pytest.MonkeyPatch, ifaces: set[str],
                     bridges.remove(cmd[i + 1])
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(cleanup, "run", fake_run)
+    monkeypatch.setattr(procs, "run", fake_run)
     monkeypatch.setattr(cleanup, "existing_interfaces", lambda: set(ifaces))
     monkeypatch.setattr(cleanup, "all_bridges", lambda: list(bridges))
     return calls

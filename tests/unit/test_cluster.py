@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from testbed.clusterplace import crossing_links, parse_servers, place, placement_units, with_servers
-from testbed.shell import cleanup, cluster, clustercheck
+from testbed.shell import cleanup, cluster, clustercheck, procs
 from testbed.shell.cluster import CLUSTER_MTU, GRETAP_OVERHEAD, ClusterLab
 from testbed.shell.clustercheck import (
     TIMED_OUT,
@@ -399,7 +399,7 @@ def test_short_commands_share_one_ssh_connection_per_server(monkeypatch: Any) ->
     """The runner's commands and Mininet's ``rcmd`` carry the run's ControlMaster options,
     before the destination; node shells (``sshcmd`` outside ``rcmd``) do not."""
     ran: list[list[str]] = []
-    monkeypatch.setattr(cleanup, "run", lambda cmd, **_kw: ran.append(cmd) or
+    monkeypatch.setattr(procs, "run", lambda cmd, **_kw: ran.append(cmd) or
                         subprocess.CompletedProcess(cmd, 0, "", ""))
     shared = SharedConnections("root")
     try:

@@ -12,7 +12,7 @@ import pytest
 from testbed import daemons
 from testbed.datapath import Datapath
 from testbed.shaping import root_ends
-from testbed.shell import daemons as shell_daemons
+from testbed.shell import switch_daemons
 from testbed.topologies import build
 from vocab.plan import intf_node
 
@@ -108,7 +108,7 @@ def test_stale_finds_dead_runs_namespaces_and_folders(tmp_path: Any,
     (state / "cccccccccc-2").mkdir()  # a folder whose namespace is gone
     (state / "bbbbbbbbbb-1").mkdir()
     (state / "notes").mkdir()  # not a daemon's folder
-    found = shell_daemons.stale({"bbbbbbbbbb"}, root=str(netns))
+    found = switch_daemons.stale({"bbbbbbbbbb"}, root=str(netns))
     assert [(d["netns"], d["index"]) for d in found] == [
         ("astral-ovs-aaaaaaaaaa-1", 1), ("astral-ovs-cccccccccc-2", 2)]
     assert found[1]["rundir"] == str(state / "cccccccccc-2")

@@ -86,7 +86,7 @@ from testbed import daemons
 from testbed.faultkinds import FAULT_KINDS
 from testbed.faultmarks import NFT_FAMILY
 from testbed.faultspec import Fault, link_ends, parse_target, resolve
-from testbed.shell import cleanup
+from testbed.shell import procs
 from testbed.shell.preflight import LabError, loss_backend_problems, nft_rules_problem
 from traffic.shell.running import RunningLab
 from vocab.plan import Link, WiringPlan
@@ -183,7 +183,7 @@ class FaultContext:
            check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` where node ``host``'s interfaces are: a GPU's namespace (``mnexec
         -a``: thread-safe, unlike the host's interactive shell), a switch's daemon
-        (``testbed.shell.daemons``: its namespace, its ``ovs-*`` sockets), or the root
+        (``testbed.shell.switch_daemons``: its namespace, its ``ovs-*`` sockets), or the root
         namespace (None); ``FaultError`` when it fails and ``check``."""
         if host is None:
             cmd = argv
@@ -192,7 +192,7 @@ class FaultContext:
         else:
             d = daemons.of(self.lab, host)
             cmd = d.ns(d.ovs(argv))
-        proc = cleanup.run(cmd, stdin=stdin, timeout=60)
+        proc = procs.run(cmd, stdin=stdin, timeout=60)
         if check and proc.returncode != 0:
             where = f" in {host}'s namespace" if host in self.lab.hosts else ""
             raise FaultError(f"`{' '.join(argv[:8])}`{where} failed: "

@@ -15,8 +15,9 @@ from testbed.faultkinds.mtu_mismatch import (
     mtu_command,
     parse_mark,
 )
-from testbed.shell.cleanup import intf_state, marked_ports, root_sh, run
+from testbed.shell.cleanup import intf_state, marked_ports, root_sh
 from testbed.shell.faults import FaultContext, FaultError, Handle
+from testbed.shell.procs import run
 
 
 def _state(ctx: FaultContext, sw: str, intf: str) -> dict[str, Any]:

@@ -15,8 +15,9 @@ from testbed.faultkinds.partial_blackhole import (
     parse_rules,
     port_matches,
 )
-from testbed.shell.cleanup import root_sh, run, tagged_bridges
+from testbed.shell.cleanup import root_sh, tagged_bridges
 from testbed.shell.faults import FaultContext, FaultError, Handle
+from testbed.shell.procs import run
 
 
 def apply(ctx: FaultContext, handle: Handle) -> None:

@@ -21,10 +21,11 @@ from testbed.faultkinds.shuffle_miswiring import (
     swapped,
 )
 from testbed.faultspec import link_name
-from testbed.shell.cleanup import intf_state, marked_ports, run
+from testbed.shell.cleanup import intf_state, marked_ports
 from testbed.shell.faults import FaultContext, FaultError, Handle
 from testbed.shell.lab import OVS_PORT_RCVBUF
 from testbed.shell.machine import socket_buffers
+from testbed.shell.procs import run
 
 Sh = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +40,7 @@ from testbed.daemons import (
     rundirs,
     running,
 )
-from testbed.shell import ovsbuf
+from testbed.shell import ovsbuf, procs
 from testbed.shell.procs import kill_pids
 
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
@@ -63,15 +62,8 @@ def vswitchd_pids(started: list[SwitchDaemon]) -> list[int | None]:
             for d in started]
 
 
-def _sh(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: not found")
-
-
 def _run(argv: list[str], what: str) -> None:
-    proc = _sh(argv)
+    proc = procs.run(argv, timeout=60)
     if proc.returncode != 0:
         raise RuntimeError(f"{what}: {proc.stderr.strip()[:300] or proc.stdout.strip()[:300]}")
 
@@ -127,12 +119,12 @@ def stop_daemon(d: SwitchDaemon | dict[str, Any]) -> None:
         return
     pids = [p for p in d.pids() if _comm(p) in ("ovs-vswitchd", "ovsdb-server")]
     # whatever else still runs in the namespace (a capture, a command cut short)
-    listed = _sh(["ip", "netns", "pids", d.netns])
+    listed = procs.run(["ip", "netns", "pids", d.netns], timeout=60)
     pids += [int(p) for p in listed.stdout.split() if p.isdigit() and int(p) not in pids]
     kill_pids(pids, grace=2.0)
-    _sh(["ip", "netns", "del", d.netns])
+    procs.run(["ip", "netns", "del", d.netns], timeout=60)
     if os.path.exists(f"/sys/class/net/{mgmt_name(d.index)}"):  # goes with its peer, usually
-        _sh(["ip", "link", "del", mgmt_name(d.index)])
+        procs.run(["ip", "link", "del", mgmt_name(d.index)], timeout=60)
     if d.rundir and RUNDIR_RE.fullmatch(os.path.basename(d.rundir)):
         shutil.rmtree(d.rundir, ignore_errors=True)
 
@@ -164,7 +156,8 @@ def wait_ready(d: SwitchDaemon, timeout: float = 30.0) -> None:
     """Until the daemon answers on its control socket (its bridges can then be added)."""
     deadline = time.monotonic() + timeout
     while True:
-        if _sh(d.ovs(["ovs-appctl", "-t", "ovs-vswitchd", "version"])).returncode == 0:
+        if procs.run(d.ovs(["ovs-appctl", "-t", "ovs-vswitchd", "version"]),
+                     timeout=60).returncode == 0:
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"switch daemon {d.index} did not answer within {timeout:g} s")
@@ -196,6 +189,6 @@ def locate_bridges(extra: list[SwitchDaemon] | None = None) -> dict[str, SwitchD
     (``extra``; default: those running here)."""
     out = {}
     for d in [ROOT, *(running() if extra is None else extra)]:
-        listed = _sh(d.ovs(["ovs-vsctl", "--timeout=10", "list-br"]))
+        listed = procs.run(d.ovs(["ovs-vsctl", "--timeout=10", "list-br"]), timeout=60)
         out.update(dict.fromkeys(listed.stdout.split(), d))
     return out
