@@ -56,24 +56,30 @@ Two parts:
   ``score_run(result, plan)`` does all of it for every source of an ``ops_eval.json``
   (``astral-lab ops rescore RUN_DIR``).
 
-* ``ops.shell.experiment.run_ops_eval(...)`` does the experiment on a real fabric: steady
+* ``ops.shell.experiment.run_ops_eval(plan, spec)`` (``spec``: an ``EvalSpec``)
+  does the experiment on a real fabric: steady
   probe streams between NICs of different leaves, the collector and detectors running, a
   fault-free phase, then a seeded schedule of faults of every kind with healthy slots
   among them (``testbed.shell.faults``), the agent asked at every poll with an open alert.
   Goals: >= 95% detection, 0 false alarms in the fault-free phase, top-1 >= 90%,
-  detection within 3 intervals.
+  detection within 3 intervals. ``EvalSpec`` is the campaign it runs (the schedule and its
+  timing, with the ``ops-eval`` scenario's defaults), checked when built; the live objects
+  (the lab, the MoE job, the telemetry file, the log, the live view) stay its keywords.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ops.baselines import SHOWS
 from ops.detectors import alert_kind
-from ops.telemetry import canonical, link_components
+from ops.telemetry import DEFAULT_INTERVAL_S, canonical, link_components
+from testbed.faultkinds import SCHEDULE_SEVERITIES
+from testbed.faultspec import schedule_kinds
 from vocab.plan import WiringPlan
 
 GOALS = {"detection_rate": 0.95, "false_alarms_clean": 0, "top1": 0.90, "detect_polls": 3.0}
@@ -696,3 +702,90 @@ def _symptom(alert: dict[str, Any]) -> bool:
     """An alert that says the job suffers, not where (its detector declares it so)."""
     kind = alert_kind(alert["detector"])
     return kind is not None and kind.symptom
+
+
+#: healthy slots among a fault phase's fault slots, as a share of them
+CONTROLS = 0.25
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """One ops-eval campaign: which faults, how long each phase lasts, what is asked.
+
+    Checked when built (a ValueError naming the field), so a bad value is refused before
+    any fabric comes up rather than minutes into a run."""
+
+    #: faults of each kind
+    per_kind: int = 8
+    #: fault kinds to draw (None: every kind that has ``severity``'s faults)
+    kinds: tuple[str, ...] | None = None
+    #: how bad the faults are: gray, hard or mixed (``testbed.faultkinds``)
+    severity: str = "hard"
+    #: faults injected at once, in different parts of the fabric
+    concurrent: int = 2
+    #: longest fault (s)
+    fault_s: float = 10.0
+    #: gap between fault slots (s): recovery before the next
+    gap_s: float = 12.0
+    #: seed of the schedule, the healthy slots and the questions
+    seed: int = 1
+    #: telemetry polling interval (s)
+    interval: float = DEFAULT_INTERVAL_S
+    #: probe streams each NIC sends (emulated Mb/s)
+    mbps_per_host: float = 4.0
+    #: healthy slots among the fault slots, as a share of them
+    controls: float = CONTROLS
+    #: clean traffic that sets the static thresholds (s; None: a third of the fault phase)
+    calibrate_s: float | None = None
+    #: fault-free phase (s; None: as long as the fault phase)
+    clean_s: float | None = None
+    #: operator's questions asked about each fault
+    questions: int = 4
+    #: operator's questions asked about healthy components, per fault
+    healthy_questions: int = 3
+    #: how long after an injection its questions are asked (s; None: 4 intervals)
+    ask_delay_s: float | None = None
+    #: a decode burst every this many MoE training iterations
+    decode_every: int = 2
+    #: what each NIC of the MoE job sends at (emulated Mb/s; None: its emulated rate)
+    job_mbps: float | None = 10.0
+    #: per-kind overrides of a drawn fault's knobs, e.g. {"link-degrade": {"fraction": 0.25}}
+    fault_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kinds is not None:
+            object.__setattr__(self, "kinds", tuple(self.kinds))
+        if self.severity not in SCHEDULE_SEVERITIES:
+            raise ValueError(f"severity must be one of {', '.join(SCHEDULE_SEVERITIES)} "
+                             f"(got {self.severity!r})")
+        schedule_kinds(self.kinds, self.severity)  # "kinds: ..." for an unknown or lacking kind
+        for name in ("per_kind", "concurrent", "decode_every"):
+            _check(name, getattr(self, name), low=1, whole=True)
+        for name in ("questions", "healthy_questions"):
+            _check(name, getattr(self, name), low=0, whole=True)
+        _check("seed", self.seed, low=None, whole=True)
+        for name in ("fault_s", "interval", "mbps_per_host"):
+            _check(name, getattr(self, name), low=0, strict=True)
+        _check("gap_s", self.gap_s, low=0)
+        _check("controls", self.controls, low=0)
+        for name in ("calibrate_s", "clean_s", "ask_delay_s"):
+            if getattr(self, name) is not None:
+                _check(name, getattr(self, name), low=0)
+        if self.job_mbps is not None:
+            _check("job_mbps", self.job_mbps, low=0, strict=True)
+        for kind, knobs in self.fault_params.items():
+            if not isinstance(knobs, Mapping):
+                raise ValueError(f"fault_params: {kind}'s knobs must be a mapping "
+                                 f"(got {knobs!r})")
+
+
+def _check(name: str, value: Any, *, low: float | None, whole: bool = False,
+           strict: bool = False) -> None:
+    """Refuse ``value`` for field ``name`` unless it is a finite number (an int when
+    ``whole``) at least ``low`` (above it when ``strict``); bools are not numbers here."""
+    kind = int if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
+        raise ValueError(f"{name} must be {'an integer' if whole else 'a number'} "
+                         f"(got {value!r})")
+    if low is not None and (value <= low if strict else value < low):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {low:g} (got {value!r})")

@@ -14,10 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ops import questions as Q
-from ops.evaluate import GroundTruth, ground_truth, live_faults
+from ops.evaluate import EvalSpec, GroundTruth, ground_truth, live_faults
 from ops.shell.monitor import check_cost
 from ops.shell.observer import LabRecord, ObserverProcess
-from ops.telemetry import DEFAULT_INTERVAL_S
 from testbed import faultspec
 from traffic.iterations import settled
 from traffic.kernels import KernelTraffic
@@ -30,8 +29,6 @@ from vocab.plan import WiringPlan
 SETTLE_S = 240.0
 #: the longest default calibration, in polls (inside what the history keeps)
 CALIBRATE_MAX_POLLS = 240
-#: healthy slots among a fault phase's fault slots, as a share of them
-CONTROLS = 0.25
 
 
 class Asker:
@@ -141,32 +138,24 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
     return streams
 
 
-def run_ops_eval(plan: WiringPlan, *, interval: float = DEFAULT_INTERVAL_S,
-                 log: Callable[[str], None] = print, lab_kw: dict[str, Any] | None = None,
-                 **kw: Any) -> dict[str, Any]:
-    """Bring ``plan`` up (controller polling every ``interval``) and run ``eval_on_lab``."""
+def run_ops_eval(plan: WiringPlan, spec: EvalSpec, *, log: Callable[[str], None] = print,
+                 lab_kw: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    """Bring ``plan`` up (controller polling every ``spec.interval``) and run
+    ``eval_on_lab`` on it; ``kw`` are its live arguments (job, store_path, on_faults)."""
     from testbed.shell.lab import Lab
 
-    with Lab(plan, log=log, poll_interval=interval, **(lab_kw or {})) as lab:
-        return eval_on_lab(lab, interval=interval, log=log, **kw)
+    with Lab(plan, log=log, poll_interval=spec.interval, **(lab_kw or {})) as lab:
+        return eval_on_lab(lab, spec, log=log, **kw)
 
 
-def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None = None,
-                fault_s: float = 10.0, gap_s: float = 12.0, seed: int = 1,
-                interval: float = DEFAULT_INTERVAL_S, store_path: str | None = None,
-                log: Callable[[str], None] = print,
-                fault_params: dict[str, dict[str, Any]] | None = None,
-                mbps_per_host: float = 20.0, severity: str = "hard",
-                questions: int = 4, healthy_questions: int = 3,
-                ask_delay_s: float | None = None,
-                on_faults: Callable[[list[dict[str, Any]]], None] | None = None,
+def eval_on_lab(lab: RunningLab, spec: EvalSpec, *,
                 job: tuple[KernelTraffic, KernelTraffic | None] | None = None,
-                decode_every: int = 2, job_mbps: float | None = None,
-                concurrent: int = 1, controls: float = CONTROLS,
-                calibrate_s: float | None = None,
-                clean_s: float | None = None) -> dict[str, Any]:
-    """A calibration, a fault-free phase and a fault phase on a running lab; what every
-    alert source raised in them, raw, for ``ops.evaluate.score_run`` to score.
+                store_path: str | None = None, log: Callable[[str], None] = print,
+                on_faults: Callable[[list[dict[str, Any]]], None] | None = None
+                ) -> dict[str, Any]:
+    """A calibration, a fault-free phase and a fault phase on a running lab, as ``spec``
+    (``ops.evaluate.EvalSpec``) describes them; what every alert source raised in them,
+    raw, for ``ops.evaluate.score_run`` to score. The names below are ``spec``'s fields.
 
     The schedule is ``testbed.faultspec.random_schedule(plan, kinds, per_kind * len(kinds),
     ...)`` with its knobs as drawn (``fault_params`` overrides a kind's knobs, e.g.
@@ -193,7 +182,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     (``ops.evaluate.live_faults``) each time they change, and ``[]`` at the end: the live
     view shows them beside the alerts.
 
-    ``job``: ``(training step, decode burst)`` kernel traffic run as a MoE job
+    ``job`` (a keyword): ``(training step, decode burst)`` kernel traffic run as a MoE job
     (``traffic.shell.moejob.MoeJob``) beside the streams from the warm-up to the end, its
     iterations fed to the detectors (``out["job"]``: every iteration), each NIC sending at
     ``job_mbps`` (None: its emulated rate). ``concurrent`` > 1 injects faults in groups of
@@ -205,20 +194,23 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     from testbed.shell import faults as F
 
     plan = lab.plan
-    kinds = faultspec.schedule_kinds(kinds or None, severity)
+    per_kind, severity, concurrent = spec.per_kind, spec.severity, spec.concurrent
+    fault_s, gap_s, seed, interval = spec.fault_s, spec.gap_s, spec.seed, spec.interval
+    mbps_per_host, decode_every = spec.mbps_per_host, spec.decode_every
+    kinds = faultspec.schedule_kinds(list(spec.kinds or ()) or None, severity)
     n = per_kind * len(kinds)
     groups = -(-n // concurrent)
     slot_s = fault_s + gap_s
-    healthy = healthy_slots(groups, controls, seed)
+    healthy = healthy_slots(groups, spec.controls, seed)
     phase_s = (groups + len(healthy)) * slot_s + gap_s
     schedule = faultspec.random_schedule(plan, kinds, n, groups * slot_s, seed, gap_s,
                                          severity=severity, concurrent=concurrent)
     schedule = [dataclasses.replace(f, at=shifted(f.at, slot_s, healthy) + gap_s / 2,
-                                    **(fault_params or {}).get(f.kind, {})) for f in schedule]
+                                    **spec.fault_params.get(f.kind, {})) for f in schedule]
     warmup_s = 15 * interval
     calib_s = min(max(30 * interval, phase_s / 3), CALIBRATE_MAX_POLLS * interval) \
-        if calibrate_s is None else calibrate_s
-    clean_s = phase_s if clean_s is None else clean_s
+        if spec.calibrate_s is None else spec.calibrate_s
+    clean_s = phase_s if spec.clean_s is None else spec.clean_s
     out: dict[str, Any] = {"phase_s": phase_s, "clean_s": clean_s, "interval_s": interval,
                            "mbps_per_host": mbps_per_host, "severity": severity,
                            "plan": plan.to_dict(), "calibrate_s": calib_s,
@@ -230,7 +222,7 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
     # the observer polls, detects and diagnoses in a process of its own, beside the job
     observer = ObserverProcess(LabRecord.of(lab), interval=interval, store_path=store_path)
     moe = MoeJob(lab, job[0], job[1], decode_every=decode_every, log=log,
-                 rate_mbps=job_mbps, on_iteration=observer.feed) if job else None
+                 rate_mbps=spec.job_mbps, on_iteration=observer.feed) if job else None
     try:
         observer.start()
         if moe is not None:
@@ -256,9 +248,9 @@ def eval_on_lab(lab: RunningLab, *, per_kind: int = 1, kinds: list[str] | None =
         log(f"ops-eval: fault phase, {n} {severity} faults ({', '.join(kinds)}) and "
             f"{len(healthy)} healthy slots")
         asker = Asker(plan, observer.ask, seed=seed,
-                      delay_s=4 * interval if ask_delay_s is None else ask_delay_s,
-                      job_pairs=stream_pairs(plan), relevant=questions,
-                      healthy=healthy_questions, timeout=5 * interval + 5, log=log)
+                      delay_s=4 * interval if spec.ask_delay_s is None else spec.ask_delay_s,
+                      job_pairs=stream_pairs(plan), relevant=spec.questions,
+                      healthy=spec.healthy_questions, timeout=5 * interval + 5, log=log)
         with F.FaultInjector(lab, log=log) as inj:
             runner = inj.run_schedule(schedule)
             end = time.monotonic() + phase_s + 120

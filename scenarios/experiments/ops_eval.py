@@ -41,6 +41,7 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from ops.evaluate import EvalSpec
 from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
@@ -114,6 +115,7 @@ def ops_eval(run: Run) -> None:
     # before any fabric: kinds without a range of this severity are refused here
     kinds = schedule_kinds(None if list(p["kinds"]) == list(KINDS) else p["kinds"],
                            p["severity"])
+    spec = eval_spec(p, kinds)
     plan = run.fabric("astral3")
     with run.lab(plan, label="astral3", poll_interval=p["interval"]) as lab:
         run.guard(lab, _stream_flows(lab), "steady probe streams",
@@ -125,13 +127,8 @@ def ops_eval(run: Run) -> None:
             per_nic = max(Counter(f.src for f in combine).values())
             run.guard(lab, combine, "MoE job (training combine)",
                       rate_mbps=p["job_mbps"] / per_nic)
-        res = eval_on_lab(lab, per_kind=p["per_kind"], kinds=kinds, severity=p["severity"],
-                          job=job, job_mbps=p["job_mbps"], concurrent=p["concurrent"],
-                          fault_s=p["fault_s"], gap_s=p["gap_s"], seed=p["seed"],
-                          interval=p["interval"], mbps_per_host=p["mbps_per_host"],
-                          clean_s=p["clean_s"] or None,
-                          store_path=run.path("telemetry.sqlite"), log=run.log,
-                          on_faults=run.show_faults)
+        res = eval_on_lab(lab, spec, job=job, store_path=run.path("telemetry.sqlite"),
+                          log=run.log, on_faults=run.show_faults)
     run.stage("fault-free and fault phases done")
     run.save_json("ops_eval.json", res)
     scored = score_run(res, plan)
@@ -458,6 +455,15 @@ def _report(run: Run, res: dict[str, Any], clean: dict[str, Any], faults: dict[s
         rep.text(WORDS("wiring_cost", **wiring))
     if res.get("injector_errors"):
         rep.section("Injector errors", "\n".join(f"- {e}" for e in res["injector_errors"]))
+
+
+def eval_spec(p: dict[str, Any], kinds: list[str]) -> EvalSpec:
+    """The campaign the scenario's parameters ``p`` describe, with ``kinds`` as
+    ``schedule_kinds`` checked them (``--clean-s 0``: as long as the fault phase)."""
+    return EvalSpec(per_kind=p["per_kind"], kinds=tuple(kinds), severity=p["severity"],
+                    concurrent=p["concurrent"], fault_s=p["fault_s"], gap_s=p["gap_s"],
+                    seed=p["seed"], interval=p["interval"], mbps_per_host=p["mbps_per_host"],
+                    clean_s=p["clean_s"] or None, job_mbps=p["job_mbps"])
 
 
 def _strict_vs_lenient(run: Run, summary: dict[str, Any]) -> None:

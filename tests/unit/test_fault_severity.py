@@ -260,13 +260,13 @@ def test_ops_eval_passes_the_severity_and_refuses_kinds_without_it(
     from scenarios.experiments import ops_eval as oe
 
     labs = install(monkeypatch, oe)
-    seen: list[dict[str, Any]] = []
+    seen: list[Any] = []
     monkeypatch.setattr(ops.shell.experiment, "eval_on_lab",
-                        lambda lab, **kw: seen.append(kw) or _canned(lab, **kw))
+                        lambda lab, spec, **kw: seen.append(spec) or _canned(lab, spec, **kw))
     out = os.path.join(str(tmp_path), "run")
     oe.ops_eval(quick=True, output=out, log=lambda _m: None, model_draws=2, severity="gray")
-    assert seen[0]["severity"] == "gray"
-    assert seen[0]["kinds"] == faultspec.schedule_kinds(None, "gray")
+    assert seen[0].severity == "gray"
+    assert list(seen[0].kinds) == faultspec.schedule_kinds(None, "gray")
     with pytest.raises(ValueError, match="kinds: link-down has no gray faults"):
         oe.ops_eval(quick=True, output=os.path.join(str(tmp_path), "r2"),
                     log=lambda _m: None, severity="gray", kinds=["link-down", "nic-loss"])

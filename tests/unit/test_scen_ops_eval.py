@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from scen_fakes import check_entry, install, read_json, read_text
 
+from ops.evaluate import EvalSpec
 from scenarios.experiments import ops_eval as oe
 from testbed.faultspec import KINDS
 from testbed.topologies import build
@@ -33,7 +34,7 @@ SAID = {"link-down": "link-down", "link-flap": "link-down", "link-degrade": "deg
         "controller-restart": "controller-down", "hot-receiver": "degraded"}
 
 
-def _canned(lab: Any, **kw: Any) -> dict[str, Any]:
+def _canned(lab: Any, spec: EvalSpec, **kw: Any) -> dict[str, Any]:
     """One fault of every kind, raw as ``eval_on_lab`` returns it (the scenario scores it
     with ``ops.evaluate.score_run``): the agent detects all (wrong first suspect for kinds
     2 and 5; the kind its first suspect's detector says is ``SAID``); static-thresholds
