@@ -162,6 +162,9 @@ class ObserverProcess:
         try:
             return self._call(("stop",), STOP_S)
         finally:
+            # it answers, then stops its collector and closes its store (folding the
+            # store's log into its file): let it finish before ending it
+            self._proc.join(STOP_S)
             self.close()
 
     def close(self) -> None:

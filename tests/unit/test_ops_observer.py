@@ -78,6 +78,8 @@ def test_the_observer_polls_feeds_answers_and_hands_back_what_it_saw(record: Lab
     assert [(a["detector"], a["component"]) for a in seen["alerts"]] == [("job-slow", JOB)]
     assert set(seen["baseline_alerts"]) == {"static-thresholds", "peer-outlier", "loss-vote"}
     assert seen["rows"] > 0  # the child kept the telemetry in the run's file
+    # and closed it before it ended: one file, its write-ahead log folded in
+    assert sorted(os.listdir(tmp_path)) == ["telemetry.sqlite"]
     with Store(store) as s:  # the job's loss crossed the pipe into the child's telemetry
         assert [v for _t, v in s.series(JOB, "lost:s0g0>s1g1")] == [3.0]
     with pytest.raises(ObserverError, match="gone|did not answer"):
