@@ -16,18 +16,21 @@ keeps the snippet's line breaks as written (for a report whose paragraph is wrap
 from __future__ import annotations
 
 import re
+import sys
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 _MARK = re.compile(r"^<!-- ([a-z0-9_]+)( keep-lines)? -->[ \t]*$", re.M)
 
 
 @cache
-def snippets(report: str) -> dict[str, str]:
-    """The named snippets of ``templates/<report>.md``, unwrapped."""
-    text = (resources.files("scenarios") / "templates" / f"{report}.md").read_text(
-        encoding="utf-8")
+def snippets(report: str, folder: str | None = None) -> dict[str, str]:
+    """The named snippets of ``templates/<report>.md``, unwrapped: in ``folder``, or (None)
+    the scenarios package's ``templates/``."""
+    where = resources.files("scenarios") / "templates" if folder is None else Path(folder)
+    text = (where / f"{report}.md").read_text(encoding="utf-8")
     parts = _MARK.split(text)
     out: dict[str, str] = {}
     for name, keep, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
@@ -45,12 +48,23 @@ def snippets(report: str) -> dict[str, str]:
 class Prose:
     """One report's template: ``words("setup", servers=2)`` fills the snippet ``setup``."""
 
-    def __init__(self, report: str) -> None:
+    def __init__(self, report: str, folder: str | None = None) -> None:
         self.report = report
+        self.folder = folder
+
+    @classmethod
+    def of_module(cls, module: str) -> Prose:
+        """The template named as the module ``module`` (a dotted name) is, in the
+        ``templates/`` folder beside the module's own folder: a scenario's ``WORDS =
+        Prose.of_module(__name__)`` reads ``scenarios/templates/<its file name>.md``, and a
+        scenario copied under a new name, its template copied with it, needs no edit."""
+        file = getattr(sys.modules.get(module), "__file__", None)
+        folder = None if file is None else str(Path(file).resolve().parent.parent / "templates")
+        return cls(module.rpartition(".")[2], folder)
 
     def __call__(self, name: str, /, **values: Any) -> str:
         try:
-            text = snippets(self.report)[name]
+            text = snippets(self.report, self.folder)[name]
         except KeyError:
             raise KeyError(f"templates/{self.report}.md has no snippet {name!r}") from None
         return text.format(**values)

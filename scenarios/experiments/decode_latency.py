@@ -81,7 +81,7 @@ from traffic.workload import PRESETS, Phase
 from vocab.validate import SEED, count
 
 ORDER = 40  # where it lists in astral-lab list (vocab.plugins.listing_key)
-WORDS = Prose("decode_latency")  # the report's prose: scenarios/templates/decode_latency.md
+WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<this file's name>.md
 
 #: DeepEP V1 low-latency kernels (docs/legacy.md, "Low-latency kernels with pure RDMA"; the
 #: README's table before V2): H800, CX7 InfiniBand 400 Gb/s, 128 tokens per batch, hidden

@@ -65,7 +65,7 @@ from traffic.workload import Phase
 from vocab.validate import SEED
 
 ORDER = 10  # where it lists in astral-lab list (vocab.plugins.listing_key)
-WORDS = Prose("demo")  # the report's prose: scenarios/templates/demo.md
+WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<this file's name>.md
 
 #: QPs per GPU pair in the permutation (each QP is one 5-tuple, hashed on its own)
 QPS = 2

@@ -93,7 +93,7 @@ from vocab.validate import SEED, real
 ORDER = 50  # where it lists in astral-lab list (vocab.plugins.listing_key)
 CASES = ("uniform", "skewed", "skewed+eplb")
 
-WORDS = Prose("expert_skew")  # the report's prose: scenarios/templates/expert_skew.md
+WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<this file's name>.md
 EPLB_README = WORDS("eplb_readme")
 
 

@@ -77,7 +77,7 @@ from testbed.topologies import build_for_gpus
 from vocab.validate import SEED
 
 ORDER = 30  # where it lists in astral-lab list (vocab.plugins.listing_key)
-WORDS = Prose("lb_compare")  # the report's prose: scenarios/templates/lb_compare.md
+WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<this file's name>.md
 WORKLOADS = ("permutation", "alltoall")
 _COLOURS = {"ecmp": "tab:red", "planned": "tab:blue", "adaptive": "tab:green"}
 _PALETTE = ("tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")

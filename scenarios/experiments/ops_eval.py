@@ -67,7 +67,7 @@ from vocab.validate import SEED, count, positive, real
 ORDER = 70  # where it lists in astral-lab list (vocab.plugins.listing_key)
 #: what the faults land in (``--job``)
 JOB_TRAFFIC = ("moe", "probes")
-WORDS = Prose("ops_eval")  # the report's prose: scenarios/templates/ops_eval.md
+WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<this file's name>.md
 
 
 @scenario(
@@ -486,7 +486,7 @@ def _why(kind: str) -> str:
     """Why the lab's signals fall short for ``kind``: the template's ``why_<kind>`` (``-``
     written ``_``), or ``why_other`` for a kind it has no words for."""
     name = kind.replace("-", "_")
-    return WORDS(f"why_{name}") if f"why_{name}" in snippets(WORDS.report) \
+    return WORDS(f"why_{name}") if f"why_{name}" in snippets(WORDS.report, WORDS.folder) \
         else WORDS("why_other")
 
 

@@ -68,7 +68,7 @@ from traffic.workload import Phase
 from vocab.validate import SEED, count
 
 ORDER = 80  # where it lists in astral-lab list (vocab.plugins.listing_key)
-WORDS = Prose("paper_shapes")  # the report's prose: scenarios/templates/paper_shapes.md
+WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<this file's name>.md
 
 #: DeepEP's EP sizes the table compares (the flow model always covers all three).
 EP_SIZES = (8, 16, 32)

@@ -24,6 +24,10 @@ def _uses() -> dict[str, set[str]]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         report, names = None, set()
         for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "of_module":  # Prose.of_module(__name__)
+                report = path.stem
+                continue
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
                 continue
             if node.func.id == "Prose" and node.args and isinstance(node.args[0], ast.Constant):
@@ -84,5 +88,8 @@ def test_snippet_format(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch)
         assert prose.Prose("t")("one", x=2) == "wrapped words 2.0\n\nnext {para}"
         with pytest.raises(KeyError, match="no snippet 'three'"):
             prose.Prose("t")("three")
+        # a module's words are the template named as its file
+        assert prose.Prose.of_module("scenarios.experiments.t")("one", x=3) == \
+            "wrapped words 3.0\n\nnext {para}"
     finally:
         prose.snippets.cache_clear()

@@ -139,6 +139,10 @@ def test_a_copied_scenario_is_listed_takes_its_flags_and_runs(orig: str,
     extra.mkdir()
     src = sys.modules[SCENARIOS.get(orig).fn.__module__].__file__
     shutil.copy(src, extra / f"{new.replace('-', '_')}.py")
+    # its template beside it, as beside a shipped one (templates/ next to its folder)
+    (tmp_path / "templates").mkdir()
+    shutil.copy(REPO / "scenarios" / "templates" / f"{orig.replace('-', '_')}.md",
+                tmp_path / "templates" / f"{new.replace('-', '_')}.md")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-c", _CHECK, str(extra), orig, new, str(out),
                            str(Path(__file__).parent), json.dumps(RUNNABLE.get(orig))],
