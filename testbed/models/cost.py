@@ -419,7 +419,7 @@ def rail_only_reduction(gpus: Sequence[int] = (4096, 8192, 16384, 32768),
                     total[d] = None
             ro = total["railonly"]
             entry: dict[str, Any] = {"hb_domain": hb, "gpus": n}
-            for b in ("rail3", "fattree", "astral3"):
+            for b in ("rail3", "fattree", "astral3"):  # chosen: what rail-only is priced against
                 other = total[b]
                 entry[f"vs_{b}"] = round(1 - ro / other, 3) if ro and other else None
             out.append(entry)

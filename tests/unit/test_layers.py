@@ -385,3 +385,62 @@ def test_the_facade_rule_finds_each_kind(tmp_path: Path) -> None:
         "pkg/facade.py: __all__ names X, defined elsewhere",
         "pkg/facade.py: __all__ names f, defined elsewhere",
         "pkg/nosy.py: imports pkg.real._HIDDEN, private there"]
+
+
+def second_lists(root: Path, packages: Iterable[str],
+                 families: dict[str, Iterable[str]]) -> list[str]:
+    """``"path:line: ..."`` for each literal list, tuple or set of strings in ``packages``
+    under ``root`` that names most of one plug-in family (at least three of its names and
+    three quarters of them): a second list of the plug-ins beside their registry, which a
+    new plug-in would be missing from. A deliberate choice of some (the designs a paper
+    compares) says so on its line: ``# chosen: why``."""
+    fams = {kind: set(names) for kind, names in families.items()}
+    bad = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            lines = text.splitlines()
+            tree = ast.parse(text, str(path))
+            rel = path.relative_to(root).as_posix()
+            for node in ast.walk(tree):
+                if not isinstance(node, (ast.List, ast.Tuple, ast.Set)) \
+                        or "# chosen: " in lines[node.lineno - 1]:
+                    continue
+                words = {e.value for e in node.elts
+                         if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                for kind, names in fams.items():
+                    hits = words & names
+                    if len(hits) >= 3 and len(hits) >= 0.75 * len(names):
+                        bad.append(f"{rel}:{node.lineno}: lists {len(hits)} of the "
+                                   f"{len(names)} {kind} plug-ins")
+    return bad
+
+
+def _families() -> dict[str, tuple[str, ...]]:
+    # imported here, not at the top: every other rule reads the source alone
+    from controllers.policies import POLICIES
+    from ops.detectors import DETECTORS
+    from scenarios.experiments import SCENARIOS
+    from testbed.faultkinds import FAULT_KINDS
+    from testbed.topologies import TOPOLOGIES
+
+    return {"policy": POLICIES.names(), "topology": TOPOLOGIES.names(),
+            "fault kind": FAULT_KINDS.names(), "detector": DETECTORS.names(),
+            "scenario": SCENARIOS.names()}
+
+
+def test_the_registries_are_the_only_lists_of_plug_ins() -> None:
+    """A family's registry is its one list: code that needs every policy, kind, detector,
+    scenario or topology asks the registry, so a plug-in copied in is never left out."""
+    bad = second_lists(REPO, (*PACKAGES, "examples"), _families())
+    assert not bad, "\n".join(bad)
+
+
+def test_the_second_list_rule_finds_one(tmp_path: Path) -> None:
+    pkg = package(tmp_path)
+    (pkg / "m.py").write_text("ALL = ('a', 'b', 'c', 'd')\nSOME = ['a', 'b']\n"
+                              "MIX = {'a', 'b', 'c', 'x', 'y'}\n"
+                              "PICK = ('a', 'b', 'c')  # chosen: the three a paper compares\n")
+    assert second_lists(tmp_path, ["pkg"], {"thing": ("a", "b", "c", "d")}) == [
+        "pkg/m.py:1: lists 4 of the 4 thing plug-ins",
+        "pkg/m.py:3: lists 3 of the 4 thing plug-ins"]
