@@ -165,9 +165,9 @@ class Store:
         directory = os.path.dirname(os.path.abspath(path))
         os.makedirs(directory, exist_ok=True)
         self._db = sqlite3.connect(path, check_same_thread=False)
-        # a commit every poll: with SQLite's default rollback journal each one is a sync
-        # to disk, kernel work that grows with the file and competes with the job it
-        # watches; a write-ahead log syncs only when it folds the log back in
+        # a commit every poll: with SQLite's default rollback journal each one syncs the
+        # journal and the file to disk; a write-ahead log appends and syncs only when it
+        # folds the log back in
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(SCHEMA)
