@@ -26,7 +26,7 @@ from testbed.models.flowmodel import (
     format_report,
     run,
 )
-from testbed.models.inputs import DEFAULT_POLICIES, POLICIES
+from testbed.models.inputs import DEFAULT_POLICIES
 from testbed.models.jobs import DEFAULT_PAIR_BYTES, Placement, Workload
 from testbed.models.progress import Progress
 from testbed.results import check_output, output_dir
@@ -67,7 +67,7 @@ def add_model_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--lb", default=list(DEFAULT_POLICIES), metavar="P[,P...]",
                    type=list_of(check=policy_modules.parse),
                    help=f"policies, options as P:KEY=VALUE (default {','.join(DEFAULT_POLICIES)};"
-                        f" the policies there are: {','.join(POLICIES)})")
+                        f" the policies there are: {','.join(policy_modules.POLICIES.names())})")
     p.add_argument("--groups", type=count(0, GPU_COUNT.high), default=0, metavar="G",
                    help="expert-parallel groups (default: as many as fit)")
     p.add_argument("--group-size", type=count(0, GPU_COUNT.high), default=0, metavar="N",

@@ -32,6 +32,7 @@ from typing import Any
 from benchmarks.common import child_argv, die_with_parent, run_child, summarize, write
 from testbed.shell.machine import fabric_lock
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 #: GPU count -> astral3 parameters (8 GPUs per server, rail-aligned leaves, shuffled lanes).
 SIZES: dict[int, dict[str, int]] = {
@@ -72,7 +73,7 @@ def run_plain(gpus: int) -> dict[str, float]:
     return {"start_s": t1 - t0, "stop_s": t2 - t_stop}
 
 
-def _drop_plain_leftovers(net: Any, plan: Any) -> None:
+def _drop_plain_leftovers(net: Any, plan: WiringPlan) -> None:
     """Remove what ``net.stop()`` left of ``plan``: nothing, unless it was interrupted.
 
     A signal in the middle of a node's command leaves that node's shell waiting for

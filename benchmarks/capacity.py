@@ -55,6 +55,7 @@ from traffic.roce import (
     mtu_for,
 )
 from traffic.shell.running import RunningLab
+from vocab.plan import WiringPlan
 
 #: frame sources of the ceiling (receivers only count): the highest held is the ceiling
 SOURCES = ("trafgen", "pktio")
@@ -142,8 +143,8 @@ def settle(limit_s: float = 30.0) -> None:
             return
 
 
-def _replay_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], plane: Plane, pmtu: int,
-                  rate: float) -> dict[str, Any]:
+def _replay_trial(lab: RunningLab, plan: WiringPlan, pairs: list[tuple[str, str]], plane: Plane,
+                  pmtu: int, rate: float) -> dict[str, Any]:
     settle()
     with _Meter(lab) as m:
         t = fidelity.paced_trial(lab, plan, pairs, rate, lambda msg: print(f"  {plane} {pmtu}: "
@@ -161,7 +162,7 @@ def port_rx_packets(host: Any, intf: str) -> int:
     return int(json.loads(out)[0]["stats64"]["rx"]["packets"])
 
 
-def sender_cmd(lab: RunningLab, plan: Any, a: str, b: str, i: int, pmtu: int, rate: float,
+def sender_cmd(lab: RunningLab, plan: WiringPlan, a: str, b: str, i: int, pmtu: int, rate: float,
                count: int, source: str, work: str) -> list[str]:
     """One frame source for a counted trial: trafgen, or the replay's own compiled sender."""
     if source == "trafgen":
@@ -187,7 +188,7 @@ def sender_cmd(lab: RunningLab, plan: Any, a: str, b: str, i: int, pmtu: int, ra
             f"{a}-eth0"]
 
 
-def counted_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], pmtu: int,
+def counted_trial(lab: RunningLab, plan: WiringPlan, pairs: list[tuple[str, str]], pmtu: int,
                   rate: float, work: str, source: str = "trafgen") -> dict[str, Any]:
     """Every sender's frame source at ``rate`` for TRIAL_S seconds, receivers that only
     count: did every frame arrive in time?"""
@@ -262,7 +263,7 @@ def _flow(a: str, b: str) -> Any:
     return FlowSpec.make(a, b, 1, qp=0)
 
 
-def _frame(plan: Any, a: str, b: str, qp: int, pmtu: int) -> bytes:
+def _frame(plan: WiringPlan, a: str, b: str, qp: int, pmtu: int) -> bytes:
     """One full MIDDLE frame of the flow a -> b, as the replay would send it."""
     src, dst = plan.node(a), plan.node(b)
     fb = FrameBuilder(Endpoints(src.mac, dst.mac, src.ip, dst.ip, qp), pmtu)
@@ -290,7 +291,7 @@ def ceiling_of(runs: dict[str, Any], pmtu: int) -> dict[str, Any]:
             "source": name.split("/")[0].removeprefix("ceiling-")}
 
 
-def measure(lab: RunningLab, plan: Any, pmtus: list[int], attempts: int,
+def measure(lab: RunningLab, plan: WiringPlan, pmtus: list[int], attempts: int,
             python_plane: bool) -> dict[str, Any]:
     """Every ramp on one running lab: the Python plane (if asked), then per pmtu the
     compiled plane and each counted source, and the ceiling they make."""

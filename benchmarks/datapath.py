@@ -58,6 +58,7 @@ from scenarios import fidelity
 from testbed.shell.machine import socket_buffers
 from traffic.roce import LAB_PMTU, OP_WRITE_MIDDLE, frame_len, mtu_for
 from traffic.shell.running import RunningLab
+from vocab.plan import WiringPlan
 
 #: HTB rate (Mb/s) the shaping check gives its port, and the offered multiple of it
 SHAPE_MBPS = 20.0
@@ -338,7 +339,7 @@ def _htb(dev: str) -> str:
                           text=True).stdout
 
 
-def shaping_check(lab: RunningLab, plan: Any, pair: tuple[str, str], pmtu: int, work: str
+def shaping_check(lab: RunningLab, plan: WiringPlan, pair: tuple[str, str], pmtu: int, work: str
                   ) -> dict[str, Any]:
     """Lower the HTB class of the switch port towards ``pair``'s receiver to SHAPE_MBPS,
     offer SHAPE_OVER x that from its sender, and read the rate the receiver got."""
@@ -383,7 +384,7 @@ def shaping_check(lab: RunningLab, plan: Any, pair: tuple[str, str], pmtu: int, 
             "htb_after": "htb" in _htb(port)}
 
 
-def run_variant(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], variant: Variant,
+def run_variant(lab: RunningLab, plan: WiringPlan, pairs: list[tuple[str, str]], variant: Variant,
                 ports: list[str], pmtus: list[int], attempts: int) -> dict[str, Any]:
     """The ceiling ramp and the shaping check at each pmtu under one variant (applied
     once); OVS restored after. Returns ``info`` and ``{pmtu: (ramp, shaping)}``."""

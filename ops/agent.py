@@ -35,7 +35,7 @@ from controllers.shell.client import ControllerClient, ControllerError
 from ops.detectors import Engine, Topo, alert_kind
 from ops.detectors.degraded import DEGRADED_BACKLOG_S, DEGRADED_RATE_RATIO
 from ops.telemetry import CONTROLLER, History, Store, canonical, link_components
-from testbed.wiring import Finding, miswired
+from testbed.wiring import Misdelivery, miswired
 from vocab.plan import WiringPlan
 
 #: Weight of an alert no detector here declares (``ops.detectors.alert_kind``: each
@@ -160,7 +160,7 @@ class Tools:
                  client: ControllerClient | None = None, host_pids: dict[str, int] | None = None,
                  baseline: Store | None = None, now: float | None = None,
                  prober: Callable[[int, str, int], str] | None = None,
-                 wiring: Callable[[], list[Finding]] | None = None) -> None:
+                 wiring: Callable[[], list[Misdelivery]] | None = None) -> None:
         if store is None and history is None:
             raise ValueError("Tools need a store or a history to read telemetry from")
         self.plan = plan

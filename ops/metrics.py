@@ -34,7 +34,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from ops.detectors import SEVERITIES
+from ops.detectors import ALERT_SEVERITIES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -137,7 +137,7 @@ def exposition(state: dict[str, Any], layout: dict[str, Any] | None = None) -> s
 
     alerts = [a for a in state.get("alerts", []) if a.get("cleared") is None]
     count = f("alerts", "gauge", "Active ops alerts by severity.")
-    for sev in SEVERITIES:
+    for sev in ALERT_SEVERITIES:
         count.add(sum(1 for a in alerts if a.get("severity") == sev), severity=sev)
     active = f("alert_active", "gauge", "1 for each active ops alert.")
     seen: set[tuple[str, str, str]] = set()

@@ -70,7 +70,7 @@ GPUS = count(1, 16)  # per server (``--gpus-per-server``)
 #: a fabric's GPUs in all (``--gpus``): whole servers of ``GPUS``, at most ``SERVERS``
 FABRIC_GPUS = count(1, int(SERVERS.high or 0) * int(GPUS.high or 0))
 SCALE = FABRIC_RULES["scale"]
-SECONDS = real(0.01, 3600)  # below 10 ms no emulated phase carries a frame
+PHASE_SECONDS = real(0.01, 3600)  # below 10 ms no emulated phase carries a frame
 DRAWS = count(1, 1000)
 MODEL_DRAWS = count(1, 100_000)
 QPS = count(1, 1024)

@@ -45,6 +45,7 @@ from testbed.datapath import choose_datapath
 from traffic.kernels import FlowSpec
 from traffic.roce import DEFAULT_PMTU, LAB_PMTU, Plane
 from traffic.shell.running import RunningLab
+from vocab.plan import WiringPlan
 
 REFUSE_BELOW = 1.0
 WARN_BELOW = 2.0
@@ -183,7 +184,7 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
     return capacity
 
 
-def calibration_pairs(plan: Any) -> list[tuple[str, str]]:
+def calibration_pairs(plan: WiringPlan) -> list[tuple[str, str]]:
     """The calibration's senders and receivers: s0gI -> s1g(I+1) and back, so every flow
     crosses leaf - spine - leaf."""
     hosts = [h.name for h in plan.hosts]
@@ -237,7 +238,7 @@ def ramp(try_rate: Callable[[float], dict[str, Any]], attempts: int | None = Non
     return best, trials
 
 
-def paced_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], rate: float,
+def paced_trial(lab: RunningLab, plan: WiringPlan, pairs: list[tuple[str, str]], rate: float,
                 log: Callable[[str], None], plane: Plane | None = None,
                 pmtu: int = DEFAULT_PMTU) -> dict[str, Any]:
     """Every sender paced at ``rate`` for TRIAL_S seconds: was it held?
@@ -285,7 +286,7 @@ def paced_trial(lab: RunningLab, plan: Any, pairs: list[tuple[str, str]], rate: 
             "cpu_s": res.cpu_s}
 
 
-def offered(plan: Any, flows: list[FlowSpec], rate_mbps: float | None = None,
+def offered(plan: WiringPlan, flows: list[FlowSpec], rate_mbps: float | None = None,
             pmtu: int = DEFAULT_PMTU) -> dict[str, Any]:
     """Offered switch-hop packets/s of ``flows`` at their first fluid max-min rates.
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.datapath import Datapath
-from vocab.plan import intf_node
+from vocab.plan import WiringPlan, intf_node
 
 #: namespaces of the extra daemons: ``astral-ovs-<run id>-<k>``
 NETNS_PREFIX = "astral-ovs-"
@@ -121,7 +121,7 @@ def resolve_count(request: int | str, datapath: str, switches: int) -> int:
     return max(1, min(n, switches))
 
 
-def assign(plan: Any, n: int) -> dict[str, int]:
+def assign(plan: WiringPlan, n: int) -> dict[str, int]:
     """Which daemon forwards each switch: ports balanced across daemons.
 
     A daemon's work is the packets its ports carry, and in these fabrics a switch's share

@@ -32,7 +32,7 @@ class Probe:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Misdelivery:
     """A probe that arrived elsewhere than planned (``seen``), or nowhere (None)."""
 
     link: str
@@ -62,7 +62,7 @@ def probes(plan: WiringPlan) -> list[Probe]:
             for n, end in enumerate(probe_ends(plan))]
 
 
-def findings(plan: WiringPlan, answer: Mapping[str, Any]) -> list[Finding]:
+def findings(plan: WiringPlan, answer: Mapping[str, Any]) -> list[Misdelivery]:
     """The probes of the controller's ``answer`` (``ControllerClient.check_wiring``) that
     arrived elsewhere than ``plan`` says, or nowhere. A probe seen at several places
     counts as planned if one of them is; a probe the controller could not send (its
@@ -80,11 +80,11 @@ def findings(plan: WiringPlan, answer: Mapping[str, Any]) -> list[Finding]:
             continue
         got = sorted((str(sw), int(port)) for sw, port in row["seen"])
         if p.far not in got:
-            found.append(Finding(p.link, (p.switch, p.port), p.far, got[0] if got else None))
+            found.append(Misdelivery(p.link, (p.switch, p.port), p.far, got[0] if got else None))
     return found
 
 
-def miswired(findings: Iterable[Finding]) -> list[str]:
+def miswired(findings: Iterable[Misdelivery]) -> list[str]:
     """The links some of whose frames arrived at another port than planned (not those
     that arrived nowhere: a cable down is another fault)."""
     return sorted({f.link for f in findings if f.seen is not None})

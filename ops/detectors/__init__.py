@@ -32,7 +32,7 @@ from vocab.evidence import evidence
 from vocab.plan import WiringPlan
 from vocab.plugins import Plugin, Plugins
 
-SEVERITIES = ("info", "warning", "critical")
+ALERT_SEVERITIES = ("info", "warning", "critical")
 #: an alert is cleared after its condition has been absent for this many polls.
 CLEAR_POLLS = 2
 #: the job's baseline: the median of its first BASELINE_POLLS polls with traffic (or a

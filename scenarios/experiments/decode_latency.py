@@ -53,8 +53,8 @@ from scenarios.base import (
     DRAWS,
     GPUS,
     MODEL_DRAWS,
+    PHASE_SECONDS,
     SCALE,
-    SECONDS,
     SERVERS,
     TOKENS,
     Param,
@@ -78,6 +78,7 @@ from scenarios.prose import Prose
 from testbed.topologies import build_for_gpus
 from traffic.roce import DEFAULT_PMTU
 from traffic.workload import PRESETS, Phase
+from vocab.plan import WiringPlan
 from vocab.validate import SEED, count
 
 ORDER = 40  # where it lists in astral-lab list (vocab.plugins.listing_key)
@@ -118,7 +119,7 @@ EP_SIZE = count(2, (SERVERS.high or 0) * (GPUS.high or 0))
     Param("scale", 2e-5, "emulated rate = real rate x scale (2e-5: a 400G NIC is 8 Mb/s)",
           quick=1e-5, rule=SCALE),
     Param("fill_s", 0.5, "seconds the background runs before the decode burst (emulated)",
-          rule=SECONDS),
+          rule=PHASE_SECONDS),
     Param("intra_server", "nvlink", "same-server copies: nvlink (DeepEP default, off the "
           "fabric) or fabric (through the NICs, V1 pure RDMA)", choices=("nvlink", "fabric")),
     Param("model", "deepseek-v3", "model preset (traffic.workload.preset)",
@@ -181,7 +182,7 @@ def _check_params(p: dict[str, Any]) -> None:
         raise ValueError("--draws and --model-draws must be >= 1")
 
 
-def decode_flows(plan: Any, p: dict[str, Any], draw: int = 0) -> dict[str, list[Any]]:
+def decode_flows(plan: WiringPlan, p: dict[str, Any], draw: int = 0) -> dict[str, list[Any]]:
     """Draw ``draw``'s decode step (gating seed ``seed + draw``), QPs shifted per draw."""
     from traffic.kernels import low_latency
     from traffic.workload import simulate_step
@@ -194,7 +195,7 @@ def decode_flows(plan: Any, p: dict[str, Any], draw: int = 0) -> dict[str, list[
             for ph in Phase}
 
 
-def _bulk_flows(plan: Any, p: dict[str, Any], draw: int, seconds: float) -> list[Any]:
+def _bulk_flows(plan: WiringPlan, p: dict[str, Any], draw: int, seconds: float) -> list[Any]:
     """One long bulk flow per GPU to a GPU under another leaf, ``seconds`` at the NIC rate,
     in whole messages (the replay's receivers stop once they have the flows' total bytes,
     so a short last message would end them early)."""
@@ -235,7 +236,7 @@ def decode_stats(res: Any, flows: list[Any]) -> tuple[list[float], dict[str, Any
     }
 
 
-def model_case(plan: Any, p: dict[str, Any], case: str, phase: str, draws: int,
+def model_case(plan: WiringPlan, p: dict[str, Any], case: str, phase: str, draws: int,
                bulk_s: float) -> dict[str, Any]:
     """The flow model's decode message latencies for one case and phase, over ``draws``
     draws (gating seed ``seed + j``, QPs shifted by j x 1000 under the ECMP hash): per draw

@@ -31,8 +31,8 @@ from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
+    PHASE_SECONDS,
     SCALE,
-    SECONDS,
     TOKENS,
     Param,
     Run,
@@ -62,6 +62,7 @@ from scenarios.prose import Prose
 from testbed.topologies import build_for_gpus
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
+from vocab.plan import WiringPlan
 from vocab.validate import SEED
 
 ORDER = 10  # where it lists in astral-lab list (vocab.plugins.listing_key)
@@ -71,12 +72,12 @@ WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<th
 QPS = 2
 
 
-def _flows(plan: Any, nbytes: int, seed: int, draw: int) -> list[Any]:
+def _flows(plan: WiringPlan, nbytes: int, seed: int, draw: int) -> list[Any]:
     """The permutation of ``seed`` with draw ``draw``'s source ports (its hash draw)."""
     return permutation_flows(plan, nbytes, qps=QPS, seed=seed, qp_base=QPS * draw)
 
 
-def _busiest(plan: Any, loads: list[dict[str, Any]], qp_wire: int) -> dict[str, Any]:
+def _busiest(plan: WiringPlan, loads: list[dict[str, Any]], qp_wire: int) -> dict[str, Any]:
     """The fabric link that took longest to drain, in "QPs' worth" of bytes (``qp_wire``:
     one QP's frame bytes, what the link counters count).
 
@@ -92,7 +93,7 @@ def _busiest(plan: Any, loads: list[dict[str, Any]], qp_wire: int) -> dict[str, 
             "slowdown": max(1.0, qps * share / top["mbps"])}
 
 
-def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str, Any]:
+def _model(plan: WiringPlan, nbytes: int, seed: int, mode: str, draws: int) -> dict[str, Any]:
     """The flow model's completion (and busiest-link factor) for the same flows and policy.
 
     ECMP: over ``draws`` hash draws (source ports and the model's hash salt); planned: the
@@ -111,7 +112,8 @@ def _model(plan: Any, nbytes: int, seed: int, mode: str, draws: int) -> dict[str
     return {"completion_s": distribution(done), "slowdown": distribution(slow)}
 
 
-def _permutation(run: Run, lab: RunningLab, plan: Any, mode: str, label: str) -> dict[str, Any]:
+def _permutation(run: Run, lab: RunningLab, plan: WiringPlan, mode: str, label: str
+                 ) -> dict[str, Any]:
     """One permutation under ``mode``: ECMP over ``draws`` hash draws, planned once."""
     from testbed.models.bounds import bounds
     from traffic.shell.replay import replay
@@ -155,7 +157,7 @@ def _permutation_row(run: Run, stop: str, fabric: str, r: dict[str, Any], note: 
             note=note)
 
 
-def _decode(run: Run, lab: RunningLab, plan: Any) -> dict[str, Any]:
+def _decode(run: Run, lab: RunningLab, plan: WiringPlan) -> dict[str, Any]:
     """The decode burst over ``decode_draws`` gating seeds; the model on each draw's flows
     (its message latencies, and the phase's completion: do the bytes arrive on time?)."""
     from traffic.kernels import low_latency
@@ -237,7 +239,7 @@ def where(result: RunResult) -> str:
     Param("scale", 1e-5, "emulated rate = real rate x scale (1e-5: a 400G NIC is 4 Mb/s; "
           "keeps rail3's 5-hop paths within this machine's switching)", rule=SCALE),
     Param("seconds", 2.5, "ideal length of each permutation (emulated s)", quick=2.0,
-          rule=SECONDS),
+          rule=PHASE_SECONDS),
     Param("draws", 7, "ECMP hash draws emulated per fabric (new source ports each)",
           quick=5, rule=DRAWS),
     Param("model_draws", 200, "ECMP hash draws in the flow model (its distribution)",
@@ -314,7 +316,7 @@ def demo(run: Run) -> None:
     _summary(run, results)
 
 
-def _serial_ms(flows: list[Any], plan: Any) -> float:
+def _serial_ms(flows: list[Any], plan: WiringPlan) -> float:
     """One message's serialisation at the NIC: the floor under any message latency."""
     sizes = [f.message_bytes for f in flows if f.message_bytes]
     nic = min(plan.rdma_nic().values())
@@ -362,7 +364,7 @@ def _plots(run: Run, results: dict[str, Any]) -> None:
     run.save_figure(fig, "decode_cdf.png")
 
 
-def _report(run: Run, plan: Any, results: dict[str, Any]) -> None:
+def _report(run: Run, plan: WiringPlan, results: dict[str, Any]) -> None:
     rep = run.report
     rtf = real_time_factor(plan)
     rep.section("The tour", __doc__.split("\n\n", 1)[1].split("It ends")[0])

@@ -42,9 +42,9 @@ from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
+    PHASE_SECONDS,
     QPS,
     SCALE,
-    SECONDS,
     Param,
     Run,
     scenario,
@@ -74,6 +74,7 @@ from scenarios.common import (
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
 from testbed.topologies import build_for_gpus
+from vocab.plan import WiringPlan
 from vocab.validate import SEED
 
 ORDER = 30  # where it lists in astral-lab list (vocab.plugins.listing_key)
@@ -85,7 +86,7 @@ _PALETTE = ("tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:olive", "t
 COLOURS = {m: _COLOURS.get(m) or _PALETTE[i % len(_PALETTE)] for i, m in enumerate(MODES)}
 
 
-def _flows(plan: Any, workload: str, seconds: float, qps: int, seed: int, qp_base: int
+def _flows(plan: WiringPlan, workload: str, seconds: float, qps: int, seed: int, qp_base: int
            ) -> list[Any]:
     nic_bytes = int(min(plan.host_link_mbps().values()) * 1e6 / 8 * seconds)
     if workload == "permutation":
@@ -128,7 +129,7 @@ def draws_for(mode: str, samples: int) -> int:
           choices=MODES),
     Param("workloads", list(WORKLOADS), "workloads", choices=WORKLOADS),
     Param("seconds", 6.0, "ideal completion time of each workload (emulated s)", quick=1.5,
-          rule=SECONDS),
+          rule=PHASE_SECONDS),
     Param("qps", 2, "QPs per GPU pair in the permutation", rule=QPS),
     Param("ecmp_samples", 5, "emulated ECMP (and adaptive) runs, each with other UDP source "
           "ports (hash draws)", quick=3, rule=DRAWS),
@@ -339,7 +340,7 @@ def _plots(run: Run, results: dict[str, dict[str, Any]]) -> None:
     run.save_figure(fig, "lane_heatmap.png")
 
 
-def _report(run: Run, plan: Any, results: dict[str, dict[str, Any]]) -> None:
+def _report(run: Run, plan: WiringPlan, results: dict[str, dict[str, Any]]) -> None:
     p = run.params
     rep = run.report
     rtf = real_time_factor(plan)

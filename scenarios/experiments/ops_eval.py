@@ -46,7 +46,7 @@ from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
-    SECONDS,
+    PHASE_SECONDS,
     TOKENS,
     Param,
     Run,
@@ -62,6 +62,7 @@ from testbed.faultspec import KINDS, schedule_kinds
 from testbed.topologies import build_for_gpus
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
+from vocab.plan import WiringPlan
 from vocab.validate import SEED, count, positive, real
 
 ORDER = 70  # where it lists in astral-lab list (vocab.plugins.listing_key)
@@ -91,9 +92,9 @@ WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<th
           choices=KINDS),
     Param("severity", "hard", "how bad the faults are: gray (degraded, working), hard "
           "(obvious) or mixed (each fault drawn from its kind's)", choices=SCHEDULE_SEVERITIES),
-    Param("fault_s", 10.0, "longest fault (s)", quick=8.0, rule=SECONDS),
+    Param("fault_s", 10.0, "longest fault (s)", quick=8.0, rule=PHASE_SECONDS),
     Param("gap_s", 12.0, "gap between faults (s): recovery before the next", quick=10.0,
-          rule=SECONDS),
+          rule=PHASE_SECONDS),
     Param("clean_s", 0.0, "fault-free phase (s) before the faults; 0 makes it as long as the "
           "fault phase (a long one shows whether the job slows as its observer runs)",
           rule=real(0, 3600)),
@@ -201,7 +202,7 @@ def shortfalls(per_fault: list[dict[str, Any]], alerts: list[dict[str, Any]],
     return out
 
 
-def moe_job(plan: Any, servers: int, gpus: int, tokens: int, seed: int) -> tuple[Any, Any]:
+def moe_job(plan: WiringPlan, servers: int, gpus: int, tokens: int, seed: int) -> tuple[Any, Any]:
     """The MoE job's traffic: DeepSeek-V3's training step (the high-bandwidth kernel's
     dispatch and combine, ``tokens`` per GPU) and a decode burst (the low-latency kernel's
     dispatch, DeepEP's decode shape at 2 tokens per GPU), each one seeded step."""
@@ -306,7 +307,7 @@ STREAM_SPORTS, STREAM_PAYLOAD = range(50000, 50016), 1000
 STREAM_HEADERS = 14 + 20 + 8
 
 
-def steady_model(plan: Any, mbps_per_host: float, draws: int) -> dict[str, Any]:
+def steady_model(plan: WiringPlan, mbps_per_host: float, draws: int) -> dict[str, Any]:
     """The flow model's steady receive rate of the job (Mb/s of frames), over hash draws.
 
     Every stream source port is a flow (ECMP hashes each), paced at its share of

@@ -44,9 +44,9 @@ from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
+    PHASE_SECONDS,
     QPS,
     SCALE,
-    SECONDS,
     TOKENS,
     ZIPF_EXPONENT,
     Param,
@@ -65,6 +65,7 @@ from testbed.topologies import build_for_gpus
 from traffic.roce import DEFAULT_PMTU
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
+from vocab.plan import WiringPlan
 from vocab.validate import SEED, count
 
 ORDER = 80  # where it lists in astral-lab list (vocab.plugins.listing_key)
@@ -104,7 +105,7 @@ def _check_params(p: dict[str, Any]) -> None:
     Param("scale", 1e-5, "emulated rate = real rate x scale for rows 1 and 4 (1e-5: a 400G "
           "NIC is 4 Mb/s)", rule=SCALE),
     Param("seconds", 3.0, "ideal length of the permutation and of the relay all-to-all "
-          "(emulated s)", quick=2.0, rule=SECONDS),
+          "(emulated s)", quick=2.0, rule=PHASE_SECONDS),
     Param("qps", 2, "QPs per GPU pair in the permutation", rule=QPS),
     Param("ecmp_draws", 10, "emulated ECMP hash draws (QP source ports)", quick=4, rule=DRAWS),
     Param("model_draws", 200, "flow-model hash draws for row 1", rule=MODEL_DRAWS),
@@ -163,7 +164,8 @@ def _fabrics(p: dict[str, Any]) -> dict[str, Any]:
             **{f"astral3-ep{ep}": _ep_plan(p, ep) for ep in sorted(p["ep_sizes"])}}
 
 
-def publish(run: Run, m: dict[str, Any], plan: Any, raw: dict[str, Any] | None = None) -> None:
+def publish(run: Run, m: dict[str, Any], plan: WiringPlan, raw: dict[str, Any] | None = None
+            ) -> None:
     """Table rows, summary.json, runs.json, the plot and REPORT.md from the measurements."""
     rows, summary = build_rows(m)
     for r in rows:
@@ -179,13 +181,13 @@ def _median(values: Sequence[float]) -> float:
 
 
 # --- row 1: ECMP on a permutation -------------------------------------------------------------
-def _perm(plan: Any, p: dict[str, Any], draw: int) -> list[Any]:
+def _perm(plan: WiringPlan, p: dict[str, Any], draw: int) -> list[Any]:
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * p["seconds"])
     return permutation_flows(plan, nbytes, qps=p["qps"], seed=p["seed"],
                              qp_base=DRAW_QP_STRIDE * draw)
 
 
-def _paths_per_hash(plan: Any, flows: list[Any]) -> int:
+def _paths_per_hash(plan: WiringPlan, flows: list[Any]) -> int:
     """Lanes one leaf hashes a flow over (what the balls-into-bins figure is computed for)."""
     from controllers.paths import PathFinder
 
@@ -193,7 +195,7 @@ def _paths_per_hash(plan: Any, flows: list[Any]) -> int:
     return len(finder.uplinks(finder.attach(flows[0].src)))
 
 
-def ecmp_model(plan: Any, p: dict[str, Any]) -> dict[str, Any]:
+def ecmp_model(plan: WiringPlan, p: dict[str, Any]) -> dict[str, Any]:
     """The flow model's ECMP hash draws of row 1 (draw s: QPs shifted by s, hash seed s)."""
     from testbed.models.bounds import bounds
     from testbed.models.perflow import model_flows
@@ -212,8 +214,8 @@ def ecmp_model(plan: Any, p: dict[str, Any]) -> dict[str, Any]:
             "planned_lab": None}
 
 
-def _emulate_ecmp(run: Run, lab: RunningLab, plan: Any, e: dict[str, Any], raw: dict[str, Any]
-                  ) -> None:
+def _emulate_ecmp(run: Run, lab: RunningLab, plan: WiringPlan, e: dict[str, Any],
+                  raw: dict[str, Any]) -> None:
     from traffic.shell.replay import replay
 
     p = run.params
@@ -330,7 +332,7 @@ def eplb_imbalance(p: dict[str, Any]) -> dict[str, list[float]]:
 
 
 # --- row 4: rail-only relay ----------------------------------------------------------------------
-def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]]:
+def _relay_flows(p: dict[str, Any], plan: WiringPlan, rail: Any) -> dict[str, list[Any]]:
     """One flat All-to-All dispatch (topology-compare's kernel and sizing) on both fabrics."""
     from traffic.workload import simulate_step
 
@@ -342,7 +344,7 @@ def _relay_flows(p: dict[str, Any], plan: Any, rail: Any) -> dict[str, list[Any]
             for name, pl in (("astral3", plan), ("railonly", rail))}
 
 
-def _relay_model(plan: Any, rail: Any, flows: dict[str, list[Any]]) -> float:
+def _relay_model(plan: WiringPlan, rail: Any, flows: dict[str, list[Any]]) -> float:
     from testbed.models.perflow import model_flows
 
     a = model_flows(plan, flows["astral3"], "planned", unit="mbps").completion_s
@@ -456,7 +458,7 @@ def _plot(run: Run, summary: dict[str, dict[str, Any]]) -> None:
     run.save_figure(fig, "shapes.png")
 
 
-def _report(run: Run, plan: Any, summary: dict[str, dict[str, Any]]) -> None:
+def _report(run: Run, plan: WiringPlan, summary: dict[str, dict[str, Any]]) -> None:
     p = run.params
     rep = run.report
     nic = min(plan.rdma_nic().values())

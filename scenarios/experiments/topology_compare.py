@@ -40,8 +40,8 @@ from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
     MODEL_DRAWS,
+    PHASE_SECONDS,
     SCALE,
-    SECONDS,
     Param,
     Run,
     scenario,
@@ -67,6 +67,7 @@ from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
 from testbed.topologies import build_for_gpus
 from traffic.workload import Phase
+from vocab.plan import WiringPlan
 from vocab.validate import SEED
 
 ORDER = 20  # where it lists in astral-lab list (vocab.plugins.listing_key)
@@ -75,7 +76,7 @@ DESIGNS = ("astral3", "rail3", "railonly", "fattree")  # chosen: the designs the
 KERNELS = ("high_bandwidth", "flat")
 
 
-def kernel_traffic(kernel: str, step: Any, plan: Any) -> Any:
+def kernel_traffic(kernel: str, step: Any, plan: WiringPlan) -> Any:
     from traffic.kernels import flat_all_to_all, high_bandwidth
 
     if kernel == "high_bandwidth":
@@ -83,7 +84,7 @@ def kernel_traffic(kernel: str, step: Any, plan: Any) -> Any:
     return flat_all_to_all(step, plan, message_bytes=256_000)
 
 
-def tokens_for(p: dict[str, Any], plan: Any) -> int:
+def tokens_for(p: dict[str, Any], plan: WiringPlan) -> int:
     """Tokens per GPU so the astral3 dispatch phase's NIC bound is ``seconds``."""
     from testbed.models.bounds import bounds
     from traffic.workload import simulate_step
@@ -98,7 +99,7 @@ def tokens_for(p: dict[str, Any], plan: Any) -> int:
     return max(1, round(probe * p["seconds"] / worst)) if worst else probe
 
 
-def _phase_flows(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draw: int
+def _phase_flows(kernel: str, p: dict[str, Any], plan: WiringPlan, tokens: int, draw: int
                  ) -> tuple[Any, dict[str, list[Any]]]:
     """Draw ``draw``'s step on ``plan``: its traffic and per-phase flows (QPs shifted)."""
     from traffic.workload import simulate_step
@@ -110,7 +111,7 @@ def _phase_flows(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draw: i
                                    DRAW_QP_STRIDE * draw) for ph in Phase}
 
 
-def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: int
+def model_step(kernel: str, p: dict[str, Any], plan: WiringPlan, tokens: int, draws: int
                ) -> dict[str, Any]:
     """The flow model's dispatch + combine completion (and bound) over ``draws`` draws:
     gating seed ``seed + j`` and hash seed j, the controller's policy, frame bytes."""
@@ -149,7 +150,7 @@ def model_step(kernel: str, p: dict[str, Any], plan: Any, tokens: int, draws: in
     Param("designs", list(DESIGNS), "fabric designs", choices=DESIGNS),
     Param("kernels", list(KERNELS), "All-to-All kernels", quick=["flat"], choices=KERNELS),
     Param("seconds", 3.0, "astral3 NIC bound of one dispatch phase (emulated s)", quick=0.8,
-          rule=SECONDS),
+          rule=PHASE_SECONDS),
     Param("lb", "ecmp", "controller mode on every fabric", choices=("ecmp", "planned")),
     Param("draws", 5, "emulated draws of the step per design (gating seed and ECMP source "
           "ports)", quick=3, rule=DRAWS),
@@ -226,7 +227,7 @@ def topology_compare(run: Run) -> None:
     _summary(run, results)
 
 
-def idle_candidates(plan: Any, flows: list[Any], loads: list[dict[str, Any]]
+def idle_candidates(plan: WiringPlan, flows: list[Any], loads: list[dict[str, Any]]
                     ) -> dict[str, dict[str, int]]:
     """Per tier and direction: fabric links on some candidate path of ``flows`` (where ECMP
     may send them), and how many of those carried (almost) nothing in this run.
@@ -255,7 +256,7 @@ def idle_candidates(plan: Any, flows: list[Any], loads: list[dict[str, Any]]
     return out
 
 
-def _summarise(design: str, kernel: str, plan: Any, traffic: Any,
+def _summarise(design: str, kernel: str, plan: WiringPlan, traffic: Any,
                per_draw: list[dict[str, Any]], model: dict[str, Any], margin: float
                ) -> dict[str, Any]:
     from collections import Counter

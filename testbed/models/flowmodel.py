@@ -9,7 +9,7 @@ call), ``format_report``; the modules behind it, each name imported from its own
 ``solver``   the model: event-driven max-min by progressive filling (``simulate``), and
              why its reductions are exact; its event loop is compiled in ``maxmin``
 ``results``  what a result says (``ModelResult``, tiers, bottlenecks)
-``inputs``   flows as the model reads them, and the policy names (``POLICIES``)
+``inputs``   flows as the model reads them, and the default policies
 ``perflow``  the per-flow model on a wiring plan (``model_flows``, ``auto_jobs``)
 ``bounds``   lower bounds on the completion time (``bounds``)
 ``jobs``     EP groups and one group's flows (``Job``, ``make_job``)
@@ -124,10 +124,11 @@ from enum import StrEnum
 from typing import Any
 
 from controllers.paths import UNITS, PathFinder
+from controllers.policies import POLICIES
 from testbed import topologies
 from testbed.fabricspec import FabricSpec
 from testbed.models.bounds import bounds
-from testbed.models.inputs import DEFAULT_POLICIES, POLICIES, check_policy
+from testbed.models.inputs import DEFAULT_POLICIES, check_policy
 from testbed.models.jobs import (
     DEFAULT_PAIR_BYTES,
     Placement,
@@ -209,7 +210,7 @@ def run(topology: str, gpus: int, *, gpus_per_server: int = 8,
     if mode not in tuple(ModelMode):
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(ModelMode)}")
     if not policies:
-        raise ValueError("no policy to model; choose from " + ", ".join(POLICIES))
+        raise ValueError("no policy to model; choose from " + ", ".join(POLICIES.names()))
     for p in policies:
         check_policy(p)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:

@@ -14,8 +14,6 @@ from typing import Any
 from controllers import policies as registry
 from vocab.flows import ROCE_PORT
 
-#: every policy module (controllers/policies/), in listing order
-POLICIES = registry.POLICIES.names()
 #: what the CLI and ``run`` model unless told: the switch-side policies (the host-side ones,
 #: which open more QPs or decide per job, are asked for by name: ``--lb spray,plb``)
 DEFAULT_POLICIES = tuple(n for n, p in registry.POLICIES.all().items()

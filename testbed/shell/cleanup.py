@@ -56,7 +56,7 @@ from testbed.faultmarks import (
 from testbed.shell import orphans, procs, switch_daemons
 from testbed.shell.procs import kill_pids, pid_alive
 from traffic import rxsink
-from vocab.plan import write_json_atomic
+from vocab.plan import WiringPlan, write_json_atomic
 
 STATE_DIR = os.environ.get("ASTRAL_LAB_STATE_DIR", "/run/astral-lab")
 BRIDGE_TAG = "astral-lab-run"
@@ -516,7 +516,7 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def leftovers(plan: Any) -> list[str]:
+def leftovers(plan: WiringPlan) -> list[str]:
     """What of ``plan`` (a WiringPlan) is still on this machine: bridges, interfaces,
     host shells, controller processes, traffic processes no live run owns, run records.
     Empty means clean."""

@@ -42,11 +42,12 @@ from testbed.daemons import (
 )
 from testbed.shell import ovsbuf, procs
 from testbed.shell.procs import kill_pids
+from vocab.plan import WiringPlan
 
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 
 
-def start_all(run_id: str, plan: Any, n: int, on_start: Callable[[SwitchDaemon], None]
+def start_all(run_id: str, plan: WiringPlan, n: int, on_start: Callable[[SwitchDaemon], None]
               ) -> tuple[list[SwitchDaemon], dict[str, SwitchDaemon]]:
     """The machine's daemon plus ``n - 1`` extra ones, ready, and each switch's daemon."""
     started = [ROOT] + [start(run_id, k, on_start) for k in range(1, n)]

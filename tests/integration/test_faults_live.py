@@ -36,14 +36,14 @@ from testbed.shell.faults.partial_blackhole import blackhole_rules
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
 from testbed.topologies import build
-from testbed.wiring import Finding, findings, miswired
+from testbed.wiring import Misdelivery, findings, miswired
 from traffic.roce import LAB_PMTU, OP_WRITE_FIRST, frame_len
 from vocab.plan import Link
 
 PLAN = build("astral3", servers=4, gpus=2, servers_per_block=2)
 
 
-def check_wiring(lab: Lab) -> list[Finding]:
+def check_wiring(lab: Lab) -> list[Misdelivery]:
     """The controller's wiring check, read against the plan."""
     return findings(PLAN, lab.client().check_wiring())
 

@@ -21,6 +21,7 @@ from testbed.models.perflow import model_flows
 from traffic.roce import DEFAULT_PMTU
 from traffic.shell.replay import ReplayResult
 from traffic.shell.running import LocalFiles
+from vocab.plan import WiringPlan
 
 SLOWDOWN = 1.05
 
@@ -51,7 +52,7 @@ class FakeLab:
     """A running lab as far as a scenario can tell (``RunningLab``), with no fabric: the
     controller is ``FakeClient``, links change nothing and every ping arrives."""
 
-    def __init__(self, plan: Any, lb: str = "ecmp") -> None:
+    def __init__(self, plan: WiringPlan, lb: str = "ecmp") -> None:
         from controllers import policies
 
         self.plan, self.lb, self.datapath = plan, lb, "fake"
@@ -135,7 +136,7 @@ def install(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[FakeLab]:
     labs: list[FakeLab] = []
 
     @contextmanager
-    def lab(self: Run, plan: Any, label: str | None = None, **kw: Any) -> Any:
+    def lab(self: Run, plan: WiringPlan, label: str | None = None, **kw: Any) -> Any:
         fake = FakeLab(plan, kw.get("lb", "ecmp"))
         labs.append(fake)
         self.config["fabrics"][label or plan.topology] = {
@@ -187,7 +188,7 @@ def fake_counters() -> Any:
     rng = random.Random(1)
     state: dict[tuple[str, str], int] = {}
 
-    def read(plan: Any) -> dict[tuple[str, str], int]:
+    def read(plan: WiringPlan) -> dict[tuple[str, str], int]:
         for ln in fabric_links(plan):
             for d in ("up", "down"):
                 state[(ln.name, d)] = state.get((ln.name, d), 0) + rng.randrange(0, 400_000)

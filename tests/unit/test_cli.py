@@ -20,10 +20,11 @@ from scenarios.experiments import SCENARIOS
 from testbed.shell.preflight import LabError
 from testbed.topologies import build
 from traffic.roce import DEFAULT_PMTU
+from vocab.plan import WiringPlan
 
 
 class FakeLab:
-    def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
+    def __init__(self, plan: WiringPlan, *_a: Any, **kw: Any) -> None:
         self.plan, self.lb, self.datapath = plan, kw.get("lb", "ecmp"), "fake"
         self.timings = {"total": 0.0}
         self.pmtu, self.mtu = DEFAULT_PMTU, None

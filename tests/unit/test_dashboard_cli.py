@@ -25,6 +25,7 @@ from tests.stopping import stop_command, stopped_as_asked
 from tests.unit.dash_fakes import demo_plan
 from tests.unit.test_cleanup import _gone, _record, _spawn, state_dir  # noqa: F401 (fixture)
 from traffic.roce import DEFAULT_PMTU
+from vocab.plan import WiringPlan
 
 
 # --- arguments ---------------------------------------------------------------------------------
@@ -185,7 +186,7 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
     made: list[dict[str, Any]] = []
 
     class RecordingLab:
-        def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
+        def __init__(self, plan: WiringPlan, *_a: Any, **kw: Any) -> None:
             made.append(kw)
             self.plan, self.lb, self.datapath, self.timings = plan, "ecmp", "fake", {}
             self.pmtu, self.mtu = DEFAULT_PMTU, None

@@ -23,8 +23,9 @@ import pytest
 from astral_lab.cli import main
 from controllers import lb
 from controllers.paths import PathFinder
+from controllers.policies import POLICIES
 from testbed.fabricspec import FabricSpec
-from testbed.models import bounds, inputs, jobs, maxmin, perflow, solver, whatif
+from testbed.models import bounds, jobs, maxmin, perflow, solver, whatif
 from testbed.models import flowmodel as fm
 from testbed.topologies import build
 from tests.unit.fabrics import plan_of
@@ -399,7 +400,7 @@ def test_single_flow_takes_bytes_over_rate(policy, src, dst, gbps):
     assert emulated.completion_s == pytest.approx(GB * 8 / (gbps * 1e3 * plan.scale * 1e6))
 
 
-@pytest.mark.parametrize("policy", inputs.POLICIES)
+@pytest.mark.parametrize("policy", POLICIES.names())
 def test_small_astral3_matches_hand_calculation(policy):
     # lf0r0 holds s0g0 and s1g0; s2g0 and s3g0 sit under lf1r0. Links are 400G NICs and
     # 200G lanes. A: s0g0->s2g0 1 GB, B: s0g0->s1g0 2 GB (same leaf), C: s3g0->s1g0 1 GB.
@@ -451,7 +452,7 @@ def test_ecmp_not_better_than_planned_not_better_than_bound(fabric, kind):
     flows = all_to_all(finder.hosts) if kind == "all-to-all" else \
         permutation(finder.hosts, seed=3)
     bnd = bounds.bounds(finder, flows)
-    got = {p: perflow.model_flows(finder, flows, p, bound=bnd) for p in inputs.POLICIES}
+    got = {p: perflow.model_flows(finder, flows, p, bound=bnd) for p in POLICIES.names()}
     assert got["ecmp"].completion_s >= got["planned"].completion_s * (1 - 1e-9)
     assert got["planned"].completion_s >= bnd["unsplit"] * (1 - 1e-9)
     assert got["adaptive"].completion_s >= bnd["unsplit"] * (1 - 1e-9)
@@ -487,7 +488,8 @@ CASES = [  # (fabric params, groups, group size, placement, workload)
 ]
 
 
-def per_flow_and_whatif(params, groups, size, placement, workload, policies=inputs.POLICIES):
+def per_flow_and_whatif(params, groups, size, placement, workload, policies=None):
+    policies = POLICIES.names() if policies is None else policies
     plan = build("astral3", **params)
     finder = PathFinder(plan)
     job = jobs.make_job(params["servers"], params["gpus"], workload=workload, groups=groups,
@@ -611,10 +613,10 @@ def test_cli_writes_model_json(tmp_path, monkeypatch, capsys):
 
 def test_policies_in_worker_processes_match_one_process():
     """Forked policy workers return exactly what modelling the policies in turn returns."""
-    kw = dict(workload="decode", group_size=16, placement="spread", policies=inputs.POLICIES)
+    kw = dict(workload="decode", group_size=16, placement="spread", policies=POLICIES.names())
     _, alone = fm.run("astral3", 32, jobs=1, **kw)
     _, forked = fm.run("astral3", 32, jobs=2, **kw)
-    assert [r.policy for r in forked] == list(inputs.POLICIES)
+    assert [r.policy for r in forked] == list(POLICIES.names())
     for a, b in zip(alone, forked, strict=True):
         assert a.events > 1 and a.events == b.events and a.classes == b.classes
         assert np.array_equal(a.flow_finish_s, b.flow_finish_s)

@@ -8,7 +8,6 @@ The collector is fed fake ``/proc/net/dev`` and ``/sys`` files through its publi
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import pytest
 from test_ops_detectors import LANE, NIC, Values, clean_poll, first, run
@@ -18,6 +17,7 @@ from ops.detectors import link_drops
 from ops.shell import collector as col
 from ops.telemetry import History, link_components, parse_proc_net_dev
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 _HEAD = ("Inter-|   Receive                                                |  Transmit\n"
          " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets "
@@ -55,7 +55,7 @@ def test_the_parser_reads_both_drop_columns() -> None:
 
 
 def test_discards_are_per_poll_deltas_by_the_direction_of_the_dropped_frames(
-        plan: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        plan: WiringPlan, monkeypatch: pytest.MonkeyPatch) -> None:
     """A lane's spine end refusing 186 frames (its leaf end counts them as tx_dropped too:
     one event, counted once) is a->b; a NIC cable's frames toward the host, refused inside
     the host's namespace, show as the leaf end's tx_dropped, b->a."""
@@ -84,7 +84,7 @@ def test_discards_are_per_poll_deltas_by_the_direction_of_the_dropped_frames(
     assert set(others.values()) == {0.0}
 
 
-def test_a_clean_history_raises_nothing(plan: Any) -> None:
+def test_a_clean_history_raises_nothing(plan: WiringPlan) -> None:
     """Healthy polls under steady load: every discard counter at 0, no alert of any kind."""
     for seed in range(3):
         eng, opened = run(plan, 120, seed=seed)
@@ -92,7 +92,7 @@ def test_a_clean_history_raises_nothing(plan: Any) -> None:
         assert link_drops.detect(eng_hist(plan, seed), eng.topo) == []
 
 
-def eng_hist(plan: Any, seed: int) -> History:
+def eng_hist(plan: WiringPlan, seed: int) -> History:
     """The clean history ``run`` fed its engine, rebuilt (``run`` keeps it to itself)."""
     rng, hist = random.Random(seed), History()
     for i in range(120):
@@ -100,7 +100,7 @@ def eng_hist(plan: Any, seed: int) -> History:
     return hist
 
 
-def test_one_discard_burst_on_one_lane_raises_link_drops_on_that_lane(plan: Any) -> None:
+def test_one_discard_burst_on_one_lane_raises_link_drops_on_that_lane(plan: WiringPlan) -> None:
     """Full-size frames refused at the spine end for 10 polls: link-drops on that lane only,
     from the burst's second poll (its first is ``first_seen``), cleared after it ends."""
     def fault(i: int, v: Values) -> None:
@@ -118,7 +118,7 @@ def test_one_discard_burst_on_one_lane_raises_link_drops_on_that_lane(plan: Any)
     assert "compare the MTU" in D.alert_kind("link-drops").action(LANE)
 
 
-def test_one_poll_or_a_frame_below_the_floor_is_not_a_fault(plan: Any) -> None:
+def test_one_poll_or_a_frame_below_the_floor_is_not_a_fault(plan: WiringPlan) -> None:
     """A single poll of discards (frames caught in flight as a link goes down) raises
     nothing, on a lane or toward a NIC."""
     def fault(i: int, v: Values) -> None:
@@ -131,7 +131,7 @@ def test_one_poll_or_a_frame_below_the_floor_is_not_a_fault(plan: Any) -> None:
     assert not [a for xs in opened.values() for a in xs if a.detector == "link-drops"]
 
 
-def test_discards_as_a_link_goes_down_or_flaps_are_not_an_mtu(plan: Any) -> None:
+def test_discards_as_a_link_goes_down_or_flaps_are_not_an_mtu(plan: WiringPlan) -> None:
     """What a real lane showed going down and flapping: a few discards in the poll its
     carrier changed and the next (still down). Link-down and flapping own those polls."""
     def fault(i: int, v: Values) -> None:
@@ -154,7 +154,7 @@ def test_the_thresholds_are_the_documented_ones() -> None:
 
 
 def test_ports_in_a_switch_daemons_namespace_are_read_there(
-        plan: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        plan: WiringPlan, monkeypatch: pytest.MonkeyPatch) -> None:
     """With several switch daemons, a port's counters, state and queue are read in its
     daemon's namespace (``/proc/<pid>/net/dev``, ``ip -n``, ``tc -n``), not the root's."""
     comps = link_components(plan)

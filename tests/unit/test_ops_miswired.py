@@ -14,7 +14,7 @@ from test_ops_detectors import LANE, clean_poll, first, run
 
 from ops.detectors import miswired as M
 from ops.shell.monitor import WiringWatch, check_cost, unexplained
-from testbed.wiring import Finding
+from testbed.wiring import Misdelivery
 
 OTHER = "lf0r0~spine1#0"
 
@@ -56,15 +56,15 @@ def test_a_newer_clean_check_clears_it_and_no_check_says_nothing(plan) -> None: 
     assert (M.COMPONENT, M.CHECKED) not in hist_values
 
 
-def _finding(link: str, seen: bool = True) -> Finding:
-    return Finding(link, ("lf0r0", 3), ("spine1", 1), ("spine2", 1) if seen else None)
+def _finding(link: str, seen: bool = True) -> Misdelivery:
+    return Misdelivery(link, ("lf0r0", 3), ("spine1", 1), ("spine2", 1) if seen else None)
 
 
 def test_the_watch_checks_once_at_a_time_and_not_too_often(plan) -> None:  # noqa: ANN001
     gate = threading.Event()
     calls: list[float] = []
 
-    def check() -> list[Finding]:
+    def check() -> list[Misdelivery]:
         calls.append(time.monotonic())
         gate.wait(5)
         return [_finding(LANE), _finding(OTHER, seen=False)]  # OTHER arrived nowhere: down
@@ -153,7 +153,7 @@ def test_the_collectors_poll_never_waits_for_a_check(plan) -> None:  # noqa: ANN
     once."""
     gate, started = threading.Event(), threading.Event()
 
-    def slow() -> list[Finding]:
+    def slow() -> list[Misdelivery]:
         started.set()
         gate.wait(10)
         return [_finding(LANE)]

@@ -16,7 +16,7 @@ from ops.evaluate import GroundTruth
 from ops.shell.experiment import Asker, stream_pairs
 from ops.shell.monitor import Monitor
 from ops.telemetry import History
-from testbed.wiring import Finding
+from testbed.wiring import Misdelivery
 from tests.unit.fabrics import plan_of
 from tests.unit.test_ops_detectors import clean_poll
 
@@ -158,8 +158,8 @@ def test_wrong_answers_score_wrong_and_blaming_everything_scores_badly(plan) -> 
 
 def test_the_wiring_question_reads_the_wiring_tool(plan) -> None:  # noqa: ANN001
     hist, eng = feed(plan, lambda i, v: None)
-    crossed = [Finding(LANE, ("lf0r0", 7), ("spine2", 1), ("spine3", 1)),
-               Finding("lf0r0~spine3#0", ("lf0r0", 8), ("spine3", 1), ("spine2", 1))]
+    crossed = [Misdelivery(LANE, ("lf0r0", 7), ("spine2", 1), ("spine3", 1)),
+               Misdelivery("lf0r0~spine3#0", ("lf0r0", 8), ("spine3", 1), ("spine2", 1))]
     sc = scene(plan, "shuffle-miswiring", LANE)
     q = next(q for q in Q.all_questions(sc) if q.template == "wiring")
     a = Q.answer(q, Tools(plan, history=hist, engine=eng, wiring=lambda: crossed))

@@ -15,6 +15,7 @@ from testbed.shell.cluster import ClusterLab
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.shell.running import RunningLab
+from vocab.plan import WiringPlan
 
 
 def _members() -> tuple[list[str], dict[str, Any]]:
@@ -44,7 +45,7 @@ def plan() -> Any:
 
 @pytest.mark.parametrize("make", [Lab, lambda plan: ClusterLab(plan, "here", user="lab"),
                                   FakeLab], ids=["Lab", "ClusterLab", "FakeLab"])
-def test_each_lab_has_what_code_outside_it_uses(make: Any, plan: Any) -> None:
+def test_each_lab_has_what_code_outside_it_uses(make: Any, plan: WiringPlan) -> None:
     lab = make(plan)  # a Lab's constructor only records its settings: nothing starts
     cls = type(lab)
     attrs, methods = _members()
@@ -57,7 +58,7 @@ def test_each_lab_has_what_code_outside_it_uses(make: Any, plan: Any) -> None:
     assert not mismatched, f"{cls.__name__}: {mismatched}"
 
 
-def test_the_check_finds_a_lab_that_lacks_a_member(plan: Any) -> None:
+def test_the_check_finds_a_lab_that_lacks_a_member(plan: WiringPlan) -> None:
     class Partial(FakeLab):
         def set_link(self, a: str, b: str) -> Any:  # type: ignore[override]
             return None

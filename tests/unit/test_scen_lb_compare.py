@@ -12,6 +12,7 @@ from scen_fakes import check_entry, install, read_json, read_text
 from scenarios.common import DRAW_QP_STRIDE, model_draws, shift_qps
 from scenarios.experiments import lb_compare as lc
 from testbed.topologies import build
+from vocab.plan import WiringPlan
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,7 @@ def plan() -> Any:
     return build("astral3", servers=2, gpus=4, scale=1e-5)
 
 
-def test_draws_use_other_source_ports_on_the_same_pairs(plan: Any) -> None:
+def test_draws_use_other_source_ports_on_the_same_pairs(plan: WiringPlan) -> None:
     a = lc._flows(plan, "permutation", 1.0, 2, 1, qp_base=0)
     b = lc._flows(plan, "permutation", 1.0, 2, 1, qp_base=DRAW_QP_STRIDE)
     assert [(f.src, f.dst, f.bytes) for f in a] == [(f.src, f.dst, f.bytes) for f in b]
@@ -30,7 +31,7 @@ def test_draws_use_other_source_ports_on_the_same_pairs(plan: Any) -> None:
     assert lc.draws_for("planned", 3) == 1
 
 
-def test_model_distribution_and_lane_skew(plan: Any) -> None:
+def test_model_distribution_and_lane_skew(plan: WiringPlan) -> None:
     flows = lc._flows(plan, "permutation", 1.5, 2, 1, 0)
     ecmp = model_draws(plan, flows, "ecmp", 40)
     planned = model_draws(plan, flows, "planned", 40)

@@ -14,6 +14,7 @@ from scenarios.base import Param, Run, scenario
 from scenarios.experiments import SCENARIOS
 from testbed.topologies import build
 from traffic.roce import DEFAULT_PMTU, OP_WRITE_MIDDLE, frame_len
+from vocab.plan import WiringPlan
 
 
 def _read(*parts: Any) -> str:
@@ -330,7 +331,7 @@ def test_link_loads_from_counters() -> None:
 class _FakeLab:
     """Just what ``Run.lab`` and ``Run.guard`` read of a running Lab."""
 
-    def __init__(self, plan: Any, *_a: Any, **kw: Any) -> None:
+    def __init__(self, plan: WiringPlan, *_a: Any, **kw: Any) -> None:
         self.plan, self.lb, self.datapath = plan, kw.get("lb", "ecmp"), "fake"
         self.timings = {"total": 0.0}
         self.pmtu, self.mtu = DEFAULT_PMTU, None

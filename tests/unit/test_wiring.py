@@ -177,8 +177,8 @@ def test_every_synced_switch_gets_the_trap_rule(monkeypatch: pytest.MonkeyPatch)
 def test_the_agent_asks_the_wiring_check_when_it_has_one() -> None:
     tools = Tools(PLAN, history=History())
     assert "error" in tools.call("wiring")
-    found = [wiring.Finding("lf0r0~spine1#0", ("lf0r0", 4), ("spine1", 1), ("spine2", 1)),
-             wiring.Finding("lf0r1~spine0#0", ("lf0r1", 3), ("spine0", 2), None)]
+    found = [wiring.Misdelivery("lf0r0~spine1#0", ("lf0r0", 4), ("spine1", 1), ("spine2", 1)),
+             wiring.Misdelivery("lf0r1~spine0#0", ("lf0r1", 3), ("spine0", 2), None)]
     tools = Tools(PLAN, history=History(), wiring=lambda: found)
     got = tools.call("wiring")
     assert got["miswired"] == ["lf0r0~spine1#0"] and got["unseen"] == ["lf0r1~spine0#0"]
