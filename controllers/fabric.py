@@ -16,6 +16,12 @@ one that pins gives the job's flows (``POST /traffic``) explicit paths with exac
 entries above those routes; one that polls also moves pinned flows on measured rates
 (``lb.AdaptivePolicy``). Flows the controller was not told about always follow the ECMP
 routes.
+
+Every switch's table also carries its *lane marks* (``vocab.lanemark``): ``table`` hands
+``flowtable.build_table`` the TTL each uplink port of a host-facing switch stamps, so
+every IPv4 packet leaves its first switch with the mark of the uplink it took (set in
+each select or failover bucket, or before a direct output), and a receiver can name the
+lane even under ECMP, whose choice only the switch's hash knows.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from controllers.flowtable import infer_groups as _infer_groups
 from controllers.paths import Path, PathFinder
 from controllers.routing import attach_points, compute_routes, next_hops
 from vocab.flows import Flow
+from vocab.lanemark import LaneMarks
 from vocab.plan import WiringPlan
 
 #: the modes the controller runs: every policy module that declares it can
@@ -108,6 +115,12 @@ class FabricLogic:
         self.ip_of = {h.name: h.ip or "" for h in plan.hosts}
         self.attach = attach_points(plan)
         self.switch_names = [s.name for s in plan.switches]
+        lanes = LaneMarks(plan)  # ValueError if a switch has more uplinks than a TTL can mark
+        #: per host-facing switch, the TTL each of its uplink ports stamps (port -> TTL)
+        self.marks: dict[str, dict[int, int]] = {
+            sw: {ln.a_port: ttl for ln in links
+                 if (ttl := lanes.ttl(sw, ln.a_port)) is not None}
+            for sw, links in lanes.uplinks.items()}
         self.mode = mode
         self.adaptive_params = dict(ADAPTIVE_DEFAULTS)
         self.adaptive_params.update(adaptive or {})
@@ -216,11 +229,11 @@ class FabricLogic:
 
     def table(self, switch: str, pins: Mapping[str, list[Pin]] | None = None,
               previous: Table | None = None) -> Table:
-        """The table ``switch`` should hold now."""
+        """The table ``switch`` should hold now (lane marks included)."""
         pins = self.pins() if pins is None else pins
         prev = self.tables.get(switch) if previous is None else previous
         return build_table(self.routes.get(switch, []), pins.get(switch, []), self.ip_of,
-                           previous=prev)
+                           previous=prev, marks=self.marks.get(switch))
 
     # --- changes ---------------------------------------------------------------------
     def changes(self, switches: Iterable[str]) -> dict[str, tuple[Changes, Table]]:

@@ -27,6 +27,15 @@ and spread over equal-cost ports with a select group (ECMP). *Pins* (planned and
 adaptive modes) match one transport flow exactly and send it out of the port its
 assigned path names, through a fast-failover group whose later buckets are the
 other equal-cost ports, so a failed link is still skipped by the switch alone.
+
+*Lane marks* (``vocab.lanemark``): on a host-facing switch, every IPv4 decision that
+leaves by one of its uplinks sets the IPv4 TTL to that uplink's mark before the output,
+so a receiver can name the lane an ECMP-hashed flow took. ``build_table`` takes the
+switch's marks (port -> TTL): a single-port IPv4 route or pin becomes
+``("set_nw_ttl", ttl), ("output", port)``, and a group's buckets carry their marks in
+``GroupSpec.marks``. ARP entries and their groups never carry one (OVS refuses
+``set_nw_ttl`` on an entry that does not match IP), and since the marks are part of a
+group's content, an ARP group never shares an id with a marked IPv4 group.
 """
 
 from __future__ import annotations
@@ -64,15 +73,21 @@ DEFAULT_SELECT_METHOD = "dp_hash"
 OFPGC_ADD_OR_MOD = 0x8000
 
 Match = tuple[tuple[str, Any], ...]  # sorted (field, value or (value, mask)) pairs
-Action = tuple[str, int]  # ("output", port) | ("group", group id)
+Action = tuple[str, int]  # ("output", port) | ("group", group id) | ("set_nw_ttl", ttl)
 
 
 @dataclass(frozen=True)
 class GroupSpec:
-    """A group by content: ``select`` spreads over ``ports``; ``ff`` takes the first live one."""
+    """A group by content: ``select`` spreads over ``ports``; ``ff`` takes the first live one.
+
+    ``marks`` is, per bucket, the IPv4 TTL the bucket sets before its output (None: it
+    sets none), or empty when no bucket sets one. It is part of the group's identity, so
+    a marked IPv4 group and an unmarked ARP group over the same ports stay two groups.
+    """
 
     kind: str
     ports: tuple[int, ...]
+    marks: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,7 +170,8 @@ def pin_match(flow: Flow, ip_of: Mapping[str, str]) -> Match:
 
 def build_table(routes: list[Route], pins: Iterable[Pin] = (),
                 ip_of: Mapping[str, str] | None = None,
-                previous: Table | None = None) -> Table:
+                previous: Table | None = None,
+                marks: Mapping[int, int] | None = None) -> Table:
     """The table for one switch: routes, then pins, then the table-miss drop.
 
     IPv4 routes with several ports take a select group (ECMP). ARP routes take a
@@ -163,36 +179,57 @@ def build_table(routes: list[Route], pins: Iterable[Pin] = (),
     spreads too: ARP needs no per-flow hash, and a failover group lets OVS cache
     one datapath flow per destination rather than per host pair. Group ids are
     reused from ``previous`` for identical groups (see ``_allocate``).
-    """
-    wanted: dict[GroupSpec, None] = {}  # insertion-ordered set
-    pending: list[tuple[int, Match, Any, int]] = []  # priority, match, port or spec, cookie
 
-    def via(ports: tuple[int, ...], kind: str) -> Any:
+    ``marks`` are the switch's lane marks (port -> TTL, ``vocab.lanemark``): every IPv4
+    route or pin leaving by a marked port sets the TTL first, per bucket in a group,
+    so the mark names the port the packet really took even after the group skipped a
+    dead one. ARP is never marked.
+    """
+    marks = marks or {}
+    wanted: dict[GroupSpec, None] = {}  # insertion-ordered set
+    # priority, match, (spec of the group to use | the actions themselves), cookie
+    pending: list[tuple[int, Match, GroupSpec | tuple[Action, ...], int]] = []
+    ttls_of: dict[tuple[int, ...], tuple[int | None, ...]] = {}  # pins share port tuples
+
+    def via(ports: tuple[int, ...], kind: str, marked: bool) -> GroupSpec | tuple[Action, ...]:
+        ttls: tuple[int | None, ...] = ()
+        if marked and marks:
+            got = ttls_of.get(ports)
+            if got is None:
+                got = tuple(marks.get(p) for p in ports)
+                if all(t is None for t in got):
+                    got = ()  # no bucket marks: the same group as an unmarked one
+                ttls_of[ports] = got
+            ttls = got
         if len(ports) == 1:
-            return ports[0]
-        spec = GroupSpec(kind, ports)
+            out: Action = ("output", ports[0])
+            if ttls and ttls[0] is not None:
+                return (("set_nw_ttl", ttls[0]), out)
+            return (out,)
+        spec = GroupSpec(kind, ports, ttls)
         wanted.setdefault(spec)
         return spec
 
     for route in routes:
         ip_match, arp_match = route_matches(route)
-        pending.append((route.priority, ip_match, via(route.ports, "select"), COOKIE_ROUTE))
+        pending.append((route.priority, ip_match, via(route.ports, "select", True),
+                        COOKIE_ROUTE))
         shift = zlib.crc32(route.dest.encode()) % len(route.ports)
         order = route.ports[shift:] + route.ports[:shift]
-        pending.append((route.priority, arp_match, via(order, "ff"), COOKIE_ROUTE))
+        pending.append((route.priority, arp_match, via(order, "ff", False), COOKIE_ROUTE))
     for pin in pins:
         match = pin.match
         if not match:
             if ip_of is None:
                 raise ValueError("pins without a match need ip_of (host name -> IP)")
             match = pin_match(pin.flow, ip_of)
-        pending.append((PRIO_PIN, match, via(pin.ports, "ff"), COOKIE_PIN))
+        pending.append((PRIO_PIN, match, via(pin.ports, "ff", True), COOKIE_PIN))
 
     ids = _allocate(list(wanted), previous)
     table = Table(groups={ids[s]: s for s in wanted})
     for priority, match, out, cookie in pending:
-        action = ("group", ids[out]) if isinstance(out, GroupSpec) else ("output", out)
-        entry = Entry(priority, match, (action,), cookie)
+        actions = (("group", ids[out]),) if isinstance(out, GroupSpec) else out
+        entry = Entry(priority, match, actions, cookie)
         table.entries[entry.key] = entry
     miss = Entry(PRIO_MISS, (), ())
     table.entries[miss.key] = miss
@@ -258,10 +295,10 @@ def infer_groups(read_back: Mapping[tuple[int, Match], Entry], want: Table) -> T
     want_by_id = want.groups
     for key, entry in read_back.items():
         target = want.entries.get(key)
-        if target is None or not entry.actions or not target.actions:
+        if target is None:
             continue
-        (kind, gid), (t_kind, t_gid) = entry.actions[0], target.actions[0]
-        if kind != "group" or t_kind != "group":
+        gid, t_gid = _group_of(entry.actions), _group_of(target.actions)
+        if gid is None or t_gid is None:
             continue
         spec = want_by_id[t_gid]
         if guess.get(gid, spec) != spec:
@@ -271,14 +308,24 @@ def infer_groups(read_back: Mapping[tuple[int, Match], Entry], want: Table) -> T
                  entries=dict(read_back))
 
 
+def _group_of(actions: tuple[Action, ...]) -> int | None:
+    """The group an entry's actions send to (None: they output directly, or drop)."""
+    return next((arg for kind, arg in actions if kind == "group"), None)
+
+
 def action_of(act: Any) -> Action:
-    """An os-ken action as ``("output", port)`` / ``("group", id)``; anything else as
-    ``(class name, 0)``, which never equals one of ours."""
+    """An os-ken action as ``("output", port)`` / ``("group", id)`` / ``("set_nw_ttl",
+    ttl)``; anything else as ``(class name, 0)``, which never equals one of ours.
+
+    The lane marks' TTL action must read back as what was sent, or every marked entry
+    would look changed to a controller resyncing a switch and be rewritten."""
     name = type(act).__name__
     if name == "OFPActionOutput":
         return ("output", act.port)
     if name == "OFPActionGroup":
         return ("group", act.group_id)
+    if name == "OFPActionSetNwTtl":
+        return ("set_nw_ttl", act.nw_ttl)
     return (name, 0)
 
 

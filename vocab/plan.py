@@ -297,6 +297,20 @@ _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an 
                list: "a list", type(None): "null"}
 
 
+def link_components(plan: WiringPlan) -> dict[str, Link]:
+    """``{"lf0r1~spine2#0": Link, ...}``: every link of the plan by the name telemetry,
+    detectors and alerts give it. ``#k`` counts parallel cables between the same two nodes
+    in plan order, which is the order ``Lab.links_between`` (and so fault injection) uses.
+    """
+    seen: dict[tuple[str, str], int] = {}
+    out = {}
+    for link in plan.links:
+        k = seen.get((link.a, link.b), 0)
+        seen[(link.a, link.b)] = k + 1
+        out[f"{link.a}~{link.b}#{k}"] = link
+    return out
+
+
 def _check_fields(where: str, obj: Any, spec: dict[str, tuple[tuple[type, ...], bool]]
                   ) -> None:
     if not isinstance(obj, dict):

@@ -18,6 +18,12 @@ Life of a switch, as the app sees it:
 4. A poller asks every switch for port, group and pinned-flow counters each
    interval; ``/links`` utilisation and the adaptive mode run on them.
 
+Every IPv4 packet leaves its first switch with a *lane mark* in its TTL, naming the uplink
+it took (``vocab.lanemark``): ``FabricLogic.table`` hands each host-facing switch's marks
+to ``flowtable.build_table``, which puts a set-TTL before each output by an uplink (in the
+select and failover groups' buckets, or in the entry), and ``ofmsgs`` sends it as
+``OFPAT_SET_NW_TTL``. The app sends those tables like any other; nothing here marks.
+
 Nothing is learned from packets: the plan is the truth. The one packet-in is the wiring
 check's (``check_wiring``, ``controllers.discovery``): a numbered frame out of each end of
 every switch-to-switch link, handed back by the switch it reaches, to compare the cabling

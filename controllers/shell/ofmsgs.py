@@ -30,12 +30,19 @@ Two methods, both hashing the IP 5-tuple including the UDP source port:
 ``hash``
     OVS hashes the listed fields itself (``HASH_FIELDS``). Deterministic and
     field-exact, but one cached datapath flow per transport flow.
+
+Lane marks (``vocab.lanemark``, ``flowtable.build_table``) go out as OpenFlow's
+``OFPAT_SET_NW_TTL`` (1.1 and later, 1.5 included; OXM has no TTL field, so not a
+set-field) before the output: in a flow entry's apply-actions, and in each marked bucket
+of a group, whose actions OVS runs as an action set (set actions before the output). OVS
+fixes the IPv4 header checksum as it rewrites the TTL. Only IPv4 entries carry it: OVS
+refuses the action in an entry that does not match IP (``OFPBAC_MATCH_INCONSISTENT``).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from os_ken.ofproto import ofproto_protocol, ofproto_v1_5
@@ -102,22 +109,29 @@ def selection_method_property(parser: Any, method: str = DEFAULT_SELECT_METHOD,
 
 
 def group_mod(dp: Any, group_id: int, ports: tuple[int, ...], command: str = "add",
-              kind: str = "select", method: str = DEFAULT_SELECT_METHOD) -> Any:
+              kind: str = "select", method: str = DEFAULT_SELECT_METHOD,
+              marks: tuple[int | None, ...] = ()) -> Any:
     """A group over ``ports``, one bucket per port, each watching its own port.
 
     ``kind="select"``: ECMP, weight 1 per bucket, ``method`` on OpenFlow 1.5.
-    ``kind="ff"``: fast failover, the first bucket whose port is up (used for ARP).
+    ``kind="ff"``: fast failover, the first bucket whose port is up (ARP, pinned flows).
+    ``marks`` (``GroupSpec.marks``): per bucket, the TTL it sets before its output (None
+    or an empty tuple: none), so the mark follows the bucket the switch really used.
     """
     ofp, parser = dp.ofproto, dp.ofproto_parser
     cmd = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY,
            "add_or_mod": OFPGC_ADD_OR_MOD}[command]
+    if marks and len(marks) != len(ports):
+        raise ValueError(f"{len(marks)} marks for {len(ports)} buckets")
+    acts = [_bucket_actions(parser, port, marks[i] if marks else None)
+            for i, port in enumerate(ports)]
     if kind == "ff":
-        return _ff_group_mod(dp, cmd, group_id, ports)
+        return _ff_group_mod(dp, cmd, group_id, ports, acts)
     if kind != "select":
         raise ValueError(f"unknown group kind {kind!r}")
     if ofp.OFP_VERSION >= ofproto_v1_5.OFP_VERSION:
         buckets = [
-            parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(port)], properties=[
+            parser.OFPBucket(bucket_id=i, actions=acts[i], properties=[
                 parser.OFPGroupBucketPropWeight(type_=ofp.OFPGBPT_WEIGHT, weight=1),
                 parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT, watch=port),
             ])
@@ -126,21 +140,28 @@ def group_mod(dp: Any, group_id: int, ports: tuple[int, ...], command: str = "ad
         return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_SELECT, group_id, buckets=buckets,
                                   properties=[selection_method_property(parser, method)])
     buckets = [parser.OFPBucket(weight=1, watch_port=port, watch_group=ofp.OFPG_ANY,
-                                actions=[parser.OFPActionOutput(port)]) for port in ports]
+                                actions=acts[i]) for i, port in enumerate(ports)]
     return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_SELECT, group_id, buckets)
 
 
-def _ff_group_mod(dp: Any, cmd: int, group_id: int, ports: tuple[int, ...]) -> Any:
+def _bucket_actions(parser: Any, port: int, ttl: int | None) -> list[Any]:
+    """One bucket's actions: the lane mark's TTL if it has one, then the output."""
+    out = [parser.OFPActionOutput(port)]
+    return out if ttl is None else [parser.OFPActionSetNwTtl(nw_ttl=ttl)] + out
+
+
+def _ff_group_mod(dp: Any, cmd: int, group_id: int, ports: tuple[int, ...],
+                  acts: list[list[Any]]) -> Any:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     if ofp.OFP_VERSION >= ofproto_v1_5.OFP_VERSION:
         buckets = [
-            parser.OFPBucket(bucket_id=i, actions=[parser.OFPActionOutput(port)], properties=[
+            parser.OFPBucket(bucket_id=i, actions=acts[i], properties=[
                 parser.OFPGroupBucketPropWatch(type_=ofp.OFPGBPT_WATCH_PORT, watch=port)])
             for i, port in enumerate(ports)
         ]
         return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_FF, group_id, buckets=buckets)
     buckets = [parser.OFPBucket(weight=0, watch_port=port, watch_group=ofp.OFPG_ANY,
-                                actions=[parser.OFPActionOutput(port)]) for port in ports]
+                                actions=acts[i]) for i, port in enumerate(ports)]
     return parser.OFPGroupMod(dp, cmd, ofp.OFPGT_FF, group_id, buckets)
 
 
@@ -154,7 +175,7 @@ def messages(dp: Any, changes: Changes, method: str) -> list[Any]:
     msgs: list[Any] = []
     for gid, spec in changes.groups_set:
         msgs.append(group_mod(dp, gid, spec.ports, command="add_or_mod", kind=spec.kind,
-                              method=method))
+                              method=method, marks=spec.marks))
     for entry in changes.entries_set:
         msgs.append(entry_mod(dp, entry))
     for entry in changes.entries_del:
@@ -168,10 +189,16 @@ def messages(dp: Any, changes: Changes, method: str) -> list[Any]:
 
 
 def entry_mod(dp: Any, entry: Entry) -> Any:
-    """``OFPFC_ADD`` for one entry (adds it, or atomically replaces one with the same key)."""
+    """``OFPFC_ADD`` for one entry (adds it, or atomically replaces one with the same key).
+
+    Actions are applied in order, so a lane mark's ``set_nw_ttl`` precedes its output."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    acts = [parser.OFPActionOutput(arg) if kind == "output" else parser.OFPActionGroup(arg)
-            for kind, arg in entry.actions]
+    make = {"output": parser.OFPActionOutput, "group": parser.OFPActionGroup,
+            "set_nw_ttl": parser.OFPActionSetNwTtl}
+    try:
+        acts = [make[kind](arg) for kind, arg in entry.actions]
+    except KeyError as exc:
+        raise ValueError(f"unknown action {exc.args[0]!r} in {entry}") from None
     inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, acts)] if acts else []
     return parser.OFPFlowMod(dp, cookie=entry.cookie, table_id=0, command=ofp.OFPFC_ADD,
                              priority=entry.priority, match=parser.OFPMatch(**dict(entry.match)),
@@ -191,13 +218,15 @@ def packet_out(dp: Any, port: int, data: bytes) -> Any:
 
 
 def switch_program(dp: Any, routes: list[Route],
-                   method: str = DEFAULT_SELECT_METHOD) -> list[Any]:
+                   method: str = DEFAULT_SELECT_METHOD,
+                   marks: Mapping[int, int] | None = None) -> list[Any]:
     """A clean switch's whole program, in order: wipe, groups, flows, table-miss drop.
 
     Used for a switch that must be rebuilt from nothing (tests, ``ofp-print``
     checks). A running controller sends ``flowtable.diff`` changes instead, which
-    never wipe. Group ids are assigned per distinct port tuple in first-use order,
-    so the same routes always yield the same ids.
+    never wipe. Group ids are assigned per distinct group in first-use order, so the
+    same routes always yield the same ids. ``marks`` are the switch's lane marks
+    (port -> TTL, as ``FabricLogic.marks`` holds them); without them nothing is marked.
     """
     ofp, parser = dp.ofproto, dp.ofproto_parser
     wipe = [
@@ -205,7 +234,7 @@ def switch_program(dp: Any, routes: list[Route],
                           out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY, match=parser.OFPMatch()),
         parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_SELECT, ofp.OFPG_ALL),
     ]
-    return wipe + messages(dp, diff(None, build_table(routes)), method)
+    return wipe + messages(dp, diff(None, build_table(routes, marks=marks)), method)
 
 
 __all__ = [

@@ -9,7 +9,11 @@ of them is loop-free, minimal and ends at the right host.
 
 Only what the lab's controller uses is modelled: one table, priorities,
 exact/masked matches on ``eth_type, ipv4_dst, arp_tpa, ipv4_src, ip_proto,
-udp_src, udp_dst, tcp_src, tcp_dst, in_port``, output and group actions.
+udp_src, udp_dst, tcp_src, tcp_dst, in_port``, output, group and set-TTL actions.
+A packet's IPv4 TTL is its ``nw_ttl`` field (64 unless a test says otherwise), which
+``set_nw_ttl`` rewrites as OVS does: in an entry's actions in order, in a group's bucket
+before its output (a bucket is an action set), and only on IP packets. An entry that
+sets the TTL without matching IPv4 is refused, as OVS refuses it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from controllers.flowtable import OFPGC_ADD_OR_MOD, action_of
 from vocab.plan import WiringPlan
 
 _IP_FIELDS = {"ipv4_dst", "ipv4_src", "arp_tpa", "arp_spa"}
+_IP_TYPES = (0x0800, 0x86DD)
+#: the TTL a packet leaves its host with unless a test gives one (Linux's default)
+HOST_TTL = 64
 
 
 def _as_int(fieldname: str, value: Any) -> int:
@@ -46,7 +53,7 @@ def _match_fields(match: Any) -> dict[str, tuple[int, int]]:
 class FlowEntry:
     priority: int
     match: dict[str, tuple[int, int]]
-    actions: list[tuple[str, int]]  # ("output", port) | ("group", id)
+    actions: list[tuple[str, int]]  # ("output", port) | ("group", id) | ("set_nw_ttl", ttl)
     cookie: int = 0
     source: Any = None  # the OFPFlowMod it came from: reads back like a flow-stats entry
 
@@ -65,6 +72,8 @@ class FakeSwitch:
     flows: list[FlowEntry] = field(default_factory=list)
     groups: dict[int, list[int]] = field(default_factory=dict)  # group -> bucket ports
     group_types: dict[int, str] = field(default_factory=dict)  # group -> "select" | "ff"
+    # group -> per bucket, the TTL it sets before its output (None: none)
+    bucket_ttls: dict[int, list[int | None]] = field(default_factory=dict)
     down_ports: set[int] = field(default_factory=set)
 
     def apply(self, msg: Any) -> None:
@@ -75,6 +84,11 @@ class FakeSwitch:
             if msg.command == ofp.OFPFC_ADD:
                 entry = FlowEntry(msg.priority, _match_fields(msg.match),
                                   _actions(msg.instructions), msg.cookie, msg)
+                eth = entry.match.get("eth_type", (None, 0))[0]
+                if any(k == "set_nw_ttl" for k, _ in entry.actions) and eth not in _IP_TYPES:
+                    # OVS checks an entry's actions against its match (OFPBAC_MATCH_INCONSISTENT)
+                    raise ValueError(f"{self.name}: set_nw_ttl in an entry that does not "
+                                     f"match IP: {entry.match}")
                 self.flows = [f for f in self.flows
                               if not (f.priority == entry.priority and f.match == entry.match)]
                 self.flows.append(entry)
@@ -100,6 +114,7 @@ class FakeSwitch:
                     # OVS would delete the entries too; the controller must never rely on it
                     raise ValueError(f"{self.name}: group {msg.group_id} deleted while in use")
                 self.groups.pop(msg.group_id, None)
+                self.bucket_ttls.pop(msg.group_id, None)
                 return
             if msg.type not in (ofp.OFPGT_SELECT, ofp.OFPGT_FF):
                 raise NotImplementedError("only select and fast-failover groups are modelled")
@@ -109,7 +124,8 @@ class FakeSwitch:
                 raise ValueError(f"{self.name}: modify of missing group {msg.group_id}")
             if msg.command not in (ofp.OFPGC_ADD, ofp.OFPGC_MODIFY, OFPGC_ADD_OR_MOD):
                 raise NotImplementedError(f"group-mod command {msg.command}")
-            ports = []
+            ports: list[int] = []
+            ttls: list[int | None] = []
             for bucket in msg.buckets:
                 weight = getattr(bucket, "weight", None)
                 for prop in getattr(bucket, "properties", []) or []:
@@ -118,9 +134,16 @@ class FakeSwitch:
                 if msg.type == ofp.OFPGT_SELECT and not weight:
                     raise ValueError(f"{self.name}: group {msg.group_id} has a weight-0 bucket, "
                                      "which OVS ignores")
-                outs = [port for kind_, port in _action_list(bucket.actions) if kind_ == "output"]
+                acts = _action_list(bucket.actions)
+                outs = [port for kind_, port in acts if kind_ == "output"]
+                if len(outs) != 1:
+                    raise NotImplementedError(f"{self.name}: a bucket with {len(outs)} outputs")
+                # a bucket is an action set: its TTL is set before the output, whatever the order
+                set_ttl = [arg for kind_, arg in acts if kind_ == "set_nw_ttl"]
                 ports.extend(outs)
+                ttls.append(set_ttl[-1] if set_ttl else None)
             self.groups[msg.group_id] = ports
+            self.bucket_ttls[msg.group_id] = ttls
             self.group_types[msg.group_id] = "ff" if msg.type == ofp.OFPGT_FF else "select"
         else:
             pass  # barriers, feature requests and the like change no state
@@ -134,28 +157,47 @@ class FakeSwitch:
 
     def out_ports(self, pkt: dict[str, int]) -> list[int]:
         """Every port the packet may leave by (several for a select group: any one of them)."""
+        return [port for port, _pkt in self.forward(pkt)]
+
+    def forward(self, pkt: dict[str, int]) -> list[tuple[int, dict[str, int]]]:
+        """Every (port, packet as it leaves by that port) the packet may take.
+
+        A select group gives one per live bucket (any one of them), a fast-failover
+        group its first live bucket; each bucket's own TTL action applies to its copy.
+        """
         entry = self.lookup(pkt)
         if entry is None:
             return []
-        ports: list[int] = []
+        out: list[tuple[int, dict[str, int]]] = []
+        cur = pkt
         for kind, arg in entry.actions:
-            if kind == "output":
+            if kind == "set_nw_ttl":
+                cur = _set_ttl(cur, arg)
+            elif kind == "output":
                 if arg not in self.down_ports:  # a dead port swallows what is sent to it
-                    ports.append(arg)
+                    out.append((arg, cur))
             elif kind == "group":
                 if arg not in self.groups:
                     raise ValueError(f"{self.name}: flow points at missing group {arg}")
-                live = [p for p in self.groups[arg] if p not in self.down_ports]
+                live = [(p, t) for p, t in zip(self.groups[arg], self.bucket_ttls[arg],
+                                               strict=True) if p not in self.down_ports]
                 if self.group_types.get(arg) == "ff":
                     live = live[:1]  # fast failover: the first live bucket only
-                ports.extend(live)
-        return ports
+                out.extend((p, cur if t is None else _set_ttl(cur, t)) for p, t in live)
+        return out
+
+
+def _set_ttl(pkt: dict[str, int], ttl: int) -> dict[str, int]:
+    """``pkt`` with its IPv4 TTL set to ``ttl``; OVS leaves a packet that is not IP as it is."""
+    if pkt.get("eth_type") not in _IP_TYPES:
+        return pkt
+    return {**pkt, "nw_ttl": ttl}
 
 
 def _action_list(actions: list[Any]) -> list[tuple[str, int]]:
     out = [action_of(a) for a in actions]
     for kind, _arg in out:
-        if kind not in ("output", "group"):
+        if kind not in ("output", "group", "set_nw_ttl"):
             raise NotImplementedError(f"action {kind}")
     return out
 
@@ -166,6 +208,16 @@ def _actions(instructions: list[Any]) -> list[tuple[str, int]]:
 
 class LoopError(AssertionError):
     """A traced packet came back to a switch it had already crossed."""
+
+
+@dataclass
+class Delivery:
+    """One way a traced packet can go: nodes crossed, (switch, out port) hops, and the
+    packet as it arrived at the last node (a host, or the switch that dropped it)."""
+
+    path: list[str]
+    hops: list[tuple[str, int]]
+    pkt: dict[str, int]
 
 
 class FakeFabric:
@@ -189,7 +241,8 @@ class FakeFabric:
         if eth_type == 0x0806:
             pkt.update(arp_tpa=_as_int("arp_tpa", dst_ip), arp_spa=_as_int("arp_spa", src_ip))
         else:
-            pkt.update(ipv4_dst=_as_int("ipv4_dst", dst_ip), ipv4_src=_as_int("ipv4_src", src_ip))
+            pkt.update(ipv4_dst=_as_int("ipv4_dst", dst_ip), ipv4_src=_as_int("ipv4_src", src_ip),
+                       nw_ttl=HOST_TTL)
         pkt.update(fields)
         return pkt
 
@@ -198,27 +251,36 @@ class FakeFabric:
 
         Raises ``LoopError`` if some path revisits a switch.
         """
+        return [d.path for d in self.deliveries(src, pkt, max_hops)]
+
+    def deliveries(self, src: str, pkt: dict[str, int], max_hops: int = 16) -> list[Delivery]:
+        """``trace``, with the ports each path left by and the packet as it arrived.
+
+        Raises ``LoopError`` if some path revisits a switch.
+        """
         port_map = self.ports[src]
         (first, first_port, _link), = port_map.values()
-        paths: list[list[str]] = []
+        found: list[Delivery] = []
 
-        def walk(node: str, in_port: int, path: list[str]) -> None:
+        def walk(node: str, in_port: int, path: list[str], hops: list[tuple[str, int]],
+                 cur: dict[str, int]) -> None:
             if node in self.hosts:
-                paths.append(path + [node])
+                found.append(Delivery(path + [node], hops, cur))
                 return
             if node in path:
                 raise LoopError(f"loop: {' -> '.join(path + [node])}")
             if len(path) > max_hops:
                 raise LoopError(f"path longer than {max_hops} hops: {' -> '.join(path)}")
-            outs = self.switches[node].out_ports({**pkt, "in_port": in_port})
+            outs = self.switches[node].forward({**cur, "in_port": in_port})
             if not outs:
-                paths.append(path + [node, "DROP"])
+                found.append(Delivery(path + [node, "DROP"], hops, cur))
                 return
-            for port in outs:
+            for port, sent in outs:
                 if port == in_port:
                     raise LoopError(f"{node} sends the packet back out of its in_port {port}")
                 peer, peer_port, _ = self.ports[node][port]
-                walk(peer, peer_port, path + [node])
+                sent = {k: v for k, v in sent.items() if k != "in_port"}
+                walk(peer, peer_port, path + [node], hops + [(node, port)], sent)
 
-        walk(first, first_port, [src])
-        return paths
+        walk(first, first_port, [src], [], dict(pkt))
+        return found

@@ -30,6 +30,7 @@ IMPURE = ("mininet", "os_ken", "subprocess", "socket")
 #: Modules that hold plain data and arithmetic (each checked; add new ones as they come).
 PURE = (
     "vocab.plan", "vocab.plugins", "vocab.flows", "vocab.validate", "vocab.evidence",
+    "vocab.lanemark",
     "controllers.policies", "controllers.policies.ecmp",
     "controllers.policies.ecmp_fluid", "controllers.policies.planned",
     "controllers.policies.adaptive", "controllers.policies.spray",
