@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         stop_on_signals()
         if _swallowed:  # a stop that came while the handlers were being imported
             raise _swallowed[0]
+        # lazy: the CLI loads Mininet, NumPy and more (~0.5 s): after the stop handlers
         from astral_lab.cli import main as cli_main
     except BaseException as exc:  # noqa: BLE001  (a stop, bare or wrapped; else re-raised)
         stop = stop_inside(exc)

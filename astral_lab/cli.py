@@ -29,27 +29,42 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import json
 import os
+import shutil
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
+
+from mininet.cli import CLI
+from mininet.log import setLogLevel
 
 from astral_lab.cluster_cli import add_cluster_option
-from astral_lab.controller_cli import controller_policy
+from astral_lab.controller_cli import add_options, check_files, controller_policy
+from astral_lab.cost_cli import add_cost_parser
 from astral_lab.dashboard_cli import add_dashboard_parser, add_live_options
+from astral_lab.model_cli import add_model_parser
+from astral_lab.ops_cli import add_ops_parser
 from astral_lab.size_cli import add_size_options, size
 from controllers import policies
 from controllers.fabric import DEFAULT_MODE
+from controllers.shell import run
+from scenarios.base import format_table
+from scenarios.experiments import SCENARIOS
 from testbed import datapath, topologies
+from testbed.capture import check_ports
+from testbed.daemons import parse_request
 from testbed.fabricspec import EMULATED_RULES, FabricSpec
 from testbed.results import check_output, results_dir, results_root
+from testbed.shell import cleanup
+from testbed.shell.cluster import make_lab
+from testbed.shell.faults import INJECTORS
+from testbed.shell.lab import Lab
+from testbed.shell.preflight import LabError
 from testbed.shell.signals import stop_inside, stop_on_signals
 from testbed.topologies import build, describe
 from testbed.version import __version__
 from traffic.roce import LAB_PMTU
 from vocab.validate import BadValue, Parser, distinct, out_dir, out_file, same_file
-
-if TYPE_CHECKING:  # the Lab imports Mininet: a verb that brings one up imports it
-    from testbed.shell.lab import Lab
 
 RESULTS = results_root()
 
@@ -128,6 +143,7 @@ def cmd_topo(args: argparse.Namespace) -> int:
             png = os.path.join(partial, "fabric.png")
     plan.save(plan_path)
     if png:
+        # lazy: testbed.draw loads matplotlib (~0.2 s); only the drawing of topo needs it
         from testbed.draw import draw_plan
 
         draw_plan(plan, png)
@@ -143,8 +159,6 @@ def cmd_topo(args: argparse.Namespace) -> int:
 
 
 def _lab_from_args(args: argparse.Namespace, capture_dir: str | None = None) -> Lab:
-    from testbed.shell.cluster import make_lab
-
     plan = build(args.topology, **_spec_params(args))
     if isinstance(args.switch_daemons, int) and args.switch_daemons > len(plan.switches):
         raise ValueError(f"--switch-daemons {args.switch_daemons}: the fabric has "
@@ -169,9 +183,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     """Bring up, open the Mininet CLI; with ``--capture``, pcaps go to results/<time>-up-*/."""
     if not args.capture:
         return _up(args, None)
-    import shutil
-
-    from testbed.capture import check_ports
 
     check_ports([build(args.topology, **_spec_params(args))], args.capture)  # before any folder
     partial, final = results_dir(f"up-{args.topology}")
@@ -187,9 +198,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace, capture_dir: str | None) -> int:
-    from mininet.cli import CLI
-    from mininet.log import setLogLevel
-
     with _lab_from_args(args, capture_dir) as lab:
         _print_bringup(lab)
         if lab.dashboard_url:
@@ -217,8 +225,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from scenarios.experiments import SCENARIOS
-
     scenarios = SCENARIOS.all()
     width = max(len(n) for n in scenarios)
     for name, sc in scenarios.items():
@@ -230,8 +236,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_policies(args: argparse.Namespace) -> int:
     """Every policy module (controllers/policies/), where it runs and what it does."""
-    import json
-
     rows = policies.table()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -261,8 +265,6 @@ def add_pmtu_option(p: argparse.ArgumentParser) -> None:
 def add_daemons_option(p: argparse.ArgumentParser) -> None:
     """``--switch-daemons``: how many ovs-vswitchd forward the fabric
     (testbed.shell.switch_daemons)."""
-    from testbed.daemons import parse_request
-
     def parse(text: str) -> int | str:
         try:
             return parse_request(text)
@@ -282,8 +284,6 @@ def _run_output(path: str) -> str:
 
 
 def _run_parser(name: str) -> argparse.ArgumentParser:
-    from scenarios.experiments import SCENARIOS
-
     sc = SCENARIOS.get(name)
     p = Parser(prog=f"astral-lab run {name}", description=sc.description,
                epilog=sc.doc.strip().split("\n\n")[0] if sc.doc else None)
@@ -310,9 +310,6 @@ def _run_parser(name: str) -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from scenarios.base import format_table
-    from scenarios.experiments import SCENARIOS
-
     sc = SCENARIOS.get(args.scenario)
     opts = _run_parser(args.scenario).parse_args(args.rest)
     overrides = {p.name: getattr(opts, p.name) for p in sc.params
@@ -342,17 +339,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
-    from astral_lab.controller_cli import check_files
-    from controllers.shell import run
-
     check_files(args)
     return run.serve(args)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    from testbed.shell import cleanup
-    from testbed.shell.faults import INJECTORS
-
     if os.geteuid() != 0:
         print("astral-lab clean: error: must run as root (sudo astral-lab clean)",
               file=sys.stderr)
@@ -416,18 +407,13 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(fn=cmd_run)
 
     c = sub.add_parser("controller", help="run the controller alone for a plan (use with `mn`)")
-    from astral_lab.controller_cli import add_options
 
     add_options(c)
     c.set_defaults(fn=cmd_controller)
 
-    from astral_lab.cost_cli import add_cost_parser
-
     add_cost_parser(sub)
-    from astral_lab.model_cli import add_model_parser
 
     add_model_parser(sub)
-    from astral_lab.ops_cli import add_ops_parser
 
     add_ops_parser(sub)
     add_dashboard_parser(sub)
@@ -499,8 +485,6 @@ def expected_status(exc: BaseException) -> int | None:
     this machine's state too; one that answered with an error status was sent a request it
     refused, which is a bug of the code that sent it.
     """
-    from testbed.shell.preflight import LabError
-
     fidelity = sys.modules.get("scenarios.fidelity")  # only a scenario can have raised it
     if fidelity is not None and isinstance(exc, fidelity.CapacityError):
         return EXIT_GUARD

@@ -15,6 +15,7 @@ from controllers.fabric import ADAPTIVE_DEFAULTS, DEFAULT_MODE, POLL_INTERVAL_S
 from controllers.flowtable import DEFAULT_SELECT_METHOD, SELECT_METHODS
 from controllers.shell.rest import DEFAULT_REST_PORT
 from controllers.shell.run import DEFAULT_OF_PORT, serve
+from testbed.topologies import TOPOLOGIES
 from vocab.plan import WiringPlan
 from vocab.plugins import suggest
 from vocab.validate import (
@@ -34,8 +35,6 @@ def plan_file(path: str) -> str:
     """``--plan`` of ``controller`` and ``dashboard``: a wiring plan file, read (never
     written) and checked whole here, its topology one of the lab's designs, so neither the
     controller nor the live view starts on a plan it cannot hold."""
-    from testbed.topologies import TOPOLOGIES
-
     in_file(path)
     try:
         plan = WiringPlan.load(path)

@@ -24,9 +24,16 @@ import urllib.parse
 from typing import Any
 
 from astral_lab.controller_cli import plan_file
+from astral_lab.ops_cli import discover
 from controllers.shell.client import ControllerClient
+from ops.shell.collector import host_pids_from_processes
 from ops.telemetry import DEFAULT_INTERVAL_S
+from scenarios.live_demo import alternate
+from testbed.capture import parse_ports
+from testbed.results import results_dir
+from testbed.shell.lab import Lab
 from testbed.shell.signals import STOPPING, exit_status
+from testbed.topologies import build
 from vocab.plan import WiringPlan, write_json_atomic
 from vocab.validate import SECONDS, Parser, count
 
@@ -78,7 +85,7 @@ def serve(plan: WiringPlan, client: ControllerClient | None, *, port: int,
           stop: threading.Event | None = None) -> int:
     """Serve the live view until ``stop`` is set or a signal stops it (then the status is
     128 + the signal, as for every verb); print the URL first."""
-    from ops.shell.collector import host_pids_from_processes
+    # lazy: the live view loads matplotlib (~0.2 s); only a running dashboard needs it
     from ops.shell.dashboard_server import LiveBackend, serve_until
 
     if host_pids is None:  # the hosts' Mininet shells, to read their NIC counters
@@ -118,7 +125,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         client = controller_client(args.controller)
         return serve(plan, client, port=args.port, interval=args.interval,
                      progress=args.progress)
-    from astral_lab.ops_cli import discover
 
     lab = discover(args.run)
     client = controller_client(f"http://127.0.0.1:{lab['rest_port']}") \
@@ -130,11 +136,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     """Bring up the demo fabric with its live view; alternate ECMP and planned rounds of one
     permutation until Ctrl-C; tear everything down. The URL is the first line printed."""
-    from scenarios.live_demo import alternate
-    from testbed.results import results_dir
-    from testbed.shell.lab import Lab
-    from testbed.topologies import build
-
     if os.geteuid() != 0:
         raise ValueError("--demo brings up a Mininet fabric: run it as root "
                          "(sudo astral-lab dashboard --demo)")
@@ -188,8 +189,6 @@ def add_live_options(p: argparse.ArgumentParser) -> None:
 
 
 def _capture(text: str) -> list[str]:
-    from testbed.capture import parse_ports
-
     try:
         return parse_ports(text)
     except ValueError as exc:

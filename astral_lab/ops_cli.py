@@ -29,12 +29,15 @@ import time
 from typing import Any
 
 from controllers.shell.client import ControllerClient
+from ops import llm
 from ops.agent import Diagnosis, Tools, diagnose
 from ops.detectors import Alert, Engine
 from ops.shell.collector import Collector, running_sources
 from ops.shell.probe import ping
 from ops.telemetry import DEFAULT_INTERVAL_S, DEFAULT_MAX_ROWS, Store
 from scenarios.base import format_table
+from testbed.shell import cleanup
+from testbed.shell.preflight import LabError
 from testbed.wiring import findings
 from vocab.plan import WiringPlan
 from vocab.validate import SECONDS, Parser, count, distinct, in_file, out_file, real
@@ -45,8 +48,6 @@ DEFAULT_COLLECT_S = 5.0
 
 def discover(run_id: str | None = None) -> dict[str, Any]:
     """The running lab: ``{"run_id", "plan", "rest_port", "host_pids"}`` from its run record."""
-    from testbed.shell import cleanup
-
     records = []
     for path in sorted(glob.glob(os.path.join(cleanup.STATE_DIR, "*.json"))):
         try:
@@ -180,8 +181,6 @@ def answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
     Public as a seam: the session around it (collecting, the telemetry folder, cleanup) is
     what ``diagnose`` tests check, with the answer itself replaced."""
     if args.llm:
-        from ops import llm
-
         cfg = llm.config_from_env()
         if cfg is None:
             raise ValueError(f"--llm needs {llm.ENV_URL} set to an OpenAI-compatible endpoint")
@@ -190,8 +189,6 @@ def answer(tools: Tools, question: str, args: argparse.Namespace) -> Diagnosis:
         try:
             return llm.llm_diagnose(tools, question, client, fallback=fallback)
         except llm.LLMError as exc:
-            from testbed.shell.preflight import LabError
-
             raise LabError(f"--llm: {exc} (--llm-fallback answers with the rule-based "
                            "planner when the model cannot)") from None
     return diagnose(tools, question, probe=not args.no_probe)
@@ -240,8 +237,6 @@ def _check_diagnose_options(args: argparse.Namespace) -> None:
 
 
 def run_diagnose(args: argparse.Namespace) -> int:
-    from testbed.shell import cleanup
-
     _check_diagnose_options(args)
     if args.interval is None:
         args.interval = DEFAULT_INTERVAL_S
@@ -331,6 +326,7 @@ def rescore(run_dir: str) -> dict[str, Any]:
     """Every alert source's scores (``ops.evaluate.summaries``) from a run folder's
     ``ops_eval.json`` alone, read and never written: the raw alerts, the agent's answers,
     the injector's events and the phases' instants it keeps."""
+    # lazy: ops.evaluate adds ~12 ms to every astral-lab command; only `ops rescore` uses it
     from ops.evaluate import score_run, summaries
 
     path = in_file(os.path.join(run_dir, "ops_eval.json"), "RUN_DIR")
@@ -409,7 +405,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="astral-lab")
     add_ops_parser(parser.add_subparsers(dest="verb", required=True))
     args = parser.parse_args(["ops", *(sys.argv[1:] if argv is None else argv)])
-    from testbed.shell.preflight import LabError
 
     try:
         return int(args.fn(args) or 0)

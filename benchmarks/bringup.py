@@ -29,8 +29,14 @@ import sys
 import time
 from typing import Any
 
+from mininet.net import Mininet
+
 from benchmarks.common import child_argv, die_with_parent, run_child, summarize, write
+from testbed.shell import cleanup
+from testbed.shell.lab import Lab
 from testbed.shell.machine import fabric_lock
+from testbed.shell.mntopo import PlanTopo
+from testbed.shell.procs import kill_pids
 from testbed.topologies import build
 from vocab.plan import WiringPlan
 
@@ -48,10 +54,6 @@ def run_plain(gpus: int) -> dict[str, float]:
     Stopped on every way out (``finally``), so an interrupted baseline leaves
     nothing; what a killed one leaves, ``astral-lab clean`` finds by its names.
     """
-    from mininet.net import Mininet
-
-    from testbed.shell.mntopo import PlanTopo
-
     plan = build("astral3", **SIZES[gpus])
     lock = fabric_lock(lambda _msg: None)
     try:
@@ -80,9 +82,6 @@ def _drop_plain_leftovers(net: Any, plan: WiringPlan) -> None:
     output, and Mininet's stop then fails on the node (its ``cmd`` asserts) with
     most veths still there. We hold the fabric lock, so the plan's names are ours.
     """
-    from testbed.shell import cleanup
-    from testbed.shell.procs import kill_pids
-
     shells = [n.shell.pid for n in net.hosts + net.switches
               if getattr(n, "shell", None) is not None and n.shell.poll() is None]
     kill_pids(shells, grace=0.5, sig=signal.SIGKILL)
@@ -92,8 +91,6 @@ def _drop_plain_leftovers(net: Any, plan: WiringPlan) -> None:
 
 
 def run_lab(gpus: int) -> dict[str, Any]:
-    from testbed.shell.lab import Lab
-
     plan = build("astral3", **SIZES[gpus])
     t0 = time.monotonic()
     lab = Lab(plan, log=lambda _msg: None)

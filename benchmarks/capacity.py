@@ -45,17 +45,26 @@ from typing import Any
 from benchmarks.common import write
 from scenarios import fidelity
 from scenarios.common import mean_hops
+from testbed.daemons import ROOT, resolve_count
+from testbed.datapath import choose_datapath
+from testbed.shell.lab import Lab
+from testbed.shell.switch_daemons import vswitchd_pids
+from traffic import native
+from traffic.kernels import FlowSpec
 from traffic.roce import (
     LAB_PMTU,
     OP_WRITE_MIDDLE,
     Endpoints,
     FrameBuilder,
     Plane,
+    ReplaySpec,
     frame_len,
     mtu_for,
 )
+from traffic.shell import pktio as helper
+from traffic.shell.replay import drop_roce, sender_spec
 from traffic.shell.running import RunningLab
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, write_json_atomic
 
 #: frame sources of the ceiling (receivers only count): the highest held is the ceiling
 SOURCES = ("trafgen", "pktio")
@@ -85,9 +94,6 @@ def switch_pids() -> list[int]:
 
 def _daemon_pids(lab: RunningLab) -> list[int]:
     """The lab's switch daemons' ovs-vswitchd processes, daemon 0 (the machine's) first."""
-    from testbed.daemons import ROOT
-    from testbed.shell.switch_daemons import vswitchd_pids
-
     return [p for p in vswitchd_pids(getattr(lab, "daemons", [ROOT])) if p]
 
 
@@ -175,11 +181,6 @@ def sender_cmd(lab: RunningLab, plan: WiringPlan, a: str, b: str, i: int, pmtu: 
         gap_ns = int(frame_len(OP_WRITE_MIDDLE, pmtu) * 8 / (rate * 1e6) * 1e9)
         return ["trafgen", "--dev", f"{a}-eth0", "--conf", cfg, "-n", str(count), "-t",
                 f"{gap_ns}ns", "-q", "-P", "1", "-Q", "-C"]
-    from traffic import native
-    from traffic.kernels import FlowSpec
-    from traffic.roce import ReplaySpec
-    from traffic.shell import pktio as helper
-    from traffic.shell.replay import sender_spec
 
     flow = FlowSpec.make(a, b, count * pmtu, qp=i, message_bytes=64 * pmtu)
     path = os.path.join(work, f"count-{a}-{pmtu}.plan")
@@ -192,8 +193,6 @@ def counted_trial(lab: RunningLab, plan: WiringPlan, pairs: list[tuple[str, str]
                   rate: float, work: str, source: str = "trafgen") -> dict[str, Any]:
     """Every sender's frame source at ``rate`` for TRIAL_S seconds, receivers that only
     count: did every frame arrive in time?"""
-    from traffic.shell.replay import drop_roce
-
     frame_bytes = frame_len(OP_WRITE_MIDDLE, pmtu)
     count = max(1, int(rate * 1e6 / 8 * fidelity.TRIAL_S / frame_bytes))
     hops = mean_hops(plan, [_flow(a, b) for a, b in pairs])
@@ -258,8 +257,6 @@ def counted_trial(lab: RunningLab, plan: WiringPlan, pairs: list[tuple[str, str]
 
 
 def _flow(a: str, b: str) -> Any:
-    from traffic.kernels import FlowSpec
-
     return FlowSpec.make(a, b, 1, qp=0)
 
 
@@ -353,12 +350,9 @@ def main(argv: list[str] | None = None) -> int:
         print("the capacity benchmark brings up a real fabric: run as root", file=sys.stderr)
         return 2
     pmtus = sorted(int(x) for x in args.pmtus.split(","))
-    from testbed import daemons
-    from testbed.datapath import choose_datapath
-    from testbed.shell.lab import Lab
 
     plan = fidelity.calibration_plan()
-    counts = sorted({daemons.resolve_count(x, choose_datapath(), len(plan.switches))
+    counts = sorted({resolve_count(x, choose_datapath(), len(plan.switches))
                      for x in args.daemons.split(",")} | {1})
     runs: dict[str, Any] = {}
     with Lab(plan, pmtu=LAB_PMTU, log=lambda _m: None) as lab:
@@ -400,8 +394,6 @@ def main(argv: list[str] | None = None) -> int:
                        "two_daemons_over_one_hop_pps": GOAL_DAEMONS}
     path = write("capacity", result)
     if args.output:
-        from vocab.plan import write_json_atomic
-
         with open(path) as fh:
             write_json_atomic(args.output, json.load(fh))
         path = args.output

@@ -38,6 +38,8 @@ from benchmarks.bringup import SIZES as BRINGUP_SIZES
 from benchmarks.common import summarize, write
 from controllers import lb
 from controllers.paths import PathFinder
+from testbed.shell.lab import Lab
+from testbed.shell.probe import Stream
 from testbed.topologies import build
 from vocab.flows import Flow
 
@@ -50,9 +52,6 @@ FAILOVER_GOALS_S = {"leaf-uplink": 0.050, "spine-downlink": 0.500}
 
 
 def failover(repeats: int) -> dict[str, Any]:
-    from testbed.shell.lab import Lab
-    from testbed.shell.probe import Stream
-
     plan = build("astral3", servers=4, gpus=2, servers_per_block=2)
     src, dst, pps = "s0g0", "s2g1", 500.0
     out: dict[str, Any] = {"fabric": "astral3 servers=4 gpus=2 (4 leaves, 4 spines, 1 lane each)",
@@ -87,8 +86,6 @@ def failover(repeats: int) -> dict[str, Any]:
 
 
 def convergence(repeats: int, sizes: list[int]) -> dict[str, Any]:
-    from testbed.shell.lab import Lab
-
     out: dict[str, Any] = {}
     for gpus in sizes:
         plan = build("astral3", **BRINGUP_SIZES[gpus])

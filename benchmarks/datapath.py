@@ -55,10 +55,14 @@ from typing import Any
 from benchmarks import capacity
 from benchmarks.common import exit_once, write
 from scenarios import fidelity
+from testbed.shaping import root_ends
+from testbed.shell.faults.link_degrade import htb_rate_command
+from testbed.shell.lab import OVS_PORT_RCVBUF, Lab
 from testbed.shell.machine import socket_buffers
-from traffic.roce import LAB_PMTU, OP_WRITE_MIDDLE, frame_len, mtu_for
+from traffic.roce import LAB_PMTU, OP_WRITE_MIDDLE, PMTUS, frame_len, mtu_for
+from traffic.shell.replay import drop_roce
 from traffic.shell.running import RunningLab
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, write_json_atomic
 
 #: HTB rate (Mb/s) the shaping check gives its port, and the offered multiple of it
 SHAPE_MBPS = 20.0
@@ -119,8 +123,6 @@ def parse_variants(text: str) -> list[Variant]:
 
 def parse_pmtus(text: str) -> list[int]:
     """``"4096,2048"`` -> [4096, 2048]: path MTUs the Lab's 4,096-byte interfaces carry."""
-    from traffic.roce import PMTUS
-
     try:
         pmtus = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -278,8 +280,6 @@ def _set_pmd_mask(mask: str | None) -> None:
 def _set_types(ports: list[str], port_type: str) -> None:
     """Every port to ``port_type`` ("" = system) in one transaction; afxdp in generic
     (skb) mode, which works on veth, and without that option for system ports."""
-    from testbed.shell.lab import OVS_PORT_RCVBUF
-
     cmd: list[str] = []
     for p in ports:
         cmd += ["--", "set", "Interface", p, f'type="{port_type}"']
@@ -343,9 +343,6 @@ def shaping_check(lab: RunningLab, plan: WiringPlan, pair: tuple[str, str], pmtu
                   ) -> dict[str, Any]:
     """Lower the HTB class of the switch port towards ``pair``'s receiver to SHAPE_MBPS,
     offer SHAPE_OVER x that from its sender, and read the rate the receiver got."""
-    from testbed.shell.faults.link_degrade import htb_rate_command
-    from traffic.shell.replay import drop_roce
-
     a, b = pair
     link = next(ln for ln in plan.links if ln.a == b)  # the receiver's NIC cable
     port, plan_mbps = link.b_intf, link.mbps
@@ -455,8 +452,6 @@ def main(argv: list[str] | None = None) -> int:
         print("the datapath benchmark brings up a real fabric: run as root", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, exit_once)  # SIGTERM leaves through the finally blocks
-    from testbed.shaping import root_ends
-    from testbed.shell.lab import Lab
 
     plan = fidelity.calibration_plan()
     pairs = fidelity.calibration_pairs(plan)
@@ -495,8 +490,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = write("datapath", result)
     if args.output:
-        from vocab.plan import write_json_atomic
-
         with open(path) as fh:
             write_json_atomic(args.output, json.load(fh))
         path = args.output

@@ -46,6 +46,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import child_argv, die_with_parent, run_child, write
+from testbed.models import flowmodel as fm
+from testbed.models.flowmodel import MAX_REL_ERROR
 from testbed.models.jobs import Workload
 
 #: The fabric of each size. 256 GPUs: the CLI's default (``topo``'s blocks of two servers),
@@ -85,8 +87,6 @@ def child(gpus: int, placement: str, mode: str, policies: list[str] | None,
     ``policies`` None and mode ``auto`` is the CLI with default options on ``FABRICS``'s
     fabric (``jobs`` 0: the CLI's workers). ``finishes``: an .npz file to save every policy's flow
     finishes in."""
-    from testbed.models import flowmodel as fm
-
     kw: dict[str, Any] = {"workload": workload, "fabric": FABRICS[gpus],
                           "tolerance": tolerance, "jobs": jobs}
     if policies is not None:
@@ -157,7 +157,6 @@ def _compare(gpus: int, timeout: float | None) -> dict[str, Any]:
         if not fast.get("timed_out") and not exact.get("timed_out"):
             a, e = np.load(os.path.join(tmp, "fast.npz")), np.load(os.path.join(tmp, "exact.npz"))
             err = {p: float(np.max(np.abs(a[p] - e[p]) / e[p])) for p in e.files}
-    from testbed.models.flowmodel import MAX_REL_ERROR
 
     return {"gpus": gpus, "workload": "decode", "default": fast, "exact": exact,
             "max_rel_error": err, "promised": MAX_REL_ERROR,

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.common import summarize, write
-from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD
+from traffic.roce import DEFAULT_PMTU, MAX_OVERHEAD, Endpoints, FrameBuilder, segment
+from traffic.shell.agent import open_raw
 from vocab.flows import ROCE_PORT
 
 GOAL_RAW = 0.5
@@ -153,8 +154,6 @@ def spec_dict(a: Side, b: Side, flows: list[dict[str, Any]], rate_mbps: float = 
 
 # --- children: run inside the sender namespace --------------------------------------------------
 def _roce_frame(args: argparse.Namespace) -> bytes:
-    from traffic.roce import Endpoints, FrameBuilder
-
     ep = Endpoints(args.src_mac, args.dst_mac, args.src_ip, args.dst_ip, qp=1, dscp=26)
     builder = FrameBuilder(ep, pmtu=DEFAULT_PMTU)
     frame = bytes(next(builder.frames(FRAME_BYTES - MAX_OVERHEAD)))  # one ONLY of 1,024
@@ -164,8 +163,6 @@ def _roce_frame(args: argparse.Namespace) -> bytes:
 
 def child_raw(args: argparse.Namespace) -> dict[str, Any]:
     """The ceiling: one prebuilt frame, sent in a tight loop (clock read every 256 sends)."""
-    from traffic.shell.agent import open_raw
-
     frame = _roce_frame(args)
     sock = open_raw(args.intf)
     send = sock.send
@@ -189,13 +186,12 @@ def child_raw(args: argparse.Namespace) -> dict[str, Any]:
 
 def child_scapy(args: argparse.Namespace) -> dict[str, Any]:
     """``sendp`` of Scapy-built RoCEv2 frames (the same headers and sizes as the agent's)."""
+    # lazy: Scapy takes ~0.4 s to load; only the Scapy sender child uses it
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
     from scapy.sendrecv import sendp
-
-    from traffic.roce import segment
 
     pkts = []
     psn = 0

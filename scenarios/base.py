@@ -48,13 +48,19 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib import metadata
 from types import ModuleType
 from typing import Any
 
+from scenarios.common import WIRE_PMTU
+from scenarios.fidelity import CalibrationError, calibrate, check, offered
+from testbed.capture import check_ports, parse_ports, resolve
 from testbed.fabricspec import FABRIC_RULES
 from testbed.results import output_dir
+from testbed.shell.cluster import CLUSTER_MTU, make_lab
 from testbed.shell.signals import held
 from testbed.topologies import fabric_size
+from testbed.version import __version__
 from traffic.roce import LAB_PMTU, largest_roce_pmtu, mtu_for
 from traffic.shell.running import RunningLab
 from vocab import validate
@@ -200,8 +206,6 @@ class Run:
                  dashboard_port: int | None = None, capture: list[str] | None = None,
                  switch_daemons: int | str = 1,
                  fabrics: dict[str, WiringPlan] | None = None) -> None:
-        from testbed.capture import parse_ports
-
         mtu_for(pmtu or LAB_PMTU)  # a bad pmtu fails here, before any folder is made
         # the live view of every fabric the run brings up, and switch ports to capture
         self.dashboard, self.dashboard_port = dashboard, dashboard_port
@@ -216,8 +220,6 @@ class Run:
         self.force = force  # run even when the fidelity guard says "CPU-bound"
         self.pmtu = pmtu or LAB_PMTU  # RoCE path MTU of every replay (and of the calibration)
         if cluster:
-            from testbed.shell.cluster import CLUSTER_MTU
-
             self.pmtu = min(self.pmtu, largest_roce_pmtu(CLUSTER_MTU))
         self.unguarded: str | None = None  # why the guard is off (--force, calibration failed)
         self.log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -256,6 +258,7 @@ class Run:
         tmp = path + ".tmp.png"
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
         os.replace(tmp, path)
+        # lazy: pyplot takes ~0.2 s to load; only a run that saves a figure needs it
         import matplotlib.pyplot as plt
 
         plt.close(fig)
@@ -310,9 +313,6 @@ class Run:
         ``--force``: then it goes ahead with the guard off, and config.json and the
         report say so.
         """
-        from scenarios.fidelity import CalibrationError, calibrate
-        from testbed.shell.cluster import make_lab
-
         if self.unguarded is None:
             try:
                 calibrate(self.log, pmtu=self.pmtu,
@@ -342,8 +342,6 @@ class Run:
     def _live_options(self, plan: WiringPlan, label: str) -> dict[str, Any]:
         """The Lab's dashboard and capture options for this fabric. A scenario brings up
         several fabrics; a requested port that one of them lacks is skipped (and said)."""
-        from testbed.capture import resolve
-
         out: dict[str, Any] = {}
         if self.dashboard:
             out.update(dashboard=True, dashboard_port=self.dashboard_port,
@@ -374,8 +372,6 @@ class Run:
         ``rate_mbps`` caps each flow's rate (senders paced below their NIC). With the
         guard off (``unguarded``) the offered load is still recorded, with margin NaN
         (null in config.json)."""
-        from scenarios.fidelity import check, offered
-
         if self.unguarded is not None:
             load = offered(lab.plan, flows, rate_mbps, pmtu=lab.pmtu)
             # NaN, not None: callers format and compare margins; every comparison is False
@@ -509,8 +505,6 @@ class Scenario:
         anything is made, and ``--capture`` checked against them by the check ``up``
         makes (``testbed.capture.check_ports``): each port must be a switch port of one
         of them (one that lacks it skips it, and says so)."""
-        from testbed.capture import check_ports, parse_ports
-
         plans = self.plans(params)
         ports = parse_ports(capture)
         if ports and self.fabrics is None:
@@ -560,7 +554,6 @@ class Scenario:
                   tunnel=tunnel, pmtu=pmtu, dashboard=dashboard,
                   dashboard_port=dashboard_port, capture=capture, switch_daemons=switch_daemons,
                   fabrics=plans)
-        from scenarios.common import WIRE_PMTU
 
         token = WIRE_PMTU.set(run.pmtu)  # the flow model's frames are the replay's
         try:
@@ -585,8 +578,6 @@ def _refused_before_start(run: Run, exc: BaseException) -> bool:
     for the capacity calibration, before any stage finished or any fabric of the run came
     up. A folder the user named (``-o``) is never removed.
     """
-    from scenarios.fidelity import CalibrationError
-
     return (isinstance(exc, (ValueError, CalibrationError)) and not run.stages
             and not run.config["fabrics"] and run.dir != run.final)
 
@@ -692,10 +683,6 @@ def _cmd_version(cmd: list[str]) -> str | None:
 
 def versions() -> dict[str, Any]:
     """Everything a reader needs to reproduce a number: code, tools, kernel, CPUs."""
-    from importlib import metadata
-
-    from testbed.version import __version__
-
     out: dict[str, Any] = {"astral_lab": __version__, "python": platform.python_version(),
                            "kernel": platform.release(), "cpus": os.cpu_count(),
                            "machine": platform.machine()}

@@ -10,16 +10,24 @@ is ``b``'s toward ``a``.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 from collections import defaultdict
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from controllers import policies
+from controllers.paths import UNITS, PathFinder
+from testbed.daemons import tx_bytes_everywhere
+from testbed.models.bounds import bounds
+from testbed.models.perflow import model_flows
 from traffic.kernels import FlowSpec
-from traffic.roce import LAB_PMTU
-from vocab.flows import ROCE_PORT
+from traffic.roce import LAB_PMTU, frame_len, message_wire_bytes, segment
+from vocab.flows import ROCE_PORT, sport_for_qp
 from vocab.plan import Link, WiringPlan
 
 
@@ -30,8 +38,6 @@ def cross_leaf_permutation(plan: WiringPlan, seed: int = 0) -> list[tuple[str, s
     Rejection-sampled (seeded): same-leaf pairs never touch a spine, so they would hide the
     load-balancing question the scenario asks.
     """
-    from controllers.paths import PathFinder
-
     finder = PathFinder(plan)
     hosts = [h.name for h in plan.hosts]
     rng = random.Random(seed)
@@ -57,8 +63,6 @@ def permutation_flows(plan: WiringPlan, nbytes: int, qps: int = 1, seed: int = 0
 
 def leaf_fanout(plan: WiringPlan, flows: list[FlowSpec]) -> tuple[int, int]:
     """(QPs leaving the busiest leaf, that leaf's uplink lanes) for cross-leaf ``flows``."""
-    from controllers.paths import PathFinder
-
     finder = PathFinder(plan)
     per: dict[str, int] = {}
     for f in flows:
@@ -80,8 +84,6 @@ def all_to_all_flows(plan: WiringPlan, nbytes_per_pair: int, qp_base: int = 0
 def mean_hops(plan: WiringPlan, flows: list[FlowSpec], by_bytes: bool = False) -> float:
     """Mean switches crossed per flow (or per byte): every minimal path of a pair has the
     same length, so the first candidate's length is the pair's hop count."""
-    from controllers.paths import PathFinder
-
     finder = PathFinder(plan)
     weights = [f.bytes if by_bytes else 1 for f in flows]
     hops = [len(finder.candidates(f.src, f.dst)[0]) for f in flows]
@@ -101,7 +103,6 @@ def port_tx_bytes(intf: str) -> int:
         with open(f"/sys/class/net/{intf}/statistics/tx_bytes") as f:
             return int(f.read())
     except (OSError, ValueError):  # or it is in a switch daemon's namespace
-        from testbed.daemons import tx_bytes_everywhere
 
         return tx_bytes_everywhere().get(intf, 0)
 
@@ -109,8 +110,6 @@ def port_tx_bytes(intf: str) -> int:
 def link_counters(plan: WiringPlan) -> dict[tuple[str, str], int]:
     """``(link name, "up"|"down") -> tx bytes`` for every fabric link, read now (in one
     pass over the root namespace and every switch daemon's: ``testbed.shell.switch_daemons``)."""
-    from testbed.daemons import tx_bytes_everywhere
-
     now = tx_bytes_everywhere()
     out = {}
     for ln in fabric_links(plan):
@@ -171,8 +170,6 @@ def distribution(values: list[float]) -> dict[str, Any]:
     report quotes the distribution so one lucky or unlucky draw cannot pass for the fabric.
     Quartiles interpolate linearly between order statistics (numpy's default).
     """
-    import numpy as np
-
     vals = np.asarray([float(v) for v in values if v is not None], dtype=float)
     if vals.size == 0:
         return {"draws": 0, "median": None, "p25": None, "p75": None, "min": None,
@@ -214,10 +211,6 @@ def shift_qps(flows: list[FlowSpec], offset: int) -> list[FlowSpec]:
 
     Bytes, messages, starts and classes are kept; only the 5-tuple's entropy changes.
     """
-    import dataclasses
-
-    from vocab.flows import sport_for_qp
-
     if not offset:
         return list(flows)
     return [dataclasses.replace(f, qp=f.qp + offset, sport=sport_for_qp(f.qp + offset))
@@ -231,9 +224,6 @@ def model_draws(plan_or_finder: Any, flows: list[FlowSpec], policy: str, draws: 
 
     ``wire``: model the frame bytes the shapers count (``wire_flows``), so the answer is
     the emulated time of the same flows, not their payload time."""
-    from testbed.models.bounds import bounds
-    from testbed.models.perflow import model_flows
-
     fl = wire_flows(flows) if wire else list(flows)
     n = max(1, int(draws)) if policy in RANDOM_POLICIES else 1
     bnd = bounds(plan_or_finder, fl, unit=unit)  # the same for every seed: once
@@ -305,10 +295,6 @@ def wire_flows(flows: list[FlowSpec], pmtu: int | None = None) -> list[FlowSpec]
     What the shapers count, so the flow model fed with these predicts the emulated times
     instead of payload times a few per cent shorter. ``pmtu``: the run's (``WIRE_PMTU``).
     """
-    from dataclasses import replace
-
-    from traffic.roce import message_wire_bytes
-
     pmtu = pmtu or WIRE_PMTU.get()
     return [replace(f, bytes=sum(message_wire_bytes(s, pmtu) for s in message_sizes(f)),
                     message_bytes=0, messages=0) for f in flows]
@@ -354,10 +340,6 @@ def message_times(plan: WiringPlan, flows: list[FlowSpec], policy: str, *,
     at the NIC rate and the last frame's store-and-forward at every switch egress of the
     path: a message of one frame then costs its serialisation hop by hop, as on the wire.
     """
-    from controllers.paths import UNITS, PathFinder
-    from testbed.models.perflow import model_flows
-    from traffic.roce import frame_len, segment
-
     pmtu = WIRE_PMTU.get()
     finder = PathFinder(plan)
     cap = finder.capacity(unit)
@@ -404,8 +386,6 @@ def median_chance(values: list[float], observed: float, n: int) -> float:
     (say >= 5%), a gap between it and the model's median may be the draws' luck; when it is
     small, the gap is systematic. Ties count as "as far" (completion times take few values).
     """
-    import math
-
     if not values or n < 1:
         return float("nan")
     med = distribution(values)["median"]

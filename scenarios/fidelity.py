@@ -40,12 +40,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from controllers.paths import PathFinder
 from scenarios.common import mean_hops
+from testbed.daemons import resolve_count
 from testbed.datapath import choose_datapath
+from testbed.models.perflow import model_flows
+from testbed.shell.lab import Lab
+from testbed.topologies import build
 from traffic.kernels import FlowSpec
-from traffic.roce import DEFAULT_PMTU, LAB_PMTU, Plane
+from traffic.roce import (
+    DEFAULT_PMTU,
+    LAB_PMTU,
+    OP_WRITE_MIDDLE,
+    Plane,
+    frame_len,
+    message_wire_bytes,
+    packets_for,
+)
+from traffic.shell.replay import DEFAULT_PLANE, replay
 from traffic.shell.running import RunningLab
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, write_json_atomic
 
 REFUSE_BELOW = 1.0
 WARN_BELOW = 2.0
@@ -114,7 +128,6 @@ def machine_key(pmtu: int = LAB_PMTU, daemons: int = 1) -> dict[str, Any]:
                              timeout=5).stdout.splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         ovs = "unknown"
-    from traffic.shell.replay import DEFAULT_PLANE
 
     return {"host": socket.gethostname(), "cpus": os.cpu_count(), "kernel": platform.release(),
             "ovs": ovs, "datapath": datapath, "plane": DEFAULT_PLANE, "pmtu": pmtu,
@@ -133,8 +146,6 @@ def load_cached(pmtu: int = LAB_PMTU, daemons: int = 1) -> dict[str, Any] | None
 def calibration_plan() -> Any:
     """The calibration's fabric: astral3, 2 servers x 4 GPUs in one rail block, NIC 400
     Mb/s so no link binds."""
-    from testbed.topologies import build
-
     return build("astral3", servers=2, gpus=4, servers_per_block=2, scale=1e-3)
 
 
@@ -146,15 +157,11 @@ def calibrate(log: Callable[[str], None] = print, *, force: bool = False,
     Call it before bringing up a scenario's own fabric: the calibration fabric uses the
     same node names, and two fabrics cannot share them.
     """
-    from testbed import daemons
-
     plan = calibration_plan()
-    n = daemons.resolve_count(switch_daemons, choose_datapath(), len(plan.switches))
+    n = resolve_count(switch_daemons, choose_datapath(), len(plan.switches))
     cached = None if force else load_cached(pmtu, n)
     if cached:
         return cached
-    from testbed.shell.lab import Lab
-    from vocab.plan import write_json_atomic
 
     with Lab(plan, log=log, pmtu=pmtu, switch_daemons=n) as lab:
         log(f"calibrating this machine's switching capacity at pmtu {pmtu} with {n} switch "
@@ -251,9 +258,6 @@ def paced_trial(lab: RunningLab, plan: WiringPlan, pairs: list[tuple[str, str]],
     Public: the capacity benchmark paces its own ramps with it, and it is the seam (the one
     step that needs a running fabric) a test replaces to check ``calibrate``'s verdicts.
     """
-    from traffic.roce import OP_WRITE_MIDDLE, frame_len
-    from traffic.shell.replay import replay
-
     frame = frame_len(OP_WRITE_MIDDLE, pmtu)
 
     nbytes = int(rate * 1e6 / 8 * TRIAL_S)
@@ -293,10 +297,6 @@ def offered(plan: WiringPlan, flows: list[FlowSpec], rate_mbps: float | None = N
     ``rate_mbps`` caps every flow (for senders paced below their NIC, e.g. probe streams).
     Packets are counted as the replay segments each flow's messages at ``pmtu``.
     """
-    from controllers.paths import PathFinder
-    from testbed.models.perflow import model_flows
-    from traffic.roce import message_wire_bytes, packets_for
-
     flows = [f for f in flows if f.bytes > 0]
     if not flows:
         return {"hop_pps": 0, "mbps": 0.0, "flows": 0}

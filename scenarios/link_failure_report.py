@@ -116,6 +116,7 @@ def _r(v: float | None, nd: int = 3) -> float | None:
 
 def _plot_timeline(run: Run, results: dict[str, dict[str, Any]],
                    metrics: dict[str, dict[str, Any]], modes: list[str]) -> None:
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.0, 2.6 * len(modes)))
@@ -145,6 +146,7 @@ def _plot_timeline(run: Run, results: dict[str, dict[str, Any]],
 
 
 def _plot_completion(run: Run, agg: dict[str, dict[str, Any]], modes: list[str]) -> None:
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.0, 3.8))

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from scenarios.common import permutation_flows
+from traffic.shell.replay import replay
 from traffic.shell.running import RunningLab
 from vocab.plan import write_json_atomic
 
@@ -36,8 +37,6 @@ def alternate(lab: RunningLab, progress: str, *, seconds: float = 6.0,
               max_rounds: int | None = None) -> int:
     """Replay rounds on ``lab`` (ECMP ``rounds_per_mode`` times, then planned, and again)
     until ``stop`` is set, Ctrl-C, or ``max_rounds``; returns the rounds completed."""
-    from traffic.shell.replay import replay
-
     plan = lab.plan
     client = lab.client()
     nbytes = int(min(plan.rdma_nic().values()) * 1e6 / 8 * seconds)

@@ -52,7 +52,7 @@ import re
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from time import time_ns
 from typing import Any, NamedTuple
@@ -454,6 +454,7 @@ _TEMPLATES: dict[tuple[int, int, int, int], bytes] = {}
 
 def _scapy_headers(opcode: int, dscp: int, ecn: int, ttl: int) -> bytes:
     """Ethernet/IPv4/UDP/BTH[/RETH] of ``opcode`` built by Scapy, addresses zero, no payload."""
+    # lazy: Scapy takes ~0.4 s to load; only frame templates need it, not roce's importers
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
@@ -523,8 +524,6 @@ class ReplaySpec:
     plb_rounds: int = 3
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         d = asdict(self)
         d["flows"] = [asdict(f) for f in self.flows]
         return d

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from controllers import lb
 from controllers.paths import Path, PathFinder
 from vocab.flows import QP_SPORT_BASE, Flow, sport_for_qp
 from vocab.plugins import Plugin, Plugins
@@ -273,8 +274,6 @@ class ModelContext:
 
     def ecmp(self) -> dict[Flow, Path]:
         """Every flow's ECMP path for this seed (cached across policies)."""
-        from controllers import lb
-
         if self.seed not in self._cache:
             self._cache[self.seed] = lb.ecmp_assign(self.flows, self.finder, self.seed)
         return self._cache[self.seed]

@@ -20,12 +20,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from controllers.shell.rest import DEFAULT_REST_PORT, MAX_BODY_BYTES, dump_json
-
-if TYPE_CHECKING:
-    from vocab.flows import Flow
+from vocab.flows import Flow
 
 DEFAULT_HOST = "127.0.0.1"
 

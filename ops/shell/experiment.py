@@ -18,6 +18,9 @@ from ops.evaluate import EvalSpec, GroundTruth, ground_truth, live_faults
 from ops.shell.monitor import check_cost
 from ops.shell.observer import LabRecord, ObserverProcess
 from testbed import faultspec
+from testbed.shell import faults as F
+from testbed.shell.lab import Lab
+from testbed.shell.probe import Stream
 from traffic.iterations import settled
 from traffic.kernels import KernelTraffic
 from traffic.shell.moejob import MoeJob
@@ -123,8 +126,6 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
     At 16 Mb/s of 1000-byte datagrams per host every lane of the default small fabric
     carries ~8 Mb/s (40% of 20 Mb/s), so a lane cut below that queues.
     """
-    from testbed.shell.probe import Stream
-
     pps = mbps_per_host * 1e6 / 8 / size / sports
     streams = []
     try:
@@ -142,8 +143,6 @@ def run_ops_eval(plan: WiringPlan, spec: EvalSpec, *, log: Callable[[str], None]
                  lab_kw: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
     """Bring ``plan`` up (controller polling every ``spec.interval``) and run
     ``eval_on_lab`` on it; ``kw`` are its live arguments (job, store_path, on_faults)."""
-    from testbed.shell.lab import Lab
-
     with Lab(plan, log=log, poll_interval=spec.interval, **(lab_kw or {})) as lab:
         return eval_on_lab(lab, spec, log=log, **kw)
 
@@ -191,8 +190,6 @@ def eval_on_lab(lab: RunningLab, spec: EvalSpec, *,
     what that cost (``check_cost``). The collector, detectors, baselines and agent run in
     a process of their own (``ops.shell.observer``), so they do not slow the job.
     """
-    from testbed.shell import faults as F
-
     plan = lab.plan
     per_kind, severity, concurrent = spec.per_kind, spec.severity, spec.concurrent
     fault_s, gap_s, seed, interval = spec.fault_s, spec.gap_s, spec.seed, spec.interval

@@ -75,9 +75,13 @@ from scenarios.common import (
 )
 from scenarios.decode_findings import DEEPEP_TOKENS, gap_line, growth_why, isolation_why
 from scenarios.prose import Prose
+from testbed.models.perflow import model_flows
+from testbed.shell import qos
 from testbed.topologies import build_for_gpus
-from traffic.roce import DEFAULT_PMTU
-from traffic.workload import PRESETS, Phase
+from traffic.kernels import low_latency
+from traffic.roce import DEFAULT_PMTU, message_wire_bytes
+from traffic.shell.replay import percentile, replay
+from traffic.workload import PRESETS, Phase, simulate_step
 from vocab.plan import WiringPlan
 from vocab.validate import SEED, count
 
@@ -184,9 +188,6 @@ def _check_params(p: dict[str, Any]) -> None:
 
 def decode_flows(plan: WiringPlan, p: dict[str, Any], draw: int = 0) -> dict[str, list[Any]]:
     """Draw ``draw``'s decode step (gating seed ``seed + draw``), QPs shifted per draw."""
-    from traffic.kernels import low_latency
-    from traffic.workload import simulate_step
-
     servers = len(plan.hosts) // p["gpus_per_server"]
     step = simulate_step(p["model"], servers, p["gpus_per_server"], p["tokens"],
                          seed=p["seed"] + draw)
@@ -207,16 +208,12 @@ def _bulk_flows(plan: WiringPlan, p: dict[str, Any], draw: int, seconds: float) 
 
 def _serial_s(flows: list[Any], nic_mbps: float, pmtu: int = DEFAULT_PMTU) -> float:
     """One message alone at the NIC: the floor under any message latency."""
-    from traffic.roce import message_wire_bytes
-
     size = max(f.message_bytes for f in flows)
     return message_wire_bytes(size, pmtu) * 8 / (nic_mbps * 1e6)
 
 
 def decode_stats(res: Any, flows: list[Any]) -> tuple[list[float], dict[str, Any]]:
     """Latencies (us) of the complete decode messages, and the decode phase's numbers."""
-    from traffic.shell.replay import percentile
-
     lat = sorted(m["latency_ns"] / 1e3 for m in res.messages
                  if m["traffic_class"] == "decode" and m.get("complete")
                  and m.get("latency_ns") is not None)
@@ -242,8 +239,6 @@ def model_case(plan: WiringPlan, p: dict[str, Any], case: str, phase: str, draws
     draws (gating seed ``seed + j``, QPs shifted by j x 1000 under the ECMP hash): per draw
     the p50/p99 (us) of the decode messages, the phase's completion (s) and when the last
     byte of any flow, bulk included, arrived (s)."""
-    from traffic.shell.replay import percentile
-
     p50, p99, done, last = [], [], [], []
     for j in range(max(1, draws)):
         decode = decode_flows(plan, p, j)[phase]
@@ -275,10 +270,6 @@ def model_case(plan: WiringPlan, p: dict[str, Any], case: str, phase: str, draws
 def _one_ep(run: Run, ep: int) -> tuple[list[dict[str, Any]], dict[str, list[list[float]]],
                                         dict[str, Any]]:
     """Bring up the EP's fabric, replay its cases over the draws; rows, latencies, qos."""
-    from testbed.models.perflow import model_flows
-    from testbed.shell import qos
-    from traffic.shell.replay import replay
-
     p = run.params
     n = int(p["draws"])
     plan = run.fabric(f"astral3-ep{ep}")
@@ -413,9 +404,11 @@ def _deepep_growth(phase: str) -> tuple[list[int], list[float]]:
 # --- plots ---------------------------------------------------------------------------------
 def _plots(run: Run, latencies: dict[str, list[list[float]]], cases: list[dict[str, Any]]
            ) -> None:
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: pyplot loads a backend: only after matplotlib.use("Agg") above
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 

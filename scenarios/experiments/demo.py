@@ -59,9 +59,13 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
+from testbed.models.bounds import bounds
+from testbed.models.perflow import model_flows
 from testbed.topologies import build_for_gpus
+from traffic.kernels import low_latency
+from traffic.shell.replay import percentile, replay, replay_step
 from traffic.shell.running import RunningLab
-from traffic.workload import Phase
+from traffic.workload import Phase, simulate_step
 from vocab.plan import WiringPlan
 from vocab.validate import SEED
 
@@ -99,8 +103,6 @@ def _model(plan: WiringPlan, nbytes: int, seed: int, mode: str, draws: int) -> d
     ECMP: over ``draws`` hash draws (source ports and the model's hash salt); planned: the
     controller's own placement, one answer.
     """
-    from testbed.models.perflow import model_flows
-
     n = draws if policies.POLICIES.get(mode).random else 1
     done, slow = [], []
     for d in range(n):
@@ -115,9 +117,6 @@ def _model(plan: WiringPlan, nbytes: int, seed: int, mode: str, draws: int) -> d
 def _permutation(run: Run, lab: RunningLab, plan: WiringPlan, mode: str, label: str
                  ) -> dict[str, Any]:
     """One permutation under ``mode``: ECMP over ``draws`` hash draws, planned once."""
-    from testbed.models.bounds import bounds
-    from traffic.shell.replay import replay
-
     p = run.params
     client = lab.client()
     client.set_lb(mode)
@@ -160,10 +159,6 @@ def _permutation_row(run: Run, stop: str, fabric: str, r: dict[str, Any], note: 
 def _decode(run: Run, lab: RunningLab, plan: WiringPlan) -> dict[str, Any]:
     """The decode burst over ``decode_draws`` gating seeds; the model on each draw's flows
     (its message latencies, and the phase's completion: do the bytes arrive on time?)."""
-    from traffic.kernels import low_latency
-    from traffic.shell.replay import percentile, replay_step
-    from traffic.workload import simulate_step
-
     p = run.params
     mode = lab.client().lb()["mode"]
     out: dict[str, Any] = {"mode": mode, "draws": []}
@@ -255,6 +250,7 @@ def where(result: RunResult) -> str:
 )
 def demo(run: Run) -> None:
     """See the module docstring."""
+    # lazy: testbed.draw loads matplotlib (~0.2 s); astral-lab list loads every scenario
     from testbed.draw import draw_plan
 
     p = run.params
@@ -324,9 +320,11 @@ def _serial_ms(flows: list[Any], plan: WiringPlan) -> float:
 
 
 def _plots(run: Run, results: dict[str, Any]) -> None:
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: pyplot loads a backend: only after matplotlib.use("Agg") above
     import matplotlib.pyplot as plt
 
     keys = [k for k in ("astral3/ecmp", "astral3/planned", "rail3/ecmp", "rail3/planned")

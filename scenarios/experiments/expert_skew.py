@@ -504,6 +504,7 @@ def _gate_text(p: dict[str, Any]) -> str:
 def _plot_rx(run: Run, hosts: list[str], cases: dict[str, dict[str, Any]]) -> None:
     """Receivers ranked by their bytes in each draw (which GPU is hot changes with the seed),
     so the median over draws at each rank keeps the incast's shape."""
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(max(6.0, 0.45 * len(hosts) + 2), 3.6))
@@ -531,6 +532,7 @@ def _plot_rx(run: Run, hosts: list[str], cases: dict[str, dict[str, Any]]) -> No
 
 
 def _plot_completion(run: Run, cases: dict[str, dict[str, Any]]) -> None:
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.0, 3.8))

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from controllers import policies
 from controllers.fabric import MODES
 from scenarios.base import (
@@ -73,7 +75,9 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
+from testbed.models.bounds import bounds
 from testbed.topologies import build_for_gpus
+from traffic.shell.replay import replay
 from vocab.plan import WiringPlan
 from vocab.validate import SEED
 
@@ -141,9 +145,6 @@ def draws_for(mode: str, samples: int) -> int:
 )
 def lb_compare(run: Run) -> None:
     """See the module docstring."""
-    from testbed.models.bounds import bounds
-    from traffic.shell.replay import replay
-
     p = run.params
     if p["ecmp_samples"] < 1 or p["model_draws"] < 1:
         raise ValueError("--ecmp-samples and --model-draws must be >= 1")
@@ -271,11 +272,12 @@ def _dist_text(d: dict[str, Any], unit: str, randomized: bool, digits: int = 2) 
 
 
 def _plots(run: Run, results: dict[str, dict[str, Any]]) -> None:
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: pyplot loads a backend: only after matplotlib.use("Agg") above
     import matplotlib.pyplot as plt
-    import numpy as np
 
     p = run.params
     modes, wls = p["modes"], p["workloads"]

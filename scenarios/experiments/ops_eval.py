@@ -41,7 +41,18 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from ops.evaluate import EvalSpec
+from ops.detectors.job_slow import ITER_RATIO
+from ops.evaluate import (
+    GOALS,
+    NO_GUESS,
+    EvalSpec,
+    fault_kinds,
+    ground_truth,
+    score_run,
+    strict_window,
+    summaries,
+)
+from ops.shell.experiment import eval_on_lab, stream_pairs
 from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
@@ -59,9 +70,12 @@ from scenarios.prose import Prose, snippets
 from testbed.fabricspec import MAX_EMULATED_MBPS
 from testbed.faultkinds import SCHEDULE_SEVERITIES
 from testbed.faultspec import KINDS, schedule_kinds
+from testbed.models.perflow import model_flows
 from testbed.topologies import build_for_gpus
+from traffic.kernels import FlowSpec, high_bandwidth, low_latency
 from traffic.shell.running import RunningLab
-from traffic.workload import Phase
+from traffic.workload import Phase, simulate_step
+from vocab.flows import QP_SPORT_BASE
 from vocab.plan import WiringPlan
 from vocab.validate import SEED, count, positive, real
 
@@ -107,9 +121,6 @@ WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<th
 )
 def ops_eval(run: Run) -> None:
     """See the module docstring."""
-    from ops.evaluate import GOALS, score_run, summaries
-    from ops.shell.experiment import eval_on_lab
-
     p = run.params
     if p["model_draws"] < 1:
         raise ValueError("--model-draws must be >= 1")
@@ -182,8 +193,6 @@ def shortfalls(per_fault: list[dict[str, Any]], alerts: list[dict[str, Any]],
     instead, and how many the job felt (``felt``: ``job_summary``'s per kind). An alert
     naming the kind that never fired is the signal missing; a job that did not feel the
     fault says the fault was also harmless to it."""
-    from ops.evaluate import fault_kinds, strict_window
-
     out = []
     for kind in dict.fromkeys(r["kind"] for r in per_fault):
         rows = [r for r in per_fault if r["kind"] == kind]
@@ -206,9 +215,6 @@ def moe_job(plan: WiringPlan, servers: int, gpus: int, tokens: int, seed: int) -
     """The MoE job's traffic: DeepSeek-V3's training step (the high-bandwidth kernel's
     dispatch and combine, ``tokens`` per GPU) and a decode burst (the low-latency kernel's
     dispatch, DeepEP's decode shape at 2 tokens per GPU), each one seeded step."""
-    from traffic.kernels import high_bandwidth, low_latency
-    from traffic.workload import simulate_step
-
     train = high_bandwidth(simulate_step("deepseek-v3", servers, gpus, tokens, seed=seed), plan)
     decode = low_latency(simulate_step("deepseek-v3", servers, gpus, 2, seed=seed + 1), plan,
                          phases=(Phase.DISPATCH,))
@@ -217,8 +223,6 @@ def moe_job(plan: WiringPlan, servers: int, gpus: int, tokens: int, seed: int) -
 
 def ground_truth_of(res: dict[str, Any]) -> list[Any]:
     """The faults of a run's injector log (``ops.evaluate.ground_truth``)."""
-    from ops.evaluate import ground_truth
-
     if not res.get("events"):
         return []
     return ground_truth(res["events"], res.get("phases", {}).get("end", float("inf")))
@@ -234,9 +238,6 @@ def job_summary(iterations: list[dict[str, Any]], phases: dict[str, float],
     the iteration time in the calibration, the fault-free phase, the fault phase's healthy
     time (no fault window open) and during faults, and its p95/p50 over the fault-free
     time of both phases: whether the job ran alike early and late."""
-    from ops.detectors.job_slow import ITER_RATIO
-    from ops.evaluate import strict_window
-
     ok = [it for it in iterations if it["error"] is None and not it.get("receiver_drops")]
     clean = [it["iter_s"] for it in ok if phases["clean"] <= it["started"] < phases["faults"]]
     base = distribution(clean) if clean else None
@@ -314,11 +315,6 @@ def steady_model(plan: WiringPlan, mbps_per_host: float, draws: int) -> dict[str
     ``mbps_per_host``: each gets min(that cap, its uncapped max-min rate), exact when the
     fabric carries every stream at its cap (then the capped max-min solution is the caps),
     a lower estimate otherwise."""
-    from ops.shell.experiment import stream_pairs
-    from testbed.models.perflow import model_flows
-    from traffic.kernels import FlowSpec
-    from vocab.flows import QP_SPORT_BASE
-
     frame = (STREAM_PAYLOAD + STREAM_HEADERS) / STREAM_PAYLOAD
     cap = mbps_per_host / len(STREAM_SPORTS) * frame
     flows = [FlowSpec.make(a, b, 1_000_000, qp=sp - QP_SPORT_BASE)
@@ -332,9 +328,6 @@ def steady_model(plan: WiringPlan, mbps_per_host: float, draws: int) -> dict[str
 
 def _stream_flows(lab: RunningLab) -> list[Any]:
     """The steady streams as flows, for the fidelity guard (each host to its peer)."""
-    from ops.shell.experiment import stream_pairs
-    from traffic.kernels import FlowSpec
-
     return [FlowSpec.make(a, b, 1_000_000) for a, b in stream_pairs(lab.plan)]
 
 
@@ -393,8 +386,6 @@ def _report(run: Run, res: dict[str, Any], clean: dict[str, Any], faults: dict[s
     rep.table([{"kind": k, **v} for k, v in faults["by_kind"].items()])
     job = run.summary.get("job")
     if job is not None:
-        from ops.detectors.job_slow import ITER_RATIO
-
         clean_iter = job["iter_s_clean"]
         rep.section("What the job felt", WORDS(
             "job", tokens=run.params["job_tokens"], iterations=job["iterations"],
@@ -551,8 +542,6 @@ def _questions(run: Run, questions: dict[str, Any]) -> None:
 def confusion_rows(matrix: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
     """The confusion matrix as table rows: a row per true kind, a column per guess (by
     name, ``none`` last), a blank for zero so the guesses made stand out."""
-    from ops.evaluate import NO_GUESS
-
     guesses = sorted({g for row in matrix.values() for g in row} - {NO_GUESS})
     if any(NO_GUESS in row for row in matrix.values()):
         guesses.append(NO_GUESS)
@@ -611,9 +600,11 @@ def steady_gap(ratio: float | None, offered: float, carried: float,
 
 
 def _plot(run: Run, interval: float, faults: dict[str, Any]) -> None:
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: pyplot loads a backend: only after matplotlib.use("Agg") above
     import matplotlib.pyplot as plt
 
     rows = [r for r in faults["per_fault"] if r["detect_s"] is not None]

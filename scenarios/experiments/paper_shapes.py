@@ -39,6 +39,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from controllers.paths import PathFinder
 from scenarios.base import (
     DRAWS,
     FABRIC_GPUS,
@@ -58,13 +59,18 @@ from scenarios.base import (
 from scenarios.common import DRAW_QP_STRIDE, fmt_distribution, permutation_flows
 from scenarios.experiments.decode_latency import decode_flows, decode_stats
 from scenarios.experiments.topology_compare import kernel_traffic, tokens_for
+from scenarios.fidelity import REFUSE_BELOW, calibrate, offered, verdict
 from scenarios.paper_shapes_table import PUBLISHED, build_rows, dist, flow_throughput
 from scenarios.prose import Prose
-from testbed.fabricspec import FABRIC_RULES, GPU_COUNT
+from testbed.fabricspec import FABRIC_RULES, GPU_COUNT, CostSpec, FabricSpec
+from testbed.models.bounds import bounds
+from testbed.models.cost import Prices, analyze, counts_for_spec, price
+from testbed.models.perflow import model_flows
 from testbed.topologies import build_for_gpus
 from traffic.roce import DEFAULT_PMTU
+from traffic.shell.replay import replay
 from traffic.shell.running import RunningLab
-from traffic.workload import Phase
+from traffic.workload import Phase, simulate_step, zipf
 from vocab.plan import WiringPlan
 from vocab.validate import SEED, count
 
@@ -189,17 +195,12 @@ def _perm(plan: WiringPlan, p: dict[str, Any], draw: int) -> list[Any]:
 
 def _paths_per_hash(plan: WiringPlan, flows: list[Any]) -> int:
     """Lanes one leaf hashes a flow over (what the balls-into-bins figure is computed for)."""
-    from controllers.paths import PathFinder
-
     finder = PathFinder(plan)
     return len(finder.uplinks(finder.attach(flows[0].src)))
 
 
 def ecmp_model(plan: WiringPlan, p: dict[str, Any]) -> dict[str, Any]:
     """The flow model's ECMP hash draws of row 1 (draw s: QPs shifted by s, hash seed s)."""
-    from testbed.models.bounds import bounds
-    from testbed.models.perflow import model_flows
-
     flows = _perm(plan, p, 0)
     ideal = model_flows(plan, flows, "planned", unit="mbps")
     ideal_fct = [float(x) for x in ideal.flow_finish_s]
@@ -216,8 +217,6 @@ def ecmp_model(plan: WiringPlan, p: dict[str, Any]) -> dict[str, Any]:
 
 def _emulate_ecmp(run: Run, lab: RunningLab, plan: WiringPlan, e: dict[str, Any],
                   raw: dict[str, Any]) -> None:
-    from traffic.shell.replay import replay
-
     p = run.params
     client = lab.client()
     for mode, draws in (("ecmp", p["ecmp_draws"]), ("planned", 1)):
@@ -258,8 +257,6 @@ def _ep_plan(p: dict[str, Any], ep: int) -> Any:
 
 def ep_model(p: dict[str, Any]) -> dict[int, list[float]]:
     """Flow-model dispatch completion per EP size and seed (gating seed s, hash seed s)."""
-    from testbed.models.perflow import model_flows
-
     out: dict[int, list[float]] = {}
     for ep in EP_SIZES:
         plan = _ep_plan(p, ep)
@@ -270,9 +267,6 @@ def ep_model(p: dict[str, Any]) -> dict[int, list[float]]:
 
 
 def _ep_growth(run: Run, p: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
-    from scenarios.fidelity import REFUSE_BELOW, calibrate, offered, verdict
-    from traffic.shell.replay import replay
-
     out: dict[str, Any] = {"model": ep_model(p), "lab": {}, "skipped": {}, "start_skew_s": {}}
     run.stage("flow model of the decode bursts done")
     for ep in (e for e in EP_SIZES if e not in p["ep_sizes"]):
@@ -319,8 +313,6 @@ def eplb_imbalance(p: dict[str, Any]) -> dict[str, list[float]]:
     balancer (replica choice per copy is random); ``expected``: the balancer's own figure
     (each expert's load split evenly over its replicas).
     """
-    from traffic.workload import simulate_step, zipf
-
     out: dict[str, list[float]] = {"before": [], "after": [], "expected": []}
     for s in range(p["eplb_seeds"]):
         st = simulate_step("deepseek-v3", 4, 8, p["eplb_tokens"], gating=zipf(p["zipf_exponent"]),
@@ -334,8 +326,6 @@ def eplb_imbalance(p: dict[str, Any]) -> dict[str, list[float]]:
 # --- row 4: rail-only relay ----------------------------------------------------------------------
 def _relay_flows(p: dict[str, Any], plan: WiringPlan, rail: Any) -> dict[str, list[Any]]:
     """One flat All-to-All dispatch (topology-compare's kernel and sizing) on both fabrics."""
-    from traffic.workload import simulate_step
-
     tp = {"gpus": p["gpus"], "gpus_per_server": p["gpus_per_server"],
           "seconds": p["seconds"], "kernels": ["flat"], "seed": p["seed"]}
     step = simulate_step("deepseek-v3", servers_of(p), p["gpus_per_server"],
@@ -345,8 +335,6 @@ def _relay_flows(p: dict[str, Any], plan: WiringPlan, rail: Any) -> dict[str, li
 
 
 def _relay_model(plan: WiringPlan, rail: Any, flows: dict[str, list[Any]]) -> float:
-    from testbed.models.perflow import model_flows
-
     a = model_flows(plan, flows["astral3"], "planned", unit="mbps").completion_s
     r = model_flows(rail, flows["railonly"], "planned", unit="mbps").completion_s
     return r / a
@@ -354,8 +342,6 @@ def _relay_model(plan: WiringPlan, rail: Any, flows: dict[str, list[Any]]) -> fl
 
 def _emulate_relay(run: Run, lab: RunningLab, name: str, flows: list[Any], raw: dict[str, Any]
                    ) -> list[float]:
-    from traffic.shell.replay import replay
-
     client = lab.client()
     client.set_lb("planned")
     lab.wait_converged()
@@ -373,10 +359,6 @@ def _emulate_relay(run: Run, lab: RunningLab, name: str, flows: list[Any], raw: 
 # --- row 5: two tiers vs three -----------------------------------------------------------------
 def tiers(p: dict[str, Any]) -> dict[str, Any]:
     """Hops from the lab's plans (every GPU pair, controller paths) and cost, lab and paper size."""
-    from controllers.paths import PathFinder
-    from testbed.fabricspec import CostSpec, FabricSpec
-    from testbed.models.cost import Prices, analyze, counts_for_spec, price
-
     hops, lab_cost, model_cost, model_hops = [], [], [], []
     spec = FabricSpec(servers=servers_of(p), gpus=p["gpus_per_server"], scale=p["scale"])
     for design in ("astral3", "rail3"):
@@ -416,9 +398,11 @@ def _lab(entry: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _plot(run: Run, summary: dict[str, dict[str, Any]]) -> None:
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: pyplot loads a backend: only after matplotlib.use("Agg") above
     import matplotlib.pyplot as plt
 
     shapes = {r["row"]: r["shape"] for r in run.rows}

@@ -32,9 +32,12 @@ same flows (NIC and uplink capacity, flows unsplit).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
+import numpy as np
+
+from controllers.paths import PathFinder
 from scenarios.base import (
     DRAWS,
     FABRIC_GPUS,
@@ -65,8 +68,13 @@ from scenarios.common import (
 )
 from scenarios.findings import margin_text, pace_caveats
 from scenarios.prose import Prose
+from testbed.models.bounds import bounds
+from testbed.models.cost import cost_table, format_table
+from testbed.models.perflow import model_flows
 from testbed.topologies import build_for_gpus
-from traffic.workload import Phase
+from traffic.kernels import flat_all_to_all, high_bandwidth
+from traffic.shell.replay import replay
+from traffic.workload import Phase, simulate_step
 from vocab.plan import WiringPlan
 from vocab.validate import SEED
 
@@ -77,8 +85,6 @@ KERNELS = ("high_bandwidth", "flat")
 
 
 def kernel_traffic(kernel: str, step: Any, plan: WiringPlan) -> Any:
-    from traffic.kernels import flat_all_to_all, high_bandwidth
-
     if kernel == "high_bandwidth":
         return high_bandwidth(step, plan, message_bytes=256_000)
     return flat_all_to_all(step, plan, message_bytes=256_000)
@@ -86,9 +92,6 @@ def kernel_traffic(kernel: str, step: Any, plan: WiringPlan) -> Any:
 
 def tokens_for(p: dict[str, Any], plan: WiringPlan) -> int:
     """Tokens per GPU so the astral3 dispatch phase's NIC bound is ``seconds``."""
-    from testbed.models.bounds import bounds
-    from traffic.workload import simulate_step
-
     probe = 16
     worst = 0.0
     for kernel in p["kernels"]:
@@ -102,8 +105,6 @@ def tokens_for(p: dict[str, Any], plan: WiringPlan) -> int:
 def _phase_flows(kernel: str, p: dict[str, Any], plan: WiringPlan, tokens: int, draw: int
                  ) -> tuple[Any, dict[str, list[Any]]]:
     """Draw ``draw``'s step on ``plan``: its traffic and per-phase flows (QPs shifted)."""
-    from traffic.workload import simulate_step
-
     step = simulate_step("deepseek-v3", servers_of(p), p["gpus_per_server"], tokens,
                          seed=p["seed"] + draw)
     traffic = kernel_traffic(kernel, step, plan)
@@ -115,9 +116,6 @@ def model_step(kernel: str, p: dict[str, Any], plan: WiringPlan, tokens: int, dr
                ) -> dict[str, Any]:
     """The flow model's dispatch + combine completion (and bound) over ``draws`` draws:
     gating seed ``seed + j`` and hash seed j, the controller's policy, frame bytes."""
-    from testbed.models.bounds import bounds
-    from testbed.models.perflow import model_flows
-
     policy = "ecmp" if p["lb"] == "ecmp" else "planned"
     total, bound, top = [], [], []
     for j in range(max(1, draws)):
@@ -162,9 +160,6 @@ def model_step(kernel: str, p: dict[str, Any], plan: WiringPlan, tokens: int, dr
 )
 def topology_compare(run: Run) -> None:
     """See the module docstring."""
-    from testbed.models.cost import cost_table
-    from traffic.shell.replay import replay
-
     p = run.params
     if p["draws"] < 1 or p["model_draws"] < 1:
         raise ValueError("--draws and --model-draws must be >= 1")
@@ -234,8 +229,6 @@ def idle_candidates(plan: WiringPlan, flows: list[Any], loads: list[dict[str, An
 
     Hashing a handful of flows leaves a few candidates idle by chance; most of a tier idle
     means the switches' choices are correlated (every hop hashing the packet alike)."""
-    from controllers.paths import PathFinder
-
     finder = PathFinder(plan)
     cand: set[Any] = set()
     for a, b in {(f.src, f.dst) for f in flows}:
@@ -259,10 +252,6 @@ def idle_candidates(plan: WiringPlan, flows: list[Any], loads: list[dict[str, An
 def _summarise(design: str, kernel: str, plan: WiringPlan, traffic: Any,
                per_draw: list[dict[str, Any]], model: dict[str, Any], margin: float
                ) -> dict[str, Any]:
-    from collections import Counter
-
-    import numpy as np
-
     tiers: dict[str, list[float]] = defaultdict(list)
     for d in per_draw:
         by: dict[str, list[float]] = defaultdict(list)
@@ -318,11 +307,12 @@ def _row(run: Run, r: dict[str, Any]) -> None:
 
 
 def _plots(run: Run, results: dict[str, dict[str, Any]]) -> None:
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: pyplot loads a backend: only after matplotlib.use("Agg") above
     import matplotlib.pyplot as plt
-    import numpy as np
 
     p = run.params
     kernels, designs = p["kernels"], p["designs"]
@@ -402,8 +392,6 @@ def _gap(r: dict[str, Any]) -> str:
 
 def _report(run: Run, ref: Any, cost: list[dict[str, Any]], tokens: int,
             results: dict[str, dict[str, Any]]) -> None:
-    from testbed.models.cost import format_table
-
     p = run.params
     rep = run.report
     n = len(ref.hosts)

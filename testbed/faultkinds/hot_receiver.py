@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from testbed.faultkinds import link_component, number, whole
+from traffic.kernels import Cluster, low_latency
+from traffic.workload import hotset, preset, simulate_step
 from vocab.plan import WiringPlan
 
 TARGET = "host"
@@ -85,9 +87,6 @@ def incast_bytes(plan: WiringPlan, target: str, *, hot_share: float = 0.5, seed:
     many bytes each other GPU's NIC sends to it; with ``intra_server="nvlink"`` GPUs
     of the target's own server use NVLink and are not sources.
     """
-    from traffic.kernels import Cluster, low_latency
-    from traffic.workload import hotset, preset, simulate_step
-
     node = plan.node(target)
     if node.kind != "host":
         raise ValueError(f"target {target!r} is not a host")
@@ -154,8 +153,6 @@ def hot_streams(plan: WiringPlan, fault: Any, sport_base: int = HOT_SPORT_BASE
 
 def _has_incast(plan: WiringPlan) -> bool:
     """Can a hot receiver get traffic over the fabric here? (GPUs on 2+ servers.)"""
-    from traffic.kernels import Cluster
-
     try:
         return Cluster.from_plan(plan).servers >= 2
     except (KeyError, ValueError):

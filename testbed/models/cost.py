@@ -282,9 +282,11 @@ def plot_costs(rows: list[dict[str, Any]], path: str | os.PathLike[str],
     slot with a label, so a missing bar is never mistaken for a cheap one. Written to a
     temporary file and renamed, so a reader never sees half a PNG.
     """
+    # lazy: matplotlib takes ~0.2 s to load and only the plots need it
     import matplotlib
 
     matplotlib.use("Agg")
+    # lazy: pyplot loads a backend: only after matplotlib.use("Agg") above
     import matplotlib.pyplot as plt
     from matplotlib.transforms import blended_transform_factory
 

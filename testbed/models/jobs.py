@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from testbed.models.inputs import FlowIn
-from traffic.workload import Phase
+from traffic import kernels
+from traffic.workload import Phase, simulate_step
 from vocab.flows import sport_for_qp
 
 
@@ -158,9 +159,6 @@ def make_job(servers: int, gpus_per_server: int, *, workload: Workload = Workloa
         start = np.zeros(src.size)
         info.update(bytes_per_pair=pair_bytes, qps_per_pair=qps, intra_server="fabric")
     else:
-        from traffic import kernels
-        from traffic.workload import simulate_step
-
         tok = tokens or (4096 if workload == Workload.PREFILL else 128)
         step = simulate_step(model, q, gps, tok, seed=seed)
         kern = kernels.high_bandwidth if workload == Workload.PREFILL else kernels.low_latency

@@ -51,7 +51,19 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
+from operator import attrgetter
 from typing import Any
+
+from mininet.examples.cluster import (
+    MininetCluster,
+    RemoteGRELink,
+    RemoteHost,
+    RemoteOVSSwitch,
+    RemoteSSHLink,
+)
+from mininet.node import Node, OVSSwitch, RemoteController
+from mininet.util import quietRun
 
 from testbed.clusterplace import (
     parse_servers,
@@ -172,12 +184,6 @@ def lab_switch_class() -> Any:
     """
     global _SWITCH_CLASS
     if _SWITCH_CLASS is None:
-        from itertools import groupby
-        from operator import attrgetter
-
-        from mininet.examples.cluster import RemoteOVSSwitch
-        from mininet.node import OVSSwitch
-
         class PipedOVSSwitch(SharedRcmd, RemoteOVSSwitch):  # type: ignore[misc]
             @classmethod
             def batchStartup(cls, switches: Any, **_kwargs: Any) -> Any:  # noqa: N802
@@ -208,9 +214,6 @@ def lab_host_class() -> Any:
     """
     global _HOST_CLASS
     if _HOST_CLASS is None:
-        from mininet.examples.cluster import RemoteHost
-        from mininet.node import Node
-
         class LabRemoteHost(SharedRcmd, RemoteHost):  # type: ignore[misc]
             def _popen(self, cmd: Any, sudo: bool = True, tt: bool = True,
                        **params: Any) -> Any:
@@ -237,9 +240,6 @@ def vxlan_link_class() -> Any:
     """
     global _VXLAN_CLASS
     if _VXLAN_CLASS is None:
-        from mininet.examples.cluster import RemoteGRELink
-        from mininet.util import quietRun
-
         class RemoteVXLANLink(RemoteGRELink):  # type: ignore[misc]
             def makeTunnel(self, node1: Any, node2: Any, intfname1: str,  # noqa: N802
                            intfname2: str, addr1: str | None = None,
@@ -503,9 +503,6 @@ class ClusterLab(Lab):
         servers over SSH), not the one-machine Lab's batches: remote nodes only
         exist as shells Mininet drives, which is the point of using its engine.
         """
-        from mininet.examples.cluster import MininetCluster, RemoteGRELink, RemoteSSHLink
-        from mininet.node import RemoteController
-
         self.datapaths[self.head] = self.datapath  # Lab.start's preflight chose it
         link_cls = self.link_cls or {"gre": RemoteGRELink, "vxlan": vxlan_link_class(),
                                      "ssh": RemoteSSHLink}[self.tunnel]

@@ -47,7 +47,12 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from mininet.link import Intf
+from mininet.link import Link as MininetLink
+from mininet.net import Mininet
 
 from controllers import policies
 from controllers.fabric import DEFAULT_MODE, PEER_SILENCE_S, POLL_INTERVAL_S
@@ -59,6 +64,7 @@ from testbed.datapath import Datapath
 from testbed.reachability import Reachability, fping_unreached
 from testbed.shaping import htb_commands, root_ends
 from testbed.shell import cleanup, ovsbuf, preflight, procs, sidecars, signals
+from testbed.shell.hostshell import LabHost
 from testbed.shell.machine import (
     disable_offloads,
     ensure_neighbour_capacity,
@@ -326,10 +332,6 @@ class Lab:
         the waits (256 hosts: 2.3 s one by one). Each shell's PID is recorded as
         soon as it exists, so an interrupted start can still be cleaned up.
         """
-        from concurrent.futures import ThreadPoolExecutor
-
-        from testbed.shell.hostshell import LabHost
-
         def start(name: str) -> Any:
             return LabHost(name, inNamespace=True)
 
@@ -515,9 +517,6 @@ class Lab:
 
         Public: a hook a subclass replaces (``ClusterLab``: its ``MininetCluster`` is the
         net), and the last step of ``start`` a test can make fail to see it clean up."""
-        from mininet.link import Intf, Link
-        from mininet.net import Mininet
-
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False)
         for node in self.plan.hosts:
             host = self.hosts[node.name]
@@ -528,7 +527,7 @@ class Lab:
         for link in self.plan.links:
             if link.a not in self.hosts:
                 continue
-            mlink = Link.__new__(Link)
+            mlink = MininetLink.__new__(MininetLink)
             mlink.intf1 = self.hosts[link.a].intfs[0]
             mlink.intf2 = SwitchPortIntf(link.b_intf, link.b, link.b_port,
                                          self.switch_daemon(link.b).netns)

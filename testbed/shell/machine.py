@@ -108,8 +108,6 @@ def fabric_lock(log: Callable[[str], None]) -> Any:
     ``ASTRAL_LAB_WAIT=<seconds>`` waits for it instead (the integration tests set it, so
     test runs started side by side queue rather than fail).
     """
-    import fcntl
-
     wait = float(os.environ.get("ASTRAL_LAB_WAIT", "0") or 0)
     f = open(LOCK_PATH, "a+")  # noqa: SIM115 - held for the fabric's life
     deadline = time.monotonic() + wait

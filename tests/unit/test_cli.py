@@ -14,7 +14,7 @@ import pytest
 
 from astral_lab import cli
 from controllers.shell.client import ControllerError
-from scenarios import common, fidelity
+from scenarios import base, common, fidelity
 from scenarios.base import Param, Run, scenario
 from scenarios.experiments import SCENARIOS
 from testbed.shell.preflight import LabError
@@ -39,13 +39,12 @@ class FakeLab:
 @pytest.fixture
 def env(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Root as far as the CLI can tell, results in tmp, a fake fabric, a small capacity."""
-    import testbed.shell.cluster
-
     monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path / "results"))
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(testbed.shell.cluster, "make_lab", FakeLab)
+    monkeypatch.setattr(cli, "make_lab", FakeLab)  # `up`
+    monkeypatch.setattr(base, "make_lab", FakeLab)  # a scenario's Run.lab
     capacity = {"hop_pps": 40_000, "measured": "fake"}
-    monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: capacity)
+    monkeypatch.setattr(base, "calibrate", lambda *_a, **_k: capacity)
     monkeypatch.setattr(fidelity, "load_cached", lambda _pmtu=4096, _daemons=1: capacity)
     return tmp_path / "results"
 
@@ -159,7 +158,7 @@ def test_demo_on_a_machine_too_slow_to_calibrate(env: Any, monkeypatch: pytest.M
         raise fidelity.calibration_failed([{"held": False, "delivered_fraction": 0.5,
                                             "completion_s": 3.0, "ideal_s": 1.5}], senders=8)
 
-    monkeypatch.setattr(fidelity, "calibrate", slow)
+    monkeypatch.setattr(base, "calibrate", slow)
     reached: list[Any] = []
 
     class NoPing(FakeLab):
@@ -167,9 +166,7 @@ def test_demo_on_a_machine_too_slow_to_calibrate(env: Any, monkeypatch: pytest.M
             reached.append(self.plan.topology)
             raise LabError("fake fabric: nothing to ping")
 
-    import testbed.shell.cluster
-
-    monkeypatch.setattr(testbed.shell.cluster, "make_lab", NoPing)
+    monkeypatch.setattr(base, "make_lab", NoPing)
     status = cli.main(["demo", "--quick", *(["--force"] if force else [])])
     stderr = capsys.readouterr().err
     err = _error(stderr)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from astral_lab import cli, dashboard_cli
-from scenarios import fidelity
+from scenarios import base
 from scenarios.base import Run, scenario
 from scenarios.experiments import SCENARIOS
 from testbed import capture
@@ -88,14 +88,12 @@ def test_the_process_entry_needs_a_plan(capsys: pytest.CaptureFixture[str]) -> N
 def test_up_with_an_unknown_capture_port_fails_before_anything_is_built(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import testbed.shell.cluster
-
     monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path / "results"))
 
     def no_lab(*_a: Any, **_k: Any) -> None:
         raise AssertionError("a fabric was started")
 
-    monkeypatch.setattr(testbed.shell.cluster, "make_lab", no_lab)
+    monkeypatch.setattr(cli, "make_lab", no_lab)
     status = cli.main(["up", "astral3", "--servers", "2",
                        "--capture", "lf0r0-eth99"])
     err = capsys.readouterr().err.strip().splitlines()
@@ -181,8 +179,6 @@ def test_lab_stop_ends_its_dashboard_by_sigterm_and_captures_by_sigint_first(
 # --- scenario runs: options reach every Lab, progress.json is written ---------------------------
 def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import testbed.shell.cluster
-
     made: list[dict[str, Any]] = []
 
     class RecordingLab:
@@ -199,8 +195,8 @@ def test_run_passes_dashboard_and_capture_to_its_labs_and_writes_progress(
 
     monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path / "results"))
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(testbed.shell.cluster, "make_lab", RecordingLab)
-    monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 1, "measured": "x"})
+    monkeypatch.setattr(base, "make_lab", RecordingLab)
+    monkeypatch.setattr(base, "calibrate", lambda *_a, **_k: {"hop_pps": 1, "measured": "x"})
     seen: dict[str, Any] = {}
 
     from testbed.topologies import build

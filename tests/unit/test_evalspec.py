@@ -74,8 +74,6 @@ def test_kinds_without_the_severity_are_refused() -> None:
 
 def test_the_scenario_builds_the_spec_from_its_params(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ops.shell.experiment
-
     install(monkeypatch, oe)
     seen: list[tuple[EvalSpec, dict[str, Any]]] = []
 
@@ -83,7 +81,7 @@ def test_the_scenario_builds_the_spec_from_its_params(
         seen.append((spec, kw))
         return _canned(lab, spec, **kw)
 
-    monkeypatch.setattr(ops.shell.experiment, "eval_on_lab", canned)
+    monkeypatch.setattr(oe, "eval_on_lab", canned)
     out = os.path.join(str(tmp_path), "run")
     oe.ops_eval(quick=True, output=out, log=lambda _m: None, model_draws=2, per_kind=3,
                 concurrent=1, seed=7, clean_s=30.0, job="probes")

@@ -256,12 +256,11 @@ def test_ops_eval_passes_the_severity_and_refuses_kinds_without_it(
     from scen_fakes import install
     from test_scen_ops_eval import _canned
 
-    import ops.shell.experiment
     from scenarios.experiments import ops_eval as oe
 
     labs = install(monkeypatch, oe)
     seen: list[Any] = []
-    monkeypatch.setattr(ops.shell.experiment, "eval_on_lab",
+    monkeypatch.setattr(oe, "eval_on_lab",
                         lambda lab, spec, **kw: seen.append(spec) or _canned(lab, spec, **kw))
     out = os.path.join(str(tmp_path), "run")
     oe.ops_eval(quick=True, output=out, log=lambda _m: None, model_draws=2, severity="gray")

@@ -6,13 +6,15 @@ cycle from Python, so imports inside functions count here. Pure modules (plans, 
 table arithmetic) must run anywhere, without root: they may not reach Mininet, os-ken,
 subprocesses or sockets, not even through the project modules they import. And every name
 has one home: a module's ``__all__`` lists only what it defines, and no module imports
-another's ``_private`` name.
+another's ``_private`` name. Imports sit at the top of their module: one inside a function
+is deliberate and says why in a ``# lazy: why`` comment on the line before its run of
+imports (a heavy library such as matplotlib or Scapy, or a measured CLI start-up cost).
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -445,3 +447,78 @@ def test_the_second_list_rule_finds_one(tmp_path: Path) -> None:
     assert second_lists(tmp_path, ["pkg"], {"thing": ("a", "b", "c", "d")}) == [
         "pkg/m.py:1: lists 4 of the 4 thing plug-ins",
         "pkg/m.py:3: lists 3 of the 4 thing plug-ins"]
+
+
+def _statement_lists(node: ast.AST, inside: bool = False
+                     ) -> Iterator[tuple[list[ast.stmt], bool]]:
+    """Every block of statements under ``node`` (a body, an ``else``, a handler's body),
+    and whether it is inside a function (at any depth: a class or an ``if`` in one too)."""
+    inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    for _, value in ast.iter_fields(node):
+        children = value if isinstance(value, list) else [value]
+        block = [c for c in children if isinstance(c, ast.stmt)]
+        if block:
+            yield block, inside
+        for child in children:
+            if isinstance(child, ast.AST):
+                yield from _statement_lists(child, inside)
+
+
+def _says_lazy(line: str) -> bool:
+    """The line has a ``# lazy: why`` comment, with a why."""
+    return "# lazy:" in line and bool(line.split("# lazy:", 1)[1].strip())
+
+
+def bare_lazy_imports(root: Path, packages: Iterable[str]) -> list[str]:
+    """``"path:line: ..."`` for each import statement inside a function of ``packages`` under
+    ``root`` that does not say why it is not at the top of its module: ``# lazy: why`` on
+    its line, or on the line before the first of its run (import statements one after the
+    other in one block; a blank line or a comment between them does not end the run)."""
+    bad = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            lines = text.splitlines()
+            rel = path.relative_to(root).as_posix()
+            for block, inside in _statement_lists(ast.parse(text, str(path))):
+                if not inside:
+                    continue
+                said = False
+                for i, node in enumerate(block):
+                    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                        continue
+                    if i == 0 or not isinstance(block[i - 1], (ast.Import, ast.ImportFrom)):
+                        said = node.lineno > 1 and \
+                            lines[node.lineno - 2].strip().startswith("#") and \
+                            _says_lazy(lines[node.lineno - 2])
+                    if not said and not _says_lazy(lines[node.lineno - 1]):
+                        bad.append(f"{rel}:{node.lineno}: import inside a function without "
+                                   "'# lazy: why' (move it to the top of the module)")
+    return sorted(bad, key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
+
+
+def test_imports_are_at_the_top_unless_they_say_why_they_are_lazy() -> None:
+    """A module's imports are at its top, where a reader sees what it needs and a test's
+    patch of a name lands on the module that uses it. One inside a function is deliberate
+    and says why (a heavy or optional library, a CLI start-up cost) in one ``# lazy:``
+    comment: on the line before its run of imports, or at the end of its line."""
+    bad = bare_lazy_imports(REPO, (*PACKAGES, "examples"))
+    assert not bad, "\n".join(bad)
+
+
+def test_the_lazy_import_rule_finds_a_bare_one(tmp_path: Path) -> None:
+    pkg = package(tmp_path)
+    (pkg / "m.py").write_text(
+        "import csv\n"                                                   # 1: module level
+        "\n\ndef bare():\n    import json\n    return json\n"           # 5: bare
+        "\n\ndef said():\n    # lazy: heavy, and only said() needs it\n"
+        "    import json\n\n    from os import path\n    return json, path\n"  # 11, 13: said
+        "\n\ndef inline():\n    import json  # lazy: heavy\n    return json\n"  # 18: said
+        "\n\ndef split():\n    # lazy: heavy\n    import json\n    x = 1\n"  # 24: said
+        "    import re\n    return json, re, x\n"                       # 26: a new run
+        "\n\ndef empty():\n    # lazy:\n    import json\n    return json\n"  # 32: no why
+        "\n\nclass C:\n    def method(self):\n        if self:\n"
+        "            import json\n        return json\n")               # 39: nested
+    assert bare_lazy_imports(tmp_path, ["pkg"]) == [
+        f"pkg/m.py:{n}: import inside a function without '# lazy: why' (move it to the top "
+        "of the module)" for n in (5, 26, 32, 39)]

@@ -50,14 +50,18 @@ _PLUGIN = textwrap.dedent('''
 
     import controllers.policies
     import ops.detectors
-    import scenarios.experiments
     import testbed.topologies
 
     ROOT = Path(os.environ["PLUGIN_COPIES"])
     for pkg, sub in ((testbed.topologies, "topologies"), (controllers.policies, "policies"),
-                     (ops.detectors, "detectors"), (scenarios.experiments, "experiments")):
+                     (ops.detectors, "detectors")):
         assert getattr(pkg, "__path__")
         pkg.__path__.append(str(ROOT / sub))
+    # last: the scenarios' modules read the policies and topologies as they load (the
+    # model's default policies, the Mininet topos), so those folders are in place first
+    import scenarios.experiments
+
+    scenarios.experiments.__path__.append(str(ROOT / "experiments"))
     _files = resources.files
     resources.files = lambda pkg: ROOT if pkg == "scenarios" else _files(pkg)
 ''')

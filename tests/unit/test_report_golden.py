@@ -81,10 +81,9 @@ def _demo(out: str, mp: pytest.MonkeyPatch) -> None:
 def _ops_eval(out: str, mp: pytest.MonkeyPatch) -> None:
     from test_scen_ops_eval import _canned
 
-    import ops.shell.experiment
     from scenarios.experiments import ops_eval as oe
 
-    mp.setattr(ops.shell.experiment, "eval_on_lab", _canned)
+    mp.setattr(oe, "eval_on_lab", _canned)
     oe.ops_eval(quick=True, output=out, log=lambda _m: None, model_draws=5)
 
 

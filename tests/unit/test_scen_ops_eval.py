@@ -155,10 +155,8 @@ def _questions() -> dict[str, Any]:
 
 def test_a_run_quotes_scores_with_their_n_and_the_rate_beside_the_model(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ops.shell.experiment
-
     install(monkeypatch, oe)
-    monkeypatch.setattr(ops.shell.experiment, "eval_on_lab", _canned)
+    monkeypatch.setattr(oe, "eval_on_lab", _canned)
     out = os.path.join(str(tmp_path), "run")
     oe.ops_eval(quick=True, output=out, log=lambda _m: None, model_draws=5)
     s = read_json(out, "summary.json")
@@ -233,11 +231,10 @@ def test_a_run_is_scored_again_from_its_file_alone(
     ops_eval.json, for the agent and every baseline, and leaves the folder as it was."""
     import hashlib
 
-    import ops.shell.experiment
     from astral_lab import ops_cli
 
     install(monkeypatch, oe)
-    monkeypatch.setattr(ops.shell.experiment, "eval_on_lab", _canned)
+    monkeypatch.setattr(oe, "eval_on_lab", _canned)
     out = os.path.join(str(tmp_path), "run")
     oe.ops_eval(quick=True, output=out, log=lambda _m: None, model_draws=5)
     s = read_json(out, "summary.json")

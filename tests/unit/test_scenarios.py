@@ -352,17 +352,15 @@ SLOW = [{"rate_mbps_per_sender": 5.0, "held": False, "delivered_fraction": 0.62,
 @pytest.fixture
 def slow_machine(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Calibration fails as on a machine that cannot hold the lowest rate; no fabric."""
-    import testbed.shell.cluster
-
     calls: list[str] = []
 
     def calibrate(log: Any = print, **_kw: Any) -> dict[str, Any]:
         calls.append("calibrate")
         raise fidelity.calibration_failed(SLOW, senders=8)
 
-    monkeypatch.setattr(fidelity, "calibrate", calibrate)
+    monkeypatch.setattr(base, "calibrate", calibrate)
     monkeypatch.setattr(fidelity, "load_cached", lambda *_a: None)
-    monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
+    monkeypatch.setattr(base, "make_lab", _FakeLab)
     return calls
 
 
@@ -397,10 +395,8 @@ def test_calibration_failure_is_one_line_with_what_was_measured() -> None:
 
 def test_calibrate_raises_the_one_line_error_and_caches_nothing(
         tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import testbed.shell.lab
-
     monkeypatch.setenv("ASTRAL_LAB_CACHE", str(tmp_path))
-    monkeypatch.setattr(testbed.shell.lab, "Lab", _FakeLab)
+    monkeypatch.setattr(fidelity, "Lab", _FakeLab)
     slow = iter(SLOW * fidelity.ATTEMPTS)
     monkeypatch.setattr(fidelity, "paced_trial", lambda *_a, **_k: dict(next(slow)))
     with pytest.raises(fidelity.CalibrationError, match="could not hold even 5 Mb/s") as info:
@@ -438,11 +434,9 @@ def test_forced_run_without_calibration_goes_ahead_unguarded(results: Any, guard
 
 def test_refused_guard_keeps_the_partial_folder(results: Any, guarded: Any,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    import testbed.shell.cluster
-
-    monkeypatch.setattr(fidelity, "calibrate", lambda *_a, **_k: {"hop_pps": 10})
+    monkeypatch.setattr(base, "calibrate", lambda *_a, **_k: {"hop_pps": 10})
     monkeypatch.setattr(fidelity, "load_cached", lambda *_a: {"hop_pps": 10, "measured": "x"})
-    monkeypatch.setattr(testbed.shell.cluster, "make_lab", _FakeLab)
+    monkeypatch.setattr(base, "make_lab", _FakeLab)
     with pytest.raises(fidelity.CapacityError, match="would measure the CPU") as info:
         guarded(log=lambda _m: None)
     (partial,) = os.listdir(results)
@@ -456,7 +450,6 @@ def test_a_calibration_trial_that_times_out_is_not_held(monkeypatch: pytest.Monk
                                                         ) -> None:
     """A machine so slow that the senders overrun the replay's timeout gets the one-line
     calibration error, not the replay's TimeoutError."""
-    import traffic.shell.replay
     from testbed.topologies import build
 
     plan = build("astral3", servers=2, gpus=4, scale=1e-5)
@@ -465,7 +458,7 @@ def test_a_calibration_trial_that_times_out_is_not_held(monkeypatch: pytest.Monk
     def overrun(*_a: Any, **_k: Any) -> Any:
         raise TimeoutError("senders still running after 36 s")
 
-    monkeypatch.setattr(traffic.shell.replay, "replay", overrun)
+    monkeypatch.setattr(fidelity, "replay", overrun)
     trial = fidelity.paced_trial(None, plan, pairs, 5.0, lambda _m: None)
     assert trial["held"] is False and trial["delivered_fraction"] == 0.0
     assert "36 s" in trial["timed_out"]

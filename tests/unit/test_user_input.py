@@ -40,6 +40,7 @@ from test_validation import one_line, run_cli
 from astral_lab import cli
 from astral_lab.controller_cli import plan_file
 from ops.telemetry import Store
+from scenarios import base as scenario_base
 from testbed.topologies import build
 from vocab.plan import WiringPlan
 from vocab.validate import BadValue, out_dir, out_file
@@ -55,8 +56,6 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder with a device node (``mknod X c 1 3``: /dev/null's numbers), a FIFO, a
     socket, a symlink out of the folder and the inputs the cases read; results go to
     ``box/results`` (which must never appear); not root; no Lab can be made."""
-    import testbed.shell.cluster
-
     if os.geteuid() != 0:
         pytest.skip("making a device node needs root")
     os.mknod(tmp_path / "dev", stat.S_IFCHR | 0o644, os.makedev(1, 3))
@@ -87,7 +86,8 @@ def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     def refuse(*_a: Any, **_k: Any) -> None:
         raise AssertionError("a refused command reached the bring-up")
 
-    monkeypatch.setattr(testbed.shell.cluster, "make_lab", refuse)
+    monkeypatch.setattr(cli, "make_lab", refuse)  # `up`
+    monkeypatch.setattr(scenario_base, "make_lab", refuse)  # a scenario's Run.lab
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(tmp_path / "results"))
     monkeypatch.chdir(tmp_path)

@@ -19,6 +19,7 @@ import pytest
 
 from astral_lab import cli, controller_cli
 from controllers import policies
+from scenarios import base
 from scenarios.experiments import SCENARIOS
 from testbed import topologies
 from testbed.fabricspec import COST_RULES, FABRIC_RULES, CostSpec, FabricSpec
@@ -34,12 +35,11 @@ UNWRITABLE = "/proc/astral-lab-x"
 @pytest.fixture(autouse=True)
 def no_fabric(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Results in tmp; not root; no Lab can be made."""
-    import testbed.shell.cluster
-
     def refuse(*_a: Any, **_k: Any) -> None:
         raise AssertionError("a bad value reached the bring-up")
 
-    monkeypatch.setattr(testbed.shell.cluster, "make_lab", refuse)
+    monkeypatch.setattr(cli, "make_lab", refuse)  # `up`
+    monkeypatch.setattr(base, "make_lab", refuse)  # a scenario's Run.lab
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     results = tmp_path / "results"
     monkeypatch.setenv("ASTRAL_LAB_RESULTS", str(results))
