@@ -34,9 +34,9 @@ from controllers.paths import PathFinder
 from controllers.shell.client import ControllerClient, ControllerError
 from ops.detectors import Engine, Topo, alert_kind
 from ops.detectors.degraded import DEGRADED_BACKLOG_S, DEGRADED_RATE_RATIO
-from ops.telemetry import CONTROLLER, History, Store, canonical, link_components
+from ops.telemetry import CONTROLLER, History, Store, canonical
 from testbed.wiring import Misdelivery, miswired
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, link_components
 
 #: Weight of an alert no detector here declares (``ops.detectors.alert_kind``: each
 #: detector's ``ALERTS`` say how much its alerts say about *where* the fault is).

@@ -29,11 +29,11 @@ from typing import Any
 from controllers.paths import PathFinder
 from ops.detectors import JOB_MIN_MBPS, AlertBook, Finding, Topo, rounded, run_start
 from ops.detectors.job_loss import HOLD_POLLS
-from ops.telemetry import CONTROLLER, History, link_components
+from ops.telemetry import CONTROLLER, History
 from testbed.faultkinds import TARGETS, shown_by
 from traffic.iterations import JOB, parse_pair
 from vocab.evidence import Evidence
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, link_components
 
 #: the names ``ops-eval`` files the baselines' scores under
 NAMES = ("static-thresholds", "peer-outlier", "loss-vote")

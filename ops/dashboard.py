@@ -23,9 +23,9 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from ops.telemetry import CONTROLLER, link_components
+from ops.telemetry import CONTROLLER
 from testbed.draw import TIER_TITLES, lane_links, link_rail, plan_layout
-from vocab.plan import Link, WiringPlan
+from vocab.plan import Link, WiringPlan, link_components
 
 #: SVG user units of the drawing (the page scales it to the window).
 WIDTH = 1200.0

@@ -77,10 +77,10 @@ from typing import Any
 
 from ops.baselines import SHOWS
 from ops.detectors import alert_kind
-from ops.telemetry import DEFAULT_INTERVAL_S, canonical, link_components
+from ops.telemetry import DEFAULT_INTERVAL_S, canonical
 from testbed.faultkinds import SCHEDULE_SEVERITIES
 from testbed.faultspec import schedule_kinds
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, link_components
 
 GOALS = {"detection_rate": 0.95, "false_alarms_clean": 0, "top1": 0.90, "detect_polls": 3.0}
 #: a fault's window ends GRACE_POLLS intervals + GRACE_S seconds after its undo

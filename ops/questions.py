@@ -53,9 +53,9 @@ from controllers.paths import PathFinder
 from ops.agent import Tools, diagnose
 from ops.detectors import alert_kind
 from ops.evaluate import GroundTruth
-from ops.telemetry import CONTROLLER, canonical, link_components
+from ops.telemetry import CONTROLLER, canonical
 from testbed.faultkinds import FAULT_KINDS, Effect, FaultKind
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, link_components
 
 #: A suspect counts as the agent blaming it from this score on: every active alert does
 #: (the weakest detector weighs 40), an alert cleared a while ago only with the bonus for

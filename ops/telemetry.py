@@ -53,7 +53,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from vocab.plan import Link, WiringPlan
+from vocab.plan import WiringPlan, link_components
 
 #: Default polling interval (seconds); the controller's own default poll is the same.
 DEFAULT_INTERVAL_S = 1.0
@@ -67,21 +67,6 @@ CONTROLLER = "controller"
 
 
 # --- names ---------------------------------------------------------------------------------
-def link_components(plan: WiringPlan) -> dict[str, Link]:
-    """``{"lf0r1~spine2#0": Link, ...}`` for every link of the plan.
-
-    ``lane`` counts parallel cables between the same two nodes in plan order, which is
-    the order ``Lab.links_between`` (and so fault injection) uses.
-    """
-    seen: dict[tuple[str, str], int] = defaultdict(int)
-    out = {}
-    for link in plan.links:
-        lane = seen[(link.a, link.b)]
-        seen[(link.a, link.b)] += 1
-        out[f"{link.a}~{link.b}#{lane}"] = link
-    return out
-
-
 def canonical(component: str, plan: WiringPlan | None = None) -> str:
     """One spelling per component, so answers and ground truth compare.
 

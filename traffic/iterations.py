@@ -2,9 +2,10 @@
 
 ``traffic.shell.moejob.MoeJob`` fills ``Iteration`` records as its iterations end; the
 collector takes ``iteration_values`` of the new ones at each poll, and the detectors
-(``ops/detectors/job_slow.py``, ``job_loss.py``) read them back by the names here: the
-job's iteration time is what operators watch first, and the pairs of NICs whose flows
-lost packets say where a fault the counters miss is.
+(``ops/detectors/job_slow.py``, ``job_loss.py``, ``lane_loss.py``) read them back by the
+names here: the job's iteration time is what operators watch first, and the flows that lost
+packets, with the links their lane marks say they crossed, say where a fault the counters
+miss is.
 """
 
 from __future__ import annotations
@@ -13,10 +14,18 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from vocab.lanemark import LaneMarks
+
 #: the telemetry component the job's samples belong to
 JOB = "job"
 #: the prefix of the per-pair loss metrics
 LOST = "lost:"
+
+
+#: per path between switches (``path_key``), the job's packets lost along it, and corrupt
+#: (exported when nonzero: the packets a path carried stay in the job's record)
+PATH_LOST, PATH_CORRUPT = "path_lost", "path_corrupt"
+PATH_METRICS = (PATH_LOST, PATH_CORRUPT)
 
 
 def pair_metric(src: str, dst: str) -> str:
@@ -47,8 +56,12 @@ class Iteration:
     #: packets the lab's own receivers dropped (their ring or socket overflowed: the
     #: machine's CPU, not the fabric), over all of its replays
     receiver_drops: int = 0
-    #: flows that lost packets: ``{"src", "dst", "sport", "lost", "kernel"}``
+    #: flows that lost packets or received corrupt ones:
+    #: ``{"src", "dst", "sport", "lost", "errors", "kernel"}``
     lossy: list[dict[str, Any]] = field(default_factory=list)
+    #: per path between switches the job's packets took, as the lane marks tell
+    #: (``path_key``): ``[packets sent along it, lost, corrupt]`` (``add_paths``)
+    paths: dict[str, list[int]] = field(default_factory=dict)
     error: str | None = None  # a replay that failed (the iteration is not timed)
     #: phase -> how late its last sender started after the common instant (s): taken out
     #: of the phase's time, since the machine's start-up is not the fabric's
@@ -56,6 +69,53 @@ class Iteration:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def add_paths(paths: dict[str, list[int]], rows: list[dict[str, Any]], marks: LaneMarks,
+              seen: dict[tuple[str, str, int], int]) -> None:
+    """Add a replay's flows (``ReplayResult.flows`` rows) to ``paths``: per path between
+    switches (its links joined by ``>``, ``path_key``), the packets sent along it, and
+    those lost or corrupt.
+
+    A flow's path is what its lane marks say (``LaneMarks.path``, its NIC links left out:
+    the pairs of NICs say those): a packet that arrived took its own mark's path; a flow's
+    lost and corrupt packets go on the links every one of its marks' paths shares (its
+    path, for a flow that kept one lane, as a hashed QP does). A flow that lost everything
+    has no mark of its own: the last one ``seen`` for its (src, dst, UDP source port)
+    stands in, as the same QP hashed the same way before. A flow between two hosts of one
+    switch, or with no mark, crosses no link between switches that the marks can name."""
+    for r in rows:
+        src, dst = r["src"], r["dst"]
+        got: dict[int, int] = r.get("marks") or {}
+        key = (src, dst, int(r["sport"]))
+        inner = {ttl: marks.inner_path(src, dst, ttl) for ttl in got}
+        for ttl, n in got.items():
+            if inner[ttl]:
+                paths.setdefault(path_key(inner[ttl]), [0, 0, 0])[0] += n
+        if got:
+            seen[key] = max(got.items(), key=lambda kv: kv[1])[0]
+        lost, bad = int(r.get("lost_packets") or 0), int(r.get("errors") or 0)
+        if lost or bad:
+            each = list(inner.values()) or [marks.inner_path(src, dst, seen.get(key, 0))]
+            shared = [ln for ln in each[0] if all(ln in p for p in each[1:])]
+            if shared:
+                c = paths.setdefault(path_key(shared), [0, 0, 0])
+                c[0] += lost
+                c[1] += lost
+                c[2] += bad
+
+
+def path_key(links: list[str]) -> str:
+    """How a path between switches is named in telemetry: its links joined by ``>``."""
+    return ">".join(links)
+
+
+def parse_path(metric: str) -> tuple[str, tuple[str, ...]] | None:
+    """``(what, links)`` of a per-path metric (``PATH_LOST`` ...); None for another."""
+    what, sep, rest = metric.partition(":")
+    if not sep or what not in PATH_METRICS or not rest:
+        return None
+    return what, tuple(rest.split(">"))
 
 
 def settled(iterations: list[Iteration], n: int = 5, spread: float = 1.5) -> bool:
@@ -73,8 +133,9 @@ def settled(iterations: list[Iteration], n: int = 5, spread: float = 1.5) -> boo
 
 def iteration_values(done: list[Iteration]) -> dict[tuple[str, str], float]:
     """Telemetry of component ``JOB`` for the iterations that ended since the last poll:
-    ``iter_s`` (the slowest of them), ``iter_lost``, ``iter_failed``, ``decode_s``, and
-    per pair of NICs whose flows lost packets, how many (``pair_metric``). A failed
+    ``iter_s`` (the slowest of them), ``iter_lost``, ``iter_failed``, ``decode_s``, per
+    pair of NICs whose flows lost packets, how many (``pair_metric``), and per path
+    between switches, the packets lost and corrupt along it (``PATH_METRICS``). A failed
     iteration has no time. An iteration whose receivers dropped packets measured the
     machine, not the fabric: only ``iter_rxdrops`` says so (a receiver's drop cannot be
     told from the fabric's loss flow by flow)."""
@@ -94,7 +155,13 @@ def iteration_values(done: list[Iteration]) -> dict[tuple[str, str], float]:
     per: dict[tuple[str, str], float] = defaultdict(float)
     for it in done:
         for f in it.lossy:
-            per[(JOB, pair_metric(f["src"], f["dst"]))] += f["lost"]
+            if f["lost"]:
+                per[(JOB, pair_metric(f["src"], f["dst"]))] += f["lost"]
+        for key, (_packets, lost, bad) in it.paths.items():
+            if lost:
+                per[(JOB, f"{PATH_LOST}:{key}")] += lost
+            if bad:
+                per[(JOB, f"{PATH_CORRUPT}:{key}")] += bad
     out.update(per)
     return out
 

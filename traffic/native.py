@@ -36,15 +36,15 @@ from traffic.roce import (
     flow_report,
     sender_report,
 )
-from traffic.rxstate import fold, new_flow, receiver_report
+from traffic.rxstate import corrupt, fold, mark, new_flow, receiver_report
 from vocab.flows import ENTROPY_MODES
 
-PLAN_MAGIC, SENT_MAGIC, REC_MAGIC, VERSION = 0x534B5041, 0x524B5041, 0x434B5041, 2
+PLAN_MAGIC, SENT_MAGIC, REC_MAGIC, VERSION = 0x534B5041, 0x524B5041, 0x434B5041, 3
 #: one record per received packet, as ``pktio.c`` writes it (little-endian, packed)
 RECORD = np.dtype([("stamp_ns", "<u8"), ("start_ns", "<u8"), ("src_ip", "<u4"),
                    ("psn", "<u4"), ("seq", "<u4"), ("plen", "<u4"), ("dma", "<u4"),
-                   ("qp", "<u4"), ("sport", "<u2"), ("op", "u1"), ("pad", "u1"),
-                   ("pad2", "<u4")])
+                   ("qp", "<u4"), ("sport", "<u2"), ("op", "u1"), ("bad", "u1"),
+                   ("ttl", "u1"), ("pad2", "u1", (3,))])
 assert RECORD.itemsize == 48
 
 
@@ -155,15 +155,28 @@ def read_records(path: str) -> np.ndarray:
 
 
 def fold_records(recs: np.ndarray) -> dict[tuple[str, int], list[Any]]:
-    """Per-QP state of ``traffic.rxstate`` from packet records, folded in arrival order."""
+    """Per-QP state of ``traffic.rxstate`` from packet records, folded in arrival order.
+
+    A frame the receiver found corrupt (``bad``: its IPv4 header checksum or its ICRC) is
+    dropped as a NIC drops it: not folded as data, so its PSN is a gap (lost), and counted
+    in the QP's errors. A QP whose first frame was corrupt opens its range at that PSN. The
+    good frames' TTLs are counted per QP (``marks``)."""
     flows: dict[tuple[int, int], list[Any]] = {}
     cols = [recs[c].tolist() for c in ("src_ip", "sport", "op", "psn", "seq", "plen", "dma",
-                                       "start_ns", "stamp_ns", "qp")]
-    for ip, sport, op, psn, seq, plen, dma, sent, stamp, qp in zip(*cols, strict=True):
+                                       "start_ns", "stamp_ns", "qp", "bad")]
+    for ip, sport, op, psn, seq, plen, dma, sent, stamp, qp, bad in zip(*cols, strict=True):
         f = flows.get((ip, qp))
         if f is None:
             f = flows[(ip, qp)] = new_flow(psn, qp, stamp, sport)
-        fold(f, op, psn, seq, plen, dma, sent, stamp)
+        if bad:
+            corrupt(f, psn)
+        else:
+            fold(f, op, psn, seq, plen, dma, sent, stamp)
+    good = recs[recs["bad"] == 0]
+    if len(good):  # per QP, the lane marks its frames carried
+        keys, counts = np.unique(good[["src_ip", "qp", "ttl"]], return_counts=True)
+        for (ip, qp, ttl), n in zip(keys.tolist(), counts.tolist(), strict=True):
+            mark(flows[(ip, qp)], ttl, n)
     return {(str(ipaddress.IPv4Address(ip)), qp): f for (ip, qp), f in flows.items()}
 
 
@@ -179,4 +192,6 @@ def read_received(path: str, port: int) -> dict[str, Any]:
     result["feedback"] = meta.get("feedback", {})
     result["plane"] = Plane.NATIVE
     result["cpu_s"] = meta.get("cpu_s")
+    result["bad_ip_checksum"] = int(meta.get("bad_ip_checksum", 0))
+    result["bad_icrc"] = int(meta.get("bad_icrc", 0))
     return result

@@ -22,6 +22,14 @@ the head or the tail of a QP leaves no gap the receiver can see. ``first_psn`` .
 Per message (QP, message number) the send time from the payload, first and
 last arrival, bytes and packets are kept; a message is complete when its RETH DMA length was
 seen and that many bytes arrived including the LAST/ONLY packet.
+
+The compiled receiver also reads each frame's TTL: the lane mark a host-facing switch wrote
+(``vocab.lanemark``), so ``marks`` says per QP which uplinks its packets crossed (the Python
+receiver, on a UDP socket, does not see the TTL and leaves it empty).
+
+A frame that fails a checksum (the compiled receiver checks the IPv4 header's, and the ICRC
+of frames it holds whole) is dropped as a NIC drops it and counted in its QP's ``errors``:
+the clean fabric's count is exactly zero, so one error is a corrupting link.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from traffic.roce import OP_WRITE_FIRST, OP_WRITE_LAST, OP_WRITE_MIDDLE, PSN_MAS
 # Per-QP state is a list (index constants below): attribute access costs more per packet.
 _F_BYTES, _F_PKTS, _F_EXP, _F_LOST, _F_REORD, _F_DUP, _F_FIRST, F_LAST, _F_MSGS = range(9)
 _F_QP, _F_PSN0, _F_MISSING, _F_UNTRACKED, _F_SPORT, _F_HOLE, _F_RDIST, _F_RWIN = range(9, 17)
+_F_ERR, _F_MARKS = 17, 18
 # Per-message state: send ns (payload), bytes, packets, first stamp, last stamp, DMA length, last?
 _M_SENT, _M_BYTES, _M_PKTS, _M_FIRST, _M_LAST, _M_DMA, _M_END = range(7)
 MAX_TRACKED_GAP = 4096  # PSNs of a larger gap are counted lost but not remembered one by one
@@ -117,7 +126,19 @@ def _window(f: list[Any]) -> None:
 
 def new_flow(psn: int, qp: int, stamp: Any, sport: int = 0) -> list[Any]:
     """The state of a QP first seen with ``psn`` at ``stamp`` (from UDP port ``sport``)."""
-    return [0, 0, psn, 0, 0, 0, stamp, stamp, {}, qp, psn, set(), 0, sport, -1, 0, 0]
+    return [0, 0, psn, 0, 0, 0, stamp, stamp, {}, qp, psn, set(), 0, sport, -1, 0, 0, 0, {}]
+
+
+def mark(f: list[Any], ttl: int, packets: int) -> None:
+    """``packets`` of the QP's frames arrived with TTL ``ttl``: the lane mark of the uplink
+    they crossed (``vocab.lanemark``), or the sender's TTL when they crossed none."""
+    f[_F_MARKS][ttl] = f[_F_MARKS].get(ttl, 0) + packets
+
+
+def corrupt(f: list[Any], psn: int) -> None:
+    """A frame of the QP that failed its checksum: dropped, so its PSN stays a gap (lost
+    once a later PSN arrives, or by the senders' count at the tail), and counted."""
+    f[_F_ERR] += 1
 
 
 def fold(f: list[Any], op: int, psn: int, seq: int, plen: int, dma: int, sent_ns: int,
@@ -182,7 +203,8 @@ def receiver_report(flows: dict[tuple[str, int], list[Any]], port: int, kernel_t
             "src_ip": ip, "sport": f[_F_SPORT], "qp": f[_F_QP], "bytes": f[_F_BYTES],
             "packets": f[_F_PKTS], "lost": f[_F_LOST], "reordered": f[_F_REORD],
             "reorder_distance_max": f[_F_RDIST], "reorder_window_max": f[_F_RWIN],
-            "duplicates": f[_F_DUP], "lost_untracked": f[_F_UNTRACKED],
+            "duplicates": f[_F_DUP], "lost_untracked": f[_F_UNTRACKED], "errors": f[_F_ERR],
+            "marks": {str(t): n for t, n in sorted(f[_F_MARKS].items())},
             "first_psn": f[_F_PSN0], "next_psn": f[_F_EXP],
             "first_ns": stamp_ns(f[_F_FIRST]), "last_ns": stamp_ns(f[F_LAST]),
             "messages": len(f[_F_MSGS]), "complete_messages": done}
@@ -194,4 +216,5 @@ def receiver_report(flows: dict[tuple[str, int], list[Any]], port: int, kernel_t
             "packets": sum(f["packets"] for f in out_flows.values()),
             "bytes": sum(f["bytes"] for f in out_flows.values()),
             "lost": sum(f["lost"] for f in out_flows.values()), "malformed": malformed,
+            "errors": sum(f["errors"] for f in out_flows.values()),
             "flows": out_flows, "messages": messages}

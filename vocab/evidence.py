@@ -23,6 +23,7 @@ class Evidence(StrEnum):
     DOWN = "down"  # a part stops answering: a link, a switch, the controller
     SLOW = "slow"  # traffic moves below what it should: a slow lane, an overloaded receiver
     MISROUTE = "misroute"  # traffic arrives where the plan does not send it
+    CORRUPT = "corrupt"  # frames arrive damaged: their checksum fails at the receiver
 
 
 #: Every word, in the order above.

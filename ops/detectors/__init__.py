@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ops.telemetry import History, link_components
+from ops.telemetry import History
 from testbed.faultkinds import TARGETS, shown_by
 from vocab.evidence import evidence
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, link_components
 from vocab.plugins import Plugin, Plugins
 
 ALERT_SEVERITIES = ("info", "warning", "critical")

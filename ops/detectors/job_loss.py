@@ -7,16 +7,18 @@ MTU too small for full frames) still loses the job's packets on the flows that c
 and only on those: the component on the path of (nearly) every lost packet is the
 suspect, as fault-finders that trace failed flows (SkeletonHunter, 007) localize. A NIC
 when one NIC is an end of them all, across at least two pairs (one pair alone cannot tell
-its two ends apart); else a leaf when each of them starts or ends under it. Under ECMP the
-lane a flow took is the switch's hash, which the lab does not know, so a lossy lane is
-named by its leaf, and a leaf's alert cannot say which of its kinds it is.
+its two ends apart); else a leaf when each of them starts or ends under it. When the lane
+marks put the lost packets on one link's paths (``lane-loss``: a lane, which may not be
+told from its partner yet), the loss is that link's and this detector says nothing: a NIC
+is named when its lost flows crossed several lanes, a leaf when no one link of it
+explains the loss (a switch's rule dropping some flows).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from ops.detectors import AlertKind, Finding, Topo
+from ops.detectors import AlertKind, Finding, Topo, lane_loss
 from ops.telemetry import History
 from traffic.iterations import JOB, parse_pair
 from vocab.evidence import Evidence
@@ -48,7 +50,7 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     HOLD_POLLS polls (the most specific one: a NIC before its leaf)."""
     lost, since = _lost_pairs(hist)
     total = sum(lost.values())
-    if not total:
+    if not total or lane_loss.suspect(hist, topo) is not None or lane_loss.covering(hist):
         return []
     leaf_of = {h: topo.links[c].b for h, c in topo.nic_link.items()}
     host: dict[str, float] = defaultdict(float)

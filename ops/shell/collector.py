@@ -24,7 +24,6 @@ from ops.telemetry import (
     History,
     Rates,
     Store,
-    link_components,
     parse_proc_net_dev,
     parse_snmp,
     parse_tc_qdisc,
@@ -32,7 +31,7 @@ from ops.telemetry import (
 from testbed.daemons import running_namespaces
 from traffic import rxsink
 from traffic.shell.running import RunningLab
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, link_components
 
 
 def read_kernel_file(path: str) -> str | None:

@@ -12,7 +12,9 @@ from testbed.faultmarks import NFT_FAMILY
 
 TARGET = "link"
 ORDER = 60  # where it lists among the kinds, and draws in a schedule
-EVIDENCE = ("loss",)  # the receiving host drops the bad frames: lost to the flow
+#: the receiver finds the bad frames' checksum wrong and drops them: corrupt, and lost to
+#: the flow
+EVIDENCE = ("loss", "corrupt")
 EFFECT = "drops"
 #: A few corrupted frames in a thousand (gray) or a few in a hundred (hard).
 SEVERITIES = ("gray", "hard")

@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 
 from astral_lab.dashboard_cli import DEMO_FABRIC
-from ops.telemetry import link_components, parse_proc_net_dev
+from ops.telemetry import parse_proc_net_dev
 from testbed.shell import cleanup
 from testbed.topologies import build
 from tests.unit.browser import Browser, chromium_path
+from vocab.plan import link_components
 
 pytestmark = pytest.mark.skipif(chromium_path() is None,
                                 reason="chromium not installed (scripts/setup.sh installs it)")

@@ -26,7 +26,6 @@ from clusterleft import assert_run_gone, snapshot
 from fakecluster import BASE_LINKS, FakeCluster, available, deadline
 
 from ops.shell.collector import Collector
-from ops.telemetry import link_components
 from testbed.shell import cleanup
 from testbed.shell.cluster import SSH_CONFIG_ENV, ClusterLab
 from testbed.shell.clustercheck import tunnel_probe
@@ -35,6 +34,7 @@ from testbed.shell.probe import Stream
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
 from traffic.shell.replay import replay
+from vocab.plan import link_components
 
 # Mininet's cluster.py compares OVS versions with distutils (deprecated, still works on 3.11)
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes:DeprecationWarning")

@@ -144,3 +144,60 @@ def test_iterations_start_no_process_their_hosts_agents_run_every_replay(
             job.stop()
         assert pktio_in(lab) == {}  # every agent ended with the job
     assert_clean(plan)
+
+
+def test_lane_marks_name_the_lossy_and_the_corrupting_lane(
+        assert_clean: Callable[[Any], None]) -> None:
+    """The job's receivers read each frame's lane mark, so its iterations count packets per
+    link; a gray loss on one lane, then corruption on another, is named by lane-loss on that
+    very lane (and its corrupt frames by lane-loss-corrupt), not by its leaf."""
+    from traffic.iterations import PATH_LOST
+    from vocab.plan import link_components
+
+    plan = build("astral3", servers=4, gpus=2)
+    train, decode = moe_job(plan, 4, 2, 16, seed=1)
+    lanes = {c: ln for c, ln in link_components(plan).items() if ln.kind == "lane"}
+    with Lab(plan, log=lambda m: None) as lab:
+        job = MoeJob(lab, train, decode, decode_every=2, log=lambda m: None)
+        mon = Monitor(lab, None, interval=1.0, job=job)
+        try:
+            job.start()
+            mon.collector.start()
+            wait_for(lambda: len(job.iterations) >= 5, 90, "five iterations")
+            clean = [it for it in job.iterations if it.error is None]
+            sent: dict[str, int] = {}
+            for it in clean:
+                for key, (packets, lost, bad) in it.paths.items():
+                    assert lost == bad == 0 or it is clean[0], (key, lost, bad)
+                    for c in key.split(">"):
+                        sent[c] = sent.get(c, 0) + packets
+            # the job's cross-leaf flows leave by every uplink of a leaf they use, by hash
+            assert set(sent) <= set(lanes) and len(sent) >= len(lanes) // 2, sorted(sent)
+            assert not [k for k in list(mon.collector.history.keys()) if k[1].startswith(PATH_LOST)]
+            busiest = sorted(sent, key=lambda c: -sent[c])
+            with FaultInjector(lab) as inj:
+                for kind, lane, knobs, detector in (
+                        ("gray-loss", busiest[0], {"probability": 0.05}, "lane-loss"),
+                        ("corruption", busiest[1], {"probability": 0.05}, "lane-loss-corrupt")):
+                    h = inj.inject(Fault(kind, lane, **knobs))
+                    since = len(job.iterations)
+                    try:
+                        got = wait_for(lambda d=detector: [a for a in mon.alerts()
+                                                          if a["detector"] == d
+                                                          and a["cleared"] is None], 60,
+                                       detector)
+                    except AssertionError as exc:  # what the job saw, per link
+                        damaged = [{c: v for c, v in it.paths.items() if v[1] or v[2]}
+                                   for it in job.iterations[since:]]
+                        raise AssertionError(f"{exc}; alerts {mon.alerts()}; {kind} on "
+                                             f"{lane}: per iteration {damaged}") from None
+                    assert [a["component"] for a in got] == [lane], got
+                    inj.undo(h)
+                    wait_for(lambda d=detector: not [a for a in mon.alerts()
+                                                     if a["detector"] == d
+                                                     and a["cleared"] is None], 60,
+                             f"{detector} cleared")
+        finally:
+            mon.collector.stop()
+            job.stop()
+    assert_clean(plan)

@@ -198,3 +198,73 @@ def test_a_receiver_not_scheduled_for_half_a_second_loses_nothing(tmp_path: Any)
     got = read_received(out, 4791)
     assert got["receiver_drops"] == 0 and got["kernel_drops"]["ring_freezes"] == 0, got
     assert got["packets"] == 300 and got["lost"] == 0, {k: got[k] for k in ("packets", "lost")}
+
+
+def test_the_receiver_drops_and_counts_corrupt_frames_and_reads_the_lane_mark(
+        tmp_path: Any) -> None:
+    """Frames with a bad IPv4 header checksum (any size) or a bad ICRC (a frame small enough
+    to be held whole) are dropped as a NIC drops them: counted apart, their PSNs lost, the
+    rest delivered; each good frame's TTL (the lane mark) is counted per QP. The frames are
+    the sender's own, patched after building, so only the one field under test is wrong."""
+    import signal
+    import socket
+    import subprocess
+
+    from traffic.native import read_received
+    from traffic.roce import OFF_IP, Endpoints, FrameBuilder, ip_checksum
+    from traffic.shell.pktio import path
+
+    a, b = f"astrC{os.getpid() % 100000}", f"astrD{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+    out = str(tmp_path / "recv.json")
+    small = FrameBuilder(Endpoints("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1",
+                                   "10.0.0.2", qp=1))
+    large = FrameBuilder(Endpoints("02:00:00:00:00:03", "02:00:00:00:00:02", "10.0.0.3",
+                                   "10.0.0.2", qp=2), pmtu=1024)
+    try:
+        for end in (a, b):
+            subprocess.run(["ip", "link", "set", end, "up"], check=True)
+        recv = subprocess.Popen([path(), "recv", "--intf", b, "--out", out,
+                                 "--ready", out + ".ready", "--timeout", "60"])
+        deadline = time.monotonic() + 60
+        while not os.path.exists(out + ".ready") and recv.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.path.exists(out + ".ready"), recv.poll()
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+            s.bind((a, 0))
+            for i in range(100):  # one-frame messages of 48 bytes: held whole by the ring
+                (frame,) = [bytearray(f) for f in small.frames(48)]
+                assert len(frame) <= 128
+                if i % 10 == 3:  # a bad header checksum
+                    frame[OFF_IP + 10] ^= 0x5A
+                elif i % 10 == 7:  # a bad ICRC, the header intact
+                    frame[-1] ^= 0x01
+                elif i % 2:  # a lane mark, the header checksum fixed as a switch fixes it
+                    frame[OFF_IP + 8] = 130
+                    frame[OFF_IP + 10:OFF_IP + 12] = b"\0\0"
+                    frame[OFF_IP + 10:OFF_IP + 12] = ip_checksum(
+                        frame[OFF_IP:OFF_IP + 20]).to_bytes(2, "big")
+                s.send(frame)
+            for i in range(40):  # 1,024-byte frames: only the header is checked
+                (frame,) = [bytearray(f) for f in large.frames(1000)]
+                if i % 8 == 5:
+                    frame[OFF_IP + 10] ^= 0x5A
+                elif i % 8 == 6:
+                    frame[-1] ^= 0x01  # beyond the snap: not seen, delivered
+                s.send(frame)
+        time.sleep(0.3)
+        recv.send_signal(signal.SIGTERM)
+        assert recv.wait(timeout=30) == 0
+    finally:
+        subprocess.run(["ip", "link", "del", a], check=False)
+    got = read_received(out, 4791)
+    assert (got["bad_ip_checksum"], got["bad_icrc"]) == (10 + 5, 10), got
+    one = got["flows"]["10.0.0.1/1"]
+    # 100 sent: 20 dropped (10 + 10), their PSNs gaps except a tail one
+    assert (one["packets"], one["errors"]) == (80, 20), one
+    assert one["lost"] == 20 and one["next_psn"] == 100
+    assert one["marks"] == {"64": 50, "130": 30}, one["marks"]
+    two = got["flows"]["10.0.0.3/2"]
+    assert (two["packets"], two["errors"], two["lost"]) == (35, 5, 5), two
+    assert got["errors"] == 25 and got["packets"] == 80 + 35

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ops.dashboard import DashboardState, layout, read_progress
-from ops.telemetry import link_components
 from testbed.topologies import TOPOLOGIES, build
 from tests.unit.dash_fakes import demo_plan
+from vocab.plan import link_components
 
 NIC = "s0g0~lf0r0#0"
 LANE = "lf0r0~spine1#0"

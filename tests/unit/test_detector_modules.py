@@ -88,7 +88,8 @@ _CHECK = textwrap.dedent("""
     orig, new = sys.argv[2], sys.argv[3]
     from ops.agent import Tools, diagnose
     from ops.detectors import DETECTORS, Engine, alert_kind
-    from ops.telemetry import History, link_components
+    from ops.telemetry import History
+    from vocab.plan import link_components
     from testbed.topologies import build
     from tests.unit.test_ops_detectors import LANE, NIC, clean_poll
 
@@ -123,6 +124,9 @@ _CHECK = textwrap.dedent("""
                 v[(h.name, "rx_mbps")] *= 0.4
         elif orig == "job-loss":
             v[("job", f"lost:{NIC}>s0g0")] = v[("job", f"lost:s1g0>{NIC}")] = 2.0
+        elif orig == "lane-loss":  # the job's packets lost on two paths, both across LANE
+            v[("job", f"path_lost:{LANE}>{lanes[0]}")] = 4.0
+            v[("job", f"path_lost:{LANE}>{lanes[1]}")] = 2.0
         elif orig == "miswired" and i == 40:
             v[("wiring", "checked")] = v[(LANE, "miswired")] = 1.0
 

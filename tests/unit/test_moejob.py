@@ -16,12 +16,13 @@ from traffic.kernels import high_bandwidth, low_latency
 from traffic.shell import moejob as M
 from traffic.workload import Phase, simulate_step
 
+PLAN = build("astral3", servers=2, gpus=2)
+
 
 @pytest.fixture(scope="module")
 def kernels() -> tuple[Any, Any]:
-    plan = build("astral3", servers=2, gpus=2)
-    train = high_bandwidth(simulate_step("deepseek-v3", 2, 2, 8, seed=1), plan)
-    decode = low_latency(simulate_step("deepseek-v3", 2, 2, 2, seed=2), plan,
+    train = high_bandwidth(simulate_step("deepseek-v3", 2, 2, 8, seed=1), PLAN)
+    decode = low_latency(simulate_step("deepseek-v3", 2, 2, 2, seed=2), PLAN,
                          phases=(Phase.DISPATCH,))
     return train, decode
 
@@ -64,7 +65,7 @@ def job(kernels: tuple[Any, Any], fake: FakeReplays, monkeypatch: pytest.MonkeyP
         **kw: Any) -> M.MoeJob:
     monkeypatch.setattr(M, "replay", fake)
     train, decode = kernels
-    return M.MoeJob(SimpleNamespace(), train, decode, log=lambda _m: None, **kw)
+    return M.MoeJob(SimpleNamespace(plan=PLAN), train, decode, log=lambda _m: None, **kw)
 
 
 def test_an_iteration_is_dispatch_then_combine_and_a_decode_burst_every_other(
@@ -132,10 +133,10 @@ def test_the_collector_is_handed_each_iteration_once(
 def test_bad_arguments_are_refused(kernels: tuple[Any, Any]) -> None:
     train, decode = kernels
     with pytest.raises(ValueError, match="decode_every"):
-        M.MoeJob(SimpleNamespace(), train, decode, decode_every=0)
+        M.MoeJob(SimpleNamespace(plan=PLAN), train, decode, decode_every=0)
     empty = type(train)("high_bandwidth", [], [])
     with pytest.raises(ValueError, match="no flows"):
-        M.MoeJob(SimpleNamespace(), empty)
+        M.MoeJob(SimpleNamespace(plan=PLAN), empty)
 
 
 def test_an_iteration_whose_receivers_dropped_packets_reports_only_that() -> None:

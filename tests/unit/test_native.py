@@ -195,8 +195,29 @@ def records(rows: list[tuple[int, ...]]) -> np.ndarray:
     """(stamp, psn, seq, op, plen, dma, sent) rows of one QP from 10.0.0.1:49153."""
     recs = np.zeros(len(rows), dtype=native.RECORD)
     for i, (stamp, psn, seq, op, plen, dma, sent) in enumerate(rows):
-        recs[i] = (stamp, sent, 0x0A000001, psn, seq, plen, dma, 7, 49153, op, 0, 0)
+        recs[i] = (stamp, sent, 0x0A000001, psn, seq, plen, dma, 7, 49153, op, 0, 64, (0, 0, 0))
     return recs
+
+
+def test_a_corrupt_frame_is_dropped_lost_and_counted_and_marks_are_counted_per_qp() -> None:
+    """A frame the receiver flagged (bad IPv4 header checksum, bad ICRC) is not data: its PSN
+    is a gap (lost) and the QP counts an error; a QP whose first frame was corrupt still
+    counts it lost. The good frames' TTLs (lane marks) are counted per QP."""
+    one = OP_WRITE_ONLY
+    recs = records([(100, 0, 0, one, 64, 64, 50), (101, 1, 1, one, 64, 64, 51),
+                    (102, 2, 2, one, 64, 64, 52), (103, 3, 3, one, 64, 64, 53)])
+    recs["bad"] = [0, 1, 2, 0]  # PSN 1: header checksum; PSN 2: ICRC
+    recs["ttl"] = [129, 129, 129, 130]
+    rep = receiver_report(native.fold_records(recs), 4791, True, "idle", 200, 0)
+    row = rep["flows"]["10.0.0.1/7"]
+    assert (row["packets"], row["lost"], row["errors"]) == (2, 2, 2)
+    assert row["marks"] == {"129": 1, "130": 1} and rep["errors"] == 2
+    assert [m["seq"] for m in rep["messages"]] == [0, 3]
+    head = records([(100, 0, 0, one, 64, 64, 50), (101, 1, 1, one, 64, 64, 51)])
+    head["bad"] = [1, 0]
+    row = receiver_report(native.fold_records(head), 4791, True, "idle", 200, 0
+                          )["flows"]["10.0.0.1/7"]
+    assert (row["packets"], row["lost"], row["errors"], row["first_psn"]) == (1, 1, 1, 0)
 
 
 def test_records_fold_into_loss_reordering_duplicates_and_latency() -> None:

@@ -13,8 +13,9 @@ from collections.abc import Callable
 import pytest
 
 from ops import detectors as D
-from ops.telemetry import History, link_components
+from ops.telemetry import History
 from testbed.topologies import build
+from vocab.plan import link_components
 
 Values = dict[tuple[str, str], float]
 

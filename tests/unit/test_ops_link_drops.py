@@ -15,9 +15,9 @@ from test_ops_detectors import LANE, NIC, Values, clean_poll, first, run
 from ops import detectors as D
 from ops.detectors import link_drops
 from ops.shell import collector as col
-from ops.telemetry import History, link_components, parse_proc_net_dev
+from ops.telemetry import History, parse_proc_net_dev
 from testbed.topologies import build
-from vocab.plan import WiringPlan
+from vocab.plan import WiringPlan, link_components
 
 _HEAD = ("Inter-|   Receive                                                |  Transmit\n"
          " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets "

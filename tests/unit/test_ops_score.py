@@ -19,8 +19,9 @@ from ops.evaluate import (
     summaries,
     uncovered_s,
 )
-from ops.telemetry import CONTROLLER, link_components
+from ops.telemetry import CONTROLLER
 from testbed.topologies import build
+from vocab.plan import link_components
 
 LANE = "lf0r0~spine2#0"
 NIC = "s1g1"  # under lf0r1

@@ -11,6 +11,7 @@ from ops import telemetry as T
 from ops.detectors import Alert
 from ops.shell import collector
 from testbed.topologies import build
+from vocab.plan import link_components
 
 _HEAD = ("Inter-|   Receive                                                |  Transmit\n"
          " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets "
@@ -44,7 +45,7 @@ def test_parsers() -> None:
 
 def test_component_names_follow_the_plan() -> None:
     plan = build("astral3", servers=2, gpus=2)
-    comps = T.link_components(plan)
+    comps = link_components(plan)
     assert "lf0r1~spine2#0" in comps and "s1g1~lf0r1#0" in comps
     assert comps["lf0r1~spine2#0"].b == "spine2"
     assert T.canonical("spine2~lf0r1", plan) == "lf0r1~spine2#0"

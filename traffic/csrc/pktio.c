@@ -74,7 +74,7 @@
 #define PLAN_MAGIC 0x534b5041u   /* "APKS" little-endian */
 #define SENT_MAGIC 0x524b5041u   /* "APKR" */
 #define REC_MAGIC 0x434b5041u    /* "APKC" */
-#define VERSION 2u
+#define VERSION 3u
 #define OFF_PSN 50               /* traffic/roce.py OFF_PSN: first byte the ICRC covers as is */
 #define HDR_END_PLAIN 70         /* PSN word, seq, index, send ns (roce._PACK_PLAIN) */
 #define HDR_END_RETH 86          /* PSN word, VA, rkey, DMA length, seq, index, ns (_PACK_RETH) */
@@ -753,10 +753,16 @@ typedef struct __attribute__((packed)) {
     uint64_t stamp_ns, start_ns;
     uint32_t src_ip, psn, seq, plen, dma, qp;
     uint16_t sport;
-    uint8_t op, pad;
-    uint32_t pad2;
+    uint8_t op, bad;              /* bad: REC_BAD_* of a frame a NIC would drop */
+    uint8_t ttl, pad2[3];         /* ttl: the lane mark (vocab/lanemark.py) */
 } Rec;
 _Static_assert(sizeof(Rec) == 48, "record layout is shared with traffic/native.py");
+
+/* A frame that fails a check a RoCE NIC makes is recorded with these bits set and counted
+ * apart (the reader folds it as lost, not as data): the IPv4 header checksum, always; the
+ * ICRC, when the whole frame is in the snap (small frames: probes, feedback, short writes). */
+#define REC_BAD_IP 1u
+#define REC_BAD_ICRC 2u
 
 /* The plb mode's receiver side: per QP, the current round (it began at `start`, lasts
  * `round_ns`: about one RTT, as PLB's rounds do), its packets and how many of them queued
@@ -767,6 +773,7 @@ typedef struct { uint32_t ip, qp, n, cong, used; int64_t start; } FbQp;
 typedef struct {
     FILE *f;
     uint64_t packets, bytes, malformed, other, feedback_in, acks, cnps;
+    uint64_t bad_ip, bad_icrc;    /* frames that failed the header checksum / the ICRC */
     int64_t last_ns;
     int fb_fd;                    /* -1: no feedback */
     int64_t fb_round_ns, fb_delay_ns;
@@ -837,14 +844,26 @@ static void take(Sink *k, const uint8_t *p, uint32_t snap, uint32_t len, int64_t
     }
     const uint8_t *udp = ip + ihl;
     if ((udp[2] << 8 | udp[3]) != ROCE_PORT) { k->other++; return; }
+    uint32_t sum = 0;             /* ones' complement over the header: 0xFFFF when intact */
+    for (uint32_t i = 0; i < ihl; i += 2) sum += (uint32_t)(ip[i] << 8 | ip[i + 1]);
+    while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+    uint8_t bad = sum == 0xFFFF ? 0 : REC_BAD_IP;
     uint32_t n = (uint32_t)(udp[4] << 8 | udp[5]);
     const uint8_t *bth = udp + 8;
     if (n < 8 || 14 + ihl + n > len) { k->malformed++; return; }
     if (n >= 20 && (bth[0] == OP_ACK || bth[0] == OP_CNP)) { k->feedback_in++; return; }
+    if (ihl == 20 && len <= snap && len >= OFF_PSN + 4) {
+        uint32_t want;
+        memcpy(&want, p + len - 4, 4);
+        if ((uint32_t)crc32(prefix_crc(p), p + OFF_PSN, len - 4 - OFF_PSN) != want)
+            bad |= REC_BAD_ICRC;
+    }
     n -= 8;  /* UDP payload, as a UDP socket would return it */
     Rec r = {0};
+    r.bad = bad;
     r.stamp_ns = (uint64_t)stamp;
     r.src_ip = rd32be(ip + 12);
+    r.ttl = ip[8];
     r.sport = (uint16_t)(udp[0] << 8 | udp[1]);
     if (n < 32) { k->malformed++; return; }
     r.op = bth[0];
@@ -865,6 +884,11 @@ static void take(Sink *k, const uint8_t *p, uint32_t snap, uint32_t len, int64_t
         r.plen = n - 32 - pad;
     } else { k->malformed++; return; }
     fwrite(&r, sizeof r, 1, k->f);
+    if (bad) {                    /* dropped, as a NIC drops it: no data, no feedback */
+        k->bad_ip += (bad & REC_BAD_IP) != 0;
+        k->bad_icrc += (bad & REC_BAD_ICRC) != 0;
+        return;
+    }
     k->packets++;
     k->bytes += r.plen;
     k->last_ns = stamp;
@@ -1024,12 +1048,14 @@ static int cmd_recv(int argc, char **argv) {
     snprintf(text, sizeof text,
              "{\"stop_reason\": \"%s\", \"stopped_ns\": %lld, "
              "\"packets\": %llu, \"bytes\": %llu, \"malformed\": %llu, \"other\": %llu, "
+             "\"bad_ip_checksum\": %llu, \"bad_icrc\": %llu, "
              "\"ring_packets\": %u, \"ring_drops\": %u, \"ring_freezes\": %u, "
              "\"feedback\": {\"acks_sent\": %llu, \"cnps_sent\": %llu, \"seen\": %llu}, "
              "\"cpu_s\": %.6f}\n",
              reason, (long long)stopped, (unsigned long long)k.packets,
              (unsigned long long)k.bytes, (unsigned long long)k.malformed,
-             (unsigned long long)k.other, st.tp_packets, st.tp_drops, st.tp_freeze_q_cnt,
+             (unsigned long long)k.other, (unsigned long long)k.bad_ip,
+             (unsigned long long)k.bad_icrc, st.tp_packets, st.tp_drops, st.tp_freeze_q_cnt,
              (unsigned long long)k.acks, (unsigned long long)k.cnps,
              (unsigned long long)k.feedback_in, (cpu_ns() - cpu_base) / 1e9);
     write_file_atomic(out, text);

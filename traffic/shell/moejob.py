@@ -35,23 +35,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from traffic.iterations import Iteration, iteration_values
+from traffic.iterations import Iteration, add_paths, iteration_values
 from traffic.kernels import FlowSpec, KernelTraffic
 from traffic.roce import Plane
 from traffic.shell.agents import HostAgents
 from traffic.shell.replay import DEFAULT_PLANE, ReplayResult, replay
 from traffic.shell.running import RunningLab
 from traffic.workload import Phase
+from vocab.lanemark import LaneMarks
 
 
 def _keep(result: ReplayResult, kernel: str) -> list[dict[str, Any]]:
-    """What an iteration keeps of a replay besides its times: the flows that lost packets.
+    """What an iteration keeps of a replay besides its times: the flows that lost packets
+    or received corrupt ones.
     The rest, the replay's files, goes (megabytes a replay, and a job replays thousands of
     times)."""
     if result.workdir:
         shutil.rmtree(result.workdir, ignore_errors=True)
     return [{"src": r["src"], "dst": r["dst"], "sport": r["sport"], "lost": r["lost_packets"],
-             "kernel": kernel} for r in result.flows if r["lost_packets"]]
+             "errors": r.get("errors", 0), "kernel": kernel}
+            for r in result.flows if r["lost_packets"] or r.get("errors")]
 
 
 class MoeJob:
@@ -85,6 +88,8 @@ class MoeJob:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.marks = LaneMarks(lab.plan)
+        self._seen: dict[tuple[str, str, int], int] = {}  # a flow's last lane mark
         #: the job's senders and receivers, one per host and role (native plane; else None)
         self.agents: HostAgents | None = None
 
@@ -135,6 +140,7 @@ class MoeJob:
                 lost += r.lost_packets
                 it.receiver_drops += r.receiver_drops
                 lossy += _keep(r, "train")
+                add_paths(it.paths, r.flows, self.marks, self._seen)
             it.iter_s = round(sum(phases.values()), 6)
             it.lost_packets = lost
             if self.decode and index % self.decode_every == 0 and not self._stop.is_set():
@@ -145,6 +151,7 @@ class MoeJob:
                 it.decode_lost = r.lost_packets
                 it.receiver_drops += r.receiver_drops
                 lossy += _keep(r, "decode")
+                add_paths(it.paths, r.flows, self.marks, self._seen)
         except Exception as exc:  # a failed replay is a data point, not the end of the job
             it.error = f"{type(exc).__name__}: {exc}"[:300]
             self.log(f"moe-job: iteration {index} failed: {it.error}")

@@ -1,0 +1,178 @@
+"""The one link (or switch) that explains the job's lost or corrupt packets, by lane marks.
+Pure.
+
+A detector module. The job's receivers tell each flow's lane by the mark its first switch
+wrote in the TTL (``vocab.lanemark``), so every flow's path between switches is known, and
+each iteration reports per path the packets sent along it and those lost, or received
+corrupt (``traffic.iterations.add_paths``). That is network tomography with exact paths,
+as fault-finders that score links by the failed paths they explain localize (007,
+NetBouncer, SCORE's single-failure hitting set): the suspect is the link on the paths of
+(nearly) all the damaged packets, and a clear margin of them lies on paths that every
+other link misses. The margin matters here: the training step's flows are rail-aligned,
+so between two blocks a lane's flows all come back over one partner lane; only flows that
+leave the rail (the decode burst's) tell the two apart, and until some of those are damaged
+the detector waits rather than guess. When no link explains the loss but one switch does,
+the switch is named: a table entry that drops some flows (a partial blackhole) loses them
+on all of its links alike. A NIC's own loss is left to ``job-loss``, which names the NIC by
+its flows' ends (this detector steps aside when one NIC is an end of nearly all of it).
+Corrupt frames are counted apart (a clean fabric corrupts none): the same rule over them
+names the corrupting link.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ops.detectors import AlertKind, Finding, Topo
+from ops.telemetry import History
+from traffic.iterations import JOB, PATH_CORRUPT, PATH_LOST, parse_pair, parse_path
+from vocab.evidence import Evidence
+from vocab.plugins import plugin_name
+
+ORDER = 105  # the detectors run (and list) in this order (vocab.plugins.listing_key)
+#: the name its loss alerts carry: the module's own (a copy under a new name raises its own)
+NAME = plugin_name(__name__)
+#: its corruption alert, and the alert naming a switch
+CORRUPT, SWITCH = f"{NAME}-corrupt", f"{NAME}-switch"
+ALERTS = {
+    NAME: AlertKind(75, "check link {component}: the job's flows across it lose packets "
+                        "and the flows beside it do not ({summary}); its optics and "
+                        "cable, then drain it",
+                    evidence=(Evidence.LOSS,), parts=("link",)),
+    CORRUPT: AlertKind(80, "check link {component}: frames across it arrive corrupt "
+                           "({summary}); clean or replace its optics, then drain it",
+                       evidence=(Evidence.CORRUPT,), parts=("link",)),
+    SWITCH: AlertKind(60, "check switch {component}: the job's lost packets crossed it and "
+                          "no one of its links explains them ({summary}); its flow table "
+                          "(rules that drop some flows), then drain it",
+                      evidence=(Evidence.LOSS,), parts=("switch",)),
+}
+#: packets are pooled over this many recent polls (an iteration ends every few polls, and
+#: the damaged packets that tell partner lanes apart come a few at a time)
+HOLD_POLLS = 15
+#: at least this many damaged packets (lost; corrupt: CORRUPT_MIN) before anything is named
+LOSS_MIN = 3
+CORRUPT_MIN = 2
+#: the suspect's paths carry all but this share of them ...
+SLACK = 0.1
+#: ... and every other candidate misses at least this many more of them than it does
+#: (a clean fabric loses none, so two damaged packets off a link's paths clear it)
+MARGIN = 2
+#: a NIC an end of at least this share of the lost packets is job-loss's to name
+NIC_SHARE = 0.9
+
+
+def detect(hist: History, topo: Topo) -> list[Finding]:
+    """Per kind of damage (lost, corrupt): the link that ``explains`` it over the last
+    HOLD_POLLS polls; for lost packets that no link explains, the switch that does."""
+    out = []
+    for name, metric, least, what in ((NAME, PATH_LOST, LOSS_MIN, "lost"),
+                                      (CORRUPT, PATH_CORRUPT, CORRUPT_MIN, "corrupt")):
+        found = suspect(hist, topo, metric, least)
+        if found is None:
+            continue
+        component, missed, runner_up, total, since = found
+        alert = name if "~" in component else SWITCH
+        if alert == SWITCH and metric == PATH_CORRUPT:
+            continue  # a switch does not corrupt frames its links carry intact
+        out.append(Finding(
+            alert, component, "warning",
+            f"{int(total - missed)} of the {int(total)} job packets {what} in "
+            f"{HOLD_POLLS} polls were on paths across {component}; every other "
+            f"{'link' if alert != SWITCH else 'switch'} misses {int(runner_up)} or more",
+            {f"{what}_packets": int(total), "explained": int(total - missed),
+             "next_best_misses": int(runner_up)}, since))
+    return out
+
+
+def suspect(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = LOSS_MIN
+            ) -> tuple[str, float, float, float, float] | None:
+    """``(link or switch, damaged packets off its paths, the runner-up's, damaged packets
+    in all, since)`` for the job's ``metric`` over the last HOLD_POLLS polls: a link when
+    one ``explains`` them, else a switch when one does; None otherwise, or when a NIC is
+    an end of NIC_SHARE of the lost packets (job-loss names it)."""
+    damaged, since = _pooled(hist, metric)
+    total = sum(damaged.values())
+    if total < least or (metric == PATH_LOST and _one_nic(hist, topo)):
+        return None
+    links = {ln for path in damaged for ln in path}
+    best = explains(damaged, links, total)
+    if best is None:
+        switches: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+        for path in damaged:
+            for ln in path:
+                for end in _ends(ln):
+                    switches[end].add(path)
+        missed = {sw: total - sum(damaged[p] for p in paths) for sw, paths in switches.items()}
+        best = _unique(missed, total)
+    if best is None:
+        return None
+    return (*best, total, since if since is not None else hist.now)
+
+
+def covering(hist: History) -> list[str]:
+    """The links on the paths of all but SLACK of the job's packets lost over the last
+    HOLD_POLLS polls, margin or not: while there is one, a NIC whose flows lose may yet
+    be a lane its flows happen to share (job-loss waits)."""
+    damaged, _ = _pooled(hist, PATH_LOST)
+    total = sum(damaged.values())
+    links = {ln for path in damaged for ln in path}
+    return sorted(ln for ln in links
+                  if total - sum(n for p, n in damaged.items() if ln in p) <= SLACK * total)
+
+
+def explains(damaged: dict[tuple[str, ...], float], links: set[str], total: float
+             ) -> tuple[str, float, float] | None:
+    """``(link, damaged packets off its paths, the runner-up's)``: the link whose paths
+    carry all but SLACK of the ``total`` damaged packets, when every other link's paths
+    miss at least MARGIN more of them; else None."""
+    missed = {ln: total - sum(n for path, n in damaged.items() if ln in path) for ln in links}
+    return _unique(missed, total)
+
+
+def _unique(missed: dict[str, float], total: float) -> tuple[str, float, float] | None:
+    if not missed:
+        return None
+    ranked = sorted((m, c) for c, m in missed.items())
+    (best, who), runner_up = ranked[0], ranked[1][0] if len(ranked) > 1 else total
+    if best > SLACK * total or runner_up - best < MARGIN:
+        return None
+    return who, best, runner_up
+
+
+def _ends(link: str) -> tuple[str, str]:
+    a, _, rest = link.partition("~")
+    return a, rest.partition("#")[0]
+
+
+def _one_nic(hist: History, topo: Topo) -> bool:
+    """Is one NIC an end of NIC_SHARE of the job's lost packets (``lost:src>dst``)?"""
+    per: dict[str, float] = defaultdict(float)
+    total = 0.0
+    for comp, metric in list(hist.keys()):
+        pair = parse_pair(metric) if comp == JOB else None
+        if pair is None:
+            continue
+        n = sum(v for v in hist.last(comp, metric, HOLD_POLLS) if v)
+        total += n
+        for h in set(pair):
+            per[h] += n
+    return bool(total) and max(per.values()) >= NIC_SHARE * total
+
+
+def _pooled(hist: History, what: str) -> tuple[dict[tuple[str, ...], float], float | None]:
+    """Per path, the job's ``what`` (packets, lost, corrupt) over the last HOLD_POLLS
+    polls, and the time of the first of those polls where any was nonzero."""
+    times = list(hist.times)[-HOLD_POLLS:]
+    per_poll = [0.0] * len(times)
+    out: dict[tuple[str, ...], float] = defaultdict(float)
+    for comp, metric in list(hist.keys()):
+        parsed = parse_path(metric) if comp == JOB else None
+        if parsed is None or parsed[0] != what:
+            continue
+        for i, v in enumerate(hist.last(comp, metric, HOLD_POLLS)):
+            if v:
+                out[parsed[1]] += v
+                per_poll[i] += v
+    since = next((t for t, n in zip(times, per_poll, strict=True) if n), None)
+    return {k: v for k, v in out.items() if v}, since

@@ -1,0 +1,195 @@
+"""Lane marks to paths, paths to telemetry, telemetry to the one lossy or corrupting link.
+
+``traffic.iterations.add_paths`` puts each flow of a replay on the path between switches its
+lane marks name (``vocab.lanemark``); ``iteration_values`` exports the damage per path; the
+``lane-loss`` detector names the link (or switch) that explains it. The job here is
+simulated on the default fabric: one QP per pair of GPUs, hashed onto a random uplink, a
+faulty link losing (or corrupting) each packet over it with a probability; rail-aligned
+flows between two blocks (the training step's shape) leave a lane's flows all on one
+partner lane, and only cross-rail flows tell the two apart.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ops.detectors import Topo, job_loss, lane_loss
+from ops.telemetry import History
+from testbed.topologies import build
+from traffic.iterations import (
+    JOB,
+    PATH_CORRUPT,
+    PATH_LOST,
+    Iteration,
+    add_paths,
+    iteration_values,
+    path_key,
+)
+from vocab.lanemark import MARK_BASE, LaneMarks
+from vocab.plan import WiringPlan, link_components
+
+PLAN = build("astral3")
+MARKS = LaneMarks(PLAN)
+
+
+def row(src: str, dst: str, sport: int, marks: dict[int, int], lost: int = 0,
+        errors: int = 0) -> dict[str, object]:
+    return {"src": src, "dst": dst, "sport": sport, "marks": marks, "lost_packets": lost,
+            "errors": errors}
+
+
+def test_the_marks_name_the_path_and_lost_packets_go_on_the_links_every_mark_shares() -> None:
+    paths: dict[str, list[int]] = {}
+    seen: dict[tuple[str, str, int], int] = {}
+    add_paths(paths, [row("s0g0", "s3g7", 50001, {MARK_BASE + 1: 9}, lost=1)], MARKS, seen)
+    inner = ["lf0r0~spine1#0", "lf1r7~spine1#0"]
+    assert MARKS.path("s0g0", "s3g7", MARK_BASE + 1) == ["s0g0~lf0r0#0", *inner,
+                                                         "s3g7~lf1r7#0"]
+    assert MARKS.inner_path("s0g0", "s3g7", MARK_BASE + 1) == inner
+    assert paths == {path_key(inner): [10, 1, 0]}
+    # the same QP loses everything next time: its last mark stands in for its path
+    add_paths(paths, [row("s0g0", "s3g7", 50001, {}, lost=5)], MARKS, seen)
+    assert paths == {path_key(inner): [15, 6, 0]}
+    # a sprayed QP (two marks): its packets on each path, its loss on what both share
+    sprayed: dict[str, list[int]] = {}
+    add_paths(sprayed, [row("s0g0", "s3g7", 50002, {MARK_BASE: 4, MARK_BASE + 2: 4}, lost=2,
+                            errors=1)], MARKS, {})
+    assert sprayed == {"lf0r0~spine0#0>lf1r7~spine0#0": [4, 0, 0],
+                       "lf0r0~spine2#0>lf1r7~spine2#0": [4, 0, 0]}
+    # unmarked (same leaf, or a fabric whose first switch has one way up): no inner path
+    assert MARKS.path("s0g0", "s1g0", 64) == ["s0g0~lf0r0#0", "s1g0~lf0r0#0"]
+    assert MARKS.inner_path("s0g0", "s3g7", 64) == []
+
+
+def test_every_name_is_a_plan_link_and_the_marks_invert() -> None:
+    names = set(link_components(PLAN))
+    for sw, ups in MARKS.uplinks.items():
+        for i, ln in enumerate(ups):
+            assert MARKS.ttl(sw, ln.a_port) == MARK_BASE + i
+    for h in PLAN.hosts:
+        for t in range(MARK_BASE, MARK_BASE + 4):
+            up = MARKS.link(h.name, t)
+            assert up is not None and MARKS.link(h.ip, t) == up
+            assert set(MARKS.path(h.name, "s3g7", t)) <= names
+        assert MARKS.link(h.name, MARK_BASE + 4) is None and MARKS.link(h.name, 64) is None
+
+
+def test_iteration_values_export_each_paths_damage_when_there_is_some() -> None:
+    it = Iteration(0, 0.0, 1.0, 1.0, {}, 0, paths={"a~b#0>c~b#0": [10, 2, 1], "d~e#0": [5, 0, 0]})
+    got = iteration_values([it])
+    assert got[(JOB, f"{PATH_LOST}:a~b#0>c~b#0")] == 2
+    assert got[(JOB, f"{PATH_CORRUPT}:a~b#0>c~b#0")] == 1
+    assert not [k for k in got if "d~e#0" in k[1]]
+
+
+def simulate(plan: WiringPlan, faulty: str | None, p: float, corrupt: bool, polls: int,
+             seed: int, per_flow: int = 40, blackhole: set[int] = frozenset(),
+             rail_aligned: bool = False) -> list[list[object]]:
+    """The detector's findings after each poll of a job whose flows each send ``per_flow``
+    packets a poll; every packet over ``faulty`` (a link name, or a host: its NIC link) is
+    lost, or corrupt, with probability ``p``. With ``blackhole`` (UDP source ports),
+    ``faulty`` is a switch that drops every packet of those ports from the second poll on.
+    ``rail_aligned``: only flows between GPUs of one index, four QPs each (the training
+    step's), and a cross-rail flow from every host a poll, a quarter the size (a decode
+    burst's)."""
+    rng = random.Random(seed)
+    marks = LaneMarks(plan)
+    topo = Topo.from_plan(plan)
+    hosts = [h.name for h in plan.hosts]
+    flows = [(s, d, 50000 + (q if rail_aligned else rng.randrange(16)),
+              MARK_BASE + rng.randrange(4))
+             for s in hosts for d in hosts if marks.switch_of[s] != marks.switch_of[d]
+             and (not rail_aligned or s[s.index("g"):] == d[d.index("g"):])
+             for q in range(4 if rail_aligned else 1)]  # the training step: QPs per peer
+    others = [(s, d, 50000 + rng.randrange(16), MARK_BASE + rng.randrange(4))
+              for s in hosts for d in hosts if s[s.index("g"):] != d[d.index("g"):]]
+    bad_link = topo.nic_link.get(faulty, faulty) if faulty else None
+    hist = History()
+    seen: dict[tuple[str, str, int], int] = {}
+    found = []
+    for t in range(polls):
+        rows = []
+        burst = rng.sample(others, len(hosts)) if rail_aligned else []
+        for i, (s, d, sport, ttl) in enumerate(flows + burst):
+            n = per_flow if i < len(flows) else per_flow // 4  # a decode message is small
+            path = marks.path(s, d, ttl)
+            on = bad_link in path
+            hit = sum(rng.random() < p for _ in range(n)) if on else 0
+            if blackhole and t and sport in blackhole and any(
+                    faulty in (ln.a, ln.b) for ln in map(topo.links.get, path)):
+                hit = per_flow
+            rows.append(row(s, d, sport, {ttl: n - hit} if hit < n else {},
+                            lost=hit, errors=hit if corrupt else 0))
+        it = Iteration(t, t, t + 1, 1.0, {}, 0, lossy=[
+            {"src": r["src"], "dst": r["dst"], "sport": r["sport"], "lost": r["lost_packets"],
+             "errors": r["errors"], "kernel": "train"} for r in rows if r["lost_packets"]])
+        add_paths(it.paths, rows, marks, seen)
+        hist.add(float(t), iteration_values([it]))
+        found.append(lane_loss.detect(hist, topo) + job_loss.detect(hist, topo))
+    return found
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rail_aligned_partners_are_told_apart_by_cross_rail_flows_alone(seed: int) -> None:
+    """Between two blocks a lane's rail-aligned flows all come back over one partner lane:
+    the two explain their loss alike, and the detector waits; the cross-rail flows through
+    the faulty lane alone (a decode burst's) decide it, and never the partner."""
+    rng = random.Random(200 + seed)
+    lane = rng.choice([n for n, ln in link_components(PLAN).items() if ln.kind == "lane"])
+    found = simulate(PLAN, lane, 0.05, False, polls=30, seed=seed, rail_aligned=True)
+    named = {f.component for poll in found for f in poll}
+    assert named <= {lane}, named
+    assert any(f.component == lane for f in found[-1]), found[-1]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_lossy_lane_is_named_and_a_clean_job_names_nothing(seed: int) -> None:
+    rng = random.Random(seed)
+    lane = rng.choice([n for n, ln in link_components(PLAN).items() if ln.kind == "lane"])
+    found = simulate(PLAN, lane, 0.01, False, polls=6, seed=seed)
+    last = found[-1]
+    assert [(f.detector, f.component) for f in last] == [(lane_loss.NAME, lane)], last
+    assert all(not f for f in simulate(PLAN, None, 0.0, False, polls=6, seed=seed))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_corrupting_lane_raises_the_corrupt_alert_on_it(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    lane = rng.choice([n for n, ln in link_components(PLAN).items() if ln.kind == "lane"])
+    last = simulate(PLAN, lane, 0.005, True, polls=6, seed=seed)[-1]
+    assert {(f.detector, f.component) for f in last} == {
+        (lane_loss.NAME, lane), (lane_loss.CORRUPT, lane)}, last
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_lossy_nic_singles_out_no_lane_and_job_loss_names_it(seed: int) -> None:
+    """Every lane of the NIC's leaf carries its flows alike: no lane leads, no switch is
+    named for it, and job-loss names the NIC by its flows' ends."""
+    last = simulate(PLAN, "s2g5", 0.01, False, polls=6, seed=seed)[-1]
+    assert [(f.detector, f.component) for f in last] == [(job_loss.NAME, "s2g5")], last
+
+
+def test_one_stray_loss_ties_its_path_and_names_nothing() -> None:
+    hist = History()
+    topo = Topo.from_plan(PLAN)
+    it = Iteration(0, 0.0, 1.0, 1.0, {}, 0)
+    add_paths(it.paths, [row("s0g0", "s3g7", 50001, {MARK_BASE + 1: 37}, lost=3)], MARKS, {})
+    hist.add(0.0, iteration_values([it]))
+    assert lane_loss.detect(hist, topo) == []  # two links explain it: no margin
+    a, b, c = "lf0r0~spine1#0", "lf1r7~spine1#0", "lf0r1~spine1#0"
+    assert lane_loss.explains({(a, b): 6.0}, {a, b}, 6.0) is None
+    assert lane_loss.explains({(a, b): 6.0, (a, c): 2.0}, {a, b, c}, 8.0) == (a, 0.0, 2.0)
+    assert lane_loss.explains({(a, b): 6.0, (a, c): 1.0}, {a, b, c}, 7.0) is None
+
+
+@pytest.mark.parametrize("switch", ["spine2", "lf1r3"])
+def test_a_switch_dropping_some_flows_is_named_when_no_one_link_explains_it(switch: str
+                                                                          ) -> None:
+    """A partial blackhole: the flows of a few source ports through one switch lose every
+    packet (their paths are the marks they had before); on a spine or a leaf alike the
+    switch is named, and job-loss (which names a leaf by its flows' ends) steps aside."""
+    found = simulate(PLAN, switch, 0.0, False, polls=4, seed=3, blackhole={50001, 50007})
+    assert [(f.detector, f.component) for f in found[-1]] == [(lane_loss.SWITCH, switch)]
+    assert found[0] == []
