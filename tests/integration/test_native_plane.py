@@ -4,9 +4,14 @@ clear error when the MTU does not fit."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +19,9 @@ import pytest
 from testbed.shell.lab import Lab
 from testbed.topologies import build
 from traffic.kernels import FlowSpec
-from traffic.roce import packets_for, verify_icrc
+from traffic.native import read_received
+from traffic.roce import OFF_IP, Endpoints, FrameBuilder, ip_checksum, packets_for, verify_icrc
+from traffic.shell.pktio import path
 from traffic.shell.replay import replay
 from vocab.plan import WiringPlan
 
@@ -117,10 +124,6 @@ def test_sixteen_senders_under_the_guard_lose_nothing(
 
 def test_ctrl_c_during_a_native_replay_stops_every_agent(
         assert_clean: Callable[[WiringPlan], None]) -> None:
-    import signal
-    import subprocess
-    import sys
-
     script = ("from testbed.shell.lab import Lab\n"
               "from testbed.topologies import build\n"
               "from scenarios.common import permutation_flows\n"
@@ -154,20 +157,15 @@ def test_ctrl_c_during_a_native_replay_stops_every_agent(
     assert_clean(build("astral3", servers=4, gpus=4, servers_per_block=2))
 
 
-def test_a_receiver_not_scheduled_for_half_a_second_loses_nothing(tmp_path: Any) -> None:
-    """A loaded machine deschedules receivers: frames at a low rate must wait in the ring,
-    however many of its blocks the kernel hands over part-full, not be dropped."""
-    import signal
-    import socket
-    import subprocess
-
-    from traffic.native import read_received
-    from traffic.roce import Endpoints, FrameBuilder
-    from traffic.shell.pktio import path
-
+@contextlib.contextmanager
+def receiver_on_veth(tmp_path: Any) -> Iterator[tuple[str, subprocess.Popen[bytes], str]]:
+    """A veth pair with ``astral-pktio recv`` ready on one end: (the other end, to send
+    from; the receiver; its ``--out``). The pair goes, and a receiver still running is
+    killed, on the way out."""
     a, b = f"astrA{os.getpid() % 100000}", f"astrB{os.getpid() % 100000}"
     subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
     out = str(tmp_path / "recv.json")
+    recv = None
     try:
         for end in (a, b):
             subprocess.run(["ip", "link", "set", end, "up"], check=True)
@@ -178,6 +176,18 @@ def test_a_receiver_not_scheduled_for_half_a_second_loses_nothing(tmp_path: Any)
                 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert os.path.exists(out + ".ready"), recv.poll()
+        yield a, recv, out
+    finally:
+        if recv is not None and recv.poll() is None:
+            recv.kill()
+            recv.wait()
+        subprocess.run(["ip", "link", "del", a], check=False)
+
+
+def test_a_receiver_not_scheduled_for_half_a_second_loses_nothing(tmp_path: Any) -> None:
+    """A loaded machine deschedules receivers: frames at a low rate must wait in the ring,
+    however many of its blocks the kernel hands over part-full, not be dropped."""
+    with receiver_on_veth(tmp_path) as (a, recv, out):
         fb = FrameBuilder(Endpoints("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1",
                                     "10.0.0.2", qp=1))
         with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
@@ -193,8 +203,6 @@ def test_a_receiver_not_scheduled_for_half_a_second_loses_nothing(tmp_path: Any)
         time.sleep(0.3)
         recv.send_signal(signal.SIGTERM)
         assert recv.wait(timeout=30) == 0
-    finally:
-        subprocess.run(["ip", "link", "del", a], check=False)
     got = read_received(out, 4791)
     assert got["receiver_drops"] == 0 and got["kernel_drops"]["ring_freezes"] == 0, got
     assert got["packets"] == 300 and got["lost"] == 0, {k: got[k] for k in ("packets", "lost")}
@@ -206,31 +214,11 @@ def test_the_receiver_drops_and_counts_corrupt_frames_and_reads_the_lane_mark(
     to be held whole) are dropped as a NIC drops them: counted apart, their PSNs lost, the
     rest delivered; each good frame's TTL (the lane mark) is counted per QP. The frames are
     the sender's own, patched after building, so only the one field under test is wrong."""
-    import signal
-    import socket
-    import subprocess
-
-    from traffic.native import read_received
-    from traffic.roce import OFF_IP, Endpoints, FrameBuilder, ip_checksum
-    from traffic.shell.pktio import path
-
-    a, b = f"astrC{os.getpid() % 100000}", f"astrD{os.getpid() % 100000}"
-    subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
-    out = str(tmp_path / "recv.json")
     small = FrameBuilder(Endpoints("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1",
                                    "10.0.0.2", qp=1))
     large = FrameBuilder(Endpoints("02:00:00:00:00:03", "02:00:00:00:00:02", "10.0.0.3",
                                    "10.0.0.2", qp=2), pmtu=1024)
-    try:
-        for end in (a, b):
-            subprocess.run(["ip", "link", "set", end, "up"], check=True)
-        recv = subprocess.Popen([path(), "recv", "--intf", b, "--out", out,
-                                 "--ready", out + ".ready", "--timeout", "60"])
-        deadline = time.monotonic() + 60
-        while not os.path.exists(out + ".ready") and recv.poll() is None \
-                and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert os.path.exists(out + ".ready"), recv.poll()
+    with receiver_on_veth(tmp_path) as (a, recv, out):
         with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
             s.bind((a, 0))
             for i in range(100):  # one-frame messages of 48 bytes: held whole by the ring
@@ -256,12 +244,10 @@ def test_the_receiver_drops_and_counts_corrupt_frames_and_reads_the_lane_mark(
         time.sleep(0.3)
         recv.send_signal(signal.SIGTERM)
         assert recv.wait(timeout=30) == 0
-    finally:
-        subprocess.run(["ip", "link", "del", a], check=False)
     got = read_received(out, 4791)
     assert (got["bad_ip_checksum"], got["bad_icrc"]) == (10 + 5, 10), got
     one = got["flows"]["10.0.0.1/1"]
-    # 100 sent: 20 dropped (10 + 10), their PSNs gaps except a tail one
+    # 100 sent: 20 dropped (10 + 10), each a gap between good PSNs (the last, 99, is good)
     assert (one["packets"], one["errors"]) == (80, 20), one
     assert one["lost"] == 20 and one["next_psn"] == 100
     assert one["marks"] == {"64": 50, "130": 30}, one["marks"]
