@@ -117,10 +117,7 @@ class FabricLogic:
         self.switch_names = [s.name for s in plan.switches]
         lanes = LaneMarks(plan)  # ValueError if a switch has more uplinks than a TTL can mark
         #: per host-facing switch, the TTL each of its uplink ports stamps (port -> TTL)
-        self.marks: dict[str, dict[int, int]] = {
-            sw: {ln.a_port: ttl for ln in links
-                 if (ttl := lanes.ttl(sw, ln.a_port)) is not None}
-            for sw, links in lanes.uplinks.items()}
+        self.marks: dict[str, dict[int, int]] = {sw: lanes.ports(sw) for sw in lanes.uplinks}
         self.mode = mode
         self.adaptive_params = dict(ADAPTIVE_DEFAULTS)
         self.adaptive_params.update(adaptive or {})

@@ -48,8 +48,8 @@ class LaneMarks:
             if MARK_BASE + len(links) > 255:
                 raise ValueError(f"{sw} has {len(links)} uplinks: more than a TTL can mark "
                                  f"({255 - MARK_BASE})")
-        self._ttl = {(sw, ln.a_port): MARK_BASE + i
-                     for sw, links in self.uplinks.items() for i, ln in enumerate(links)}
+        self._ttl = {(sw, port): ttl for sw in self.uplinks
+                     for port, ttl in self.ports(sw).items()}
         self.name = {(ln.a, ln.a_port): name for name, ln in link_components(plan).items()}
         self._nic_names = {self.name[(h, p)] for h, p in self._nic.items()}
         #: (upper switch, host-facing switch) -> the links between them
@@ -57,6 +57,10 @@ class LaneMarks:
         for links in self.uplinks.values():
             for ln in links:
                 self._down.setdefault((ln.b, ln.a), []).append(ln)
+
+    def ports(self, switch: str) -> dict[int, int]:
+        """The TTL each uplink port of ``switch`` sets (empty: it marks nothing)."""
+        return {ln.a_port: MARK_BASE + i for i, ln in enumerate(self.uplinks.get(switch, []))}
 
     def ttl(self, switch: str, port: int) -> int | None:
         """The TTL a bucket of ``switch`` leaving by ``port`` sets (None: it sets none)."""

@@ -95,8 +95,7 @@ def suspect(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = L
     total = sum(damaged.values())
     if total < least or (metric == PATH_LOST and _one_nic(hist, topo)):
         return None
-    links = {ln for path in damaged for ln in path}
-    best = explains(damaged, links, total)
+    best = explains(damaged, total)
     if best is None:
         switches: dict[str, set[tuple[str, ...]]] = defaultdict(set)
         for path in damaged:
@@ -116,18 +115,24 @@ def covering(hist: History) -> list[str]:
     be a lane its flows happen to share (job-loss waits)."""
     damaged, _ = _pooled(hist, PATH_LOST)
     total = sum(damaged.values())
-    links = {ln for path in damaged for ln in path}
-    return sorted(ln for ln in links
-                  if total - sum(n for p, n in damaged.items() if ln in p) <= SLACK * total)
+    return sorted(ln for ln, m in _missed(damaged, total).items() if m <= SLACK * total)
 
 
-def explains(damaged: dict[tuple[str, ...], float], links: set[str], total: float
+def explains(damaged: dict[tuple[str, ...], float], total: float
              ) -> tuple[str, float, float] | None:
     """``(link, damaged packets off its paths, the runner-up's)``: the link whose paths
     carry all but SLACK of the ``total`` damaged packets, when every other link's paths
     miss at least MARGIN more of them; else None."""
-    missed = {ln: total - sum(n for path, n in damaged.items() if ln in path) for ln in links}
-    return _unique(missed, total)
+    return _unique(_missed(damaged, total), total)
+
+
+def _missed(damaged: dict[tuple[str, ...], float], total: float) -> dict[str, float]:
+    """Per link on any damaged path, the damaged packets on paths it is not on."""
+    on: dict[str, float] = defaultdict(float)
+    for path, n in damaged.items():
+        for ln in set(path):
+            on[ln] += n
+    return {ln: total - n for ln, n in on.items()}
 
 
 def _unique(missed: dict[str, float], total: float) -> tuple[str, float, float] | None:

@@ -179,9 +179,9 @@ def test_one_stray_loss_ties_its_path_and_names_nothing() -> None:
     hist.add(0.0, iteration_values([it]))
     assert lane_loss.detect(hist, topo) == []  # two links explain it: no margin
     a, b, c = "lf0r0~spine1#0", "lf1r7~spine1#0", "lf0r1~spine1#0"
-    assert lane_loss.explains({(a, b): 6.0}, {a, b}, 6.0) is None
-    assert lane_loss.explains({(a, b): 6.0, (a, c): 2.0}, {a, b, c}, 8.0) == (a, 0.0, 2.0)
-    assert lane_loss.explains({(a, b): 6.0, (a, c): 1.0}, {a, b, c}, 7.0) is None
+    assert lane_loss.explains({(a, b): 6.0}, 6.0) is None
+    assert lane_loss.explains({(a, b): 6.0, (a, c): 2.0}, 8.0) == (a, 0.0, 2.0)
+    assert lane_loss.explains({(a, b): 6.0, (a, c): 1.0}, 7.0) is None
 
 
 @pytest.mark.parametrize("switch", ["spine2", "lf1r3"])
