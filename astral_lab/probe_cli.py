@@ -1,6 +1,6 @@
 """The UDP probe's command line: how a ``Stream`` starts its sender and receiver in hosts.
 
-    python -m astral_lab.probe_cli recv --port 4791 --out recv.json [--duration S]
+    python -m astral_lab.probe_cli recv --port 4791 --out recv.json [--duration S] [--every S]
     python -m astral_lab.probe_cli send --dst 10.1.0.1 --port 4791 --sports 50000-50015
 
 The probe itself (``testbed.shell.probe``) takes plain arguments.
@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--port", type=int, default=ROCE_PORT)
     r.add_argument("--duration", type=float, default=None, help="stop after S s (or SIGTERM)")
     r.add_argument("--out", required=True)
+    r.add_argument("--every", type=float, default=None,
+                   help="also rewrite the report every S s while receiving")
     s = sub.add_parser("send")
     s.add_argument("--dst", required=True)
     s.add_argument("--port", type=int, default=ROCE_PORT)
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.cmd == "recv":
-            probe.receive(args.port, args.duration, args.out)
+            probe.receive(args.port, args.duration, args.out, args.every)
         else:
             print(json.dumps(probe.send(args.dst, args.port, probe.parse_sports(args.sports),
                                         args.pps, args.duration, args.size)))

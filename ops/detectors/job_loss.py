@@ -5,7 +5,9 @@ packets its flows lost in the iterations that ended since the previous poll. A f
 counter sees (a switch's bad table entry dropping some flows, a lossy lane, bit errors, an
 MTU too small for full frames) still loses the job's packets on the flows that cross it,
 and only on those: the component on the path of (nearly) every lost packet is the
-suspect, as fault-finders that trace failed flows (SkeletonHunter, 007) localize. A NIC
+suspect, as fault-finders that trace failed flows (SkeletonHunter, 007) localize. The
+probe streams report their losses the same way (``ops.probes``) and are pooled with the
+job's. A NIC
 when one NIC is an end of them all, across at least two pairs (one pair alone cannot tell
 its two ends apart); else a leaf when each of them starts or ends under it. When the lane
 marks put the lost packets on one link's paths (``lane-loss``: a lane, which may not be
@@ -19,8 +21,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ops.detectors import AlertKind, Finding, Topo, lane_loss
+from ops.probes import SENSORS
 from ops.telemetry import History
-from traffic.iterations import JOB, parse_pair
+from traffic.iterations import parse_pair
 from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
@@ -68,14 +71,14 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     if len(nics) == 1:
         h = nics[0]
         return [Finding(NAME, h, "warning",
-                        f"{int(host[h])} of {int(total)} job packets lost were on {h}'s "
-                        f"flows ({host_pairs[h]} pairs)", evidence, since)]
+                        f"{int(host[h])} of {int(total)} packets lost (job and probes) "
+                        f"were on {h}'s flows ({host_pairs[h]} pairs)", evidence, since)]
     leaves = [sw for sw, n in leaf.items() if n >= SHARE * total]
     if len(leaves) == 1 and len(lost) >= 2:
         sw = leaves[0]
         return [Finding(SWITCH, sw, "warning",
-                        f"{int(leaf[sw])} of {int(total)} job packets lost were on flows "
-                        f"through {sw} ({len(lost)} pairs)", evidence, since)]
+                        f"{int(leaf[sw])} of {int(total)} packets lost (job and probes) "
+                        f"were on flows through {sw} ({len(lost)} pairs)", evidence, since)]
     return []
 
 
@@ -86,7 +89,7 @@ def _lost_pairs(hist: History) -> tuple[dict[tuple[str, str], float], float]:
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, str], float] = defaultdict(float)
     for comp, metric in list(hist.keys()):
-        pair = parse_pair(metric) if comp == JOB else None
+        pair = parse_pair(metric) if comp in SENSORS else None
         if pair is None:
             continue
         for i, v in enumerate(hist.last(comp, metric, HOLD_POLLS)):

@@ -1,5 +1,5 @@
-"""The one link (or switch) that explains the job's lost or corrupt packets, by lane marks.
-Pure.
+"""The one link (or switch) that explains the lost or corrupt packets of the job and the
+probe streams, by lane marks. Pure.
 
 A detector module. The job's receivers tell each flow's lane by the mark its first switch
 wrote in the TTL (``vocab.lanemark``), so every flow's path between switches is known, and
@@ -16,7 +16,8 @@ the switch is named: a table entry that drops some flows (a partial blackhole) l
 on all of its links alike. A NIC's own loss is left to ``job-loss``, which names the NIC by
 its flows' ends (this detector steps aside when one NIC is an end of nearly all of it).
 Corrupt frames are counted apart (a clean fabric corrupts none): the same rule over them
-names the corrupting link.
+names the corrupting link. The probe streams report the same per path (``ops.probes``),
+with many times the job's packets per lane: the two are pooled.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ops.detectors import AlertKind, Finding, Topo
+from ops.probes import SENSORS
 from ops.telemetry import History
-from traffic.iterations import JOB, PATH_CORRUPT, PATH_LOST, parse_pair, parse_path
+from traffic.iterations import PATH_CORRUPT, PATH_LOST, parse_pair, parse_path
 from vocab.evidence import Evidence
 from vocab.plugins import plugin_name
 
@@ -35,14 +37,14 @@ NAME = plugin_name(__name__)
 #: its corruption alert, and the alert naming a switch
 CORRUPT, SWITCH = f"{NAME}-corrupt", f"{NAME}-switch"
 ALERTS = {
-    NAME: AlertKind(75, "check link {component}: the job's flows across it lose packets "
+    NAME: AlertKind(75, "check link {component}: the flows across it lose packets "
                         "and the flows beside it do not ({summary}); its optics and "
                         "cable, then drain it",
                     evidence=(Evidence.LOSS,), parts=("link",)),
     CORRUPT: AlertKind(80, "check link {component}: frames across it arrive corrupt "
                            "({summary}); clean or replace its optics, then drain it",
                        evidence=(Evidence.CORRUPT,), parts=("link",)),
-    SWITCH: AlertKind(60, "check switch {component}: the job's lost packets crossed it and "
+    SWITCH: AlertKind(60, "check switch {component}: the lost packets crossed it and "
                           "no one of its links explains them ({summary}); its flow table "
                           "(rules that drop some flows), then drain it",
                       evidence=(Evidence.LOSS,), parts=("switch",)),
@@ -77,7 +79,7 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
             continue  # a switch does not corrupt frames its links carry intact
         out.append(Finding(
             alert, component, "warning",
-            f"{int(total - missed)} of the {int(total)} job packets {what} in "
+            f"{int(total - missed)} of the {int(total)} packets (job and probes) {what} in "
             f"{HOLD_POLLS} polls were on paths across {component}; every other "
             f"{'link' if alert != SWITCH else 'switch'} misses {int(runner_up)} or more",
             {f"{what}_packets": int(total), "explained": int(total - missed),
@@ -88,9 +90,9 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
 def suspect(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = LOSS_MIN
             ) -> tuple[str, float, float, float, float] | None:
     """``(link or switch, damaged packets off its paths, the runner-up's, damaged packets
-    in all, since)`` for the job's ``metric`` over the last HOLD_POLLS polls: a link when
-    one ``explains`` them, else a switch when one does; None otherwise, or when a NIC is
-    an end of NIC_SHARE of the lost packets (job-loss names it)."""
+    in all, since)`` for ``metric`` of the job and probes over the last HOLD_POLLS polls:
+    a link when one ``explains`` them, else a switch when one does; None otherwise, or
+    when a NIC is an end of NIC_SHARE of the lost packets (job-loss names it)."""
     damaged, since = _pooled(hist, metric)
     total = sum(damaged.values())
     if total < least or (metric == PATH_LOST and _one_nic(hist, topo)):
@@ -110,7 +112,7 @@ def suspect(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = L
 
 
 def covering(hist: History) -> list[str]:
-    """The links on the paths of all but SLACK of the job's packets lost over the last
+    """The links on the paths of all but SLACK of the packets lost over the last
     HOLD_POLLS polls, margin or not: while there is one, a NIC whose flows lose may yet
     be a lane its flows happen to share (job-loss waits)."""
     damaged, _ = _pooled(hist, PATH_LOST)
@@ -151,11 +153,11 @@ def _ends(link: str) -> tuple[str, str]:
 
 
 def _one_nic(hist: History, topo: Topo) -> bool:
-    """Is one NIC an end of NIC_SHARE of the job's lost packets (``lost:src>dst``)?"""
+    """Is one NIC an end of NIC_SHARE of the lost packets (``lost:src>dst``)?"""
     per: dict[str, float] = defaultdict(float)
     total = 0.0
     for comp, metric in list(hist.keys()):
-        pair = parse_pair(metric) if comp == JOB else None
+        pair = parse_pair(metric) if comp in SENSORS else None
         if pair is None:
             continue
         n = sum(v for v in hist.last(comp, metric, HOLD_POLLS) if v)
@@ -166,13 +168,13 @@ def _one_nic(hist: History, topo: Topo) -> bool:
 
 
 def _pooled(hist: History, what: str) -> tuple[dict[tuple[str, ...], float], float | None]:
-    """Per path, the job's ``what`` (packets, lost, corrupt) over the last HOLD_POLLS
+    """Per path, the job's and probes' ``what`` (packets, lost, corrupt) over the last HOLD_POLLS
     polls, and the time of the first of those polls where any was nonzero."""
     times = list(hist.times)[-HOLD_POLLS:]
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, ...], float] = defaultdict(float)
     for comp, metric in list(hist.keys()):
-        parsed = parse_path(metric) if comp == JOB else None
+        parsed = parse_path(metric) if comp in SENSORS else None
         if parsed is None or parsed[0] != what:
             continue
         for i, v in enumerate(hist.last(comp, metric, HOLD_POLLS)):

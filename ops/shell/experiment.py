@@ -103,35 +103,48 @@ class Asker:
 
 
 def stream_pairs(plan: WiringPlan) -> list[tuple[str, str]]:
-    """Who sends to whom in ``steady_traffic``: host i to the host n/2 later in plan order,
-    or the next one when that shares its leaf."""
+    """Who sends to whom in ``steady_traffic``: host i to the host n/2 + 1 later in plan
+    order, or the next one when that shares its leaf. The one past the half puts a rail
+    fabric's streams across rails (GPU 4 of one block to GPU 5 of the other): a stream
+    between two GPUs of one index leaves over one lane and comes back over its partner,
+    every stream crossing one of the two crosses the other, and no loss on them could
+    tell the two apart (``ops.detectors.lane_loss``)."""
     hosts = [h.name for h in plan.hosts]
     n = len(hosts)
     ports = plan.ports()
     out = []
     for i, src in enumerate(hosts):
-        dst = hosts[(i + max(1, n // 2)) % n]
+        dst = hosts[(i + n // 2 + 1) % n]
         if ports[src][0][0] == ports[dst][0][0]:
             dst = hosts[(i + 1) % n]
         out.append((src, dst))
     return out
 
 
+#: the steady streams' UDP source ports: 32 in a row, so their low bits take every value a
+#: partial blackhole's masked match on them can (up to 1/32 of the port space), and each
+#: stream crosses whatever slice a switch drops
+STREAM_SPORTS = range(50000, 50032)
+
+
 def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
-                   size: int = 1000, sports: int = 16) -> list[Any]:
+                   size: int = 1000, every: float | None = None) -> list[Stream]:
     """One probe ``Stream`` from every NIC to a NIC on another leaf, for ``seconds``.
 
     Host i sends to the host ``n/2`` positions later in plan order, so every flow crosses
-    the spines; ``sports`` source ports spread each over the lanes (ECMP hashes them).
-    At 16 Mb/s of 1000-byte datagrams per host every lane of the default small fabric
-    carries ~8 Mb/s (40% of 20 Mb/s), so a lane cut below that queues.
+    the spines; its STREAM_SPORTS source ports spread it over the lanes (ECMP hashes them).
+    Stream i goes to UDP port 4792 + i (4791 is the job's, whose receivers take it). At 16
+    Mb/s of 1000-byte datagrams per host every lane of the default small fabric carries ~8
+    Mb/s (40% of 20 Mb/s), so a lane cut below that queues. ``every``: the receivers
+    rewrite their reports that often (``ops.probes`` reads them as they run).
     """
-    pps = mbps_per_host * 1e6 / 8 / size / sports
-    streams = []
+    pps = mbps_per_host * 1e6 / 8 / size / len(STREAM_SPORTS)
+    streams: list[Stream] = []
     try:
         for i, (src, dst) in enumerate(stream_pairs(lab.plan)):
-            streams.append(Stream(lab, src, dst, sports=range(50000, 50000 + sports), pps=pps,
-                                  duration=seconds, port=ROCE_PORT + i, size=size).start())
+            streams.append(Stream(lab, src, dst, sports=STREAM_SPORTS, pps=pps,
+                                  duration=seconds, port=ROCE_PORT + 1 + i, size=size,
+                                  every=every).start())
     except BaseException:
         for s in streams:
             s.stop()
@@ -215,9 +228,11 @@ def eval_on_lab(lab: RunningLab, spec: EvalSpec, *,
                            "slot_s": slot_s,
                            "schedule": [_fault_dict(f) for f in schedule]}
     streams = steady_traffic(lab, warmup_s + SETTLE_S + calib_s + clean_s + phase_s + 60,
-                             mbps_per_host)
-    # the observer polls, detects and diagnoses in a process of its own, beside the job
-    observer = ObserverProcess(LabRecord.of(lab), interval=interval, store_path=store_path)
+                             mbps_per_host, every=interval)
+    # the observer polls, detects and diagnoses in a process of its own, beside the job;
+    # it reads the streams' reports as they are rewritten
+    observer = ObserverProcess(LabRecord.of(lab), interval=interval, store_path=store_path,
+                               probes=[(s.src, s.dst, s.out) for s in streams])
     moe = MoeJob(lab, job[0], job[1], decode_every=decode_every, log=log,
                  rate_mbps=spec.job_mbps, on_iteration=observer.feed) if job else None
     try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import json
 import multiprocessing
 import os
 import queue
@@ -37,6 +38,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from controllers.shell.client import ControllerClient
+from ops.probes import ProbeTally, Report
 from ops.questions import QuestionSpec
 from ops.shell.monitor import Monitor, WiringWatch
 from ops.telemetry import Store
@@ -98,11 +100,15 @@ class LabRecord:
 
 class JobFeed:
     """The job's iterations as the child's collector reads them (``MoeJob.take_values``'s
-    part, across the pipe)."""
+    part, across the pipe), and the probe streams' reports, read from their files
+    (``ops.probes``): ``(source, destination, report file)`` each."""
 
-    def __init__(self) -> None:
+    def __init__(self, plan: WiringPlan | None = None,
+                 probes: list[tuple[str, str, str]] | None = None) -> None:
         self._lock = threading.Lock()
         self._done: list[Iteration] = []
+        self._probes = list(probes or [])
+        self._tally = ProbeTally(plan) if plan is not None and self._probes else None
 
     def add(self, it: dict[str, Any]) -> None:
         with self._lock:
@@ -111,7 +117,23 @@ class JobFeed:
     def take_values(self, _t: float | None = None) -> dict[tuple[str, str], float]:
         with self._lock:
             done, self._done = self._done, []
-        return iteration_values(done)
+        out = iteration_values(done)
+        if self._tally is not None:
+            out.update(self._tally.take(read_reports(self._probes)))
+        return out
+
+
+def read_reports(probes: list[tuple[str, str, str]]) -> list[Report]:
+    """The probe streams' latest reports (one not yet written, or being replaced, is
+    skipped: the next poll reads it)."""
+    out = []
+    for src, dst, path in probes:
+        try:
+            with open(path) as f:
+                out.append((src, dst, json.load(f)))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 class ObserverError(RuntimeError):
@@ -124,12 +146,13 @@ class ObserverProcess:
     is a fresh interpreter."""
 
     def __init__(self, record: LabRecord, *, interval: float, store_path: str | None = None,
-                 build: Callable[..., Monitor] | None = None) -> None:
+                 build: Callable[..., Monitor] | None = None,
+                 probes: list[tuple[str, str, str]] | None = None) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=serve, name="ops-observer", daemon=True,
                                  args=(record, interval, store_path, child,
-                                       build or monitor_for, os.getpid()))
+                                       build or monitor_for, os.getpid(), probes))
         self._child = child
         self._send_lock = threading.Lock()  # the job's thread feeds, the main thread asks
         self._call_lock = threading.Lock()  # one request and its answer at a time
@@ -220,7 +243,8 @@ def monitor_for(record: LabRecord, interval: float, store: Store | None,
 
 
 def serve(record: LabRecord, interval: float, store_path: str | None, conn: Connection,
-          build: Callable[..., Monitor], parent: int) -> None:
+          build: Callable[..., Monitor], parent: int,
+          probes: list[tuple[str, str, str]] | None = None) -> None:
     """The child: poll and answer until told to stop (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     if sys.platform.startswith("linux"):
@@ -228,7 +252,7 @@ def serve(record: LabRecord, interval: float, store_path: str | None, conn: Conn
     if os.getppid() != parent:
         return  # the parent died before we could ask to die with it
     store = Store(store_path) if store_path else None
-    feed = JobFeed()
+    feed = JobFeed(record.plan, probes)
     try:
         mon = build(record, interval, store, feed)
         mon.collector.start()

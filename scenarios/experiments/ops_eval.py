@@ -52,7 +52,7 @@ from ops.evaluate import (
     strict_window,
     summaries,
 )
-from ops.shell.experiment import eval_on_lab, stream_pairs
+from ops.shell.experiment import STREAM_SPORTS, eval_on_lab, stream_pairs
 from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
@@ -302,8 +302,8 @@ def _p95(values: list[float]) -> float:
     return v[lo] + (v[min(lo + 1, len(v) - 1)] - v[lo]) * (pos - lo)
 
 
-#: what ``ops.shell.experiment.steady_traffic`` sends: source ports per stream, UDP payload bytes
-STREAM_SPORTS, STREAM_PAYLOAD = range(50000, 50016), 1000
+#: the UDP payload bytes of what ``ops.shell.experiment.steady_traffic`` sends
+STREAM_PAYLOAD = 1000
 #: Ethernet + IPv4 + UDP headers around a probe datagram (the counters count them)
 STREAM_HEADERS = 14 + 20 + 8
 

@@ -1,6 +1,6 @@
 """Steady UDP streams with sequence numbers: how long did a failure stop traffic? (runs in hosts)
 
-    python -m astral_lab.probe_cli recv --port 4791 --out recv.json [--duration S]
+    python -m astral_lab.probe_cli recv --port 4791 --out recv.json [--duration S] [--every S]
     python -m astral_lab.probe_cli send --dst 10.1.0.1 --port 4791 --sports 50000-50015 \
         --pps 200 --duration 5
 
@@ -12,6 +12,13 @@ longest silence between two consecutive arrivals: with a steady stream, that
 silence is the outage a failure caused (the failover time), measured in the
 data plane rather than taken from the controller's word. Both write JSON.
 All hosts share the machine's clock, so send and receive times compare directly.
+With ``--every S`` the receiver also rewrites its JSON every S seconds while it runs, so a
+watcher reads the streams' loss as it happens (``ops.probes``). Each source port's record
+counts its arrivals by IPv4 TTL: the lane mark its first switch wrote
+(``vocab.lanemark``), which names the lane ECMP chose for it. The JSON also carries the
+receiving namespace's ``Ip: InHdrErrors`` (the frames its IP layer dropped as corrupt, which
+a UDP socket never sees) and the socket's own drops (``SO_RXQ_OVFL``: the receiver fell
+behind, the machine's fault and not the fabric's).
 
 On a busy machine either end may not be scheduled for a while, and that is not an outage:
 arrivals carry the kernel's receive timestamp, and each datagram the time it was due as well
@@ -27,11 +34,12 @@ import select
 import signal
 import socket
 import struct
+import sys
 import time
 from typing import Any
 
 from traffic.shell import programs
-from traffic.shell.agent import open_receiver, stamp_ns
+from traffic.shell.agent import open_receiver, snmp_counter, stamp_ns, stamp_ovfl
 from traffic.shell.running import (
     RunningLab,
     kill_program,
@@ -85,17 +93,21 @@ def send(dst: str, port: int, sports: list[int], pps: float, duration: float,
 
 
 def arrive(flows: dict[int, dict[str, Any]], sport: int, seq: int, sent: float, due: float,
-           now: float) -> None:
-    """Fold one arrival (``now``) into its source port's record. The gap since the previous
-    arrival counts less however much later than due the sender became in between: the
-    silence of a sender that was not scheduled is not the network's."""
+           now: float, ttl: int | None = None) -> None:
+    """Fold one arrival (``now``, with IPv4 ``ttl`` when known) into its source port's
+    record. The gap since the previous arrival counts less however much later than due the
+    sender became in between: the silence of a sender that was not scheduled is not the
+    network's."""
     late = sent - due
     f = flows.get(sport)
     if f is None:
         flows[sport] = {"received": 1, "first_seq": seq, "max_seq": seq, "first": now,
                         "last": now, "late": late, "max_gap_s": 0.0, "gap_at": None,
-                        "sender_stall_s": 0.0, "latency_sum": now - sent, "reordered": 0}
+                        "sender_stall_s": 0.0, "latency_sum": now - sent, "reordered": 0,
+                        "marks": {} if ttl is None else {ttl: 1}}
         return
+    if ttl is not None:
+        f["marks"][ttl] = f["marks"].get(ttl, 0) + 1
     stall = max(0.0, late - f["late"])
     gap = now - f["last"] - stall
     if gap > f["max_gap_s"]:
@@ -109,9 +121,12 @@ def arrive(flows: dict[int, dict[str, Any]], sport: int, seq: int, sent: float, 
     f["latency_sum"] += now - sent
 
 
-def report(port: int, flows: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The receiver's JSON: per source port, counts, the longest gap and when it began."""
-    result: dict[str, Any] = {"port": port, "flows": {}}
+def report(port: int, flows: dict[int, dict[str, Any]], bad_headers: int | None = None,
+           socket_drops: int = 0) -> dict[str, Any]:
+    """The receiver's JSON: per source port, counts (arrivals by TTL in ``marks``), the
+    longest gap and when it began; the namespace's ``InHdrErrors`` and the socket's drops."""
+    result: dict[str, Any] = {"port": port, "t": time.time(), "bad_headers": bad_headers,
+                              "socket_drops": socket_drops, "flows": {}}
     for sport, f in sorted(flows.items()):
         expected = f["max_seq"] - f["first_seq"] + 1
         result["flows"][str(sport)] = {
@@ -119,12 +134,17 @@ def report(port: int, flows: dict[int, dict[str, Any]]) -> dict[str, Any]:
             "max_gap_s": round(f["max_gap_s"], 6), "gap_at": f["gap_at"],
             "sender_stall_s": round(f["sender_stall_s"], 6),
             "first": f["first"], "last": f["last"], "reordered": f["reordered"],
-            "mean_latency_s": round(f["latency_sum"] / f["received"], 6)}
+            "mean_latency_s": round(f["latency_sum"] / f["received"], 6),
+            "marks": {str(t): n for t, n in sorted(f["marks"].items())}}
     return result
 
 
-def receive(port: int, duration: float | None, out: str) -> dict[str, Any]:
+def receive(port: int, duration: float | None, out: str,
+            every: float | None = None) -> dict[str, Any]:
+    """Receive on ``port`` until ``duration`` or SIGTERM; write the report to ``out`` at the
+    end, and every ``every`` seconds before it when given."""
     sock, _kernel_ts = open_receiver(port, 4 << 20)
+    sock.setsockopt(socket.IPPROTO_IP, IP_RECVTTL, 1)
     sock.setblocking(True)
     flows: dict[int, dict[str, Any]] = {}
     stop = False
@@ -138,19 +158,37 @@ def receive(port: int, duration: float | None, out: str) -> dict[str, Any]:
     # written as soon as the socket is bound, so a starter can wait for it
     _write(out + ".ready", {"port": port})
     end = time.monotonic() + duration if duration else None
-    ancsize = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4)
+    due = time.monotonic() + every if every else None
+    ancsize = socket.CMSG_SPACE(16) + 2 * socket.CMSG_SPACE(4)
+    drops = 0
     while not stop and (end is None or time.monotonic() < end):
+        if due is not None and time.monotonic() >= due:
+            _write(out, report(port, flows, snmp_counter("Ip", "InHdrErrors"), drops))
+            due += every  # type: ignore[operator]
         ready, _, _ = select.select([sock], [], [], 0.1)
         if not ready:
             continue
         data, anc, _flags, (_ip, sport) = sock.recvmsg(65535, ancsize)
         stamp = stamp_ns(anc)
         now = stamp / 1e9 if stamp is not None else time.time()
+        drops = max(drops, stamp_ovfl(anc))
         if len(data) >= HEADER.size:
-            arrive(flows, sport, *HEADER.unpack_from(data), now)
-    result = report(port, flows)
+            arrive(flows, sport, *HEADER.unpack_from(data), now, _ttl(anc))
+    result = report(port, flows, snmp_counter("Ip", "InHdrErrors"), drops)
     _write(out, result)
     return result
+
+
+#: Linux's socket option (and ancillary message) for a datagram's TTL
+IP_RECVTTL, IP_TTL = getattr(socket, "IP_RECVTTL", 12), getattr(socket, "IP_TTL", 2)
+
+
+def _ttl(anc: list[tuple[int, int, bytes]]) -> int | None:
+    """The datagram's IPv4 TTL from ``recvmsg``'s ancillary data (None when absent)."""
+    for level, kind, data in anc:
+        if level == socket.IPPROTO_IP and kind == IP_TTL and len(data) >= 4:
+            return int.from_bytes(data[:4], sys.byteorder)
+    return None
 
 
 def _write(path: str, data: Any) -> None:
@@ -165,14 +203,17 @@ class Stream:
 
     ``with Stream(lab, "s0g0", "s3g1", sports=range(50000, 50016)) as st: ...`` runs
     the stream while the body injects a failure; ``st.result`` then holds the
-    receiver's JSON per source port.
+    receiver's JSON per source port. With ``every`` the receiver rewrites ``st.out``
+    every that many seconds while it runs (a watcher reads it: ``ops.probes``).
     """
 
     def __init__(self, lab: RunningLab, src: str, dst: str, sports: Any, pps: float = 200.0,
-                 duration: float = 5.0, port: int = ROCE_PORT, size: int = 200) -> None:
+                 duration: float = 5.0, port: int = ROCE_PORT, size: int = 200,
+                 every: float | None = None) -> None:
         self.lab, self.src, self.dst = lab, src, dst
         self.sports = list(sports)
         self.pps, self.duration, self.port, self.size = pps, duration, port, size
+        self.every = every
         self.out = os.path.join(lab.workdir, f"probe-{src}-{dst}-{port}.json")
         self.result: dict[str, Any] = {}
         self.sent: dict[str, Any] = {}
@@ -185,8 +226,9 @@ class Stream:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(stale)
         self.lab.files.makedirs([self.dst], os.path.dirname(self.out))  # where it runs
+        every = ["--every", str(self.every)] if self.every else []
         self._recv = self.lab.hosts[self.dst].popen(
-            py + ["recv", "--port", str(self.port), "--out", self.out])
+            py + ["recv", "--port", str(self.port), "--out", self.out, *every])
         wait_ready(self.lab.files, {self.dst: (self._recv, self.out + ".ready")},
                    what="probe receiver")
         ip = self.lab.plan.node(self.dst).ip

@@ -105,3 +105,49 @@ def test_either_end_stopped_for_half_a_second_leaves_no_gap(tmp_path: Path) -> N
     assert f["received"] == sent["sent_per_sport"] and f["lost"] == 0, f
     assert f["max_gap_s"] < 0.25, f
     assert f["sender_stall_s"] >= 0.4, f
+
+
+def test_the_receiver_rewrites_its_report_as_it_runs_and_counts_arrivals_by_ttl(
+        tmp_path: Path) -> None:
+    """``--every``: reports appear while the stream runs, each with more arrivals than the
+    one before, every arrival under its TTL (the namespace's default: no switch marked it),
+    and the namespace's bad-header counter beside them."""
+    port, out = _free_udp_port(), str(tmp_path / "recv.json")
+    py = [sys.executable, "-m", "astral_lab.probe_cli"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    recv = subprocess.Popen(py + ["recv", "--port", str(port), "--out", out, "--every", "0.2"],
+                            env=env)
+    send = None
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(out + ".ready") and time.monotonic() < deadline:
+            assert recv.poll() is None
+            time.sleep(0.02)
+        sport = _free_udp_port()
+        send = subprocess.Popen(py + ["send", "--dst", "127.0.0.1", "--port", str(port),
+                                      "--sports", str(sport), "--pps", "100",
+                                      "--duration", "3"],
+                                env=env, stdout=subprocess.PIPE, text=True)
+        seen = []
+        while send.poll() is None:
+            if os.path.exists(out):
+                rep = json.loads(Path(out).read_text())
+                f = rep["flows"].get(str(sport))
+                if f and (not seen or f["received"] > seen[-1]["received"]):
+                    seen.append(f)
+                    assert rep["bad_headers"] is not None and rep["socket_drops"] == 0
+            time.sleep(0.1)
+        sent = json.loads(send.communicate(timeout=60)[0])
+        time.sleep(0.2)
+        recv.send_signal(signal.SIGTERM)
+        assert recv.wait(timeout=30) == 0
+    finally:
+        for p in (recv, send):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert len(seen) >= 3, seen  # rewritten while the stream ran
+    final = json.loads(Path(out).read_text())["flows"][str(sport)]
+    assert final["received"] == sent["sent_per_sport"] and final["lost"] == 0, final
+    ttl = Path("/proc/sys/net/ipv4/ip_default_ttl").read_text().strip()
+    assert final["marks"] == {ttl: final["received"]}, final

@@ -310,7 +310,7 @@ def stamp_ns(stamp: Any) -> int | None:
     return None
 
 
-def _stamp_ovfl(stamp: Any) -> int:
+def stamp_ovfl(stamp: Any) -> int:
     """The socket's cumulative drop count carried by ``SO_RXQ_OVFL`` (0 when absent)."""
     if isinstance(stamp, int):
         return 0
@@ -320,12 +320,14 @@ def _stamp_ovfl(stamp: Any) -> int:
     return 0
 
 
-def udp_rcvbuf_errors() -> int | None:
-    """``Udp: RcvbufErrors`` of this network namespace (packets dropped at full socket queues)."""
+def snmp_counter(proto: str, name: str) -> int | None:
+    """A counter of this network namespace's ``/proc/net/snmp`` (``"Udp", "RcvbufErrors"``:
+    packets dropped at full socket queues; ``"Ip", "InHdrErrors"``: frames dropped for a bad
+    header); None if it cannot be read."""
     try:
         with open("/proc/self/net/snmp") as f:
-            rows = [line.split() for line in f if line.startswith("Udp:")]
-        return int(dict(zip(rows[0][1:], rows[1][1:], strict=True))["RcvbufErrors"])
+            rows = [line.split() for line in f if line.startswith(f"{proto}:")]
+        return int(dict(zip(rows[0][1:], rows[1][1:], strict=True))[name])
     except (OSError, IndexError, KeyError, ValueError):
         return None
 
@@ -377,7 +379,7 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    errors0 = udp_rcvbuf_errors()
+    errors0 = snmp_counter("Udp", "RcvbufErrors")
     if ready:
         write_json_atomic(ready, {"port": port, "pid": os.getpid(), "kernel_timestamps": kernel_ts,
                                   "rcvbuf": sock.getsockopt(socket.SOL_SOCKET,
@@ -457,11 +459,11 @@ def receive(out: str, ready: str | None = None, port: int = ROCE_PORT,
                 break
     stopped_ns = time_ns()
     drops = socket_drops(sock)
-    errors1 = udp_rcvbuf_errors()
+    errors1 = snmp_counter("Udp", "RcvbufErrors")
     sock.close()
     result = receiver_report(flows, port, kernel_ts, reason, stopped_ns, malformed, stamp_ns)
     result["kernel_drops"] = {
-        "rxq_ovfl": max((_stamp_ovfl(f[F_LAST]) for f in flows.values()), default=0),
+        "rxq_ovfl": max((stamp_ovfl(f[F_LAST]) for f in flows.values()), default=0),
         "socket": drops,
         "udp_rcvbuf_errors": (errors1 - errors0) if errors0 is not None and errors1 is not None
         else None}

@@ -1,0 +1,138 @@
+"""The probe streams' reports to telemetry, and that telemetry to the faulty lane or NIC.
+
+``ops.probes.ProbeTally`` takes the difference of each stream receiver's cumulative report
+(``testbed.shell.probe.report``) from the previous one. The simulation below runs the
+steady streams of an ops-eval (``ops.shell.experiment.stream_pairs``, STREAM_SPORTS each,
+every source port hashed onto one uplink) at the ops-eval's default rate on the default
+fabric, with one faulty link or NIC, and asks the detectors after every poll.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from ops.detectors import Topo, job_loss, lane_loss
+from ops.probes import PROBE, ProbeTally
+from ops.shell.experiment import STREAM_SPORTS, stream_pairs
+from ops.telemetry import History
+from testbed.topologies import build
+from traffic.iterations import PATH_CORRUPT, PATH_LOST, pair_metric
+from vocab.lanemark import MARK_BASE, LaneMarks
+from vocab.plan import link_components
+
+PLAN = build("astral3")
+MARKS = LaneMarks(PLAN)
+#: datagrams per source port per poll: 4 Mb/s of 1000-byte datagrams per host over 32 ports
+PER_POLL = 16
+
+
+def report(flows: dict[int, tuple[int, int, dict[int, int]]], bad: int | None = 0,
+           drops: int = 0) -> dict[str, Any]:
+    """A receiver's JSON as ``testbed.shell.probe.report`` writes it (the fields read)."""
+    return {"port": 4792, "bad_headers": bad, "socket_drops": drops,
+            "flows": {str(sp): {"received": r, "lost": lost,
+                                "marks": {str(t): n for t, n in marks.items()}}
+                      for sp, (r, lost, marks) in flows.items()}}
+
+
+def test_only_what_changed_since_the_last_report_counts() -> None:
+    tally = ProbeTally(PLAN)
+    up = MARK_BASE + 1
+    inner = ">".join(MARKS.inner_path("s0g0", "s3g7", up))
+    first = tally.take([("s0g0", "s3g7", report({50000: (10, 0, {up: 10})}))])
+    assert first == {(PROBE, "rxdrops"): 0.0}
+    got = tally.take([("s0g0", "s3g7", report({50000: (18, 2, {up: 18})}))])
+    assert got == {(PROBE, "rxdrops"): 0.0, (PROBE, pair_metric("s0g0", "s3g7")): 2.0,
+                   (PROBE, f"{PATH_LOST}:{inner}"): 2.0}
+    # the same report again: nothing new
+    assert tally.take([("s0g0", "s3g7", report({50000: (18, 2, {up: 18})}))]) == {
+        (PROBE, "rxdrops"): 0.0}
+
+
+def test_a_receivers_bad_headers_make_its_lost_datagrams_corrupt_up_to_their_count() -> None:
+    tally = ProbeTally(PLAN)
+    up = MARK_BASE + 2
+    inner = ">".join(MARKS.inner_path("s0g0", "s3g7", up))
+    tally.take([("s0g0", "s3g7", report({50000: (10, 0, {up: 10})}, bad=7))])
+    got = tally.take([("s0g0", "s3g7", report({50000: (15, 4, {up: 15})}, bad=10))])
+    assert got[(PROBE, f"{PATH_LOST}:{inner}")] == 4
+    assert got[(PROBE, f"{PATH_CORRUPT}:{inner}")] == 3  # 3 new bad headers, 4 lost
+    got = tally.take([("s0g0", "s3g7", report({50000: (20, 5, {up: 20})}, bad=19))])
+    assert got[(PROBE, f"{PATH_CORRUPT}:{inner}")] == 1  # never more than were lost
+
+
+def test_a_receiver_that_fell_behind_reports_no_loss_for_that_poll() -> None:
+    tally = ProbeTally(PLAN)
+    up = MARK_BASE
+    tally.take([("s0g0", "s3g7", report({50000: (10, 0, {up: 10})}))])
+    got = tally.take([("s0g0", "s3g7", report({50000: (15, 5, {up: 15})}, drops=5))])
+    assert got == {(PROBE, "rxdrops"): 1.0}
+    # a restarted receiver (fewer arrivals than before) starts over from nothing
+    got = tally.take([("s0g0", "s3g7", report({50000: (3, 1, {up: 3})}, drops=5))])
+    assert got[(PROBE, pair_metric("s0g0", "s3g7"))] == 1.0
+
+
+def simulate(faulty: str | None, p: float, corrupt: bool, polls: int, seed: int
+             ) -> list[list[Any]]:
+    """The detectors' findings after each poll of the steady streams; every datagram over
+    ``faulty`` (a link name, or a host: its NIC link) is lost, or corrupt (its receiver's
+    IP layer counts it), with probability ``p``."""
+    rng = random.Random(seed)
+    topo = Topo.from_plan(PLAN)
+    bad_link = topo.nic_link.get(faulty, faulty) if faulty else None
+    ups = {h.name: len(MARKS.uplinks[MARKS.switch_of[h.name]]) for h in PLAN.hosts}
+    streams = [(s, d, {sp: MARK_BASE + rng.randrange(ups[s]) for sp in STREAM_SPORTS})
+               for s, d in stream_pairs(PLAN)]
+    state = {(s, d, sp): [0, 0, {}] for s, d, lanes in streams for sp in lanes}
+    bad_at = {d: 0 for _s, d, _l in streams}
+    tally, hist, found = ProbeTally(PLAN), History(), []
+    for t in range(polls):
+        for s, d, lanes in streams:
+            for sp, ttl in lanes.items():
+                on = bad_link in MARKS.path(s, d, ttl)
+                hit = sum(rng.random() < p for _ in range(PER_POLL)) if on else 0
+                st = state[(s, d, sp)]
+                st[0] += PER_POLL - hit
+                st[1] += hit
+                st[2][ttl] = st[2].get(ttl, 0) + PER_POLL - hit
+                if corrupt:
+                    bad_at[d] += hit
+        reports = [(s, d, report({sp: tuple(state[(s, d, sp)]) for sp in lanes},
+                                 bad=bad_at[d])) for s, d, lanes in streams]
+        hist.add(float(t), tally.take(reports))
+        found.append(lane_loss.detect(hist, topo) + job_loss.detect(hist, topo))
+    return found
+
+
+def lanes() -> list[str]:
+    return [n for n, ln in link_components(PLAN).items() if ln.kind == "lane"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_streams_name_a_lane_losing_half_a_percent_and_a_clean_fabric_names_nothing(
+        seed: int) -> None:
+    lane = random.Random(seed).choice(lanes())
+    found = simulate(lane, 0.005, False, polls=12, seed=seed)
+    named = {(f.detector, f.component) for poll in found for f in poll}
+    assert named == {(lane_loss.NAME, lane)}, named
+    assert all(not f for f in simulate(None, 0.0, False, polls=12, seed=seed))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_streams_name_a_corrupting_lane_by_its_receivers_bad_headers(seed: int) -> None:
+    lane = random.Random(50 + seed).choice(lanes())
+    last = simulate(lane, 0.005, True, polls=12, seed=seed)[-1]
+    assert {(f.detector, f.component) for f in last} == {
+        (lane_loss.NAME, lane), (lane_loss.CORRUPT, lane)}, last
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_streams_leave_a_lossy_nic_to_job_loss_which_names_it(seed: int) -> None:
+    """A NIC both sends a stream and receives one: two pairs lose, on every lane of its
+    leaf alike, and job-loss names the NIC."""
+    host = random.Random(seed).choice([h.name for h in PLAN.hosts])
+    last = simulate(host, 0.01, False, polls=8, seed=seed)[-1]
+    assert [(f.detector, f.component) for f in last] == [(job_loss.NAME, host)], last
