@@ -3,6 +3,7 @@ caused by not being scheduled does not (folded records, then real sockets on loo
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from testbed.shell import probe
 
@@ -151,3 +154,48 @@ def test_the_receiver_rewrites_its_report_as_it_runs_and_counts_arrivals_by_ttl(
     assert final["received"] == sent["sent_per_sport"] and final["lost"] == 0, final
     ttl = Path("/proc/sys/net/ipv4/ip_default_ttl").read_text().strip()
     assert final["marks"] == {ttl: final["received"]}, final
+
+
+def test_a_port_that_goes_silent_loses_what_its_siblings_receive() -> None:
+    """Every round goes to every source port: a port blackholed from seq 20 on has lost
+    each round the others got, past TAIL_ROUNDS of slack, before anything of it returns."""
+    flows: dict = {}
+    for seq in range(50):
+        for sport in (50000, 50001):
+            if sport == 50001 and seq >= 20:
+                continue
+            probe.arrive(flows, sport, seq, seq / 100, seq / 100, seq / 100 + 0.001)
+    rep = probe.report(4791, flows)["flows"]
+    assert rep["50000"]["lost"] == 0
+    assert rep["50001"]["lost"] == 49 - probe.TAIL_ROUNDS - 19
+    # it comes back: the missing rounds are gaps now, counted once
+    probe.arrive(flows, 50001, 50, 0.5, 0.5, 0.501)
+    probe.arrive(flows, 50000, 50, 0.5, 0.5, 0.501)
+    rep = probe.report(4791, flows)["flows"]
+    assert rep["50001"]["lost"] == 30 and rep["50000"]["lost"] == 0
+
+
+class _Refusing:
+    """A socket whose first sends fail with the given errors, then go."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors, self.sent = list(errors), []
+
+    def sendto(self, data: bytes, addr: tuple[str, int]) -> int:
+        if self.errors:
+            raise OSError(self.errors.pop(0), "refused")
+        self.sent.append(data)
+        return len(data)
+
+
+def test_a_full_interface_queue_delays_a_datagram_and_never_loses_it() -> None:
+    s = _Refusing(errno.ENOBUFS, errno.ENOBUFS)
+    assert probe.send_one(s, b"x", ("10.0.0.1", 4792)) == 2 and s.sent == [b"x"]  # type: ignore[arg-type]
+    # an earlier datagram's ICMP error, reported by this send: this one goes next try
+    s = _Refusing(errno.ECONNREFUSED)
+    assert probe.send_one(s, b"y", ("10.0.0.1", 4792)) == 1 and s.sent == [b"y"]  # type: ignore[arg-type]
+    # no route: it cannot go, and says so (the sender counts it and goes on)
+    s = _Refusing(errno.ENETUNREACH, errno.ENETUNREACH)
+    with pytest.raises(OSError) as err:
+        probe.send_one(s, b"z", ("10.0.0.1", 4792))  # type: ignore[arg-type]
+    assert err.value.errno == errno.ENETUNREACH and s.sent == []

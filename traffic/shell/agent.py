@@ -251,7 +251,7 @@ def _run(lanes: dict[tuple[str, int], list[_Job]], t0: float, sock: socket.socke
             try:
                 send(buf)
             except OSError as exc:
-                retries += _retry(send, buf, exc)
+                retries += resend(send, buf, exc)
             if spb:
                 t_next += (len(buf) + ovh) * spb
                 d = t_next - mono()
@@ -278,8 +278,9 @@ def _run(lanes: dict[tuple[str, int], list[_Job]], t0: float, sock: socket.socke
     return retries
 
 
-def _retry(send: Any, buf: bytearray, exc: OSError) -> int:
-    """Resend a frame the interface queue refused (ENOBUFS/EAGAIN), like NIC back-pressure."""
+def resend(send: Any, buf: bytes | bytearray, exc: OSError) -> int:
+    """Resend a frame the interface queue refused (ENOBUFS/EAGAIN), like NIC back-pressure;
+    the number of tries. Any other error is raised again."""
     if exc.errno not in (errno.ENOBUFS, errno.EAGAIN):
         raise exc
     deadline = time.monotonic() + RETRY_GIVE_UP_S
