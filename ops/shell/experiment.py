@@ -136,7 +136,9 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
     Stream i goes to UDP port 4792 + i (4791 is the job's, whose receivers take it). At 16
     Mb/s of 1000-byte datagrams per host every lane of the default small fabric carries ~8
     Mb/s (40% of 20 Mb/s), so a lane cut below that queues. ``every``: the receivers
-    rewrite their reports that often (``ops.probes`` reads them as they run).
+    rewrite their reports that often (``ops.probes`` reads them as they run). The
+    streams are the compiled plane's: they run beside the job for the whole experiment,
+    and Python's per-datagram work would take the machine the job and switch need.
     """
     pps = mbps_per_host * 1e6 / 8 / size / len(STREAM_SPORTS)
     streams: list[Stream] = []
@@ -144,7 +146,7 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
         for i, (src, dst) in enumerate(stream_pairs(lab.plan)):
             streams.append(Stream(lab, src, dst, sports=STREAM_SPORTS, pps=pps,
                                   duration=seconds, port=ROCE_PORT + 1 + i, size=size,
-                                  every=every).start())
+                                  every=every, plane="native").start())
     except BaseException:
         for s in streams:
             s.stop()

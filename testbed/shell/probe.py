@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any
 
-from traffic.shell import programs
+from traffic.shell import pktio, programs
 from traffic.shell.agent import open_receiver, resend, snmp_counter, stamp_ns, stamp_ovfl
 from traffic.shell.running import (
     RunningLab,
@@ -50,6 +50,8 @@ from traffic.shell.running import (
 )
 from vocab.flows import ROCE_PORT
 
+#: who sends and receives: this module, or the compiled traffic plane's probe commands
+PLANES = ("python", "native")
 HEADER = struct.Struct("!Idd")  # sequence number, send time, due time (both time.time())
 
 
@@ -247,15 +249,20 @@ class Stream:
     the stream while the body injects a failure; ``st.result`` then holds the
     receiver's JSON per source port. With ``every`` the receiver rewrites ``st.out``
     every that many seconds while it runs (a watcher reads it: ``ops.probes``).
+    ``plane``: ``"python"`` runs this module's sender and receiver; ``"native"`` the
+    compiled ones (``astral-pktio probe-send`` / ``probe-recv``: the same datagrams,
+    accounting and JSON at a fraction of the CPU, for streams that run beside a job).
     """
 
     def __init__(self, lab: RunningLab, src: str, dst: str, sports: Any, pps: float = 200.0,
                  duration: float = 5.0, port: int = ROCE_PORT, size: int = 200,
-                 every: float | None = None) -> None:
+                 every: float | None = None, plane: str = "python") -> None:
+        if plane not in PLANES:
+            raise ValueError(f"plane must be one of {', '.join(PLANES)} (got {plane!r})")
         self.lab, self.src, self.dst = lab, src, dst
         self.sports = list(sports)
         self.pps, self.duration, self.port, self.size = pps, duration, port, size
-        self.every = every
+        self.every, self.plane = every, plane
         self.out = os.path.join(lab.workdir, f"probe-{src}-{dst}-{port}.json")
         self.result: dict[str, Any] = {}
         self.sent: dict[str, Any] = {}
@@ -263,23 +270,28 @@ class Stream:
         self._send: Any = None
 
     def start(self) -> Stream:
-        py = programs.python_module(programs.PROBE_MODULE)
         for stale in (self.out, self.out + ".ready"):  # an earlier stream's on this port
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(stale)
         self.lab.files.makedirs([self.dst], os.path.dirname(self.out))  # where it runs
         every = ["--every", str(self.every)] if self.every else []
         self._recv = self.lab.hosts[self.dst].popen(
-            py + ["recv", "--port", str(self.port), "--out", self.out, *every])
+            self._program("recv") + ["--port", str(self.port), "--out", self.out, *every])
         wait_ready(self.lab.files, {self.dst: (self._recv, self.out + ".ready")},
                    what="probe receiver")
         ip = self.lab.plan.node(self.dst).ip
         sports = ",".join(str(p) for p in self.sports)
         self._send = self.lab.hosts[self.src].popen(
-            py + ["send", "--dst", ip, "--port", str(self.port), "--sports", sports,
-                  "--pps", str(self.pps), "--duration", str(self.duration),
-                  "--size", str(self.size)])
+            self._program("send") + ["--dst", ip, "--port", str(self.port), "--sports", sports,
+                                     "--pps", str(self.pps), "--duration", str(self.duration),
+                                     "--size", str(self.size)])
         return self
+
+    def _program(self, role: str) -> list[str]:
+        """The command line of the plane's ``role`` (send, recv), before its options."""
+        if self.plane == "native":
+            return [pktio.path(), f"probe-{role}"]
+        return [*programs.python_module(programs.PROBE_MODULE), role]
 
     def wait(self) -> dict[str, Any]:
         out, err = self._send.communicate(timeout=self.duration + 30)

@@ -16,6 +16,11 @@ from pathlib import Path
 import pytest
 
 from testbed.shell import probe
+from traffic.shell import pktio
+
+#: what a receiver reports per source port, either plane
+FIELDS = ("received", "lost", "max_gap_s", "gap_at", "sender_stall_s", "first", "last",
+          "reordered", "mean_latency_s", "marks")
 
 
 def fold(arrivals: list[tuple[int, float, float, float]]) -> dict:
@@ -67,23 +72,45 @@ def _has_socket(pid: int) -> bool:
     return False
 
 
-def test_either_end_stopped_for_half_a_second_leaves_no_gap(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The compiled plane's helper, built from this checkout's source."""
+    return str(pktio.build(tmp_path_factory.mktemp("pktio") / "astral-pktio", force=True))
+
+
+#: (sender, receiver) planes: each alone, and each end against the other's
+PAIRS = [("python", "python"), ("native", "native"), ("python", "native"),
+         ("native", "python")]
+
+
+def program(plane: str, role: str, compiled: str) -> list[str]:
+    """The command line of ``plane``'s ``role`` (send, recv), as ``Stream`` starts it."""
+    if plane == "native":
+        return [compiled, f"probe-{role}"]
+    return [sys.executable, "-m", "astral_lab.probe_cli", role]
+
+
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+
+
+@pytest.mark.parametrize(("sender", "receiver"), PAIRS)
+def test_either_end_stopped_for_half_a_second_leaves_no_gap(
+        tmp_path: Path, compiled: str, sender: str, receiver: str) -> None:
     """Real sockets: the receiver, then the sender, is stopped (SIGSTOP) for 0.5 s each; the
-    kernel's arrival stamps and the due times keep both out of the gap."""
+    kernel's arrival stamps and the due times keep both out of the gap, whichever plane
+    sends and receives."""
     port, out = _free_udp_port(), str(tmp_path / "recv.json")
-    py = [sys.executable, "-m", "astral_lab.probe_cli"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    recv = subprocess.Popen(py + ["recv", "--port", str(port), "--out", out], env=env)
+    recv = subprocess.Popen(program(receiver, "recv", compiled) + ["--port", str(port),
+                                                                    "--out", out], env=ENV)
     send = None
     try:
         deadline = time.monotonic() + 60
         while not os.path.exists(out + ".ready") and time.monotonic() < deadline:
             assert recv.poll() is None
             time.sleep(0.02)
-        send = subprocess.Popen(py + ["send", "--dst", "127.0.0.1", "--port", str(port),
-                                      "--sports", str(_free_udp_port()), "--pps", "100",
-                                      "--duration", "4"],
-                                env=env, stdout=subprocess.PIPE, text=True)
+        send = subprocess.Popen(program(sender, "send", compiled) + [
+            "--dst", "127.0.0.1", "--port", str(port), "--sports", str(_free_udp_port()),
+            "--pps", "100", "--duration", "4"], env=ENV, stdout=subprocess.PIPE, text=True)
         # Stopped while still starting (a slow or busy machine), the sender would not stall
         # between two packets: the schedule begins once its socket exists.
         deadline = time.monotonic() + 60
@@ -110,16 +137,16 @@ def test_either_end_stopped_for_half_a_second_leaves_no_gap(tmp_path: Path) -> N
     assert f["sender_stall_s"] >= 0.4, f
 
 
+@pytest.mark.parametrize(("sender", "receiver"), PAIRS)
 def test_the_receiver_rewrites_its_report_as_it_runs_and_counts_arrivals_by_ttl(
-        tmp_path: Path) -> None:
+        tmp_path: Path, compiled: str, sender: str, receiver: str) -> None:
     """``--every``: reports appear while the stream runs, each with more arrivals than the
     one before, every arrival under its TTL (the namespace's default: no switch marked it),
-    and the namespace's bad-header counter beside them."""
+    and the namespace's bad-header counter beside them; the two planes write the same
+    JSON."""
     port, out = _free_udp_port(), str(tmp_path / "recv.json")
-    py = [sys.executable, "-m", "astral_lab.probe_cli"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    recv = subprocess.Popen(py + ["recv", "--port", str(port), "--out", out, "--every", "0.2"],
-                            env=env)
+    recv = subprocess.Popen(program(receiver, "recv", compiled) + [
+        "--port", str(port), "--out", out, "--every", "0.2"], env=ENV)
     send = None
     try:
         deadline = time.monotonic() + 60
@@ -127,10 +154,9 @@ def test_the_receiver_rewrites_its_report_as_it_runs_and_counts_arrivals_by_ttl(
             assert recv.poll() is None
             time.sleep(0.02)
         sport = _free_udp_port()
-        send = subprocess.Popen(py + ["send", "--dst", "127.0.0.1", "--port", str(port),
-                                      "--sports", str(sport), "--pps", "100",
-                                      "--duration", "3"],
-                                env=env, stdout=subprocess.PIPE, text=True)
+        send = subprocess.Popen(program(sender, "send", compiled) + [
+            "--dst", "127.0.0.1", "--port", str(port), "--sports", str(sport), "--pps", "100",
+            "--duration", "3"], env=ENV, stdout=subprocess.PIPE, text=True)
         seen = []
         while send.poll() is None:
             if os.path.exists(out):
@@ -154,6 +180,10 @@ def test_the_receiver_rewrites_its_report_as_it_runs_and_counts_arrivals_by_ttl(
     assert final["received"] == sent["sent_per_sport"] and final["lost"] == 0, final
     ttl = Path("/proc/sys/net/ipv4/ip_default_ttl").read_text().strip()
     assert final["marks"] == {ttl: final["received"]}, final
+    report = json.loads(Path(out).read_text())
+    assert set(report) == {"port", "t", "bad_headers", "socket_drops", "flows"}
+    assert set(final) == set(FIELDS), final
+    assert set(sent) == {"sent_per_sport", "sports", "errors", "pps", "queue_retries"}
 
 
 def test_a_port_that_goes_silent_loses_what_its_siblings_receive() -> None:

@@ -12,6 +12,8 @@
  *                     [--idle-timeout S] [--timeout S] [--ring-mb M]
  *                     [--feedback-round-us R --feedback-delay-us D]
  *   astral-pktio serve [--tag TEXT]
+ *   astral-pktio probe-send --dst IP --port P --sports LIST [--pps R] [--duration S] [--size N]
+ *   astral-pktio probe-recv --port P --out FILE [--ready FILE] [--every S] [--duration S]
  *
  * send: frames come from templates the plan carries (one per QP, opcode and length); per
  * packet it writes the PSN word, the RETH or the replay header (message number, packet
@@ -69,6 +71,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <netinet/in.h>
 #include <zlib.h>
 
 #define PLAN_MAGIC 0x534b5041u   /* "APKS" little-endian */
@@ -1062,6 +1065,318 @@ static int cmd_recv(int argc, char **argv) {
     return 0;
 }
 
+/* --- probe streams -------------------------------------------------------------------------- */
+/* The steady probe streams of testbed/shell/probe.py, compiled: the same datagrams (sequence
+ * number, send time, due time: "!Idd"), the same per-source-port accounting and the same JSON,
+ * at a small fraction of the CPU (the Python receiver is the reference; a unit test runs both
+ * on one stream). Plain UDP sockets: the kernel builds and checks the headers, and a frame it
+ * dropped as corrupt is counted in the namespace's InHdrErrors, which the report carries. */
+#define PROBE_HDR 20             /* u32 sequence number, f64 send time, f64 due time */
+#define PROBE_TAIL_ROUNDS 4      /* probe.TAIL_ROUNDS */
+#define PROBE_BATCH 64
+#define PROBE_MAX_SPORTS 1024
+
+typedef struct {
+    uint64_t received, reordered;
+    uint32_t first_seq, max_seq;
+    double first, last, late, max_gap, gap_at, stall, latency_sum;
+    int has_gap;
+    uint32_t marks[256];
+} ProbeFlow;
+
+static double rd_f64be(const uint8_t *p) {
+    uint64_t v = rd64be(p);
+    double d;
+    memcpy(&d, &v, sizeof d);
+    return d;
+}
+
+static void wr_f64be(uint8_t *p, double d) {
+    uint64_t v;
+    memcpy(&v, &d, sizeof v);
+    be64(p, v);
+}
+
+/* probe.arrive: fold one datagram into its source port's record */
+static void probe_arrive(ProbeFlow *f, uint32_t seq, double sent, double due, double now, int ttl) {
+    double late = sent - due;
+    if (!f->received) {
+        f->received = 1;
+        f->first_seq = f->max_seq = seq;
+        f->first = f->last = now;
+        f->late = late;
+        f->latency_sum = now - sent;
+        if (ttl >= 0) f->marks[ttl]++;
+        return;
+    }
+    if (ttl >= 0) f->marks[ttl]++;
+    double stall = late - f->late > 0 ? late - f->late : 0;
+    double gap = now - f->last - stall;
+    if (gap > f->max_gap) { f->max_gap = gap; f->gap_at = f->last; f->has_gap = 1; }
+    if (stall > f->stall) f->stall = stall;
+    if (seq < f->max_seq) f->reordered++;
+    if (seq > f->max_seq) f->max_seq = seq;
+    f->last = now;
+    f->late = late;
+    f->received++;
+    f->latency_sum += now - sent;
+}
+
+/* a counter of this namespace's /proc/net/snmp ("Ip", "InHdrErrors"); -1 if unreadable */
+static long long snmp_counter(const char *proto, const char *name) {
+    FILE *f = fopen("/proc/self/net/snmp", "r");
+    if (!f) return -1;
+    char head[2048], vals[2048];
+    long long out = -1;
+    size_t plen = strlen(proto);
+    while (out < 0 && fgets(head, sizeof head, f) && fgets(vals, sizeof vals, f)) {
+        if (strncmp(head, proto, plen) || head[plen] != ':') continue;
+        char *hs, *vs, *h = strtok_r(head + plen + 1, " \n", &hs);
+        char *v = strtok_r(vals + plen + 1, " \n", &vs);
+        for (; h && v; h = strtok_r(NULL, " \n", &hs), v = strtok_r(NULL, " \n", &vs))
+            if (!strcmp(h, name)) { out = atoll(v); break; }
+    }
+    fclose(f);
+    return out;
+}
+
+/* probe.report: the receiver's JSON, written atomically */
+static void probe_report(const char *path, int port, ProbeFlow **flows, uint32_t drops) {
+    Atomic *a = atomic_open(path, "w");
+    FILE *o = a->f;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long bad = snmp_counter("Ip", "InHdrErrors");
+    fprintf(o, "{\"port\": %d, \"t\": %.6f, \"bad_headers\": ", port,
+            ts.tv_sec + ts.tv_nsec / 1e9);
+    if (bad < 0) fprintf(o, "null"); else fprintf(o, "%lld", bad);
+    fprintf(o, ", \"socket_drops\": %u, \"flows\": {", drops);
+    uint32_t newest = 0;
+    for (int sp = 0; sp < 65536; sp++)
+        if (flows[sp] && flows[sp]->max_seq > newest) newest = flows[sp]->max_seq;
+    int n = 0;
+    for (int sp = 0; sp < 65536; sp++) {
+        ProbeFlow *f = flows[sp];
+        if (!f) continue;
+        int64_t upto = (int64_t)newest - PROBE_TAIL_ROUNDS;
+        if (upto < f->max_seq) upto = f->max_seq;
+        int64_t lost = upto - f->first_seq + 1 - (int64_t)f->received;
+        fprintf(o, "%s\"%d\": {\"received\": %llu, \"lost\": %lld, \"max_gap_s\": %.6f, "
+                "\"gap_at\": ", n++ ? ", " : "", sp, (unsigned long long)f->received,
+                (long long)(lost > 0 ? lost : 0), f->max_gap);
+        if (f->has_gap) fprintf(o, "%.6f", f->gap_at); else fprintf(o, "null");
+        fprintf(o, ", \"sender_stall_s\": %.6f, \"first\": %.6f, \"last\": %.6f, "
+                "\"reordered\": %llu, \"mean_latency_s\": %.6f, \"marks\": {", f->stall,
+                f->first, f->last, (unsigned long long)f->reordered,
+                f->latency_sum / (double)f->received);
+        for (int t = 0, m = 0; t < 256; t++)
+            if (f->marks[t]) fprintf(o, "%s\"%d\": %u", m++ ? ", " : "", t, f->marks[t]);
+        fprintf(o, "}}");
+    }
+    fprintf(o, "}}\n");
+    atomic_commit(a);
+}
+
+static int cmd_probe_recv(int argc, char **argv) {
+    const char *out = NULL, *ready = NULL;
+    int port = 0;
+    double every = 0, duration = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i + 1 >= argc) die("option %s needs a value", argv[i]);
+        if (!strcmp(argv[i], "--port")) port = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--out")) out = argv[++i];
+        else if (!strcmp(argv[i], "--ready")) ready = argv[++i];
+        else if (!strcmp(argv[i], "--every")) every = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--duration")) duration = atof(argv[++i]);
+        else die("unknown probe-recv option %s", argv[i]);
+    }
+    if (!out || port <= 0 || port > 65535) die("%s", "probe-recv needs --port (1..65535) and --out");
+    if (every < 0 || duration < 0) die("%s", "--every and --duration must be >= 0");
+    int fd = hold_fd(socket(AF_INET, SOCK_DGRAM, 0));
+    if (fd < 0) fail(1, "socket: %s", strerror(errno));
+    int one = 1, buf = 4 << 20;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof buf) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof one);
+    setsockopt(fd, IPPROTO_IP, IP_RECVTTL, &one, sizeof one);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0) fail(1, "bind: %s", strerror(errno));
+    ProbeFlow **flows = hold_mem(checked(calloc(65536, sizeof(ProbeFlow *)), "probe flows"));
+    if (!serving) {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+    }
+    char readytext[64], readypath[4112];
+    snprintf(readytext, sizeof readytext, "{\"port\": %d}\n", port);
+    snprintf(readypath, sizeof readypath, "%s.ready", out);
+    write_file_atomic(ready ? ready : readypath, readytext);
+    static uint8_t data[PROBE_BATCH][2048];
+    static char ctl[PROBE_BATCH][256];
+    struct mmsghdr msgs[PROBE_BATCH];
+    struct iovec iov[PROBE_BATCH];
+    struct sockaddr_in from[PROBE_BATCH];
+    int64_t start = now_ns(CLOCK_MONOTONIC), due = every > 0 ? start + (int64_t)(every * 1e9) : 0;
+    int64_t end = duration > 0 ? start + (int64_t)(duration * 1e9) : 0;
+    uint32_t drops = 0;
+    int nflows = 0, rc = 0;
+    while (!stop_flag) {
+        int64_t now = now_ns(CLOCK_MONOTONIC);
+        if (end && now >= end) break;
+        if (due && now >= due) {
+            probe_report(out, port, flows, drops);
+            due += (int64_t)(every * 1e9);
+        }
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0) continue;  /* a signal, or a tenth of a second */
+        for (int i = 0; i < PROBE_BATCH; i++) {
+            iov[i] = (struct iovec){.iov_base = data[i], .iov_len = sizeof data[i]};
+            msgs[i].msg_hdr = (struct msghdr){.msg_name = &from[i], .msg_namelen = sizeof from[i],
+                                              .msg_iov = &iov[i], .msg_iovlen = 1,
+                                              .msg_control = ctl[i], .msg_controllen = sizeof ctl[i]};
+        }
+        int n = recvmmsg(fd, msgs, PROBE_BATCH, MSG_DONTWAIT, NULL);
+        for (int i = 0; i < n; i++) {
+            struct msghdr *h = &msgs[i].msg_hdr;
+            double at = -1;
+            int ttl = -1;
+            for (struct cmsghdr *c = CMSG_FIRSTHDR(h); c; c = CMSG_NXTHDR(h, c)) {
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPNS) {
+                    struct timespec t;
+                    memcpy(&t, CMSG_DATA(c), sizeof t);
+                    at = t.tv_sec + t.tv_nsec / 1e9;
+                } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+                    uint32_t d;
+                    memcpy(&d, CMSG_DATA(c), sizeof d);
+                    if (d > drops) drops = d;
+                } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL) {
+                    int t;
+                    memcpy(&t, CMSG_DATA(c), sizeof t);
+                    if (t >= 0 && t < 256) ttl = t;
+                }
+            }
+            if (msgs[i].msg_len < PROBE_HDR) continue;
+            if (at < 0) {
+                struct timespec t;
+                clock_gettime(CLOCK_REALTIME, &t);
+                at = t.tv_sec + t.tv_nsec / 1e9;
+            }
+            int sp = ntohs(from[i].sin_port);
+            if (!flows[sp]) {
+                if (nflows >= PROBE_MAX_SPORTS) continue;  /* a stranger spraying ports */
+                flows[sp] = checked(calloc(1, sizeof(ProbeFlow)), "probe flow");
+                nflows++;
+            }
+            probe_arrive(flows[sp], rd32be(data[i]), rd_f64be(data[i] + 4),
+                         rd_f64be(data[i] + 12), at, ttl);
+        }
+    }
+    probe_report(out, port, flows, drops);
+    for (int sp = 0; sp < 65536; sp++) free(flows[sp]);
+    return rc;
+}
+
+/* probe.send: `pps` rounds a second, each one datagram per source port, lossless at the
+ * sender (a datagram the host's full interface queue refuses is sent again). Prints the
+ * summary JSON on stdout. */
+static int cmd_probe_send(int argc, char **argv) {
+    const char *dst = NULL, *sports_arg = NULL;
+    int port = 0, size = 200;
+    double pps = 200, duration = 5;
+    for (int i = 0; i < argc; i++) {
+        if (i + 1 >= argc) die("option %s needs a value", argv[i]);
+        if (!strcmp(argv[i], "--dst")) dst = argv[++i];
+        else if (!strcmp(argv[i], "--port")) port = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sports")) sports_arg = argv[++i];
+        else if (!strcmp(argv[i], "--pps")) pps = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--duration")) duration = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--size")) size = atoi(argv[++i]);
+        else die("unknown probe-send option %s", argv[i]);
+    }
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (!dst || inet_pton(AF_INET, dst, &to.sin_addr) != 1) die("%s", "probe-send needs --dst IPv4");
+    if (port <= 0 || port > 65535 || !sports_arg) die("%s", "probe-send needs --port and --sports");
+    if (!(pps > 0) || duration < 0 || size < PROBE_HDR || size > 1472)
+        die("%s", "--pps must be > 0, --duration >= 0, --size 20..1472");
+    int sports[PROBE_MAX_SPORTS], ns = 0;
+    char spec[4096];
+    snprintf(spec, sizeof spec, "%s", sports_arg);
+    char *save;
+    for (char *part = strtok_r(spec, ",", &save); part; part = strtok_r(NULL, ",", &save)) {
+        int lo = atoi(part), hi = lo;
+        char *dash = strchr(part, '-');
+        if (dash) hi = atoi(dash + 1);
+        if (lo <= 0 || hi > 65535 || hi < lo) die("bad --sports %s", sports_arg);
+        for (int p = lo; p <= hi; p++) {
+            if (ns >= PROBE_MAX_SPORTS) die("%s", "more than 1024 --sports");
+            sports[ns++] = p;
+        }
+    }
+    int *fds = hold_mem(checked(calloc((size_t)ns, sizeof(int)), "probe sockets"));
+    for (int i = 0; i < ns; i++) fds[i] = -1;
+    if (!serving) {
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+    }
+    int one = 1, rc = 0;
+    for (int i = 0; i < ns && !rc; i++) {
+        struct sockaddr_in me = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sports[i])};
+        fds[i] = socket(AF_INET, SOCK_DGRAM, 0);
+        if (fds[i] < 0 || setsockopt(fds[i], IPPROTO_IP, IP_RECVERR, &one, sizeof one) < 0 ||
+            bind(fds[i], (struct sockaddr *)&me, sizeof me) < 0) {
+            fprintf(stderr, "astral-pktio: probe-send: source port %d: %s\n", sports[i],
+                    strerror(errno));
+            rc = 1;
+        }
+    }
+    uint8_t pkt[1472] = {0};
+    int64_t t0 = now_ns(CLOCK_MONOTONIC), dur = (int64_t)(duration * 1e9);
+    struct timespec w0;
+    clock_gettime(CLOCK_REALTIME, &w0);
+    double wall0 = w0.tv_sec + w0.tv_nsec / 1e9, interval = 1.0 / pps;
+    uint64_t seq = 0, errors = 0, retries = 0;
+    while (!rc && !stop_flag && now_ns(CLOCK_MONOTONIC) - t0 < dur) {
+        struct timespec w;
+        clock_gettime(CLOCK_REALTIME, &w);
+        be32(pkt, (uint32_t)seq);
+        wr_f64be(pkt + 4, w.tv_sec + w.tv_nsec / 1e9);
+        wr_f64be(pkt + 12, wall0 + (double)seq * interval);
+        for (int i = 0; i < ns; i++) {
+            int64_t give_up = now_ns(CLOCK_MONOTONIC) + 10000000000LL;
+            for (int tries = 0;; tries++) {
+                if (sendto(fds[i], pkt, (size_t)size, 0, (struct sockaddr *)&to, sizeof to) >= 0)
+                    break;
+                int e = errno;
+                /* an earlier datagram's ICMP error reported now (this one did not go): once;
+                 * a full interface queue: again after a moment, as a NIC backs off */
+                int pending = e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH ||
+                              e == EHOSTDOWN;
+                if ((pending && tries == 0) || ((e == ENOBUFS || e == EAGAIN) && !stop_flag &&
+                                                now_ns(CLOCK_MONOTONIC) < give_up)) {
+                    retries++;
+                    if (!pending) usleep(100);
+                    continue;
+                }
+                errors++;
+                break;
+            }
+        }
+        seq++;
+        sleep_until(CLOCK_MONOTONIC, t0 + (int64_t)((double)seq * interval * 1e9));
+    }
+    for (int i = 0; i < ns; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    if (rc) return rc;
+    printf("{\"sent_per_sport\": %llu, \"sports\": [", (unsigned long long)seq);
+    for (int i = 0; i < ns; i++) printf("%s%d", i ? ", " : "", sports[i]);
+    printf("], \"errors\": %llu, \"pps\": %g, \"queue_retries\": %llu}\n",
+           (unsigned long long)errors, pps, (unsigned long long)retries);
+    fflush(stdout);
+    return 0;
+}
+
 /* --- serve -------------------------------------------------------------------------------- */
 /* Give back everything the command that just ended (or failed) held. */
 static void release(void) {
@@ -1213,10 +1528,16 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "send")) return cmd_send(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "recv")) return cmd_recv(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "probe-send")) return cmd_probe_send(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "probe-recv")) return cmd_probe_recv(argc - 2, argv + 2);
     fprintf(stderr, "usage: astral-pktio send --plan PLAN --out SENT (--intf IFACE | --dump FILE) "
                     "[--start-at NS]\n       astral-pktio recv --intf IFACE --out RECS.json "
                     "[--ready FILE] [--expect-bytes N] [--idle-timeout S] [--timeout S] "
                     "[--ring-mb M] [--feedback-round-us R --feedback-delay-us D]\n"
-                    "       astral-pktio serve [--tag TEXT]  (one send/recv command a line)\n");
+                    "       astral-pktio serve [--tag TEXT]  (one send/recv command a line)\n"
+                    "       astral-pktio probe-send --dst IP --port P --sports LIST [--pps R] "
+                    "[--duration S] [--size N]\n"
+                    "       astral-pktio probe-recv --port P --out FILE [--ready FILE] "
+                    "[--every S] [--duration S]\n");
     return 2;
 }
