@@ -72,10 +72,10 @@ class Iteration:
 
 
 def add_paths(paths: dict[str, list[int]], rows: list[dict[str, Any]], marks: LaneMarks,
-              seen: dict[tuple[str, str, int], int]) -> None:
+              seen: dict[tuple[str, str, int], int], nics: bool = False) -> None:
     """Add a replay's flows (``ReplayResult.flows`` rows) to ``paths``: per path between
     switches (its links joined by ``>``, ``path_key``), the packets sent along it, and
-    those lost or corrupt.
+    those lost or corrupt; with ``nics``, the path includes its two NIC links.
 
     A flow's path is what its lane marks say (``LaneMarks.path``, its NIC links left out:
     the pairs of NICs say those): a packet that arrived took its own mark's path; a flow's
@@ -88,7 +88,8 @@ def add_paths(paths: dict[str, list[int]], rows: list[dict[str, Any]], marks: La
         src, dst = r["src"], r["dst"]
         got: dict[int, int] = r.get("marks") or {}
         key = (src, dst, int(r["sport"]))
-        inner = {ttl: marks.inner_path(src, dst, ttl) for ttl in got}
+        path_of = marks.path if nics else marks.inner_path
+        inner = {ttl: path_of(src, dst, ttl) for ttl in got}
         for ttl, n in got.items():
             if inner[ttl]:
                 paths.setdefault(path_key(inner[ttl]), [0, 0, 0])[0] += n
@@ -96,7 +97,7 @@ def add_paths(paths: dict[str, list[int]], rows: list[dict[str, Any]], marks: La
             seen[key] = max(got.items(), key=lambda kv: kv[1])[0]
         lost, bad = int(r.get("lost_packets") or 0), int(r.get("errors") or 0)
         if lost or bad:
-            each = list(inner.values()) or [marks.inner_path(src, dst, seen.get(key, 0))]
+            each = list(inner.values()) or [path_of(src, dst, seen.get(key, 0))]
             shared = [ln for ln in each[0] if all(ln in p for p in each[1:])]
             if shared:
                 c = paths.setdefault(path_key(shared), [0, 0, 0])

@@ -53,7 +53,7 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     HOLD_POLLS polls (the most specific one: a NIC before its leaf)."""
     lost, since = _lost_pairs(hist)
     total = sum(lost.values())
-    if not total or lane_loss.suspect(hist, topo) is not None or lane_loss.covering(hist):
+    if not total or lane_loss.suspect(hist, topo) is not None or lane_loss.covering(hist, topo):
         return []
     leaf_of = {h: topo.links[c].b for h, c in topo.nic_link.items()}
     host: dict[str, float] = defaultdict(float)

@@ -62,62 +62,118 @@ SLACK = 0.1
 MARGIN = 2
 #: a NIC an end of at least this share of the lost packets is job-loss's to name
 NIC_SHARE = 0.9
+#: how many faults at once it names at most (each explaining what the ones before left)
+MAX_SUSPECTS = 3
+#: when no one component explains the damage, the first of a pair is one of this many
+#: that carry most of it
+PAIR_FIRST = 5
 
 
 def detect(hist: History, topo: Topo) -> list[Finding]:
-    """Per kind of damage (lost, corrupt): the link that ``explains`` it over the last
-    HOLD_POLLS polls; for lost packets that no link explains, the switch that does."""
+    """Per kind of damage (lost, corrupt): the links that ``explain`` it over the last
+    HOLD_POLLS polls, one after another (``suspects``); for lost packets that no link
+    explains, the switch that does."""
     out = []
     for name, metric, least, what in ((NAME, PATH_LOST, LOSS_MIN, "lost"),
                                       (CORRUPT, PATH_CORRUPT, CORRUPT_MIN, "corrupt")):
-        found = suspect(hist, topo, metric, least)
-        if found is None:
-            continue
-        component, missed, runner_up, total, since = found
-        alert = name if "~" in component else SWITCH
-        if alert == SWITCH and metric == PATH_CORRUPT:
-            continue  # a switch does not corrupt frames its links carry intact
-        out.append(Finding(
-            alert, component, "warning",
-            f"{int(total - missed)} of the {int(total)} packets (job and probes) {what} in "
-            f"{HOLD_POLLS} polls were on paths across {component}; every other "
-            f"{'link' if alert != SWITCH else 'switch'} misses {int(runner_up)} or more",
-            {f"{what}_packets": int(total), "explained": int(total - missed),
-             "next_best_misses": int(runner_up)}, since))
+        for component, missed, runner_up, total, since in suspects(hist, topo, metric, least):
+            alert = name if "~" in component else SWITCH
+            if alert == SWITCH and metric == PATH_CORRUPT:
+                continue  # a switch does not corrupt frames its links carry intact
+            out.append(Finding(
+                alert, component, "warning",
+                f"{int(total - missed)} of the {int(total)} packets (job and probes) {what} "
+                f"in {HOLD_POLLS} polls were on paths across {component}; every other "
+                f"{'link' if alert != SWITCH else 'switch'} misses {int(runner_up)} or more",
+                {f"{what}_packets": int(total), "explained": int(total - missed),
+                 "next_best_misses": int(runner_up)}, since))
     return out
+
+
+def suspects(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = LOSS_MIN
+             ) -> list[tuple[str, float, float, float, float]]:
+    """``(link or switch, damaged packets off its paths, the runner-up's, damaged packets
+    in all, since)`` for ``metric`` of the job and probes over the last HOLD_POLLS polls:
+    the link that ``explains`` them, else the switch that does; then, with the packets on
+    its paths taken out, the one that explains the rest, and so on (two faults at once
+    each damage their own paths), MAX_SUSPECTS at most, while at least ``least`` are left.
+    None when a NIC is an end of NIC_SHARE of the lost packets (job-loss names it)."""
+    damaged, since = _pooled(hist, metric)
+    if metric == PATH_LOST and _one_nic(hist, topo):
+        return []
+    at = since if since is not None else hist.now
+    out: list[tuple[str, float, float, float, float]] = []
+    while len(out) < MAX_SUSPECTS:
+        total = sum(damaged.values())
+        if total < least:
+            break
+        best = explains(damaged, total) or _switch(damaged, total, topo)
+        if best is None:
+            if not out:  # two faults at once, neither explaining all but SLACK alone
+                out = _pair(damaged, total, least, topo, at)
+            break
+        out.append((*best, total, at))
+        damaged = {p: n for p, n in damaged.items() if not _crosses(p, best[0])}
+    return out
+
+
+def _pair(damaged: dict[tuple[str, ...], float], total: float, least: float, topo: Topo,
+          at: float) -> list[tuple[str, float, float, float, float]]:
+    """Two components that together explain ``damaged``: one of the PAIR_FIRST that carry
+    most of it (links and switches), then, with its paths taken out, one that explains
+    the rest (at least ``least`` packets) as a single fault's would be; [] if none do."""
+    on: dict[str, float] = defaultdict(float)
+    for path, n in damaged.items():
+        for c in {*path, *(e for ln in path for e in _ends(ln) if e in topo.switch_links)}:
+            on[c] += n
+    ranked = sorted(on, key=lambda c: -on[c])
+    for first in ranked[:PAIR_FIRST]:
+        rest = {p: n for p, n in damaged.items() if not _crosses(p, first)}
+        left = sum(rest.values())
+        if left < least:
+            continue
+        second = explains(rest, left) or _switch(rest, left, topo)
+        if second is not None:
+            runner_up = next((total - on[c] for c in ranked if c != first), total)
+            return [(first, total - on[first], runner_up, total, at), (*second, left, at)]
+    return []
 
 
 def suspect(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = LOSS_MIN
             ) -> tuple[str, float, float, float, float] | None:
-    """``(link or switch, damaged packets off its paths, the runner-up's, damaged packets
-    in all, since)`` for ``metric`` of the job and probes over the last HOLD_POLLS polls:
-    a link when one ``explains`` them, else a switch when one does; None otherwise, or
-    when a NIC is an end of NIC_SHARE of the lost packets (job-loss names it)."""
-    damaged, since = _pooled(hist, metric)
-    total = sum(damaged.values())
-    if total < least or (metric == PATH_LOST and _one_nic(hist, topo)):
-        return None
-    best = explains(damaged, total)
-    if best is None:
-        switches: dict[str, set[tuple[str, ...]]] = defaultdict(set)
-        for path in damaged:
-            for ln in path:
-                for end in _ends(ln):
+    """The first of ``suspects``, or None."""
+    found = suspects(hist, topo, metric, least)
+    return found[0] if found else None
+
+
+def _switch(damaged: dict[tuple[str, ...], float], total: float, topo: Topo
+            ) -> tuple[str, float, float] | None:
+    """``(switch, damaged packets off paths through it, the runner-up's)`` for the one
+    switch on the paths of all but SLACK of them, by MARGIN; else None."""
+    switches: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+    for path in damaged:
+        for ln in path:
+            for end in _ends(ln):
+                if end in topo.switch_links:
                     switches[end].add(path)
-        missed = {sw: total - sum(damaged[p] for p in paths) for sw, paths in switches.items()}
-        best = _unique(missed, total)
-    if best is None:
-        return None
-    return (*best, total, since if since is not None else hist.now)
+    return _unique({sw: total - sum(damaged[p] for p in paths)
+                    for sw, paths in switches.items()}, total)
 
 
-def covering(hist: History) -> list[str]:
-    """The links on the paths of all but SLACK of the packets lost over the last
-    HOLD_POLLS polls, margin or not: while there is one, a NIC whose flows lose may yet
-    be a lane its flows happen to share (job-loss waits)."""
+def _crosses(path: tuple[str, ...], component: str) -> bool:
+    """Does ``path`` cross ``component`` (one of its links, or a switch at one's end)?"""
+    return component in path or any(component in _ends(ln) for ln in path)
+
+
+def covering(hist: History, topo: Topo) -> list[str]:
+    """The links between switches on the paths of all but SLACK of the packets lost over
+    the last HOLD_POLLS polls, margin or not: while there is one, a NIC whose flows lose
+    may yet be a lane its flows happen to share (job-loss waits). A NIC's own link is the
+    NIC's, not such a lane."""
     damaged, _ = _pooled(hist, PATH_LOST)
     total = sum(damaged.values())
-    return sorted(ln for ln, m in _missed(damaged, total).items() if m <= SLACK * total)
+    return sorted(ln for ln, m in _missed(damaged, total).items()
+                  if m <= SLACK * total and _ends(ln)[0] not in topo.hosts)
 
 
 def explains(damaged: dict[tuple[str, ...], float], total: float

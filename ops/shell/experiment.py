@@ -10,6 +10,7 @@ import dataclasses
 import random
 import statistics
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -103,20 +104,37 @@ class Asker:
 
 
 def stream_pairs(plan: WiringPlan) -> list[tuple[str, str]]:
-    """Who sends to whom in ``steady_traffic``: host i to the host n/2 + 1 later in plan
-    order, or the next one when that shares its leaf. The one past the half puts a rail
-    fabric's streams across rails (GPU 4 of one block to GPU 5 of the other): a stream
-    between two GPUs of one index leaves over one lane and comes back over its partner,
-    every stream crossing one of the two crosses the other, and no loss on them could
-    tell the two apart (``ops.detectors.lane_loss``)."""
+    """Who sends to whom in ``steady_traffic``: each host to one on another leaf, every
+    host receiving one stream. Host i takes the first host from n/2 + 1 + r on in plan
+    order (r its rank among its leaf's hosts) that no stream goes to yet, on a leaf that
+    neither it nor a host of its leaf sends to (failing that, any other leaf).
+
+    The shape makes the streams' losses tell links apart (``ops.detectors.lane_loss``).
+    Past the half by one, a rail fabric's streams go across rails (GPU 4 of one block to
+    GPU 5 of the other): a stream between two GPUs of one index leaves over one lane and
+    comes back over its partner, so every stream crossing one would cross the other. And
+    by r, the hosts of one leaf send to different leaves and receive from different
+    leaves: a lane that loses one way only is then crossed that way by streams from (or
+    to) two leaves, and it is the one link their paths share."""
     hosts = [h.name for h in plan.hosts]
     n = len(hosts)
     ports = plan.ports()
+    leaf = {h: ports[h][0][0] for h in hosts}
+    rank: dict[str, int] = {}
+    count: dict[str, int] = defaultdict(int)
+    for h in hosts:
+        rank[h] = count[leaf[h]]
+        count[leaf[h]] += 1
+    taken: set[str] = set()
+    sent_to: dict[str, set[str]] = defaultdict(set)  # leaf -> leaves its hosts send to
     out = []
     for i, src in enumerate(hosts):
-        dst = hosts[(i + n // 2 + 1) % n]
-        if ports[src][0][0] == ports[dst][0][0]:
-            dst = hosts[(i + 1) % n]
+        order = [hosts[(i + n // 2 + 1 + rank[src] + k) % n] for k in range(n)]
+        free = [d for d in order if d not in taken and leaf[d] != leaf[src]]
+        dst = next((d for d in free if leaf[d] not in sent_to[leaf[src]]),
+                   free[0] if free else order[0])
+        taken.add(dst)
+        sent_to[leaf[src]].add(leaf[dst])
         out.append((src, dst))
     return out
 

@@ -23,6 +23,7 @@ from ops.telemetry import Store
 from testbed.wiring import miswired
 from traffic.shell.moejob import MoeJob
 from traffic.shell.running import RunningLab
+from vocab.evidence import Evidence
 
 #: the agent checks the cabling against the plan this often (s) ...
 WIRING_EVERY_S = 10.0
@@ -109,10 +110,18 @@ class WiringWatch:
 
 
 def unexplained(active: Iterable[Any]) -> bool:
-    """The job suffers (a symptom alert is open) and no open alert says where."""
-    kinds = [alert_kind(a.detector) for a in active]
-    return any(k is not None and k.symptom for k in kinds) and \
-        all(k is not None and k.symptom for k in kinds)
+    """The job suffers (a symptom alert is open) and no open alert says where; or packets
+    are lost at a switch and no open alert names a link or NIC of it: a miswired lane
+    delivers its frames through the wrong spine, so they are lost at its leaf and no one
+    link explains them."""
+    alerts = [(a, alert_kind(a.detector)) for a in active]
+    kinds = [k for _a, k in alerts]
+    if any(k is not None and k.symptom for k in kinds) and \
+            all(k is not None and k.symptom for k in kinds):
+        return True
+    at_switch = [a for a, k in alerts if k is not None and not k.symptom
+                 and Evidence.LOSS in k.evidence and "~" not in a.component]
+    return bool(at_switch) and not any("~" in a.component for a, _k in alerts)
 
 
 def check_cost(spans: list[tuple[float, float]], polls: list[tuple[float, float]],

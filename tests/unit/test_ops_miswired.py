@@ -127,12 +127,16 @@ def test_the_agent_checks_the_cabling_on_its_own_period_sooner_when_unexplained(
 
 
 def test_the_agent_looks_at_the_cabling_sooner_only_when_the_job_suffers_unexplained() -> None:
-    def alert(detector: str) -> Any:
-        return SimpleNamespace(detector=detector)
+    def alert(detector: str, component: str = "lf0r0~spine1#0") -> Any:
+        return SimpleNamespace(detector=detector, component=component)
 
-    assert unexplained([alert("job-slow")])
-    assert not unexplained([alert("job-slow"), alert("loss")])  # something says where
+    assert unexplained([alert("job-slow", "job")])
+    assert not unexplained([alert("job-slow", "job"), alert("loss")])  # something says where
     assert not unexplained([alert("loss")]) and not unexplained([])
+    # packets lost at a leaf and no link of it named: what a miswired lane looks like
+    assert unexplained([alert("lane-loss-switch", "lf0r6")])
+    assert unexplained([alert("job-loss-switch", "lf0r6"), alert("job-slow", "job")])
+    assert not unexplained([alert("lane-loss-switch", "lf0r6"), alert("lane-loss")])
 
 
 def test_what_a_check_costs_is_the_poll_and_the_job_beside_and_without_it() -> None:

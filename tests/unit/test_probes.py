@@ -17,7 +17,7 @@ import pytest
 from ops.detectors import Topo, job_loss, lane_loss
 from ops.probes import PROBE, ProbeTally
 from ops.shell.experiment import STREAM_SPORTS, stream_pairs
-from ops.telemetry import History
+from ops.telemetry import History, canonical
 from testbed.topologies import build
 from traffic.iterations import PATH_CORRUPT, PATH_LOST, pair_metric
 from vocab.lanemark import MARK_BASE, LaneMarks
@@ -41,7 +41,7 @@ def report(flows: dict[int, tuple[int, int, dict[int, int]]], bad: int | None = 
 def test_only_what_changed_since_the_last_report_counts() -> None:
     tally = ProbeTally(PLAN)
     up = MARK_BASE + 1
-    inner = ">".join(MARKS.inner_path("s0g0", "s3g7", up))
+    inner = ">".join(MARKS.path("s0g0", "s3g7", up))  # the NIC links too
     first = tally.take([("s0g0", "s3g7", report({50000: (10, 0, {up: 10})}))])
     assert first == {(PROBE, "rxdrops"): 0.0}
     got = tally.take([("s0g0", "s3g7", report({50000: (18, 2, {up: 18})}))])
@@ -55,7 +55,7 @@ def test_only_what_changed_since_the_last_report_counts() -> None:
 def test_a_receivers_bad_headers_make_its_lost_datagrams_corrupt_up_to_their_count() -> None:
     tally = ProbeTally(PLAN)
     up = MARK_BASE + 2
-    inner = ">".join(MARKS.inner_path("s0g0", "s3g7", up))
+    inner = ">".join(MARKS.path("s0g0", "s3g7", up))
     tally.take([("s0g0", "s3g7", report({50000: (10, 0, {up: 10})}, bad=7))])
     got = tally.take([("s0g0", "s3g7", report({50000: (15, 4, {up: 15})}, bad=10))])
     assert got[(PROBE, f"{PATH_LOST}:{inner}")] == 4
@@ -75,11 +75,15 @@ def test_a_receiver_that_fell_behind_reports_no_loss_for_that_poll() -> None:
     assert got[(PROBE, pair_metric("s0g0", "s3g7"))] == 1.0
 
 
-def simulate(faulty: str | None, p: float, corrupt: bool, polls: int, seed: int
+def simulate(faulty: str | None, p: float, corrupt: bool, polls: int, seed: int,
+             way: str = "both", blackhole: tuple[str, set[int]] | None = None
              ) -> list[list[Any]]:
     """The detectors' findings after each poll of the steady streams; every datagram over
     ``faulty`` (a link name, or a host: its NIC link) is lost, or corrupt (its receiver's
-    IP layer counts it), with probability ``p``."""
+    IP layer counts it), with probability ``p``; ``way`` ``up`` or ``down``: only those
+    crossing a lane from its leaf to its spine, or back. ``blackhole``: (a switch, UDP
+    source ports) whose datagrams through that switch are all lost, from the second poll
+    on (the receivers count each port's missing rounds as they go)."""
     rng = random.Random(seed)
     topo = Topo.from_plan(PLAN)
     bad_link = topo.nic_link.get(faulty, faulty) if faulty else None
@@ -92,8 +96,13 @@ def simulate(faulty: str | None, p: float, corrupt: bool, polls: int, seed: int
     for t in range(polls):
         for s, d, lanes in streams:
             for sp, ttl in lanes.items():
-                on = bad_link in MARKS.path(s, d, ttl)
+                inner = MARKS.inner_path(s, d, ttl)
+                on = (bad_link in MARKS.path(s, d, ttl) if way == "both"
+                      else inner[0 if way == "up" else 1] == bad_link)
                 hit = sum(rng.random() < p for _ in range(PER_POLL)) if on else 0
+                if blackhole and t and sp in blackhole[1] and any(
+                        blackhole[0] in ln.split("~")[1] for ln in inner):
+                    hit = PER_POLL
                 st = state[(s, d, sp)]
                 st[0] += PER_POLL - hit
                 st[1] += hit
@@ -119,6 +128,30 @@ def test_streams_name_a_lane_losing_half_a_percent_and_a_clean_fabric_names_noth
     named = {(f.detector, f.component) for poll in found for f in poll}
     assert named == {(lane_loss.NAME, lane)}, named
     assert all(not f for f in simulate(None, 0.0, False, polls=12, seed=seed))
+
+
+@pytest.mark.parametrize("way", ["up", "down"])
+@pytest.mark.parametrize("seed", range(3))
+def test_streams_name_a_lane_that_loses_one_way_only(seed: int, way: str) -> None:
+    """Gray links often lose one way only: that way the lane is crossed by streams of two
+    leaves (``stream_pairs``), and it is the one link they share."""
+    lane = random.Random(20 + seed).choice(lanes())
+    found = simulate(lane, 0.005, False, polls=20, seed=seed, way=way)
+    named = {(f.detector, f.component) for poll in found for f in poll}
+    assert named == {(lane_loss.NAME, lane)}, named
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_two_faults_at_once_are_each_named_by_what_the_other_leaves(seed: int) -> None:
+    """A switch dropping some source ports and a lossy NIC elsewhere at the same time: no
+    one component explains all the loss; the switch explains most, and the NIC (by its
+    link: the NIC's own cable) explains the rest."""
+    host = random.Random(seed).choice([h.name for h in PLAN.hosts
+                                       if MARKS.switch_of[h.name] != "lf0r4"])
+    last = simulate(host, 0.05, False, polls=6, seed=seed,
+                    blackhole=("spine1", {50003, 50011, 50019, 50027}))[-1]
+    named = {(f.detector, canonical(f.component, PLAN)) for f in last}
+    assert named == {(lane_loss.SWITCH, "spine1"), (lane_loss.NAME, host)}, named
 
 
 @pytest.mark.parametrize("seed", range(3))
