@@ -525,6 +525,8 @@ def _answer(raised: list[dict[str, Any]], diag: list[tuple[float, list[str], str
             answer, said = next(((r, d) for t, r, d in reversed(diag) if first <= t <= hi),
                                 ([], None))
     names = _ranked(answer, others, plan)
+    if said is not None and answer and names and canonical(answer[0], plan) != names[0]:
+        said = None  # the recorded kind is that of another live fault, ranked above it
     if said is None and names:  # not recorded: the first alert that named its top
         said = next((a["detector"] for a in so_far
                      if canonical(a["component"], plan) == names[0]), None)

@@ -34,8 +34,8 @@ from vocab.plugins import plugin_name
 ORDER = 105  # the detectors run (and list) in this order (vocab.plugins.listing_key)
 #: the name its loss alerts carry: the module's own (a copy under a new name raises its own)
 NAME = plugin_name(__name__)
-#: its corruption alert, and the alert naming a switch
-CORRUPT, SWITCH = f"{NAME}-corrupt", f"{NAME}-switch"
+#: its corruption alert, the alert naming a switch, and the one naming a NIC
+CORRUPT, SWITCH, NIC = f"{NAME}-corrupt", f"{NAME}-switch", f"{NAME}-nic"
 ALERTS = {
     NAME: AlertKind(75, "check link {component}: the flows across it lose packets "
                         "and the flows beside it do not ({summary}); its optics and "
@@ -48,6 +48,10 @@ ALERTS = {
                           "no one of its links explains them ({summary}); its flow table "
                           "(rules that drop some flows), then drain it",
                       evidence=(Evidence.LOSS,), parts=("switch",)),
+    NIC: AlertKind(70, "check NIC {component}: the flows through its cable lose packets and "
+                       "no other component explains them ({summary}); drop counters, cable, "
+                       "firmware; drain it from the job if it persists",
+                   evidence=(Evidence.LOSS,), parts=("host", "link")),
 }
 #: packets are pooled over this many recent polls (an iteration ends every few polls, and
 #: the damaged packets that tell partner lanes apart come a few at a time)
@@ -78,6 +82,9 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
                                       (CORRUPT, PATH_CORRUPT, CORRUPT_MIN, "corrupt")):
         for component, missed, runner_up, total, since in suspects(hist, topo, metric, least):
             alert = name if "~" in component else SWITCH
+            host = _ends(component)[0]
+            if metric == PATH_LOST and host in topo.hosts:
+                alert, component = NIC, host  # a NIC's cable is the NIC
             if alert == SWITCH and metric == PATH_CORRUPT:
                 continue  # a switch does not corrupt frames its links carry intact
             out.append(Finding(
@@ -99,8 +106,13 @@ def suspects(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = 
     each damage their own paths), MAX_SUSPECTS at most, while at least ``least`` are left.
     None when a NIC is an end of NIC_SHARE of the lost packets (job-loss names it)."""
     damaged, since = _pooled(hist, metric)
-    if metric == PATH_LOST and _one_nic(hist, topo):
-        return []
+    if metric == PATH_LOST:
+        if _one_nic(hist, topo):
+            return []
+        # a corrupt packet is lost to its flow too: the loss is what corruption leaves
+        corrupt, _ = _pooled(hist, PATH_CORRUPT)
+        damaged = {p: n - corrupt.get(p, 0.0) for p, n in damaged.items()
+                   if n > corrupt.get(p, 0.0)}
     at = since if since is not None else hist.now
     out: list[tuple[str, float, float, float, float]] = []
     while len(out) < MAX_SUSPECTS:

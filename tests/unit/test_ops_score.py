@@ -101,6 +101,21 @@ def test_knock_on_alerts_of_a_concurrent_hard_fault_do_not_detect_a_gray_one(pla
     assert lenient["detected"] == 1  # what the lenient score said
 
 
+def test_the_kind_guessed_for_a_fault_is_that_of_its_own_suspect_not_a_concurrent_one(
+        plan) -> None:  # noqa: ANN001
+    """Two faults at once: the agent's answer ranks the link-flap's lane above the NIC;
+    the NIC is still its top-1 (the other live fault skipped), and the kind it is said to
+    be is the NIC's alert's, not the flap's."""
+    truth = [GroundTruth("link-flap", LANE, 100.0, 110.0),
+             GroundTruth("nic-loss", NIC, 100.5, 110.5)]
+    alerts = [alert("link-down", LANE, 101.0), alert("job-loss", NIC, 102.0)]
+    diag = [(104.0, [LANE, NIC], "link-down"), (105.0, [LANE, NIC], "link-down")]
+    s = score(truth, alerts, diag, span=(90.0, 200.0), interval=1.0, plan=plan)
+    rows = {r["kind"]: r for r in s["per_fault"]}
+    assert rows["nic-loss"]["top1"] and "nic-loss" in rows["nic-loss"]["kind_guess"].split("/")
+    assert rows["nic-loss"]["kind_correct"] and rows["link-flap"]["kind_correct"], rows
+
+
 def test_symptoms_never_detect_and_an_alert_detects_one_fault(plan) -> None:  # noqa: ANN001
     truth = [GroundTruth("partial-blackhole", "lf0r1", 100.0, 110.0),
              GroundTruth("nic-loss", NIC, 101.0, 111.0)]
