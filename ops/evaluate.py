@@ -753,6 +753,10 @@ class EvalSpec:
     job_mbps: float | None = 10.0
     #: per-kind overrides of a drawn fault's knobs, e.g. {"link-degrade": {"fraction": 0.25}}
     fault_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: a schedule given instead of drawn (``testbed.faultspec.Fault`` s, slot i at
+    #: i x (fault_s + gap_s), one at a time: ``testbed.faultspec.sweep_schedule``); then
+    #: per_kind, kinds, concurrent and controls are not used
+    faults: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kinds is not None:

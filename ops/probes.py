@@ -110,3 +110,30 @@ class ProbeTally:
             return None
         return {"src": src, "dst": dst, "sport": sport, "marks": got, "lost_packets": d_lost,
                 "errors": 0}
+
+
+def budget(plan: WiringPlan, mbps_per_host: float, payload: int, fault_s: float,
+           guard: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the probe streams cost and the least loss they show within a fault.
+
+    Each NIC sends ``mbps_per_host`` of ``payload``-byte datagrams; each stream crosses two
+    lane directions (up from its leaf, down to the other), so every one of the fabric's
+    lane directions carries ``pps_per_lane_direction`` on average. Seeing one loss at
+    probability p with 95% confidence takes ~3/p datagrams (``loss_seen``: the p for which
+    a fault of ``fault_s`` carries that many; twice that for the tomography's three
+    packets). ``guard``: the fidelity guard's verdict on the streams (their switch-hop
+    packets against the machine's capacity)."""
+    switches = {s.name for s in plan.switches}
+    lanes = sum(1 for ln in plan.links if ln.a in switches and ln.b in switches)
+    pps_host = mbps_per_host * 1e6 / 8 / payload
+    per_dir = len(plan.hosts) * pps_host * 2 / (2 * lanes) if lanes else 0.0
+    out: dict[str, Any] = {
+        "pps_per_host": round(pps_host, 1), "lane_directions": 2 * lanes,
+        "pps_per_lane_direction": round(per_dir, 1),
+        "loss_seen": round(3 / (per_dir * fault_s), 5) if per_dir else None}
+    if guard:
+        hop, cap = guard.get("offered_hop_pps"), guard.get("capacity_hop_pps")
+        out.update({"offered_hop_pps": hop, "capacity_hop_pps": cap,
+                    "share_of_capacity": round(hop / cap, 3) if hop and cap else None})
+    return out
+

@@ -379,6 +379,31 @@ def _groups(seq: list[str], size: int, fits: Callable[[list[str]], bool]) -> lis
     return groups
 
 
+def sweep_schedule(plan: WiringPlan, kind: str, rates: Iterable[float], tries: int,
+                   slot_s: float, fault_s: float, seed: int = 0) -> list[Fault]:
+    """A sweep over ``rates``: ``tries`` faults of ``kind`` (a link kind whose knob is
+    ``probability``: gray-loss, corruption) at each rate, each on a lane drawn from
+    ``seed`` (never the one before), one per slot of ``slot_s`` seconds (slot i at
+    i x slot_s) lasting ``fault_s``; the rates in turn, lowest first. Pure."""
+    if TARGET_KIND.get(kind) != "link" or "probability" not in _KINDS[kind].knobs:
+        raise ValueError(f"kind: a sweep needs a link kind with a probability (got {kind!r})")
+    whole("tries", tries, 1)
+    number("fault_s", fault_s, low=0.0, low_open=True)
+    if slot_s <= fault_s:
+        raise ValueError(f"slot_s ({slot_s:g}) must exceed fault_s ({fault_s:g})")
+    lanes = [link_name(plan, ln) for ln in traffic_links(plan)]
+    if not lanes:
+        raise ValueError("this plan has no lanes to sweep")
+    rng = random.Random(seed)
+    faults: list[Fault] = []
+    for rate in sorted(rates):
+        for _ in range(tries):  # never the lane just tried: its recovery is not the next's
+            pool = [ln for ln in lanes if not faults or ln != faults[-1].target] or lanes
+            faults.append(Fault(kind, rng.choice(pool), at=len(faults) * slot_s,
+                                duration=fault_s, probability=rate))
+    return faults
+
+
 def random_schedule(plan: WiringPlan, kinds: Iterable[str] | None = None, n: int = 8,
                     duration_s: float = 120.0, seed: int = 0, min_gap_s: float = 5.0,
                     overlap: bool = False, severity: str = "hard",

@@ -23,7 +23,7 @@ from testbed.shell import faults as F
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
 from traffic.iterations import settled
-from traffic.kernels import KernelTraffic
+from traffic.kernels import FlowSpec, KernelTraffic
 from traffic.shell.moejob import MoeJob
 from traffic.shell.running import RunningLab
 from vocab.flows import ROCE_PORT
@@ -139,6 +139,11 @@ def stream_pairs(plan: WiringPlan) -> list[tuple[str, str]]:
     return out
 
 
+def stream_flows(plan: WiringPlan) -> list[FlowSpec]:
+    """The steady streams as flows (each host to its peer), for the fidelity guard."""
+    return [FlowSpec.make(a, b, 1_000_000) for a, b in stream_pairs(plan)]
+
+
 #: the steady streams' UDP source ports: 32 in a row, so their low bits take every value a
 #: partial blackhole's masked match on them can (up to 1/32 of the port space), and each
 #: stream crosses whatever slice a switch drops
@@ -227,14 +232,20 @@ def eval_on_lab(lab: RunningLab, spec: EvalSpec, *,
     per_kind, severity, concurrent = spec.per_kind, spec.severity, spec.concurrent
     fault_s, gap_s, seed, interval = spec.fault_s, spec.gap_s, spec.seed, spec.interval
     mbps_per_host, decode_every = spec.mbps_per_host, spec.decode_every
-    kinds = faultspec.schedule_kinds(list(spec.kinds or ()) or None, severity)
-    n = per_kind * len(kinds)
-    groups = -(-n // concurrent)
     slot_s = fault_s + gap_s
-    healthy = healthy_slots(groups, spec.controls, seed)
+    if spec.faults is not None:  # given: one per slot, no healthy slots among them
+        schedule = list(spec.faults)
+        kinds = list(dict.fromkeys(f.kind for f in schedule))
+        n = groups = len(schedule)
+        healthy: list[int] = []
+    else:
+        kinds = faultspec.schedule_kinds(list(spec.kinds or ()) or None, severity)
+        n = per_kind * len(kinds)
+        groups = -(-n // concurrent)
+        healthy = healthy_slots(groups, spec.controls, seed)
+        schedule = faultspec.random_schedule(plan, kinds, n, groups * slot_s, seed, gap_s,
+                                             severity=severity, concurrent=concurrent)
     phase_s = (groups + len(healthy)) * slot_s + gap_s
-    schedule = faultspec.random_schedule(plan, kinds, n, groups * slot_s, seed, gap_s,
-                                         severity=severity, concurrent=concurrent)
     schedule = [dataclasses.replace(f, at=shifted(f.at, slot_s, healthy) + gap_s / 2,
                                     **spec.fault_params.get(f.kind, {})) for f in schedule]
     warmup_s = 15 * interval

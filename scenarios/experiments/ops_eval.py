@@ -52,7 +52,8 @@ from ops.evaluate import (
     strict_window,
     summaries,
 )
-from ops.shell.experiment import STREAM_SPORTS, eval_on_lab, stream_pairs
+from ops.probes import budget
+from ops.shell.experiment import STREAM_SPORTS, eval_on_lab, stream_flows, stream_pairs
 from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
@@ -72,9 +73,9 @@ from testbed.faultkinds import SCHEDULE_SEVERITIES
 from testbed.faultspec import KINDS, schedule_kinds
 from testbed.models.perflow import model_flows
 from testbed.topologies import build_for_gpus
-from traffic.kernels import FlowSpec, high_bandwidth, low_latency
-from traffic.shell.running import RunningLab
-from traffic.workload import Phase, simulate_step
+from traffic.kernels import FlowSpec
+from traffic.shell.moejob import job_traffic
+from traffic.workload import Phase
 from vocab.flows import QP_SPORT_BASE
 from vocab.plan import WiringPlan
 from vocab.validate import SEED, count, positive, real
@@ -130,9 +131,9 @@ def ops_eval(run: Run) -> None:
     spec = eval_spec(p, kinds)
     plan = run.fabric("astral3")
     with run.lab(plan, label="astral3", poll_interval=p["interval"]) as lab:
-        run.guard(lab, _stream_flows(lab), "steady probe streams",
+        run.guard(lab, stream_flows(lab.plan), "steady probe streams",
                   rate_mbps=p["mbps_per_host"])
-        job = moe_job(plan, servers_of(p), p["gpus_per_server"], p["job_tokens"], p["seed"]) \
+        job = job_traffic(plan, servers_of(p), p["gpus_per_server"], p["job_tokens"], p["seed"]) \
             if p["job"] == "moe" else None
         if job is not None:  # its heavier phase (combine: BF16), each NIC at its pace
             combine = [f for f in job[0].flows if f.phase == Phase.COMBINE]
@@ -169,6 +170,10 @@ def ops_eval(run: Run) -> None:
                        p25=res["baseline_mbps"], p75=res["baseline_mbps"],
                        values=[res["baseline_mbps"]], model=model,
                        bound=model["offered_mbps"], bound_name="offered (paced) rate")}
+    run.summary["probe_budget"] = budget(
+        plan, p["mbps_per_host"], STREAM_PAYLOAD, p["fault_s"],
+        next((v for v in run.config.get("fidelity", [])
+              if v.get("label") == "steady probe streams"), None))
     if res.get("job") is not None:  # the MoE job's iterations: what the job felt
         run.summary["job"] = job_summary(res["job"], res["phases"], ground_truth_of(res),
                                          res["interval_s"])
@@ -209,16 +214,6 @@ def shortfalls(per_fault: list[dict[str, Any]], alerts: list[dict[str, Any]],
                     "named": named, "first_alerts": dict(first.most_common()),
                     "felt": (felt or {}).get(kind, {}).get("felt")})
     return out
-
-
-def moe_job(plan: WiringPlan, servers: int, gpus: int, tokens: int, seed: int) -> tuple[Any, Any]:
-    """The MoE job's traffic: DeepSeek-V3's training step (the high-bandwidth kernel's
-    dispatch and combine, ``tokens`` per GPU) and a decode burst (the low-latency kernel's
-    dispatch, DeepEP's decode shape at 2 tokens per GPU), each one seeded step."""
-    train = high_bandwidth(simulate_step("deepseek-v3", servers, gpus, tokens, seed=seed), plan)
-    decode = low_latency(simulate_step("deepseek-v3", servers, gpus, 2, seed=seed + 1), plan,
-                         phases=(Phase.DISPATCH,))
-    return train, decode
 
 
 def ground_truth_of(res: dict[str, Any]) -> list[Any]:
@@ -326,13 +321,12 @@ def steady_model(plan: WiringPlan, mbps_per_host: float, draws: int) -> dict[str
     return {**distribution(rates), "offered_mbps": cap * len(flows)}
 
 
-def _stream_flows(lab: RunningLab) -> list[Any]:
-    """The steady streams as flows, for the fidelity guard (each host to its peer)."""
-    return [FlowSpec.make(a, b, 1_000_000) for a, b in stream_pairs(lab.plan)]
-
-
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def _pct2(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.2f}%"
 
 
 def _report(run: Run, res: dict[str, Any], clean: dict[str, Any], faults: dict[str, Any],
@@ -400,6 +394,13 @@ def _report(run: Run, res: dict[str, Any], clean: dict[str, Any], faults: dict[s
                        last=job["clean_last_minute_s"], drift=job["clean_last_over_first"]))
         rep.table([{"phase": k, "iteration time": fmt_distribution(v, " s", 3)
                     if v else "none"} for k, v in job["by_phase"].items()])
+    pb = run.summary.get("probe_budget")
+    if pb:
+        rep.section("The probe budget", WORDS(
+            "probe_budget", pps=pb["pps_per_host"], dirs=pb["lane_directions"],
+            per_dir=pb["pps_per_lane_direction"], fault_s=run.params["fault_s"],
+            seen=_pct2(pb["loss_seen"]), hop=pb.get("offered_hop_pps"),
+            cap=pb.get("capacity_hop_pps"), share=_pct(pb.get("share_of_capacity"))))
     rep.section("What kind of fault it said", WORDS("kinds"))
     rep.table(confusion_rows(faults["confusion"]))
     rep.section("Every fault", WORDS("every_fault"))

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ops.shell.monitor import Monitor
-from scenarios.experiments.ops_eval import moe_job
 from testbed.faultspec import Fault
 from testbed.shell.faults import FaultInjector
 from testbed.shell.lab import Lab
 from testbed.topologies import build
-from traffic.shell.moejob import MoeJob
+from traffic.shell.moejob import MoeJob, job_traffic
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -35,7 +34,7 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
 def test_iterations_are_timed_and_a_lossy_nic_shows_in_them_and_in_job_slow(
         assert_clean: Callable[[Any], None]) -> None:
     plan = build("astral3", servers=4, gpus=2)
-    train, decode = moe_job(plan, 4, 2, 16, seed=1)
+    train, decode = job_traffic(plan, 4, 2, 16, seed=1)
     assert {f.src[:2] for f in train.flows} == {"s0", "s1", "s2", "s3"}
     with Lab(plan, log=lambda m: None) as lab:
         job = MoeJob(lab, train, decode, decode_every=2, log=lambda m: None)
@@ -94,7 +93,7 @@ def test_iterations_start_no_process_their_hosts_agents_run_every_replay(
     shorter than any replay) are the agents it started, one per host and role; the
     iterations are whole; stopping the job ends every agent."""
     plan = build("astral3", servers=4, gpus=2)
-    train, decode = moe_job(plan, 4, 2, 16, seed=1)
+    train, decode = job_traffic(plan, 4, 2, 16, seed=1)
     with Lab(plan, log=lambda m: None) as lab:
         job = MoeJob(lab, train, decode, decode_every=2, log=lambda m: None)
         popens: list[tuple[str, Any]] = []
@@ -156,7 +155,7 @@ def test_lane_marks_name_the_lossy_and_the_corrupting_lane(
     from vocab.plan import link_components
 
     plan = build("astral3", servers=4, gpus=2)
-    train, decode = moe_job(plan, 4, 2, 16, seed=1)
+    train, decode = job_traffic(plan, 4, 2, 16, seed=1)
     lanes = {c: ln for c, ln in link_components(plan).items() if ln.kind == "lane"}
     with Lab(plan, log=lambda m: None) as lab:
         job = MoeJob(lab, train, decode, decode_every=2, log=lambda m: None)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ops.detectors import Topo, job_loss, lane_loss
-from ops.probes import PROBE, ProbeTally
+from ops.probes import PROBE, ProbeTally, budget
 from ops.shell.experiment import STREAM_SPORTS, stream_pairs
 from ops.telemetry import History, canonical
 from testbed.topologies import build
@@ -169,3 +169,13 @@ def test_streams_leave_a_lossy_nic_to_job_loss_which_names_it(seed: int) -> None
     host = random.Random(seed).choice([h.name for h in PLAN.hosts])
     last = simulate(host, 0.01, False, polls=8, seed=seed)[-1]
     assert [(f.detector, f.component) for f in last] == [(job_loss.NAME, host)], last
+
+
+def test_the_budget_says_what_the_streams_cost_and_the_least_loss_a_fault_shows() -> None:
+    """ops-eval's default: 32 NICs at 4 Mb/s of 1,000-byte datagrams over 64 lanes."""
+    got = budget(PLAN, 4.0, 1000, 10.0, {"offered_hop_pps": 22_000, "capacity_hop_pps": 80_000})
+    assert got["pps_per_host"] == 500 and got["lane_directions"] == 128
+    assert got["pps_per_lane_direction"] == 250  # 32 x 500 x 2 lane directions / 128
+    assert got["loss_seen"] == pytest.approx(3 / 2500)
+    assert got["share_of_capacity"] == pytest.approx(0.275)
+    assert "share_of_capacity" not in budget(PLAN, 4.0, 1000, 10.0)

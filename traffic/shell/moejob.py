@@ -36,13 +36,14 @@ from collections.abc import Callable
 from typing import Any
 
 from traffic.iterations import Iteration, add_paths, iteration_values
-from traffic.kernels import FlowSpec, KernelTraffic
+from traffic.kernels import FlowSpec, KernelTraffic, high_bandwidth, low_latency
 from traffic.roce import Plane
 from traffic.shell.agents import HostAgents
 from traffic.shell.replay import DEFAULT_PLANE, ReplayResult, replay
 from traffic.shell.running import RunningLab
-from traffic.workload import Phase
+from traffic.workload import Phase, simulate_step
 from vocab.lanemark import LaneMarks
+from vocab.plan import WiringPlan
 
 
 def _keep(result: ReplayResult, kernel: str) -> list[dict[str, Any]]:
@@ -56,6 +57,17 @@ def _keep(result: ReplayResult, kernel: str) -> list[dict[str, Any]]:
              "errors": r.get("errors", 0), "kernel": kernel}
             for r in result.flows if r["lost_packets"] or r.get("errors")]
 
+
+
+def job_traffic(plan: WiringPlan, servers: int, gpus: int, tokens: int, seed: int
+                ) -> tuple[KernelTraffic, KernelTraffic]:
+    """What a ``MoeJob`` runs on ``plan``: DeepSeek-V3's training step (the high-bandwidth
+    kernel's dispatch and combine, ``tokens`` per GPU) and a decode burst (the low-latency
+    kernel's dispatch, DeepEP's decode shape at 2 tokens per GPU), each one seeded step."""
+    train = high_bandwidth(simulate_step("deepseek-v3", servers, gpus, tokens, seed=seed), plan)
+    decode = low_latency(simulate_step("deepseek-v3", servers, gpus, 2, seed=seed + 1), plan,
+                         phases=(Phase.DISPATCH,))
+    return train, decode
 
 class MoeJob:
     """Iterations of ``train`` (dispatch then combine), a burst of ``decode`` every
