@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from traffic.iterations import JOB, PATH_CORRUPT, PATH_LOST, add_paths, pair_metric
+from traffic.iterations import JOB, add_path_values, add_paths, pair_metric
 from vocab.lanemark import LaneMarks
 from vocab.plan import WiringPlan
 
@@ -85,11 +85,7 @@ class ProbeTally:
         for r in rows:
             if r["lost_packets"]:
                 per[(PROBE, pair_metric(r["src"], r["dst"]))] += r["lost_packets"]
-        for key, (_packets, lost, bad) in paths.items():
-            if lost:
-                per[(PROBE, f"{PATH_LOST}:{key}")] += lost
-            if bad:
-                per[(PROBE, f"{PATH_CORRUPT}:{key}")] += bad
+        add_path_values(per, PROBE, paths)
         out.update(per)
         return out
 

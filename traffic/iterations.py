@@ -158,12 +158,20 @@ def iteration_values(done: list[Iteration]) -> dict[tuple[str, str], float]:
         for f in it.lossy:
             if f["lost"]:
                 per[(JOB, pair_metric(f["src"], f["dst"]))] += f["lost"]
-        for key, (_packets, lost, bad) in it.paths.items():
-            if lost:
-                per[(JOB, f"{PATH_LOST}:{key}")] += lost
-            if bad:
-                per[(JOB, f"{PATH_CORRUPT}:{key}")] += bad
+        add_path_values(per, JOB, it.paths)
     out.update(per)
     return out
+
+
+def add_path_values(per: dict[tuple[str, str], float], component: str,
+                    paths: dict[str, list[int]]) -> None:
+    """Add ``paths`` (``add_paths``'s: per path, packets, lost, corrupt) to the telemetry
+    ``per`` of ``component``: per path, the packets lost and corrupt (``PATH_METRICS``),
+    where there are any."""
+    for key, (_packets, lost, bad) in paths.items():
+        if lost:
+            per[(component, f"{PATH_LOST}:{key}")] += lost
+        if bad:
+            per[(component, f"{PATH_CORRUPT}:{key}")] += bad
 
 

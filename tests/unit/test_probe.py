@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,44 +94,68 @@ def program(plane: str, role: str, compiled: str) -> list[str]:
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
 
+class Loopback:
+    """A stream on loopback: ``receiver``'s program on a free port, ready, then ``sender``'s
+    sending one source port at 100 pps for ``duration`` s; ``finish()`` waits for the
+    sender, stops the receiver and returns what the sender printed. Both are killed on
+    the way out if still running."""
+
+    def __init__(self, sender: str, receiver: str, compiled: str, out: str,
+                 duration: float, every: float | None = None) -> None:
+        self.sport, self.out = _free_udp_port(), out
+        port = _free_udp_port()
+        extra = ["--every", str(every)] if every else []
+        self.recv = subprocess.Popen(program(receiver, "recv", compiled) + [
+            "--port", str(port), "--out", out, *extra], env=ENV)
+        self.send: subprocess.Popen[str] | None = None
+        deadline = time.monotonic() + 60
+        while not os.path.exists(out + ".ready") and time.monotonic() < deadline:
+            assert self.recv.poll() is None
+            time.sleep(0.02)
+        self.send = subprocess.Popen(program(sender, "send", compiled) + [
+            "--dst", "127.0.0.1", "--port", str(port), "--sports", str(self.sport),
+            "--pps", "100", "--duration", str(duration)],
+            env=ENV, stdout=subprocess.PIPE, text=True)
+
+    def finish(self) -> dict[str, Any]:
+        assert self.send is not None
+        sent = json.loads(self.send.communicate(timeout=60)[0])
+        time.sleep(0.2)
+        self.recv.send_signal(signal.SIGTERM)
+        assert self.recv.wait(timeout=30) == 0
+        return sent
+
+    def __enter__(self) -> Loopback:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for p in (self.recv, self.send):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 @pytest.mark.parametrize(("sender", "receiver"), PAIRS)
 def test_either_end_stopped_for_half_a_second_leaves_no_gap(
         tmp_path: Path, compiled: str, sender: str, receiver: str) -> None:
     """Real sockets: the receiver, then the sender, is stopped (SIGSTOP) for 0.5 s each; the
     kernel's arrival stamps and the due times keep both out of the gap, whichever plane
     sends and receives."""
-    port, out = _free_udp_port(), str(tmp_path / "recv.json")
-    recv = subprocess.Popen(program(receiver, "recv", compiled) + ["--port", str(port),
-                                                                    "--out", out], env=ENV)
-    send = None
-    try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(out + ".ready") and time.monotonic() < deadline:
-            assert recv.poll() is None
-            time.sleep(0.02)
-        send = subprocess.Popen(program(sender, "send", compiled) + [
-            "--dst", "127.0.0.1", "--port", str(port), "--sports", str(_free_udp_port()),
-            "--pps", "100", "--duration", "4"], env=ENV, stdout=subprocess.PIPE, text=True)
+    out = str(tmp_path / "recv.json")
+    with Loopback(sender, receiver, compiled, out, duration=4) as lo:
         # Stopped while still starting (a slow or busy machine), the sender would not stall
         # between two packets: the schedule begins once its socket exists.
+        assert lo.send is not None
         deadline = time.monotonic() + 60
-        while not _has_socket(send.pid) and time.monotonic() < deadline:
-            assert send.poll() is None
+        while not _has_socket(lo.send.pid) and time.monotonic() < deadline:
+            assert lo.send.poll() is None
             time.sleep(0.02)
-        for who in (recv, send):
+        for who in (lo.recv, lo.send):
             time.sleep(0.5)
             who.send_signal(signal.SIGSTOP)
             time.sleep(0.5)
             who.send_signal(signal.SIGCONT)
-        sent = json.loads(send.communicate(timeout=60)[0])
-        time.sleep(0.2)
-        recv.send_signal(signal.SIGTERM)
-        assert recv.wait(timeout=30) == 0
-    finally:
-        for p in (recv, send):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        sent = lo.finish()
     (f,) = json.loads(Path(out).read_text())["flows"].values()
     assert f["received"] == sent["sent_per_sport"] and f["lost"] == 0, f
     assert f["max_gap_s"] < 0.25, f
@@ -144,43 +169,25 @@ def test_the_receiver_rewrites_its_report_as_it_runs_and_counts_arrivals_by_ttl(
     one before, every arrival under its TTL (the namespace's default: no switch marked it),
     and the namespace's bad-header counter beside them; the two planes write the same
     JSON."""
-    port, out = _free_udp_port(), str(tmp_path / "recv.json")
-    recv = subprocess.Popen(program(receiver, "recv", compiled) + [
-        "--port", str(port), "--out", out, "--every", "0.2"], env=ENV)
-    send = None
-    try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(out + ".ready") and time.monotonic() < deadline:
-            assert recv.poll() is None
-            time.sleep(0.02)
-        sport = _free_udp_port()
-        send = subprocess.Popen(program(sender, "send", compiled) + [
-            "--dst", "127.0.0.1", "--port", str(port), "--sports", str(sport), "--pps", "100",
-            "--duration", "3"], env=ENV, stdout=subprocess.PIPE, text=True)
-        seen = []
-        while send.poll() is None:
+    out = str(tmp_path / "recv.json")
+    seen = []
+    with Loopback(sender, receiver, compiled, out, duration=3, every=0.2) as lo:
+        assert lo.send is not None
+        while lo.send.poll() is None:
             if os.path.exists(out):
                 rep = json.loads(Path(out).read_text())
-                f = rep["flows"].get(str(sport))
+                f = rep["flows"].get(str(lo.sport))
                 if f and (not seen or f["received"] > seen[-1]["received"]):
                     seen.append(f)
                     assert rep["bad_headers"] is not None and rep["socket_drops"] == 0
             time.sleep(0.1)
-        sent = json.loads(send.communicate(timeout=60)[0])
-        time.sleep(0.2)
-        recv.send_signal(signal.SIGTERM)
-        assert recv.wait(timeout=30) == 0
-    finally:
-        for p in (recv, send):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        sent = lo.finish()
     assert len(seen) >= 3, seen  # rewritten while the stream ran
-    final = json.loads(Path(out).read_text())["flows"][str(sport)]
+    report = json.loads(Path(out).read_text())
+    final = report["flows"][str(lo.sport)]
     assert final["received"] == sent["sent_per_sport"] and final["lost"] == 0, final
     ttl = Path("/proc/sys/net/ipv4/ip_default_ttl").read_text().strip()
     assert final["marks"] == {ttl: final["received"]}, final
-    report = json.loads(Path(out).read_text())
     assert set(report) == {"port", "t", "bad_headers", "socket_drops", "flows"}
     assert set(final) == set(FIELDS), final
     assert set(sent) == {"sent_per_sport", "sports", "errors", "pps", "queue_retries"}
