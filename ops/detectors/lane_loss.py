@@ -66,6 +66,8 @@ SLACK = 0.1
 MARGIN = 2
 #: a NIC an end of at least this share of the lost packets is job-loss's to name
 NIC_SHARE = 0.9
+#: a suspect is named only while damage keeps coming: within this many recent polls
+FRESH_POLLS = 5
 #: how many faults at once it names at most (each explaining what the ones before left)
 MAX_SUSPECTS = 3
 #: when no one component explains the damage, the first of a pair is one of this many
@@ -106,6 +108,8 @@ def suspects(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = 
     each damage their own paths), MAX_SUSPECTS at most, while at least ``least`` are left.
     None when a NIC is an end of NIC_SHARE of the lost packets (job-loss names it)."""
     damaged, since = _pooled(hist, metric)
+    if not _fresh(hist, metric):
+        return []  # what is pooled is old: a fault that ended, not one to name now
     if metric == PATH_LOST:
         if _one_nic(hist, topo):
             return []
@@ -233,6 +237,18 @@ def _one_nic(hist: History, topo: Topo) -> bool:
         for h in set(pair):
             per[h] += n
     return bool(total) and max(per.values()) >= NIC_SHARE * total
+
+
+def _fresh(hist: History, what: str) -> bool:
+    """Did any of the last FRESH_POLLS polls bring ``what`` damage? (The pool of HOLD_POLLS
+    ages: once the damage has stopped, its oldest packets leaving the pool must not make
+    the rest point somewhere new.)"""
+    for comp, metric in list(hist.keys()):
+        parsed = parse_path(metric) if comp in SENSORS else None
+        if parsed is not None and parsed[0] == what and any(
+                hist.last(comp, metric, FRESH_POLLS)):
+            return True
+    return False
 
 
 def _pooled(hist: History, what: str) -> tuple[dict[tuple[str, ...], float], float | None]:

@@ -76,14 +76,15 @@ def test_a_receiver_that_fell_behind_reports_no_loss_for_that_poll() -> None:
 
 
 def simulate(faulty: str | None, p: float, corrupt: bool, polls: int, seed: int,
-             way: str = "both", blackhole: tuple[str, set[int]] | None = None
-             ) -> list[list[Any]]:
+             way: str = "both", blackhole: tuple[str, set[int]] | None = None,
+             until: int | None = None) -> list[list[Any]]:
     """The detectors' findings after each poll of the steady streams; every datagram over
     ``faulty`` (a link name, or a host: its NIC link) is lost, or corrupt (its receiver's
     IP layer counts it), with probability ``p``; ``way`` ``up`` or ``down``: only those
     crossing a lane from its leaf to its spine, or back. ``blackhole``: (a switch, UDP
     source ports) whose datagrams through that switch are all lost, from the second poll
-    on (the receivers count each port's missing rounds as they go)."""
+    on (the receivers count each port's missing rounds as they go). ``until``: the poll
+    the fault ends at."""
     rng = random.Random(seed)
     topo = Topo.from_plan(PLAN)
     bad_link = topo.nic_link.get(faulty, faulty) if faulty else None
@@ -99,6 +100,7 @@ def simulate(faulty: str | None, p: float, corrupt: bool, polls: int, seed: int,
                 inner = MARKS.inner_path(s, d, ttl)
                 on = (bad_link in MARKS.path(s, d, ttl) if way == "both"
                       else inner[0 if way == "up" else 1] == bad_link)
+                on = on and (until is None or t < until)
                 hit = sum(rng.random() < p for _ in range(PER_POLL)) if on else 0
                 if blackhole and t and sp in blackhole[1] and any(
                         blackhole[0] in ln.split("~")[1] for ln in inner):
@@ -139,6 +141,16 @@ def test_streams_name_a_lane_that_loses_one_way_only(seed: int, way: str) -> Non
     found = simulate(lane, 0.005, False, polls=20, seed=seed, way=way)
     named = {(f.detector, f.component) for poll in found for f in poll}
     assert named == {(lane_loss.NAME, lane)}, named
+
+
+def test_once_the_loss_stops_nothing_is_named_though_the_pool_still_holds_it() -> None:
+    """The detector pools 15 polls; as the loss of a fault that ended ages out of the
+    pool, what is left must not point somewhere new: after FRESH_POLLS quiet polls,
+    nothing is named at all."""
+    lane = random.Random(7).choice(lanes())
+    found = simulate(lane, 0.02, False, polls=14, seed=7, until=6)
+    assert any(f.component == lane for f in found[5])
+    assert all(not f for f in found[6 + lane_loss.FRESH_POLLS:]), found
 
 
 @pytest.mark.parametrize("seed", range(3))
