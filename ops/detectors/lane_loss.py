@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ops.detectors import AlertKind, Finding, Topo
-from ops.probes import SENSORS
+from ops.probes import PROBE, SENSORS
 from ops.telemetry import History
 from traffic.iterations import PATH_CORRUPT, PATH_LOST, parse_pair, parse_path
 from vocab.evidence import Evidence
@@ -53,9 +53,11 @@ ALERTS = {
                        "firmware; drain it from the job if it persists",
                    evidence=(Evidence.LOSS,), parts=("host", "link")),
 }
-#: packets are pooled over this many recent polls (an iteration ends every few polls, and
-#: the damaged packets that tell partner lanes apart come a few at a time)
+#: the job's packets are pooled over this many recent polls (an iteration ends every few
+#: polls, and the damaged packets that tell partner lanes apart come a few at a time) ...
 HOLD_POLLS = 15
+#: ... the probe streams' over this many (they carry tens of packets a lane each poll)
+PROBE_HOLD_POLLS = 6
 #: at least this many damaged packets (lost; corrupt: CORRUPT_MIN) before anything is named
 LOSS_MIN = 3
 CORRUPT_MIN = 2
@@ -66,7 +68,8 @@ SLACK = 0.1
 MARGIN = 2
 #: a NIC an end of at least this share of the lost packets is job-loss's to name
 NIC_SHARE = 0.9
-#: a suspect is named only while damage keeps coming: within this many recent polls
+#: a suspect is named only while damage keeps coming on its paths: within this many
+#: recent polls
 FRESH_POLLS = 5
 #: how many faults at once it names at most (each explaining what the ones before left)
 MAX_SUSPECTS = 3
@@ -92,7 +95,7 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
             out.append(Finding(
                 alert, component, "warning",
                 f"{int(total - missed)} of the {int(total)} packets (job and probes) {what} "
-                f"in {HOLD_POLLS} polls were on paths across {component}; every other "
+                f"lately were on paths across {component}; every other "
                 f"{'link' if alert != SWITCH else 'switch'} misses {int(runner_up)} or more",
                 {f"{what}_packets": int(total), "explained": int(total - missed),
                  "next_best_misses": int(runner_up)}, since))
@@ -107,14 +110,14 @@ def suspects(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = 
     its paths taken out, the one that explains the rest, and so on (two faults at once
     each damage their own paths), MAX_SUSPECTS at most, while at least ``least`` are left.
     None when a NIC is an end of NIC_SHARE of the lost packets (job-loss names it)."""
-    damaged, since = _pooled(hist, metric)
-    if not _fresh(hist, metric):
+    damaged, since, fresh = _pooled(hist, metric)
+    if not fresh:
         return []  # what is pooled is old: a fault that ended, not one to name now
     if metric == PATH_LOST:
         if _one_nic(hist, topo):
             return []
         # a corrupt packet is lost to its flow too: the loss is what corruption leaves
-        corrupt, _ = _pooled(hist, PATH_CORRUPT)
+        corrupt, _, _ = _pooled(hist, PATH_CORRUPT)
         damaged = {p: n - corrupt.get(p, 0.0) for p, n in damaged.items()
                    if n > corrupt.get(p, 0.0)}
     at = since if since is not None else hist.now
@@ -130,7 +133,9 @@ def suspects(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = 
             break
         out.append((*best, total, at))
         damaged = {p: n for p, n in damaged.items() if not _crosses(p, best[0])}
-    return out
+    # a suspect whose paths brought nothing lately is a fault that ended: its packets
+    # explained the rest away, but it is not named
+    return [s for s in out if any(_crosses(p, s[0]) for p in fresh)]
 
 
 def _pair(damaged: dict[tuple[str, ...], float], total: float, least: float, topo: Topo,
@@ -186,7 +191,7 @@ def covering(hist: History, topo: Topo) -> list[str]:
     the last HOLD_POLLS polls, margin or not: while there is one, a NIC whose flows lose
     may yet be a lane its flows happen to share (job-loss waits). A NIC's own link is the
     NIC's, not such a lane."""
-    damaged, _ = _pooled(hist, PATH_LOST)
+    damaged, _, _ = _pooled(hist, PATH_LOST)
     total = sum(damaged.values())
     return sorted(ln for ln, m in _missed(damaged, total).items()
                   if m <= SLACK * total and _ends(ln)[0] not in topo.hosts)
@@ -232,38 +237,39 @@ def _one_nic(hist: History, topo: Topo) -> bool:
         pair = parse_pair(metric) if comp in SENSORS else None
         if pair is None:
             continue
-        n = sum(v for v in hist.last(comp, metric, HOLD_POLLS) if v)
+        n = sum(v for v in hist.last(comp, metric, _hold(comp)) if v)
         total += n
         for h in set(pair):
             per[h] += n
     return bool(total) and max(per.values()) >= NIC_SHARE * total
 
 
-def _fresh(hist: History, what: str) -> bool:
-    """Did any of the last FRESH_POLLS polls bring ``what`` damage? (The pool of HOLD_POLLS
-    ages: once the damage has stopped, its oldest packets leaving the pool must not make
-    the rest point somewhere new.)"""
-    for comp, metric in list(hist.keys()):
-        parsed = parse_path(metric) if comp in SENSORS else None
-        if parsed is not None and parsed[0] == what and any(
-                hist.last(comp, metric, FRESH_POLLS)):
-            return True
-    return False
+def _hold(component: str) -> int:
+    """How many recent polls of ``component``'s damage are pooled."""
+    return PROBE_HOLD_POLLS if component == PROBE else HOLD_POLLS
 
 
-def _pooled(hist: History, what: str) -> tuple[dict[tuple[str, ...], float], float | None]:
-    """Per path, the job's and probes' ``what`` (packets, lost, corrupt) over the last HOLD_POLLS
-    polls, and the time of the first of those polls where any was nonzero."""
+def _pooled(hist: History, what: str
+            ) -> tuple[dict[tuple[str, ...], float], float | None, set[tuple[str, ...]]]:
+    """Per path, the job's and probes' ``what`` (lost, corrupt): the job's over the last
+    HOLD_POLLS polls, the probes' (dense: a few polls tell) over the last PROBE_HOLD_POLLS;
+    the time of the first of those polls where any was nonzero; and the paths damaged in
+    the last FRESH_POLLS polls."""
     times = list(hist.times)[-HOLD_POLLS:]
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, ...], float] = defaultdict(float)
+    fresh: set[tuple[str, ...]] = set()
     for comp, metric in list(hist.keys()):
         parsed = parse_path(metric) if comp in SENSORS else None
         if parsed is None or parsed[0] != what:
             continue
-        for i, v in enumerate(hist.last(comp, metric, HOLD_POLLS)):
+        vals = hist.last(comp, metric, _hold(comp))
+        skip = len(times) - len(vals)
+        for i, v in enumerate(vals):
             if v:
                 out[parsed[1]] += v
-                per_poll[i] += v
+                per_poll[skip + i] += v
+                if i >= len(vals) - FRESH_POLLS:
+                    fresh.add(parsed[1])
     since = next((t for t, n in zip(times, per_poll, strict=True) if n), None)
-    return {k: v for k, v in out.items() if v}, since
+    return {k: v for k, v in out.items() if v}, since, fresh
