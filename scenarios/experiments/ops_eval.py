@@ -325,6 +325,10 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
 
 
+def _count(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
 def _pct2(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
 
@@ -397,10 +401,10 @@ def _report(run: Run, res: dict[str, Any], clean: dict[str, Any], faults: dict[s
     pb = run.summary.get("probe_budget")
     if pb:
         rep.section("The probe budget", WORDS(
-            "probe_budget", pps=pb["pps_per_host"], dirs=pb["lane_directions"],
-            per_dir=pb["pps_per_lane_direction"], fault_s=run.params["fault_s"],
-            seen=_pct2(pb["loss_seen"]), hop=pb.get("offered_hop_pps"),
-            cap=pb.get("capacity_hop_pps"), share=_pct(pb.get("share_of_capacity"))))
+            "probe_budget", pps=f"{pb['pps_per_host']:,g}", dirs=pb["lane_directions"],
+            per_dir=f"{pb['pps_per_lane_direction']:,g}", fault_s=run.params["fault_s"],
+            seen=_pct2(pb["loss_seen"]), hop=_count(pb.get("offered_hop_pps")),
+            cap=_count(pb.get("capacity_hop_pps")), share=_pct(pb.get("share_of_capacity"))))
     rep.section("What kind of fault it said", WORDS("kinds"))
     rep.table(confusion_rows(faults["confusion"]))
     rep.section("Every fault", WORDS("every_fault"))

@@ -578,8 +578,8 @@ def test_ops_eval_steady_gap_branches() -> None:
 
     assert steady_gap(1.0, 83.4, 83.4, 5.0) == ""
     low = steady_gap(0.5, 83.4, 83.0, 5.0)
-    assert "fidelity margin of 5.00x the machine kept up" in low and "Python UDP" in low
+    assert "fidelity margin of 5.00x the machine kept up" in low and "probe-send" in low
     thin = steady_gap(0.5, 83.4, 83.0, 1.3)
-    assert "fidelity margin was 1.30x" in thin and "Python UDP" not in thin
+    assert "fidelity margin was 1.30x" in thin and "probe-send" not in thin
     high = steady_gap(1.5, 83.4, 55.0, 5.0)
-    assert "delivered more than the model carries" in high and "Python" not in high
+    assert "delivered more than the model carries" in high and "probe-send" not in high

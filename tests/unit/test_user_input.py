@@ -951,6 +951,7 @@ def test_every_verb_and_scenario_keeps_its_default_fabric(design: str) -> None:
             sizes[name, quick] = (len(plan.hosts), plan.params["gpus"])
     assert sizes == {
         ("ops-eval", False): (32, 8), ("ops-eval", True): (4, 2),
+        ("loss-sweep", False): (32, 8), ("loss-sweep", True): (4, 2),
         ("lb-compare", False): (16, 4), ("lb-compare", True): (8, 4),
         ("demo", False): (32, 8), ("demo", True): (8, 4),
         ("topology-compare", False): (16, 4), ("topology-compare", True): (8, 4),
