@@ -26,7 +26,6 @@ from traffic.iterations import settled
 from traffic.kernels import FlowSpec, KernelTraffic
 from traffic.shell.moejob import MoeJob
 from traffic.shell.running import RunningLab
-from vocab.flows import ROCE_PORT
 from vocab.plan import WiringPlan
 
 #: the longest the warm-up waits for the MoE job to settle (``traffic.iterations.settled``)
@@ -144,6 +143,9 @@ def stream_flows(plan: WiringPlan) -> list[FlowSpec]:
     return [FlowSpec.make(a, b, 1_000_000) for a, b in stream_pairs(plan)]
 
 
+#: the UDP port of the first steady stream (stream i: STREAM_PORT + i), clear of the job's
+#: (4791) and a hot receiver's (``testbed.faultkinds.hot_receiver.HOT_PORT``)
+STREAM_PORT = 4800
 #: the steady streams' UDP source ports: 32 in a row, so their low bits take every value a
 #: partial blackhole's masked match on them can (up to 1/32 of the port space), and each
 #: stream crosses whatever slice a switch drops
@@ -156,7 +158,8 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
 
     Host i sends to the host ``n/2`` positions later in plan order, so every flow crosses
     the spines; its STREAM_SPORTS source ports spread it over the lanes (ECMP hashes them).
-    Stream i goes to UDP port 4792 + i (4791 is the job's, whose receivers take it). At 16
+    Stream i goes to UDP port STREAM_PORT + i (4791 is the job's, whose receivers take
+    it, and a hot receiver's flood has a port of its own). At 16
     Mb/s of 1000-byte datagrams per host every lane of the default small fabric carries ~8
     Mb/s (40% of 20 Mb/s), so a lane cut below that queues. ``every``: the receivers
     rewrite their reports that often (``ops.probes`` reads them as they run). The
@@ -168,7 +171,7 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
     try:
         for i, (src, dst) in enumerate(stream_pairs(lab.plan)):
             streams.append(Stream(lab, src, dst, sports=STREAM_SPORTS, pps=pps,
-                                  duration=seconds, port=ROCE_PORT + 1 + i, size=size,
+                                  duration=seconds, port=STREAM_PORT + i, size=size,
                                   every=every, plane="native").start())
     except BaseException:
         for s in streams:

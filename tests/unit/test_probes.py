@@ -16,10 +16,12 @@ import pytest
 
 from ops.detectors import Topo, job_loss, lane_loss
 from ops.probes import PROBE, ProbeTally, budget
-from ops.shell.experiment import STREAM_SPORTS, stream_pairs
+from ops.shell.experiment import STREAM_PORT, STREAM_SPORTS, stream_pairs
 from ops.telemetry import History, canonical
+from testbed.faultkinds.hot_receiver import HOT_PORT
 from testbed.topologies import build
 from traffic.iterations import PATH_CORRUPT, PATH_LOST, pair_metric
+from vocab.flows import ROCE_PORT
 from vocab.lanemark import MARK_BASE, LaneMarks
 from vocab.plan import link_components
 
@@ -191,3 +193,11 @@ def test_the_budget_says_what_the_streams_cost_and_the_least_loss_a_fault_shows(
     assert got["loss_seen"] == pytest.approx(3 / 2500)
     assert got["share_of_capacity"] == pytest.approx(0.275)
     assert "share_of_capacity" not in budget(PLAN, 4.0, 1000, 10.0)
+
+
+def test_the_streams_ports_are_clear_of_the_jobs_and_a_hot_receivers() -> None:
+    """A hot-receiver fault floods its target on a port of its own, and the job's
+    receivers take 4791: a steady stream on either would refuse the fault or lose the
+    job's frames (the 1,024 hosts of the largest fabric included)."""
+    ports = set(range(STREAM_PORT, STREAM_PORT + 64 * 16))
+    assert HOT_PORT not in ports and ROCE_PORT not in ports
