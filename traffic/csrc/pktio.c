@@ -1220,7 +1220,7 @@ static int cmd_probe_recv(int argc, char **argv) {
     int64_t start = now_ns(CLOCK_MONOTONIC), due = every > 0 ? start + (int64_t)(every * 1e9) : 0;
     int64_t end = duration > 0 ? start + (int64_t)(duration * 1e9) : 0;
     uint32_t drops = 0;
-    int nflows = 0, rc = 0;
+    int nflows = 0;
     while (!stop_flag) {
         int64_t now = now_ns(CLOCK_MONOTONIC);
         if (end && now >= end) break;
@@ -1274,7 +1274,7 @@ static int cmd_probe_recv(int argc, char **argv) {
     }
     probe_report(out, port, flows, drops);
     for (int sp = 0; sp < 65536; sp++) free(flows[sp]);
-    return rc;
+    return 0;
 }
 
 /* probe.send: `pps` rounds a second, each one datagram per source port, lossless at the
