@@ -51,7 +51,7 @@ SHARE = 0.9
 def detect(hist: History, topo: Topo) -> list[Finding]:
     """A NIC or leaf on the path of >= SHARE of the job's packets lost in the last
     HOLD_POLLS polls (the most specific one: a NIC before its leaf)."""
-    lost, since = _lost_pairs(hist)
+    lost, since = _lost_pairs(hist, topo)
     total = sum(lost.values())
     if not total or lane_loss.suspect(hist, topo) is not None or lane_loss.covering(hist, topo):
         return []
@@ -82,18 +82,24 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     return []
 
 
-def _lost_pairs(hist: History) -> tuple[dict[tuple[str, str], float], float]:
+def _lost_pairs(hist: History, topo: Topo) -> tuple[dict[tuple[str, str], float], float]:
     """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls, and the first
-    of those polls that brought a loss."""
+    of those polls that brought a loss; not those a leaf of the pair lost while one of its
+    links changed state (the fabric reconverging: ``lane_loss.reconverging``)."""
     times = list(hist.times)[-HOLD_POLLS:]
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, str], float] = defaultdict(float)
+    gated = lane_loss.reconverging(hist, len(times))
+    leaf_of = {h: topo.links[c].b for h, c in topo.nic_link.items()}
     for comp, metric in list(hist.keys()):
         pair = parse_pair(metric) if comp in SENSORS else None
         if pair is None:
             continue
-        for i, v in enumerate(hist.last(comp, metric, HOLD_POLLS)):
-            if v:
+        leaves = {leaf_of.get(pair[0]), leaf_of.get(pair[1])}
+        vals = hist.last(comp, metric, HOLD_POLLS)
+        skip = len(times) - len(vals)
+        for i, v in enumerate(vals):
+            if v and not leaves & gated[skip + i]:
                 out[pair] += v
                 per_poll[i] += v
     since = next((t for t, n in zip(times, per_poll, strict=True) if n), hist.now)

@@ -71,6 +71,10 @@ NIC_SHARE = 0.9
 #: a suspect is named only while damage keeps coming on its paths: within this many
 #: recent polls
 FRESH_POLLS = 5
+#: a link whose state changed (down, or its carrier lost) makes the fabric reconverge: the
+#: packets lost across either of its switches from the poll before the change to this many
+#: polls after it are the link's, which link-down and flapping name, not another culprit's
+RECONVERGE_POLLS = 2
 #: how many faults at once it names at most (each explaining what the ones before left)
 MAX_SUSPECTS = 3
 #: when no one component explains the damage, the first of a pair is one of this many
@@ -244,6 +248,25 @@ def _one_nic(hist: History, topo: Topo) -> bool:
     return bool(total) and max(per.values()) >= NIC_SHARE * total
 
 
+def reconverging(hist: History, n: int) -> list[set[str]]:
+    """Per poll of the last ``n``, the switches at the ends of a link whose state changed
+    within RECONVERGE_POLLS polls before it (or in the next poll): its lost packets there
+    are the reconvergence's (RECONVERGE_POLLS)."""
+    out: list[set[str]] = [set() for _ in range(n)]
+    for comp, metric in list(hist.keys()):
+        if metric not in ("up", "carrier_changes"):
+            continue
+        vals = hist.last(comp, metric, n + RECONVERGE_POLLS)
+        skip = n + RECONVERGE_POLLS - len(vals)
+        for i, v in enumerate(vals):
+            if v is None or not (v == 0.0 if metric == "up" else v > 0):
+                continue
+            at = skip + i - RECONVERGE_POLLS  # this poll's index among the last n
+            for j in range(max(0, at - 1), min(n, at + RECONVERGE_POLLS + 1)):
+                out[j].update(_ends(comp))
+    return out
+
+
 def _hold(component: str) -> int:
     """How many recent polls of ``component``'s damage are pooled."""
     return PROBE_HOLD_POLLS if component == PROBE else HOLD_POLLS
@@ -259,14 +282,16 @@ def _pooled(hist: History, what: str
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, ...], float] = defaultdict(float)
     fresh: set[tuple[str, ...]] = set()
+    gated = reconverging(hist, len(times))
     for comp, metric in list(hist.keys()):
         parsed = parse_path(metric) if comp in SENSORS else None
         if parsed is None or parsed[0] != what:
             continue
         vals = hist.last(comp, metric, _hold(comp))
         skip = len(times) - len(vals)
+        crossed = {e for ln in parsed[1] for e in _ends(ln)}
         for i, v in enumerate(vals):
-            if v:
+            if v and not crossed & gated[skip + i]:
                 out[parsed[1]] += v
                 per_poll[skip + i] += v
                 if i >= len(vals) - FRESH_POLLS:

@@ -25,6 +25,7 @@ from traffic.iterations import (
     Iteration,
     add_paths,
     iteration_values,
+    pair_metric,
     path_key,
 )
 from vocab.lanemark import MARK_BASE, LaneMarks
@@ -193,3 +194,58 @@ def test_a_switch_dropping_some_flows_is_named_when_no_one_link_explains_it(swit
     found = simulate(PLAN, switch, 0.0, False, polls=4, seed=3, blackhole={50001, 50007})
     assert [(f.detector, f.component) for f in found[-1]] == [(lane_loss.SWITCH, switch)]
     assert found[0] == []
+
+
+def test_loss_while_a_link_goes_down_is_the_reconvergence_and_names_no_other_culprit() -> None:
+    """A link of lf0r2 goes down at poll 2: the packets lf0r2 drops for the flows hashed
+    onto it before the fabric moves them are lost on paths across its other links too,
+    and without the link's state they would name the switch (a partial blackhole's
+    alert). A lane elsewhere losing at the same time is still named."""
+    topo = Topo.from_plan(PLAN)
+    down = "lf0r2~spine0#0"
+    across = ["lf0r2~spine1#0>lf1r3~spine1#0", "lf0r2~spine2#0>lf1r5~spine2#0",
+              "lf0r2~spine3#0>lf1r1~spine3#0"]
+    elsewhere = ["lf0r6~spine1#0>lf1r0~spine1#0", "lf0r5~spine2#0>lf1r0~spine2#0"]
+
+    def run(link_state: bool, other_fault: bool) -> list[tuple[str, str]]:
+        hist = History()
+        for t in range(6):
+            v: dict[tuple[str, str], float] = {}
+            if link_state:
+                v[(down, "up")] = 0.0 if t in (2, 3) else 1.0
+                v[(down, "carrier_changes")] = 1.0 if t in (2, 4) else 0.0
+            if t in (2, 3):
+                for p in across:
+                    v[(JOB, f"{PATH_LOST}:{p}")] = 3.0
+            if other_fault and t >= 1:  # lf1r0~spine1#0 loses: its paths, and one beside
+                v[(JOB, f"{PATH_LOST}:{elsewhere[0]}")] = 2.0
+                v[(JOB, f"{PATH_LOST}:lf0r7~spine1#0>lf1r0~spine1#0")] = 2.0
+            hist.add(float(t), v)
+        return [(f.detector, f.component) for f in lane_loss.detect(hist, topo)]
+
+    assert run(link_state=False, other_fault=False) == [(lane_loss.SWITCH, "lf0r2")]
+    assert run(link_state=True, other_fault=False) == []
+    assert run(link_state=True, other_fault=True) == [(lane_loss.NAME, "lf1r0~spine1#0")]
+
+
+def test_job_loss_leaves_a_leafs_reconvergence_loss_to_the_link_that_changed() -> None:
+    """The same link going down: the pairs whose flows lf0r2 dropped meanwhile would make
+    job-loss name the leaf; with the link's state in the history they are not counted."""
+    topo = Topo.from_plan(PLAN)
+    down = "lf0r2~spine0#0"
+    pairs = [("s0g2", "s2g5"), ("s1g2", "s3g1"), ("s2g0", "s0g2")]
+
+    def run(link_state: bool) -> list[tuple[str, str]]:
+        hist = History()
+        for t in range(5):
+            v: dict[tuple[str, str], float] = {}
+            if link_state:
+                v[(down, "up")] = 0.0 if t == 2 else 1.0
+            if t == 2:
+                for s, d in pairs:
+                    v[(JOB, pair_metric(s, d))] = 4.0
+            hist.add(float(t), v)
+        return [(f.detector, f.component) for f in job_loss.detect(hist, topo)]
+
+    assert run(link_state=False) == [(job_loss.SWITCH, "lf0r2")]
+    assert run(link_state=True) == []
