@@ -236,3 +236,45 @@ def test_a_full_interface_queue_delays_a_datagram_and_never_loses_it() -> None:
     with pytest.raises(OSError) as err:
         probe.send_one(s, b"z", ("10.0.0.1", 4792))  # type: ignore[arg-type]
     assert err.value.errno == errno.ENETUNREACH and s.sent == []
+
+
+def test_a_boost_file_makes_the_compiled_sender_send_faster_until_its_deadline(
+        tmp_path: Path, compiled: str) -> None:
+    """``--boost``: "FACTOR UNTIL" read whenever the file changes; the rounds come FACTOR
+    times as often until UNTIL, each still one datagram per source port, so the receiver
+    loses nothing and sees no gap; without the file the rate is the given one."""
+    out, port = str(tmp_path / "recv.json"), _free_udp_port()
+    boost = str(tmp_path / "recv.json.boost")
+    recv = subprocess.Popen([compiled, "probe-recv", "--port", str(port), "--out", out])
+    send: subprocess.Popen[str] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(out + ".ready") and time.monotonic() < deadline:
+            assert recv.poll() is None
+            time.sleep(0.02)
+        send = subprocess.Popen(
+            [compiled, "probe-send", "--dst", "127.0.0.1", "--port", str(port), "--sports",
+             str(_free_udp_port()), "--pps", "50", "--duration", "3", "--boost", boost],
+            stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        Path(boost).write_text(f"4 {time.time() + 1.5:.3f}\n")
+        sent = json.loads(send.communicate(timeout=60)[0])
+        time.sleep(0.2)
+        recv.send_signal(signal.SIGTERM)
+        assert recv.wait(timeout=30) == 0
+    finally:
+        for p in (recv, send):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    # 3 s at 50 rounds a second is 150; with 1.5 s of them at 200 a second, up to 375
+    # (the sender reads the file within a fifth of a second of its change)
+    assert 200 <= sent["sent_per_sport"] <= 380 and sent["boosted_rounds"] >= 150, sent
+    (f,) = json.loads(Path(out).read_text())["flows"].values()
+    assert f["received"] == sent["sent_per_sport"] and f["lost"] == 0, f
+    assert f["max_gap_s"] < 0.25, f
+
+
+def test_a_boosted_stream_is_the_compiled_planes_only() -> None:
+    with pytest.raises(ValueError, match="native"):
+        probe.Stream(None, "s0g0", "s3g7", [50000], boost=True)  # type: ignore[arg-type]
