@@ -42,7 +42,8 @@ class WiringWatch:
     where (``unexplained``): both fault-blind. ``maybe(now, urgent)`` starts a check in a
     thread of its own unless one runs or ran too recently; the collector calls it every
     poll, and a check (a probe frame out of every switch link end, half a second for them
-    to come back) never holds up its poll. Each result is handed to the collector's next
+    to come back) never holds up its poll; sooner too while a miswired alert is open
+    (``check_soon``), to see the repair. Each result is handed to the collector's next
     poll (``take_values``, which never waits for a check) as the miswired detector's
     telemetry (``ops.detectors.miswired``). ``look()`` is an operator's own check (a
     question's "is the wiring as planned?"): its result answers the question and never
@@ -107,6 +108,14 @@ class WiringWatch:
         with self._result:
             values, self._pending = self._pending, {}
         return values
+
+
+def check_soon(active: Iterable[Any]) -> bool:
+    """Whether the next wiring check is due sooner: the loss is ``unexplained``, or a
+    miswired alert is open, so the check after the recabling says it took and the alert
+    clears then, rather than outrank the next fault until the periodic check."""
+    active = list(active)
+    return unexplained(active) or any(a.detector == MISWIRED.NAME for a in active)
 
 
 def unexplained(active: Iterable[Any]) -> bool:
@@ -185,7 +194,7 @@ class Monitor:
             self.engine.step(self.collector.history)
             if self.wiring is not None:  # the agent's own period, sooner when unexplained
                 self.wiring.maybe(time.monotonic(),
-                                  urgent=unexplained(self.engine.active.values()))
+                                  urgent=check_soon(self.engine.active.values()))
             for b in self.baselines.values():
                 b.step(self.collector.history)
             if self.engine.active:
