@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from traffic.iterations import JOB, add_path_values, add_paths, pair_metric, parse_pair
+from traffic.iterations import JOB, add_path_values, add_paths, pair_metric
 from vocab.lanemark import LaneMarks
 from vocab.plan import WiringPlan
 
@@ -32,13 +32,6 @@ PROBE = "probe"
 #: the components whose flows report their losses per pair of NICs and per path: the
 #: job's and the probes' (the detectors pool them)
 SENSORS = (JOB, PROBE)
-#: a stream that lost datagrams in a poll is escalated: its sender sends BOOST times its
-#: rate for BOOST_S seconds (renewed while it keeps losing), MAX_BOOSTED streams at once at
-#: most (``budget`` counts them): a lane dropping one datagram in a thousand shows a loss in a
-#: few seconds of the background rate, and three more in a few seconds of the boosted one
-BOOST, BOOST_S, MAX_BOOSTED = 4.0, 10.0, 2
-#: ... where the boosted rate is at most this share of the slowest NIC's (``boostable``)
-BOOST_NIC_SHARE = 0.5
 #: one stream's report as a reader hands it over: (source host, destination host, JSON)
 Report = tuple[str, str, dict[str, Any]]
 
@@ -52,7 +45,6 @@ class ProbeTally:
         self._bad: dict[str, int] = {}
         self._drops: dict[tuple[str, str], int] = {}
         self._seen: dict[tuple[str, str, int], int] = {}
-        self._boosted: dict[tuple[str, str], float] = {}
 
     def take(self, reports: list[Report]) -> dict[tuple[str, str], float]:
         """Telemetry of component ``PROBE`` for what ``reports`` add to the previous ones:
@@ -97,24 +89,6 @@ class ProbeTally:
         out.update(per)
         return out
 
-    def escalate(self, values: dict[tuple[str, str], float], now: float
-                 ) -> dict[tuple[str, str], float]:
-        """The streams to boost after a poll whose telemetry (``take``'s) is ``values``:
-        ``{(source, destination): until}`` for each stream that lost datagrams in it, the
-        most first, while fewer than MAX_BOOSTED are boosted (one already boosted is
-        renewed)."""
-        lossy: dict[tuple[str, str], float] = {}
-        for (comp, metric), v in values.items():
-            pair = parse_pair(metric) if comp == PROBE and v > 0 else None
-            if pair is not None:
-                lossy[pair] = v
-        self._boosted = {k: u for k, u in self._boosted.items() if u > now}
-        out = {}
-        for pair in sorted(lossy, key=lambda k: -lossy[k]):
-            if pair in self._boosted or len(self._boosted) < MAX_BOOSTED:
-                self._boosted[pair] = out[pair] = now + BOOST_S
-        return out
-
     def _row(self, src: str, dst: str, sport: int, f: dict[str, Any]
              ) -> dict[str, Any] | None:
         """One source port's change since the previous report, as a flow row
@@ -134,15 +108,6 @@ class ProbeTally:
                 "errors": 0}
 
 
-def boostable(plan: WiringPlan, mbps_per_host: float) -> bool:
-    """Whether streams of ``mbps_per_host`` are escalated (``ProbeTally.escalate``): only
-    where BOOST times that rate is at most BOOST_NIC_SHARE of the slowest NIC's, so a
-    boosted stream leaves the job most of its NIC."""
-    hosts = {h.name for h in plan.hosts}
-    nics = [ln.mbps for ln in plan.links if ln.a in hosts or ln.b in hosts]
-    return bool(nics) and mbps_per_host * BOOST <= BOOST_NIC_SHARE * min(nics)
-
-
 def budget(plan: WiringPlan, mbps_per_host: float, payload: int, fault_s: float,
            guard: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the probe streams cost and the least loss they show within a fault.
@@ -153,27 +118,18 @@ def budget(plan: WiringPlan, mbps_per_host: float, payload: int, fault_s: float,
     probability p with 95% confidence takes ~3/p datagrams (``loss_seen``: the p for which
     a fault of ``fault_s`` carries that many; twice that for the tomography's three
     packets). ``guard``: the fidelity guard's verdict on the streams (their switch-hop
-    packets against the machine's capacity). ``escalated_pps``: what the boosted streams
-    add at most (``ProbeTally.escalate``), and ``offered_hop_pps_escalated`` the streams'
-    switch-hop packets with them."""
+    packets against the machine's capacity)."""
     switches = {s.name for s in plan.switches}
     lanes = sum(1 for ln in plan.links if ln.a in switches and ln.b in switches)
     pps_host = mbps_per_host * 1e6 / 8 / payload
-    hosts = len(plan.hosts)
-    per_dir = hosts * pps_host * 2 / (2 * lanes) if lanes else 0.0
+    per_dir = len(plan.hosts) * pps_host * 2 / (2 * lanes) if lanes else 0.0
     out: dict[str, Any] = {
         "pps_per_host": round(pps_host, 1), "lane_directions": 2 * lanes,
         "pps_per_lane_direction": round(per_dir, 1),
-        "loss_seen": round(3 / (per_dir * fault_s), 5) if per_dir else None,
-        "escalated_pps": round(MAX_BOOSTED * (BOOST - 1) * pps_host, 1)
-        if boostable(plan, mbps_per_host) else 0.0}
+        "loss_seen": round(3 / (per_dir * fault_s), 5) if per_dir else None}
     if guard:
         hop, cap = guard.get("offered_hop_pps"), guard.get("capacity_hop_pps")
         out.update({"offered_hop_pps": hop, "capacity_hop_pps": cap,
                     "share_of_capacity": round(hop / cap, 3) if hop and cap else None})
-        if hop and hosts:
-            hop_esc = hop * (1 + out["escalated_pps"] / (hosts * pps_host))
-            out.update({"offered_hop_pps_escalated": round(hop_esc),
-                        "share_escalated": round(hop_esc / cap, 3) if cap else None})
     return out
 

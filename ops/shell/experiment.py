@@ -16,7 +16,6 @@ from typing import Any
 
 from ops import questions as Q
 from ops.evaluate import EvalSpec, GroundTruth, ground_truth, live_faults
-from ops.probes import boostable
 from ops.shell.monitor import check_cost
 from ops.shell.observer import LabRecord, ObserverProcess
 from testbed import faultspec
@@ -166,8 +165,6 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
     rewrite their reports that often (``ops.probes`` reads them as they run). The
     streams are the compiled plane's: they run beside the job for the whole experiment,
     and Python's per-datagram work would take the machine the job and switch need.
-    Where ``ops.probes.boostable``, each sender reads a boost file (``Stream``): the
-    observer densifies a stream whose datagrams were lost (``ProbeTally.escalate``).
     """
     pps = mbps_per_host * 1e6 / 8 / size / len(STREAM_SPORTS)
     streams: list[Stream] = []
@@ -175,8 +172,7 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
         for i, (src, dst) in enumerate(stream_pairs(lab.plan)):
             streams.append(Stream(lab, src, dst, sports=STREAM_SPORTS, pps=pps,
                                   duration=seconds, port=STREAM_PORT + i, size=size,
-                                  every=every, plane="native",
-                                  boost=boostable(lab.plan, mbps_per_host)).start())
+                                  every=every, plane="native").start())
     except BaseException:
         for s in streams:
             s.stop()

@@ -38,12 +38,11 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from controllers.shell.client import ControllerClient
-from ops.probes import BOOST, ProbeTally, Report
+from ops.probes import ProbeTally, Report
 from ops.questions import QuestionSpec
 from ops.shell.monitor import Monitor, WiringWatch
 from ops.telemetry import Store
 from testbed.models.forked import PR_SET_PDEATHSIG
-from testbed.shell.probe import BOOST_SUFFIX
 from testbed.wiring import findings
 from traffic.iterations import Iteration, iteration_values
 from traffic.shell.running import RunningLab
@@ -120,24 +119,8 @@ class JobFeed:
             done, self._done = self._done, []
         out = iteration_values(done)
         if self._tally is not None:
-            probes = self._tally.take(read_reports(self._probes))
-            out.update(probes)
-            boost(self._probes, self._tally.escalate(probes, time.time()))
+            out.update(self._tally.take(read_reports(self._probes)))
         return out
-
-
-def boost(probes: list[tuple[str, str, str]], until: dict[tuple[str, str], float]) -> None:
-    """Tell the senders of the streams in ``until`` to send BOOST times their rate until
-    then: each reads its report's path + BOOST_SUFFIX (``testbed.shell.probe.Stream``)."""
-    for src, dst, path in probes:
-        if (src, dst) in until:
-            tmp = f"{path}{BOOST_SUFFIX}.tmp"
-            try:
-                with open(tmp, "w") as f:
-                    f.write(f"{BOOST:g} {until[(src, dst)]:.3f}\n")
-                os.replace(tmp, path + BOOST_SUFFIX)
-            except OSError:
-                continue  # a stream that has ended: its folder may be gone
 
 
 def read_reports(probes: list[tuple[str, str, str]]) -> list[Report]:

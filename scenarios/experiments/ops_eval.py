@@ -52,7 +52,7 @@ from ops.evaluate import (
     strict_window,
     summaries,
 )
-from ops.probes import BOOST, BOOST_NIC_SHARE, BOOST_S, MAX_BOOSTED, budget
+from ops.probes import budget
 from ops.shell.experiment import STREAM_SPORTS, eval_on_lab, stream_flows, stream_pairs
 from scenarios.base import (
     FABRIC_GPUS,
@@ -404,12 +404,7 @@ def _report(run: Run, res: dict[str, Any], clean: dict[str, Any], faults: dict[s
             "probe_budget", pps=f"{pb['pps_per_host']:,g}", dirs=pb["lane_directions"],
             per_dir=f"{pb['pps_per_lane_direction']:,g}", fault_s=run.params["fault_s"],
             seen=_pct2(pb["loss_seen"]), hop=_count(pb.get("offered_hop_pps")),
-            cap=_count(pb.get("capacity_hop_pps")), share=_pct(pb.get("share_of_capacity")),
-            boost=f"{BOOST:g}", boost_s=f"{BOOST_S:g}", boosted=MAX_BOOSTED,
-            nic_share=_pct(BOOST_NIC_SHARE),
-            escalated=_count(pb.get("escalated_pps")),
-            hop_esc=_count(pb.get("offered_hop_pps_escalated")),
-            share_esc=_pct(pb.get("share_escalated"))))
+            cap=_count(pb.get("capacity_hop_pps")), share=_pct(pb.get("share_of_capacity"))))
     rep.section("What kind of fault it said", WORDS("kinds"))
     rep.table(confusion_rows(faults["confusion"]))
     rep.section("Every fault", WORDS("every_fault"))

@@ -52,8 +52,6 @@ from vocab.flows import ROCE_PORT
 
 #: who sends and receives: this module, or the compiled traffic plane's probe commands
 PLANES = ("python", "native")
-#: a boosted stream's sender reads its rate factor from its report's path plus this
-BOOST_SUFFIX = ".boost"
 HEADER = struct.Struct("!Idd")  # sequence number, send time, due time (both time.time())
 
 
@@ -254,33 +252,25 @@ class Stream:
     ``plane``: ``"python"`` runs this module's sender and receiver; ``"native"`` the
     compiled ones (``astral-pktio probe-send`` / ``probe-recv``: the same datagrams,
     accounting and JSON at a fraction of the CPU, for streams that run beside a job).
-    ``boost`` (native only): the sender reads ``st.boost`` (``st.out`` + BOOST_SUFFIX)
-    whenever it changes, ``"FACTOR UNTIL"``, and sends FACTOR times its rate until the
-    wall-clock time UNTIL: a watcher densifies a stream whose datagrams were lost.
     """
 
     def __init__(self, lab: RunningLab, src: str, dst: str, sports: Any, pps: float = 200.0,
                  duration: float = 5.0, port: int = ROCE_PORT, size: int = 200,
-                 every: float | None = None, plane: str = "python", boost: bool = False
-                 ) -> None:
+                 every: float | None = None, plane: str = "python") -> None:
         if plane not in PLANES:
             raise ValueError(f"plane must be one of {', '.join(PLANES)} (got {plane!r})")
-        if boost and plane != "native":
-            raise ValueError("a boosted stream is the native plane's")
         self.lab, self.src, self.dst = lab, src, dst
         self.sports = list(sports)
         self.pps, self.duration, self.port, self.size = pps, duration, port, size
         self.every, self.plane = every, plane
         self.out = os.path.join(lab.workdir, f"probe-{src}-{dst}-{port}.json")
-        self.boost = self.out + BOOST_SUFFIX if boost else None
         self.result: dict[str, Any] = {}
         self.sent: dict[str, Any] = {}
         self._recv: Any = None
         self._send: Any = None
 
     def start(self) -> Stream:
-        # an earlier stream's on this port
-        for stale in (self.out, self.out + ".ready", self.out + BOOST_SUFFIX):
+        for stale in (self.out, self.out + ".ready"):  # an earlier stream's on this port
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(stale)
         self.lab.files.makedirs([self.dst], os.path.dirname(self.out))  # where it runs
@@ -294,8 +284,7 @@ class Stream:
         self._send = self.lab.hosts[self.src].popen(
             self._program("send") + ["--dst", ip, "--port", str(self.port), "--sports", sports,
                                      "--pps", str(self.pps), "--duration", str(self.duration),
-                                     "--size", str(self.size),
-                                     *(["--boost", self.boost] if self.boost else [])])
+                                     "--size", str(self.size)])
         return self
 
     def _program(self, role: str) -> list[str]:

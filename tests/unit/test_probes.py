@@ -15,12 +15,10 @@ from typing import Any
 import pytest
 
 from ops.detectors import Topo, job_loss, lane_loss
-from ops.probes import BOOST, BOOST_S, MAX_BOOSTED, PROBE, ProbeTally, boostable, budget
+from ops.probes import PROBE, ProbeTally, budget
 from ops.shell.experiment import STREAM_PORT, STREAM_SPORTS, stream_pairs
-from ops.shell.observer import boost
 from ops.telemetry import History, canonical
 from testbed.faultkinds.hot_receiver import HOT_PORT
-from testbed.shell.probe import BOOST_SUFFIX
 from testbed.topologies import build
 from traffic.iterations import PATH_CORRUPT, PATH_LOST, pair_metric
 from vocab.flows import ROCE_PORT
@@ -194,9 +192,6 @@ def test_the_budget_says_what_the_streams_cost_and_the_least_loss_a_fault_shows(
     assert got["pps_per_lane_direction"] == 250  # 32 x 500 x 2 lane directions / 128
     assert got["loss_seen"] == pytest.approx(3 / 2500)
     assert got["share_of_capacity"] == pytest.approx(0.275)
-    # two streams boosted 4x add 2 x 3 x 500 datagrams a second: 6 hosts' worth of 32
-    assert got["escalated_pps"] == 3000
-    assert got["offered_hop_pps_escalated"] == round(22_000 * (1 + 6 / 32))
     assert "share_of_capacity" not in budget(PLAN, 4.0, 1000, 10.0)
 
 
@@ -206,41 +201,3 @@ def test_the_streams_ports_are_clear_of_the_jobs_and_a_hot_receivers() -> None:
     job's frames (the 1,024 hosts of the largest fabric included)."""
     ports = set(range(STREAM_PORT, STREAM_PORT + 64 * 16))
     assert HOT_PORT not in ports and ROCE_PORT not in ports
-
-
-def test_a_stream_that_lost_datagrams_is_boosted_two_at_once_renewed_while_it_loses() -> None:
-    tally = ProbeTally(PLAN)
-    lost = {(PROBE, pair_metric("s0g0", "s3g7")): 1.0, (PROBE, pair_metric("s1g0", "s2g7")): 3.0,
-            (PROBE, pair_metric("s2g1", "s0g6")): 2.0, (PROBE, "rxdrops"): 0.0}
-    got = tally.escalate(lost, 100.0)
-    # the two that lost most, until BOOST_S from now; the third waits for a free slot
-    assert got == {("s1g0", "s2g7"): 100.0 + BOOST_S, ("s2g1", "s0g6"): 100.0 + BOOST_S}
-    # still losing: renewed; a new one still waits while two are boosted
-    got = tally.escalate({(PROBE, pair_metric("s0g0", "s3g7")): 1.0,
-                          (PROBE, pair_metric("s1g0", "s2g7")): 1.0}, 105.0)
-    assert got == {("s1g0", "s2g7"): 105.0 + BOOST_S}
-    # the other's boost ran out: a slot is free again; the job's loss boosts nothing
-    got = tally.escalate({(PROBE, pair_metric("s0g0", "s3g7")): 1.0,
-                          ("job", pair_metric("s3g0", "s1g7")): 9.0}, 111.0)
-    assert got == {("s0g0", "s3g7"): 111.0 + BOOST_S}
-    assert tally.escalate({(PROBE, "rxdrops"): 1.0}, 112.0) == {}
-    assert MAX_BOOSTED == 2
-
-
-def test_the_observer_tells_a_boosted_streams_sender_its_factor_and_deadline(
-        tmp_path: Any) -> None:
-    out = str(tmp_path / "probe-s0g0-s3g7-4800.json")
-    boost([("s0g0", "s3g7", out), ("s1g0", "s2g7", str(tmp_path / "gone" / "x.json"))],
-          {("s0g0", "s3g7"): 123.5, ("s1g0", "s2g7"): 124.0})
-    with open(out + BOOST_SUFFIX) as f:
-        factor, until = f.read().split()
-    assert float(factor) == BOOST and float(until) == 123.5
-    written = sorted(p.name for p in tmp_path.iterdir())
-    assert written == [f"probe-s0g0-s3g7-4800.json{BOOST_SUFFIX}"]  # and no temporary file
-
-
-def test_streams_are_boosted_only_where_the_boosted_rate_leaves_the_nic_half_free() -> None:
-    """The default fabric's NICs run at 40 Mb/s: ops-eval's 4 Mb/s a host boosts to 16,
-    the quick runs' 20 Mb/s would boost past the NIC and does not."""
-    assert boostable(PLAN, 4.0) and boostable(PLAN, 5.0) and not boostable(PLAN, 5.1)
-    assert budget(PLAN, 20.0, 1000, 10.0)["escalated_pps"] == 0

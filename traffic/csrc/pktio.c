@@ -13,7 +13,6 @@
  *                     [--feedback-round-us R --feedback-delay-us D]
  *   astral-pktio serve [--tag TEXT]
  *   astral-pktio probe-send --dst IP --port P --sports LIST [--pps R] [--duration S] [--size N]
- *                           [--boost FILE]
  *   astral-pktio probe-recv --port P --out FILE [--ready FILE] [--every S] [--duration S]
  *
  * send: frames come from templates the plan carries (one per QP, opcode and length); per
@@ -1278,34 +1277,11 @@ static int cmd_probe_recv(int argc, char **argv) {
     return 0;
 }
 
-/* --boost FILE: "FACTOR UNTIL" (UNTIL a wall-clock time), read again whenever the file
- * changes: until then the stream sends FACTOR times its rate (1..PROBE_MAX_BOOST). The
- * observer writes it to probe the lanes of a stream that lost datagrams densely while the
- * loss lasts; every round is still one datagram per source port, so the receiver's
- * accounting is the same at any rate. */
-#define PROBE_MAX_BOOST 16.0
-#define PROBE_BOOST_CHECK_NS 200000000LL
-
-static void read_boost(const char *path, struct timespec *seen, double *factor, double *until) {
-    struct stat st;
-    if (stat(path, &st) < 0) return;  /* none yet: the rate stays */
-    if (st.st_mtim.tv_sec == seen->tv_sec && st.st_mtim.tv_nsec == seen->tv_nsec) return;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    double x, u;
-    if (fscanf(f, "%lf %lf", &x, &u) == 2 && x >= 1 && u >= 0) {
-        *factor = x > PROBE_MAX_BOOST ? PROBE_MAX_BOOST : x;
-        *until = u;
-        *seen = st.st_mtim;
-    }
-    fclose(f);
-}
-
 /* probe.send: `pps` rounds a second, each one datagram per source port, lossless at the
  * sender (a datagram the host's full interface queue refuses is sent again). Prints the
  * summary JSON on stdout. */
 static int cmd_probe_send(int argc, char **argv) {
-    const char *dst = NULL, *sports_arg = NULL, *boost = NULL;
+    const char *dst = NULL, *sports_arg = NULL;
     int port = 0, size = 200;
     double pps = 200, duration = 5;
     for (int i = 0; i < argc; i++) {
@@ -1316,7 +1292,6 @@ static int cmd_probe_send(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pps")) pps = atof(argv[++i]);
         else if (!strcmp(argv[i], "--duration")) duration = atof(argv[++i]);
         else if (!strcmp(argv[i], "--size")) size = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--boost")) boost = argv[++i];
         else die("unknown probe-send option %s", argv[i]);
     }
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -1361,23 +1336,13 @@ static int cmd_probe_send(int argc, char **argv) {
     struct timespec w0;
     clock_gettime(CLOCK_REALTIME, &w0);
     double wall0 = w0.tv_sec + w0.tv_nsec / 1e9, interval = 1.0 / pps;
-    uint64_t seq = 0, errors = 0, retries = 0, boosted = 0;
-    int64_t due = t0, checked_at = 0;  /* this round's due time (monotonic) */
-    double factor = 1, until = 0;
-    struct timespec seen = {0};
+    uint64_t seq = 0, errors = 0, retries = 0;
     while (!rc && !stop_flag && now_ns(CLOCK_MONOTONIC) - t0 < dur) {
         struct timespec w;
         clock_gettime(CLOCK_REALTIME, &w);
-        double wall = w.tv_sec + w.tv_nsec / 1e9;
-        if (boost && now_ns(CLOCK_MONOTONIC) - checked_at >= PROBE_BOOST_CHECK_NS) {
-            read_boost(boost, &seen, &factor, &until);
-            checked_at = now_ns(CLOCK_MONOTONIC);
-        }
-        double step = wall < until ? interval / factor : interval;
-        boosted += wall < until && factor > 1;
         be32(pkt, (uint32_t)seq);
-        wr_f64be(pkt + 4, wall);
-        wr_f64be(pkt + 12, wall0 + (double)(due - t0) / 1e9);
+        wr_f64be(pkt + 4, w.tv_sec + w.tv_nsec / 1e9);
+        wr_f64be(pkt + 12, wall0 + (double)seq * interval);
         for (int i = 0; i < ns; i++) {
             int64_t give_up = now_ns(CLOCK_MONOTONIC) + 10000000000LL;
             for (int tries = 0;; tries++) {
@@ -1399,18 +1364,15 @@ static int cmd_probe_send(int argc, char **argv) {
             }
         }
         seq++;
-        due += (int64_t)(step * 1e9);
-        sleep_until(CLOCK_MONOTONIC, due);
+        sleep_until(CLOCK_MONOTONIC, t0 + (int64_t)((double)seq * interval * 1e9));
     }
     for (int i = 0; i < ns; i++)
         if (fds[i] >= 0) close(fds[i]);
     if (rc) return rc;
     printf("{\"sent_per_sport\": %llu, \"sports\": [", (unsigned long long)seq);
     for (int i = 0; i < ns; i++) printf("%s%d", i ? ", " : "", sports[i]);
-    printf("], \"errors\": %llu, \"pps\": %g, \"queue_retries\": %llu",
+    printf("], \"errors\": %llu, \"pps\": %g, \"queue_retries\": %llu}\n",
            (unsigned long long)errors, pps, (unsigned long long)retries);
-    if (boost) printf(", \"boosted_rounds\": %llu", (unsigned long long)boosted);
-    printf("}\n");
     fflush(stdout);
     return 0;
 }
@@ -1574,7 +1536,7 @@ int main(int argc, char **argv) {
                     "[--ring-mb M] [--feedback-round-us R --feedback-delay-us D]\n"
                     "       astral-pktio serve [--tag TEXT]  (one send/recv command a line)\n"
                     "       astral-pktio probe-send --dst IP --port P --sports LIST [--pps R] "
-                    "[--duration S] [--size N] [--boost FILE]\n"
+                    "[--duration S] [--size N]\n"
                     "       astral-pktio probe-recv --port P --out FILE [--ready FILE] "
                     "[--every S] [--duration S]\n");
     return 2;
