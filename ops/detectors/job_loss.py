@@ -51,11 +51,11 @@ SHARE = 0.9
 def detect(hist: History, topo: Topo) -> list[Finding]:
     """A NIC or leaf on the path of >= SHARE of the job's packets lost in the last
     HOLD_POLLS polls (the most specific one: a NIC before its leaf)."""
-    lost, since = _lost_pairs(hist, topo)
+    leaf_of = {h: topo.links[c].b for h, c in topo.nic_link.items()}
+    lost, since = _lost_pairs(hist, leaf_of)
     total = sum(lost.values())
     if not total or lane_loss.suspect(hist, topo) is not None or lane_loss.covering(hist, topo):
         return []
-    leaf_of = {h: topo.links[c].b for h, c in topo.nic_link.items()}
     host: dict[str, float] = defaultdict(float)
     host_pairs: dict[str, int] = defaultdict(int)
     leaf: dict[str, float] = defaultdict(float)
@@ -82,15 +82,16 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     return []
 
 
-def _lost_pairs(hist: History, topo: Topo) -> tuple[dict[tuple[str, str], float], float]:
+def _lost_pairs(hist: History, leaf_of: dict[str, str]
+                ) -> tuple[dict[tuple[str, str], float], float]:
     """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls, and the first
     of those polls that brought a loss; not those a leaf of the pair lost while one of its
-    links changed state (the fabric reconverging: ``lane_loss.reconverging``)."""
+    links changed state (the fabric reconverging: ``lane_loss.reconverging``); ``leaf_of``
+    is each NIC's leaf."""
     times = list(hist.times)[-HOLD_POLLS:]
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, str], float] = defaultdict(float)
     gated = lane_loss.reconverging(hist, len(times))
-    leaf_of = {h: topo.links[c].b for h, c in topo.nic_link.items()}
     for comp, metric in list(hist.keys()):
         pair = parse_pair(metric) if comp in SENSORS else None
         if pair is None:

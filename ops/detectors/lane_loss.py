@@ -254,8 +254,8 @@ def reconverging(hist: History, n: int) -> list[set[str]]:
     are the reconvergence's (RECONVERGE_POLLS)."""
     out: list[set[str]] = [set() for _ in range(n)]
     for comp, metric in list(hist.keys()):
-        if metric not in ("up", "carrier_changes"):
-            continue
+        if "~" not in comp or metric not in ("up", "carrier_changes"):
+            continue  # a link's state only (the controller's "up" is no link's)
         vals = hist.last(comp, metric, n + RECONVERGE_POLLS)
         skip = n + RECONVERGE_POLLS - len(vals)
         for i, v in enumerate(vals):

@@ -113,7 +113,7 @@ class WiringWatch:
 def check_soon(active: Iterable[Any]) -> bool:
     """Whether the next wiring check is due sooner: the loss is ``unexplained``, or a
     miswired alert is open, so the check after the recabling says it took and the alert
-    clears then, rather than outrank the next fault until the periodic check."""
+    clears then, not at the next periodic check."""
     active = list(active)
     return unexplained(active) or any(a.detector == MISWIRED.NAME for a in active)
 

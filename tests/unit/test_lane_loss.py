@@ -249,3 +249,13 @@ def test_job_loss_leaves_a_leafs_reconvergence_loss_to_the_link_that_changed() -
 
     assert run(link_state=False) == [(job_loss.SWITCH, "lf0r2")]
     assert run(link_state=True) == []
+
+
+def test_only_a_links_state_is_reconvergence_not_the_controllers() -> None:
+    """The controller's ``up`` (0 while it is down) is no link's state: it gates nothing."""
+    hist = History()
+    for t in range(4):
+        hist.add(float(t), {("controller", "up"): 0.0, ("lf0r2~spine0#0", "up"): 1.0})
+    assert lane_loss.reconverging(hist, 4) == [set()] * 4
+    hist.add(4.0, {("lf0r2~spine0#0", "up"): 0.0})
+    assert lane_loss.reconverging(hist, 5)[-1] == {"lf0r2", "spine0"}

@@ -141,8 +141,7 @@ def test_the_agent_looks_at_the_cabling_sooner_only_when_the_job_suffers_unexpla
 
 def test_while_a_lane_is_miswired_the_agent_checks_soon_to_see_the_repair() -> None:
     """The miswired alert holds until a check finds the cabling as planned: checking at
-    the period only, it outlived the recabling by up to 10 s and ranked first over the
-    next fault."""
+    the period only, it would outlive the recabling by up to 10 s."""
     def alert(detector: str, component: str = "lf0r0~spine1#0") -> Any:
         return SimpleNamespace(detector=detector, component=component)
 
