@@ -86,12 +86,12 @@ def _lost_pairs(hist: History, leaf_of: dict[str, str]
                 ) -> tuple[dict[tuple[str, str], float], float]:
     """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls, and the first
     of those polls that brought a loss; not those a leaf of the pair lost while one of its
-    links changed state (the fabric reconverging: ``lane_loss.reconverging``); ``leaf_of``
-    is each NIC's leaf."""
+    links changed state or its fibres were found crossed (``lane_loss.gated``: another
+    alert's to name); ``leaf_of`` is each NIC's leaf."""
     times = list(hist.times)[-HOLD_POLLS:]
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, str], float] = defaultdict(float)
-    gated = lane_loss.reconverging(hist, len(times))
+    gated = lane_loss.gated(hist, len(times))
     for comp, metric in list(hist.keys()):
         pair = parse_pair(metric) if comp in SENSORS else None
         if pair is None:
@@ -102,6 +102,6 @@ def _lost_pairs(hist: History, leaf_of: dict[str, str]
         for i, v in enumerate(vals):
             if v and not leaves & gated[skip + i]:
                 out[pair] += v
-                per_poll[i] += v
+                per_poll[skip + i] += v
     since = next((t for t, n in zip(times, per_poll, strict=True) if n), hist.now)
     return {k: v for k, v in out.items() if v}, since

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ops.detectors import AlertKind, Finding, Topo
+from ops.detectors import AlertKind, Finding, Topo, miswired
 from ops.probes import PROBE, SENSORS
 from ops.telemetry import History
 from traffic.iterations import PATH_CORRUPT, PATH_LOST, parse_pair, parse_path
@@ -267,6 +267,39 @@ def reconverging(hist: History, n: int) -> list[set[str]]:
     return out
 
 
+def crossed_lanes(hist: History, n: int) -> list[set[str]]:
+    """Per poll of the last ``n``, the links the wiring check found crossed (``miswired``)
+    and the switch two of them share: the packets lost across them are the miswiring's,
+    which the check names, not another culprit's (the flows to and from that switch ride
+    the crossed fibres). A poll is judged by the check standing then, and by the next one:
+    the fibres were crossed before a check could see them."""
+    times = len(hist.times)
+    checked = hist.values(miswired.COMPONENT, miswired.CHECKED)
+    checks = [i for i, v in enumerate(checked) if v is not None]
+    if not checks:
+        return [set() for _ in range(n)]
+    links = [c for c, m in list(hist.keys()) if m == miswired.METRIC]
+    flagged: dict[int, set[str]] = {}
+    for i in checks:
+        found = {ln for ln in links if hist.values(ln, miswired.METRIC)[i]}
+        ends = [e for ln in found for e in _ends(ln)]
+        flagged[i] = found | {e for e in ends if ends.count(e) > 1}
+    out: list[set[str]] = []
+    for j in range(times - n, times):  # before the first poll (j < 0): nothing
+        before = [i for i in checks if j - miswired.HOLD_POLLS < i <= j]
+        after = [i for i in checks if i > j] if j >= 0 else []
+        out.append((flagged[before[-1]] if before else set())
+                   | (flagged[after[0]] if after else set()))
+    return out
+
+
+def gated(hist: History, n: int) -> list[set[str]]:
+    """Per poll of the last ``n``, the links and switches whose lost packets are another
+    alert's to name: a link that changed state (``reconverging``) or crossed fibres
+    (``crossed_lanes``)."""
+    return [a | b for a, b in zip(reconverging(hist, n), crossed_lanes(hist, n), strict=True)]
+
+
 def _hold(component: str) -> int:
     """How many recent polls of ``component``'s damage are pooled."""
     return PROBE_HOLD_POLLS if component == PROBE else HOLD_POLLS
@@ -282,16 +315,16 @@ def _pooled(hist: History, what: str
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, ...], float] = defaultdict(float)
     fresh: set[tuple[str, ...]] = set()
-    gated = reconverging(hist, len(times))
+    others = gated(hist, len(times))
     for comp, metric in list(hist.keys()):
         parsed = parse_path(metric) if comp in SENSORS else None
         if parsed is None or parsed[0] != what:
             continue
         vals = hist.last(comp, metric, _hold(comp))
         skip = len(times) - len(vals)
-        crossed = {e for ln in parsed[1] for e in _ends(ln)}
+        crossed = {*parsed[1], *(e for ln in parsed[1] for e in _ends(ln))}
         for i, v in enumerate(vals):
-            if v and not crossed & gated[skip + i]:
+            if v and not crossed & others[skip + i]:
                 out[parsed[1]] += v
                 per_poll[skip + i] += v
                 if i >= len(vals) - FRESH_POLLS:

@@ -15,7 +15,8 @@ import random
 
 import pytest
 
-from ops.detectors import Topo, job_loss, lane_loss
+from ops.detectors import Topo, job_loss, lane_loss, miswired
+from ops.probes import PROBE
 from ops.telemetry import History
 from testbed.topologies import build
 from traffic.iterations import (
@@ -259,3 +260,93 @@ def test_only_a_links_state_is_reconvergence_not_the_controllers() -> None:
     assert lane_loss.reconverging(hist, 4) == [set()] * 4
     hist.add(4.0, {("lf0r2~spine0#0", "up"): 0.0})
     assert lane_loss.reconverging(hist, 5)[-1] == {"lf0r2", "spine0"}
+
+
+def _miswiring_history(checked_at: int | None, blackhole: bool) -> History:
+    """lf1r5's uplinks to spine1 and spine2 crossed from poll 1 on: the probes across them
+    lose, and so do flows under lf1r5 whose lane the receiver could not tell (NIC links
+    only); a wiring check at ``checked_at`` finds the two links. With ``blackhole`` lf0r4
+    also drops some flows on all its uplinks (a concurrent partial blackhole)."""
+    crossed = ["lf0r3~spine1#0>lf1r5~spine1#0", "lf0r4~spine2#0>lf1r5~spine2#0",
+               "lf0r6~spine1#0>lf1r5~spine1#0"]
+    unknown = ["s2g5~lf1r5#0>s0g7~lf0r7#0", "s3g5~lf1r5#0>s2g0~lf1r0#0"]
+    dropped = [f"lf0r4~spine{k}#0>lf1r{k + 1}~spine{k}#0" for k in range(4)]
+    hist = History()
+    for t in range(8):
+        v: dict[tuple[str, str], float] = {}
+        if t >= 1:
+            for p in crossed:
+                v[(PROBE, f"{PATH_LOST}:{p}")] = 6.0
+            for p in unknown:
+                v[(PROBE, f"{PATH_LOST}:{p}")] = 4.0
+        if blackhole and t >= 1:
+            for p in dropped:
+                v[(PROBE, f"{PATH_LOST}:{p}")] = 15.0
+        if checked_at is not None and t == checked_at:
+            v[(miswired.COMPONENT, miswired.CHECKED)] = 1.0
+            v[("lf1r5~spine1#0", miswired.METRIC)] = 1.0
+            v[("lf1r5~spine2#0", miswired.METRIC)] = 1.0
+        hist.add(float(t), v)
+    return hist
+
+
+@pytest.mark.parametrize("checked_at", [3, 7])
+def test_a_miswired_leafs_loss_is_the_miswirings_and_a_fault_beside_it_is_still_named(
+        checked_at: int) -> None:
+    """Crossed fibres at lf1r5 lose the flows across them and, without the wiring check's
+    finding, would name lf1r5 (a partial blackhole's alert), beside or instead of a real
+    blackhole at lf0r4. Once a check has found the crossed links, their loss and the loss
+    at the switch they share are the miswiring's (its own alert names them), from before
+    the check too: the blackhole is named alone, and alone it names nothing else."""
+    topo = Topo.from_plan(PLAN)
+
+    def named(checked: int | None, blackhole: bool) -> list[tuple[str, str]]:
+        hist = _miswiring_history(checked, blackhole)
+        return sorted((f.detector, f.component) for f in lane_loss.detect(hist, topo))
+
+    assert (lane_loss.SWITCH, "lf1r5") in named(None, blackhole=True)
+    assert named(checked_at, blackhole=True) == [(lane_loss.SWITCH, "lf0r4")]
+    assert (lane_loss.SWITCH, "lf1r5") in named(None, blackhole=False)
+    assert named(checked_at, blackhole=False) == []
+
+
+def test_crossed_lanes_stand_from_the_check_before_and_the_check_after() -> None:
+    """A poll is judged by the standing check and the next one: loss before the check that
+    found the crossing is the crossing's; after a clean re-check nothing is gated."""
+    hist = History()
+    for t in range(6):
+        v: dict[tuple[str, str], float] = {}
+        if t in (2, 4):
+            v[(miswired.COMPONENT, miswired.CHECKED)] = 1.0
+        if t == 2:
+            v[("lf1r5~spine1#0", miswired.METRIC)] = 1.0
+            v[("lf1r5~spine2#0", miswired.METRIC)] = 1.0
+        hist.add(float(t), v)
+    both = {"lf1r5~spine1#0", "lf1r5~spine2#0", "lf1r5"}
+    assert lane_loss.crossed_lanes(hist, 6) == [both, both, both, both, set(), set()]
+    assert lane_loss.crossed_lanes(hist, 8)[:2] == [set(), set()]  # before the first poll
+    assert lane_loss.crossed_lanes(History(), 3) == [set(), set(), set()]
+
+
+def test_job_loss_leaves_a_miswired_leafs_loss_to_the_miswiring() -> None:
+    """The pairs under a leaf whose fibres a check found crossed lose packets: job-loss
+    would name the leaf; with the check's finding in the history it does not."""
+    topo = Topo.from_plan(PLAN)
+    pairs = [("s2g5", "s0g7"), ("s3g5", "s2g0"), ("s0g3", "s2g5")]
+
+    def run(checked: bool) -> list[tuple[str, str]]:
+        hist = History()
+        for t in range(5):
+            v: dict[tuple[str, str], float] = {}
+            if t >= 2:
+                for s, d in pairs:
+                    v[(JOB, pair_metric(s, d))] = 4.0
+            if checked and t == 3:
+                v[(miswired.COMPONENT, miswired.CHECKED)] = 1.0
+                v[("lf1r5~spine1#0", miswired.METRIC)] = 1.0
+                v[("lf1r5~spine2#0", miswired.METRIC)] = 1.0
+            hist.add(float(t), v)
+        return [(f.detector, f.component) for f in job_loss.detect(hist, topo)]
+
+    assert run(checked=False) == [(job_loss.SWITCH, "lf1r5")]
+    assert run(checked=True) == []
