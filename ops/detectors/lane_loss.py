@@ -66,6 +66,9 @@ SLACK = 0.1
 #: ... and every other candidate misses at least this many more of them than it does
 #: (a clean fabric loses none, so two damaged packets off a link's paths clear it)
 MARGIN = 2
+#: ... of the corrupt ones, at least this many more: a clean fabric corrupts none, and
+#: with no stray ones to tell apart the one link on the paths of them all is the culprit
+CORRUPT_MARGIN = 1
 #: a NIC an end of at least this share of the lost packets is job-loss's to name
 NIC_SHARE = 0.9
 #: a suspect is named only while damage keeps coming on its paths: within this many
@@ -125,15 +128,16 @@ def suspects(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = 
         damaged = {p: n - corrupt.get(p, 0.0) for p, n in damaged.items()
                    if n > corrupt.get(p, 0.0)}
     at = since if since is not None else hist.now
+    margin = CORRUPT_MARGIN if metric == PATH_CORRUPT else MARGIN
     out: list[tuple[str, float, float, float, float]] = []
     while len(out) < MAX_SUSPECTS:
         total = sum(damaged.values())
         if total < least:
             break
-        best = explains(damaged, total) or _switch(damaged, total, topo)
+        best = explains(damaged, total, margin) or _switch(damaged, total, topo)
         if best is None:
             if not out:  # two faults at once, neither explaining all but SLACK alone
-                out = _pair(damaged, total, least, topo, at)
+                out = _pair(damaged, total, least, topo, at, margin)
             break
         out.append((*best, total, at))
         damaged = {p: n for p, n in damaged.items() if not _crosses(p, best[0])}
@@ -143,10 +147,11 @@ def suspects(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = 
 
 
 def _pair(damaged: dict[tuple[str, ...], float], total: float, least: float, topo: Topo,
-          at: float) -> list[tuple[str, float, float, float, float]]:
+          at: float, margin: float) -> list[tuple[str, float, float, float, float]]:
     """Two components that together explain ``damaged``: one of the PAIR_FIRST that carry
     most of it (links and switches), then, with its paths taken out, one that explains
-    the rest (at least ``least`` packets) as a single fault's would be; [] if none do."""
+    the rest (at least ``least`` packets, by ``margin``) as a single fault's would be; []
+    if none do."""
     on: dict[str, float] = defaultdict(float)
     for path, n in damaged.items():
         for c in {*path, *(e for ln in path for e in _ends(ln) if e in topo.switch_links)}:
@@ -157,7 +162,7 @@ def _pair(damaged: dict[tuple[str, ...], float], total: float, least: float, top
         left = sum(rest.values())
         if left < least:
             continue
-        second = explains(rest, left) or _switch(rest, left, topo)
+        second = explains(rest, left, margin) or _switch(rest, left, topo)
         if second is not None:
             runner_up = next((total - on[c] for c in ranked if c != first), total)
             return [(first, total - on[first], runner_up, total, at), (*second, left, at)]
@@ -201,12 +206,12 @@ def covering(hist: History, topo: Topo) -> list[str]:
                   if m <= SLACK * total and _ends(ln)[0] not in topo.hosts)
 
 
-def explains(damaged: dict[tuple[str, ...], float], total: float
+def explains(damaged: dict[tuple[str, ...], float], total: float, margin: float = MARGIN
              ) -> tuple[str, float, float] | None:
     """``(link, damaged packets off its paths, the runner-up's)``: the link whose paths
     carry all but SLACK of the ``total`` damaged packets, when every other link's paths
-    miss at least MARGIN more of them; else None."""
-    return _unique(_missed(damaged, total), total)
+    miss at least ``margin`` more of them; else None."""
+    return _unique(_missed(damaged, total), total, margin)
 
 
 def _missed(damaged: dict[tuple[str, ...], float], total: float) -> dict[str, float]:
@@ -218,12 +223,13 @@ def _missed(damaged: dict[tuple[str, ...], float], total: float) -> dict[str, fl
     return {ln: total - n for ln, n in on.items()}
 
 
-def _unique(missed: dict[str, float], total: float) -> tuple[str, float, float] | None:
+def _unique(missed: dict[str, float], total: float, margin: float = MARGIN
+            ) -> tuple[str, float, float] | None:
     if not missed:
         return None
     ranked = sorted((m, c) for c, m in missed.items())
     (best, who), runner_up = ranked[0], ranked[1][0] if len(ranked) > 1 else total
-    if best > SLACK * total or runner_up - best < MARGIN:
+    if best > SLACK * total or runner_up - best < margin:
         return None
     return who, best, runner_up
 

@@ -350,3 +350,23 @@ def test_job_loss_leaves_a_miswired_leafs_loss_to_the_miswiring() -> None:
 
     assert run(checked=False) == [(job_loss.SWITCH, "lf1r5")]
     assert run(checked=True) == []
+
+
+def test_two_corrupt_frames_on_two_paths_name_the_one_link_they_share() -> None:
+    """A clean fabric corrupts nothing: two corrupt probes on paths that share one lane
+    (and nothing else but a spine, which does not corrupt) name it, though every other
+    link misses only one of them. Two lost probes on the same paths name nothing: a stray
+    loss or two is the fabric's, and loss keeps its margin of MARGIN."""
+    topo = Topo.from_plan(PLAN)
+    paths = ["s0g3~lf0r3#0>lf0r3~spine1#0>lf1r4~spine1#0>s2g4~lf1r4#0",
+             "s3g0~lf1r0#0>lf1r0~spine1#0>lf0r3~spine1#0>s1g3~lf0r3#0"]
+
+    def named(metric: str) -> list[tuple[str, str]]:
+        hist = History()
+        for t in range(4):
+            hist.add(float(t), {(PROBE, f"{metric}:{p}"): 1.0 for p in paths[t % 2:t % 2 + 1]
+                                if t >= 2})
+        return [(f.detector, f.component) for f in lane_loss.detect(hist, topo)]
+
+    assert named(PATH_CORRUPT) == [(lane_loss.CORRUPT, "lf0r3~spine1#0")]
+    assert named(PATH_LOST) == []
