@@ -13,7 +13,8 @@ its two ends apart); else a leaf when each of them starts or ends under it. When
 marks put the lost packets on one link's paths (``lane-loss``: a lane, which may not be
 told from its partner yet), the loss is that link's and this detector says nothing: a NIC
 is named when its lost flows crossed several lanes, a leaf when no one link of it
-explains the loss (a switch's rule dropping some flows).
+explains the loss (a switch's rule dropping some flows) and the wiring check did not find
+its fibres crossed (the miswiring's alert names that).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
                         f"{int(host[h])} of {int(total)} packets lost (job and probes) "
                         f"were on {h}'s flows ({host_pairs[h]} pairs)", evidence, since)]
     leaves = [sw for sw, n in leaf.items() if n >= SHARE * total]
-    if len(leaves) == 1 and len(lost) >= 2:
+    if len(leaves) == 1 and len(lost) >= 2 and leaves[0] not in lane_loss.crossed(hist):
         sw = leaves[0]
         return [Finding(SWITCH, sw, "warning",
                         f"{int(leaf[sw])} of {int(total)} packets lost (job and probes) "
@@ -86,12 +87,12 @@ def _lost_pairs(hist: History, leaf_of: dict[str, str]
                 ) -> tuple[dict[tuple[str, str], float], float]:
     """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls, and the first
     of those polls that brought a loss; not those a leaf of the pair lost while one of its
-    links changed state or its fibres were found crossed (``lane_loss.gated``: another
-    alert's to name); ``leaf_of`` is each NIC's leaf."""
+    links changed state (the fabric reconverging: ``lane_loss.reconverging``); ``leaf_of``
+    is each NIC's leaf."""
     times = list(hist.times)[-HOLD_POLLS:]
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, str], float] = defaultdict(float)
-    gated = lane_loss.gated(hist, len(times))
+    gated = lane_loss.reconverging(hist, len(times))
     for comp, metric in list(hist.keys()):
         pair = parse_pair(metric) if comp in SENSORS else None
         if pair is None:

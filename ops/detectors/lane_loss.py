@@ -142,8 +142,9 @@ def suspects(hist: History, topo: Topo, metric: str = PATH_LOST, least: float = 
         out.append((*best, total, at))
         damaged = {p: n for p, n in damaged.items() if not _crosses(p, best[0])}
     # a suspect whose paths brought nothing lately is a fault that ended: its packets
-    # explained the rest away, but it is not named
-    return [s for s in out if any(_crosses(p, s[0]) for p in fresh)]
+    # explained the rest away, but it is not named; nor is a miswiring's (``crossed``)
+    theirs = crossed(hist)
+    return [s for s in out if any(_crosses(p, s[0]) for p in fresh) and s[0] not in theirs]
 
 
 def _pair(damaged: dict[tuple[str, ...], float], total: float, least: float, topo: Topo,
@@ -156,7 +157,9 @@ def _pair(damaged: dict[tuple[str, ...], float], total: float, least: float, top
     for path, n in damaged.items():
         for c in {*path, *(e for ln in path for e in _ends(ln) if e in topo.switch_links)}:
             on[c] += n
-    ranked = sorted(on, key=lambda c: -on[c])
+    # most damage first; at equal damage a link before a switch (the more specific: a
+    # switch carries all of its link's), then by name (sets iterate in hash order)
+    ranked = sorted(on, key=lambda c: (-on[c], "~" not in c, c))
     for first in ranked[:PAIR_FIRST]:
         rest = {p: n for p, n in damaged.items() if not _crosses(p, first)}
         left = sum(rest.values())
@@ -273,37 +276,20 @@ def reconverging(hist: History, n: int) -> list[set[str]]:
     return out
 
 
-def crossed_lanes(hist: History, n: int) -> list[set[str]]:
-    """Per poll of the last ``n``, the links the wiring check found crossed (``miswired``)
-    and the switch two of them share: the packets lost across them are the miswiring's,
-    which the check names, not another culprit's (the flows to and from that switch ride
-    the crossed fibres). A poll is judged by the check standing then, and by the next one:
-    the fibres were crossed before a check could see them."""
-    times = len(hist.times)
-    checked = hist.values(miswired.COMPONENT, miswired.CHECKED)
-    checks = [i for i, v in enumerate(checked) if v is not None]
-    if not checks:
-        return [set() for _ in range(n)]
-    links = [c for c, m in list(hist.keys()) if m == miswired.METRIC]
-    flagged: dict[int, set[str]] = {}
-    for i in checks:
-        found = {ln for ln in links if hist.values(ln, miswired.METRIC)[i]}
-        ends = [e for ln in found for e in _ends(ln)]
-        flagged[i] = found | {e for e in ends if ends.count(e) > 1}
-    out: list[set[str]] = []
-    for j in range(times - n, times):  # before the first poll (j < 0): nothing
-        before = [i for i in checks if j - miswired.HOLD_POLLS < i <= j]
-        after = [i for i in checks if i > j] if j >= 0 else []
-        out.append((flagged[before[-1]] if before else set())
-                   | (flagged[after[0]] if after else set()))
-    return out
-
-
-def gated(hist: History, n: int) -> list[set[str]]:
-    """Per poll of the last ``n``, the links and switches whose lost packets are another
-    alert's to name: a link that changed state (``reconverging``) or crossed fibres
-    (``crossed_lanes``)."""
-    return [a | b for a, b in zip(reconverging(hist, n), crossed_lanes(hist, n), strict=True)]
+def crossed(hist: History) -> set[str]:
+    """The links the standing wiring check (within ``miswired.HOLD_POLLS`` polls) found
+    crossed, and the switch two of them share: the miswiring's alert names them, and the
+    loss across them is the miswiring's, not a culprit of this detector's to name (its
+    paths stay in the pool: a fault beside it still explains its own)."""
+    checked = hist.last(miswired.COMPONENT, miswired.CHECKED, miswired.HOLD_POLLS)
+    at = next((i for i in range(len(checked) - 1, -1, -1) if checked[i] is not None), None)
+    if at is None:
+        return set()
+    idx = len(hist.times) - len(checked) + at
+    found = {c for c, m in list(hist.keys())
+             if m == miswired.METRIC and hist.values(c, m)[idx]}
+    ends = [e for ln in found for e in _ends(ln)]
+    return found | {e for e in ends if ends.count(e) > 1}
 
 
 def _hold(component: str) -> int:
@@ -321,16 +307,16 @@ def _pooled(hist: History, what: str
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, ...], float] = defaultdict(float)
     fresh: set[tuple[str, ...]] = set()
-    others = gated(hist, len(times))
+    gated = reconverging(hist, len(times))
     for comp, metric in list(hist.keys()):
         parsed = parse_path(metric) if comp in SENSORS else None
         if parsed is None or parsed[0] != what:
             continue
         vals = hist.last(comp, metric, _hold(comp))
         skip = len(times) - len(vals)
-        crossed = {*parsed[1], *(e for ln in parsed[1] for e in _ends(ln))}
+        ends = {e for ln in parsed[1] for e in _ends(ln)}
         for i, v in enumerate(vals):
-            if v and not crossed & others[skip + i]:
+            if v and not ends & gated[skip + i]:
                 out[parsed[1]] += v
                 per_poll[skip + i] += v
                 if i >= len(vals) - FRESH_POLLS:
