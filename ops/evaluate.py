@@ -303,7 +303,7 @@ def score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
             fs.first_alert = f"{first['detector']}:{first['component']}"
             ask = first["opened"] + delay
             answer, said = _answer(raised, diag if diagnoses is not None else None,
-                                   (lo, hi), first["opened"], ask, others, plan)
+                                   (lo, hi), first["opened"], ask, others, plan, interval / 2)
             fs.ranked = answer[:5]
             names = _ranked(answer, others, plan)
             fs.top1 = bool(names) and names[0] in want
@@ -377,14 +377,14 @@ def any_alert_score(faults: list[GroundTruth], alerts: list[dict[str, Any]],
             fs.detect_s = round(first["opened"] - f.stamp, 3)
             fs.first_alert = f"{first['detector']}:{first['component']}"
             ask = first["opened"] + delay
-            so_far = [a for _, a in window if a["opened"] <= ask + 1e-6]
+            so_far = [a for _, a in window if a["opened"] <= ask + interval / 2]
             said: str | None
             if diagnoses is None:  # no agent: its alerts so far, in the order raised
                 answer = list(dict.fromkeys(canonical(a["component"], plan) for a in so_far))
                 said = first["detector"]
             else:
                 answer, said = next(((r, d) for t, r, d in diag
-                                     if ask - 1e-6 <= t <= hi), (None, None))
+                                     if ask - interval / 2 <= t <= hi), (None, None))
                 if answer is None:  # the fault ended before the operator asked: last answer
                     answer, said = next(((r, d) for t, r, d in reversed(diag)
                                          if first["opened"] <= t <= hi), ([], None))
@@ -510,16 +510,18 @@ def pair_scores(faults: list[GroundTruth], alerts: list[dict[str, Any]],
 
 def _answer(raised: list[dict[str, Any]], diag: list[tuple[float, list[str], str | None]] | None,
             span: tuple[float, float], first: float, ask: float, others: set[str],
-            plan: WiringPlan | None) -> tuple[list[str], str | None]:
+            plan: WiringPlan | None, slack: float) -> tuple[list[str], str | None]:
     """What the source answers at ``ask`` about the fault whose window is ``span``: its
-    ranking, and the detector whose alert its kind guess rests on."""
+    ranking, and the detector whose alert its kind guess rests on. The answer is the one
+    given at the poll nearest ``ask``, within ``slack`` (half a poll: polls come a few ms
+    early or late, and a poll early by one is still the one asked for)."""
     lo, hi = span
-    so_far = [a for a in raised if lo <= a["opened"] <= ask + 1e-6 and not _symptom(a)]
+    so_far = [a for a in raised if lo <= a["opened"] <= ask + slack and not _symptom(a)]
     if diag is None:  # no agent: its alerts so far, in the order raised
         answer = list(dict.fromkeys(canonical(a["component"], plan) for a in so_far))
         said = None
     else:
-        answer, said = next(((r, d) for t, r, d in diag if ask - 1e-6 <= t <= hi),
+        answer, said = next(((r, d) for t, r, d in diag if ask - slack <= t <= hi),
                             (None, None))
         if answer is None:  # the fault ended before the operator asked: the last answer
             answer, said = next(((r, d) for t, r, d in reversed(diag) if first <= t <= hi),

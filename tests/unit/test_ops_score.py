@@ -116,6 +116,20 @@ def test_the_kind_guessed_for_a_fault_is_that_of_its_own_suspect_not_a_concurren
     assert rows["nic-loss"]["kind_correct"] and rows["link-flap"]["kind_correct"], rows
 
 
+def test_the_answer_is_the_one_two_polls_after_the_alert_though_polls_jitter(
+        plan) -> None:  # noqa: ANN001
+    """Polls come a few ms early or late: the answer given at the second poll after the
+    first alert is the one scored, though that poll came 3 ms short of two intervals
+    (the third poll's answer, here a later fault's, is not)."""
+    truth = [GroundTruth("link-flap", LANE, 100.0, 102.0)]
+    alerts = [alert("link-down", LANE, 100.5)]
+    diag = [(100.5, [LANE], "link-down"), (101.498, [LANE], "link-down"),
+            (102.497, [LANE], "link-down"), (103.5, [NIC, LANE], "job-loss")]
+    for d in (diag, [(t + 0.006, r, k) for t, r, k in diag]):  # early, then late
+        s = score(truth, alerts, d, span=(90.0, 200.0), interval=1.0, plan=plan)
+        assert s["per_fault"][0]["top1"], d
+
+
 def test_symptoms_never_detect_and_an_alert_detects_one_fault(plan) -> None:  # noqa: ANN001
     truth = [GroundTruth("partial-blackhole", "lf0r1", 100.0, 110.0),
              GroundTruth("nic-loss", NIC, 101.0, 111.0)]
