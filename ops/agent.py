@@ -47,7 +47,9 @@ UNALERTED_WEIGHT = 30
 ON_PATH_BONUS = 15
 #: Alerts cleared less than this many seconds ago still count (a flap between polls) ...
 RECENT_S = 60.0
-#: ... at this fraction of their weight: what is wrong *now* outranks what was wrong.
+#: ... at this fraction of their weight, falling to 0 over RECENT_S: what is wrong *now*
+#: outranks what was wrong, and what was wrong a moment ago (a flapping link up again)
+#: what was wrong before it.
 CLEARED_FACTOR = 0.3
 #: A fresh alert gets up to this bonus, falling to 0 over FRESH_S seconds: after one fault,
 #: its lingering alerts (a flap window, a cleared switch) must not outrank the next fault.
@@ -397,8 +399,8 @@ def diagnose(tools: Tools, question: str = "what is wrong?", *, job_hosts: list[
             notes.append(f"{a['component']}: {a['summary']}")
             continue
         w = float(UNDECLARED_WEIGHT if kind is None else kind.weight or 0.0)
-        if a["cleared"] is not None:
-            w *= CLEARED_FACTOR  # still relevant, but the condition has ended
+        if a["cleared"] is not None:  # still relevant, but the condition has ended
+            w *= CLEARED_FACTOR * max(0.0, 1.0 - (tools.now() - a["cleared"]) / RECENT_S)
         else:
             age = tools.now() - (a.get("opened") or a["first_seen"])
             w += FRESH_BONUS * max(0.0, 1.0 - age / FRESH_S)

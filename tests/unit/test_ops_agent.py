@@ -7,7 +7,7 @@ import random
 import pytest
 
 from ops.agent import Tools, diagnose, parse_question
-from ops.detectors import Engine
+from ops.detectors import Alert, AlertBook, Engine
 from ops.telemetry import History, Store
 from testbed.topologies import build
 from tests.unit.test_ops_detectors import clean_poll
@@ -176,3 +176,19 @@ def test_a_fresh_fault_outranks_the_last_faults_lingering_alerts(plan) -> None: 
     hist, eng = feed(plan, two_faults, polls=43)
     d = diagnose(Tools(plan, history=hist, engine=eng))
     assert d.components()[0] == LANE and "spine1" in d.components()
+
+
+def test_of_two_ended_faults_the_one_that_ended_last_ranks_first(plan) -> None:  # noqa: ANN001
+    """A link went down and came back a moment ago (a flap, before the flapping alert); a
+    miswiring repaired 11 s earlier weighs more as an alert, but the link that was down a
+    moment ago is what the operator looks at first."""
+    book = AlertBook()
+    book.closed = [Alert("miswired", LANE, "warning", "crossed", {}, 80.0, 88.0,
+                         cleared=89.0, opened=80.0),
+                   Alert("link-down", "lf0r0~spine0#0", "warning", "down", {}, 98.0, 98.0,
+                         cleared=100.0, opened=98.0)]
+    hist = History()
+    for t in range(90, 101):
+        hist.add(float(t), {})
+    d = diagnose(Tools(plan, history=hist, engine=book), probe=False)
+    assert d.components() == ["lf0r0~spine0#0", LANE]
