@@ -79,7 +79,7 @@ class ProbeTally:
                 r["errors"] = min(left, r["lost_packets"])
                 left -= r["errors"]
         paths: dict[str, list[int]] = {}
-        add_paths(paths, rows, self.marks, self._seen, nics=True)
+        add_paths(paths, rows, self.marks, self._seen)
         out: dict[tuple[str, str], float] = {(PROBE, "rxdrops"): float(rxdrops)}
         per: dict[tuple[str, str], float] = defaultdict(float)
         for r in rows:

@@ -72,32 +72,31 @@ class Iteration:
 
 
 def add_paths(paths: dict[str, list[int]], rows: list[dict[str, Any]], marks: LaneMarks,
-              seen: dict[tuple[str, str, int], int], nics: bool = False) -> None:
-    """Add a replay's flows (``ReplayResult.flows`` rows) to ``paths``: per path between
-    switches (its links joined by ``>``, ``path_key``), the packets sent along it, and
-    those lost or corrupt; with ``nics``, the path includes its two NIC links.
+              seen: dict[tuple[str, str, int], int]) -> None:
+    """Add a replay's flows (``ReplayResult.flows`` rows) to ``paths``: per path (its
+    links joined by ``>``, ``path_key``: the two NIC links and the links between switches
+    its lane mark names), the packets sent along it, and those lost or corrupt.
 
-    A flow's path is what its lane marks say (``LaneMarks.path``, its NIC links left out:
-    the pairs of NICs say those): a packet that arrived took its own mark's path; a flow's
-    lost and corrupt packets go on the links every one of its marks' paths shares (its
-    path, for a flow that kept one lane, as a hashed QP does). A flow that lost everything
-    has no mark of its own: the last one ``seen`` for its (src, dst, UDP source port)
-    stands in, as the same QP hashed the same way before. A flow between two hosts of one
-    switch, or with no mark, crosses no link between switches that the marks can name."""
+    A flow's path is what its lane marks say (``LaneMarks.path``): a packet that arrived
+    took its own mark's path; a flow's lost and corrupt packets go on the links every one
+    of its marks' paths shares (its path, for a flow that kept one lane, as a hashed QP
+    does). A flow that lost everything has no mark of its own: the last one ``seen`` for
+    its (src, dst, UDP source port) stands in, as the same QP hashed the same way before;
+    with none, its NIC links alone (a flow between two hosts of one switch has no other).
+    The NIC links are kept so that a NIC's loss is told from its leaf's."""
     for r in rows:
         src, dst = r["src"], r["dst"]
         got: dict[int, int] = r.get("marks") or {}
         key = (src, dst, int(r["sport"]))
-        path_of = marks.path if nics else marks.inner_path
-        inner = {ttl: path_of(src, dst, ttl) for ttl in got}
+        path_of = {ttl: marks.path(src, dst, ttl) for ttl in got}
         for ttl, n in got.items():
-            if inner[ttl]:
-                paths.setdefault(path_key(inner[ttl]), [0, 0, 0])[0] += n
+            if path_of[ttl]:
+                paths.setdefault(path_key(path_of[ttl]), [0, 0, 0])[0] += n
         if got:
             seen[key] = max(got.items(), key=lambda kv: kv[1])[0]
         lost, bad = int(r.get("lost_packets") or 0), int(r.get("errors") or 0)
         if lost or bad:
-            each = list(inner.values()) or [path_of(src, dst, seen.get(key, 0))]
+            each = list(path_of.values()) or [marks.path(src, dst, seen.get(key, 0))]
             shared = [ln for ln in each[0] if all(ln in p for p in each[1:])]
             if shared:
                 c = paths.setdefault(path_key(shared), [0, 0, 0])
@@ -107,7 +106,7 @@ def add_paths(paths: dict[str, list[int]], rows: list[dict[str, Any]], marks: La
 
 
 def path_key(links: list[str]) -> str:
-    """How a path between switches is named in telemetry: its links joined by ``>``."""
+    """How a path is named in telemetry: its links joined by ``>``."""
     return ">".join(links)
 
 

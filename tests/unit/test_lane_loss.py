@@ -50,22 +50,27 @@ def test_the_marks_name_the_path_and_lost_packets_go_on_the_links_every_mark_sha
     seen: dict[tuple[str, str, int], int] = {}
     add_paths(paths, [row("s0g0", "s3g7", 50001, {MARK_BASE + 1: 9}, lost=1)], MARKS, seen)
     inner = ["lf0r0~spine1#0", "lf1r7~spine1#0"]
-    assert MARKS.path("s0g0", "s3g7", MARK_BASE + 1) == ["s0g0~lf0r0#0", *inner,
-                                                         "s3g7~lf1r7#0"]
+    full = ["s0g0~lf0r0#0", *inner, "s3g7~lf1r7#0"]
+    assert MARKS.path("s0g0", "s3g7", MARK_BASE + 1) == full
     assert MARKS.inner_path("s0g0", "s3g7", MARK_BASE + 1) == inner
-    assert paths == {path_key(inner): [10, 1, 0]}
+    assert paths == {path_key(full): [10, 1, 0]}
     # the same QP loses everything next time: its last mark stands in for its path
     add_paths(paths, [row("s0g0", "s3g7", 50001, {}, lost=5)], MARKS, seen)
-    assert paths == {path_key(inner): [15, 6, 0]}
+    assert paths == {path_key(full): [15, 6, 0]}
     # a sprayed QP (two marks): its packets on each path, its loss on what both share
     sprayed: dict[str, list[int]] = {}
     add_paths(sprayed, [row("s0g0", "s3g7", 50002, {MARK_BASE: 4, MARK_BASE + 2: 4}, lost=2,
                             errors=1)], MARKS, {})
-    assert sprayed == {"lf0r0~spine0#0>lf1r7~spine0#0": [4, 0, 0],
-                       "lf0r0~spine2#0>lf1r7~spine2#0": [4, 0, 0]}
-    # unmarked (same leaf, or a fabric whose first switch has one way up): no inner path
+    ends = ("s0g0~lf0r0#0", "s3g7~lf1r7#0")
+    assert sprayed == {f"{ends[0]}>lf0r0~spine0#0>lf1r7~spine0#0>{ends[1]}": [4, 0, 0],
+                       f"{ends[0]}>lf0r0~spine2#0>lf1r7~spine2#0>{ends[1]}": [4, 0, 0],
+                       f"{ends[0]}>{ends[1]}": [2, 2, 1]}
+    # unmarked (same leaf, or a fabric whose first switch has one way up): the NIC links
     assert MARKS.path("s0g0", "s1g0", 64) == ["s0g0~lf0r0#0", "s1g0~lf0r0#0"]
     assert MARKS.inner_path("s0g0", "s3g7", 64) == []
+    same_leaf: dict[str, list[int]] = {}
+    add_paths(same_leaf, [row("s0g0", "s1g0", 50003, {64: 7}, lost=1)], MARKS, {})
+    assert same_leaf == {"s0g0~lf0r0#0>s1g0~lf0r0#0": [8, 1, 0]}
 
 
 def test_every_name_is_a_plan_link_and_the_marks_invert() -> None:
@@ -403,3 +408,37 @@ def test_two_faults_are_named_alike_whatever_the_hash_seed() -> None:
                            check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}
                            ).stdout.strip() for seed in range(6)}
     assert seen == {str(["lf1r2~spine0#0", "lf0r1"])}
+
+
+def test_a_nics_loss_in_the_jobs_flows_is_the_nics_not_its_leafs() -> None:
+    """s1g5's cable loses (a gray run's): its probe streams lose on every lane, and so do
+    two of the job's flows to it. The job's paths carry their NIC links as the probes'
+    do, so one NIC link is on every lossy path and the NIC is named; without them the
+    job's two would leave only its leaf on all (a partial blackhole's alert)."""
+    topo = Topo.from_plan(PLAN)
+    probes = {"s3g2~lf1r2#0>lf1r2~spine3#0>lf0r5~spine3#0>s1g5~lf0r5#0": 4.0,
+              "s3g2~lf1r2#0>lf1r2~spine2#0>lf0r5~spine2#0>s1g5~lf0r5#0": 2.0,
+              "s1g5~lf0r5#0>lf0r5~spine0#0>lf1r7~spine0#0>s3g7~lf1r7#0": 2.0,
+              "s1g5~lf0r5#0>lf0r5~spine2#0>lf1r7~spine2#0>s3g7~lf1r7#0": 2.0,
+              "s1g5~lf0r5#0>lf0r5~spine1#0>lf1r7~spine1#0>s3g7~lf1r7#0": 1.0,
+              "s3g2~lf1r2#0>lf1r2~spine1#0>lf0r5~spine1#0>s1g5~lf0r5#0": 1.0,
+              "s3g2~lf1r2#0>lf1r2~spine0#0>lf0r5~spine0#0>s1g5~lf0r5#0": 1.0,
+              "s1g5~lf0r5#0>lf0r5~spine3#0>lf1r7~spine3#0>s3g7~lf1r7#0": 1.0}
+    job = [("s1g5", "s1g7", MARK_BASE + 2), ("s1g5", "s3g5", MARK_BASE + 1)]
+
+    def named(nics: bool) -> list[tuple[str, str]]:
+        v = {(PROBE, f"{PATH_LOST}:{p}"): n for p, n in probes.items()}
+        for s, d, ttl in job:
+            path = MARKS.path(s, d, ttl) if nics else MARKS.inner_path(s, d, ttl)
+            v[(JOB, f"{PATH_LOST}:{path_key(path)}")] = 1.0
+        hist = History()
+        hist.add(0.0, {})
+        hist.add(1.0, v)
+        return [(f.detector, f.component) for f in lane_loss.detect(hist, topo)]
+
+    assert named(nics=False) == [(lane_loss.SWITCH, "lf0r5")]
+    assert named(nics=True) == [(lane_loss.NIC, "s1g5")]
+    rows = [row(s, d, 50001, {ttl: 9}, lost=1) for s, d, ttl in job]
+    it = Iteration(0, 0.0, 1.0, 1.0, {}, 0, lossy=[])
+    add_paths(it.paths, rows, MARKS, {})
+    assert {k for k in it.paths} == {path_key(MARKS.path(s, d, t)) for s, d, t in job}
