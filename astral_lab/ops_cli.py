@@ -7,6 +7,7 @@ ops-eval run scored again from its file (``rescore``).
     sudo astral-lab ops diagnose                    interactive: ask, read, ask again
     astral-lab ops diagnose --db run.sqlite --ask "what is wrong?"   offline, from a file
     astral-lab ops rescore results/20261205-101500-ops_eval     scores from ops_eval.json
+    astral-lab ops rescore --redetect RUN_DIR       ... with this checkout's detectors replayed
 
 Both find the running lab by its run record (``/run/astral-lab/``): its wiring plan,
 its controller's REST port and its host shells (whose namespaces the collector and the
@@ -322,12 +323,16 @@ RESCORE_COLUMNS = (("recall", "recall"), ("alert precision", "precision"), ("F1"
                    ("any-alert F1", "any_alert_f1"), ("any-alert top-1", "any_alert_top1"))
 
 
-def rescore(run_dir: str) -> dict[str, Any]:
+def rescore(run_dir: str, redetect: bool = False) -> dict[str, Any]:
     """Every alert source's scores (``ops.evaluate.summaries``) from a run folder's
     ``ops_eval.json`` alone, read and never written: the raw alerts, the agent's answers,
-    the injector's events and the phases' instants it keeps."""
+    the injector's events and the phases' instants it keeps. ``redetect``: the agent's
+    alerts and answers are instead those this checkout's detectors give over the run's
+    ``telemetry.sqlite`` (``ops.replay``); the phases it does not cover are not scored
+    (``replayed`` says which was), and the baselines keep what they raised live."""
     # lazy: ops.evaluate adds ~12 ms to every astral-lab command; only `ops rescore` uses it
     from ops.evaluate import score_run, summaries
+    from ops.replay import redetect as replay
 
     path = in_file(os.path.join(run_dir, "ops_eval.json"), "RUN_DIR")
     try:
@@ -340,20 +345,53 @@ def rescore(run_dir: str) -> dict[str, Any]:
         raise ValueError(f"{path}: not an ops-eval run that can be scored again (missing or "
                          f"bad {exc}; runs before the strict score kept no plan and no "
                          "baselines' alerts)") from None
-    return summaries(score_run(res, plan))
+    if not redetect:
+        return summaries(score_run(res, plan))
+    db = in_file(os.path.join(run_dir, "telemetry.sqlite"), "RUN_DIR")
+    try:
+        store = Store(db, readonly=True)
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{db}: not a telemetry store ({exc})") from None
+    with store:
+        got = replay(plan, store.history())
+    if got["covered"] is None:
+        raise ValueError(f"{db}: no polls recorded, nothing to replay")
+    first, last = got["covered"]
+    phases, step = res["phases"], res["interval_s"]
+    whole = {"clean": first <= phases["clean"] + step, "faults": first <= phases["faults"] + step
+             and last >= phases["end"] - step}
+    if not whole["faults"]:
+        raise ValueError(f"{db}: the polls recorded ({first:.0f}-{last:.0f}) do not cover the "
+                         "fault phase; its faults cannot be replayed")
+    res["alerts"], res["diagnoses"] = got["alerts"], got["diagnoses"]
+    out = summaries(score_run(res, plan))
+    if not whole["clean"]:  # the store had dropped its oldest polls: no fault-free phase
+        for k in [k for k in out if k.endswith("_clean")] + [
+                "false_alarms_per_hour", "any_alert_false_alarms_per_hour"]:
+            out[k] = None
+    out["replayed"] = {"polls": got["polls"], "from": first, "to": last, **whole}
+    return out
 
 
 def run_rescore(args: argparse.Namespace) -> int:
-    scores = rescore(args.run_dir)
+    scores = rescore(args.run_dir, redetect=args.redetect)
     if args.json:
         print(json.dumps(scores, indent=1, sort_keys=True))
         return 0
-    every = {"agent": scores, **scores["baselines"]}
+    every = {"agent" if "replayed" not in scores else "agent (replayed)": scores,
+             **scores["baselines"]}
     print(format_table([{"source": name, **{c: None if s.get(k) is None else f"{s[k]:g}"
                                              for c, k in RESCORE_COLUMNS}}
                         for name, s in every.items()]))
     print(f"{scores['faults']} faults, {scores['detected']} detected (strict); "
           "definitions: ops/evaluate.py, docs/operations.md")
+    r = scores.get("replayed")
+    if r is not None:
+        print(f"agent replayed: this checkout's detectors over the {r['polls']} polls "
+              "recorded in telemetry.sqlite" + ("" if r["clean"] else
+              "; they start after the fault-free phase (the store keeps its newest "
+              "samples), so its false alarms are not scored and alert precision is the "
+              "fault phase's"))
     return 0
 
 
@@ -396,6 +434,9 @@ def add_ops_parser(subparsers: Any) -> argparse.ArgumentParser:
     r = sub.add_parser("rescore", help="score an ops-eval run again from its ops_eval.json")
     r.add_argument("run_dir", metavar="RUN_DIR", help="the run's results folder")
     r.add_argument("--json", action="store_true", help="print every score as JSON")
+    r.add_argument("--redetect", action="store_true",
+                   help="the agent's alerts and answers from this checkout's detectors, "
+                        "replayed over the run's telemetry.sqlite")
     r.set_defaults(fn=run_rescore)
     return p
 

@@ -56,7 +56,7 @@ PURE = (
     "controllers.paths", "controllers.routing", "controllers.lb",
     "controllers.flowtable", "controllers.lbscore", "traffic.workload", "traffic.kernels",
     "scenarios.link_failure_metrics", "testbed.capture", "ops.dashboard", "ops.metrics",
-    "ops.detectors", "ops.evaluate", "ops.baselines", "ops.questions",
+    "ops.detectors", "ops.evaluate", "ops.baselines", "ops.questions", "ops.replay",
 )
 
 Graph = dict[str, set[str]]
