@@ -277,19 +277,15 @@ def reconverging(hist: History, n: int) -> list[set[str]]:
 
 
 def crossed(hist: History) -> set[str]:
-    """The links the standing wiring check (within ``miswired.HOLD_POLLS`` polls) found
-    crossed, and the switch two of them share: the miswiring's alert names them, and the
-    loss across them is the miswiring's, not a culprit of this detector's to name (its
-    paths stay in the pool: a fault beside it still explains its own)."""
-    checked = hist.last(miswired.COMPONENT, miswired.CHECKED, miswired.HOLD_POLLS)
-    at = next((i for i in range(len(checked) - 1, -1, -1) if checked[i] is not None), None)
-    if at is None:
+    """The links the standing wiring check found crossed (``miswired.standing``), and the
+    switch two of them share: the miswiring's alert names them, and the loss across them
+    is the miswiring's, not a culprit of this detector's to name (its paths stay in the
+    pool: a fault beside it still explains its own)."""
+    found = miswired.standing(hist)
+    if found is None:
         return set()
-    idx = len(hist.times) - len(checked) + at
-    found = {c for c, m in list(hist.keys())
-             if m == miswired.METRIC and hist.values(c, m)[idx]}
-    ends = [e for ln in found for e in _ends(ln)]
-    return found | {e for e in ends if ends.count(e) > 1}
+    ends = [e for ln in found[1] for e in _ends(ln)]
+    return found[1] | {e for e in ends if ends.count(e) > 1}
 
 
 def _hold(component: str) -> int:

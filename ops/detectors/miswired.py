@@ -36,16 +36,23 @@ HOLD_POLLS = 30
 def detect(hist: History, topo: Topo) -> list[Finding]:
     """Miswired: the latest wiring check (within HOLD_POLLS polls) saw a link's frames
     arrive at another port than planned."""
+    found = standing(hist)
+    if found is None:
+        return []
+    when, links = found
+    return [Finding(NAME, comp, "warning",
+                    f"its probe frames arrived at another port than planned "
+                    f"(wiring check at {when:.0f})", {"checked_at": when}, when)
+            for comp in topo.links if comp in links]
+
+
+def standing(hist: History) -> tuple[float, set[str]] | None:
+    """The latest wiring check within HOLD_POLLS polls: when it ran and the links it found
+    miswired; None if none ran."""
     checked = hist.last(COMPONENT, CHECKED, HOLD_POLLS)
     at = next((i for i in range(len(checked) - 1, -1, -1) if checked[i] is not None), None)
     if at is None:
-        return []
+        return None
     idx = len(hist.times) - len(checked) + at
-    when = list(hist.times)[idx]
-    out = []
-    for comp in topo.links:
-        if hist.values(comp, METRIC)[idx]:
-            out.append(Finding(NAME, comp, "warning",
-                               f"its probe frames arrived at another port than planned "
-                               f"(wiring check at {when:.0f})", {"checked_at": when}, when))
-    return out
+    links = {c for c, m in list(hist.keys()) if m == METRIC and hist.values(c, m)[idx]}
+    return list(hist.times)[idx], links
