@@ -157,6 +157,7 @@ def test_lane_marks_name_the_lossy_and_the_corrupting_lane(
     plan = build("astral3", servers=4, gpus=2)
     train, decode = job_traffic(plan, 4, 2, 16, seed=1)
     lanes = {c: ln for c, ln in link_components(plan).items() if ln.kind == "lane"}
+    nics = {c for c, ln in link_components(plan).items() if ln.kind != "lane"}
     with Lab(plan, log=lambda m: None) as lab:
         job = MoeJob(lab, train, decode, decode_every=2, log=lambda m: None)
         mon = Monitor(lab, None, interval=1.0, job=job)
@@ -170,7 +171,9 @@ def test_lane_marks_name_the_lossy_and_the_corrupting_lane(
             for it in clean:
                 for key, (packets, lost, bad) in it.paths.items():
                     assert lost == bad == 0 or it is clean[0], (key, lost, bad)
-                    hops = key.split(">")
+                    links = key.split(">")  # the two NIC links and the lanes between
+                    assert {links[0], links[-1]} <= set(nics), key
+                    hops = [c for c in links if c in lanes]
                     for c in hops:
                         sent[c] = sent.get(c, 0) + packets
                         for other in hops:
