@@ -22,7 +22,7 @@ JOB = "job"
 LOST = "lost:"
 
 
-#: per path between switches (``path_key``), the job's packets lost along it, and corrupt
+#: per path (``path_key``), the job's packets lost along it, and corrupt
 #: (exported when nonzero: the packets a path carried stay in the job's record)
 PATH_LOST, PATH_CORRUPT = "path_lost", "path_corrupt"
 PATH_METRICS = (PATH_LOST, PATH_CORRUPT)
@@ -59,7 +59,7 @@ class Iteration:
     #: flows that lost packets or received corrupt ones:
     #: ``{"src", "dst", "sport", "lost", "errors", "kernel"}``
     lossy: list[dict[str, Any]] = field(default_factory=list)
-    #: per path between switches the job's packets took, as the lane marks tell
+    #: per path the job's packets took, as the lane marks tell
     #: (``path_key``): ``[packets sent along it, lost, corrupt]`` (``add_paths``)
     paths: dict[str, list[int]] = field(default_factory=dict)
     error: str | None = None  # a replay that failed (the iteration is not timed)
@@ -135,7 +135,7 @@ def iteration_values(done: list[Iteration]) -> dict[tuple[str, str], float]:
     """Telemetry of component ``JOB`` for the iterations that ended since the last poll:
     ``iter_s`` (the slowest of them), ``iter_lost``, ``iter_failed``, ``decode_s``, per
     pair of NICs whose flows lost packets, how many (``pair_metric``), and per path
-    between switches, the packets lost and corrupt along it (``PATH_METRICS``). A failed
+    (its NIC links and lanes), the packets lost and corrupt along it (``PATH_METRICS``). A failed
     iteration has no time. An iteration whose receivers dropped packets measured the
     machine, not the fabric: only ``iter_rxdrops`` says so (a receiver's drop cannot be
     told from the fabric's loss flow by flow)."""
