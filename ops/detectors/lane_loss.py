@@ -56,8 +56,9 @@ ALERTS = {
 #: the job's packets are pooled over this many recent polls (an iteration ends every few
 #: polls, and the damaged packets that tell partner lanes apart come a few at a time) ...
 HOLD_POLLS = 15
-#: ... the probe streams' over this many (they carry tens of packets a lane each poll)
-PROBE_HOLD_POLLS = 6
+#: ... the probe streams' over this many (they carry hundreds of datagrams a lane each
+#: poll, yet a lane losing 0.1% of them loses one every few polls each way)
+PROBE_HOLD_POLLS = 10
 #: at least this many damaged packets (lost; corrupt: CORRUPT_MIN) before anything is named
 LOSS_MIN = 3
 CORRUPT_MIN = 2

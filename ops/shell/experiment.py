@@ -150,6 +150,10 @@ STREAM_PORT = 4800
 #: partial blackhole's masked match on them can (up to 1/32 of the port space), and each
 #: stream crosses whatever slice a switch drops
 STREAM_SPORTS = range(50000, 50032)
+#: the bound of an evaluation's telemetry store: the whole of a run of the default fabric
+#: (about a thousand rows a poll), so that ``ops rescore --redetect`` replays all of it,
+#: fault-free phase included; the store of a live ``ops watch`` keeps the default bound
+RUN_STORE_ROWS = 4_000_000
 
 
 def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
@@ -208,7 +212,7 @@ def eval_on_lab(lab: RunningLab, spec: EvalSpec, *,
     phase, so false alarms are counted over equal times); before it,
     ``calibrate_s`` seconds (default a third of it, at least 30 polls) of clean traffic
     set the static-thresholds baseline's thresholds (``ops.baselines.calibrated``).
-    ``store_path``: keep the telemetry in that SQLite file.
+    ``store_path``: keep the telemetry in that SQLite file (up to RUN_STORE_ROWS rows).
 
     Returns ``{"plan", "schedule", "events", "phases", "alerts", "diagnoses",
     "baseline_alerts", "baseline_mbps", "telemetry", "questions", "job", ...}``: the
@@ -266,7 +270,8 @@ def eval_on_lab(lab: RunningLab, spec: EvalSpec, *,
     # the observer polls, detects and diagnoses in a process of its own, beside the job;
     # it reads the streams' reports as they are rewritten
     observer = ObserverProcess(LabRecord.of(lab), interval=interval, store_path=store_path,
-                               probes=[(s.src, s.dst, s.out) for s in streams])
+                               probes=[(s.src, s.dst, s.out) for s in streams],
+                               store_rows=RUN_STORE_ROWS)
     moe = MoeJob(lab, job[0], job[1], decode_every=decode_every, log=log,
                  rate_mbps=spec.job_mbps, on_iteration=observer.feed) if job else None
     try:

@@ -41,7 +41,7 @@ from controllers.shell.client import ControllerClient
 from ops.probes import ProbeTally, Report
 from ops.questions import QuestionSpec
 from ops.shell.monitor import Monitor, WiringWatch
-from ops.telemetry import Store
+from ops.telemetry import DEFAULT_MAX_ROWS, Store
 from testbed.models.forked import PR_SET_PDEATHSIG
 from testbed.wiring import findings
 from traffic.iterations import Iteration, iteration_values
@@ -147,12 +147,13 @@ class ObserverProcess:
 
     def __init__(self, record: LabRecord, *, interval: float, store_path: str | None = None,
                  build: Callable[..., Monitor] | None = None,
-                 probes: list[tuple[str, str, str]] | None = None) -> None:
+                 probes: list[tuple[str, str, str]] | None = None,
+                 store_rows: int = DEFAULT_MAX_ROWS) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=serve, name="ops-observer", daemon=True,
                                  args=(record, interval, store_path, child,
-                                       build or monitor_for, os.getpid(), probes))
+                                       build or monitor_for, os.getpid(), probes, store_rows))
         self._child = child
         self._send_lock = threading.Lock()  # the job's thread feeds, the main thread asks
         self._call_lock = threading.Lock()  # one request and its answer at a time
@@ -244,14 +245,15 @@ def monitor_for(record: LabRecord, interval: float, store: Store | None,
 
 def serve(record: LabRecord, interval: float, store_path: str | None, conn: Connection,
           build: Callable[..., Monitor], parent: int,
-          probes: list[tuple[str, str, str]] | None = None) -> None:
+          probes: list[tuple[str, str, str]] | None = None,
+          store_rows: int = DEFAULT_MAX_ROWS) -> None:
     """The child: poll and answer until told to stop (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         return  # the parent died before we could ask to die with it
-    store = Store(store_path) if store_path else None
+    store = Store(store_path, max_rows=store_rows) if store_path else None
     feed = JobFeed(record.plan, probes)
     try:
         mon = build(record, interval, store, feed)

@@ -69,7 +69,9 @@ WORDS = Prose.of_module(__name__)  # the report's prose: scenarios/templates/<th
     Param("mbps_per_host", 4.0, "probe streams each NIC sends (emulated Mb/s)", quick=20.0,
           rule=positive(MAX_EMULATED_MBPS)),
     Param("fault_s", 20.0, "how long each fault lasts (s)", quick=10.0, rule=PHASE_SECONDS),
-    Param("gap_s", 6.0, "gap between faults (s)", rule=PHASE_SECONDS),
+    Param("gap_s", 16.0, "gap between faults (s): longer than the detectors hold what they "
+          "saw (lane-loss pools the job's last 15 polls), so each try starts on a quiet "
+          "fabric", quick=6.0, rule=PHASE_SECONDS),
     Param("clean_s", 60.0, "fault-free phase (s) before the faults (its false alarms count)",
           quick=20.0, rule=real(0, 3600)),
     Param("interval", 1.0, "telemetry polling interval (s)", rule=positive(60)),
