@@ -28,6 +28,12 @@ adaptive modes) match one transport flow exactly and send it out of the port its
 assigned path names, through a fast-failover group whose later buckets are the
 other equal-cost ports, so a failed link is still skipped by the switch alone.
 
+*Probe lanes* (``vocab.lanemark``): on a host-facing switch, each IPv4 route over several
+uplinks gets one entry per lane slot above it, matching the probe streams' destination
+ports and the slot's bits of the source port, whose failover group starts with the
+slot's uplink; the prober, not the hash, picks the lane, and a route that lost an uplink
+spreads that slot over the ports it has left.
+
 *Lane marks* (``vocab.lanemark``): on a host-facing switch, every IPv4 decision that
 leaves by one of its uplinks sets the IPv4 TTL to that uplink's mark before the output,
 so a receiver can name the lane an ECMP-hashed flow took. ``build_table`` takes the
@@ -47,16 +53,18 @@ from typing import Any
 
 from controllers.routing import PRIO_MISS, Route
 from vocab.flows import PROTOS, Flow
+from vocab.lanemark import PROBE_DPORT, PROBE_DPORT_MASK, lane_match, lane_slots
 
 ETH_IPV4 = 0x0800
 ETH_ARP = 0x0806
 
-#: Every entry carries a cookie saying who made it: routes, or per-flow pins.
+#: Every entry carries a cookie saying who made it: routes, per-flow pins, or probe lanes.
 COOKIE_ROUTE = 0xA5700001
 COOKIE_PIN = 0xA5700002
+COOKIE_PROBE = 0xA5700003
 #: The controller owns the entries with its cookies; an entry with any other cookie is
 #: another agent's (an operator's rule, an injected fault) and is left alone.
-OWN_COOKIES = frozenset({COOKIE_ROUTE, COOKIE_PIN})
+OWN_COOKIES = frozenset({COOKIE_ROUTE, COOKIE_PIN, COOKIE_PROBE})
 #: Pins sit above the ECMP routes and below local delivery (see ``routing``).
 PRIO_PIN = 250
 
@@ -217,6 +225,7 @@ def build_table(routes: list[Route], pins: Iterable[Pin] = (),
         shift = zlib.crc32(route.dest.encode()) % len(route.ports)
         order = route.ports[shift:] + route.ports[:shift]
         pending.append((route.priority, arp_match, via(order, "ff", False), COOKIE_ROUTE))
+        pending.extend(_probe_lanes(route, ip_match, marks, via))
     for pin in pins:
         match = pin.match
         if not match:
@@ -234,6 +243,31 @@ def build_table(routes: list[Route], pins: Iterable[Pin] = (),
     miss = Entry(PRIO_MISS, (), ())
     table.entries[miss.key] = miss
     return table
+
+
+def _probe_lanes(route: Route, ip_match: Match, marks: Mapping[int, int],
+                 via: Any) -> list[tuple[int, Match, GroupSpec | tuple[Action, ...], int]]:
+    """The probe-lane entries of ``route`` (see the module docstring): none unless it
+    leaves by several of the switch's marked uplinks. Slot ``k`` goes out of the uplink
+    of rank ``k % uplinks`` (ranked by mark), or, when the route lost that one, out of
+    the route's port ``k % ports``; the later ports of its failover group are the
+    route's others, so a dead first port is skipped by the switch alone."""
+    ports = route.ports
+    if len(ports) < 2 or not all(p in marks for p in ports):
+        return []
+    ranked = sorted(marks, key=marks.__getitem__)
+    slots = lane_slots(len(ranked))
+    out = []
+    for k in range(slots):
+        first = ranked[k % len(ranked)]
+        if first not in ports:
+            first = ports[k % len(ports)]
+        order = (first,) + tuple(p for p in ports if p != first)
+        match = canon_match(ip_match + (("ip_proto", PROTOS["udp"]),
+                                        ("udp_dst", (PROBE_DPORT, PROBE_DPORT_MASK)),
+                                        ("udp_src", lane_match(k, slots))))
+        out.append((PRIO_PIN, match, via(order, "ff", True), COOKIE_PROBE))
+    return out
 
 
 def _allocate(wanted: list[GroupSpec], previous: Table | None) -> dict[GroupSpec, int]:

@@ -13,6 +13,10 @@ RoCE frame stays valid; the switch fixes the IPv4 header checksum as it rewrites
 Uplinks are the links of kind ``lane`` or ``uplink`` whose lower end (``a``) is the switch;
 a host-facing switch is one a host's NIC link ends at (none on railonly, whose NICs meet the
 server's NVLink switch first: its frames go unmarked).
+
+The same switches pin *probe lanes* (``PROBE_DPORT``): a probe datagram's source port
+names the uplink it leaves by, so a prober knows in advance which lane each of its flows
+rides, and the marks confirm it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,51 @@ from vocab.plan import Link, WiringPlan, link_components
 #: marked TTLs are MARK_BASE .. MARK_BASE + uplinks - 1; senders use a TTL below it
 MARK_BASE = 128
 UPLINK_KINDS = ("lane", "uplink")
+
+#: *Probe lanes*: UDP datagrams to a destination port in this block (``port & PROBE_DPORT_MASK
+#: == PROBE_DPORT``: 1,024 ports, one per probe stream) leave a host-facing switch by the uplink
+#: their source port names, not by the ECMP hash, so a prober chooses the lane each of its
+#: flows rides (as path-aware probers such as R-Pingmesh do) and can aim at one lane
+PROBE_DPORT = 0x2000
+PROBE_DPORT_MASK = 0xFC00
+#: the source port's bits from this one up name the lane slot; the bits below it are free,
+#: so a stream's ports can take every value of the low bits on every lane
+LANE_SHIFT = 5
+#: a probe stream's source ports: this many, 1 << LANE_SHIFT, one per value of the low bits
+PROBE_SPORTS = 1 << LANE_SHIFT
+#: the first of them (a multiple of 1 << (LANE_SHIFT + 5): up to 32 lane slots)
+PROBE_SPORT_BASE = 50176
+
+
+def lane_slots(uplinks: int) -> int:
+    """How many lane slots a switch with ``uplinks`` uplinks pins probes to: the power of
+    two at or above it (slot ``k`` is the uplink of rank ``k % uplinks``)."""
+    if not 1 <= uplinks <= 32:
+        raise ValueError(f"probe lanes need 1 to 32 uplinks (got {uplinks})")
+    return 1 << (uplinks - 1).bit_length()
+
+
+def lane_match(slot: int, slots: int) -> tuple[int, int]:
+    """``(value, mask)`` of the UDP source ports a switch with ``slots`` lane slots pins
+    to ``slot``."""
+    return slot << LANE_SHIFT, (slots - 1) << LANE_SHIFT
+
+
+def probe_sports(color: int, slots: int) -> list[int]:
+    """A probe stream's PROBE_SPORTS source ports, the same number on every lane slot of
+    ``slots``. Port ``r`` (its low bits) rides slot ``(r * slots // PROBE_SPORTS + color)
+    % slots``: streams of different ``color`` put a given value of the low bits on
+    different lanes, so a rule dropping those ports (a partial blackhole) loses them on
+    several lanes of its switch, not on one, and is not taken for a lossy lane."""
+    if slots < 1 or slots & (slots - 1) or slots > PROBE_SPORTS:
+        raise ValueError(f"slots must be a power of two up to {PROBE_SPORTS} (got {slots})")
+    return [PROBE_SPORT_BASE + (((r * slots // PROBE_SPORTS + color) % slots) << LANE_SHIFT)
+            + r for r in range(PROBE_SPORTS)]
+
+
+def probe_slot(sport: int, slots: int) -> int:
+    """The lane slot source port ``sport`` is pinned to on a switch with ``slots``."""
+    return (sport >> LANE_SHIFT) & (slots - 1)
 
 
 class LaneMarks:

@@ -26,6 +26,7 @@ from traffic.iterations import settled
 from traffic.kernels import FlowSpec, KernelTraffic
 from traffic.shell.moejob import MoeJob
 from traffic.shell.running import RunningLab
+from vocab.lanemark import PROBE_DPORT, PROBE_SPORTS, LaneMarks, lane_slots, probe_sports
 from vocab.plan import WiringPlan
 
 #: the longest the warm-up waits for the MoE job to settle (``traffic.iterations.settled``)
@@ -143,13 +144,26 @@ def stream_flows(plan: WiringPlan) -> list[FlowSpec]:
     return [FlowSpec.make(a, b, 1_000_000) for a, b in stream_pairs(plan)]
 
 
-#: the UDP port of the first steady stream (stream i: STREAM_PORT + i), clear of the job's
-#: (4791) and a hot receiver's (``testbed.faultkinds.hot_receiver.HOT_PORT``)
-STREAM_PORT = 4800
-#: the steady streams' UDP source ports: 32 in a row, so their low bits take every value a
-#: partial blackhole's masked match on them can (up to 1/32 of the port space), and each
-#: stream crosses whatever slice a switch drops
-STREAM_SPORTS = range(50000, 50032)
+def stream_sports(plan: WiringPlan) -> list[list[int]]:
+    """Each steady stream's source ports (``vocab.lanemark.probe_sports``), in
+    ``stream_pairs`` order: the controller pins them to lanes, the same number on every
+    uplink of the sender's leaf. Their low bits take every value a partial blackhole's
+    masked match on them can (up to 1/32 of the port space), so each stream crosses
+    whatever slice a switch drops; and the streams that leave or reach one leaf get
+    different colours where the lane slots allow, so one such slice lands on several of
+    that leaf's lanes and is not taken for a lossy lane."""
+    marks = LaneMarks(plan)
+    slots = lane_slots(max((len(u) for u in marks.uplinks.values()), default=1))
+    used: dict[str, set[int]] = defaultdict(set)  # leaf -> colours of its streams
+    out = []
+    for src, dst in stream_pairs(plan):
+        ends = [marks.switch_of.get(src, src), marks.switch_of.get(dst, dst)]
+        taken = used[ends[0]] | used[ends[1]]
+        color = min(range(slots), key=lambda c: (c in taken, sum(c in used[e] for e in ends)))
+        for e in ends:
+            used[e].add(color)
+        out.append(probe_sports(color, slots))
+    return out
 #: the bound of an evaluation's telemetry store: the whole of a run of the default fabric
 #: (about a thousand rows a poll), so that ``ops rescore --redetect`` replays all of it,
 #: fault-free phase included; the store of a live ``ops watch`` keeps the default bound
@@ -161,21 +175,23 @@ def steady_traffic(lab: RunningLab, seconds: float, mbps_per_host: float = 16.0,
     """One probe ``Stream`` from every NIC to a NIC on another leaf, for ``seconds``.
 
     Host i sends to the host ``n/2`` positions later in plan order, so every flow crosses
-    the spines; its STREAM_SPORTS source ports spread it over the lanes (ECMP hashes them).
-    Stream i goes to UDP port STREAM_PORT + i (4791 is the job's, whose receivers take
-    it, and a hot receiver's flood has a port of its own). At 16
+    the spines; its source ports (``stream_sports``) ride the lanes the controller pins
+    them to, evenly. Stream i goes to UDP port ``PROBE_DPORT + i`` (``vocab.lanemark``:
+    the block the controller pins; 4791 is the job's, whose receivers take it, and a hot
+    receiver's flood has a port of its own). At 16
     Mb/s of 1000-byte datagrams per host every lane of the default small fabric carries ~8
     Mb/s (40% of 20 Mb/s), so a lane cut below that queues. ``every``: the receivers
     rewrite their reports that often (``ops.probes`` reads them as they run). The
     streams are the compiled plane's: they run beside the job for the whole experiment,
     and Python's per-datagram work would take the machine the job and switch need.
     """
-    pps = mbps_per_host * 1e6 / 8 / size / len(STREAM_SPORTS)
+    pps = mbps_per_host * 1e6 / 8 / size / PROBE_SPORTS
     streams: list[Stream] = []
     try:
-        for i, (src, dst) in enumerate(stream_pairs(lab.plan)):
-            streams.append(Stream(lab, src, dst, sports=STREAM_SPORTS, pps=pps,
-                                  duration=seconds, port=STREAM_PORT + i, size=size,
+        for i, ((src, dst), sports) in enumerate(zip(stream_pairs(lab.plan),
+                                                     stream_sports(lab.plan), strict=True)):
+            streams.append(Stream(lab, src, dst, sports=sports, pps=pps,
+                                  duration=seconds, port=PROBE_DPORT + i, size=size,
                                   every=every, plane="native").start())
     except BaseException:
         for s in streams:

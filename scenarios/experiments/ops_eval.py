@@ -53,7 +53,7 @@ from ops.evaluate import (
     summaries,
 )
 from ops.probes import budget
-from ops.shell.experiment import STREAM_SPORTS, eval_on_lab, stream_flows, stream_pairs
+from ops.shell.experiment import eval_on_lab, stream_flows, stream_pairs, stream_sports
 from scenarios.base import (
     FABRIC_GPUS,
     GPUS,
@@ -77,6 +77,7 @@ from traffic.kernels import FlowSpec
 from traffic.shell.moejob import job_traffic
 from traffic.workload import Phase
 from vocab.flows import QP_SPORT_BASE
+from vocab.lanemark import PROBE_SPORTS
 from vocab.plan import WiringPlan
 from vocab.validate import SEED, count, positive, real
 
@@ -306,14 +307,16 @@ STREAM_HEADERS = 14 + 20 + 8
 def steady_model(plan: WiringPlan, mbps_per_host: float, draws: int) -> dict[str, Any]:
     """The flow model's steady receive rate of the job (Mb/s of frames), over hash draws.
 
-    Every stream source port is a flow (ECMP hashes each), paced at its share of
+    Every stream source port is a flow (the model hashes each; the controller pins them
+    to lanes evenly, which spreads them no worse), paced at its share of
     ``mbps_per_host``: each gets min(that cap, its uncapped max-min rate), exact when the
     fabric carries every stream at its cap (then the capped max-min solution is the caps),
     a lower estimate otherwise."""
     frame = (STREAM_PAYLOAD + STREAM_HEADERS) / STREAM_PAYLOAD
-    cap = mbps_per_host / len(STREAM_SPORTS) * frame
+    cap = mbps_per_host / PROBE_SPORTS * frame
     flows = [FlowSpec.make(a, b, 1_000_000, qp=sp - QP_SPORT_BASE)
-             for a, b in stream_pairs(plan) for sp in STREAM_SPORTS]
+             for (a, b), sports in zip(stream_pairs(plan), stream_sports(plan), strict=True)
+             for sp in sports]
     rates = []
     for s in range(max(1, draws)):
         m = model_flows(plan, flows, "ecmp", seed=s, unit="mbps")

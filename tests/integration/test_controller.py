@@ -19,6 +19,7 @@ from controllers.shell.client import ControllerError
 from testbed.shell.lab import Lab
 from testbed.shell.probe import Stream
 from testbed.topologies import build
+from vocab.lanemark import MARK_BASE, PROBE_DPORT, LaneMarks, lane_slots, probe_slot, probe_sports
 from vocab.plan import WiringPlan
 
 SPORTS = range(50000, 50016)
@@ -57,6 +58,30 @@ def test_ecmp_spreads_many_udp_flows_between_two_leaves_over_all_spines(
         # 64 flows over 4 spines: P(some spine gets none) ~ 4 * 0.75^64 = 4e-8
         assert all(n >= 20 for n in carried.values()), carried
         assert max(carried.values()) < 0.6 * sum(carried.values()), carried
+    assert_clean(plan)
+
+
+@pytest.mark.parametrize("plane", ["python", "native"])
+def test_a_probe_rides_the_lane_its_source_port_names_on_real_switches(
+        plane: str, assert_clean: Callable[[WiringPlan], None]) -> None:
+    """The probe block's datagrams leave by the uplink their source port's slot names
+    (OVS applying the masked matches), each port on one lane, and the marks say so; the
+    same ports to another UDP port are the hash's."""
+    plan = small()
+    lanes = LaneMarks(plan)
+    ups = lanes.uplinks[lanes.switch_of["s0g0"]]
+    slots = lane_slots(len(ups))
+    sports = probe_sports(1, slots)
+    with Lab(plan, lb="ecmp", poll_interval=0.5) as lab:
+        with Stream(lab, "s0g0", "s2g1", sports=sports, pps=20, duration=2,
+                    port=PROBE_DPORT + 3, plane=plane) as st:
+            pass
+        flows = st.result["flows"]
+        assert sorted(int(p) for p in flows) == sorted(sports)
+        for sp in sports:
+            marks = {int(t): n for t, n in flows[str(sp)]["marks"].items() if n}
+            want = MARK_BASE + probe_slot(sp, slots) % len(ups)
+            assert list(marks) == [want] and marks[want] >= 20, (sp, marks)
     assert_clean(plan)
 
 

@@ -24,6 +24,7 @@ import pytest
 
 from controllers.fabric import FabricLogic
 from controllers.flowtable import (
+    COOKIE_PROBE,
     ETH_ARP,
     ETH_IPV4,
     Entry,
@@ -36,10 +37,19 @@ from controllers.flowtable import (
 )
 from controllers.routing import attach_points, compute_routes
 from controllers.shell.ofmsgs import entry_mod, group_mod, messages, protocol, switch_program
+from ops.shell.experiment import stream_pairs, stream_sports
 from testbed.topologies import build
 from tests.unit.fakeof import HOST_TTL, Delivery, FakeFabric, FakeSwitch
 from vocab.flows import Flow
-from vocab.lanemark import MARK_BASE, LaneMarks
+from vocab.lanemark import (
+    MARK_BASE,
+    PROBE_DPORT,
+    PROBE_SPORTS,
+    LaneMarks,
+    lane_slots,
+    probe_slot,
+    probe_sports,
+)
 from vocab.plan import WiringPlan
 
 OF13, OF15 = 4, 6
@@ -189,6 +199,84 @@ def test_marks_stay_true_through_a_local_failover_and_after_the_reroute(mode: st
     assert all(lane.b not in d.path or lane.a not in d.path
                for f in flows if attach_points(plan)[f.dst][0] == lane.a
                for d in deliver(fabric, f))
+
+
+# --- probe lanes: the source port, not the hash, picks a probe's uplink ------------------------
+def probe_deliveries(plan: WiringPlan, fabric: FakeFabric
+                     ) -> list[tuple[str, int, list[Delivery]]]:
+    """Every probe stream's datagrams: (sender, source port, deliveries)."""
+    out = []
+    for i, ((s, d), sports) in enumerate(zip(stream_pairs(plan), stream_sports(plan),
+                                             strict=True)):
+        for sp in sports:
+            out.append((s, sp, deliver(fabric, Flow(s, d, sp, PROBE_DPORT + i))))
+    return out
+
+
+def test_lane_slots_and_probe_ports_cover_every_slot_evenly() -> None:
+    assert [lane_slots(n) for n in (1, 2, 3, 4, 5, 8)] == [1, 2, 4, 4, 8, 8]
+    for slots in (1, 2, 4, 8):
+        for color in range(slots):
+            sports = probe_sports(color, slots)
+            per = [probe_slot(sp, slots) for sp in sports]
+            assert sorted(per) == sorted(list(range(slots)) * (PROBE_SPORTS // slots))
+            assert sorted(sp % PROBE_SPORTS for sp in sports) == list(range(PROBE_SPORTS))
+            assert per[0] == color  # the colour turns which lane the low bits 0 take
+    for bad in (lambda: lane_slots(0), lambda: lane_slots(33), lambda: probe_sports(0, 3)):
+        with pytest.raises(ValueError):
+            bad()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_probe_rides_the_lane_its_source_port_names_and_carries_its_mark(version: int) -> None:
+    plan = build("astral3")
+    logic, fabric = fresh(plan, "ecmp", version)
+    lanes = LaneMarks(plan)
+    used: dict[str, set[int]] = {}
+    for src, sp, got in probe_deliveries(plan, fabric):
+        first = lanes.switch_of[src]
+        ups = lanes.uplinks[first]
+        want = ups[probe_slot(sp, lane_slots(len(ups))) % len(ups)]
+        assert len(got) == 1, (src, sp, [d.path for d in got])  # one path: no ECMP fork
+        (d,) = got
+        assert d.hops[0] == (first, want.a_port) and d.path[2] == want.b
+        assert d.pkt["nw_ttl"] == lanes.ttl(first, want.a_port)
+        used.setdefault(first, set()).add(want.a_port)
+        # the same ports to any other UDP port are still the hash's: every lane they could take
+        assert len(deliver(fabric, Flow(src, d.path[-1], sp, 4791))) == len(ups)
+    assert used == all_uplinks(plan)
+    assert not [e for e in logic.tables["spine0"].entries.values() if e.cookie == COOKIE_PROBE]
+
+
+def test_a_probe_whose_lane_died_fails_over_then_follows_the_reroute() -> None:
+    plan = build("astral3")
+    logic, fabric = fresh(plan, "ecmp")
+    lanes = LaneMarks(plan)
+    lane = lanes.uplinks["lf0r0"][1]
+    for sw, port in ((lane.a, lane.a_port), (lane.b, lane.b_port)):
+        fabric.switches[sw].down_ports.add(port)
+
+    def check(everyone: bool) -> set[int]:
+        """The uplinks lf0r0's probes left by; every probe (``everyone``) or lf0r0's
+        arrives, marked with the lane it took."""
+        ports = set()
+        for src, _sp, got in probe_deliveries(plan, fabric):
+            if everyone or lanes.switch_of[src] == "lf0r0":
+                for d in got:
+                    assert d.path[-1] != "DROP" and d.pkt["nw_ttl"] == lanes.ttl(*d.hops[0])
+                    if lanes.switch_of[src] == "lf0r0":
+                        ports.add(d.hops[0][1])
+        return ports
+
+    # the switch alone skips the dead uplink (a spine still sends down the dead lane,
+    # as it does the hash's flows, until the controller reroutes)
+    assert check(everyone=False) == all_uplinks(plan)["lf0r0"] - {lane.a_port}
+    logic.set_port(lane.a, lane.a_port, up=False)
+    logic.set_port(lane.b, lane.b_port, up=False)
+    assert apply_changes(logic, fabric)
+    assert check(everyone=True) == all_uplinks(plan)["lf0r0"] - {lane.a_port}
+    groups = logic.tables["lf0r0"].groups.values()
+    assert all(lane.a_port not in g.ports for g in groups if g.kind == "ff" and g.marks)
 
 
 # --- what is not marked ---------------------------------------------------------------------------
@@ -401,6 +489,10 @@ def test_ovs_decodes_marked_groups_and_entries(name: str, switch: str, version: 
     assert sum(t.count("mod_nw_ttl") for t in texts) == sum(
         len(re.findall(r"mod_nw_ttl:\d+,output:", t)) for t in texts)
     assert not [t for t in texts if "arp" in t and "mod_nw_ttl" in t]
+    if name == "astral3":  # the probe lanes' masked port matches, one per lane slot
+        slots = {int(v, 0) for t in texts
+                 for v in re.findall(r"(?:tp|udp)_src=(0x[0-9a-f]+|\d+)/0x60\b", t)}
+        assert slots == {0, 0x20, 0x40, 0x60}, texts[:3]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -2,9 +2,10 @@
 
 ``ops.probes.ProbeTally`` takes the difference of each stream receiver's cumulative report
 (``testbed.shell.probe.report``) from the previous one. The simulation below runs the
-steady streams of an ops-eval (``ops.shell.experiment.stream_pairs``, STREAM_SPORTS each,
-every source port hashed onto one uplink) at the ops-eval's default rate on the default
-fabric, with one faulty link or NIC, and asks the detectors after every poll.
+steady streams of an ops-eval (``ops.shell.experiment.stream_pairs``, each source port of
+``stream_sports`` on the uplink the controller pins it to) at the ops-eval's default rate
+on the default fabric, with one faulty link or NIC, and asks the detectors after every
+poll.
 """
 
 from __future__ import annotations
@@ -16,13 +17,22 @@ import pytest
 
 from ops.detectors import Topo, job_loss, lane_loss
 from ops.probes import PROBE, ProbeTally, budget
-from ops.shell.experiment import STREAM_PORT, STREAM_SPORTS, stream_pairs
+from ops.shell.experiment import stream_pairs, stream_sports
 from ops.telemetry import History, canonical
+from testbed.faultkinds import partial_blackhole
 from testbed.faultkinds.hot_receiver import HOT_PORT
 from testbed.topologies import build
 from traffic.iterations import PATH_CORRUPT, PATH_LOST, pair_metric
 from vocab.flows import ROCE_PORT
-from vocab.lanemark import MARK_BASE, LaneMarks
+from vocab.lanemark import (
+    MARK_BASE,
+    PROBE_DPORT,
+    PROBE_DPORT_MASK,
+    PROBE_SPORTS,
+    LaneMarks,
+    lane_slots,
+    probe_slot,
+)
 from vocab.plan import link_components
 
 PLAN = build("astral3")
@@ -77,22 +87,28 @@ def test_a_receiver_that_fell_behind_reports_no_loss_for_that_poll() -> None:
     assert got[(PROBE, pair_metric("s0g0", "s3g7"))] == 1.0
 
 
+def pinned(host: str, sport: int) -> int:
+    """The mark of the uplink the controller pins ``host``'s probe port ``sport`` to."""
+    ups = len(MARKS.uplinks[MARKS.switch_of[host]])
+    return MARK_BASE + probe_slot(sport, lane_slots(ups)) % ups
+
+
 def simulate(faulty: str | None, p: float, corrupt: bool, polls: int, seed: int,
-             way: str = "both", blackhole: tuple[str, set[int]] | None = None,
+             way: str = "both", blackhole: tuple[str, int, int] | None = None,
              until: int | None = None) -> list[list[Any]]:
     """The detectors' findings after each poll of the steady streams; every datagram over
     ``faulty`` (a link name, or a host: its NIC link) is lost, or corrupt (its receiver's
     IP layer counts it), with probability ``p``; ``way`` ``up`` or ``down``: only those
-    crossing a lane from its leaf to its spine, or back. ``blackhole``: (a switch, UDP
-    source ports) whose datagrams through that switch are all lost, from the second poll
+    crossing a lane from its leaf to its spine, or back. ``blackhole``: (a switch, and the
+    value and mask of the UDP source ports) whose datagrams through that switch are all
+    lost, from the second poll
     on (the receivers count each port's missing rounds as they go). ``until``: the poll
     the fault ends at."""
     rng = random.Random(seed)
     topo = Topo.from_plan(PLAN)
     bad_link = topo.nic_link.get(faulty, faulty) if faulty else None
-    ups = {h.name: len(MARKS.uplinks[MARKS.switch_of[h.name]]) for h in PLAN.hosts}
-    streams = [(s, d, {sp: MARK_BASE + rng.randrange(ups[s]) for sp in STREAM_SPORTS})
-               for s, d in stream_pairs(PLAN)]
+    streams = [(s, d, {sp: pinned(s, sp) for sp in sports})
+               for (s, d), sports in zip(stream_pairs(PLAN), stream_sports(PLAN), strict=True)]
     state = {(s, d, sp): [0, 0, {}] for s, d, lanes in streams for sp in lanes}
     bad_at = {d: 0 for _s, d, _l in streams}
     tally, hist, found = ProbeTally(PLAN), History(), []
@@ -104,7 +120,7 @@ def simulate(faulty: str | None, p: float, corrupt: bool, polls: int, seed: int,
                       else inner[0 if way == "up" else 1] == bad_link)
                 on = on and (until is None or t < until)
                 hit = sum(rng.random() < p for _ in range(PER_POLL)) if on else 0
-                if blackhole and t and sp in blackhole[1] and any(
+                if blackhole and t and sp & blackhole[2] == blackhole[1] and any(
                         blackhole[0] in ln.split("~")[1] for ln in inner):
                     hit = PER_POLL
                 st = state[(s, d, sp)]
@@ -163,7 +179,7 @@ def test_two_faults_at_once_are_each_named_by_what_the_other_leaves(seed: int) -
     host = random.Random(seed).choice([h.name for h in PLAN.hosts
                                        if MARKS.switch_of[h.name] != "lf0r4"])
     last = simulate(host, 0.05, False, polls=6, seed=seed,
-                    blackhole=("spine1", {50003, 50011, 50019, 50027}))[-1]
+                    blackhole=("spine1", 3, 7))[-1]
     named = {(f.detector, canonical(f.component, PLAN)) for f in last}
     assert named == {(lane_loss.SWITCH, "spine1"), (lane_loss.NIC, host)}, named
 
@@ -199,5 +215,37 @@ def test_the_streams_ports_are_clear_of_the_jobs_and_a_hot_receivers() -> None:
     """A hot-receiver fault floods its target on a port of its own, and the job's
     receivers take 4791: a steady stream on either would refuse the fault or lose the
     job's frames (the 1,024 hosts of the largest fabric included)."""
-    ports = set(range(STREAM_PORT, STREAM_PORT + 64 * 16))
+    ports = set(range(PROBE_DPORT, PROBE_DPORT + 64 * 16))
     assert HOT_PORT not in ports and ROCE_PORT not in ports
+    assert all(p & PROBE_DPORT_MASK == PROBE_DPORT for p in ports)  # all pinned
+
+
+def test_each_stream_puts_as_many_ports_on_every_lane_of_its_leaf() -> None:
+    """Pinned, not hashed: every stream crosses each uplink of its leaf with a quarter
+    of its ports, and each quarter takes every value of the low three bits."""
+    for (src, _dst), sports in zip(stream_pairs(PLAN), stream_sports(PLAN), strict=True):
+        assert len(set(sports)) == PROBE_SPORTS
+        by_lane: dict[int, list[int]] = {}
+        for sp in sports:
+            by_lane.setdefault(pinned(src, sp), []).append(sp)
+        assert sorted(by_lane) == [MARK_BASE + k for k in range(4)]
+        assert all(sorted(p & 7 for p in ps) == list(range(8)) for ps in by_lane.values())
+        assert sorted(p & 31 for p in sports) == list(range(32))
+
+
+@pytest.mark.parametrize("share", [1 / 32, 1 / 16, 1 / 8])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_partial_blackhole_at_a_leaf_drops_its_streams_on_several_of_its_lanes(
+        share: float, seed: int) -> None:
+    """A slice of the low bits pinned to one lane would make a leaf's blackhole look like
+    that lane losing: the streams at a leaf take the slice over different lanes."""
+    matches = partial_blackhole.port_matches(share, seed)
+    for leaf in MARKS.uplinks:
+        lanes_hit = set()
+        for (s, d), sports in zip(stream_pairs(PLAN), stream_sports(PLAN), strict=True):
+            for sp in sports:
+                if partial_blackhole.dropped(sp, matches) and leaf in (
+                        MARKS.switch_of[s], MARKS.switch_of[d]):
+                    lanes_hit.add(MARKS.inner_path(s, d, pinned(s, sp))[
+                        0 if MARKS.switch_of[s] == leaf else 1])
+        assert len(lanes_hit) >= 2, (leaf, lanes_hit)
