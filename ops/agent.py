@@ -94,6 +94,12 @@ class Diagnosis:
     def components(self) -> list[str]:
         return [s.component for s in self.suspects]
 
+    def record(self, t: float) -> tuple[float, list[str], str | None]:
+        """The answer as a run keeps it, one per poll: ``(t, the first five suspects, the
+        top suspect's detector)``; the live observer and a replay both keep this, so a
+        replay's answers are scored as the live ones were."""
+        return (t, self.components()[:5], self.suspects[0].detector if self.suspects else None)
+
     def to_dict(self) -> dict[str, Any]:
         return {"question": self.question, "planner": self.planner,
                 "suspects": [s.to_dict() for s in self.suspects], "steps": self.steps,

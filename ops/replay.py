@@ -39,7 +39,6 @@ def redetect(plan: WiringPlan, recorded: History) -> dict[str, Any]:
         if engine.active:
             d = diagnose(Tools(plan, history=hist, engine=engine), "what is wrong?",
                          probe=False)
-            diagnoses.append([t, d.components()[:5],
-                              d.suspects[0].detector if d.suspects else None])
+            diagnoses.append(list(d.record(t)))
     return {"alerts": [a.to_dict() for a in engine.all_alerts()], "diagnoses": diagnoses,
             "covered": (times[0], times[-1]) if times else None, "polls": len(times)}

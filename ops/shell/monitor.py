@@ -84,10 +84,10 @@ class WiringWatch:
         """Check now for an operator's question; the result never reaches the detectors."""
         return self._run()
 
-    def maybe(self, now: float, urgent: bool = False) -> bool:
+    def maybe(self, now: float, urgent: bool = False, at_once: bool = False) -> bool:
         """Start a check in the background unless one runs or ran within ``every_s``
-        (``urgent``: within ``soon_s``)."""
-        gap = min(self.soon_s, self.every_s) if urgent else self.every_s
+        (``urgent``: within ``soon_s``; ``at_once``: unless one runs)."""
+        gap = 0.0 if at_once else min(self.soon_s, self.every_s) if urgent else self.every_s
         if self._busy.is_set() or now - self._last < gap:
             return False
         self._busy.set()
@@ -123,14 +123,26 @@ def unexplained(active: Iterable[Any]) -> bool:
     are lost at a switch and no open alert names a link or NIC of it: a miswired lane
     delivers its frames through the wrong spine, so they are lost at its leaf and no one
     link explains them."""
-    alerts = [(a, alert_kind(a.detector)) for a in active]
-    kinds = [k for _a, k in alerts]
+    active = list(active)
+    kinds = [alert_kind(a.detector) for a in active]
     if any(k is not None and k.symptom for k in kinds) and \
             all(k is not None and k.symptom for k in kinds):
         return True
-    at_switch = [a for a, k in alerts if k is not None and not k.symptom
-                 and Evidence.LOSS in k.evidence and "~" not in a.component]
-    return bool(at_switch) and not any("~" in a.component for a, _k in alerts)
+    return bool(at_switch(active)) and not any("~" in a.component for a in active)
+
+
+def at_switch(alerts: Iterable[Any]) -> list[Any]:
+    """The alerts that place lost packets at a switch, no link of it named: how a
+    miswiring first shows (its frames are lost at its leaf). A new one has the wiring
+    checked at once, not at the next period: until the check, the leaf is all the
+    agent can name."""
+    out = []
+    for a in alerts:
+        k = alert_kind(a.detector)
+        if k is not None and not k.symptom and Evidence.LOSS in k.evidence \
+                and "~" not in a.component:
+            out.append(a)
+    return out
 
 
 def check_cost(spans: list[tuple[float, float]], polls: list[tuple[float, float]],
@@ -191,10 +203,11 @@ class Monitor:
 
     def _after_poll(self, t: float, _values: dict[tuple[str, str], float]) -> None:
         with self.lock:
-            self.engine.step(self.collector.history)
+            opened = self.engine.step(self.collector.history)
             if self.wiring is not None:  # the agent's own period, sooner when unexplained
-                self.wiring.maybe(time.monotonic(),
-                                  urgent=check_soon(self.engine.active.values()))
+                active = list(self.engine.active.values())
+                self.wiring.maybe(time.monotonic(), urgent=check_soon(active),
+                                  at_once=unexplained(active) and bool(at_switch(opened)))
             for b in self.baselines.values():
                 b.step(self.collector.history)
             if self.engine.active:
@@ -203,8 +216,7 @@ class Monitor:
                 t0 = time.monotonic()
                 d = diagnose(tools, "what is wrong?", probe=False)
                 self.diagnose_s.append(time.monotonic() - t0)
-                self.diagnoses.append((t, d.components()[:5],
-                                       d.suspects[0].detector if d.suspects else None))
+                self.diagnoses.append(d.record(t))
             for job in self._consults:
                 job.run(self.tools)
             self._consults.clear()

@@ -13,7 +13,7 @@ import pytest
 from test_ops_detectors import LANE, clean_poll, first, run
 
 from ops.detectors import miswired as M
-from ops.shell.monitor import WiringWatch, check_cost, check_soon, unexplained
+from ops.shell.monitor import WiringWatch, at_switch, check_cost, check_soon, unexplained
 from testbed.wiring import Misdelivery
 
 OTHER = "lf0r0~spine1#0"
@@ -113,7 +113,8 @@ def test_the_agent_checks_the_cabling_on_its_own_period_sooner_when_unexplained(
 
     asked: list[tuple[float, bool]] = []
     w = WiringWatch(lambda: [], every_s=30.0, soon_s=10.0, log=lambda _m: None)
-    w.maybe = lambda now, urgent=False: asked.append((now, urgent))  # type: ignore[method-assign]
+    w.maybe = lambda now, urgent=False, at_once=False: asked.append(  # type: ignore[method-assign]
+        (now, urgent or at_once))
     mon = Monitor(SimpleNamespace(plan=plan, rest_port=None, hosts={}), None, 1.0, wiring=w)
     for i in range(3):
         mon.collector.history.add(1000.0 + i, {})
@@ -124,6 +125,21 @@ def test_the_agent_checks_the_cabling_on_its_own_period_sooner_when_unexplained(
     real._last = 100.0
     assert not real.maybe(115.0) and not real.maybe(105.0, urgent=True)
     assert real.maybe(111.0, urgent=True)
+    # at once (loss newly placed at a switch): whenever no check is running
+    deadline = time.monotonic() + 5
+    while real._busy.is_set() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not real.maybe(111.5, urgent=True) and real.maybe(111.5, at_once=True)
+
+
+def test_loss_newly_placed_at_a_switch_is_what_has_the_wiring_checked_at_once() -> None:
+    def alert(detector: str, component: str) -> Any:
+        return SimpleNamespace(detector=detector, component=component)
+
+    leaf = alert("lane-loss-switch", "lf0r6")
+    assert at_switch([leaf, alert("lane-loss", "lf0r6~spine1#0"), alert("job-slow", "job"),
+                      alert("miswired", "lf0r6~spine1#0")]) == [leaf]
+    assert at_switch([alert("job-loss-switch", "lf1r2")]) and not at_switch([])
 
 
 def test_the_agent_looks_at_the_cabling_sooner_only_when_the_job_suffers_unexplained() -> None:
