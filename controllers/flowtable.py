@@ -28,11 +28,11 @@ adaptive modes) match one transport flow exactly and send it out of the port its
 assigned path names, through a fast-failover group whose later buckets are the
 other equal-cost ports, so a failed link is still skipped by the switch alone.
 
-*Probe lanes* (``vocab.lanemark``): on a host-facing switch, each IPv4 route over several
-uplinks gets one entry per lane slot above it, matching the probe streams' destination
-ports and the slot's bits of the source port, whose failover group starts with the
-slot's uplink; the prober, not the hash, picks the lane, and a route that lost an uplink
-spreads that slot over the ports it has left.
+*Probe lanes* (``vocab.lanemark``): a host-facing switch holds one entry per lane slot
+above its routes, matching the probe streams' destination ports and the slot's bits of
+the source port, whose failover group starts with the slot's uplink: the prober, not the
+hash, picks the lane. A route that lost an uplink gets entries of its own above those,
+which spread that slot over the ports it has left.
 
 *Lane marks* (``vocab.lanemark``): on a host-facing switch, every IPv4 decision that
 leaves by one of its uplinks sets the IPv4 TTL to that uplink's mark before the output,
@@ -225,7 +225,7 @@ def build_table(routes: list[Route], pins: Iterable[Pin] = (),
         shift = zlib.crc32(route.dest.encode()) % len(route.ports)
         order = route.ports[shift:] + route.ports[:shift]
         pending.append((route.priority, arp_match, via(order, "ff", False), COOKIE_ROUTE))
-        pending.extend(_probe_lanes(route, ip_match, marks, via))
+    pending.extend(_probe_lanes(routes, marks, via))
     for pin in pins:
         match = pin.match
         if not match:
@@ -245,28 +245,39 @@ def build_table(routes: list[Route], pins: Iterable[Pin] = (),
     return table
 
 
-def _probe_lanes(route: Route, ip_match: Match, marks: Mapping[int, int],
+def _probe_lanes(routes: list[Route], marks: Mapping[int, int],
                  via: Any) -> list[tuple[int, Match, GroupSpec | tuple[Action, ...], int]]:
-    """The probe-lane entries of ``route`` (see the module docstring): none unless it
-    leaves by several of the switch's marked uplinks. Slot ``k`` goes out of the uplink
-    of rank ``k % uplinks`` (ranked by mark), or, when the route lost that one, out of
-    the route's port ``k % ports``; the later ports of its failover group are the
+    """The probe-lane entries of a switch (see the module docstring): one per lane slot
+    for every destination its routes reach over all its marked uplinks, and one per slot
+    above those for each route over some of them only (it lost one), so a probe never
+    goes up a lane from which its destination is not reached. Slot ``k`` goes out of
+    the uplink of rank ``k % uplinks`` (ranked by mark), or, when the route lacks that
+    one, out of its port ``k % ports``; the later ports of the failover group are the
     route's others, so a dead first port is skipped by the switch alone."""
-    ports = route.ports
-    if len(ports) < 2 or not all(p in marks for p in ports):
-        return []
     ranked = sorted(marks, key=marks.__getitem__)
+    if len(ranked) < 2:
+        return []
     slots = lane_slots(len(ranked))
+    block = (("eth_type", ETH_IPV4), ("ip_proto", PROTOS["udp"]),
+             ("udp_dst", (PROBE_DPORT, PROBE_DPORT_MASK)))
     out = []
-    for k in range(slots):
-        first = ranked[k % len(ranked)]
-        if first not in ports:
-            first = ports[k % len(ports)]
-        order = (first,) + tuple(p for p in ports if p != first)
-        match = canon_match(ip_match + (("ip_proto", PROTOS["udp"]),
-                                        ("udp_dst", (PROBE_DPORT, PROBE_DPORT_MASK)),
-                                        ("udp_src", lane_match(k, slots))))
-        out.append((PRIO_PIN, match, via(order, "ff", True), COOKIE_PROBE))
+
+    def add(priority: int, where: tuple[tuple[str, Any], ...], ports: tuple[int, ...]) -> None:
+        for k in range(slots):
+            first = ranked[k % len(ranked)]
+            if first not in ports:
+                first = ports[k % len(ports)]
+            order = (first,) + tuple(p for p in ports if p != first)
+            match = canon_match(block + where + (("udp_src", lane_match(k, slots)),))
+            out.append((priority, match, via(order, "ff", True), COOKIE_PROBE))
+
+    whole = set(ranked)
+    if any(set(r.ports) == whole for r in routes):
+        add(PRIO_PIN - 1, (), tuple(ranked))
+    for route in routes:
+        if len(route.ports) > 1 and whole > set(route.ports):
+            dst = next(f for f in route_matches(route)[0] if f[0] == "ipv4_dst")
+            add(PRIO_PIN, (dst,), route.ports)
     return out
 
 

@@ -277,6 +277,13 @@ def test_a_probe_whose_lane_died_fails_over_then_follows_the_reroute() -> None:
     assert check(everyone=True) == all_uplinks(plan)["lf0r0"] - {lane.a_port}
     groups = logic.tables["lf0r0"].groups.values()
     assert all(lane.a_port not in g.ports for g in groups if g.kind == "ff" and g.marks)
+    # elsewhere the probes towards lf0r0 have entries of their own, over the 3 uplinks
+    # from which lf0r0 is still reached, above the entries for the rest
+    other = logic.tables["lf0r1"]
+    own = [e for e in other.entries.values() if e.cookie == COOKIE_PROBE
+           and dict(e.match).get("ipv4_dst")]
+    assert len(own) == 4 and all(e.priority > 249 for e in own)
+    assert {len(other.groups[e.actions[0][1]].ports) for e in own} == {3}
 
 
 # --- what is not marked ---------------------------------------------------------------------------
