@@ -53,9 +53,10 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
     """A NIC or leaf on the path of >= SHARE of the job's packets lost in the last
     HOLD_POLLS polls (the most specific one: a NIC before its leaf)."""
     leaf_of = {h: topo.links[c].b for h, c in topo.nic_link.items()}
-    lost, since = _lost_pairs(hist, leaf_of)
+    lost, since, fresh = _lost_pairs(hist, leaf_of)
     total = sum(lost.values())
-    if not total or lane_loss.suspect(hist, topo) is not None or lane_loss.covering(hist, topo):
+    if not total or not fresh or lane_loss.suspect(hist, topo) is not None \
+            or lane_loss.covering(hist, topo):
         return []
     host: dict[str, float] = defaultdict(float)
     host_pairs: dict[str, int] = defaultdict(int)
@@ -84,11 +85,13 @@ def detect(hist: History, topo: Topo) -> list[Finding]:
 
 
 def _lost_pairs(hist: History, leaf_of: dict[str, str]
-                ) -> tuple[dict[tuple[str, str], float], float]:
-    """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls, and the first
-    of those polls that brought a loss; not those a leaf of the pair lost while one of its
-    links changed state (the fabric reconverging: ``lane_loss.reconverging``); ``leaf_of``
-    is each NIC's leaf."""
+                ) -> tuple[dict[tuple[str, str], float], float, bool]:
+    """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls, the first of
+    those polls that brought a loss, and whether one of the last
+    ``lane_loss.FRESH_POLLS`` did (a loss that stopped is a fault that ended: what is
+    still pooled of it names nothing, as in lane-loss, which stepped aside for it no
+    longer); not those a leaf of the pair lost while one of its links changed state (the
+    fabric reconverging: ``lane_loss.reconverging``); ``leaf_of`` is each NIC's leaf."""
     times = list(hist.times)[-HOLD_POLLS:]
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, str], float] = defaultdict(float)
@@ -105,4 +108,5 @@ def _lost_pairs(hist: History, leaf_of: dict[str, str]
                 out[pair] += v
                 per_poll[skip + i] += v
     since = next((t for t, n in zip(times, per_poll, strict=True) if n), hist.now)
-    return {k: v for k, v in out.items() if v}, since
+    fresh = any(per_poll[-lane_loss.FRESH_POLLS:])
+    return {k: v for k, v in out.items() if v}, since, fresh

@@ -342,8 +342,24 @@ def test_job_loss_names_the_nic_every_lossy_flow_shares(plan) -> None:  # noqa: 
     i, a = first(opened)
     assert (i, a.detector, a.component) == (20, "job-loss", "s1g1")
     assert a.evidence["lost_packets"] == 8
-    # pooled over HOLD_POLLS polls, then cleared CLEAR_POLLS polls later
-    assert [x.cleared for x in eng.closed if x.detector == "job-loss"] == [1000.0 + 27]
+    # named while the loss is fresh (FRESH_POLLS polls), then cleared CLEAR_POLLS later
+    assert [x.cleared for x in eng.closed if x.detector == "job-loss"] == [1000.0 + 26]
+
+
+def test_job_loss_names_nothing_from_a_pool_whose_loss_has_stopped(plan) -> None:  # noqa: ANN001
+    """A fault's last loss still pooled, after lane-loss (which named the fault while it
+    lasted, so job-loss stepped aside) let it go as stale: not a new suspect."""
+    from ops.detectors import Topo, job_loss, lane_loss
+    from ops.telemetry import History
+    from traffic.iterations import JOB, pair_metric
+
+    hist, topo = History(), Topo.from_plan(plan)
+    lossy = {(JOB, pair_metric("s1g1", "s0g0")): 5.0, (JOB, pair_metric("s0g1", "s1g1")): 3.0}
+    for i in range(job_loss.HOLD_POLLS):
+        hist.add(1000.0 + i, lossy if i == 0 else {})
+        got = job_loss.detect(hist, topo)
+        assert [f.component for f in got] == (["s1g1"] if i < lane_loss.FRESH_POLLS else []), i
+    assert lane_loss.FRESH_POLLS < job_loss.HOLD_POLLS  # so the pool still held it then
 
 
 def test_job_loss_names_the_leaf_when_no_nic_explains_it(plan) -> None:  # noqa: ANN001
