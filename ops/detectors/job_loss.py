@@ -88,10 +88,10 @@ def _lost_pairs(hist: History, leaf_of: dict[str, str]
                 ) -> tuple[dict[tuple[str, str], float], float, bool]:
     """Packets lost per (src, dst) NIC pair over the last HOLD_POLLS polls, the first of
     those polls that brought a loss, and whether one of the last
-    ``lane_loss.FRESH_POLLS`` did (a loss that stopped is a fault that ended: what is
-    still pooled of it names nothing, as in lane-loss, which stepped aside for it no
-    longer); not those a leaf of the pair lost while one of its links changed state (the
-    fabric reconverging: ``lane_loss.reconverging``); ``leaf_of`` is each NIC's leaf."""
+    ``lane_loss.FRESH_POLLS`` did (a loss that stopped is a fault that ended, and what
+    is still pooled of it names nothing here, as in lane-loss); not those a leaf of the
+    pair lost while one of its links changed state (the fabric reconverging:
+    ``lane_loss.reconverging``); ``leaf_of`` is each NIC's leaf."""
     times = list(hist.times)[-HOLD_POLLS:]
     per_poll = [0.0] * len(times)
     out: dict[tuple[str, str], float] = defaultdict(float)

@@ -164,6 +164,8 @@ def stream_sports(plan: WiringPlan) -> list[list[int]]:
             used[e].add(color)
         out.append(probe_sports(color, slots))
     return out
+
+
 #: the bound of an evaluation's telemetry store: the whole of a run of the default fabric
 #: (about a thousand rows a poll), so that ``ops rescore --redetect`` replays all of it,
 #: fault-free phase included; the store of a live ``ops watch`` keeps the default bound
