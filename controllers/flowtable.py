@@ -62,9 +62,11 @@ ETH_ARP = 0x0806
 COOKIE_ROUTE = 0xA5700001
 COOKIE_PIN = 0xA5700002
 COOKIE_PROBE = 0xA5700003
+#: What each of them made, as ``GET /flows`` says it (any other cookie: ``foreign``).
+COOKIE_KINDS = {COOKIE_ROUTE: "route", COOKIE_PIN: "pin", COOKIE_PROBE: "probe-lane"}
 #: The controller owns the entries with its cookies; an entry with any other cookie is
 #: another agent's (an operator's rule, an injected fault) and is left alone.
-OWN_COOKIES = frozenset({COOKIE_ROUTE, COOKIE_PIN, COOKIE_PROBE})
+OWN_COOKIES = frozenset(COOKIE_KINDS)
 #: Pins sit above the ECMP routes and below local delivery (see ``routing``).
 PRIO_PIN = 250
 

@@ -10,13 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from controllers.fabric import ADAPTIVE_DEFAULTS, MODES
-from controllers.flowtable import (
-    COOKIE_PIN,
-    COOKIE_PROBE,
-    COOKIE_ROUTE,
-    entry_from_stats,
-    stat_counter,
-)
+from controllers.flowtable import COOKIE_KINDS, entry_from_stats, stat_counter
 from vocab.flows import PROTOS, parse_flows
 
 
@@ -118,8 +112,7 @@ class AppAPI:
                                        for k, v in e.match},
                              "actions": [f"{kind}:{arg}" for kind, arg in e.actions] or ["drop"],
                              "cookie": hex(e.cookie),
-                             "kind": {COOKIE_ROUTE: "route", COOKIE_PIN: "pin",
-                                      COOKIE_PROBE: "probe-lane"}.get(e.cookie, "foreign"),
+                             "kind": COOKIE_KINDS.get(e.cookie, "foreign"),
                              "packets": stat_counter(stat, "packet_count"),
                              "bytes": stat_counter(stat, "byte_count")})
             rows.sort(key=lambda r: -r["priority"])
